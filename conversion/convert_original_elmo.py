@@ -1,0 +1,13 @@
+"""Convert an original ELMo (`options.json` + `weights.hdf5`) to a Hugging Face folder.
+
+    python conversion/convert_original_elmo.py --options OPTIONS.json --weights WEIGHTS.hdf5 --output-dir OUT
+
+The same as `hf-elmo convert`; the implementation lives in `hf_elmo/convert_original_elmo.py`.
+"""
+
+import sys
+
+from hf_elmo.convert_original_elmo import main
+
+if __name__ == "__main__":
+    sys.exit(main())

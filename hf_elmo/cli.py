@@ -1,0 +1,26 @@
+"""The `hf-elmo` command: `hf-elmo COMMAND --help` for each command."""
+
+import argparse
+import sys
+
+from . import convert_original_elmo
+
+# name -> (module with add_arguments(parser) and run(args) -> exit code, one-line help)
+COMMANDS = {
+    "convert": (convert_original_elmo, "convert an original options.json + weights.hdf5 to a Hugging Face folder"),
+}
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="hf-elmo", description="ELMo for Hugging Face transformers.")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name, (module, help_text) in COMMANDS.items():
+        command = commands.add_parser(name, help=help_text, description=help_text)
+        module.add_arguments(command)
+        command.set_defaults(run=module.run)
+    args = parser.parse_args(argv)
+    return args.run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
