@@ -16,6 +16,7 @@ from transformers import initialization as init
 from transformers.utils import ModelOutput, can_return_tuple
 
 from .configuration_elmo import ElmoConfig
+from .fast_lstm import lstm_direction
 
 ElmoState = tuple[torch.Tensor, torch.Tensor]
 """`(hidden, memory)`: `hidden` `(num_layers, B, 2P)` and `memory` `(num_layers, B, 2D)`, the forward
@@ -68,12 +69,21 @@ class ElmoHighwayLayer(nn.Linear):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         transformed, gate = super().forward(x).chunk(2, dim=-1)
-        gate = torch.sigmoid(gate)
-        return gate * x + (1 - gate) * F.relu(transformed)
+        return torch.lerp(F.relu(transformed), x, torch.sigmoid(gate))
 
 
 class ElmoCharacterEncoder(nn.Module):
-    """Words as character ids `(..., C)` -> context-independent token embeddings `(..., P)`."""
+    """Words as character ids `(..., C)` -> context-independent token embeddings `(..., P)`.
+
+    Computes exactly the max over every window of every slot, but only once per distinct word of the
+    input, and only over the windows that can differ between words: the slots after a word's last
+    change of character (in practice its padding characters) hold one repeated character, and every
+    window lying inside that run gives the same value, one constant per filter and character.
+    """
+
+    # Words are grouped by how many leading slots need real windows, rounded up to this many, so that a
+    # long word does not make every short word's windows long.
+    SPAN_GRANULARITY = 8
 
     def __init__(self, config: ElmoConfig):
         super().__init__()
@@ -87,12 +97,51 @@ class ElmoCharacterEncoder(nn.Module):
 
     def forward(self, char_ids: torch.LongTensor) -> torch.Tensor:
         batch_shape, num_chars = char_ids.shape[:-1], char_ids.shape[-1]
-        chars = self.char_embedding(char_ids.reshape(-1, num_chars)).transpose(1, 2)  # (N, e, C)
-        # Max over positions, then the activation: equal to activation-then-max since both are monotonic.
-        features = torch.cat([self.activation(conv(chars).amax(dim=-1)) for conv in self.convolutions], dim=-1)
+        words, word_index = torch.unique(char_ids.reshape(-1, num_chars), dim=0, return_inverse=True)
+        # Slots up to the last one that differs from the final slot; 0 when all slots hold one character.
+        differs = words != words[:, -1:]
+        spans = torch.where(differs, torch.arange(1, num_chars + 1, device=words.device), 0).amax(dim=1)
+        spans, order = spans.sort()
+        features = self._max_over_windows(words[order], spans.tolist())
         for highway in self.highways:
             features = highway(features)
-        return self.projection(features).reshape(*batch_shape, -1)
+        embeddings = self.projection(features)
+        sorted_position = torch.empty_like(order)
+        sorted_position[order] = torch.arange(len(order), device=order.device)
+        return embeddings[sorted_position[word_index]].reshape(*batch_shape, -1)
+
+    def _max_over_windows(self, words: torch.LongTensor, spans: list[int]) -> torch.Tensor:
+        """`(U, C)` words sorted by span, with their spans -> activated CNN features `(U, F)`."""
+        num_chars = words.shape[1]
+        # A window of the final repeated character: the kernel summed over its width times that character.
+        final_char = self.char_embedding(words[:, -1])  # (U, e)
+        run_values = [final_char @ conv.weight.sum(dim=-1).t() for conv in self.convolutions]  # (U, n) each
+        groups, start = [], 0
+        for end in range(1, len(spans) + 1):
+            if end == len(spans) or -(-spans[end] // self.SPAN_GRANULARITY) != -(-spans[start] // self.SPAN_GRANULARITY):
+                groups.append((start, end, spans[end - 1]))
+                start = end
+        group_features = []
+        for start, end, span in groups:
+            max_width = max(conv.kernel_size[0] for conv in self.convolutions)
+            chars = self.char_embedding(words[start:end, : min(span + max_width - 1, num_chars)])  # (u, L, e)
+            per_filter = []
+            for conv, run_value in zip(self.convolutions, run_values):
+                width = conv.kernel_size[0]
+                num_windows = min(span, num_chars - width + 1)
+                if num_windows > 0:
+                    windows = chars[:, : num_windows + width - 1].unfold(1, width, 1)  # (u, windows, e, width)
+                    kernel = conv.weight.reshape(conv.weight.shape[0], -1)
+                    value = (windows.flatten(2) @ kernel.t()).amax(dim=1)
+                    if num_windows < num_chars - width + 1:  # windows inside the final run were skipped
+                        value = torch.maximum(value, run_value[start:end])
+                else:
+                    value = run_value[start:end]
+                per_filter.append(value)
+            group_features.append(torch.cat(per_filter, dim=-1))
+        bias = torch.cat([conv.bias for conv in self.convolutions])
+        # The bias and the activation commute with the max: rounding and both activations are monotonic.
+        return self.activation(torch.cat(group_features) + bias)
 
 
 class ElmoLstmLayer(nn.Module):
@@ -113,40 +162,35 @@ class ElmoLstmLayer(nn.Module):
     def forward(
         self,
         inputs: torch.Tensor,
-        mask: torch.BoolTensor,
         hidden: torch.Tensor,
         memory: torch.Tensor,
+        batch_sizes: list[int],
         reverse: bool,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """
         Args:
-            inputs: `(B, T, P)`.
-            mask: `(B, T)`, right-padded: `True` at real positions.
+            inputs: `(T, B, P)`, time-major, rows sorted by length, longest first.
             hidden: `(B, P)` and memory `(B, D)`: the state before the first step of this direction.
+            batch_sizes: `T` ints, how many rows are real at each step.
             reverse: walk from the last real position down to 0.
 
         Returns:
-            outputs `(B, T, P)` (0 at padded positions), final hidden `(B, P)`, final memory `(B, D)`.
+            outputs `(T, B, P)` (0 at padded positions), final hidden `(B, P)`, final memory `(B, D)`.
             A row's state changes only at its real positions.
         """
-        batch_size, seq_len, _ = inputs.shape
-        gate_inputs = self.input_linearity(inputs)  # one product for all steps; only W_h h is sequential
-        outputs = [None] * seq_len
-        steps = range(seq_len - 1, -1, -1) if reverse else range(seq_len)
-        for t in steps:
-            gates = gate_inputs[:, t] + self.state_linearity(hidden)
-            input_gate, forget_gate, cell_input, output_gate = gates.chunk(4, dim=-1)
-            new_memory = torch.sigmoid(input_gate) * torch.tanh(cell_input) + torch.sigmoid(forget_gate) * memory
-            if self.cell_clip is not None:
-                new_memory = new_memory.clamp(-self.cell_clip, self.cell_clip)
-            new_hidden = self.state_projection(torch.sigmoid(output_gate) * torch.tanh(new_memory))
-            if self.proj_clip is not None:
-                new_hidden = new_hidden.clamp(-self.proj_clip, self.proj_clip)
-            real = mask[:, t, None]
-            memory = torch.where(real, new_memory, memory)
-            hidden = torch.where(real, new_hidden, hidden)
-            outputs[t] = new_hidden * real
-        return torch.stack(outputs, dim=1), hidden, memory
+        # The input-to-gate products of all steps are one matrix product; only W_h h is sequential.
+        gate_inputs = F.linear(inputs, self.input_linearity.weight, self.state_linearity.bias)
+        return lstm_direction(
+            gate_inputs,
+            hidden,
+            memory,
+            self.state_linearity.weight,
+            self.state_projection.weight,
+            batch_sizes,
+            reverse,
+            self.cell_clip,
+            self.proj_clip,
+        )
 
 
 class ElmoBiLstm(nn.Module):
@@ -162,9 +206,18 @@ class ElmoBiLstm(nn.Module):
     def forward(
         self, token_embeddings: torch.Tensor, mask: torch.BoolTensor, state: ElmoState
     ) -> tuple[list[torch.Tensor], ElmoState]:
-        """`(B, T, P)` embeddings -> `num_layers` outputs `(B, T, 2P)` and the final state."""
+        """`(B, T, P)` embeddings, `(B, T)` right-padded mask -> `num_layers` outputs `(B, T, 2P)` (0 at
+        padding) and the final state."""
+        lengths = mask.sum(dim=1)
+        lengths, order = lengths.sort(descending=True, stable=True)
+        steps = torch.arange(mask.shape[1], device=mask.device)
+        batch_sizes = (lengths[None, :] > steps[:, None]).sum(dim=1).tolist()
+        if bool((order == torch.arange(len(order), device=order.device)).all()):
+            order = None  # already sorted: skip the gathers
         hidden, memory = state
-        forward_in = backward_in = token_embeddings
+        if order is not None:
+            token_embeddings, hidden, memory = token_embeddings[order], hidden[:, order], memory[:, order]
+        forward_in = backward_in = token_embeddings.transpose(0, 1)  # time-major: one step's rows are contiguous
         layer_outputs, final_hidden, final_memory = [], [], []
         for index, (forward_layer, backward_layer) in enumerate(zip(self.forward_layers, self.backward_layers)):
             forward_hidden, backward_hidden = hidden[index].chunk(2, dim=-1)
@@ -172,19 +225,27 @@ class ElmoBiLstm(nn.Module):
             # bilm-tf wraps every cell, residual included, in input dropout.
             forward_in, backward_in = self.dropout(forward_in), self.dropout(backward_in)
             forward_out, forward_hidden, forward_memory = forward_layer(
-                forward_in, mask, forward_hidden, forward_memory, reverse=False
+                forward_in, forward_hidden.contiguous(), forward_memory.contiguous(), batch_sizes, reverse=False
             )
             backward_out, backward_hidden, backward_memory = backward_layer(
-                backward_in, mask, backward_hidden, backward_memory, reverse=True
+                backward_in, backward_hidden.contiguous(), backward_memory.contiguous(), batch_sizes, reverse=True
             )
             if self.use_skip_connections and index > 0:
                 forward_out = forward_out + forward_in
                 backward_out = backward_out + backward_in
             forward_in, backward_in = forward_out, backward_out
-            layer_outputs.append(torch.cat([forward_out, backward_out], dim=-1))
+            layer_outputs.append(torch.cat([forward_out, backward_out], dim=-1).transpose(0, 1))
             final_hidden.append(torch.cat([forward_hidden, backward_hidden], dim=-1))
             final_memory.append(torch.cat([forward_memory, backward_memory], dim=-1))
-        return layer_outputs, (torch.stack(final_hidden), torch.stack(final_memory))
+        final_state = (torch.stack(final_hidden), torch.stack(final_memory))
+        if order is not None:
+            restore = torch.empty_like(order)
+            restore[order] = torch.arange(len(order), device=order.device)
+            layer_outputs = [output[restore] for output in layer_outputs]
+            final_state = (final_state[0][:, restore], final_state[1][:, restore])
+        else:
+            layer_outputs = [output.contiguous() for output in layer_outputs]
+        return layer_outputs, final_state
 
 
 class ElmoPreTrainedModel(PreTrainedModel):

@@ -1,0 +1,217 @@
+"""The fast path of `ElmoModel` (deduplicated words, character-CNN windows skipped inside a word's final run
+of one character, length-sorted LSTM with a fused backward) against the straightforward reference path
+(`reference_modeling.py`): same values within 1e-5 and same gradients within 1e-4 relative."""
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from transformers import AutoModel
+
+from hf_elmo import ElmoConfig, ElmoModel, ElmoTokenizer
+from hf_elmo.tokenization_elmo import words_to_char_ids
+
+from conftest import FIXTURE_SETS, fixture_batches
+from reference_modeling import reference_from
+
+# Lengths differ and are not sorted; one word fills all 50 slots; words repeat within and across sentences.
+SENTENCES = [
+    ["a", "b"],
+    ["The", "cat", "sat", "on", "the", "mat", "."],
+    ["Über", "naïve", "日本語", "😀", "x" * 60, "the"],
+    ["Hi"],
+    ["A", "b", "c", "the", "cat"],
+]
+
+
+def small_config(**overrides):
+    values = dict(
+        char_embedding_dim=4,
+        filters=[[1, 4], [2, 6], [3, 8], [7, 5]],
+        n_highway=2,
+        cell_dim=12,
+        projection_dim=6,
+        num_layers=3,
+        cell_clip=0.5,
+        proj_clip=0.3,
+        dropout=0.0,
+    )
+    values.update(overrides)
+    return ElmoConfig(**values)
+
+
+def random_model(config, scale=1.0, dtype=torch.float32, seed=0):
+    """Weights of magnitude `scale / sqrt(fan_in)`: both clips of `small_config` trigger (see
+    `test_clips_trigger_in_these_tests`) while values stay O(1), so float32 rounding stays near 1e-7."""
+    model = ElmoModel(config).eval()
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for param in model.parameters():
+            param.copy_(torch.randn(param.shape, generator=generator) * scale / param.shape[-1] ** 0.5)
+    return model.to(dtype)
+
+
+def encode(sentences):
+    return ElmoTokenizer()(sentences, is_split_into_words=True, padding=True, return_tensors="pt")
+
+
+def run_fast(model, batch, state=None):
+    out = model(**batch, state=state, use_cache=True, output_hidden_states=True)
+    return list(out.hidden_states), out.state
+
+
+def assert_same_outputs(fast, reference, atol):
+    (fast_layers, fast_state), (reference_layers, reference_state) = fast, reference
+    assert len(fast_layers) == len(reference_layers)
+    for a, b in zip([*fast_layers, *fast_state], [*reference_layers, *reference_state]):
+        assert a.shape == b.shape
+        assert (a - b).abs().max() <= atol, f"max abs diff {(a - b).abs().max()}"
+
+
+@pytest.mark.parametrize("name", FIXTURE_SETS)
+def test_fixture_models_all_layers_with_carried_state(name, converted_dirs):
+    model = AutoModel.from_pretrained(converted_dirs[name]).eval()
+    reference = reference_from(model)
+    fast_state = reference_state = None
+    with torch.no_grad():
+        for words, _ in fixture_batches(name):
+            batch = encode(words)
+            fast = run_fast(model, batch, fast_state)
+            slow = reference(batch["input_ids"], batch["attention_mask"], reference_state)
+            assert_same_outputs(fast, slow, atol=1e-5)
+            fast_state, reference_state = fast[1], slow[1]
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {},
+        {"use_skip_connections": False, "num_layers": 2},
+        {"activation": "tanh", "n_highway": 0},
+        {"cell_clip": None, "proj_clip": None},
+        {"filters": [[1, 3], [5, 4], [30, 2], [50, 2]]},  # windows as wide as the word, and wider than spans
+    ],
+)
+def test_random_configs_match_reference_with_state_and_padding(overrides):
+    config = small_config(**overrides)
+    model = random_model(config)
+    reference = reference_from(model)
+    first, second = encode(SENTENCES), encode(SENTENCES[::-1])
+    with torch.no_grad():
+        fast = run_fast(model, first)
+        slow = reference(first["input_ids"], first["attention_mask"])
+        assert_same_outputs(fast, slow, atol=1e-5)
+        for layer in fast[0]:
+            assert torch.all(layer[~first["attention_mask"].bool()] == 0), "padded positions must be exactly 0"
+        # Carry the state into a batch whose rows sort differently.
+        assert_same_outputs(run_fast(model, second, fast[1]), reference(second["input_ids"], None, slow[1]), atol=1e-5)
+
+
+def test_clips_trigger_in_these_tests():
+    model = random_model(small_config(cell_clip=None, proj_clip=None))
+    with torch.no_grad():
+        _, (hidden, memory) = run_fast(model, encode(SENTENCES))
+    assert memory.abs().max() > 0.5 and hidden.abs().max() > 0.3
+
+
+char_rows = st.lists(st.integers(0, 261), min_size=50, max_size=50)
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    rows=st.lists(char_rows, min_size=1, max_size=12),
+    run_start=st.lists(st.integers(0, 50), min_size=12, max_size=12),
+    run_char=st.lists(st.integers(0, 261), min_size=12, max_size=12),
+    widths=st.lists(st.integers(1, 50), min_size=1, max_size=3),
+)
+def test_character_cnn_on_arbitrary_ids(rows, run_start, run_char, widths):
+    """Any ids, not only the tokenizer's layout: each row ends in a run of one character from a random slot."""
+    config = small_config(filters=[[w, 3] for w in widths], n_highway=1)
+    model = random_model(config)
+    reference = reference_from(model)
+    ids = torch.tensor(rows)
+    for k in range(len(rows)):
+        ids[k, run_start[k] :] = run_char[k]
+    ids = torch.cat([ids, ids[:2]])  # repeated words
+    with torch.no_grad():
+        fast, slow = model.char_encoder(ids), reference.char_encoder(ids)
+    assert (fast - slow).abs().max() <= 1e-5
+
+
+def test_gradients_match_reference():
+    """Gradients of every parameter and of the initial state, through clipping, padding and sorting."""
+    config = small_config()
+    model = random_model(config)
+    reference = reference_from(model)
+    batch = encode(SENTENCES)
+    generator = torch.Generator().manual_seed(1)
+    state = tuple(t.requires_grad_() for t in model.initial_state(len(SENTENCES)))
+    for t in state:
+        t.data.uniform_(-0.3, 0.3, generator=generator)
+    reference_state = tuple(t.detach().clone().requires_grad_() for t in state)
+    layers, (hidden, memory) = run_fast(model, batch, state)
+    reference_layers, (reference_hidden, reference_memory) = reference(batch["input_ids"], None, reference_state)
+    weights = [torch.randn(t.shape, generator=generator) for t in [*layers, hidden, memory]]
+
+    def loss(tensors):
+        return sum((w * t).sum() for w, t in zip(weights, tensors))
+
+    loss([*layers, hidden, memory]).backward()
+    loss([*reference_layers, reference_hidden, reference_memory]).backward()
+    pairs = [(name, param.grad, dict(reference.named_parameters())[name].grad) for name, param in model.named_parameters()]
+    pairs += [(f"state {k}", a.grad, b.grad) for k, (a, b) in enumerate(zip(state, reference_state))]
+    for name, fast_grad, reference_grad in pairs:
+        scale = reference_grad.abs().max()
+        assert scale > 0, name
+        assert (fast_grad - reference_grad).abs().max() <= 1e-4 * scale, name
+
+
+def test_gradients_in_train_mode_without_dropout_and_frozen_weights():
+    model = random_model(small_config()).train()
+    for param in model.encoder.parameters():
+        param.requires_grad_(False)
+    reference = reference_from(model)
+    batch = encode(SENTENCES)
+    model(**batch).last_hidden_state.square().sum().backward()
+    reference(batch["input_ids"])[0][-1].square().sum().backward()
+    for name, param in model.named_parameters():
+        other = dict(reference.named_parameters())[name]
+        if name.startswith("encoder."):
+            assert param.grad is None
+        else:
+            assert (param.grad - other.grad).abs().max() <= 1e-4 * other.grad.abs().max(), name
+
+
+def test_forward_direction_of_chunked_document_equals_one_pass():
+    """Embedding a long document in chunks with the state carried gives the forward LSTM direction of the
+    one-pass run (the backward direction differs by design: each chunk runs it from its own end)."""
+    config = small_config()
+    model = random_model(config)
+    rng = np.random.default_rng(0)
+    words = ["".join(rng.choice(list("abcdefgh"), size=rng.integers(1, 9))) for _ in range(300)]
+    ids = torch.from_numpy(words_to_char_ids(words))[None]
+    with torch.no_grad():
+        whole = model(ids, output_hidden_states=True).hidden_states
+        state, pieces = None, []
+        for start in range(0, len(words), 64):
+            out = model(ids[:, start : start + 64], state=state, use_cache=True, output_hidden_states=True)
+            state, pieces = out.state, pieces + [out.hidden_states]
+    P = config.projection_dim
+    for layer in range(1, config.num_layers + 1):
+        chunked = torch.cat([piece[layer] for piece in pieces], dim=1)
+        assert (chunked[..., :P] - whole[layer][..., :P]).abs().max() <= 1e-5
+
+
+def test_bfloat16_layers_stay_close_to_float32(converted_dirs):
+    """Quality of the bfloat16 path on the allennlp fixture model: mean cosine per token of each layer."""
+    model = AutoModel.from_pretrained(converted_dirs["allennlp"]).eval()
+    half = AutoModel.from_pretrained(converted_dirs["allennlp"], dtype=torch.bfloat16).eval()
+    batch = encode([sentence for words, _ in fixture_batches("allennlp")[:3] for sentence in words])
+    real = batch["attention_mask"].bool()
+    with torch.no_grad():
+        full_layers = model(**batch, output_hidden_states=True).hidden_states
+        half_layers = half(**batch, output_hidden_states=True).hidden_states
+    for full, low in zip(full_layers, half_layers):
+        cosine = torch.nn.functional.cosine_similarity(full[real], low[real].float(), dim=-1)
+        assert cosine.mean() >= 0.999, cosine.mean()
