@@ -72,18 +72,23 @@ def _run(gate_inputs, hidden, memory, state_weight, projection_weight, batch_siz
         gates_buffer = torch.empty_like(gate_inputs[0])
         activations_buffer = torch.empty_like(gates_buffer)
         cell_tanh_buffer = torch.empty_like(memory)
-    cell_output = torch.empty_like(memory)
+    cell_output = torch.zeros_like(memory)
+    projected = torch.zeros_like(hidden)
+    # A product of one row runs as a matrix-vector kernel whose rounding depends on the weights' memory
+    # alignment; multiplying at least two rows (the extra one discarded) keeps results independent of it.
+    min_rows = min(2, batch_size)
     for t in _time_steps(num_steps, reverse):
         n = batch_sizes[t]
         if n == 0:
             continue
+        rows = max(n, min_rows)
         if saved is not None:
             saved["hidden_in"][t, :n] = hidden[:n]
             saved["memory_in"][t, :n] = memory[:n]
-            gates = torch.addmm(gate_inputs[t, :n], hidden[:n], state_weight.t())
+            gates = torch.addmm(gate_inputs[t, :rows], hidden[:rows], state_weight.t())[:n]
             activations, cell_tanh = saved["activations"][t, :n], saved["cell_tanh"][t, :n]
         else:
-            gates = torch.addmm(gate_inputs[t, :n], hidden[:n], state_weight.t(), out=gates_buffer[:n])
+            gates = torch.addmm(gate_inputs[t, :rows], hidden[:rows], state_weight.t(), out=gates_buffer[:rows])[:n]
             activations, cell_tanh = activations_buffer[:n], cell_tanh_buffer[:n]
         # One sigmoid over all four blocks (the cell block is then overwritten by its tanh) costs less than three.
         torch.sigmoid(gates, out=activations)
@@ -96,13 +101,13 @@ def _run(gate_inputs, hidden, memory, state_weight, projection_weight, batch_siz
                 torch.le(cell.abs(), cell_clip, out=saved["cell_passed"][t, :n])
             cell.clamp_(-cell_clip, cell_clip)
         torch.tanh(cell, out=cell_tanh)
-        new_hidden = torch.mm(
-            torch.mul(output_gate, cell_tanh, out=cell_output[:n]), projection_weight.t(), out=outputs[t, :n]
-        )
+        torch.mul(output_gate, cell_tanh, out=cell_output[:n])
+        new_hidden = torch.mm(cell_output[:rows], projection_weight.t(), out=projected[:rows])[:n]
         if proj_clip is not None:
             if saved is not None:
                 torch.le(new_hidden.abs(), proj_clip, out=saved["hidden_passed"][t, :n])
             new_hidden.clamp_(-proj_clip, proj_clip)
+        outputs[t, :n] = new_hidden
         hidden[:n] = new_hidden
     return outputs, hidden, memory, saved
 
