@@ -39,6 +39,12 @@ def lstm_direction(
         outputs `(T, B, P)` (0 where a row is not running), final hidden `(B, P)` and memory `(B, D)`.
     """
     args = (gate_inputs, hidden, memory, state_weight, projection_weight)
+    device_type = gate_inputs.device.type
+    if torch.is_autocast_enabled(device_type):
+        # Autocast does not reach products written into preallocated buffers: cast once, run in that dtype.
+        dtype = torch.get_autocast_dtype(device_type)
+        with torch.autocast(device_type, enabled=False):
+            return lstm_direction(*(t.to(dtype) for t in args), batch_sizes, reverse, cell_clip, proj_clip)
     if torch.is_grad_enabled() and any(t.requires_grad for t in args):
         return _LstmDirection.apply(*args, batch_sizes, reverse, cell_clip, proj_clip)
     outputs, hidden, memory, _ = _run(*args, batch_sizes, reverse, cell_clip, proj_clip, save_for_backward=False)

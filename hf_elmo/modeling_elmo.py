@@ -69,7 +69,8 @@ class ElmoHighwayLayer(nn.Linear):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         transformed, gate = super().forward(x).chunk(2, dim=-1)
-        return torch.lerp(F.relu(transformed), x, torch.sigmoid(gate))
+        transformed = F.relu(transformed)
+        return torch.addcmul(transformed, torch.sigmoid(gate), x - transformed)
 
 
 class ElmoCharacterEncoder(nn.Module):
@@ -217,7 +218,8 @@ class ElmoBiLstm(nn.Module):
         hidden, memory = state
         if order is not None:
             token_embeddings, hidden, memory = token_embeddings[order], hidden[:, order], memory[:, order]
-        forward_in = backward_in = token_embeddings.transpose(0, 1)  # time-major: one step's rows are contiguous
+        # Time-major, so that one step's rows are contiguous (and the input products fold into one matrix product).
+        forward_in = backward_in = token_embeddings.transpose(0, 1).contiguous()
         layer_outputs, final_hidden, final_memory = [], [], []
         for index, (forward_layer, backward_layer) in enumerate(zip(self.forward_layers, self.backward_layers)):
             forward_hidden, backward_hidden = hidden[index].chunk(2, dim=-1)

@@ -203,15 +203,34 @@ def test_forward_direction_of_chunked_document_equals_one_pass():
         assert (chunked[..., :P] - whole[layer][..., :P]).abs().max() <= 1e-5
 
 
-def test_bfloat16_layers_stay_close_to_float32(converted_dirs):
-    """Quality of the bfloat16 path on the allennlp fixture model: mean cosine per token of each layer."""
+@pytest.mark.parametrize("mode", ["bfloat16 weights", "bfloat16 autocast"])
+def test_bfloat16_layers_stay_close_to_float32(mode, converted_dirs):
+    """Quality of the bfloat16 paths on the allennlp fixture model: mean cosine per token of each layer."""
     model = AutoModel.from_pretrained(converted_dirs["allennlp"]).eval()
-    half = AutoModel.from_pretrained(converted_dirs["allennlp"], dtype=torch.bfloat16).eval()
     batch = encode([sentence for words, _ in fixture_batches("allennlp")[:3] for sentence in words])
     real = batch["attention_mask"].bool()
     with torch.no_grad():
         full_layers = model(**batch, output_hidden_states=True).hidden_states
-        half_layers = half(**batch, output_hidden_states=True).hidden_states
+        if mode == "bfloat16 weights":
+            half_layers = model.to(torch.bfloat16)(**batch, output_hidden_states=True).hidden_states
+        else:
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                half_layers = model(**batch, output_hidden_states=True).hidden_states
     for full, low in zip(full_layers, half_layers):
+        assert low.dtype == torch.bfloat16
         cosine = torch.nn.functional.cosine_similarity(full[real], low[real].float(), dim=-1)
         assert cosine.mean() >= 0.999, cosine.mean()
+
+
+def test_autocast_training_step_gives_float32_gradients_close_to_float32():
+    model = random_model(small_config()).train()
+    batch = encode(SENTENCES)
+    model(**batch).last_hidden_state.square().sum().backward()
+    full = {name: param.grad.clone() for name, param in model.named_parameters()}
+    model.zero_grad()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        model(**batch).last_hidden_state.float().square().sum().backward()
+    for name, param in model.named_parameters():
+        assert param.grad.dtype == torch.float32
+        cosine = torch.nn.functional.cosine_similarity(param.grad.flatten(), full[name].flatten(), dim=0)
+        assert cosine >= 0.99, (name, cosine)

@@ -1,0 +1,102 @@
+"""Training throughput of the ELMo encoder alone (ElmoModel forward + backward), tokens per second.
+
+    python benchmarks/bench_encoder_training.py --sizes small --batch-size 16 --unroll 20 --threads 2
+    python benchmarks/bench_encoder_training.py --compare        # fast path vs the reference, alternating
+    python benchmarks/bench_encoder_training.py --autocast bfloat16
+
+As in bilm-tf's training: each row is a window of `--unroll` tokens of a continuous text (no `<S>`/`</S>`
+added per window), the LSTM state is carried from batch to batch (detached), dropout as in the config is on.
+The loss is a fixed random projection of every layer (so every parameter gets a gradient); no softmax and
+no optimizer step: the full language-model numbers come from `bench_training.py`. Tokens are counted once
+per window position (bilm-tf's count), although both directions process each of them. Peak memory is
+measured over one step as in `bench_inference.py`.
+"""
+
+import argparse
+import random
+import string
+
+import torch
+
+from bench_inference import PeakMemory, machine_description, median, random_model, time_alternating
+from hf_elmo import ElmoConfig
+from hf_elmo.tokenization_elmo import words_to_char_ids
+from reference_modeling import reference_from  # tests/ is on the path through bench_inference
+
+
+def random_windows(batch_size: int, unroll: int, seed: int) -> torch.Tensor:
+    """`(B, unroll, 50)` character ids of random words of 3-10 letters."""
+    rng = random.Random(seed)
+    words = ["".join(rng.choices(string.ascii_lowercase, k=rng.randint(3, 10))) for _ in range(batch_size * unroll)]
+    return torch.from_numpy(words_to_char_ids(words)).view(batch_size, unroll, -1)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", nargs="+", default=["small"], choices=["small", "medium", "original"])
+    parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--unroll", type=int, default=20, help="tokens per window (bilm-tf's unroll_steps)")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--autocast", choices=["bfloat16", "float16"], help="run under torch.autocast to this dtype")
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--warmup", type=int, default=1)
+    parser.add_argument("--compare", action="store_true", help="also time the reference path, alternating")
+    args = parser.parse_args()
+
+    torch.set_num_threads(args.threads)
+    device_type = args.device.split(":")[0]
+    autocast_dtype = getattr(torch, args.autocast) if args.autocast else None
+    print(f"machine: {machine_description(args.device)}")
+    print(
+        f"batch {args.batch_size} windows x {args.unroll} tokens, float32 weights, autocast {args.autocast or 'off'}, "
+        f"{args.device}, median of {args.repeats} after {args.warmup} warm-up"
+    )
+    print(f"{'size':<10}{'path':<11}{'tokens/s':>10}{'s/step':>9}{'peak MiB':>10}")
+    for size in args.sizes:
+        config = ElmoConfig.from_preset(size)
+        model = random_model(config, args.device, torch.float32).train()
+        paths = {"fast": model}
+        if args.compare:
+            paths["reference"] = reference_from(model).train()
+        batches = [random_windows(args.batch_size, args.unroll, seed).to(args.device) for seed in range(4)]
+        generator = torch.Generator().manual_seed(0)
+        directions = [
+            torch.randn(2 * config.projection_dim, generator=generator).to(args.device) for _ in range(config.num_layers + 1)
+        ]
+        states = {name: None for name in paths}
+        steps = {name: 0 for name in paths}
+
+        def train_step(name):
+            ids = batches[steps[name] % len(batches)]
+            steps[name] += 1
+            with torch.autocast(device_type, dtype=autocast_dtype, enabled=autocast_dtype is not None):
+                if name == "fast":
+                    out = model(ids, state=states[name], use_cache=True, output_hidden_states=True)
+                    layers, state = out.hidden_states, out.state
+                else:
+                    layers, state = paths[name](ids, None, states[name])
+                loss = sum((layer.float() @ direction).mean() for layer, direction in zip(layers, directions))
+            loss.backward()
+            states[name] = tuple(t.detach() for t in state)
+            paths[name].zero_grad(set_to_none=True)
+
+        calls = {name: (lambda name=name: train_step(name)) for name in paths}
+        peaks = {}
+        for name, run in calls.items():
+            with PeakMemory(args.device) as peak:
+                run()
+            peaks[name] = peak.mib
+        times = time_alternating(calls, args.repeats, args.warmup, args.device)
+        for name, seconds in times.items():
+            peak = "n/a" if peaks[name] is None else f"{peaks[name]:.0f}"
+            tokens_per_second = args.batch_size * args.unroll / median(seconds)
+            print(f"{size:<10}{name:<11}{tokens_per_second:>10,.0f}{median(seconds):>9.3f}{peak:>10}")
+        if args.compare:
+            pairwise = median([r / f for f, r in zip(times["fast"], times["reference"])])
+            print(f"{'':<10}fast / reference: {median(times['reference']) / median(times['fast']):.2f}x "
+                  f"(median of pairwise ratios {pairwise:.2f}x)")
+
+
+if __name__ == "__main__":
+    main()
