@@ -13,6 +13,8 @@ equal (values within 1e-5, gradients within 1e-4 relative).
 
 import torch
 
+from .onednn_linear import matmul_nt, matmul_nt_add
+
 
 def lstm_direction(
     gate_inputs: torch.Tensor,
@@ -74,15 +76,14 @@ def _run(gate_inputs, hidden, memory, state_weight, projection_weight, batch_siz
             saved["cell_passed"] = torch.zeros(num_steps, batch_size, cell_dim, dtype=torch.bool, device=gate_inputs.device)
         if proj_clip is not None:
             saved["hidden_passed"] = torch.zeros(num_steps, batch_size, hidden.shape[1], dtype=torch.bool, device=gate_inputs.device)
-    else:
-        gates_buffer = torch.empty_like(gate_inputs[0])
-        activations_buffer = torch.empty_like(gates_buffer)
-        cell_tanh_buffer = torch.empty_like(memory)
     cell_output = torch.zeros_like(memory)
-    projected = torch.zeros_like(hidden)
-    # A product of one row runs as a matrix-vector kernel whose rounding depends on the weights' memory
+    # A product of one row runs as a matrix-vector kernel whose rounding can depend on the weights' memory
     # alignment; multiplying at least two rows (the extra one discarded) keeps results independent of it.
     min_rows = min(2, batch_size)
+    # CPU kernels compute tanh about ten times slower than a sigmoid; tanh(x) = 2 sigmoid(2x) - 1 has an absolute
+    # error of a few units in the last place in float32 and float64, too coarse in 16-bit types.
+    tanh_by_sigmoid = gate_inputs.dtype in (torch.float32, torch.float64)
+    cell_block = slice(2 * cell_dim, 3 * cell_dim)
     for t in _time_steps(num_steps, reverse):
         n = batch_sizes[t]
         if n == 0:
@@ -91,14 +92,16 @@ def _run(gate_inputs, hidden, memory, state_weight, projection_weight, batch_siz
         if saved is not None:
             saved["hidden_in"][t, :n] = hidden[:n]
             saved["memory_in"][t, :n] = memory[:n]
-            gates = torch.addmm(gate_inputs[t, :rows], hidden[:rows], state_weight.t())[:n]
-            activations, cell_tanh = saved["activations"][t, :n], saved["cell_tanh"][t, :n]
+        gates = matmul_nt_add(hidden[:rows], state_weight, gate_inputs[t, :rows])[:n]
+        activations = saved["activations"][t, :n] if saved is not None else torch.empty_like(gates)
+        cell_tanh = saved["cell_tanh"][t, :n] if saved is not None else torch.empty_like(memory[:n])
+        if tanh_by_sigmoid:  # one sigmoid over all four blocks, the cell block at twice its input
+            gates[:, cell_block].mul_(2)
+            torch.sigmoid(gates, out=activations)
+            activations[:, cell_block].mul_(2).sub_(1)
         else:
-            gates = torch.addmm(gate_inputs[t, :rows], hidden[:rows], state_weight.t(), out=gates_buffer[:rows])[:n]
-            activations, cell_tanh = activations_buffer[:n], cell_tanh_buffer[:n]
-        # One sigmoid over all four blocks (the cell block is then overwritten by its tanh) costs less than three.
-        torch.sigmoid(gates, out=activations)
-        torch.tanh(gates[:, 2 * cell_dim : 3 * cell_dim], out=activations[:, 2 * cell_dim : 3 * cell_dim])
+            torch.sigmoid(gates, out=activations)
+            torch.tanh(gates[:, cell_block], out=activations[:, cell_block])
         input_gate, forget_gate, cell_input, output_gate = activations.chunk(4, dim=1)
         cell = memory[:n]
         cell.mul_(forget_gate).addcmul_(input_gate, cell_input)
@@ -106,9 +109,12 @@ def _run(gate_inputs, hidden, memory, state_weight, projection_weight, batch_siz
             if saved is not None:
                 torch.le(cell.abs(), cell_clip, out=saved["cell_passed"][t, :n])
             cell.clamp_(-cell_clip, cell_clip)
-        torch.tanh(cell, out=cell_tanh)
+        if tanh_by_sigmoid:
+            torch.sigmoid(torch.mul(cell, 2, out=cell_tanh), out=cell_tanh).mul_(2).sub_(1)
+        else:
+            torch.tanh(cell, out=cell_tanh)
         torch.mul(output_gate, cell_tanh, out=cell_output[:n])
-        new_hidden = torch.mm(cell_output[:rows], projection_weight.t(), out=projected[:rows])[:n]
+        new_hidden = matmul_nt(cell_output[:rows], projection_weight)[:n]
         if proj_clip is not None:
             if saved is not None:
                 torch.le(new_hidden.abs(), proj_clip, out=saved["hidden_passed"][t, :n])
@@ -147,7 +153,7 @@ class _LstmDirection(torch.autograd.Function):
             grad_h = torch.add(grad_hidden[:n], grad_outputs[t, :n], out=grad_projected[t, :n])
             if "hidden_passed" in saved:
                 grad_h.mul_(saved["hidden_passed"][t, :n])
-            grad_cell_output = grad_h @ projection_weight  # (n, D)
+            grad_cell_output = matmul_nt(grad_h, projection_weight.t())  # (n, D)
             input_gate, forget_gate, cell_input, output_gate = activations[t, :n].chunk(4, dim=1)
             grad_input, grad_forget, grad_cell_input, grad_output = grad_gates[t, :n].chunk(4, dim=1)
             tanh_c = cell_tanh[t, :n]
@@ -161,11 +167,11 @@ class _LstmDirection(torch.autograd.Function):
             torch.mul(grad_cell, saved["memory_in"][t, :n], out=grad_forget).mul_(forget_gate * (1 - forget_gate))
             torch.mul(grad_cell, input_gate, out=grad_cell_input).mul_(1 - cell_input * cell_input)
             torch.mul(grad_cell, forget_gate, out=grad_memory[:n])
-            torch.mm(grad_gates[t, :n], state_weight, out=grad_hidden[:n])
+            grad_hidden[:n] = matmul_nt(grad_gates[t, :n], state_weight.t())
         grad_state_weight = grad_projection_weight = None
         if ctx.needs_input_grad[3]:
-            grad_state_weight = grad_gates.flatten(0, 1).t() @ saved["hidden_in"].flatten(0, 1)
+            grad_state_weight = matmul_nt(grad_gates.flatten(0, 1).t(), saved["hidden_in"].flatten(0, 1).t())
         if ctx.needs_input_grad[4]:
             cell_outputs = activations[..., 3 * cell_dim :] * cell_tanh
-            grad_projection_weight = grad_projected.flatten(0, 1).t() @ cell_outputs.flatten(0, 1)
+            grad_projection_weight = matmul_nt(grad_projected.flatten(0, 1).t(), cell_outputs.flatten(0, 1).t())
         return grad_gates, grad_hidden, grad_memory, grad_state_weight, grad_projection_weight, None, None, None, None

@@ -17,6 +17,7 @@ from transformers.utils import ModelOutput, can_return_tuple
 
 from .configuration_elmo import ElmoConfig
 from .fast_lstm import lstm_direction
+from .onednn_linear import linear
 
 ElmoState = tuple[torch.Tensor, torch.Tensor]
 """`(hidden, memory)`: `hidden` `(num_layers, B, 2P)` and `memory` `(num_layers, B, 2D)`, the forward
@@ -68,7 +69,7 @@ class ElmoHighwayLayer(nn.Linear):
         super().__init__(dim, 2 * dim)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        transformed, gate = super().forward(x).chunk(2, dim=-1)
+        transformed, gate = linear(x, self.weight, self.bias).chunk(2, dim=-1)
         transformed = F.relu(transformed)
         return torch.addcmul(transformed, torch.sigmoid(gate), x - transformed)
 
@@ -106,7 +107,7 @@ class ElmoCharacterEncoder(nn.Module):
         features = self._max_over_windows(words[order], spans.tolist())
         for highway in self.highways:
             features = highway(features)
-        embeddings = self.projection(features)
+        embeddings = linear(features, self.projection.weight, self.projection.bias)
         sorted_position = torch.empty_like(order)
         sorted_position[order] = torch.arange(len(order), device=order.device)
         return embeddings[sorted_position[word_index]].reshape(*batch_shape, -1)
@@ -132,8 +133,7 @@ class ElmoCharacterEncoder(nn.Module):
                 num_windows = min(span, num_chars - width + 1)
                 if num_windows > 0:
                     windows = chars[:, : num_windows + width - 1].unfold(1, width, 1)  # (u, windows, e, width)
-                    kernel = conv.weight.reshape(conv.weight.shape[0], -1)
-                    value = (windows.flatten(2) @ kernel.t()).amax(dim=1)
+                    value = linear(windows.flatten(2), conv.weight.flatten(1)).amax(dim=1)
                     if num_windows < num_chars - width + 1:  # windows inside the final run were skipped
                         value = torch.maximum(value, run_value[start:end])
                 else:
@@ -180,7 +180,7 @@ class ElmoLstmLayer(nn.Module):
             A row's state changes only at its real positions.
         """
         # The input-to-gate products of all steps are one matrix product; only W_h h is sequential.
-        gate_inputs = F.linear(inputs, self.input_linearity.weight, self.state_linearity.bias)
+        gate_inputs = linear(inputs, self.input_linearity.weight, self.state_linearity.bias)
         return lstm_direction(
             gate_inputs,
             hidden,

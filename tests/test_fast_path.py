@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from transformers import AutoModel
 
 from hf_elmo import ElmoConfig, ElmoModel, ElmoTokenizer
+from hf_elmo import onednn_linear
 from hf_elmo.tokenization_elmo import words_to_char_ids
 
 from conftest import FIXTURE_SETS, fixture_batches
@@ -23,6 +24,16 @@ SENTENCES = [
     ["Hi"],
     ["A", "b", "c", "the", "cat"],
 ]
+
+
+@pytest.fixture(params=["default products", "oneDNN for every product"])
+def products(request, monkeypatch):
+    """The test models are too small for the oneDNN float32 products to be chosen by size: also force them."""
+    if request.param != "default products":
+        if onednn_linear._onednn_linear is None or not torch.backends.mkldnn.is_available():
+            pytest.skip("this PyTorch build has no oneDNN")
+        monkeypatch.setattr(onednn_linear, "_MIN_MULTIPLY_ADDS", 0)
+    return request.param
 
 
 def small_config(**overrides):
@@ -70,7 +81,7 @@ def assert_same_outputs(fast, reference, atol):
 
 
 @pytest.mark.parametrize("name", FIXTURE_SETS)
-def test_fixture_models_all_layers_with_carried_state(name, converted_dirs):
+def test_fixture_models_all_layers_with_carried_state(name, converted_dirs, products):
     model = AutoModel.from_pretrained(converted_dirs[name]).eval()
     reference = reference_from(model)
     fast_state = reference_state = None
@@ -93,7 +104,7 @@ def test_fixture_models_all_layers_with_carried_state(name, converted_dirs):
         {"filters": [[1, 3], [5, 4], [30, 2], [50, 2]]},  # windows as wide as the word, and wider than spans
     ],
 )
-def test_random_configs_match_reference_with_state_and_padding(overrides):
+def test_random_configs_match_reference_with_state_and_padding(overrides, products):
     config = small_config(**overrides)
     model = random_model(config)
     reference = reference_from(model)
@@ -139,7 +150,7 @@ def test_character_cnn_on_arbitrary_ids(rows, run_start, run_char, widths):
     assert (fast - slow).abs().max() <= 1e-5
 
 
-def test_gradients_match_reference():
+def test_gradients_match_reference(products):
     """Gradients of every parameter and of the initial state, through clipping, padding and sorting."""
     config = small_config()
     model = random_model(config)
@@ -167,7 +178,7 @@ def test_gradients_match_reference():
         assert (fast_grad - reference_grad).abs().max() <= 1e-4 * scale, name
 
 
-def test_gradients_in_train_mode_without_dropout_and_frozen_weights():
+def test_gradients_in_train_mode_without_dropout_and_frozen_weights(products):
     model = random_model(small_config()).train()
     for param in model.encoder.parameters():
         param.requires_grad_(False)
@@ -234,3 +245,22 @@ def test_autocast_training_step_gives_float32_gradients_close_to_float32():
         assert param.grad.dtype == torch.float32
         cosine = torch.nn.functional.cosine_similarity(param.grad.flatten(), full[name].flatten(), dim=0)
         assert cosine >= 0.99, (name, cosine)
+
+
+@pytest.mark.skipif(onednn_linear._onednn_linear is None, reason="this PyTorch build has no oneDNN")
+def test_onednn_linear_matches_torch_linear_with_gradients(monkeypatch):
+    monkeypatch.setattr(onednn_linear, "_MIN_MULTIPLY_ADDS", 0)
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(3, 5, 7, generator=generator).transpose(0, 1)  # not contiguous
+    weight, bias = torch.randn(4, 7, generator=generator), torch.randn(4, generator=generator)
+    tensors = [t.clone().requires_grad_() for t in (x, weight, bias)]
+    references = [t.clone().requires_grad_() for t in (x, weight, bias)]
+    out, expected = onednn_linear.linear(*tensors), torch.nn.functional.linear(*references)
+    assert out.shape == expected.shape and (out - expected).abs().max() <= 1e-5
+    grad = torch.randn(out.shape, generator=generator)
+    out.backward(grad)
+    expected.backward(grad)
+    for a, b in zip(tensors, references):
+        assert (a.grad - b.grad).abs().max() <= 1e-5
+    with torch.no_grad():
+        assert (onednn_linear.linear(x, weight) - x @ weight.t()).abs().max() <= 1e-5

@@ -1,0 +1,81 @@
+"""Float32 matrix products through oneDNN on CPUs.
+
+PyTorch multiplies float32 matrices on CPUs with MKL, whose AVX-512 kernels run only on Intel processors; on
+other AVX-512 processors (AMD Zen 4 and 5) it falls back to AVX2 kernels. oneDNN, which PyTorch also ships
+(and uses for bfloat16 products already), runs AVX-512 on any of them: about twice the float32 throughput
+of MKL on an AMD EPYC (Zen 5), for every product shape ELMo has. Same arithmetic up to the order of the
+float32 sums. Everything else (other devices, dtypes, autocast, small products, PyTorch builds without
+oneDNN) goes to `torch.nn.functional.linear` unchanged. Set `ONEDNN_FLOAT32 = False` to always use it.
+"""
+
+import torch
+import torch.nn.functional as F
+
+ONEDNN_FLOAT32 = True
+"""Route large float32 CPU products through oneDNN (module-level switch)."""
+
+# Below this many multiply-adds the fixed cost of a oneDNN call (~15 us) outweighs its faster kernels.
+_MIN_MULTIPLY_ADDS = 1 << 20
+
+_onednn_linear = getattr(getattr(torch.ops, "mkldnn", None), "_linear_pointwise", None)
+
+
+def _use_onednn(x: torch.Tensor, weight: torch.Tensor) -> bool:
+    return (
+        ONEDNN_FLOAT32
+        and _onednn_linear is not None
+        and x.device.type == "cpu"
+        and x.dtype == weight.dtype == torch.float32
+        and x.numel() * weight.shape[0] >= _MIN_MULTIPLY_ADDS
+        and not torch.is_autocast_enabled("cpu")
+        and torch.backends.mkldnn.is_available()
+        and torch.backends.mkldnn.enabled
+    )
+
+
+def matmul_nt(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """`x @ weight.T (+ bias)` for 2-D `x` `(M, K)` and `weight` `(N, K)` -> `(M, N)`, without autograd.
+
+    `weight` may be a transposed view (`w.t()` multiplies by `w` itself)."""
+    if _use_onednn(x, weight):
+        return _onednn_linear.default(x, weight, bias, "none", [], "")
+    return F.linear(x, weight, bias)
+
+
+def matmul_nt_add(x: torch.Tensor, weight: torch.Tensor, other: torch.Tensor) -> torch.Tensor:
+    """`other + x @ weight.T` for 2-D `x` `(M, K)`, `weight` `(N, K)` and `other` `(M, N)`, without autograd."""
+    if _use_onednn(x, weight):
+        return _onednn_linear.binary(x, other, weight, None, "add")
+    return torch.addmm(other, x, weight.t())
+
+
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """`torch.nn.functional.linear`: `(..., K)` inputs, `(N, K)` weight, `(N,)` bias -> `(..., N)`, with autograd."""
+    if not _use_onednn(x, weight):
+        return F.linear(x, weight, bias)
+    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, weight, bias)):
+        return _Linear.apply(x, weight, bias)
+    return matmul_nt(x.reshape(-1, x.shape[-1]), weight, bias).view(*x.shape[:-1], weight.shape[0])
+
+
+class _Linear(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, weight, bias):
+        flat = x.reshape(-1, x.shape[-1])
+        ctx.save_for_backward(flat, weight)
+        ctx.has_bias = bias is not None
+        return matmul_nt(flat, weight, bias).view(*x.shape[:-1], weight.shape[0])
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad_output):
+        flat, weight = ctx.saved_tensors
+        grad = grad_output.reshape(-1, grad_output.shape[-1])
+        grad_x = grad_weight = grad_bias = None
+        if ctx.needs_input_grad[0]:
+            grad_x = matmul_nt(grad, weight.t()).view(*grad_output.shape[:-1], weight.shape[1])
+        if ctx.needs_input_grad[1]:
+            grad_weight = matmul_nt(grad.t(), flat.t())
+        if ctx.has_bias and ctx.needs_input_grad[2]:
+            grad_bias = grad.sum(dim=0)
+        return grad_x, grad_weight, grad_bias
