@@ -18,7 +18,7 @@ import string
 
 import torch
 
-from bench_inference import PeakMemory, machine_description, median, random_model, time_alternating
+from bench_inference import CLOCKS, PeakMemory, machine_description, median, random_model, time_alternating
 from hf_elmo import ElmoConfig
 from hf_elmo.tokenization_elmo import words_to_char_ids
 from reference_modeling import reference_from  # tests/ is on the path through bench_inference
@@ -39,6 +39,7 @@ def main():
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--autocast", choices=["bfloat16", "float16"], help="run under torch.autocast to this dtype")
+    parser.add_argument("--clock", choices=list(CLOCKS), default="wall", help="cpu: processor time (use with --threads 1)")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--compare", action="store_true", help="also time the reference path, alternating")
@@ -50,7 +51,7 @@ def main():
     print(f"machine: {machine_description(args.device)}")
     print(
         f"batch {args.batch_size} windows x {args.unroll} tokens, float32 weights, autocast {args.autocast or 'off'}, "
-        f"{args.device}, median of {args.repeats} after {args.warmup} warm-up"
+        f"{args.device}, {args.clock} clock, median of {args.repeats} after {args.warmup} warm-up"
     )
     print(f"{'size':<10}{'path':<11}{'tokens/s':>10}{'s/step':>9}{'peak MiB':>10}")
     for size in args.sizes:
@@ -87,7 +88,7 @@ def main():
             with PeakMemory(args.device) as peak:
                 run()
             peaks[name] = peak.mib
-        times = time_alternating(calls, args.repeats, args.warmup, args.device)
+        times = time_alternating(calls, args.repeats, args.warmup, args.device, args.clock)
         for name, seconds in times.items():
             peak = "n/a" if peaks[name] is None else f"{peaks[name]:.0f}"
             tokens_per_second = args.batch_size * args.unroll / median(seconds)

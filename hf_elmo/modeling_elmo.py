@@ -115,34 +115,38 @@ class ElmoCharacterEncoder(nn.Module):
     def _max_over_windows(self, words: torch.LongTensor, spans: list[int]) -> torch.Tensor:
         """`(U, C)` words sorted by span, with their spans -> activated CNN features `(U, F)`."""
         num_chars = words.shape[1]
-        # A window of the final repeated character: the kernel summed over its width times that character.
+        max_width = max(conv.kernel_size[0] for conv in self.convolutions)
+        # A window inside the final run: the kernel summed over its width times the run's character.
         final_char = self.char_embedding(words[:, -1])  # (U, e)
-        run_values = [final_char @ conv.weight.sum(dim=-1).t() for conv in self.convolutions]  # (U, n) each
-        groups, start = [], 0
-        for end in range(1, len(spans) + 1):
-            if end == len(spans) or -(-spans[end] // self.SPAN_GRANULARITY) != -(-spans[start] // self.SPAN_GRANULARITY):
-                groups.append((start, end, spans[end - 1]))
-                start = end
+        run_values = [linear(final_char, conv.weight.sum(dim=-1)) for conv in self.convolutions]  # (U, n) each
         group_features = []
-        for start, end, span in groups:
-            max_width = max(conv.kernel_size[0] for conv in self.convolutions)
+        for start, end, span in _span_groups(spans, self.SPAN_GRANULARITY):
             chars = self.char_embedding(words[start:end, : min(span + max_width - 1, num_chars)])  # (u, L, e)
             per_filter = []
             for conv, run_value in zip(self.convolutions, run_values):
                 width = conv.kernel_size[0]
                 num_windows = min(span, num_chars - width + 1)
+                value = run_value[start:end]
                 if num_windows > 0:
                     windows = chars[:, : num_windows + width - 1].unfold(1, width, 1)  # (u, windows, e, width)
-                    value = linear(windows.flatten(2), conv.weight.flatten(1)).amax(dim=1)
-                    if num_windows < num_chars - width + 1:  # windows inside the final run were skipped
-                        value = torch.maximum(value, run_value[start:end])
-                else:
-                    value = run_value[start:end]
+                    window_max = linear(windows.flatten(2), conv.weight.flatten(1)).amax(dim=1)
+                    # Windows from `span` on lie inside the final run; if the word has any, their value counts.
+                    value = window_max if num_windows == num_chars - width + 1 else torch.maximum(window_max, value)
                 per_filter.append(value)
             group_features.append(torch.cat(per_filter, dim=-1))
         bias = torch.cat([conv.bias for conv in self.convolutions])
         # The bias and the activation commute with the max: rounding and both activations are monotonic.
         return self.activation(torch.cat(group_features) + bias)
+
+
+def _span_groups(spans: list[int], granularity: int) -> list[tuple[int, int, int]]:
+    """Runs of ascending `spans` that round up to the same multiple of `granularity`: `(start, end, longest)`."""
+    groups, start = [], 0
+    for end in range(1, len(spans) + 1):
+        if end == len(spans) or (spans[end] + granularity - 1) // granularity != (spans[start] + granularity - 1) // granularity:
+            groups.append((start, end, spans[end - 1]))
+            start = end
+    return groups
 
 
 class ElmoLstmLayer(nn.Module):
