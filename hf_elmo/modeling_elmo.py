@@ -723,7 +723,7 @@ class ElmoForTokenClassification(ElmoTaskPreTrainedModel):
         if labels.shape != mask.shape:
             raise ValueError(
                 f"labels must have one entry per input position, shape {tuple(mask.shape)} like attention_mask (-100 at "
-                f"<S>, </S> and padding), got {tuple(labels.shape)}; hf_elmo.data_elmo.align_word_labels builds them "
+                f"<S>, </S> and padding), got {tuple(labels.shape)}; hf_elmo.data_elmo.tokenize_and_align_labels builds them "
                 "from per-word labels."
             )
         if labels.is_floating_point():
