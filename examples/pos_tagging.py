@@ -1,6 +1,6 @@
 """Universal POS tagging on UD English EWT with ElmoForTokenClassification and Trainer: the paper's ablations.
 
-    python examples/pos_tagging.py --model DIR [--train-sentences N] [--eval-sentences N] [--epochs 3] [--threads 1]
+    python examples/pos_tagging.py --model DIR [--train-sentences N] [--eval-sentences N] [--epochs 5] [--threads 1]
 
 DIR is any ELMo folder: a converted original model (`hf-elmo convert`) or a trained biLM. The bundled data are the
 dev and test splits of EWT: the tagger trains on dev and is evaluated on test (UPOS accuracy over all words). The
@@ -73,9 +73,9 @@ def main():
     parser.add_argument("--model", required=True, help="ELMo folder (converted or trained biLM)")
     parser.add_argument("--train-sentences", type=int, default=None, help="first N sentences of EWT dev (all)")
     parser.add_argument("--eval-sentences", type=int, default=None, help="first N sentences of EWT test (all)")
-    parser.add_argument("--epochs", type=float, default=3.0)
+    parser.add_argument("--epochs", type=float, default=5.0)
     parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--learning-rate", type=float, default=3e-3)
+    parser.add_argument("--learning-rate", type=float, default=1e-2)
     parser.add_argument("--encoder-hidden-size", type=int, default=64, help="task BiLSTM size per direction")
     parser.add_argument("--ablations", nargs="*", default=list(ABLATIONS), choices=list(ABLATIONS), metavar="NAME")
     parser.add_argument("--output-dir", default="outputs/pos_tagging")
