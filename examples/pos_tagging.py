@@ -144,22 +144,21 @@ def main():
         started = time.perf_counter()
         trainer.train()
         result = trainer.evaluate()
-        weights = {
-            place: np.round(mix.scalar_parameters.softmax(0).tolist(), 3).tolist()
-            for place, mix in model.task_encoder.scalar_mixes.items()
-        }
-        rows.append((name, result["eval_accuracy"], weights, time.perf_counter() - started))
-        print(f"{name}: UPOS accuracy {result['eval_accuracy']:.4f}, softmax(w) {weights}")
+        mixes = model.task_encoder.scalar_mixes.items()
+        weights = ", ".join(f"{place} {np.round(mix.scalar_parameters.softmax(0).tolist(), 3).tolist()}" for place, mix in mixes)
+        weights = weights if len(model.task_encoder.mixed_layers) > 1 else "—"
+        rows.append((name, result["eval_accuracy"], weights))
+        print(f"{name}: UPOS accuracy {result['eval_accuracy']:.4f}, softmax(w) {weights}, {time.perf_counter() - started:.0f} s")
 
     print(
         f"\nModel `{args.model}`; trained on {len(train_words)} EWT dev sentences, evaluated on {len(eval_words)} EWT "
         f"test sentences ({sum(map(len, eval_words))} words); BiLSTM {args.encoder_hidden_size} per direction, "
         f"{args.epochs:g} epochs, batch {args.batch_size}, lr {args.learning_rate:g}, seed {args.seed}.\n"
     )
-    print("| ELMo representation | UPOS accuracy | learned softmax(w) | train + eval time |")
-    print("| --- | ---: | --- | ---: |")
-    for name, value, weights, seconds in rows:
-        print(f"| {name} | {100 * value:.2f} | {weights} | {seconds:.0f} s |")
+    print("| ELMo representation | UPOS accuracy (%) | learned softmax(w) |")
+    print("| --- | ---: | --- |")
+    for name, value, weights in rows:
+        print(f"| {name} | {100 * value:.2f} | {weights} |")
 
 
 if __name__ == "__main__":

@@ -435,3 +435,19 @@ def test_trainer_lowers_the_loss_keeps_the_bilm_and_round_trips(head, converted_
         args = training_args(tmp_path, max_steps=2)
         Trainer(model=tuned, args=args, train_dataset=dataset, data_collator=DataCollatorForElmo(tokenizer)).train()
         assert not all(torch.equal(v, bilm_before[k]) for k, v in tuned.elmo.state_dict().items())
+
+
+def test_pos_tagging_example_prints_the_ablation_table(converted_dirs, tmp_path):
+    import re
+    import subprocess
+    import sys
+
+    ablations = ["top layer only (input)", "all layers, learned weights (input + output)"]
+    command = [sys.executable, str(ROOT / "examples/pos_tagging.py"), "--model", str(converted_dirs["allennlp"])]
+    command += ["--train-sentences", "16", "--eval-sentences", "16", "--epochs", "1", "--output-dir", str(tmp_path)]
+    result = subprocess.run(command + ["--ablations", *ablations], capture_output=True, text=True, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = re.findall(r"^\| (.+?) \| ([0-9.]+) \| (.+) \|$", result.stdout, flags=re.M)
+    assert [name for name, _, _ in rows] == ablations
+    assert all(0 <= float(accuracy) <= 100 for _, accuracy, _ in rows)
+    assert rows[0][2] == "—" and rows[1][2].startswith("input [") and ", output [" in rows[1][2]
