@@ -104,8 +104,9 @@ class ElmoLayerCache:
         # heads use it instead of running the biLM.
 
     The layers are computed in evaluation mode, exactly as a frozen biLM computes them inside the heads. A sentence's
-    layers do not depend on the rest of its batch (the model is stateless), up to float rounding of different batch
-    shapes; cache with the batch size used for training to get bit-identical results.
+    layers do not depend on the rest of its batch (the model is stateless) up to float rounding of different batch
+    shapes (about 1e-6 in float32); cached in the training batches themselves (same sentences together, e.g.
+    `train_sampling_strategy="sequential"` and this `batch_size`), training is bit-identical to running the biLM.
 
     Args:
         model: an `ElmoModel` or a head holding one (`model.elmo`); its biLM must be frozen.

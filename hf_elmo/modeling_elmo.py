@@ -22,7 +22,7 @@ from .hub_elmo import push_to_hub_with_model_card
 # config.custom_pipelines points remote-code users to it.
 from .pipelines_elmo import ElmoTokenClassificationPipeline  # noqa: F401
 from .scalar_mix import ScalarMix
-from .tokenization_elmo import words_to_char_ids
+from .tokenization_elmo import BOS_WORD_IDS, EOS_WORD_IDS, words_to_char_ids
 
 ElmoState = tuple[torch.Tensor, torch.Tensor]
 """`(hidden, memory)`: `hidden` `(num_layers, B, 2P)` and `memory` `(num_layers, B, 2D)`, the forward
@@ -588,6 +588,12 @@ class ElmoTaskPreTrainedModel(ElmoPreTrainedModel):
     ) -> tuple[torch.Tensor, torch.BoolTensor]:
         """Word features `(B, T - 2, F)` and the `(B, T)` mask of real positions (boundaries included)."""
         mask = self.elmo._check_inputs(input_ids, attention_mask, None)
+        last = input_ids[torch.arange(len(input_ids)), mask.sum(dim=1) - 1]
+        if not (input_ids[:, 0] == input_ids.new_tensor(BOS_WORD_IDS)).all() or not (last == last.new_tensor(EOS_WORD_IDS)).all():
+            raise ValueError(
+                "The task heads need every sentence framed by the <S> and </S> rows (positions 0 and length - 1): "
+                "tokenize with ElmoTokenizer and add_special_tokens=True (the default)."
+            )
         if elmo_hidden_states is None:
             with torch.set_grad_enabled(torch.is_grad_enabled() and not self.config.freeze_elmo):
                 layers = self.elmo(input_ids, attention_mask=mask, output_hidden_states=True).hidden_states

@@ -307,6 +307,9 @@ def test_bad_labels_give_clear_errors():
     ]:
         with pytest.raises(ValueError, match=message):
             model(**encoded, labels=labels)
+    unframed = ElmoTokenizer()(SENTENCES[:3], is_split_into_words=True, padding=True, return_tensors="pt", add_special_tokens=False)
+    with pytest.raises(ValueError, match="framed by the <S> and </S> rows"):
+        model(**unframed)
     classifier = ElmoForSequenceClassification(tiny_config(num_labels=3))
     with pytest.raises(ValueError, match=r"Labels must be in \[0, 2\]"):
         classifier(**encoded, labels=torch.tensor([0, 1, 2, 3]))
