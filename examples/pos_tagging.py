@@ -80,7 +80,9 @@ def main():
     parser.add_argument("--ablations", nargs="*", default=list(ABLATIONS), choices=list(ABLATIONS), metavar="NAME")
     parser.add_argument("--output-dir", default="outputs/pos_tagging")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--threads", type=int, default=1, help="CPU threads (1 is fastest for small models, shared CPUs)")
+    parser.add_argument(
+        "--threads", type=int, default=1, help="CPU threads (1 is fastest for small models, shared CPUs)"
+    )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
 
@@ -102,7 +104,10 @@ def main():
         dataset = dataset.map(encode, batched=True, remove_columns=["words", "upos"])
         dataset = dataset.map(cache, batched=True, batch_size=256)
         splits[name] = dataset.with_format("numpy")
-    print(f"biLM layers cached for {len(train_words)} + {len(eval_words)} sentences in {time.perf_counter() - started:.0f} s")
+    print(
+        f"biLM layers cached for {len(train_words)} + {len(eval_words)} sentences "
+        f"in {time.perf_counter() - started:.0f} s"
+    )
 
     rows = []
     for name in args.ablations:
@@ -145,10 +150,15 @@ def main():
         trainer.train()
         result = trainer.evaluate()
         mixes = model.task_encoder.scalar_mixes.items()
-        weights = ", ".join(f"{place} {np.round(mix.scalar_parameters.softmax(0).tolist(), 3).tolist()}" for place, mix in mixes)
+        weights = ", ".join(
+            f"{place} {np.round(mix.scalar_parameters.softmax(0).tolist(), 3).tolist()}" for place, mix in mixes
+        )
         weights = weights if len(model.task_encoder.mixed_layers) > 1 else "—"
         rows.append((name, result["eval_accuracy"], weights))
-        print(f"{name}: UPOS accuracy {result['eval_accuracy']:.4f}, softmax(w) {weights}, {time.perf_counter() - started:.0f} s")
+        print(
+            f"{name}: UPOS accuracy {result['eval_accuracy']:.4f}, softmax(w) {weights}, "
+            f"{time.perf_counter() - started:.0f} s"
+        )
 
     print(
         f"\nModel `{args.model}`; trained on {len(train_words)} EWT dev sentences, evaluated on {len(eval_words)} EWT "

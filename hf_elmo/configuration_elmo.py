@@ -183,7 +183,9 @@ class ElmoConfig(PreTrainedConfig):
     def validate_task_heads(self):
         """Raises `ValueError` naming the field for head options no task model can be built from."""
         if self.problem_type is not None and self.problem_type not in PROBLEM_TYPES:
-            raise ValueError(f"ElmoConfig.problem_type must be one of {PROBLEM_TYPES} or None, got {self.problem_type!r}.")
+            raise ValueError(
+                f"ElmoConfig.problem_type must be one of {PROBLEM_TYPES} or None, got {self.problem_type!r}."
+            )
         if not 0.0 <= self.elmo_dropout < 1.0:
             raise ValueError(f"ElmoConfig.elmo_dropout must be in [0, 1), got {self.elmo_dropout}.")
         if self.scalar_mix_layers is not None:
@@ -199,7 +201,8 @@ class ElmoConfig(PreTrainedConfig):
         mixed = len(self.scalar_mix_layers) if self.scalar_mix_layers is not None else self.num_layers + 1
         if self.scalar_mix_weights is not None and len(self.scalar_mix_weights) != mixed:
             raise ValueError(
-                f"ElmoConfig.scalar_mix_weights needs one value per mixed layer ({mixed}), got {self.scalar_mix_weights}."
+                f"ElmoConfig.scalar_mix_weights needs one value per mixed layer ({mixed}), "
+                f"got {self.scalar_mix_weights}."
             )
         if self.scalar_mix_l2 < 0:
             raise ValueError(f"ElmoConfig.scalar_mix_l2 must be >= 0, got {self.scalar_mix_l2}.")
@@ -220,13 +223,16 @@ class ElmoConfig(PreTrainedConfig):
                 "ElmoConfig.elmo_placement without 'input' leaves the task encoder no input: add 'input' or word "
                 "vectors (word_vectors_size, word_vectors_dim)."
             )
-        if (self.word_vectors_size > 0) != (self.word_vectors_dim > 0) or min(self.word_vectors_size, self.word_vectors_dim) < 0:
+        sizes = (self.word_vectors_size, self.word_vectors_dim)
+        if min(sizes) < 0 or (sizes[0] > 0) != (sizes[1] > 0):
             raise ValueError(
                 "ElmoConfig.word_vectors_size and word_vectors_dim must both be positive (word vectors) or both 0, "
                 f"got {self.word_vectors_size} and {self.word_vectors_dim}."
             )
         if self.classifier_pooling not in POOLINGS:
-            raise ValueError(f"ElmoConfig.classifier_pooling must be one of {POOLINGS}, got {self.classifier_pooling!r}.")
+            raise ValueError(
+                f"ElmoConfig.classifier_pooling must be one of {POOLINGS}, got {self.classifier_pooling!r}."
+            )
 
 
 __all__ = ["ElmoConfig", "ELMO_PRESETS"]

@@ -71,7 +71,9 @@ class DataCollatorForElmo:
 
     def __call__(self, features: list[Mapping[str, Any]]) -> dict[str, torch.Tensor]:
         labels = [feature["labels"] for feature in features] if "labels" in features[0] else None
-        layers = [feature["elmo_hidden_states"] for feature in features] if "elmo_hidden_states" in features[0] else None
+        layers = (
+            [feature["elmo_hidden_states"] for feature in features] if "elmo_hidden_states" in features[0] else None
+        )
         rest = [{k: v for k, v in f.items() if k not in ("labels", "elmo_hidden_states")} for f in features]
         batch = dict(self.tokenizer.pad(rest, padding=True, return_tensors="pt"))
         positions = batch["input_ids"].shape[1]
@@ -88,7 +90,10 @@ class DataCollatorForElmo:
                 torch.int32,
             ):
                 batch["labels"] = torch.stack(
-                    [F.pad(label.long(), (0, positions - len(label)), value=self.label_pad_token_id) for label in labels]
+                    [
+                        F.pad(label.long(), (0, positions - len(label)), value=self.label_pad_token_id)
+                        for label in labels
+                    ]
                 )
             else:
                 batch["labels"] = torch.stack(labels)

@@ -492,8 +492,9 @@ class ElmoTaskEncoder(nn.Module):
         if self.lstm is not None and features.shape[1] > 0:
             lengths = word_mask.sum(dim=1).clamp(min=1).cpu()  # a sentence without words: one zero step
             packed = nn.utils.rnn.pack_padded_sequence(features, lengths, batch_first=True, enforce_sorted=False)
-            encoded, _ = nn.utils.rnn.pad_packed_sequence(self.lstm(packed)[0], batch_first=True, total_length=features.shape[1])
-            features = encoded
+            features = nn.utils.rnn.pad_packed_sequence(
+                self.lstm(packed)[0], batch_first=True, total_length=features.shape[1]
+            )[0]
             if "output" in self.placement:
                 features = torch.cat([features, self._elmo("output", layers, mask)], dim=-1)
             features = features * word_mask[..., None]
@@ -536,9 +537,8 @@ class ElmoTaskPreTrainedModel(ElmoPreTrainedModel):
             if heads & set(saved.get("architectures") or []) and saved_labels != requested:
                 raise ValueError(
                     f"{pretrained_model_name_or_path} holds a classifier for {saved_labels} labels but {requested} "
-                    "labels were requested. Load it "
-                    "without num_labels/id2label to keep its classifier, or pass ignore_mismatched_sizes=True to replace "
-                    f"the classifier with a new one for {requested} labels."
+                    "labels were requested. Load it without num_labels/id2label to keep its classifier, or pass "
+                    f"ignore_mismatched_sizes=True to replace the classifier with a new one for {requested} labels."
                 )
         return super().from_pretrained(pretrained_model_name_or_path, *model_args, **kwargs)
 
@@ -588,8 +588,8 @@ class ElmoTaskPreTrainedModel(ElmoPreTrainedModel):
     ) -> tuple[torch.Tensor, torch.BoolTensor]:
         """Word features `(B, T - 2, F)` and the `(B, T)` mask of real positions (boundaries included)."""
         mask = self.elmo._check_inputs(input_ids, attention_mask, None)
-        last = input_ids[torch.arange(len(input_ids)), mask.sum(dim=1) - 1]
-        if not (input_ids[:, 0] == input_ids.new_tensor(BOS_WORD_IDS)).all() or not (last == last.new_tensor(EOS_WORD_IDS)).all():
+        first, last = input_ids[:, 0], input_ids[torch.arange(len(input_ids)), mask.sum(dim=1) - 1]
+        if not ((first == first.new_tensor(BOS_WORD_IDS)).all() and (last == last.new_tensor(EOS_WORD_IDS)).all()):
             raise ValueError(
                 "The task heads need every sentence framed by the <S> and </S> rows (positions 0 and length - 1): "
                 "tokenize with ElmoTokenizer and add_special_tokens=True (the default)."
@@ -664,13 +664,15 @@ class ElmoForSequenceClassification(ElmoTaskPreTrainedModel):
                     f"{tuple(labels.shape)}."
                 )
             if labels.min() < 0 or labels.max() >= num_labels:
-                raise ValueError(f"Labels must be in [0, {num_labels - 1}] (num_labels={num_labels}), got {labels.tolist()}.")
+                raise ValueError(
+                    f"Labels must be in [0, {num_labels - 1}] (num_labels={num_labels}), got {labels.tolist()}."
+                )
             return F.cross_entropy(logits, labels)
         if config.problem_type == "multi_label_classification":
             if labels.shape != (batch_size, num_labels):
                 raise ValueError(
-                    f"Multi-label classification needs labels of shape ({batch_size}, {num_labels}) (one 0/1 column per "
-                    f"label), got {tuple(labels.shape)}."
+                    f"Multi-label classification needs labels of shape ({batch_size}, {num_labels}) (one 0/1 column "
+                    f"per label), got {tuple(labels.shape)}."
                 )
             return F.binary_cross_entropy_with_logits(logits, labels.to(logits.dtype))
         raise ValueError(f"Unknown problem_type {config.problem_type!r}; expected one of {PROBLEM_TYPES} or None.")
@@ -728,9 +730,9 @@ class ElmoForTokenClassification(ElmoTaskPreTrainedModel):
         num_labels = self.config.num_labels
         if labels.shape != mask.shape:
             raise ValueError(
-                f"labels must have one entry per input position, shape {tuple(mask.shape)} like attention_mask (-100 at "
-                f"<S>, </S> and padding), got {tuple(labels.shape)}; hf_elmo.data_elmo.tokenize_and_align_labels builds them "
-                "from per-word labels."
+                f"labels must have one entry per input position, shape {tuple(mask.shape)} like attention_mask "
+                f"(-100 at <S>, </S> and padding), got {tuple(labels.shape)}; "
+                "hf_elmo.data_elmo.tokenize_and_align_labels builds them from per-word labels."
             )
         if labels.is_floating_point():
             raise ValueError(f"Token classification labels must be integer class ids, got {labels.dtype}.")

@@ -38,14 +38,21 @@ class ElmoTokenClassificationPipeline(Pipeline):
             raise TypeError(f"ElmoTokenClassificationPipeline expects raw text (str), got {type(text).__name__}.")
         words = self.tokenizer.split_words(text)
         encoding = self.tokenizer([words], is_split_into_words=True, return_tensors="pt")
-        return {"input_ids": encoding["input_ids"], "attention_mask": encoding["attention_mask"], "words": words, "text": text}
+        return {
+            "input_ids": encoding["input_ids"],
+            "attention_mask": encoding["attention_mask"],
+            "words": words,
+            "text": text,
+        }
 
     def _forward(self, model_inputs: dict[str, Any]) -> dict[str, Any]:
         words, text = model_inputs.pop("words"), model_inputs.pop("text")
         logits = self.model(**model_inputs).logits
         return {"logits": logits, "words": words, "text": text}
 
-    def postprocess(self, model_outputs: dict[str, Any], ignore_labels: list[str] | None = None) -> list[dict[str, Any]]:
+    def postprocess(
+        self, model_outputs: dict[str, Any], ignore_labels: list[str] | None = None
+    ) -> list[dict[str, Any]]:
         ignore_labels = ["O"] if ignore_labels is None else ignore_labels
         scores = model_outputs["logits"][0].float().softmax(dim=-1)
         text, entities, cursor = model_outputs["text"], [], 0

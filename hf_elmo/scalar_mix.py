@@ -35,7 +35,8 @@ class ScalarMix(nn.Module):
             raise ValueError(f"ScalarMix needs at least one layer, got num_layers={num_layers}.")
         if initial_weights is not None and len(initial_weights) != num_layers:
             raise ValueError(
-                f"ScalarMix got {len(initial_weights)} initial weights for {num_layers} layers: {list(initial_weights)}."
+                f"ScalarMix got {len(initial_weights)} initial weights for {num_layers} layers: "
+                f"{list(initial_weights)}."
             )
         self.num_layers = num_layers
         self.initial_weights = [0.0] * num_layers if initial_weights is None else [float(w) for w in initial_weights]

@@ -46,7 +46,11 @@ class FakeHub:
 
         def list_repo_files(api, repo_id, *args, **kwargs):
             snapshot = hub.snapshot(repo_id)
-            return [] if snapshot is None else sorted(str(p.relative_to(snapshot)) for p in snapshot.rglob("*") if p.is_file())
+            return (
+                []
+                if snapshot is None
+                else sorted(str(p.relative_to(snapshot)) for p in snapshot.rglob("*") if p.is_file())
+            )
 
         def load_card(cls, repo_id_or_path, *args, **kwargs):
             if Path(repo_id_or_path).exists():

@@ -87,7 +87,9 @@ def test_from_pretrained_initialises_the_new_parameters(converted_dirs):
     )
     assert isinstance(model, ElmoForTokenClassification) and model.classifier.out_features == 17
     for mix in model.task_encoder.scalar_mixes.values():
-        assert torch.equal(mix.scalar_parameters.detach(), torch.zeros(3)) and torch.equal(mix.gamma.detach(), torch.ones(1))
+        assert torch.equal(mix.scalar_parameters.detach(), torch.zeros(3)) and torch.equal(
+            mix.gamma.detach(), torch.ones(1)
+        )
     bound = 1 / 7**0.5
     for name, param in model.task_encoder.lstm.named_parameters():
         assert param.abs().max() <= bound and param.std() > bound / 4, name  # PyTorch's uniform(-bound, bound)
@@ -206,7 +208,9 @@ def test_scalar_mix_layer_norm_uses_the_statistics_with_boundaries():
 
 
 def test_word_vectors_are_found_from_the_characters():
-    model = ElmoForTokenClassification(tiny_config(word_vectors_size=3, word_vectors_dim=2, word_vectors_lowercase=True))
+    model = ElmoForTokenClassification(
+        tiny_config(word_vectors_size=3, word_vectors_dim=2, word_vectors_lowercase=True)
+    )
     vectors = torch.tensor([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]])
     model.set_word_vectors(vectors, ["the", "cat", "über"])
     ids = batch([["The", "CAT", "dog", "Über", "the"]])["input_ids"]
@@ -216,10 +220,15 @@ def test_word_vectors_are_found_from_the_characters():
     assert torch.equal(found, expected)
     cased = ElmoForTokenClassification(tiny_config(word_vectors_size=2, word_vectors_dim=2))
     cased.set_word_vectors(vectors[:2], ["The", "the"])
-    assert torch.equal(cased.task_encoder.word_vectors(batch([["the", "The", "THE"]])["input_ids"])[0, 1:4], torch.tensor([[3.0, 4.0], [1.0, 2.0], [0.0, 0.0]]))
+    assert torch.equal(
+        cased.task_encoder.word_vectors(batch([["the", "The", "THE"]])["input_ids"])[0, 1:4],
+        torch.tensor([[3.0, 4.0], [1.0, 2.0], [0.0, 0.0]]),
+    )
     with pytest.raises(ValueError, match="'the' .* and 'The' .* map to the same entry once lowercased"):
         model.set_word_vectors(vectors, ["the", "The", "x"])
-    with pytest.raises(ValueError, match=r"holds 3 word vectors of size 2 .* got vectors of shape \(2, 2\) and 2 words"):
+    with pytest.raises(
+        ValueError, match=r"holds 3 word vectors of size 2 .* got vectors of shape \(2, 2\) and 2 words"
+    ):
         model.set_word_vectors(vectors[:2], ["a", "b"])
     with pytest.raises(ValueError, match="has no word vectors: build it with word_vectors_size"):
         ElmoForTokenClassification(tiny_config()).set_word_vectors(vectors, ["a", "b", "c"])
@@ -250,16 +259,24 @@ def test_sequence_losses_follow_problem_type():
     targets = torch.tensor([0.5, -1.0, 2.0, 0.0], dtype=torch.float64)
     out = regression(**encoded, labels=targets)
     assert regression.config.problem_type == "regression"
-    assert out.loss.item() == pytest.approx(np.mean((out.logits.detach().numpy()[:, 0] - targets.numpy()) ** 2), abs=1e-12)
+    assert out.loss.item() == pytest.approx(
+        np.mean((out.logits.detach().numpy()[:, 0] - targets.numpy()) ** 2), abs=1e-12
+    )
 
 
 def test_l2_penalty_on_the_scalar_mix_weights_is_added_to_the_loss():
     encoded = batch()
     labels = torch.tensor([2, 0, 1, 1])
-    plain = tiny_model(ElmoForSequenceClassification, num_labels=3, task_encoder_hidden_size=3, elmo_placement=["input", "output"])
-    penalised = ElmoForSequenceClassification(
-        tiny_config(num_labels=3, task_encoder_hidden_size=3, elmo_placement=["input", "output"], scalar_mix_l2=0.1)
-    ).double().eval()
+    plain = tiny_model(
+        ElmoForSequenceClassification, num_labels=3, task_encoder_hidden_size=3, elmo_placement=["input", "output"]
+    )
+    penalised = (
+        ElmoForSequenceClassification(
+            tiny_config(num_labels=3, task_encoder_hidden_size=3, elmo_placement=["input", "output"], scalar_mix_l2=0.1)
+        )
+        .double()
+        .eval()
+    )
     penalised.load_state_dict(plain.state_dict())
     weights = [m.scalar_parameters.detach().numpy() for m in plain.task_encoder.scalar_mixes.values()]
     difference = penalised(**encoded, labels=labels).loss - plain(**encoded, labels=labels).loss
@@ -274,7 +291,9 @@ def test_token_labels_are_aligned_with_boundaries_padding_and_truncation():
     encoded = tokenize_and_align_labels(tokenizer, words, labels, padding=True, truncation=True, max_length=5)
     assert encoded["labels"] == [[-100, 1, 2, 3, -100], [-100, 7, -100, -100, -100]]
     tokenizer.truncation_side = "left"
-    encoded = tokenize_and_align_labels(tokenizer, words, labels, truncation=True, max_length=4, return_tensors="pt", padding=True)
+    encoded = tokenize_and_align_labels(
+        tokenizer, words, labels, truncation=True, max_length=4, return_tensors="pt", padding=True
+    )
     assert encoded["labels"].tolist() == [[-100, 3, 4, -100], [-100, 7, -100, -100]]
     # String labels through label2id; the collator pads per-position labels with -100.
     tokenizer.truncation_side = "right"
@@ -282,7 +301,10 @@ def test_token_labels_are_aligned_with_boundaries_padding_and_truncation():
     features = [{key: encoded[key][i] for key in encoded} for i in range(2)]
     collated = DataCollatorForElmo(tokenizer)(features)
     assert collated["labels"].tolist() == [[-100, 0, 1, 0, 0, -100], [-100, 1, -100, -100, -100, -100]]
-    assert torch.equal(collated["input_ids"], tokenizer(words, is_split_into_words=True, padding=True, return_tensors="pt")["input_ids"])
+    assert torch.equal(
+        collated["input_ids"],
+        tokenizer(words, is_split_into_words=True, padding=True, return_tensors="pt")["input_ids"],
+    )
     model = ElmoForTokenClassification(tiny_config(num_labels=2))
     assert torch.isfinite(model(**collated).loss)
 
@@ -300,14 +322,25 @@ def test_bad_labels_give_clear_errors():
     for labels, message in [
         (good[:, :-1], r"one entry per input position, shape \(4, 9\)"),
         (good.index_fill(1, torch.tensor([0]), 1), r"labels\[0, 0\] = 1 labels a <S> position"),
-        (good.index_put((torch.tensor([1]), torch.tensor([2])), torch.tensor(1)), r"labels\[1, 2\] = 1 labels a </S> position"),
-        (good.index_put((torch.tensor([1]), torch.tensor([4])), torch.tensor(1)), r"labels\[1, 4\] = 1 labels a padding position"),
-        (good.index_put((torch.tensor([0]), torch.tensor([3])), torch.tensor(3)), r"Labels must be -100 or in \[0, 2\]"),
+        (
+            good.index_put((torch.tensor([1]), torch.tensor([2])), torch.tensor(1)),
+            r"labels\[1, 2\] = 1 labels a </S> position",
+        ),
+        (
+            good.index_put((torch.tensor([1]), torch.tensor([4])), torch.tensor(1)),
+            r"labels\[1, 4\] = 1 labels a padding position",
+        ),
+        (
+            good.index_put((torch.tensor([0]), torch.tensor([3])), torch.tensor(3)),
+            r"Labels must be -100 or in \[0, 2\]",
+        ),
         (good.float(), "integer class ids"),
     ]:
         with pytest.raises(ValueError, match=message):
             model(**encoded, labels=labels)
-    unframed = ElmoTokenizer()(SENTENCES[:3], is_split_into_words=True, padding=True, return_tensors="pt", add_special_tokens=False)
+    unframed = ElmoTokenizer()(
+        SENTENCES[:3], is_split_into_words=True, padding=True, return_tensors="pt", add_special_tokens=False
+    )
     with pytest.raises(ValueError, match="framed by the <S> and </S> rows"):
         model(**unframed)
     classifier = ElmoForSequenceClassification(tiny_config(num_labels=3))
@@ -335,7 +368,12 @@ def test_bad_head_options_give_clear_errors(converted_dirs, tmp_path):
         AutoModelForTokenClassification.from_pretrained(tmp_path / "tagger", num_labels=17)
     with pytest.raises(ValueError, match="holds a classifier for 4 labels but 2 labels were requested"):
         ElmoForTokenClassification.from_pretrained(tmp_path / "tagger", id2label={0: "A", 1: "B"})
-    assert AutoModelForTokenClassification.from_pretrained(tmp_path / "tagger", num_labels=17, ignore_mismatched_sizes=True).classifier.out_features == 17
+    assert (
+        AutoModelForTokenClassification.from_pretrained(
+            tmp_path / "tagger", num_labels=17, ignore_mismatched_sizes=True
+        ).classifier.out_features
+        == 17
+    )
 
 
 # --- the frozen-biLM cache ---------------------------------------------------------------------------------------
@@ -385,14 +423,18 @@ def test_cached_layers_give_the_same_training_as_running_the_bilm(converted_dirs
     trained = {}
     for name, data in {"uncached": dataset, "cached": cached.with_format("numpy")}.items():
         set_seed(0)
-        model = AutoModelForTokenClassification.from_pretrained(folder, num_labels=num_labels, task_encoder_hidden_size=4)
+        model = AutoModelForTokenClassification.from_pretrained(
+            folder, num_labels=num_labels, task_encoder_hidden_size=4
+        )
         args = training_args(tmp_path, train_sampling_strategy="sequential", num_train_epochs=1)
         Trainer(model=model, args=args, train_dataset=data, data_collator=DataCollatorForElmo(tokenizer)).train()
         trained[name] = model.state_dict()
     assert trained["cached"].keys() == trained["uncached"].keys()
     assert all(torch.equal(trained["cached"][k], trained["uncached"][k]) for k in trained["cached"])
     with pytest.raises(ValueError, match="cannot be used with freeze_elmo=False"):
-        ElmoForTokenClassification(tiny_config(freeze_elmo=False))(**batch(), elmo_hidden_states=torch.zeros(4, 9, 3, 12))
+        ElmoForTokenClassification(tiny_config(freeze_elmo=False))(
+            **batch(), elmo_hidden_states=torch.zeros(4, 9, 3, 12)
+        )
     with pytest.raises(ValueError, match=r"elmo_hidden_states must have shape \(4, 9, 3, 12\)"):
         ElmoForTokenClassification(tiny_config())(**batch(), elmo_hidden_states=torch.zeros(4, 9, 2, 12))
     with pytest.raises(ValueError, match="needs a frozen biLM"):
@@ -417,7 +459,13 @@ def test_trainer_lowers_the_loss_keeps_the_bilm_and_round_trips(head, converted_
     model = auto.from_pretrained(folder, num_labels=num_labels, task_encoder_hidden_size=8)
     bilm_before = {k: v.clone() for k, v in model.elmo.state_dict().items()}
     mix_before = model.task_encoder.scalar_mixes["input"].scalar_parameters.detach().clone()
-    trainer = Trainer(model=model, args=training_args(tmp_path), train_dataset=dataset, eval_dataset=dataset, data_collator=DataCollatorForElmo(tokenizer))
+    trainer = Trainer(
+        model=model,
+        args=training_args(tmp_path),
+        train_dataset=dataset,
+        eval_dataset=dataset,
+        data_collator=DataCollatorForElmo(tokenizer),
+    )
     loss_before = trainer.evaluate()["eval_loss"]
     trainer.train()
     loss_after = trainer.evaluate()["eval_loss"]

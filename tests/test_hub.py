@@ -73,11 +73,22 @@ def test_push_to_hub_then_load_by_repo_id_without_the_package(converted_dirs, tm
 
     snapshot = hub.snapshot("org/elmo-tagger")
     files = {p.name for p in snapshot.iterdir()}
-    code = {"configuration_elmo.py", "modeling_elmo.py", "scalar_mix.py", "pipelines_elmo.py", "hub_elmo.py", "tokenization_elmo.py"}
+    code = {
+        "configuration_elmo.py",
+        "modeling_elmo.py",
+        "scalar_mix.py",
+        "pipelines_elmo.py",
+        "hub_elmo.py",
+        "tokenization_elmo.py",
+    }
     assert code | {"config.json", "model.safetensors", "tokenizer_config.json", "README.md"} <= files
     auto_map = json.loads((snapshot / "config.json").read_text())["auto_map"]
     assert set(auto_map) == {
-        "AutoConfig", "AutoModel", "AutoTokenizer", "AutoModelForSequenceClassification", "AutoModelForTokenClassification"
+        "AutoConfig",
+        "AutoModel",
+        "AutoTokenizer",
+        "AutoModelForSequenceClassification",
+        "AutoModelForTokenClassification",
     }
     assert "tokenization_elmo.ElmoTokenizer" in json.dumps(json.loads((snapshot / "tokenizer_config.json").read_text()))
 
@@ -119,7 +130,13 @@ def test_trainer_push_to_hub(converted_dirs, tmp_path, monkeypatch):
         disable_tqdm=True,
         use_cpu=True,
     )
-    trainer = Trainer(model=model, args=args, train_dataset=dataset, data_collator=DataCollatorForElmo(tokenizer), processing_class=tokenizer)
+    trainer = Trainer(
+        model=model,
+        args=args,
+        train_dataset=dataset,
+        data_collator=DataCollatorForElmo(tokenizer),
+        processing_class=tokenizer,
+    )
     trainer.train()
     trainer.push_to_hub()
     assert len(hub.commits) >= 2, hub.commits  # checkpoints pushed during training, then the final model

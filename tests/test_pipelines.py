@@ -5,7 +5,7 @@ from transformers import AutoModel, AutoModelForTokenClassification, AutoTokeniz
 
 from hf_elmo import ElmoTokenClassificationPipeline
 
-TEXTS = ["I don't think it's raining, is it?", "He said \"no\" -- twice."]
+TEXTS = ["I don't think it's raining, is it?", 'He said "no" -- twice.']
 LABELS = {0: "O", 1: "NOUN", 2: "VERB", 3: "PUNCT"}
 
 
@@ -38,7 +38,10 @@ def expected_tags(model, tokenizer, text):
     words = tokenizer.split_words(text)
     with torch.no_grad():
         probabilities = model(**tokenizer(text, return_tensors="pt")).logits[0].softmax(-1)
-    return [(word, LABELS[int(probabilities[i + 1].argmax())], float(probabilities[i + 1].max())) for i, word in enumerate(words)]
+    return [
+        (word, LABELS[int(probabilities[i + 1].argmax())], float(probabilities[i + 1].max()))
+        for i, word in enumerate(words)
+    ]
 
 
 def test_token_classification_pipeline_tags_raw_text(tagger_dir):

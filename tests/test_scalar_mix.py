@@ -38,7 +38,7 @@ def test_initial_values_give_the_plain_average():
     layers = random_layers()
     expected = reference_mix(layers, np.zeros(3), 1.0)
     np.testing.assert_allclose(mix.double()(layers).detach().numpy(), expected, rtol=0, atol=1e-12)
-    np.testing.assert_allclose(expected, sum(l.numpy() for l in layers) / 3, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(expected, sum(layer.numpy() for layer in layers) / 3, rtol=0, atol=1e-12)
 
 
 @pytest.mark.parametrize("layer_norm", [False, True])
