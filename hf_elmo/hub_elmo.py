@@ -6,6 +6,7 @@ from pathlib import Path
 from huggingface_hub import HfApi, ModelCard, ModelCardData
 from huggingface_hub.errors import EntryNotFoundError
 
+# The project's top-level model_card.md, linked into the package so installed copies carry it.
 MODEL_CARD_TEMPLATE = Path(__file__).with_name("model_card.md")
 PIPELINE_TAGS = {
     "ElmoForSequenceClassification": "text-classification",
