@@ -26,6 +26,15 @@ SENTENCES = [
 ]
 
 
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """These models are tiny: one thread runs them as fast, and a busy machine cannot stall a second one."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture(params=["default products", "oneDNN for every product"])
 def products(request, monkeypatch):
     """The test models are too small for the oneDNN float32 products to be chosen by size: also force them."""
