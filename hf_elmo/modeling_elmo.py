@@ -7,6 +7,7 @@ is stateless by default: the LSTM state is passed in and returned explicitly.
 
 import math
 from dataclasses import dataclass
+from functools import partial
 
 import torch
 import torch.nn.functional as F
@@ -17,6 +18,7 @@ from transformers.modeling_outputs import SequenceClassifierOutput, TokenClassif
 from transformers.utils import ModelOutput, can_return_tuple
 
 from .configuration_elmo import PROBLEM_TYPES, ElmoConfig
+from .cpu_threads import can_run_concurrently, run_concurrently
 from .fast_lstm import lstm_direction
 from .hub_elmo import push_to_hub_with_model_card
 from .onednn_linear import linear
@@ -93,6 +95,8 @@ class ElmoCharacterEncoder(nn.Module):
     # Words are grouped by how many leading slots need real windows, rounded up to this many, so that a
     # long word does not make every short word's windows long.
     SPAN_GRANULARITY = 8
+    # Fewer distinct words than this per thread are not worth a second thread.
+    MIN_WORDS_PER_THREAD = 16
 
     def __init__(self, config: ElmoConfig):
         super().__init__()
@@ -111,13 +115,27 @@ class ElmoCharacterEncoder(nn.Module):
         differs = words != words[:, -1:]
         spans = torch.where(differs, torch.arange(1, num_chars + 1, device=words.device), 0).amax(dim=1)
         spans, order = spans.sort()
-        features = self._max_over_windows(words[order], spans.tolist())
-        for highway in self.highways:
-            features = highway(features)
-        embeddings = linear(features, self.projection.weight, self.projection.bias)
+        words, spans = words[order], spans.tolist()
+        if can_run_concurrently(words) and len(spans) >= 2 * self.MIN_WORDS_PER_THREAD:
+            # Every other word to each thread: both get as many short and long words.
+            halves = run_concurrently(
+                lambda: self._embed_sorted_words(words[0::2], spans[0::2]),
+                lambda: self._embed_sorted_words(words[1::2], spans[1::2]),
+            )
+            embeddings = halves[0].new_empty(len(spans), halves[0].shape[1])
+            embeddings[0::2], embeddings[1::2] = halves
+        else:
+            embeddings = self._embed_sorted_words(words, spans)
         sorted_position = torch.empty_like(order)
         sorted_position[order] = torch.arange(len(order), device=order.device)
         return embeddings[sorted_position[word_index]].reshape(*batch_shape, -1)
+
+    def _embed_sorted_words(self, words: torch.LongTensor, spans: list[int]) -> torch.Tensor:
+        """`(U, C)` distinct words sorted by span, with their spans -> token embeddings `(U, P)`."""
+        features = self._max_over_windows(words, spans)
+        for highway in self.highways:
+            features = highway(features)
+        return linear(features, self.projection.weight, self.projection.bias)
 
     def _max_over_windows(self, words: torch.LongTensor, spans: list[int]) -> torch.Tensor:
         """`(U, C)` words sorted by span, with their spans -> activated CNN features `(U, F)`."""
@@ -237,12 +255,16 @@ class ElmoBiLstm(nn.Module):
             forward_memory, backward_memory = memory[index].chunk(2, dim=-1)
             # bilm-tf wraps every cell, residual included, in input dropout.
             forward_in, backward_in = self.dropout(forward_in), self.dropout(backward_in)
-            forward_out, forward_hidden, forward_memory = forward_layer(
-                forward_in, forward_hidden.contiguous(), forward_memory.contiguous(), batch_sizes, reverse=False
+            directions = (
+                partial(forward_layer, forward_in, forward_hidden.contiguous(), forward_memory.contiguous(), batch_sizes, False),
+                partial(backward_layer, backward_in, backward_hidden.contiguous(), backward_memory.contiguous(), batch_sizes, True),
             )
-            backward_out, backward_hidden, backward_memory = backward_layer(
-                backward_in, backward_hidden.contiguous(), backward_memory.contiguous(), batch_sizes, reverse=True
-            )
+            if can_run_concurrently(forward_in):
+                forward_result, backward_result = run_concurrently(*directions)
+            else:
+                forward_result, backward_result = (direction() for direction in directions)
+            forward_out, forward_hidden, forward_memory = forward_result
+            backward_out, backward_hidden, backward_memory = backward_result
             if self.use_skip_connections and index > 0:
                 forward_out = forward_out + forward_in
                 backward_out = backward_out + backward_in

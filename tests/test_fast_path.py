@@ -273,3 +273,46 @@ def test_onednn_linear_matches_torch_linear_with_gradients(monkeypatch):
         assert (a.grad - b.grad).abs().max() <= 1e-5
     with torch.no_grad():
         assert (onednn_linear.linear(x, weight) - x @ weight.t()).abs().max() <= 1e-5
+
+
+@pytest.mark.parametrize("mode", ["no_grad", "inference_mode", "bfloat16 autocast"])
+def test_concurrent_cpu_inference_matches_reference(mode, monkeypatch):
+    """With two intra-op threads, inference splits LSTM directions and character-CNN words between threads."""
+    from hf_elmo import cpu_threads
+
+    calls = []
+    original = cpu_threads.run_concurrently
+
+    def spy(*parts):
+        calls.append(len(parts))
+        return original(*parts)
+
+    monkeypatch.setattr("hf_elmo.modeling_elmo.run_concurrently", spy)
+    model = random_model(small_config())
+    reference = reference_from(model)
+    rng = np.random.default_rng(0)
+    sentences = [["".join(rng.choice(list("abcdefghij"), size=rng.integers(1, 12))) for _ in range(n)] for n in (20, 8, 14)]
+    batch = encode(sentences)
+    torch.set_num_threads(2)
+    try:
+        context = {"no_grad": torch.no_grad(), "inference_mode": torch.inference_mode()}.get(mode)
+        if context is None:
+            context = torch.autocast("cpu", dtype=torch.bfloat16)
+            torch.set_grad_enabled(False)
+        with context:
+            fast = run_fast(model, batch)
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(1)
+        torch.set_grad_enabled(True)
+    assert calls == [2] * (1 + model.config.num_layers)  # the words once, then the directions of each layer
+    assert fast[0][-1].is_inference() == (mode == "inference_mode")
+    with torch.no_grad():
+        slow = reference(batch["input_ids"], batch["attention_mask"])
+    if mode == "bfloat16 autocast":
+        assert all(layer.dtype == torch.bfloat16 for layer in fast[0])
+        real = batch["attention_mask"].bool()
+        for a, b in zip(fast[0], slow[0]):
+            assert torch.nn.functional.cosine_similarity(a[real].float(), b[real], dim=-1).mean() >= 0.999
+    else:
+        assert_same_outputs(fast, slow, atol=1e-5)
