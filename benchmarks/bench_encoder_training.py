@@ -18,7 +18,7 @@ import string
 
 import torch
 
-from bench_inference import CLOCKS, PeakMemory, machine_description, median, random_model, time_alternating
+from bench_inference import CLOCKS, machine_description, measure, median, random_model, speedup
 from hf_elmo import ElmoConfig
 from hf_elmo.tokenization_elmo import words_to_char_ids
 from reference_modeling import reference_from  # tests/ is on the path through bench_inference
@@ -83,20 +83,12 @@ def main():
             paths[name].zero_grad(set_to_none=True)
 
         calls = {name: (lambda name=name: train_step(name)) for name in paths}
-        peaks = {}
-        for name, run in calls.items():
-            with PeakMemory(args.device) as peak:
-                run()
-            peaks[name] = peak.mib
-        times = time_alternating(calls, args.repeats, args.warmup, args.device, args.clock)
+        times, peaks = measure(calls, args)
         for name, seconds in times.items():
-            peak = "n/a" if peaks[name] is None else f"{peaks[name]:.0f}"
             tokens_per_second = args.batch_size * args.unroll / median(seconds)
-            print(f"{size:<10}{name:<11}{tokens_per_second:>10,.0f}{median(seconds):>9.3f}{peak:>10}")
+            print(f"{size:<10}{name:<11}{tokens_per_second:>10,.0f}{median(seconds):>9.3f}{peaks[name]:>10}")
         if args.compare:
-            pairwise = median([r / f for f, r in zip(times["fast"], times["reference"])])
-            print(f"{'':<10}fast / reference: {median(times['reference']) / median(times['fast']):.2f}x "
-                  f"(median of pairwise ratios {pairwise:.2f}x)")
+            print(f"{'':<10}{speedup(times)}")
 
 
 if __name__ == "__main__":

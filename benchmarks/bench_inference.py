@@ -129,6 +129,22 @@ def time_alternating(paths: dict, repeats: int, warmup: int, device: str, clock:
     return times
 
 
+def measure(calls: dict, args) -> tuple[dict[str, list[float]], dict[str, str]]:
+    """Peak memory (MiB, as text) of one call of each path, then seconds per call, the paths alternating."""
+    peaks = {}
+    for name, run in calls.items():
+        with PeakMemory(args.device) as peak:
+            run()
+        peaks[name] = "n/a" if peak.mib is None else f"{peak.mib:.0f}"
+    return time_alternating(calls, args.repeats, args.warmup, args.device, args.clock), peaks
+
+
+def speedup(times: dict[str, list[float]]) -> str:
+    pairwise = median([r / f for f, r in zip(times["fast"], times["reference"])])
+    ratio = median(times["reference"]) / median(times["fast"])
+    return f"fast / reference: {ratio:.2f}x (median of pairwise ratios {pairwise:.2f}x)"
+
+
 def median(values: list[float]) -> float:
     values = sorted(values)
     middle = len(values) // 2
@@ -161,6 +177,7 @@ def main():
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--compare", action="store_true", help="also time the reference path, alternating")
     parser.add_argument("--quality", action="store_true", help="cosine of each layer to the float32 output")
+    parser.add_argument("--profile", action="store_true", help="print where the fast path's time goes (torch.profiler)")
     parser.add_argument("--document-words", type=int, default=0, help="also embed one document this long in chunks")
     parser.add_argument("--chunk-words", type=int, default=500)
     args = parser.parse_args()
@@ -194,20 +211,14 @@ def main():
             }
             calls = {name: calls[name] for name in paths}
             with torch.inference_mode(), autocast:
-                peaks = {}
-                for name, run in calls.items():
-                    with PeakMemory(args.device) as peak:
-                        run()
-                    peaks[name] = peak.mib
-                times = time_alternating(calls, args.repeats, args.warmup, args.device, args.clock)
+                times, peaks = measure(calls, args)
             for name, seconds in times.items():
                 words_per_second = batch_size * args.words / median(seconds)
-                peak = "n/a" if peaks[name] is None else f"{peaks[name]:.0f}"
-                print(f"{size:<10}{batch_size:>6}  {name:<10}{words_per_second:>10,.0f}{median(seconds):>10.3f}{peak:>10}")
+                print(f"{size:<10}{batch_size:>6}  {name:<10}{words_per_second:>10,.0f}{median(seconds):>10.3f}{peaks[name]:>10}")
             if args.compare:
-                pairwise = median([r / f for f, r in zip(times["fast"], times["reference"])])
-                print(f"{'':<16}  fast / reference: {median(times['reference']) / median(times['fast']):.2f}x "
-                      f"(median of pairwise ratios {pairwise:.2f}x)")
+                print(f"{'':<18}{speedup(times)}")
+            if args.profile:
+                print_profile(calls["fast"], args.device, autocast)
             if args.quality and (dtype != torch.float32 or args.autocast):
                 with torch.inference_mode(), autocast:
                     low_layers = model(**batch, output_hidden_states=True).hidden_states
@@ -217,6 +228,20 @@ def main():
                 del full_model
         if args.document_words:
             embed_document(model, args, autocast)
+
+
+def print_profile(run, device: str, autocast, rows: int = 12):
+    """The operators taking the most time in one call, grouped by input shapes."""
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    if device.startswith("cuda"):
+        activities.append(torch.profiler.ProfilerActivity.CUDA)
+    with torch.inference_mode(), autocast:
+        run()
+        with torch.profiler.profile(activities=activities, record_shapes=True) as profile:
+            run()
+            _synchronize(device)
+    sort_by = "self_cuda_time_total" if device.startswith("cuda") else "self_cpu_time_total"
+    print(profile.key_averages(group_by_input_shape=True).table(sort_by=sort_by, row_limit=rows, max_name_column_width=30, max_shapes_column_width=60))
 
 
 def embed_document(model: ElmoModel, args, autocast):

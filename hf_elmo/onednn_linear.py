@@ -1,31 +1,37 @@
-"""Float32 matrix products through oneDNN on CPUs.
+"""Matrix products through oneDNN on CPUs, float32 and bfloat16.
 
 PyTorch multiplies float32 matrices on CPUs with MKL, whose AVX-512 kernels run only on Intel processors; on
-other AVX-512 processors (AMD Zen 4 and 5) it falls back to AVX2 kernels. oneDNN, which PyTorch also ships
-(and uses for bfloat16 products already), runs AVX-512 on any of them: about twice the float32 throughput
-of MKL on an AMD EPYC (Zen 5), for every product shape ELMo has. Same arithmetic up to the order of the
-float32 sums. Everything else (other devices, dtypes, autocast, small products, PyTorch builds without
-oneDNN) goes to `torch.nn.functional.linear` unchanged. Set `ONEDNN_FLOAT32 = False` to always use it.
+other AVX-512 processors (AMD Zen 4 and 5) it falls back to AVX2 kernels. oneDNN, which PyTorch also ships,
+runs AVX-512 on any of them: about twice the float32 throughput of MKL on an AMD EPYC (Zen 5), for every
+product shape ELMo has. Same arithmetic up to the order of the sums. PyTorch already multiplies bfloat16
+through oneDNN, but adds a bias by first copying it into every output row; oneDNN adds it in the product.
+Everything else (other devices and dtypes, autocast, small products, builds without oneDNN) goes to
+`torch.nn.functional.linear` unchanged. Set `USE_ONEDNN = False` to always use that.
 """
 
 import torch
 import torch.nn.functional as F
 
-ONEDNN_FLOAT32 = True
-"""Route large float32 CPU products through oneDNN (module-level switch)."""
+USE_ONEDNN = True
+"""Route large float32 and bfloat16 CPU products through oneDNN (module-level switch)."""
 
 # Below this many multiply-adds the fixed cost of a oneDNN call (~15 us) outweighs its faster kernels.
 _MIN_MULTIPLY_ADDS = 1 << 20
 
 _onednn_linear = getattr(getattr(torch.ops, "mkldnn", None), "_linear_pointwise", None)
+try:
+    _DTYPES = (torch.float32, torch.bfloat16) if torch.ops.mkldnn._is_mkldnn_bf16_supported() else (torch.float32,)
+except (AttributeError, RuntimeError):
+    _DTYPES = (torch.float32,)
 
 
 def _use_onednn(x: torch.Tensor, weight: torch.Tensor) -> bool:
     return (
-        ONEDNN_FLOAT32
+        USE_ONEDNN
         and _onednn_linear is not None
         and x.device.type == "cpu"
-        and x.dtype == weight.dtype == torch.float32
+        and x.dtype == weight.dtype
+        and x.dtype in _DTYPES
         and x.numel() * weight.shape[0] >= _MIN_MULTIPLY_ADDS
         and not torch.is_autocast_enabled("cpu")
         and torch.backends.mkldnn.is_available()

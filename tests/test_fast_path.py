@@ -9,11 +9,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from transformers import AutoModel
 
-from hf_elmo import ElmoConfig, ElmoModel, ElmoTokenizer
+from hf_elmo import ElmoTokenizer
 from hf_elmo import onednn_linear
 from hf_elmo.tokenization_elmo import words_to_char_ids
 
 from conftest import FIXTURE_SETS, fixture_batches
+from test_modeling_elmo import random_model as modeling_random_model
+from test_modeling_elmo import small_config as modeling_small_config
 from reference_modeling import reference_from
 
 # Lengths differ and are not sorted; one word fills all 50 slots; words repeat within and across sentences.
@@ -46,30 +48,14 @@ def products(request, monkeypatch):
 
 
 def small_config(**overrides):
-    values = dict(
-        char_embedding_dim=4,
-        filters=[[1, 4], [2, 6], [3, 8], [7, 5]],
-        n_highway=2,
-        cell_dim=12,
-        projection_dim=6,
-        num_layers=3,
-        cell_clip=0.5,
-        proj_clip=0.3,
-        dropout=0.0,
-    )
-    values.update(overrides)
-    return ElmoConfig(**values)
+    """The core tests' small config, with a filter wider than most words' spans."""
+    return modeling_small_config(**{"filters": [[1, 4], [2, 6], [3, 8], [7, 5]], **overrides})
 
 
-def random_model(config, scale=1.0, dtype=torch.float32, seed=0):
-    """Weights of magnitude `scale / sqrt(fan_in)`: both clips of `small_config` trigger (see
+def random_model(config, scale=1.0):
+    """Float32 weights of magnitude `scale / sqrt(fan_in)`: both clips of `small_config` trigger (see
     `test_clips_trigger_in_these_tests`) while values stay O(1), so float32 rounding stays near 1e-7."""
-    model = ElmoModel(config).eval()
-    generator = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for param in model.parameters():
-            param.copy_(torch.randn(param.shape, generator=generator) * scale / param.shape[-1] ** 0.5)
-    return model.to(dtype)
+    return modeling_random_model(config, scale=scale, dtype=torch.float32)
 
 
 def encode(sentences):
@@ -224,7 +210,7 @@ def test_forward_direction_of_chunked_document_equals_one_pass():
 
 
 @pytest.mark.parametrize("mode", ["bfloat16 weights", "bfloat16 autocast"])
-def test_bfloat16_layers_stay_close_to_float32(mode, converted_dirs):
+def test_bfloat16_layers_stay_close_to_float32(mode, converted_dirs, products):
     """Quality of the bfloat16 paths on the allennlp fixture model: mean cosine per token of each layer."""
     model = AutoModel.from_pretrained(converted_dirs["allennlp"]).eval()
     batch = encode([sentence for words, _ in fixture_batches("allennlp")[:3] for sentence in words])
@@ -242,7 +228,7 @@ def test_bfloat16_layers_stay_close_to_float32(mode, converted_dirs):
         assert cosine.mean() >= 0.999, cosine.mean()
 
 
-def test_autocast_training_step_gives_float32_gradients_close_to_float32():
+def test_autocast_training_step_gives_float32_gradients_close_to_float32(products):
     model = random_model(small_config()).train()
     batch = encode(SENTENCES)
     model(**batch).last_hidden_state.square().sum().backward()
