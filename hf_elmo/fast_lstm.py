@@ -1,8 +1,8 @@
 """The time loop of one direction of ELMo's LSTM (projected, clipped state), forward and backward.
 
 Rows come sorted by length, longest first, so the rows still running at a time step are a prefix of the
-batch: each step multiplies only that prefix and no step computes anything that is masked away. Buffers
-are allocated once per call and written in place. Under autograd the loop runs inside one
+batch: each step multiplies only that prefix and no step computes anything that is masked away; the state
+and the outputs are updated in place. Under autograd the loop runs inside one
 `torch.autograd.Function` whose backward walks time once, computing only the gradients that must be
 sequential (state and gates), and then forms the weight gradients of all steps with one matrix product
 each instead of one small product per step.
@@ -58,6 +58,7 @@ def _time_steps(num_steps: int, reverse: bool) -> range:
 
 
 def _run(gate_inputs, hidden, memory, state_weight, projection_weight, batch_sizes, reverse, cell_clip, proj_clip, save_for_backward):
+    """`lstm_direction` without autograd; with `save_for_backward`, also the per-step tensors its backward needs."""
     num_steps, batch_size, gate_dim = gate_inputs.shape
     cell_dim = gate_dim // 4
     outputs = gate_inputs.new_zeros(num_steps, batch_size, projection_weight.shape[0])

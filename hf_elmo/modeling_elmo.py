@@ -244,7 +244,7 @@ class ElmoBiLstm(nn.Module):
         batch_sizes = (lengths[None, :] > steps[:, None]).sum(dim=1).tolist()
         if bool((order == torch.arange(len(order), device=order.device)).all()):
             order = None  # already sorted: skip the gathers
-        hidden, memory = state
+        hidden, memory = (t.to(token_embeddings.dtype) for t in state)  # e.g. a state returned under autocast
         if order is not None:
             token_embeddings, hidden, memory = token_embeddings[order], hidden[:, order], memory[:, order]
         # Time-major, so that one step's rows are contiguous (and the input products fold into one matrix product).
