@@ -17,11 +17,11 @@ import random
 import string
 
 import torch
-
-from bench_inference import CLOCKS, machine_description, measure, median, random_model, speedup
-from hf_elmo import ElmoConfig
-from hf_elmo.tokenization_elmo import words_to_char_ids
+from bench_inference import add_common_arguments, machine_description, measure, median, random_model, speedup
 from reference_modeling import reference_from  # tests/ is on the path through bench_inference
+
+from hf_elmo import ElmoConfig, ElmoModel
+from hf_elmo.tokenization_elmo import words_to_char_ids
 
 
 def random_windows(batch_size: int, unroll: int, seed: int) -> torch.Tensor:
@@ -36,18 +36,10 @@ def main():
     parser.add_argument("--sizes", nargs="+", default=["small"], choices=["small", "medium", "original"])
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--unroll", type=int, default=20, help="tokens per window (bilm-tf's unroll_steps)")
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--device", default="cpu")
-    parser.add_argument("--autocast", choices=["bfloat16", "float16"], help="run under torch.autocast to this dtype")
-    parser.add_argument("--clock", choices=list(CLOCKS), default="wall", help="cpu: processor time (use with --threads 1)")
-    parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--warmup", type=int, default=1)
-    parser.add_argument("--compare", action="store_true", help="also time the reference path, alternating")
+    add_common_arguments(parser)
     args = parser.parse_args()
 
     torch.set_num_threads(args.threads)
-    device_type = args.device.split(":")[0]
-    autocast_dtype = getattr(torch, args.autocast) if args.autocast else None
     print(f"machine: {machine_description(args.device)}")
     print(
         f"batch {args.batch_size} windows x {args.unroll} tokens, float32 weights, autocast {args.autocast or 'off'}, "
@@ -55,40 +47,56 @@ def main():
     )
     print(f"{'size':<10}{'path':<11}{'tokens/s':>10}{'s/step':>9}{'peak MiB':>10}")
     for size in args.sizes:
-        config = ElmoConfig.from_preset(size)
-        model = random_model(config, args.device, torch.float32).train()
-        paths = {"fast": model}
-        if args.compare:
-            paths["reference"] = reference_from(model).train()
-        batches = [random_windows(args.batch_size, args.unroll, seed).to(args.device) for seed in range(4)]
-        generator = torch.Generator().manual_seed(0)
-        directions = [
-            torch.randn(2 * config.projection_dim, generator=generator).to(args.device) for _ in range(config.num_layers + 1)
-        ]
-        states = {name: None for name in paths}
-        steps = {name: 0 for name in paths}
-
-        def train_step(name):
-            ids = batches[steps[name] % len(batches)]
-            steps[name] += 1
-            with torch.autocast(device_type, dtype=autocast_dtype, enabled=autocast_dtype is not None):
-                if name == "fast":
-                    out = model(ids, state=states[name], use_cache=True, output_hidden_states=True)
-                    layers, state = out.hidden_states, out.state
-                else:
-                    layers, state = paths[name](ids, None, states[name])
-                loss = sum((layer.float() @ direction).mean() for layer, direction in zip(layers, directions))
-            loss.backward()
-            states[name] = tuple(t.detach() for t in state)
-            paths[name].zero_grad(set_to_none=True)
-
-        calls = {name: (lambda name=name: train_step(name)) for name in paths}
-        times, peaks = measure(calls, args)
+        times, peaks = benchmark_size(ElmoConfig.from_preset(size), args)
         for name, seconds in times.items():
             tokens_per_second = args.batch_size * args.unroll / median(seconds)
             print(f"{size:<10}{name:<11}{tokens_per_second:>10,.0f}{median(seconds):>9.3f}{peaks[name]:>10}")
         if args.compare:
             print(f"{'':<10}{speedup(times)}")
+
+
+class TrainingPath:
+    """Training steps of one path (`ElmoModel` or the reference) over a few batches, the state carried."""
+
+    def __init__(self, module, batches: list[torch.Tensor], directions: list[torch.Tensor], autocast):
+        self.module, self.batches, self.directions, self.autocast = module, batches, directions, autocast
+        self.state, self.steps = None, 0
+
+    def __call__(self):
+        ids = self.batches[self.steps % len(self.batches)]
+        self.steps += 1
+        with torch.autocast(**self.autocast):
+            if isinstance(self.module, ElmoModel):
+                out = self.module(ids, state=self.state, use_cache=True, output_hidden_states=True)
+                layers, state = out.hidden_states, out.state
+            else:
+                layers, state = self.module(ids, None, self.state)
+            loss = sum((layer.float() @ direction).mean() for layer, direction in zip(layers, self.directions))
+        loss.backward()
+        self.state = tuple(t.detach() for t in state)
+        self.module.zero_grad(set_to_none=True)
+
+
+def benchmark_size(config: ElmoConfig, args):
+    """Peak memory and seconds per training step of the fast path (and the reference with `--compare`)."""
+    model = random_model(config, args.device, torch.float32).train()
+    modules = {"fast": model}
+    if args.compare:
+        modules["reference"] = reference_from(model).train()
+    batches = [random_windows(args.batch_size, args.unroll, seed).to(args.device) for seed in range(4)]
+    generator = torch.Generator().manual_seed(0)
+    directions = [
+        torch.randn(2 * config.projection_dim, generator=generator).to(args.device)
+        for _ in range(config.num_layers + 1)
+    ]
+    autocast = {
+        "device_type": args.device.split(":")[0],
+        "dtype": getattr(torch, args.autocast) if args.autocast else None,
+        "enabled": args.autocast is not None,
+    }
+    return measure(
+        {name: TrainingPath(module, batches, directions, autocast) for name, module in modules.items()}, args
+    )
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ import random
 import string
 import sys
 import time
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -31,7 +32,7 @@ from hf_elmo import ElmoConfig, ElmoModel, ElmoTokenizer
 from hf_elmo.tokenization_elmo import words_to_char_ids
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from reference_modeling import reference_from  # noqa: E402
+from reference_modeling import reference_from
 
 
 def machine_description(device: str) -> str:
@@ -114,7 +115,9 @@ CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
 the wall time on a quiet one (with more threads it also counts threads waiting for each other)."""
 
 
-def time_alternating(paths: dict, repeats: int, warmup: int, device: str, clock: str = "wall") -> dict[str, list[float]]:
+def time_alternating(
+    paths: dict, repeats: int, warmup: int, device: str, clock: str = "wall"
+) -> dict[str, list[float]]:
     """Seconds per call of each path, the paths taking turns so that load changes hit all of them alike."""
     now = CLOCKS[clock]
     times = {name: [] for name in paths}
@@ -127,6 +130,17 @@ def time_alternating(paths: dict, repeats: int, warmup: int, device: str, clock:
             if i >= warmup:
                 times[name].append(now() - start)
     return times
+
+
+def add_common_arguments(parser: argparse.ArgumentParser):
+    """The options both benchmarks take: threads, device, autocast, clock, repeats, `--compare`."""
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--autocast", choices=["bfloat16", "float16"], help="run under torch.autocast to this dtype")
+    parser.add_argument("--clock", choices=list(CLOCKS), default="wall", help="cpu: processor time (with --threads 1)")
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--warmup", type=int, default=1)
+    parser.add_argument("--compare", action="store_true", help="also time the reference path, alternating")
 
 
 def measure(calls: dict, args) -> tuple[dict[str, list[float]], dict[str, str]]:
@@ -168,14 +182,8 @@ def main():
     parser.add_argument("--sizes", nargs="+", default=["small", "original"], choices=["small", "medium", "original"])
     parser.add_argument("--batch-sizes", "--batch-size", nargs="+", type=int, default=[32])
     parser.add_argument("--words", type=int, default=20, help="words per sentence")
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--device", default="cpu")
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"], help="weights")
-    parser.add_argument("--autocast", choices=["bfloat16", "float16"], help="run under torch.autocast to this dtype")
-    parser.add_argument("--clock", choices=list(CLOCKS), default="wall", help="cpu: processor time (use with --threads 1)")
-    parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--warmup", type=int, default=1)
-    parser.add_argument("--compare", action="store_true", help="also time the reference path, alternating")
+    add_common_arguments(parser)
     parser.add_argument("--quality", action="store_true", help="cosine of each layer to the float32 output")
     parser.add_argument("--profile", action="store_true", help="print where the fast path's time goes (torch.profiler)")
     parser.add_argument("--document-words", type=int, default=0, help="also embed one document this long in chunks")
@@ -205,16 +213,16 @@ def main():
             batch = tokenizer(
                 random_sentences(batch_size, args.words), is_split_into_words=True, padding=True, return_tensors="pt"
             ).to(args.device)
-            calls = {
-                "fast": lambda: model(**batch, output_hidden_states=True),
-                "reference": lambda: paths["reference"](batch["input_ids"], batch["attention_mask"]),
-            }
-            calls = {name: calls[name] for name in paths}
+            calls = {"fast": partial(model, **batch, output_hidden_states=True)}
+            if args.compare:
+                calls["reference"] = partial(paths["reference"], batch["input_ids"], batch["attention_mask"])
             with torch.inference_mode(), autocast:
                 times, peaks = measure(calls, args)
             for name, seconds in times.items():
                 words_per_second = batch_size * args.words / median(seconds)
-                print(f"{size:<10}{batch_size:>6}  {name:<10}{words_per_second:>10,.0f}{median(seconds):>10.3f}{peaks[name]:>10}")
+                print(
+                    f"{size:<10}{batch_size:>6}  {name:<10}{words_per_second:>10,.0f}{median(seconds):>10.3f}{peaks[name]:>10}"
+                )
             if args.compare:
                 print(f"{'':<18}{speedup(times)}")
             if args.profile:
@@ -224,7 +232,9 @@ def main():
                     low_layers = model(**batch, output_hidden_states=True).hidden_states
                 full_model = random_model(ElmoConfig.from_preset(size), args.device, torch.float32)
                 for layer, (mean, low, diff) in enumerate(layer_quality(full_model, batch, low_layers)):
-                    print(f"{'':<16}  layer {layer}: cosine to float32 mean {mean:.5f}, min {low:.5f}, max abs diff {diff:.3g}")
+                    print(
+                        f"{'':<16}  layer {layer}: cosine to float32 mean {mean:.5f}, min {low:.5f}, max abs diff {diff:.3g}"
+                    )
                 del full_model
         if args.document_words:
             embed_document(model, args, autocast)
@@ -241,7 +251,11 @@ def print_profile(run, device: str, autocast, rows: int = 12):
             run()
             _synchronize(device)
     sort_by = "self_cuda_time_total" if device.startswith("cuda") else "self_cpu_time_total"
-    print(profile.key_averages(group_by_input_shape=True).table(sort_by=sort_by, row_limit=rows, max_name_column_width=30, max_shapes_column_width=60))
+    print(
+        profile.key_averages(group_by_input_shape=True).table(
+            sort_by=sort_by, row_limit=rows, max_name_column_width=30, max_shapes_column_width=60
+        )
+    )
 
 
 def embed_document(model: ElmoModel, args, autocast):
@@ -254,7 +268,9 @@ def embed_document(model: ElmoModel, args, autocast):
         _synchronize(args.device)
         start = time.perf_counter()
         for begin in range(0, len(words), args.chunk_words):
-            out = model(ids[:, begin : begin + args.chunk_words], state=state, use_cache=True, output_hidden_states=True)
+            out = model(
+                ids[:, begin : begin + args.chunk_words], state=state, use_cache=True, output_hidden_states=True
+            )
             state, vectors = out.state, vectors + out.last_hidden_state.shape[1]
         _synchronize(args.device)
         seconds = time.perf_counter() - start

@@ -9,8 +9,8 @@ engine's thread) and only on CPU; set `CONCURRENT_CPU_INFERENCE = False` to turn
 """
 
 import os
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Callable
 
 import torch
 
@@ -38,7 +38,11 @@ def run_concurrently(*calls: Callable):
     threads = torch.get_num_threads()
     share = max(1, threads // len(calls))
     inference_mode = torch.is_inference_mode_enabled()
-    autocast = dict(device_type="cpu", dtype=torch.get_autocast_dtype("cpu"), enabled=torch.is_autocast_enabled("cpu"))
+    autocast = {
+        "device_type": "cpu",
+        "dtype": torch.get_autocast_dtype("cpu"),
+        "enabled": torch.is_autocast_enabled("cpu"),
+    }
 
     def run(call):
         torch.set_num_threads(share)

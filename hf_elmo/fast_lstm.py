@@ -57,7 +57,18 @@ def _time_steps(num_steps: int, reverse: bool) -> range:
     return range(num_steps - 1, -1, -1) if reverse else range(num_steps)
 
 
-def _run(gate_inputs, hidden, memory, state_weight, projection_weight, batch_sizes, reverse, cell_clip, proj_clip, save_for_backward):
+def _run(
+    gate_inputs,
+    hidden,
+    memory,
+    state_weight,
+    projection_weight,
+    batch_sizes,
+    reverse,
+    cell_clip,
+    proj_clip,
+    save_for_backward,
+):
     """`lstm_direction` without autograd; with `save_for_backward`, also the per-step tensors its backward needs."""
     num_steps, batch_size, gate_dim = gate_inputs.shape
     cell_dim = gate_dim // 4
@@ -74,9 +85,13 @@ def _run(gate_inputs, hidden, memory, state_weight, projection_weight, batch_siz
             "cell_tanh": gate_inputs.new_zeros(num_steps, batch_size, cell_dim),
         }
         if cell_clip is not None:
-            saved["cell_passed"] = torch.zeros(num_steps, batch_size, cell_dim, dtype=torch.bool, device=gate_inputs.device)
+            saved["cell_passed"] = torch.zeros(
+                num_steps, batch_size, cell_dim, dtype=torch.bool, device=gate_inputs.device
+            )
         if proj_clip is not None:
-            saved["hidden_passed"] = torch.zeros(num_steps, batch_size, hidden.shape[1], dtype=torch.bool, device=gate_inputs.device)
+            saved["hidden_passed"] = torch.zeros(
+                num_steps, batch_size, hidden.shape[1], dtype=torch.bool, device=gate_inputs.device
+            )
     cell_output = torch.zeros_like(memory)
     # A product of one row runs as a matrix-vector kernel whose rounding can depend on the weights' memory
     # alignment; multiplying at least two rows (the extra one discarded) keeps results independent of it.
@@ -127,11 +142,9 @@ def _run(gate_inputs, hidden, memory, state_weight, projection_weight, batch_siz
 
 class _LstmDirection(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, gate_inputs, hidden, memory, state_weight, projection_weight, batch_sizes, reverse, cell_clip, proj_clip):
-        outputs, final_hidden, final_memory, saved = _run(
-            gate_inputs, hidden, memory, state_weight, projection_weight, batch_sizes, reverse, cell_clip, proj_clip,
-            save_for_backward=True,
-        )
+    def forward(ctx, gate_inputs, hidden, memory, state_weight, projection_weight, batch_sizes, reverse, *clips):
+        args = (gate_inputs, hidden, memory, state_weight, projection_weight, batch_sizes, reverse, *clips)
+        outputs, final_hidden, final_memory, saved = _run(*args, save_for_backward=True)
         ctx.names = list(saved)
         ctx.save_for_backward(state_weight, projection_weight, *saved.values())
         ctx.batch_sizes, ctx.reverse = batch_sizes, reverse

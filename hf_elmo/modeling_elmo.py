@@ -22,6 +22,7 @@ from .cpu_threads import can_run_concurrently, run_concurrently
 from .fast_lstm import lstm_direction
 from .hub_elmo import push_to_hub_with_model_card
 from .onednn_linear import linear
+
 # Not used here: importing it makes save_pretrained copy its file next to this one, where the tagger's
 # config.custom_pipelines points remote-code users to it.
 from .pipelines_elmo import ElmoTokenClassificationPipeline  # noqa: F401

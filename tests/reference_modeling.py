@@ -21,7 +21,9 @@ class ReferenceCharacterEncoder(nn.Module):
         self.convolutions = nn.ModuleList(
             nn.Conv1d(config.char_embedding_dim, num, kernel_size=width) for width, num in config.filters
         )
-        self.highways = nn.ModuleList(nn.Linear(config.num_filters, 2 * config.num_filters) for _ in range(config.n_highway))
+        self.highways = nn.ModuleList(
+            nn.Linear(config.num_filters, 2 * config.num_filters) for _ in range(config.n_highway)
+        )
         self.projection = nn.Linear(config.num_filters, config.projection_dim)
         self.activation = torch.tanh if config.activation == "tanh" else F.relu
 

@@ -9,14 +9,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from transformers import AutoModel
 
-from hf_elmo import ElmoTokenizer
-from hf_elmo import onednn_linear
+from hf_elmo import ElmoTokenizer, onednn_linear
 from hf_elmo.tokenization_elmo import words_to_char_ids
 
 from conftest import FIXTURE_SETS, fixture_batches
+from reference_modeling import reference_from
 from test_modeling_elmo import random_model as modeling_random_model
 from test_modeling_elmo import small_config as modeling_small_config
-from reference_modeling import reference_from
 
 # Lengths differ and are not sorted; one word fills all 50 slots; words repeat within and across sentences.
 SENTENCES = [
@@ -165,7 +164,9 @@ def test_gradients_match_reference(products):
 
     loss([*layers, hidden, memory]).backward()
     loss([*reference_layers, reference_hidden, reference_memory]).backward()
-    pairs = [(name, param.grad, dict(reference.named_parameters())[name].grad) for name, param in model.named_parameters()]
+    pairs = [
+        (name, param.grad, dict(reference.named_parameters())[name].grad) for name, param in model.named_parameters()
+    ]
     pairs += [(f"state {k}", a.grad, b.grad) for k, (a, b) in enumerate(zip(state, reference_state))]
     for name, fast_grad, reference_grad in pairs:
         scale = reference_grad.abs().max()
@@ -277,7 +278,9 @@ def test_concurrent_cpu_inference_matches_reference(mode, monkeypatch):
     model = random_model(small_config())
     reference = reference_from(model)
     rng = np.random.default_rng(0)
-    sentences = [["".join(rng.choice(list("abcdefghij"), size=rng.integers(1, 12))) for _ in range(n)] for n in (20, 8, 14)]
+    sentences = [
+        ["".join(rng.choice(list("abcdefghij"), size=rng.integers(1, 12))) for _ in range(n)] for n in (20, 8, 14)
+    ]
     batch = encode(sentences)
     torch.set_num_threads(2)
     try:
