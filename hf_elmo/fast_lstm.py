@@ -96,9 +96,9 @@ def _run(
     # A product of one row runs as a matrix-vector kernel whose rounding can depend on the weights' memory
     # alignment; multiplying at least two rows (the extra one discarded) keeps results independent of it.
     min_rows = min(2, batch_size)
-    # CPU kernels compute tanh about ten times slower than a sigmoid; tanh(x) = 2 sigmoid(2x) - 1 has an absolute
+    # PyTorch's CPU tanh is about ten times slower than its sigmoid; tanh(x) = 2 sigmoid(2x) - 1 has an absolute
     # error of a few units in the last place in float32 and float64, too coarse in 16-bit types.
-    tanh_by_sigmoid = gate_inputs.dtype in (torch.float32, torch.float64)
+    tanh_by_sigmoid = gate_inputs.device.type == "cpu" and gate_inputs.dtype in (torch.float32, torch.float64)
     cell_block = slice(2 * cell_dim, 3 * cell_dim)
     for t in _time_steps(num_steps, reverse):
         n = batch_sizes[t]
