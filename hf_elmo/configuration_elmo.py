@@ -49,6 +49,17 @@ class ElmoConfig(PreTrainedConfig):
         dropout (`float`, defaults to 0.1): dropout on each LSTM layer's input and on the top layer, in
             training only.
         vocab_size (`int`, defaults to 0): size of the word vocabulary of the LM softmax (0: no softmax).
+        forget_bias (`float`, defaults to 0.0): constant added to the forget-gate pre-activation at run time, as
+            TensorFlow's `LSTMCell(forget_bias=1.0)` does. Converted bilm-tf weights keep their stored bias and use
+            1.0, so that exporting them gives back the original file bit for bit (folding the 1.0 into a float32
+            bias would round it).
+        char_vocabulary (`bool`, defaults to `False`): character ids come from the tokenizer's vocabulary of
+            Unicode characters (ELMoForManyLangs models) instead of UTF-8 bytes; `n_characters` is then the
+            vocabulary size + 1 and may be below 262.
+        input_word_vocab_size (`int`, defaults to 0): rows of the word-embedding table read beside the characters
+            (ELMoForManyLangs models); 0: characters only.
+        input_word_dim (`int`, defaults to 0): size of those word embeddings, concatenated before the CNN features
+            and projected with them.
 
     Use `ElmoConfig.from_preset("small" | "medium" | "original")` for the released sizes.
     """
@@ -70,6 +81,10 @@ class ElmoConfig(PreTrainedConfig):
     use_skip_connections: bool = True
     dropout: float | int = 0.1
     vocab_size: int = 0
+    forget_bias: float | int = 0.0
+    char_vocabulary: bool = False
+    input_word_vocab_size: int = 0
+    input_word_dim: int = 0
     tie_word_embeddings: bool = False
 
     def __post_init__(self, **kwargs):
@@ -113,7 +128,9 @@ class ElmoConfig(PreTrainedConfig):
                 raise ValueError(
                     f"ElmoConfig.filters width {f[0]} exceeds max_characters_per_token={self.max_characters_per_token}."
                 )
-        if self.n_characters < 262:
+        if self.char_vocabulary and self.n_characters < 2:
+            raise ValueError(f"ElmoConfig.n_characters must be >= 2 (padding + one character), got {self.n_characters}.")
+        if not self.char_vocabulary and self.n_characters < 262:
             raise ValueError(f"ElmoConfig.n_characters must be >= 262 (UTF-8 bytes + specials), got {self.n_characters}.")
         if self.max_characters_per_token != 50:
             raise ValueError(
@@ -128,6 +145,16 @@ class ElmoConfig(PreTrainedConfig):
             raise ValueError(f"ElmoConfig.dropout must be in [0, 1), got {self.dropout}.")
         if self.vocab_size < 0:
             raise ValueError(f"ElmoConfig.vocab_size must be >= 0, got {self.vocab_size}.")
+        if self.input_word_vocab_size < 0 or self.input_word_dim < 0:
+            raise ValueError(
+                f"ElmoConfig.input_word_vocab_size and input_word_dim must be >= 0, got "
+                f"{self.input_word_vocab_size} and {self.input_word_dim}."
+            )
+        if (self.input_word_vocab_size > 0) != (self.input_word_dim > 0):
+            raise ValueError(
+                f"ElmoConfig.input_word_vocab_size ({self.input_word_vocab_size}) and input_word_dim "
+                f"({self.input_word_dim}) must both be 0 (no word embeddings) or both be > 0."
+            )
 
 
 __all__ = ["ElmoConfig", "ELMO_PRESETS"]
