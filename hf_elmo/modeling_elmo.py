@@ -5,7 +5,9 @@ Numerically equivalent to AllenNLP's `_ElmoBiLm` (and bilm-tf) for converted wei
 is stateless by default: the LSTM state is passed in and returned explicitly.
 """
 
+import glob
 import math
+import os
 from dataclasses import dataclass
 
 import torch
@@ -73,7 +75,11 @@ class ElmoHighwayLayer(nn.Linear):
 
 
 class ElmoCharacterEncoder(nn.Module):
-    """Words as character ids `(..., C)` -> context-independent token embeddings `(..., P)`."""
+    """Words as character ids `(..., C)` -> context-independent token embeddings `(..., P)`.
+
+    With `config.input_word_dim > 0` (ELMoForManyLangs models) each word's embedding is looked up from its
+    word id too and concatenated before the CNN features, `[word | characters]`, ahead of the projection.
+    """
 
     def __init__(self, config: ElmoConfig):
         super().__init__()
@@ -82,16 +88,22 @@ class ElmoCharacterEncoder(nn.Module):
             nn.Conv1d(config.char_embedding_dim, num, kernel_size=width) for width, num in config.filters
         )
         self.highways = nn.ModuleList(ElmoHighwayLayer(config.num_filters) for _ in range(config.n_highway))
-        self.projection = nn.Linear(config.num_filters, config.projection_dim)
+        self.word_embedding = (
+            nn.Embedding(config.input_word_vocab_size, config.input_word_dim) if config.input_word_dim else None
+        )
+        self.projection = nn.Linear(config.input_word_dim + config.num_filters, config.projection_dim)
         self.activation = torch.tanh if config.activation == "tanh" else F.relu
 
-    def forward(self, char_ids: torch.LongTensor) -> torch.Tensor:
+    def forward(self, char_ids: torch.LongTensor, word_ids: torch.LongTensor | None = None) -> torch.Tensor:
+        """`(..., C)` character ids (and `(...)` word ids with word embeddings) -> `(..., P)`."""
         batch_shape, num_chars = char_ids.shape[:-1], char_ids.shape[-1]
         chars = self.char_embedding(char_ids.reshape(-1, num_chars)).transpose(1, 2)  # (N, e, C)
         # Max over positions, then the activation: equal to activation-then-max since both are monotonic.
         features = torch.cat([self.activation(conv(chars).amax(dim=-1)) for conv in self.convolutions], dim=-1)
         for highway in self.highways:
             features = highway(features)
+        if self.word_embedding is not None:
+            features = torch.cat([self.word_embedding(word_ids.reshape(-1)), features], dim=-1)
         return self.projection(features).reshape(*batch_shape, -1)
 
 
@@ -106,6 +118,7 @@ class ElmoLstmLayer(nn.Module):
         self.cell_dim = config.cell_dim
         self.cell_clip = config.cell_clip
         self.proj_clip = config.proj_clip
+        self.forget_bias = config.forget_bias
         self.input_linearity = nn.Linear(config.projection_dim, 4 * config.cell_dim, bias=False)
         self.state_linearity = nn.Linear(config.projection_dim, 4 * config.cell_dim, bias=True)
         self.state_projection = nn.Linear(config.cell_dim, config.projection_dim, bias=False)
@@ -131,6 +144,8 @@ class ElmoLstmLayer(nn.Module):
         """
         batch_size, seq_len, _ = inputs.shape
         gate_inputs = self.input_linearity(inputs)  # one product for all steps; only W_h h is sequential
+        if self.forget_bias:
+            gate_inputs[..., self.cell_dim : 2 * self.cell_dim] += self.forget_bias
         outputs = [None] * seq_len
         steps = range(seq_len - 1, -1, -1) if reverse else range(seq_len)
         for t in steps:
@@ -187,6 +202,12 @@ class ElmoBiLstm(nn.Module):
         return layer_outputs, (torch.stack(final_hidden), torch.stack(final_memory))
 
 
+_PICKLE_REFUSED = (
+    "ELMo loads weights only from safetensors by default, because a pickle checkpoint (pytorch_model.bin) can run "
+    "code hidden in it while loading. If you trust its origin, pass use_safetensors=False explicitly."
+)
+
+
 class ElmoPreTrainedModel(PreTrainedModel):
     config_class = ElmoConfig
     config: ElmoConfig
@@ -194,6 +215,32 @@ class ElmoPreTrainedModel(PreTrainedModel):
     main_input_name = "input_ids"
     _no_split_modules = ["ElmoBiLstm"]
     _is_stateful = True
+
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path, *model_args, use_safetensors: bool | None = None, **kwargs):
+        """`PreTrainedModel.from_pretrained` that reads weights only from safetensors unless `use_safetensors=False`.
+
+        A pickle checkpoint (`pytorch_model.bin`) is a program that runs while it is read; transformers restricts
+        it with `weights_only`, but that unpickler has had escapes. Loading one therefore needs the explicit
+        `use_safetensors=False` (and is best followed by `save_pretrained`, which writes safetensors).
+        """
+        if use_safetensors is not None:
+            return super().from_pretrained(
+                pretrained_model_name_or_path, *model_args, use_safetensors=use_safetensors, **kwargs
+            )
+        path = str(pretrained_model_name_or_path)
+        folder = os.path.join(path, kwargs.get("subfolder", ""))
+        only_pickles = os.path.isdir(folder) and not glob.glob(os.path.join(folder, "*.safetensors*"))
+        if (os.path.isfile(path) and not path.endswith(".safetensors")) or (
+            only_pickles and glob.glob(os.path.join(folder, "*.bin"))
+        ):
+            raise OSError(f"{path}: {_PICKLE_REFUSED}")
+        try:
+            return super().from_pretrained(pretrained_model_name_or_path, *model_args, use_safetensors=True, **kwargs)
+        except OSError as error:
+            if "use_safetensors" not in str(error):  # a Hub repo without safetensors: transformers' hint misleads
+                raise
+            raise OSError(f"{path}: {_PICKLE_REFUSED}") from None
 
     @torch.no_grad()
     def _init_weights(self, module: nn.Module):
@@ -224,8 +271,10 @@ class ElmoPreTrainedModel(PreTrainedModel):
             bias[1] = 1.0  # forget gate (Jozefowicz et al., 2015)
             init.copy_(module.state_linearity.bias, bias.flatten())
             init.kaiming_uniform_(module.state_projection.weight, a=math.sqrt(5))
+        elif isinstance(module, nn.Embedding):
+            init.normal_(module.weight, std=1.0 / math.sqrt(module.embedding_dim))
         elif isinstance(module, ElmoCharacterEncoder):
-            init.normal_(module.projection.weight, std=math.sqrt(1.0 / config.num_filters))
+            init.normal_(module.projection.weight, std=math.sqrt(1.0 / module.projection.in_features))
             init.zeros_(module.projection.bias)
         elif isinstance(module, nn.Linear):
             super()._init_weights(module)
@@ -257,44 +306,96 @@ class ElmoModel(ElmoPreTrainedModel):
             torch.zeros(config.num_layers, batch_size, 2 * config.cell_dim, dtype=dtype, device=device),
         )
 
-    def _check_inputs(self, input_ids, attention_mask, state) -> torch.BoolTensor:
-        """Validates the inputs and returns the `(B, T)` boolean mask of real positions."""
+    def _check_inputs(self, input_ids, attention_mask, state, input_word_ids=None) -> torch.BoolTensor:
+        """Validates the inputs (`ValueError` naming the problem) and returns the `(B, T)` mask of real positions.
+
+        A `state` is checked against this model's sizes, the batch size, dtype and device; a state from another
+        model with the same `num_layers`, `projection_dim` and `cell_dim` cannot be told apart and is accepted.
+        """
         config = self.config
+        chars = config.max_characters_per_token
         if input_ids is None:
-            raise ValueError("ElmoModel needs input_ids of shape (batch, words, 50): character ids from ElmoTokenizer.")
-        if input_ids.dim() != 3 or input_ids.shape[-1] != config.max_characters_per_token:
+            raise ValueError(f"ElmoModel needs input_ids of shape (batch, words, {chars}): character ids from ElmoTokenizer.")
+        if not isinstance(input_ids, torch.Tensor):
             raise ValueError(
-                f"input_ids must have shape (batch, words, {config.max_characters_per_token}), got "
+                f"input_ids must be a torch.Tensor (tokenizer(..., return_tensors='pt')), got {type(input_ids).__name__}."
+            )
+        if input_ids.dim() != 3 or input_ids.shape[-1] != chars:
+            raise ValueError(
+                f"input_ids must have shape (batch, words, {chars}), got "
                 f"{tuple(input_ids.shape)}; a single sentence needs a batch axis (input_ids[None])."
             )
-        if input_ids.dtype not in (torch.int64, torch.int32, torch.int16, torch.uint8):
+        if input_ids.dtype not in (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8):
             raise ValueError(f"input_ids must hold integer character ids, got dtype {input_ids.dtype}.")
-        if input_ids.shape[0] == 0 or input_ids.shape[1] == 0:
-            raise ValueError(f"input_ids is empty: shape {tuple(input_ids.shape)}.")
+        if input_ids.shape[0] == 0:
+            raise ValueError(f"input_ids is an empty batch: shape {tuple(input_ids.shape)}; pass at least one sentence.")
+        if input_ids.shape[1] == 0:
+            raise ValueError(
+                f"input_ids is empty: shape {tuple(input_ids.shape)} has no positions; every sentence, even an "
+                "empty one, needs its <S> and </S> rows (tokenize with add_special_tokens=True)."
+            )
         low, high = int(input_ids.min()), int(input_ids.max())
         if low < 0 or high >= config.n_characters:
-            raise ValueError(f"input_ids must be in [0, {config.n_characters - 1}], found values in [{low}, {high}].")
+            raise ValueError(
+                f"input_ids must be in [0, {config.n_characters - 1}], found values in [{low}, {high}]; were they "
+                "made by this model's tokenizer?"
+            )
         if attention_mask is None:
             mask = (input_ids > 0).any(dim=-1)
         else:
-            if attention_mask.shape != input_ids.shape[:2]:
+            if not isinstance(attention_mask, torch.Tensor) or attention_mask.shape != input_ids.shape[:2]:
+                got = tuple(attention_mask.shape) if isinstance(attention_mask, torch.Tensor) else type(attention_mask)
                 raise ValueError(
-                    f"attention_mask must have shape {tuple(input_ids.shape[:2])} (batch, words), "
-                    f"got {tuple(attention_mask.shape)}."
+                    f"attention_mask must have shape {tuple(input_ids.shape[:2])} (batch, words), got {got}."
                 )
             mask = attention_mask.bool()
         lengths = mask.sum(dim=1, keepdim=True)
         if not torch.equal(mask, torch.arange(mask.shape[1], device=mask.device) < lengths):
             raise ValueError("ELMo needs right-padded input: every attention_mask row must be ones then zeros.")
+        self._check_word_ids(input_word_ids, input_ids.shape[:2])
         if state is not None:
-            expected = tuple(t.shape for t in self.initial_state(input_ids.shape[0], device="meta"))
-            if not isinstance(state, (tuple, list)) or len(state) != 2 or tuple(t.shape for t in state) != expected:
-                got = tuple(tuple(t.shape) for t in state) if isinstance(state, (tuple, list)) else type(state)
-                raise ValueError(
-                    f"state must be (hidden, memory) of shapes {tuple(map(tuple, expected))} for this model and a "
-                    f"batch of {input_ids.shape[0]}, got {got}."
-                )
+            self._check_state(state, input_ids)
         return mask
+
+    def _check_word_ids(self, input_word_ids, shape: torch.Size):
+        vocab_size = self.config.input_word_vocab_size
+        if not vocab_size:
+            if input_word_ids is not None:
+                raise ValueError(
+                    "input_word_ids given, but this model has no word embeddings (config.input_word_dim = 0); they "
+                    "are read only by models converted from ELMoForManyLangs."
+                )
+            return
+        if not isinstance(input_word_ids, torch.Tensor):
+            raise ValueError(
+                f"This model reads word embeddings beside the characters: pass input_word_ids {tuple(shape)} from its "
+                f"tokenizer, got {type(input_word_ids).__name__}."
+            )
+        if input_word_ids.shape != shape or input_word_ids.is_floating_point() or input_word_ids.dtype == torch.bool:
+            raise ValueError(
+                f"input_word_ids must be integer ids of shape {tuple(shape)} (batch, words), got "
+                f"{tuple(input_word_ids.shape)} of dtype {input_word_ids.dtype}."
+            )
+        low, high = int(input_word_ids.min()), int(input_word_ids.max())
+        if low < 0 or high >= vocab_size:
+            raise ValueError(f"input_word_ids must be in [0, {vocab_size - 1}], found values in [{low}, {high}].")
+
+    def _check_state(self, state, input_ids: torch.Tensor):
+        batch_size = input_ids.shape[0]
+        expected = tuple(tuple(t.shape) for t in self.initial_state(batch_size, device="meta"))
+        is_pair = isinstance(state, (tuple, list)) and len(state) == 2 and all(isinstance(t, torch.Tensor) for t in state)
+        got = tuple(tuple(t.shape) for t in state) if is_pair else type(state).__name__
+        if not is_pair or got != expected:
+            raise ValueError(
+                f"state must be (hidden, memory) of shapes {expected} (num_layers, batch, 2 * projection_dim / "
+                f"2 * cell_dim) for this model and a batch of {batch_size}, got {got}."
+            )
+        dtypes, devices = {t.dtype for t in state}, {t.device for t in state}
+        if dtypes != {self.dtype} or devices != {input_ids.device}:
+            raise ValueError(
+                f"state must be {self.dtype} on {input_ids.device} like the model and input_ids, got "
+                f"{sorted(map(str, dtypes))} on {sorted(map(str, devices))}."
+            )
 
     @can_return_tuple
     def forward(
@@ -305,6 +406,7 @@ class ElmoModel(ElmoPreTrainedModel):
         use_cache: bool | None = None,
         output_hidden_states: bool | None = None,
         return_dict: bool | None = None,
+        input_word_ids: torch.LongTensor | None = None,
     ) -> ElmoModelOutput:
         r"""
         Args:
@@ -317,12 +419,15 @@ class ElmoModel(ElmoPreTrainedModel):
                 everything else in the batch and of earlier calls.
             use_cache (`bool`, *optional*): return the final `state`.
             output_hidden_states (`bool`, *optional*): return all `num_layers + 1` layers.
+            input_word_ids (`torch.LongTensor` of shape `(B, T)`, *optional*): word ids from the tokenizer, needed
+                by (and only by) models with word embeddings (`config.input_word_dim > 0`, ELMoForManyLangs).
         """
-        mask = self._check_inputs(input_ids, attention_mask, state)
+        mask = self._check_inputs(input_ids, attention_mask, state, input_word_ids)
         output_hidden_states = (
             output_hidden_states if output_hidden_states is not None else self.config.output_hidden_states
         )
-        token_embeddings = self.char_encoder(input_ids.long())
+        word_ids = input_word_ids.long() if input_word_ids is not None else None
+        token_embeddings = self.char_encoder(input_ids.long(), word_ids)
         if state is None:
             state = self.initial_state(input_ids.shape[0], dtype=token_embeddings.dtype, device=input_ids.device)
         layer_outputs, final_state = self.encoder(token_embeddings, mask, state)
