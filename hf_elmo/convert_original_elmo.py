@@ -28,6 +28,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from transformers.utils import logging as hf_logging
 
 from .configuration_elmo import ElmoConfig
 from .modeling_elmo import ElmoModel
@@ -393,11 +394,16 @@ def load_model_folder(folder) -> ElmoModel:
     folder = Path(folder)
     if not (folder / "config.json").is_file():
         raise ElmoConversionError(f"{folder}: no config.json (expected a folder written by hf-elmo convert or save_pretrained)")
+    bars = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()  # a bar per load is noise in a command's output
     try:
         model, info = ElmoModel.from_pretrained(folder, output_loading_info=True)
     except Exception as error:  # transformers, safetensors and json each raise their own kinds
         message = " ".join(str(error).split()) or type(error).__name__
         raise ElmoConversionError(f"{folder}: cannot load the model ({message})") from None
+    finally:
+        if bars:
+            hf_logging.enable_progress_bar()
     problems = info.get("missing_keys") or info.get("mismatched_keys")
     if problems:
         raise ElmoConversionError(f"{folder}: the weights lack or mis-size {sorted(map(str, problems))[:5]}")
