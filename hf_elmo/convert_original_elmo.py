@@ -423,15 +423,35 @@ def convert(options_path, weights_path, output_dir, force: bool = False) -> Path
 
 
 def add_arguments(parser: argparse.ArgumentParser):
-    parser.add_argument("--options", required=True, help="options.json of the original model")
-    parser.add_argument("--weights", required=True, help="weights.hdf5 of the original model")
+    parser.add_argument(
+        "--format",
+        choices=("original", "elmoformanylangs"),
+        default="original",
+        help="original: bilm-tf / AllenNLP options.json + weights.hdf5 (default); elmoformanylangs: a HIT-SCIR model folder",
+    )
+    parser.add_argument("--options", help="options.json of the original model")
+    parser.add_argument("--weights", help="weights.hdf5 of the original model")
+    parser.add_argument("--model-dir", help="the ELMoForManyLangs model folder (char.dic, word.dic, *.pkl, config.json)")
+    parser.add_argument("--model-config", help="its model configuration, if the folder lacks the one config.json names")
     parser.add_argument("--output-dir", required=True, help="folder to write (must be empty or absent)")
     parser.add_argument("--force", action="store_true", help="replace a non-empty output folder")
 
 
+def _convert_from_args(args: argparse.Namespace) -> Path:
+    if args.format == "elmoformanylangs":
+        if args.model_dir is None or args.options or args.weights:
+            raise ElmoConversionError("--format elmoformanylangs takes --model-dir (not --options / --weights)")
+        from .convert_elmoformanylangs import convert_elmoformanylangs
+
+        return convert_elmoformanylangs(args.model_dir, args.output_dir, args.model_config, force=args.force)
+    if args.options is None or args.weights is None or args.model_dir or args.model_config:
+        raise ElmoConversionError("--format original takes --options and --weights (not --model-dir / --model-config)")
+    return convert(args.options, args.weights, args.output_dir, force=args.force)
+
+
 def run(args: argparse.Namespace) -> int:
     try:
-        output_dir = convert(args.options, args.weights, args.output_dir, force=args.force)
+        output_dir = _convert_from_args(args)
     except ElmoConversionError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
