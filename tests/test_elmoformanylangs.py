@@ -17,6 +17,7 @@ import torch
 import torch.serialization
 from transformers import AutoModel, AutoTokenizer
 
+from hf_elmo import ElmoTokenizer
 from hf_elmo.cli import main as cli_main
 
 from reference_elmo import lstm_direction, sigmoid
@@ -297,3 +298,42 @@ def test_format_arguments_are_checked(tmp_path, capsys):
     assert "takes --model-dir" in capsys.readouterr().err
     assert cli_main(["convert", "--model-dir", str(tmp_path), "--output-dir", str(tmp_path / "o")]) == 2
     assert "--format original takes --options and --weights" in capsys.readouterr().err
+
+
+# --- the tokenizer's character-vocabulary mode on its own ----------------------------------------
+
+SMALL_CHARS = {c: i + 1 for i, c in enumerate(["a", "b", "<bos>", "<eos>", "<oov>", "<pad>", "<bow>", "<eow>"])}
+SMALL_WORDS = {"<oov>": 0, "<bos>": 1, "<eos>": 2, "<pad>": 3, "ab": 4}
+
+
+def test_vocabulary_tokenizer_pads_decodes_and_round_trips(tmp_path):
+    tokenizer = ElmoTokenizer(char_vocab=SMALL_CHARS, input_word_vocab=SMALL_WORDS)
+    assert (tokenizer.bos_token, tokenizer.eos_token, tokenizer.pad_token_id, tokenizer.vocab_size) == ("<bos>", "<eos>", 0, 9)
+    examples = [tokenizer(words, is_split_into_words=True) for words in (["ab", "c"], ["ab"])]
+    batch = tokenizer.pad(examples, return_tensors="np")
+    assert batch["input_word_ids"].tolist() == [[1, 4, 0, 2], [1, 4, 2, 3]]
+    assert batch["attention_mask"].tolist() == [[1, 1, 1, 1], [1, 1, 1, 0]]
+    assert batch.word_ids(1) == [None, 0, None, None]  # boundary rows recognised without the encoding's spans
+    assert tokenizer.decode(batch["input_ids"][0]) == "<bos> ab \ufffd <eos>"  # c is not in the vocabulary
+    assert tokenizer.decode(batch["input_ids"][1], skip_special_tokens=True) == "ab"
+    tokenizer.save_pretrained(tmp_path)
+    again = AutoTokenizer.from_pretrained(tmp_path)
+    assert again.char_vocabulary.chars == SMALL_CHARS and again.char_vocabulary.words == SMALL_WORDS
+    assert again.model_input_names == ["input_ids", "attention_mask", "input_word_ids"]
+    assert (again.pad(examples, return_tensors="np")["input_ids"] == batch["input_ids"]).all()
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(char_vocab={"a": 1}), r"character vocabulary lacks the special entries \['<bow>', '<eow>', '<pad>'"),
+        (dict(char_vocab={**SMALL_CHARS, "a": 0}), r"entry 'a' -> 0; expected a str -> an int >= 1"),
+        (dict(char_vocab={**SMALL_CHARS, "a": "1"}), r"entry 'a' -> '1'"),
+        (dict(char_vocab=SMALL_CHARS, input_word_vocab={"<oov>": 0}), r"word vocabulary lacks the special entries \['<pad>'"),
+        (dict(input_word_vocab=SMALL_WORDS), "input_word_vocab needs a char_vocab"),
+        (dict(char_vocab_file="/nonexistent/char_vocab.json"), r"char_vocab\.json: cannot read the vocabulary"),
+    ],
+)
+def test_bad_vocabularies_are_refused(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        ElmoTokenizer(**kwargs)
