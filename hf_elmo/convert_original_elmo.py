@@ -1,7 +1,9 @@
 """Convert an original ELMo (bilm-tf / AllenNLP `options.json` + `weights.hdf5`) to a Hugging Face folder.
 
 The output folder holds `config.json`, `model.safetensors`, the tokenizer files and the remote code, and
-loads with `AutoModel.from_pretrained` / `AutoTokenizer.from_pretrained`.
+loads with `AutoModel.from_pretrained` / `AutoTokenizer.from_pretrained`. `--format elmoformanylangs` converts
+a HIT-SCIR model folder instead (`convert_elmoformanylangs.py`); `hf-elmo export` goes the other way with the same
+mapping (`weight_links`).
 
 Mapping (see the spec of the reference implementations):
 - `char_embed` `(n_characters - 1, e)`: as is; the zero row for id 0 is implicit in `ElmoCharacterEmbedding`.

@@ -79,6 +79,7 @@ def test_datasets_equal_the_model_run_sentence_by_sentence(layers, converted_dir
             expected = EXPECTED[layers](alone(model64, line.split()))
             assert f[str(i)].dtype == np.float64 and f[str(i)].shape == expected.shape
             np.testing.assert_allclose(f[str(i)][...], expected, rtol=0, atol=1e-12)
+        assert f["4"] == f["0"], "a repeated line is a hard link to its first dataset"
         index = json.loads(f["sentence_to_index"][0])
     distinct = dict.fromkeys(line.strip() for line in LINES)
     assert index == {line: str(next(i for i, x in enumerate(LINES) if x.strip() == line)) for line in distinct}
@@ -265,6 +266,7 @@ BAD_RUNS = {
                               r"needs 3 values \(one per layer of this model\), got 2"),
     "batch size": (lambda d, p: ["--model", str(d["allennlp"])], b"a\n", ["--batch-size", "0"], r"--batch-size must be >= 1"),
     "no such input": (lambda d, p: ["--model", str(d["allennlp"])], None, [], r"in\.txt: no such input file"),
+    "unknown device": (lambda d, p: ["--model", str(d["allennlp"])], b"a\n", ["--device", "gpu7"], r"unknown device 'gpu7'"),
 }
 
 
@@ -281,6 +283,13 @@ def test_bad_runs_give_one_line_and_leave_nothing(case, converted_dirs, tmp_path
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert code == 2 and err.startswith("error: ") and re.search(message, err), err
     assert sorted(tmp_path.iterdir()) == before and not output.exists()
+
+
+def test_progress_bar_shows_sentences_per_second(converted_dirs, tmp_path, capsys):
+    source = write_lines(tmp_path / "in.txt", LINES)
+    assert cli_main(["embed", str(source), str(tmp_path / "out.hdf5"), "--model", str(converted_dirs["allennlp"]), "--top"]) == 0
+    err = capsys.readouterr().err
+    assert f"{len(LINES)}/{len(LINES)}" in err and "sentences/s" in err
 
 
 def test_existing_output_needs_force(converted_dirs, tmp_path, capsys):
