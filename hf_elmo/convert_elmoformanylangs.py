@@ -27,14 +27,22 @@ Not reproduced: their encoder carries its LSTM state from batch to batch, and th
 order; the converted model is stateless (see `ElmoModel`'s `state` for the carried behaviour).
 """
 
-import json
 import pickle
 from pathlib import Path
 
 import torch
 
 from .configuration_elmo import ElmoConfig
-from .convert_original_elmo import ElmoConversionError, check_output, save_atomically
+from .convert_original_elmo import (
+    ElmoConversionError,
+    check_output,
+    checked_filters,
+    config_or_error,
+    json_field,
+    read_json_object,
+    read_utf8,
+    save_atomically,
+)
 from .modeling_elmo import ElmoModel
 from .tokenization_elmo import (
     VOCAB_BEGINNING_OF_WORD,
@@ -67,34 +75,18 @@ SPECIAL_CHARS = (VOCAB_BOS_TOKEN, VOCAB_EOS_TOKEN, VOCAB_UNKNOWN, VOCAB_PADDING,
 SPECIAL_WORDS = (VOCAB_UNKNOWN, VOCAB_BOS_TOKEN, VOCAB_EOS_TOKEN, VOCAB_PADDING)
 
 
-def _read_json(path: Path, what: str) -> dict:
-    try:
-        value = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ElmoConversionError(f"{path}: no such file ({what})") from None
-    except (OSError, UnicodeDecodeError) as error:
-        raise ElmoConversionError(f"{path}: cannot read {what} ({error})") from None
-    except json.JSONDecodeError as error:
-        raise ElmoConversionError(
-            f"{path}: not valid JSON (line {error.lineno}, column {error.colno}: {error.msg})"
-        ) from None
-    if not isinstance(value, dict):
-        raise ElmoConversionError(f"{path}: expected a JSON object ({what}), got {type(value).__name__}")
-    return value
-
-
 def find_model_config(model_dir: Path, model_config=None) -> tuple[dict, str]:
     """The model configuration and where it came from (a path, or the built-in default)."""
     if model_config is not None:
-        return _read_json(Path(model_config), "model configuration"), str(model_config)
-    training = _read_json(model_dir / "config.json", "training arguments")
+        return read_json_object(Path(model_config), "model configuration file"), str(model_config)
+    training = read_json_object(model_dir / "config.json", "training arguments file")
     config_path = training.get("config_path")
     if not isinstance(config_path, str) or not config_path:
         raise ElmoConversionError(f"{model_dir / 'config.json'}: missing field 'config_path' (use --model-config)")
     name = config_path.replace("\\", "/").rsplit("/", 1)[-1]
     for candidate in (model_dir / config_path, model_dir / name):
         if candidate.is_file():
-            return _read_json(candidate, "model configuration"), str(candidate)
+            return read_json_object(candidate, "model configuration file"), str(candidate)
     if name in DEFAULT_MODEL_CONFIG_NAMES:
         return DEFAULT_MODEL_CONFIG, f"the built-in {name}"
     raise ElmoConversionError(
@@ -107,14 +99,8 @@ def config_from_model_config(model_config: dict, source: str, char_rows: int, wo
     """The `ElmoConfig` of their model configuration, for tables of `char_rows` characters and `word_rows` words."""
 
     def field(path: str, kinds=(int,), default=KeyError):
-        value = model_config
-        for key in path.split("."):
-            if not isinstance(value, dict) or key not in value:
-                if default is not KeyError:
-                    return default
-                raise ElmoConversionError(f"{source}: missing field '{path}'")
-            value = value[key]
-        if isinstance(value, bool) or not isinstance(value, kinds):
+        value = json_field(model_config, path, source, default)
+        if value is not default and (isinstance(value, bool) or not isinstance(value, kinds)):
             raise ElmoConversionError(f"{source}: field '{path}' is {value!r}, expected {'/'.join(k.__name__ for k in kinds)}")
         return value
 
@@ -123,44 +109,33 @@ def config_from_model_config(model_config: dict, source: str, char_rows: int, wo
             raise ElmoConversionError(f"{source}: {path} is {field(path, (str,))!r}; only {expected!r} models are supported")
     if field("token_embedder.char_dim") <= 0:
         raise ElmoConversionError(f"{source}: token_embedder.char_dim is 0 (a word-only model), which is not supported")
-    filters = field("token_embedder.filters", (list,))
-    if not all(isinstance(f, list) and len(f) == 2 and all(type(v) is int and v > 0 for v in f) for f in filters):
-        raise ElmoConversionError(f"{source}: token_embedder.filters must be [width, number] pairs, got {filters!r}")
+    filters = checked_filters(field("token_embedder.filters", (list,)), "token_embedder.filters", source)
     clip = lambda path: field(path, (int, float, type(None)), default=None) or None  # noqa: E731  (0 / null: none)
-    try:
-        return ElmoConfig(
-            char_embedding_dim=field("token_embedder.char_dim"),
-            filters=filters,
-            n_highway=field("token_embedder.n_highway"),
-            activation=field("token_embedder.activation", (str,)),
-            n_characters=char_rows + 1,
-            max_characters_per_token=field("token_embedder.max_characters_per_token"),
-            cell_dim=field("encoder.dim"),
-            projection_dim=field("encoder.projection_dim"),
-            num_layers=field("encoder.n_layers"),
-            cell_clip=clip("encoder.cell_clip"),
-            proj_clip=clip("encoder.proj_clip"),
-            use_skip_connections=True,
-            dropout=field("dropout", (int, float), default=0.1),
-            char_vocabulary=True,
-            input_word_vocab_size=word_rows if field("token_embedder.word_dim") > 0 else 0,
-            input_word_dim=field("token_embedder.word_dim"),
-        )
-    except Exception as error:  # a validator's message, made one line
-        message = str(error).strip().splitlines()[-1].strip()
-        raise ElmoConversionError(f"{source}: {message}") from None
+    return config_or_error(
+        source,
+        char_embedding_dim=field("token_embedder.char_dim"),
+        filters=filters,
+        n_highway=field("token_embedder.n_highway"),
+        activation=field("token_embedder.activation", (str,)),
+        n_characters=char_rows + 1,
+        max_characters_per_token=field("token_embedder.max_characters_per_token"),
+        cell_dim=field("encoder.dim"),
+        projection_dim=field("encoder.projection_dim"),
+        num_layers=field("encoder.n_layers"),
+        cell_clip=clip("encoder.cell_clip"),
+        proj_clip=clip("encoder.proj_clip"),
+        use_skip_connections=True,
+        dropout=field("dropout", (int, float), default=0.1),
+        char_vocabulary=True,
+        input_word_vocab_size=word_rows if field("token_embedder.word_dim") > 0 else 0,
+        input_word_dim=field("token_embedder.word_dim"),
+    )
 
 
 def read_dictionary(path: Path, specials: tuple[str, ...]) -> dict[str, int]:
     """`char.dic` / `word.dic` as their loader reads it (see the module docstring)."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ElmoConversionError(f"{path}: no such file") from None
-    except (OSError, UnicodeDecodeError) as error:
-        raise ElmoConversionError(f"{path}: cannot read as UTF-8 ({error})") from None
     entries = {}
-    for number, line in enumerate(text.splitlines(), start=1):  # their codecs reader splits lines the same way
+    for number, line in enumerate(read_utf8(path, "file").splitlines(), start=1):  # their codecs reader splits lines the same way
         fields = line.strip().split("\t")
         if len(fields) == 1:
             fields.insert(0, "\u3000")

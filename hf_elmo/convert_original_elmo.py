@@ -44,7 +44,8 @@ class ElmoConversionError(ValueError):
     """A problem with the files to convert; the message is one line naming the file and the field."""
 
 
-def _field(options: dict, path: str, source: str, default=KeyError):
+def json_field(options: dict, path: str, source: str, default=KeyError):
+    """`options["a"]["b"]` for the `path` `"a.b"`; `default` if given and missing, else a one-line error."""
     value = options
     for key in path.split("."):
         if not isinstance(value, dict) or key not in value:
@@ -55,71 +56,89 @@ def _field(options: dict, path: str, source: str, default=KeyError):
     return value
 
 
-def load_options(path: str | os.PathLike) -> dict:
-    """Reads `options.json`, with one-line errors for a missing file or bad JSON."""
-    path = Path(path)
+def read_utf8(path: str | os.PathLike, what: str) -> str:
+    """The text of a UTF-8 file, with a one-line error naming the file (`what` it is) if it cannot be read."""
     try:
-        text = path.read_text(encoding="utf-8")
+        return Path(path).read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise ElmoConversionError(f"{path}: no such options file") from None
+        raise ElmoConversionError(f"{path}: no such {what}") from None
     except (OSError, UnicodeDecodeError) as error:
-        raise ElmoConversionError(f"{path}: cannot read options file ({error})") from None
+        raise ElmoConversionError(f"{path}: cannot read {what} ({error})") from None
+
+
+def read_json_object(path: str | os.PathLike, what: str) -> dict:
+    """Reads a JSON object, with one-line errors naming the file (`what` it is) for a missing file or bad JSON."""
+    text = read_utf8(path, what)
     try:
-        options = json.loads(text)
+        value = json.loads(text)
     except json.JSONDecodeError as error:
         raise ElmoConversionError(
             f"{path}: not valid JSON (line {error.lineno}, column {error.colno}: {error.msg})"
         ) from None
-    if not isinstance(options, dict):
-        raise ElmoConversionError(f"{path}: expected a JSON object with 'lstm' and 'char_cnn', got {type(options).__name__}")
-    return options
+    if not isinstance(value, dict):
+        raise ElmoConversionError(f"{path}: expected a JSON object ({what}), got {type(value).__name__}")
+    return value
+
+
+def load_options(path: str | os.PathLike) -> dict:
+    """Reads `options.json`."""
+    return read_json_object(path, "options file")
 
 
 def config_from_options(options: dict, source: str = "options.json") -> ElmoConfig:
     """The `ElmoConfig` described by an original `options.json` dictionary."""
 
     def number(path, kind=int, default=KeyError):
-        value = _field(options, path, source, default)
+        value = json_field(options, path, source, default)
         if value is None or (kind is float and isinstance(value, (int, float)) and not isinstance(value, bool)):
             return value
         if kind is int and isinstance(value, int) and not isinstance(value, bool):
             return value
         raise ElmoConversionError(f"{source}: field '{path}' must be a {kind.__name__}, got {value!r}")
 
-    activation = _field(options, "char_cnn.activation", source)
+    activation = json_field(options, "char_cnn.activation", source)
     if activation not in ("relu", "tanh"):
         raise ElmoConversionError(f"{source}: char_cnn.activation must be 'relu' or 'tanh', got {activation!r}")
-    filters = _field(options, "char_cnn.filters", source)
-    if (
-        not isinstance(filters, list)
-        or not filters
-        or not all(isinstance(f, list) and len(f) == 2 and all(isinstance(v, int) and v > 0 for v in f) for f in filters)
-    ):
-        raise ElmoConversionError(f"{source}: char_cnn.filters must be a list of [width, number] pairs, got {filters!r}")
+    filters = checked_filters(json_field(options, "char_cnn.filters", source), "char_cnn.filters", source)
     max_chars = number("char_cnn.max_characters_per_token", default=50)
     if max_chars != 50:
         raise ElmoConversionError(f"{source}: char_cnn.max_characters_per_token must be 50, got {max_chars}")
     # bilm-tf trains with 261 characters and infers with 262; the weight file is the same.
     n_characters = max(number("char_cnn.n_characters", default=262), 262)
-    skip = _field(options, "lstm.use_skip_connections", source, default=False)
+    skip = json_field(options, "lstm.use_skip_connections", source, default=False)
     if not isinstance(skip, bool):
         raise ElmoConversionError(f"{source}: lstm.use_skip_connections must be true or false, got {skip!r}")
+    return config_or_error(
+        source,
+        char_embedding_dim=number("char_cnn.embedding.dim"),
+        filters=filters,
+        n_highway=number("char_cnn.n_highway"),
+        activation=activation,
+        n_characters=n_characters,
+        cell_dim=number("lstm.dim"),
+        projection_dim=number("lstm.projection_dim"),
+        num_layers=number("lstm.n_layers"),
+        cell_clip=number("lstm.cell_clip", float, default=None) or None,
+        proj_clip=number("lstm.proj_clip", float, default=None) or None,
+        use_skip_connections=skip,
+        forget_bias=TF_FORGET_BIAS,
+    )
+
+
+def checked_filters(filters, path: str, source: str) -> list:
+    """`filters` if it is a non-empty list of `[width, number]` pairs of positive ints, else a one-line error."""
+    if not isinstance(filters, list) or not filters or not all(
+        isinstance(f, list) and len(f) == 2 and all(type(v) is int and v > 0 for v in f) for f in filters
+    ):
+        raise ElmoConversionError(f"{source}: {path} must be a list of [width, number] pairs, got {filters!r}")
+    return filters
+
+
+def config_or_error(source: str, **values) -> ElmoConfig:
+    """`ElmoConfig(**values)`, a validator's complaint made a one-line `ElmoConversionError` naming `source`."""
     try:
-        return ElmoConfig(
-            char_embedding_dim=number("char_cnn.embedding.dim"),
-            filters=filters,
-            n_highway=number("char_cnn.n_highway"),
-            activation=activation,
-            n_characters=n_characters,
-            cell_dim=number("lstm.dim"),
-            projection_dim=number("lstm.projection_dim"),
-            num_layers=number("lstm.n_layers"),
-            cell_clip=number("lstm.cell_clip", float, default=None) or None,
-            proj_clip=number("lstm.proj_clip", float, default=None) or None,
-            use_skip_connections=skip,
-            forget_bias=TF_FORGET_BIAS,
-        )
-    except Exception as error:  # a validator's message, made one line
+        return ElmoConfig(**values)
+    except Exception as error:
         message = str(error).strip().splitlines()[-1].strip()
         raise ElmoConversionError(f"{source}: {message}") from None
 
