@@ -129,9 +129,13 @@ class ElmoConfig(PreTrainedConfig):
                     f"ElmoConfig.filters width {f[0]} exceeds max_characters_per_token={self.max_characters_per_token}."
                 )
         if self.char_vocabulary and self.n_characters < 2:
-            raise ValueError(f"ElmoConfig.n_characters must be >= 2 (padding + one character), got {self.n_characters}.")
+            raise ValueError(
+                f"ElmoConfig.n_characters must be >= 2 (padding + one character), got {self.n_characters}."
+            )
         if not self.char_vocabulary and self.n_characters < 262:
-            raise ValueError(f"ElmoConfig.n_characters must be >= 262 (UTF-8 bytes + specials), got {self.n_characters}.")
+            raise ValueError(
+                f"ElmoConfig.n_characters must be >= 262 (UTF-8 bytes + specials), got {self.n_characters}."
+            )
         if self.max_characters_per_token != 50:
             raise ValueError(
                 f"ElmoConfig.max_characters_per_token must be 50 (fixed by the character mapper), "

@@ -71,7 +71,14 @@ DEFAULT_MODEL_CONFIG = {
 """The model configuration their package ships under both names below (one file, two names)."""
 DEFAULT_MODEL_CONFIG_NAMES = ("cnn_50_100_512_4096_sample.json", "cnn_0_100_512_4096_sample.json")
 
-SPECIAL_CHARS = (VOCAB_BOS_TOKEN, VOCAB_EOS_TOKEN, VOCAB_UNKNOWN, VOCAB_PADDING, VOCAB_BEGINNING_OF_WORD, VOCAB_END_OF_WORD)
+SPECIAL_CHARS = (
+    VOCAB_BOS_TOKEN,
+    VOCAB_EOS_TOKEN,
+    VOCAB_UNKNOWN,
+    VOCAB_PADDING,
+    VOCAB_BEGINNING_OF_WORD,
+    VOCAB_END_OF_WORD,
+)
 SPECIAL_WORDS = (VOCAB_UNKNOWN, VOCAB_BOS_TOKEN, VOCAB_EOS_TOKEN, VOCAB_PADDING)
 
 
@@ -101,12 +108,16 @@ def config_from_model_config(model_config: dict, source: str, char_rows: int, wo
     def field(path: str, kinds=(int,), default=KeyError):
         value = json_field(model_config, path, source, default)
         if value is not default and (isinstance(value, bool) or not isinstance(value, kinds)):
-            raise ElmoConversionError(f"{source}: field '{path}' is {value!r}, expected {'/'.join(k.__name__ for k in kinds)}")
+            raise ElmoConversionError(
+                f"{source}: field '{path}' is {value!r}, expected {'/'.join(k.__name__ for k in kinds)}"
+            )
         return value
 
     for path, expected in (("encoder.name", "elmo"), ("token_embedder.name", "cnn")):
         if field(path, (str,)) != expected:
-            raise ElmoConversionError(f"{source}: {path} is {field(path, (str,))!r}; only {expected!r} models are supported")
+            raise ElmoConversionError(
+                f"{source}: {path} is {field(path, (str,))!r}; only {expected!r} models are supported"
+            )
     if field("token_embedder.char_dim") <= 0:
         raise ElmoConversionError(f"{source}: token_embedder.char_dim is 0 (a word-only model), which is not supported")
     filters = checked_filters(field("token_embedder.filters", (list,)), "token_embedder.filters", source)
@@ -135,7 +146,9 @@ def config_from_model_config(model_config: dict, source: str, char_rows: int, wo
 def read_dictionary(path: Path, specials: tuple[str, ...]) -> dict[str, int]:
     """`char.dic` / `word.dic` as their loader reads it (see the module docstring)."""
     entries = {}
-    for number, line in enumerate(read_utf8(path, "file").splitlines(), start=1):  # their codecs reader splits lines the same way
+    for number, line in enumerate(
+        read_utf8(path, "file").splitlines(), start=1
+    ):  # their codecs reader splits lines the same way
         fields = line.strip().split("\t")
         if len(fields) == 1:
             fields.insert(0, "\u3000")
@@ -143,7 +156,9 @@ def read_dictionary(path: Path, specials: tuple[str, ...]) -> dict[str, int]:
             token, index = fields
             entries[token] = int(index)
         except ValueError:
-            raise ElmoConversionError(f"{path}: line {number} is {line!r}, expected an entry, a tab and an id") from None
+            raise ElmoConversionError(
+                f"{path}: line {number} is {line!r}, expected an entry, a tab and an id"
+            ) from None
     missing = [token for token in specials if token not in entries]
     if missing:
         raise ElmoConversionError(f"{path}: lacks the special entries {missing}")
@@ -207,18 +222,31 @@ def load_elmoformanylangs(model_dir, model_config=None) -> tuple[ElmoModel, Elmo
     for k, (width, num) in enumerate(config.filters):
         expected.update({f"convolutions.{k}.weight": (num, e, width), f"convolutions.{k}.bias": (num,)})
     for j in range(config.n_highway):
-        expected.update({f"highways._layers.{j}.weight": (2 * n_filters, n_filters), f"highways._layers.{j}.bias": (2 * n_filters,)})
+        expected.update(
+            {f"highways._layers.{j}.weight": (2 * n_filters, n_filters), f"highways._layers.{j}.bias": (2 * n_filters,)}
+        )
     expected.update({"projection.weight": (P, config.input_word_dim + n_filters), "projection.bias": (P,)})
     embedder = _take(embedder, embedder_path, expected, source)
-    cell = {"input_linearity.weight": (4 * D, P), "state_linearity.weight": (4 * D, P),
-            "state_linearity.bias": (4 * D,), "state_projection.weight": (P, D)}
-    expected = {f"{direction}_layer_{layer}.{name}": shape for layer in range(config.num_layers)
-                for direction in ("forward", "backward") for name, shape in cell.items()}
+    cell = {
+        "input_linearity.weight": (4 * D, P),
+        "state_linearity.weight": (4 * D, P),
+        "state_linearity.bias": (4 * D,),
+        "state_projection.weight": (P, D),
+    }
+    expected = {
+        f"{direction}_layer_{layer}.{name}": shape
+        for layer in range(config.num_layers)
+        for direction in ("forward", "backward")
+        for name, shape in cell.items()
+    }
     encoder = _take(encoder, encoder_path, expected, source)
 
     chars = read_dictionary(model_dir / "char.dic", SPECIAL_CHARS)
     words = read_dictionary(model_dir / "word.dic", SPECIAL_WORDS) if config.input_word_dim else None
-    for name, vocabulary, rows in (("char.dic", chars, config.n_characters - 1), ("word.dic", words, config.input_word_vocab_size)):
+    for name, vocabulary, rows in (
+        ("char.dic", chars, config.n_characters - 1),
+        ("word.dic", words, config.input_word_vocab_size),
+    ):
         if vocabulary is not None and not all(0 <= index < rows for index in vocabulary.values()):
             raise ElmoConversionError(
                 f"{model_dir / name}: ids must be in [0, {rows - 1}] (rows of the embedding table), found "

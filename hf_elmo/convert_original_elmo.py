@@ -414,7 +414,9 @@ def load_model_folder(folder) -> ElmoModel:
     them with random values)."""
     folder = Path(folder)
     if not (folder / "config.json").is_file():
-        raise ElmoConversionError(f"{folder}: no config.json (expected a folder written by hf-elmo convert or save_pretrained)")
+        raise ElmoConversionError(
+            f"{folder}: no config.json (expected a folder written by hf-elmo convert or save_pretrained)"
+        )
     bars = hf_logging.is_progress_bar_enabled()
     hf_logging.disable_progress_bar()  # a bar per load is noise in a command's output
     try:
@@ -448,11 +450,12 @@ def add_arguments(parser: argparse.ArgumentParser):
         "--format",
         choices=("original", "elmoformanylangs"),
         default="original",
-        help="original: bilm-tf / AllenNLP options.json + weights.hdf5 (default); elmoformanylangs: a HIT-SCIR model folder",
+        help="original: bilm-tf / AllenNLP options.json + weights.hdf5 (default); elmoformanylangs: a HIT-SCIR "
+        "model folder",
     )
     parser.add_argument("--options", help="options.json of the original model")
     parser.add_argument("--weights", help="weights.hdf5 of the original model")
-    parser.add_argument("--model-dir", help="the ELMoForManyLangs model folder (char.dic, word.dic, *.pkl, config.json)")
+    parser.add_argument("--model-dir", help="ELMoForManyLangs model folder (char.dic, word.dic, *.pkl, config.json)")
     parser.add_argument("--model-config", help="its model configuration, if the folder lacks the one config.json names")
     parser.add_argument("--output-dir", required=True, help="folder to write (must be empty or absent)")
     parser.add_argument("--force", action="store_true", help="replace a non-empty output folder")

@@ -38,7 +38,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .convert_original_elmo import ElmoConversionError, check_output, load_model_folder, load_original_elmo, save_atomically
+from .convert_original_elmo import (
+    ElmoConversionError,
+    check_output,
+    load_model_folder,
+    load_original_elmo,
+    save_atomically,
+)
 from .tokenization_elmo import ElmoTokenizer
 
 WINDOW_BATCHES = 16
@@ -221,27 +227,37 @@ def _raise_keyboard_interrupt(signum, frame):
 
 
 def add_arguments(parser: argparse.ArgumentParser):
-    parser.add_argument("input", help="UTF-8 text, one sentence per line (whitespace-tokenised unless --raw); - for stdin")
+    parser.add_argument(
+        "input", help="UTF-8 text, one sentence per line (whitespace-tokenised unless --raw); - for stdin"
+    )
     parser.add_argument("output", help="HDF5 file to write")
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--model", help="folder written by hf-elmo convert or save_pretrained")
     source.add_argument("--options", help="original options.json (with --weights), instead of --model")
     parser.add_argument("--weights", help="original weights.hdf5, with --options")
     layers = parser.add_mutually_exclusive_group(required=True)
-    layers.add_argument("--all", dest="layers", action="store_const", const="all", help="all layers: (L+1, n_words, 2P)")
+    layers.add_argument(
+        "--all", dest="layers", action="store_const", const="all", help="all layers: (L+1, n_words, 2P)"
+    )
     layers.add_argument("--top", dest="layers", action="store_const", const="top", help="top layer: (n_words, 2P)")
     layers.add_argument("--average", dest="layers", action="store_const", const="average", help="mean of all layers")
     layers.add_argument(
-        "--scalar-mix-weights", type=float, nargs="+", metavar="W",
-        help="fixed mix sum_k softmax(W)_k layer_k: one unnormalised weight per layer, as AllenNLP's scalar_mix_parameters",
+        "--scalar-mix-weights",
+        type=float,
+        nargs="+",
+        metavar="W",
+        help="fixed mix sum_k softmax(W)_k layer_k: one unnormalised weight per layer, as AllenNLP's "
+        "scalar_mix_parameters",
     )
     parser.add_argument("--batch-size", type=int, default=64, help="sentences per batch (default 64)")
     parser.add_argument("--device", default=None, help="torch device, e.g. cpu or cuda:0 (default: cuda if available)")
     parser.add_argument("--dtype", choices=sorted(DTYPES), default="float32", help="dtype the model runs in")
     parser.add_argument("--raw", action="store_true", help="split raw text into words with the tokenizer")
     parser.add_argument(
-        "--carry-state", action="store_true",
-        help="the original stateful behaviour: each batch row continues the LSTM state of the same row of the previous batch",
+        "--carry-state",
+        action="store_true",
+        help="the original stateful behaviour: each batch row continues the LSTM state of the same row of the "
+        "previous batch",
     )
     parser.add_argument("--forget-sentences", action="store_true", help="do not write the sentence_to_index map")
     parser.add_argument("--force", action="store_true", help="replace an existing output file")

@@ -315,10 +315,13 @@ class ElmoModel(ElmoPreTrainedModel):
         config = self.config
         chars = config.max_characters_per_token
         if input_ids is None:
-            raise ValueError(f"ElmoModel needs input_ids of shape (batch, words, {chars}): character ids from ElmoTokenizer.")
+            raise ValueError(
+                f"ElmoModel needs input_ids of shape (batch, words, {chars}): character ids from ElmoTokenizer."
+            )
         if not isinstance(input_ids, torch.Tensor):
             raise ValueError(
-                f"input_ids must be a torch.Tensor (tokenizer(..., return_tensors='pt')), got {type(input_ids).__name__}."
+                "input_ids must be a torch.Tensor (tokenizer(..., return_tensors='pt')), got "
+                f"{type(input_ids).__name__}."
             )
         if input_ids.dim() != 3 or input_ids.shape[-1] != chars:
             raise ValueError(
@@ -328,7 +331,9 @@ class ElmoModel(ElmoPreTrainedModel):
         if input_ids.dtype not in (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8):
             raise ValueError(f"input_ids must hold integer character ids, got dtype {input_ids.dtype}.")
         if input_ids.shape[0] == 0:
-            raise ValueError(f"input_ids is an empty batch: shape {tuple(input_ids.shape)}; pass at least one sentence.")
+            raise ValueError(
+                f"input_ids is an empty batch: shape {tuple(input_ids.shape)}; pass at least one sentence."
+            )
         if input_ids.shape[1] == 0:
             raise ValueError(
                 f"input_ids is empty: shape {tuple(input_ids.shape)} has no positions; every sentence, even an "
@@ -383,7 +388,8 @@ class ElmoModel(ElmoPreTrainedModel):
     def _check_state(self, state, input_ids: torch.Tensor):
         batch_size = input_ids.shape[0]
         expected = tuple(tuple(t.shape) for t in self.initial_state(batch_size, device="meta"))
-        is_pair = isinstance(state, (tuple, list)) and len(state) == 2 and all(isinstance(t, torch.Tensor) for t in state)
+        is_pair = isinstance(state, (tuple, list)) and len(state) == 2
+        is_pair = is_pair and all(isinstance(t, torch.Tensor) for t in state)
         got = tuple(tuple(t.shape) for t in state) if is_pair else type(state).__name__
         if not is_pair or got != expected:
             raise ValueError(

@@ -202,7 +202,8 @@ class CharacterVocabulary:
         self.chars = _check_ids(chars, "the character vocabulary", required, lowest=1)
         self.words = None
         if words is not None:
-            self.words = _check_ids(words, "the word vocabulary", (VOCAB_PADDING, VOCAB_UNKNOWN, bos_token, eos_token), 0)
+            required = (VOCAB_PADDING, VOCAB_UNKNOWN, bos_token, eos_token)
+            self.words = _check_ids(words, "the word vocabulary", required, lowest=0)
         self.bos_token, self.eos_token = bos_token, eos_token
         self.size = max(self.chars.values()) + 1
         self._unknown = self.chars[VOCAB_UNKNOWN]
@@ -493,7 +494,8 @@ class ElmoTokenizer(PreTrainedTokenizer):
             self._ids_to_tokens = {index: token for token, index in self._vocab.items()}
             if input_word_vocab is not None:
                 self.model_input_names = [*self.model_input_names, "input_word_ids"]
-        super().__init__(bos_token=bos_token or BOS_TOKEN, eos_token=eos_token or EOS_TOKEN, pad_token=pad_token, **kwargs)
+        bos_token, eos_token = bos_token or BOS_TOKEN, eos_token or EOS_TOKEN
+        super().__init__(bos_token=bos_token, eos_token=eos_token, pad_token=pad_token, **kwargs)
         if self.pad_token_id != PADDING_WORD_ID:
             raise ValueError(f"ElmoTokenizer needs a pad token with id 0, got {self.pad_token!r}")
 
@@ -584,7 +586,10 @@ class ElmoTokenizer(PreTrainedTokenizer):
         # UTF-8 byte ids are fixed by the algorithm: tokenizer_config.json is all that is needed then.
         if self.char_vocabulary is None:
             return ()
-        vocabularies = {"char_vocab_file": self.char_vocabulary.chars, "input_word_vocab_file": self.char_vocabulary.words}
+        vocabularies = {
+            "char_vocab_file": self.char_vocabulary.chars,
+            "input_word_vocab_file": self.char_vocabulary.words,
+        }
         paths = []
         for key, vocabulary in vocabularies.items():
             if vocabulary is not None:
@@ -754,8 +759,9 @@ class ElmoTokenizer(PreTrainedTokenizer):
         word_counts = np.array([len(words) for words in sentences], dtype=np.int64)
         flat_words = [word for words in sentences for word in words]
         lengths = word_counts + n_special
+        flat_rows = self._words_to_rows(flat_words)
         input_ids, attention_mask = self._assemble(
-            self._words_to_rows(flat_words), word_counts, add_special_tokens, padding_strategy, max_length, pad_to_multiple_of
+            flat_rows, word_counts, add_special_tokens, padding_strategy, max_length, pad_to_multiple_of
         )
         positions = input_ids.shape[1]
 
@@ -975,7 +981,8 @@ class ElmoTokenizer(PreTrainedTokenizer):
         rows = [self._as_rows(example) for example in examples["input_ids"]]
         batch_size = len(rows)
         for key, value in examples.items():
-            if key in ("attention_mask", "token_type_ids", "special_tokens_mask", "input_word_ids") and len(value) != batch_size:
+            per_position = ("attention_mask", "token_type_ids", "special_tokens_mask", "input_word_ids")
+            if key in per_position and len(value) != batch_size:
                 raise ValueError(f"Feature `{key}` has {len(value)} entries but there are {batch_size} examples")
         lengths = np.array([r.shape[0] for r in rows], dtype=np.int64)
         positions = self._target_length(lengths, padding_strategy, max_length, pad_to_multiple_of)

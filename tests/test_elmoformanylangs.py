@@ -30,8 +30,15 @@ WORDS = ["the", "cat", "naïve", "日本語", ("ab" * 30)[:48]]  # the 48-charac
 CONFIG = {
     # clips lower than the released 3 so that these small random weights reach them
     "encoder": {"name": "elmo", "projection_dim": 8, "cell_clip": 1.0, "proj_clip": 0.5, "dim": 16, "n_layers": 2},
-    "token_embedder": {"name": "cnn", "activation": "relu", "filters": [[1, 2], [2, 2], [3, 4]], "n_highway": 2,
-                       "word_dim": 5, "char_dim": 4, "max_characters_per_token": 50},
+    "token_embedder": {
+        "name": "cnn",
+        "activation": "relu",
+        "filters": [[1, 2], [2, 2], [3, 4]],
+        "n_highway": 2,
+        "word_dim": 5,
+        "char_dim": 4,
+        "max_characters_per_token": 50,
+    },
     "classifier": {"name": "sampled_softmax", "n_samples": 8192},
     "dropout": 0.1,
 }
@@ -67,8 +74,15 @@ def build_model_folder(folder, seed=0):
     words = ["<oov>", "<bos>", "<eos>", "<pad>", *WORDS]
     (folder / "word.dic").write_text("".join(f"{w}\t{i}\n" for i, w in enumerate(words)), encoding="utf-8")
     (folder / CONFIG_NAME).write_text(json.dumps(CONFIG))
-    training = {"seed": 1, "gpu": 0, "train_path": "/data/elmo_stand_in/train.txt", "valid_path": None,
-                "test_path": None, "config_path": f"/data/elmo_stand_in/{CONFIG_NAME}", "word_embedding": None}
+    training = {
+        "seed": 1,
+        "gpu": 0,
+        "train_path": "/data/elmo_stand_in/train.txt",
+        "valid_path": None,
+        "test_path": None,
+        "config_path": f"/data/elmo_stand_in/{CONFIG_NAME}",
+        "word_embedding": None,
+    }
     (folder / "config.json").write_text(json.dumps(training))
 
     generator = torch.Generator().manual_seed(seed)
@@ -85,7 +99,9 @@ def build_model_folder(folder, seed=0):
         embedder[f"convolutions.{k}.bias"] = randn(num, scale=0.1)
     for j in range(tok["n_highway"]):
         embedder[f"highways._layers.{j}.weight"] = randn(2 * F, F, scale=F**-0.5)
-        embedder[f"highways._layers.{j}.bias"] = randn(2 * F, scale=0.1) + torch.cat([torch.zeros(F), torch.full((F,), 0.5)])
+        embedder[f"highways._layers.{j}.bias"] = randn(2 * F, scale=0.1) + torch.cat(
+            [torch.zeros(F), torch.full((F,), 0.5)]
+        )
     embedder["projection.weight"] = randn(P, W + F, scale=2 * (W + F) ** -0.5)
     embedder["projection.bias"] = randn(P, scale=0.1)
     encoder = collections.OrderedDict()
@@ -95,7 +111,8 @@ def build_model_folder(folder, seed=0):
             encoder[f"{prefix}.input_linearity.weight"] = randn(4 * D, P, scale=2 * P**-0.5)
             encoder[f"{prefix}.state_linearity.weight"] = randn(4 * D, P, scale=2 * P**-0.5)
             encoder[f"{prefix}.state_linearity.bias"] = randn(4 * D, scale=0.1) + torch.cat(
-                [torch.zeros(D), torch.full((D,), 1.5), torch.zeros(2 * D)])
+                [torch.zeros(D), torch.full((D,), 1.5), torch.zeros(2 * D)]
+            )
             encoder[f"{prefix}.state_projection.weight"] = randn(P, D, scale=2 * D**-0.5)
     save_legacy_cuda(embedder, folder / "token_embedder.pkl")
     save_legacy_cuda(encoder, folder / "encoder.pkl")
@@ -145,7 +162,10 @@ def their_layers(folder, words):
         embedded.append(embedder["projection.weight"] @ h + embedder["projection.bias"])
     x = np.stack(embedded)
     cell = SimpleNamespace(
-        cell_dim=enc["dim"], projection_dim=enc["projection_dim"], cell_clip=enc["cell_clip"], proj_clip=enc["proj_clip"]
+        cell_dim=enc["dim"],
+        projection_dim=enc["projection_dim"],
+        cell_clip=enc["cell_clip"],
+        proj_clip=enc["proj_clip"],
     )
     P, D = enc["projection_dim"], enc["dim"]
     layers, forward_in, backward_in = [np.concatenate([x, x], axis=-1)], x, x
@@ -185,7 +205,9 @@ def test_hand_derived_ids(converted, their_folder):
     chars = {c: i for i, c in enumerate(characters())}
     shifted = lambda *names: [chars[n] + 1 for n in names]  # noqa: E731  (ids in input_ids are char.dic ids + 1)
     bow, eow, pad, oov = shifted("<bow>", "<eow>", "<pad>", "<oov>")
-    enc = tokenizer([["cat", "<bos>", "zé", "ab" * 30, IDEOGRAPHIC_SPACE]], is_split_into_words=True, return_tensors="np")
+    enc = tokenizer(
+        [["cat", "<bos>", "zé", "ab" * 30, IDEOGRAPHIC_SPACE]], is_split_into_words=True, return_tensors="np"
+    )
     rows = enc["input_ids"][0]
     assert rows.shape == (7, 50)
     assert rows[0].tolist() == [bow, *shifted("<bos>"), eow] + [pad] * 47
@@ -221,8 +243,22 @@ def test_converted_model_matches_their_computation(converted, their_folder):
 def test_embed_reads_word_ids_too(converted, their_folder, tmp_path):
     (tmp_path / "in.txt").write_text("the cat sat\n日本語 😀\n", encoding="utf-8")
     output = tmp_path / "out.hdf5"
-    assert cli_main(["embed", str(tmp_path / "in.txt"), str(output), "--model", str(converted), "--all",
-                     "--dtype", "float64", "--quiet"]) == 0
+    assert (
+        cli_main(
+            [
+                "embed",
+                str(tmp_path / "in.txt"),
+                str(output),
+                "--model",
+                str(converted),
+                "--all",
+                "--dtype",
+                "float64",
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     with h5py.File(output, "r") as f:
         for i, words in enumerate([["the", "cat", "sat"], ["日本語", "😀"]]):
             np.testing.assert_allclose(f[str(i)][...], their_layers(their_folder, words), rtol=0, atol=1e-10)
@@ -234,12 +270,23 @@ def test_default_model_config_is_used_when_the_folder_lacks_it(their_folder, tmp
     (folder / CONFIG_NAME).unlink()
     training = json.loads((folder / "config.json").read_text())
     (folder / "config.json").write_text(json.dumps({**training, "config_path": "/x/cnn_50_100_512_4096_sample.json"}))
-    args = ["convert", "--format", "elmoformanylangs", "--model-dir", str(folder), "--output-dir", str(tmp_path / "out")]
+    args = [
+        "convert",
+        "--format",
+        "elmoformanylangs",
+        "--model-dir",
+        str(folder),
+        "--output-dir",
+        str(tmp_path / "out"),
+    ]
     assert cli_main(args) == 2
     # The released default (char_dim 50) does not fit this small model: the error says where the config came from.
     err = capsys.readouterr().err.strip()
-    assert re.search(r"token_embedder\.pkl: keys do not match the model configuration \(the built-in "
-                     r"cnn_50_100_512_4096_sample\.json; .*--model-config\): missing \['convolutions\.3\.bias'", err), err
+    assert re.search(
+        r"token_embedder\.pkl: keys do not match the model configuration \(the built-in "
+        r"cnn_50_100_512_4096_sample\.json; .*--model-config\): missing \['convolutions\.3\.bias'",
+        err,
+    ), err
     assert cli_main([*args, "--model-config", str(their_folder / CONFIG_NAME)]) == 0
 
 
@@ -261,20 +308,40 @@ def _edit_state(name, edit):
 
 
 DAMAGES = {
-    "truncated pickle": (_edit_file("encoder.pkl", lambda b: b[: len(b) // 2]), r"encoder\.pkl: not a readable torch checkpoint"),
-    "not a pickle": (_edit_file("token_embedder.pkl", lambda b: b"PK\x03\x04garbage"), r"token_embedder\.pkl: not a readable"),
+    "truncated pickle": (
+        _edit_file("encoder.pkl", lambda b: b[: len(b) // 2]),
+        r"encoder\.pkl: not a readable torch checkpoint",
+    ),
+    "not a pickle": (
+        _edit_file("token_embedder.pkl", lambda b: b"PK\x03\x04garbage"),
+        r"token_embedder\.pkl: not a readable",
+    ),
     "bad training config": (_edit_file("config.json", lambda b: b[:-3]), r"config\.json: not valid JSON"),
-    "bad model config": (_edit_file(CONFIG_NAME, lambda b: b.replace(b'"elmo"', b'"lstm"')),
-                         r"encoder\.name is 'lstm'; only 'elmo' models are supported"),
+    "bad model config": (
+        _edit_file(CONFIG_NAME, lambda b: b.replace(b'"elmo"', b'"lstm"')),
+        r"encoder\.name is 'lstm'; only 'elmo' models are supported",
+    ),
     "blank line in char.dic": (_edit_file("char.dic", lambda b: b"\n" + b), r"char\.dic: line 1 is ''"),
-    "id past the table": (_edit_file("char.dic", lambda b: b + "Ω\t99\n".encode()), r"char\.dic: ids must be in \[0, 33\] \(rows of the embedding table\), found \[0, 99\]"),
-    "missing special": (_edit_file("word.dic", lambda b: b.replace(b"<pad>\t3\n", b"")), r"word\.dic: lacks the special entries \['<pad>'\]"),
-    "missing key": (_edit_state("encoder.pkl", lambda s: s.pop("backward_layer_1.state_projection.weight")),
-                    r"encoder\.pkl: keys do not match .* missing \['backward_layer_1\.state_projection\.weight'\]"),
-    "wrong shape": (_edit_state("token_embedder.pkl", lambda s: s.update({"projection.bias": torch.zeros(7)})),
-                    r"'projection\.bias' has shape \(7,\), expected \(8,\)"),
-    "not finite": (_edit_state("token_embedder.pkl", lambda s: s["convolutions.1.bias"].__setitem__(0, float("nan"))),
-                   r"'convolutions\.1\.bias' must hold finite floats"),
+    "id past the table": (
+        _edit_file("char.dic", lambda b: b + "Ω\t99\n".encode()),
+        r"char\.dic: ids must be in \[0, 33\] \(rows of the embedding table\), found \[0, 99\]",
+    ),
+    "missing special": (
+        _edit_file("word.dic", lambda b: b.replace(b"<pad>\t3\n", b"")),
+        r"word\.dic: lacks the special entries \['<pad>'\]",
+    ),
+    "missing key": (
+        _edit_state("encoder.pkl", lambda s: s.pop("backward_layer_1.state_projection.weight")),
+        r"encoder\.pkl: keys do not match .* missing \['backward_layer_1\.state_projection\.weight'\]",
+    ),
+    "wrong shape": (
+        _edit_state("token_embedder.pkl", lambda s: s.update({"projection.bias": torch.zeros(7)})),
+        r"'projection\.bias' has shape \(7,\), expected \(8,\)",
+    ),
+    "not finite": (
+        _edit_state("token_embedder.pkl", lambda s: s["convolutions.1.bias"].__setitem__(0, float("nan"))),
+        r"'convolutions\.1\.bias' must hold finite floats",
+    ),
     "missing file": (lambda folder: (folder / "word.dic").unlink(), r"word\.dic: no such file"),
 }
 
@@ -286,7 +353,15 @@ def test_damaged_folders_give_one_line_and_leave_nothing(case, their_folder, tmp
     shutil.copytree(their_folder, folder)
     damage(folder)
     before = sorted(tmp_path.iterdir())
-    args = ["convert", "--format", "elmoformanylangs", "--model-dir", str(folder), "--output-dir", str(tmp_path / "out")]
+    args = [
+        "convert",
+        "--format",
+        "elmoformanylangs",
+        "--model-dir",
+        str(folder),
+        "--output-dir",
+        str(tmp_path / "out"),
+    ]
     assert cli_main(args) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: ") and "\n" not in err and re.search(message, err), err
@@ -294,7 +369,12 @@ def test_damaged_folders_give_one_line_and_leave_nothing(case, their_folder, tmp
 
 
 def test_format_arguments_are_checked(tmp_path, capsys):
-    assert cli_main(["convert", "--format", "elmoformanylangs", "--options", "o.json", "--output-dir", str(tmp_path / "o")]) == 2
+    assert (
+        cli_main(
+            ["convert", "--format", "elmoformanylangs", "--options", "o.json", "--output-dir", str(tmp_path / "o")]
+        )
+        == 2
+    )
     assert "takes --model-dir" in capsys.readouterr().err
     assert cli_main(["convert", "--model-dir", str(tmp_path), "--output-dir", str(tmp_path / "o")]) == 2
     assert "--format original takes --options and --weights" in capsys.readouterr().err
@@ -308,7 +388,12 @@ SMALL_WORDS = {"<oov>": 0, "<bos>": 1, "<eos>": 2, "<pad>": 3, "ab": 4}
 
 def test_vocabulary_tokenizer_pads_decodes_and_round_trips(tmp_path):
     tokenizer = ElmoTokenizer(char_vocab=SMALL_CHARS, input_word_vocab=SMALL_WORDS)
-    assert (tokenizer.bos_token, tokenizer.eos_token, tokenizer.pad_token_id, tokenizer.vocab_size) == ("<bos>", "<eos>", 0, 9)
+    assert (tokenizer.bos_token, tokenizer.eos_token, tokenizer.pad_token_id, tokenizer.vocab_size) == (
+        "<bos>",
+        "<eos>",
+        0,
+        9,
+    )
     examples = [tokenizer(words, is_split_into_words=True) for words in (["ab", "c"], ["ab"])]
     batch = tokenizer.pad(examples, return_tensors="np")
     assert batch["input_word_ids"].tolist() == [[1, 4, 0, 2], [1, 4, 2, 3]]
@@ -329,7 +414,10 @@ def test_vocabulary_tokenizer_pads_decodes_and_round_trips(tmp_path):
         (dict(char_vocab={"a": 1}), r"character vocabulary lacks the special entries \['<bow>', '<eow>', '<pad>'"),
         (dict(char_vocab={**SMALL_CHARS, "a": 0}), r"entry 'a' -> 0; expected a str -> an int >= 1"),
         (dict(char_vocab={**SMALL_CHARS, "a": "1"}), r"entry 'a' -> '1'"),
-        (dict(char_vocab=SMALL_CHARS, input_word_vocab={"<oov>": 0}), r"word vocabulary lacks the special entries \['<pad>'"),
+        (
+            dict(char_vocab=SMALL_CHARS, input_word_vocab={"<oov>": 0}),
+            r"word vocabulary lacks the special entries \['<pad>'",
+        ),
         (dict(input_word_vocab=SMALL_WORDS), "input_word_vocab needs a char_vocab"),
         (dict(char_vocab_file="/nonexistent/char_vocab.json"), r"char_vocab\.json: cannot read the vocabulary"),
     ],

@@ -72,7 +72,9 @@ EXPECTED = {
 @pytest.mark.parametrize("layers", EXPECTED)
 def test_datasets_equal_the_model_run_sentence_by_sentence(layers, converted_dirs, model64, tmp_path):
     extra = ["0.5", "-1.0", "2.0"] if layers == "--scalar-mix-weights" else []
-    output = embed(tmp_path, converted_dirs["allennlp"], LINES, layers, *extra, "--batch-size", "2", "--dtype", "float64")
+    output = embed(
+        tmp_path, converted_dirs["allennlp"], LINES, layers, *extra, "--batch-size", "2", "--dtype", "float64"
+    )
     with h5py.File(output, "r") as f:
         assert set(f) == {str(i) for i in range(len(LINES))} | {"sentence_to_index"}
         for i, line in enumerate(LINES):
@@ -96,8 +98,20 @@ def test_float32_output_and_empty_lines(converted_dirs, tmp_path):
         assert f["0"].shape == (0, 32)
     output.unlink()
     (tmp_path / "empty.txt").write_bytes(b"")
-    assert cli_main(["embed", str(tmp_path / "empty.txt"), str(output), "--model", str(converted_dirs["allennlp"]),
-                     "--top", "--quiet"]) == 0
+    assert (
+        cli_main(
+            [
+                "embed",
+                str(tmp_path / "empty.txt"),
+                str(output),
+                "--model",
+                str(converted_dirs["allennlp"]),
+                "--top",
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     with h5py.File(output, "r") as f:
         assert list(f) == ["sentence_to_index"] and json.loads(f["sentence_to_index"][0]) == {}
 
@@ -105,8 +119,17 @@ def test_float32_output_and_empty_lines(converted_dirs, tmp_path):
 def test_same_line_same_vectors_without_sharing(converted_dirs, model64, tmp_path):
     """With --forget-sentences nothing is shared between the two copies: each is computed in its own batch."""
     lines = ["x y z", "a b", "c d e f g h", "x y z"]
-    output = embed(tmp_path, converted_dirs["allennlp"], lines, "--top", "--batch-size", "1", "--forget-sentences",
-                   "--dtype", "float64")
+    output = embed(
+        tmp_path,
+        converted_dirs["allennlp"],
+        lines,
+        "--top",
+        "--batch-size",
+        "1",
+        "--forget-sentences",
+        "--dtype",
+        "float64",
+    )
     with h5py.File(output, "r") as f:
         assert "sentence_to_index" not in f
         first, last = f["0"][...], f["3"][...]
@@ -139,12 +162,17 @@ def test_carry_state_rows_continue_like_the_original(converted_dirs, tmp_path):
     new rows from zeros (checked through the Python model with explicit states)."""
     model = ElmoModel.from_pretrained(converted_dirs["allennlp"]).double().eval()
     lines = ["a b c", "d e", "f g h i"]
-    output = embed(tmp_path, converted_dirs["allennlp"], lines, "--top", "--carry-state", "--batch-size", "2",
-                   "--dtype", "float64")
+    output = embed(
+        tmp_path, converted_dirs["allennlp"], lines, "--top", "--carry-state", "--batch-size", "2", "--dtype", "float64"
+    )
     tokenizer = ElmoTokenizer()
     with torch.no_grad():
-        first = model(**tokenizer([l.split() for l in lines[:2]], is_split_into_words=True, padding=True,
-                                  return_tensors="pt"), use_cache=True)
+        first = model(
+            **tokenizer(
+                [line.split() for line in lines[:2]], is_split_into_words=True, padding=True, return_tensors="pt"
+            ),
+            use_cache=True,
+        )
         row0 = tuple(t[:, :1] for t in first.state)
         second = model(**tokenizer([lines[2].split()], is_split_into_words=True, return_tensors="pt"), state=row0)
     with h5py.File(output, "r") as f:
@@ -166,7 +194,12 @@ def test_original_files_as_model(tmp_path, converted_dirs):
     options, weights = FIXTURES / "allennlp/options.json", FIXTURES / "allennlp/lm_weights.hdf5"
     source = write_lines(tmp_path / "in.txt", LINES)
     a, b = tmp_path / "a.hdf5", tmp_path / "b.hdf5"
-    assert cli_main(["embed", str(source), str(a), "--options", str(options), "--weights", str(weights), "--top", "--quiet"]) == 0
+    assert (
+        cli_main(
+            ["embed", str(source), str(a), "--options", str(options), "--weights", str(weights), "--top", "--quiet"]
+        )
+        == 0
+    )
     assert cli_main(["embed", str(source), str(b), "--model", str(converted_dirs["allennlp"]), "--top", "--quiet"]) == 0
     with h5py.File(a, "r") as fa, h5py.File(b, "r") as fb:
         assert all(np.array_equal(fa[str(i)][...], fb[str(i)][...]) for i in range(len(LINES)))
@@ -181,8 +214,20 @@ def test_killed_midway_leaves_no_output_file(how, converted_dirs, tmp_path):
     fifo = tmp_path / "in.fifo"
     os.mkfifo(fifo)
     output = tmp_path / "out.hdf5"
-    command = [sys.executable, "-m", "hf_elmo.cli", "embed", str(fifo), str(output), "--top", "--batch-size", "1",
-               "--quiet", "--model", str(converted_dirs["allennlp"])]
+    command = [
+        sys.executable,
+        "-m",
+        "hf_elmo.cli",
+        "embed",
+        str(fifo),
+        str(output),
+        "--top",
+        "--batch-size",
+        "1",
+        "--quiet",
+        "--model",
+        str(converted_dirs["allennlp"]),
+    ]
     process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 60
     try:
@@ -224,7 +269,16 @@ def test_interrupt_keeps_an_existing_output(converted_dirs, tmp_path, monkeypatc
 
     monkeypatch.setattr(embed_elmo.Embedder, "__call__", interrupted)
     source = write_lines(tmp_path / "in.txt", LINES)
-    args = ["embed", str(source), str(output), "--model", str(converted_dirs["allennlp"]), "--top", "--quiet", "--force"]
+    args = [
+        "embed",
+        str(source),
+        str(output),
+        "--model",
+        str(converted_dirs["allennlp"]),
+        "--top",
+        "--quiet",
+        "--force",
+    ]
     assert cli_main(args) == 130
     assert output.read_bytes() == b"previous results"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt", "out.hdf5"]
@@ -255,18 +309,40 @@ def _truncated_hdf5(converted_dirs, tmp_path):
 
 
 BAD_RUNS = {
-    "invalid UTF-8": (lambda d, p: ["--model", str(d["allennlp"])], b"ok line\nbad \xff byte\n", [],
-                      r"in\.txt: line 2 is not valid UTF-8 \(byte 5"),
-    "truncated safetensors": (lambda d, p: _copy_model(d, p, _truncated_safetensors), b"a\n", [],
-                              r"model: cannot load the model"),
+    "invalid UTF-8": (
+        lambda d, p: ["--model", str(d["allennlp"])],
+        b"ok line\nbad \xff byte\n",
+        [],
+        r"in\.txt: line 2 is not valid UTF-8 \(byte 5",
+    ),
+    "truncated safetensors": (
+        lambda d, p: _copy_model(d, p, _truncated_safetensors),
+        b"a\n",
+        [],
+        r"model: cannot load the model",
+    ),
     "corrupted config.json": (lambda d, p: _copy_model(d, p, _bad_config), b"a\n", [], r"model: cannot load the model"),
     "missing model": (lambda d, p: ["--model", str(p / "absent")], b"a\n", [], r"absent: no config\.json"),
     "truncated weights.hdf5": (_truncated_hdf5, b"a\n", [], r"weights\.hdf5: not an HDF5 file or corrupted"),
-    "mix weights per layer": (lambda d, p: ["--model", str(d["allennlp"])], b"a\n", ["--scalar-mix-weights", "1", "2"],
-                              r"needs 3 values \(one per layer of this model\), got 2"),
-    "batch size": (lambda d, p: ["--model", str(d["allennlp"])], b"a\n", ["--batch-size", "0"], r"--batch-size must be >= 1"),
+    "mix weights per layer": (
+        lambda d, p: ["--model", str(d["allennlp"])],
+        b"a\n",
+        ["--scalar-mix-weights", "1", "2"],
+        r"needs 3 values \(one per layer of this model\), got 2",
+    ),
+    "batch size": (
+        lambda d, p: ["--model", str(d["allennlp"])],
+        b"a\n",
+        ["--batch-size", "0"],
+        r"--batch-size must be >= 1",
+    ),
     "no such input": (lambda d, p: ["--model", str(d["allennlp"])], None, [], r"in\.txt: no such input file"),
-    "unknown device": (lambda d, p: ["--model", str(d["allennlp"])], b"a\n", ["--device", "gpu7"], r"unknown device 'gpu7'"),
+    "unknown device": (
+        lambda d, p: ["--model", str(d["allennlp"])],
+        b"a\n",
+        ["--device", "gpu7"],
+        r"unknown device 'gpu7'",
+    ),
 }
 
 
@@ -287,7 +363,12 @@ def test_bad_runs_give_one_line_and_leave_nothing(case, converted_dirs, tmp_path
 
 def test_progress_bar_shows_sentences_per_second(converted_dirs, tmp_path, capsys):
     source = write_lines(tmp_path / "in.txt", LINES)
-    assert cli_main(["embed", str(source), str(tmp_path / "out.hdf5"), "--model", str(converted_dirs["allennlp"]), "--top"]) == 0
+    assert (
+        cli_main(
+            ["embed", str(source), str(tmp_path / "out.hdf5"), "--model", str(converted_dirs["allennlp"]), "--top"]
+        )
+        == 0
+    )
     err = capsys.readouterr().err
     assert f"{len(LINES)}/{len(LINES)}" in err and "sentences/s" in err
 

@@ -63,8 +63,20 @@ def test_fine_tuned_model_round_trips_exactly(converted_dirs, tmp_path):
     model.save_pretrained(tmp_path / "tuned")
     assert export(tmp_path / "tuned", tmp_path / "original") == 0
     again = load_original_elmo(tmp_path / "original/options.json", tmp_path / "original/weights.hdf5")
-    fields = ("char_embedding_dim", "filters", "n_highway", "activation", "n_characters", "cell_dim", "projection_dim",
-              "num_layers", "cell_clip", "proj_clip", "use_skip_connections", "forget_bias")
+    fields = (
+        "char_embedding_dim",
+        "filters",
+        "n_highway",
+        "activation",
+        "n_characters",
+        "cell_dim",
+        "projection_dim",
+        "num_layers",
+        "cell_clip",
+        "proj_clip",
+        "use_skip_connections",
+        "forget_bias",
+    )
     assert [getattr(again.config, f) for f in fields] == [getattr(model.config, f) for f in fields]
     for key, value in model.state_dict().items():
         assert torch.equal(again.state_dict()[key], value), key
@@ -91,8 +103,15 @@ def test_model_trained_here_exports_with_the_forget_bias_folded(tmp_path):
 
 def test_export_refuses_what_the_format_cannot_hold(tmp_path, capsys):
     config = ElmoConfig(
-        char_embedding_dim=4, filters=[[1, 4]], n_highway=0, cell_dim=8, projection_dim=4, n_characters=30,
-        char_vocabulary=True, input_word_vocab_size=10, input_word_dim=3,
+        char_embedding_dim=4,
+        filters=[[1, 4]],
+        n_highway=0,
+        cell_dim=8,
+        projection_dim=4,
+        n_characters=30,
+        char_vocabulary=True,
+        input_word_vocab_size=10,
+        input_word_dim=3,
     )
     ElmoModel(config).save_pretrained(tmp_path / "manylangs")
     capsys.readouterr()

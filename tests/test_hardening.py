@@ -34,8 +34,15 @@ any_text = st.lists(st.one_of(st.text(any_char, max_size=30), st.sampled_from(TR
 
 
 def tiny_model(**overrides):
-    config = ElmoConfig(char_embedding_dim=3, filters=[[1, 4], [3, 4]], n_highway=1, cell_dim=8, projection_dim=4,
-                        dropout=0.0, **overrides)
+    config = ElmoConfig(
+        char_embedding_dim=3,
+        filters=[[1, 4], [3, 4]],
+        n_highway=1,
+        cell_dim=8,
+        projection_dim=4,
+        dropout=0.0,
+        **overrides,
+    )
     model = ElmoModel(config).eval()
     with torch.no_grad():
         for param in model.parameters():
@@ -44,7 +51,9 @@ def tiny_model(**overrides):
 
 
 def vocabulary_tokenizer():
-    chars = {c: i + 1 for i, c in enumerate(["a", "b", "x", "\u05e9", "<bos>", "<eos>", "<oov>", "<pad>", "<bow>", "<eow>"])}
+    chars = {
+        c: i + 1 for i, c in enumerate(["a", "b", "x", "\u05e9", "<bos>", "<eos>", "<oov>", "<pad>", "<bow>", "<eow>"])
+    }
     words = {"<oov>": 0, "<bos>": 1, "<eos>": 2, "<pad>": 3, "a": 4, "xx": 5}
     return ElmoTokenizer(char_vocab=chars, input_word_vocab=words)
 
