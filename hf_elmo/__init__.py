@@ -4,27 +4,58 @@ Importing the package registers the ELMo classes with the Auto classes, and mark
 code so `save_pretrained` writes folders loadable with `trust_remote_code=True` without this package.
 """
 
-from transformers import AutoConfig, AutoModel, AutoTokenizer
+from transformers import (
+    AutoConfig,
+    AutoModel,
+    AutoModelForSequenceClassification,
+    AutoModelForTokenClassification,
+    AutoTokenizer,
+)
+from transformers.pipelines import PIPELINE_REGISTRY
 
 from .configuration_elmo import ELMO_PRESETS, ElmoConfig
-from .modeling_elmo import ElmoModel, ElmoModelOutput, ElmoPreTrainedModel
+from .modeling_elmo import (
+    ElmoForSequenceClassification,
+    ElmoForTokenClassification,
+    ElmoModel,
+    ElmoModelOutput,
+    ElmoPreTrainedModel,
+)
+from .pipelines_elmo import ElmoTokenClassificationPipeline
+from .scalar_mix import ScalarMix
 from .tokenization_elmo import ElmoTokenizer
 
 AutoConfig.register(ElmoConfig.model_type, ElmoConfig, exist_ok=True)
 AutoModel.register(ElmoConfig, ElmoModel, exist_ok=True)
+AutoModelForSequenceClassification.register(ElmoConfig, ElmoForSequenceClassification, exist_ok=True)
+AutoModelForTokenClassification.register(ElmoConfig, ElmoForTokenClassification, exist_ok=True)
 AutoTokenizer.register(ElmoConfig, tokenizer_class=ElmoTokenizer, exist_ok=True)
 
 ElmoConfig.register_for_auto_class()
 ElmoModel.register_for_auto_class("AutoModel")
+ElmoForSequenceClassification.register_for_auto_class("AutoModelForSequenceClassification")
+ElmoForTokenClassification.register_for_auto_class("AutoModelForTokenClassification")
 ElmoTokenizer.register_for_auto_class("AutoTokenizer")
+
+# The built-in "token-classification" pipeline cannot read 3-D character ids.
+PIPELINE_REGISTRY.register_pipeline(
+    "elmo-token-classification",
+    pipeline_class=ElmoTokenClassificationPipeline,
+    pt_model=AutoModelForTokenClassification,
+    type="text",
+)
 
 __version__ = "0.1.0"
 
 __all__ = [
     "ELMO_PRESETS",
     "ElmoConfig",
+    "ElmoForSequenceClassification",
+    "ElmoForTokenClassification",
     "ElmoModel",
     "ElmoModelOutput",
     "ElmoPreTrainedModel",
+    "ElmoTokenClassificationPipeline",
     "ElmoTokenizer",
+    "ScalarMix",
 ]

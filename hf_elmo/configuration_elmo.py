@@ -21,7 +21,13 @@ AUTO_MAP = {
     "AutoConfig": "configuration_elmo.ElmoConfig",
     "AutoModel": "modeling_elmo.ElmoModel",
     "AutoTokenizer": ["tokenization_elmo.ElmoTokenizer", None],
+    "AutoModelForSequenceClassification": "modeling_elmo.ElmoForSequenceClassification",
+    "AutoModelForTokenClassification": "modeling_elmo.ElmoForTokenClassification",
 }
+
+PROBLEM_TYPES = ("regression", "single_label_classification", "multi_label_classification")
+ELMO_PLACEMENTS = ("input", "output")
+POOLINGS = ("mean", "max", "mean_max")
 
 
 @strict
@@ -61,6 +67,33 @@ class ElmoConfig(PreTrainedConfig):
         input_word_dim (`int`, defaults to 0): size of those word embeddings, concatenated before the CNN features
             and projected with them.
 
+    Task heads (`ElmoForSequenceClassification`, `ElmoForTokenClassification`; the biLM ignores these):
+        freeze_elmo (`bool`, defaults to `True`): keep the biLM fixed (no gradients, eval mode); `False` fine-tunes it.
+        elmo_dropout (`float`, defaults to 0.5): dropout on each ELMo representation.
+        scalar_mix_layers (`list[int]`, *optional*): biLM layers each ScalarMix mixes (0 = character CNN);
+            all `num_layers + 1` when omitted. `[num_layers]` is "top layer only".
+        scalar_mix_weights (`list[float]`, *optional*): initial unnormalised weights `w`, one per mixed layer;
+            zeros (equal weights) when omitted.
+        scalar_mix_gamma (`float`, defaults to 1.0): initial scale `gamma`.
+        scalar_mix_trainable (`bool`, defaults to `True`): `False` keeps `w` and `gamma` at their initial values.
+        scalar_mix_layer_norm (`bool`, defaults to `False`): normalise each layer over the batch before mixing.
+        scalar_mix_l2 (`float`, defaults to 0.0): the paper's lambda, `lambda * sum(w ** 2)` of every ScalarMix
+            added to the loss.
+        elmo_placement (`list[str]`, defaults to `["input"]`): where ELMo enters the task model: `"input"` (next
+            to the word vectors, before the task encoder) and/or `"output"` (next to the encoder output), each
+            with its own ScalarMix. `"output"` needs a task encoder.
+        task_encoder_hidden_size (`int`, defaults to 0): hidden size per direction of a BiLSTM between ELMo and
+            the classifier; 0: no task encoder.
+        task_encoder_num_layers (`int`, defaults to 1): layers of that BiLSTM.
+        word_vectors_size (`int`, defaults to 0): rows of user-supplied context-independent word vectors
+            (e.g. GloVe) concatenated with ELMo at the input; 0: none. Fill them with `set_word_vectors`.
+        word_vectors_dim (`int`, defaults to 0): their size.
+        word_vectors_lowercase (`bool`, defaults to `False`): look words up lowercased (ASCII letters only),
+            for uncased vectors.
+        word_vectors_trainable (`bool`, defaults to `False`): update the word vectors during training.
+        classifier_pooling (`str`, defaults to `"mean"`): sequence classification pooling over the words
+            (boundaries excluded): `"mean"`, `"max"` or `"mean_max"` (both, concatenated).
+
     Use `ElmoConfig.from_preset("small" | "medium" | "original")` for the released sizes.
     """
 
@@ -87,8 +120,26 @@ class ElmoConfig(PreTrainedConfig):
     input_word_dim: int = 0
     tie_word_embeddings: bool = False
 
+    freeze_elmo: bool = True
+    elmo_dropout: float | int = 0.5
+    scalar_mix_layers: list[int] | None = None
+    scalar_mix_weights: list[float] | None = None
+    scalar_mix_gamma: float | int = 1.0
+    scalar_mix_trainable: bool = True
+    scalar_mix_layer_norm: bool = False
+    scalar_mix_l2: float | int = 0.0
+    elmo_placement: list[str] | tuple = ("input",)
+    task_encoder_hidden_size: int = 0
+    task_encoder_num_layers: int = 1
+    word_vectors_size: int = 0
+    word_vectors_dim: int = 0
+    word_vectors_lowercase: bool = False
+    word_vectors_trainable: bool = False
+    classifier_pooling: str = "mean"
+
     def __post_init__(self, **kwargs):
         self.filters = [list(f) for f in self.filters]
+        self.elmo_placement = list(self.elmo_placement)
         kwargs.setdefault("auto_map", dict(AUTO_MAP))
         super().__post_init__(**kwargs)
 
@@ -158,6 +209,60 @@ class ElmoConfig(PreTrainedConfig):
             raise ValueError(
                 f"ElmoConfig.input_word_vocab_size ({self.input_word_vocab_size}) and input_word_dim "
                 f"({self.input_word_dim}) must both be 0 (no word embeddings) or both be > 0."
+            )
+
+    def validate_task_heads(self):
+        """Raises `ValueError` naming the field for head options no task model can be built from."""
+        if self.problem_type is not None and self.problem_type not in PROBLEM_TYPES:
+            raise ValueError(
+                f"ElmoConfig.problem_type must be one of {PROBLEM_TYPES} or None, got {self.problem_type!r}."
+            )
+        if not 0.0 <= self.elmo_dropout < 1.0:
+            raise ValueError(f"ElmoConfig.elmo_dropout must be in [0, 1), got {self.elmo_dropout}.")
+        if self.scalar_mix_layers is not None:
+            if not self.scalar_mix_layers or len(set(self.scalar_mix_layers)) != len(self.scalar_mix_layers):
+                raise ValueError(
+                    f"ElmoConfig.scalar_mix_layers must list distinct layers, got {self.scalar_mix_layers}."
+                )
+            if not all(0 <= layer <= self.num_layers for layer in self.scalar_mix_layers):
+                raise ValueError(
+                    f"ElmoConfig.scalar_mix_layers must be in [0, {self.num_layers}] (0 = character CNN), "
+                    f"got {self.scalar_mix_layers}."
+                )
+        mixed = len(self.scalar_mix_layers) if self.scalar_mix_layers is not None else self.num_layers + 1
+        if self.scalar_mix_weights is not None and len(self.scalar_mix_weights) != mixed:
+            raise ValueError(
+                f"ElmoConfig.scalar_mix_weights needs one value per mixed layer ({mixed}), "
+                f"got {self.scalar_mix_weights}."
+            )
+        if self.scalar_mix_l2 < 0:
+            raise ValueError(f"ElmoConfig.scalar_mix_l2 must be >= 0, got {self.scalar_mix_l2}.")
+        placement = self.elmo_placement
+        if not placement or len(set(placement)) != len(placement) or not set(placement) <= set(ELMO_PLACEMENTS):
+            raise ValueError(
+                f"ElmoConfig.elmo_placement must be distinct entries of {ELMO_PLACEMENTS}, got {placement}."
+            )
+        if self.task_encoder_hidden_size < 0 or self.task_encoder_num_layers < 1:
+            raise ValueError(
+                "ElmoConfig.task_encoder_hidden_size must be >= 0 and task_encoder_num_layers >= 1, got "
+                f"{self.task_encoder_hidden_size} and {self.task_encoder_num_layers}."
+            )
+        if "output" in placement and not self.task_encoder_hidden_size:
+            raise ValueError("ElmoConfig.elmo_placement 'output' needs a task encoder (task_encoder_hidden_size > 0).")
+        if "input" not in placement and not self.word_vectors_size:
+            raise ValueError(
+                "ElmoConfig.elmo_placement without 'input' leaves the task encoder no input: add 'input' or word "
+                "vectors (word_vectors_size, word_vectors_dim)."
+            )
+        sizes = (self.word_vectors_size, self.word_vectors_dim)
+        if min(sizes) < 0 or (sizes[0] > 0) != (sizes[1] > 0):
+            raise ValueError(
+                "ElmoConfig.word_vectors_size and word_vectors_dim must both be positive (word vectors) or both 0, "
+                f"got {self.word_vectors_size} and {self.word_vectors_dim}."
+            )
+        if self.classifier_pooling not in POOLINGS:
+            raise ValueError(
+                f"ElmoConfig.classifier_pooling must be one of {POOLINGS}, got {self.classifier_pooling!r}."
             )
 
 

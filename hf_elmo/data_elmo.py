@@ -1,0 +1,147 @@
+"""Data helpers for training the ELMo heads: word-label alignment, a collator, and the frozen-biLM layer cache."""
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from .modeling_elmo import ElmoModel
+
+
+def tokenize_and_align_labels(
+    tokenizer,
+    words: Sequence[Sequence[str]],
+    word_labels: Sequence[Sequence[int | str]],
+    label2id: Mapping[str, int] | None = None,
+    **tokenizer_kwargs,
+):
+    """Encode pre-split sentences and give each input position the label of its word.
+
+    Args:
+        tokenizer: an `ElmoTokenizer`.
+        words: `B` sentences, each a list of words.
+        word_labels: `B` lists with one label per word (ints, or strings mapped through `label2id`).
+        tokenizer_kwargs: e.g. `truncation=True, max_length=...`; labels of words cut off are dropped with them.
+
+    Returns:
+        The tokenizer's encoding plus `labels`: per sentence, one entry per input position, -100 at `<S>`, `</S>`
+        (and at padding when padding was requested).
+    """
+    if len(words) != len(word_labels):
+        raise ValueError(f"Got {len(words)} sentences but {len(word_labels)} label lists.")
+    for index, (sentence, labels) in enumerate(zip(words, word_labels)):
+        if len(sentence) != len(labels):
+            raise ValueError(
+                f"Sentence {index} has {len(sentence)} words but {len(labels)} labels: labels must match the words "
+                f"one to one (words {list(sentence)[:8]}...)."
+            )
+    encoding = tokenizer(list(map(list, words)), is_split_into_words=True, **tokenizer_kwargs)
+    aligned = []
+    for index, labels in enumerate(word_labels):
+        if label2id is not None:
+            unknown = sorted({label for label in labels if label not in label2id})
+            if unknown:
+                raise ValueError(f"Sentence {index} has labels missing from label2id: {unknown}.")
+            labels = [label2id[label] for label in labels]
+        aligned.append([-100 if word is None else int(labels[word]) for word in encoding.word_ids(index)])
+    if tokenizer_kwargs.get("return_tensors") is not None:
+        aligned = torch.tensor(aligned)
+    encoding["labels"] = aligned
+    return encoding
+
+
+def _as_tensor(value: Any, dtype: torch.dtype | None = None) -> torch.Tensor:
+    if isinstance(value, torch.Tensor):
+        return value.to(dtype)
+    return torch.tensor(np.asarray(value), dtype=dtype)  # a copy: arrays read from datasets are read-only
+
+
+class DataCollatorForElmo:
+    """Batches examples for the ELMo heads: pads `input_ids`/`attention_mask` with the tokenizer, per-position
+    `labels` with -100, and cached `elmo_hidden_states` `(T_i, num_layers + 1, 2P)` with zeros.
+
+    Per-example labels that are scalars or fixed-size vectors (sequence classification) are stacked as they are.
+    """
+
+    def __init__(self, tokenizer, label_pad_token_id: int = -100):
+        self.tokenizer = tokenizer
+        self.label_pad_token_id = label_pad_token_id
+
+    def __call__(self, features: list[Mapping[str, Any]]) -> dict[str, torch.Tensor]:
+        labels = [feature["labels"] for feature in features] if "labels" in features[0] else None
+        layers = (
+            [feature["elmo_hidden_states"] for feature in features] if "elmo_hidden_states" in features[0] else None
+        )
+        rest = [{k: v for k, v in f.items() if k not in ("labels", "elmo_hidden_states")} for f in features]
+        batch = dict(self.tokenizer.pad(rest, padding=True, return_tensors="pt"))
+        positions = batch["input_ids"].shape[1]
+        if layers is not None:
+            layers = [_as_tensor(layer, torch.float32) for layer in layers]
+            batch["elmo_hidden_states"] = torch.stack(
+                [F.pad(layer, (0, 0, 0, 0, 0, positions - layer.shape[0])) for layer in layers]
+            )
+        if labels is not None:
+            lengths = [len(f["input_ids"]) for f in features]
+            labels = [_as_tensor(label) for label in labels]
+            if all(label.dim() == 1 and len(label) == n for label, n in zip(labels, lengths)) and labels[0].dtype in (
+                torch.int64,
+                torch.int32,
+            ):
+                batch["labels"] = torch.stack(
+                    [
+                        F.pad(label.long(), (0, positions - len(label)), value=self.label_pad_token_id)
+                        for label in labels
+                    ]
+                )
+            else:
+                batch["labels"] = torch.stack(labels)
+        return batch
+
+
+class ElmoLayerCache:
+    """A `datasets.map(..., batched=True)` function storing the frozen biLM's layers with each example, so that
+    training epochs (and several heads trained on the same data) do not run the biLM again.
+
+        dataset = dataset.map(ElmoLayerCache(model), batched=True, batch_size=64)
+        # each example gains "elmo_hidden_states" (T_i, num_layers + 1, 2P); DataCollatorForElmo pads it and the
+        # heads use it instead of running the biLM.
+
+    The layers are computed in evaluation mode, exactly as a frozen biLM computes them inside the heads. A sentence's
+    layers do not depend on the rest of its batch (the model is stateless) up to float rounding of different batch
+    shapes (about 1e-6 in float32); cached in the training batches themselves (same sentences together, e.g.
+    `train_sampling_strategy="sequential"` and this `batch_size`), training is bit-identical to running the biLM.
+
+    Args:
+        model: an `ElmoModel` or a head holding one (`model.elmo`); its biLM must be frozen.
+        batch_size: sentences per biLM call within each `map` batch.
+    """
+
+    def __init__(self, model, batch_size: int = 32):
+        if not isinstance(model, ElmoModel):
+            if not getattr(model.config, "freeze_elmo", True):
+                raise ValueError("ElmoLayerCache needs a frozen biLM; this model fine-tunes it (freeze_elmo=False).")
+            model = model.elmo
+        self.model = model
+        self.batch_size = batch_size
+
+    @torch.no_grad()
+    def __call__(self, examples: Mapping[str, Sequence[Any]]) -> dict[str, list[np.ndarray]]:
+        was_training = self.model.training
+        self.model.eval()
+        rows = [_as_tensor(ids, torch.long) for ids in examples["input_ids"]]
+        cached = []
+        for start in range(0, len(rows), self.batch_size):
+            chunk = rows[start : start + self.batch_size]
+            lengths = [len(r) for r in chunk]
+            input_ids = torch.stack([F.pad(r, (0, 0, 0, max(lengths) - len(r))) for r in chunk])
+            # No attention_mask: the model reads real positions off the ids, also for examples stored padded.
+            layers = self.model(input_ids.to(self.model.device), output_hidden_states=True)
+            stacked = torch.stack(layers.hidden_states, dim=2).float().cpu().numpy()
+            cached.extend(stacked[i, :n] for i, n in enumerate(lengths))
+        self.model.train(was_training)
+        return {"elmo_hidden_states": cached}
+
+
+__all__ = ["DataCollatorForElmo", "ElmoLayerCache", "tokenize_and_align_labels"]
