@@ -182,6 +182,10 @@ def their_layers(folder, words):
 # --- tests ---------------------------------------------------------------------------------------
 
 
+def convert_args(folder, output):
+    return ["convert", "--format", "elmoformanylangs", "--model-dir", str(folder), "--output-dir", str(output)]
+
+
 @pytest.fixture(scope="module")
 def their_folder(tmp_path_factory):
     return build_model_folder(tmp_path_factory.mktemp("elmoformanylangs") / "zz.model")
@@ -190,8 +194,7 @@ def their_folder(tmp_path_factory):
 @pytest.fixture(scope="module")
 def converted(their_folder, tmp_path_factory):
     output = tmp_path_factory.mktemp("converted") / "elmo-zz"
-    args = ["convert", "--format", "elmoformanylangs", "--model-dir", str(their_folder), "--output-dir", str(output)]
-    assert cli_main(args) == 0
+    assert cli_main(convert_args(their_folder, output)) == 0
     return output
 
 
@@ -270,15 +273,7 @@ def test_default_model_config_is_used_when_the_folder_lacks_it(their_folder, tmp
     (folder / CONFIG_NAME).unlink()
     training = json.loads((folder / "config.json").read_text())
     (folder / "config.json").write_text(json.dumps({**training, "config_path": "/x/cnn_50_100_512_4096_sample.json"}))
-    args = [
-        "convert",
-        "--format",
-        "elmoformanylangs",
-        "--model-dir",
-        str(folder),
-        "--output-dir",
-        str(tmp_path / "out"),
-    ]
+    args = convert_args(folder, tmp_path / "out")
     assert cli_main(args) == 2
     # The released default (char_dim 50) does not fit this small model: the error says where the config came from.
     err = capsys.readouterr().err.strip()
@@ -353,15 +348,7 @@ def test_damaged_folders_give_one_line_and_leave_nothing(case, their_folder, tmp
     shutil.copytree(their_folder, folder)
     damage(folder)
     before = sorted(tmp_path.iterdir())
-    args = [
-        "convert",
-        "--format",
-        "elmoformanylangs",
-        "--model-dir",
-        str(folder),
-        "--output-dir",
-        str(tmp_path / "out"),
-    ]
+    args = convert_args(folder, tmp_path / "out")
     assert cli_main(args) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: ") and "\n" not in err and re.search(message, err), err
