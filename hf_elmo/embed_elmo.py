@@ -132,7 +132,7 @@ def _store_rows(store, new_state):
 
 
 class Embedder:
-    """Runs batches of word lists through the model and yields each sentence's output as a numpy array."""
+    """Runs a batch of word lists through the model; returns each sentence's output as a numpy array."""
 
     def __init__(self, model, tokenizer, select: LayerSelector, output_dtype: torch.dtype = torch.float32):
         self.model = model
