@@ -3,11 +3,14 @@
 import argparse
 import sys
 
-from . import convert_original_elmo
+from . import convert_original_elmo, data_bilm, perplexity_bilm, train_bilm
 
 # name -> (module with add_arguments(parser) and run(args) -> exit code, one-line help)
 COMMANDS = {
     "convert": (convert_original_elmo, "convert an original options.json + weights.hdf5 to a Hugging Face folder"),
+    "vocab": (data_bilm, "count a corpus and write a word vocabulary in the original format"),
+    "train": (train_bilm, "pre-train a biLM, or adapt one to a domain, with the transformers Trainer"),
+    "perplexity": (perplexity_bilm, "forward, backward and mean perplexity of a trained biLM on text files"),
 }
 
 

@@ -20,6 +20,7 @@ ACTIVATIONS = ("relu", "tanh")
 AUTO_MAP = {
     "AutoConfig": "configuration_elmo.ElmoConfig",
     "AutoModel": "modeling_elmo.ElmoModel",
+    "AutoModelForPreTraining": "modeling_elmo.ElmoForBiLM",
     "AutoTokenizer": ["tokenization_elmo.ElmoTokenizer", None],
 }
 
@@ -49,6 +50,9 @@ class ElmoConfig(PreTrainedConfig):
         dropout (`float`, defaults to 0.1): dropout on each LSTM layer's input and on the top layer, in
             training only.
         vocab_size (`int`, defaults to 0): size of the word vocabulary of the LM softmax (0: no softmax).
+        num_softmax_samples (`int`, defaults to 8192): negative words of the sampled softmax used in training
+            (`ElmoForBiLM`); 0, or at least `vocab_size`, trains with the full softmax. Evaluation always uses
+            the full softmax.
 
     Use `ElmoConfig.from_preset("small" | "medium" | "original")` for the released sizes.
     """
@@ -70,6 +74,7 @@ class ElmoConfig(PreTrainedConfig):
     use_skip_connections: bool = True
     dropout: float | int = 0.1
     vocab_size: int = 0
+    num_softmax_samples: int = 8192
     tie_word_embeddings: bool = False
 
     def __post_init__(self, **kwargs):
@@ -128,6 +133,8 @@ class ElmoConfig(PreTrainedConfig):
             raise ValueError(f"ElmoConfig.dropout must be in [0, 1), got {self.dropout}.")
         if self.vocab_size < 0:
             raise ValueError(f"ElmoConfig.vocab_size must be >= 0, got {self.vocab_size}.")
+        if self.num_softmax_samples < 0:
+            raise ValueError(f"ElmoConfig.num_softmax_samples must be >= 0, got {self.num_softmax_samples}.")
 
 
 __all__ = ["ElmoConfig", "ELMO_PRESETS"]

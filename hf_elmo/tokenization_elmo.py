@@ -17,6 +17,7 @@ This file is also saved verbatim as remote code, so it must not import other pac
 from __future__ import annotations
 
 import copy
+import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -31,8 +32,11 @@ from transformers.utils import PaddingStrategy, TensorType
 __all__ = [
     "ElmoBatchEncoding",
     "ElmoTokenizer",
+    "WORD_VOCABULARY_SPECIALS",
     "build_pre_tokenizer",
+    "read_word_vocabulary",
     "words_to_char_ids",
+    "write_word_vocabulary",
 ]
 
 # --- character ids --------------------------------------------------------------------------------
@@ -299,6 +303,68 @@ class ElmoBatchEncoding(BatchEncoding):
         return TokenSpan(position, position + 1)
 
 
+# --- word vocabulary (targets of the language-model softmax) ---------------------------------------
+
+UNK_TOKEN = "<UNK>"
+WORD_VOCABULARY_SPECIALS = (BOS_TOKEN, EOS_TOKEN, UNK_TOKEN)
+"""First three entries of every word vocabulary, so `<S>` = 0, `</S>` = 1, `<UNK>` = 2."""
+BOS_WORD_INDEX, EOS_WORD_INDEX, UNK_WORD_INDEX = range(3)
+WORD_VOCABULARY_FILE = "vocab.txt"
+
+
+def check_word_vocabulary(words: Sequence[str], source: str = "Word vocabulary", unit: str = "entry") -> list[str]:
+    """Validate a word list in the original format; returns it as a list.
+
+    `<S>`, `</S>`, `<UNK>` must come first, in that order; every entry must be a non-empty string without
+    whitespace (one token per line), and no entry may repeat.
+    """
+    words = list(words)
+    for index, (expected, got) in enumerate(zip(WORD_VOCABULARY_SPECIALS, words + [None] * 3)):
+        if got != expected:
+            raise ValueError(
+                f"{source}: {unit} {index + 1} must be {expected!r} (a vocabulary starts with "
+                f"{', '.join(WORD_VOCABULARY_SPECIALS)}), got {got!r}."
+            )
+    first_seen: dict[str, int] = {}
+    for index, word in enumerate(words):
+        if not isinstance(word, str) or not word or word.split() != [word]:
+            raise ValueError(f"{source}: {unit} {index + 1} must be one token without whitespace, got {word!r}.")
+        if word in first_seen:
+            raise ValueError(f"{source}: {word!r} appears twice ({unit} {first_seen[word] + 1} and {index + 1}).")
+        first_seen[word] = index
+    return words
+
+
+def read_word_vocabulary(path: str | os.PathLike) -> list[str]:
+    """Read a vocabulary file in the original format: one token per line, `<S>`, `</S>`, `<UNK>` first."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except FileNotFoundError:
+        raise FileNotFoundError(f"Word vocabulary file {os.fspath(path)!r} does not exist.") from None
+    except UnicodeDecodeError as error:
+        raise ValueError(f"Word vocabulary file {os.fspath(path)!r} is not UTF-8 text: {error}.") from None
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    return check_word_vocabulary(lines, source=f"Word vocabulary {os.fspath(path)!r}", unit="line")
+
+
+def write_word_vocabulary(words: Sequence[str], path: str | os.PathLike) -> str:
+    """Write a vocabulary file (validated first); written to a temporary name and renamed, never half-written."""
+    words = check_word_vocabulary(words)
+    path = os.fspath(path)
+    temporary = f"{path}.tmp-{os.getpid()}"
+    try:
+        with open(temporary, "w", encoding="utf-8") as f:
+            f.write("".join(word + "\n" for word in words))
+        os.replace(temporary, path)
+    finally:
+        if os.path.exists(temporary):
+            os.remove(temporary)
+    return path
+
+
 # --- tokenizer ------------------------------------------------------------------------------------
 
 
@@ -361,7 +427,7 @@ class ElmoTokenizer(PreTrainedTokenizer):
     exists so that the generic special-token machinery works (`pad_token_id == 0`).
     """
 
-    vocab_files_names: dict[str, str] = {}
+    vocab_files_names: dict[str, str] = {"word_vocab_file": WORD_VOCABULARY_FILE}
     model_input_names = ["input_ids", "attention_mask"]
 
     def __init__(
@@ -369,11 +435,15 @@ class ElmoTokenizer(PreTrainedTokenizer):
         bos_token: str = BOS_TOKEN,
         eos_token: str = EOS_TOKEN,
         pad_token: str = PAD_TOKEN,
+        word_vocab_file: str | None = None,
         **kwargs,
     ):
         if kwargs.get("padding_side", "right") != "right":
             raise ValueError(self._padding_side_error(kwargs["padding_side"]))
         self.pre_tokenizer = build_pre_tokenizer()
+        self._word_index: dict[str, int] | None = None
+        if word_vocab_file is not None:
+            self.set_word_vocabulary(read_word_vocabulary(word_vocab_file))
         super().__init__(bos_token=bos_token, eos_token=eos_token, pad_token=pad_token, **kwargs)
         if self.pad_token_id != PADDING_WORD_ID:
             raise ValueError(f"ElmoTokenizer needs a pad token with id 0, got {self.pad_token!r}")
@@ -454,8 +524,38 @@ class ElmoTokenizer(PreTrainedTokenizer):
         return self._rows_to_words(self._as_rows(ids), skip_special_tokens=skip_special_tokens)
 
     def save_vocabulary(self, save_directory: str, filename_prefix: str | None = None) -> tuple[str, ...]:
-        # The mapping is fixed by the algorithm; tokenizer_config.json is all that is needed.
-        return ()
+        # The character mapping is fixed by the algorithm; only the word vocabulary (if any) needs a file.
+        if self._word_index is None:
+            return ()
+        name = f"{filename_prefix}-{WORD_VOCABULARY_FILE}" if filename_prefix else WORD_VOCABULARY_FILE
+        return (write_word_vocabulary(self.word_vocabulary, os.path.join(save_directory, name)),)
+
+    # --- word vocabulary: targets of the language-model softmax -------------------------------------
+
+    @property
+    def word_vocabulary(self) -> list[str] | None:
+        """The words of the LM softmax in id order (`<S>`, `</S>`, `<UNK>` first), or `None` if there is none.
+
+        Only `ElmoForBiLM` needs it: the model's input is always the characters of each word.
+        """
+        return None if self._word_index is None else list(self._word_index)
+
+    def set_word_vocabulary(self, words: Sequence[str] | None) -> None:
+        """Attach a word vocabulary (validated by `check_word_vocabulary`); `None` removes it."""
+        self._word_index = None if words is None else {w: i for i, w in enumerate(check_word_vocabulary(words))}
+
+    def word_targets(self, words: Sequence[str]) -> np.ndarray:
+        """Word ids `(n,)` int64 of `n` words for the LM targets; words outside the vocabulary get `<UNK>`'s id 2.
+
+        The literal words `<S>` and `</S>` get ids 0 and 1.
+        """
+        if self._word_index is None:
+            raise ValueError(
+                "This ElmoTokenizer has no word vocabulary: load one with ElmoTokenizer(word_vocab_file=...) or "
+                "set_word_vocabulary(words) (see build_word_vocabulary)."
+            )
+        index = self._word_index
+        return np.fromiter((index.get(w, UNK_WORD_INDEX) for w in words), dtype=np.int64, count=len(words))
 
     # --- word splitting -----------------------------------------------------------------------------
 
