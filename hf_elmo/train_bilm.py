@@ -28,7 +28,7 @@ from pathlib import Path
 
 import torch
 from transformers import Trainer, TrainerCallback, TrainingArguments, set_seed
-from transformers.trainer_utils import get_last_checkpoint
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoint
 
 from .configuration_elmo import ELMO_PRESETS, ElmoConfig
 from .data_bilm import SPLITS, DataCollatorForBiLM, build_word_vocabulary, check_text_files, load_bilm_dataset
@@ -36,6 +36,11 @@ from .modeling_elmo import ElmoForBiLM
 from .tokenization_elmo import ElmoTokenizer, read_word_vocabulary
 
 OPTIONS_FILE = "bilm_training_options.json"
+# Options a resumed run may change: where things go, how often they are reported, how long to go on.
+RESUMABLE_CHANGES = {
+    "output_dir", "resume", "data_cache_dir", "disable_progress_bar", "report_to", "logging_steps", "eval_steps",
+    "save_steps", "save_total_limit", "dataloader_workers", "max_minutes", "max_steps", "epochs",
+}
 
 # Fields that define the network; a --config must agree with --init-from weights on all of them.
 ARCHITECTURE_FIELDS = (
@@ -168,7 +173,11 @@ def _prepare_output_dir(options: BiLMTrainingOptions) -> Path:
             raise ValueError(f"--resume: {output_dir} holds no checkpoint of an earlier run to continue from.")
         earlier = json.loads(saved.read_text(encoding="utf-8"))
         current = dataclasses.asdict(options)
-        different = [f"{k}: was {earlier.get(k)!r}, now {v!r}" for k, v in current.items() if k != "resume" and earlier.get(k) != v]
+        different = [
+            f"{k}: was {earlier.get(k)!r}, now {v!r}"
+            for k, v in current.items()
+            if k not in RESUMABLE_CHANGES and earlier.get(k) != v
+        ]
         if different:
             raise ValueError(f"--resume must repeat the options of the run in {output_dir}; changed: " + "; ".join(different))
     elif output_dir.exists() and any(output_dir.iterdir()):
@@ -217,12 +226,6 @@ def _tokenizer_and_config(options: BiLMTrainingOptions) -> tuple[ElmoTokenizer, 
                 f"The vocabulary ({source}) lists other words than the one of --init-from {options.init_from}, whose "
                 "softmax rows belong to its own words; use the checkpoint's vocab.txt."
             )
-    # The tokenizer's (character-level) special ids; Trainer would otherwise copy them over with a warning.
-    config.pad_token_id, config.bos_token_id, config.eos_token_id = (
-        tokenizer.pad_token_id,
-        tokenizer.bos_token_id,
-        tokenizer.eos_token_id,
-    )
     config.vocab_size = len(words)
     config.dropout = options.dropout
     config.num_softmax_samples = options.num_softmax_samples
@@ -272,6 +275,21 @@ class TimeLimitCallback(TrainerCallback):
             _log(f"Time limit of {self.seconds / 60:g} minutes reached at step {state.global_step}.")
             control.should_training_stop = True
             control.should_save = True
+
+
+class SaveTokenizerCallback(TrainerCallback):
+    """Writes the tokenizer (with its word vocabulary) into every checkpoint, so each one is a complete model folder.
+
+    Not `Trainer(processing_class=...)`: that copies the tokenizer's character-level special ids into the config,
+    where they would be read as word ids.
+    """
+
+    def __init__(self, tokenizer: ElmoTokenizer):
+        self.tokenizer = tokenizer
+
+    def on_save(self, args, state, control, **kwargs):
+        if state.is_world_process_zero:
+            self.tokenizer.save_pretrained(Path(args.output_dir) / f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}")
 
 
 class ElmoTrainer(Trainer):
@@ -387,12 +405,14 @@ def train_bilm(options: BiLMTrainingOptions | None = None, **kwargs) -> dict:
         data_collator=DataCollatorForBiLM(),
         train_dataset=train_dataset,
         eval_dataset=eval_dataset,
-        processing_class=tokenizer,
         optimizer_cls_and_kwargs=optimizer,
-        callbacks=[TimeLimitCallback(options.max_minutes)] if options.max_minutes else None,
+        callbacks=[SaveTokenizerCallback(tokenizer)]
+        + ([TimeLimitCallback(options.max_minutes)] if options.max_minutes else []),
     )
     result = trainer.train(resume_from_checkpoint=True if options.resume else None)
     trainer.save_model(options.output_dir)
+    if trainer.is_world_process_zero():
+        tokenizer.save_pretrained(output_dir)
     metrics = {"train_loss": result.training_loss}
     if eval_dataset is not None:
         metrics.update(trainer.evaluate())
