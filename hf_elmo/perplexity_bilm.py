@@ -11,12 +11,13 @@ import math
 import sys
 from collections.abc import Sequence
 
+import numpy as np
 import torch
 
 from .configuration_elmo import ElmoConfig
 from .data_bilm import SPLITS, DataCollatorForBiLM, check_text_files, encode_windows, iter_sentences, pack_sentences
 from .modeling_elmo import ElmoForBiLM
-from .tokenization_elmo import ElmoTokenizer
+from .tokenization_elmo import BOS_WORD_INDEX, EOS_TOKEN, ElmoTokenizer
 
 
 def _batches(files, tokenizer, window, split, batch_size):
@@ -71,6 +72,33 @@ def compute_perplexity(
     }
 
 
+def unigram_perplexity(
+    tokenizer: ElmoTokenizer, train_files: Sequence[str], files: Sequence[str], split: str = "whitespace"
+) -> dict[str, float]:
+    """Baseline: perplexity of `files` under a unigram model of the targets of `train_files`.
+
+    The unigram model counts the training targets of each direction (words and `</S>` forward, `<S>` and words
+    backward; out-of-vocabulary words as `<UNK>`) with add-one smoothing over the vocabulary.
+    """
+    vocabulary_size = len(tokenizer.word_vocabulary)
+
+    def targets(paths):
+        forward, backward = [], []
+        for words in iter_sentences(check_text_files(paths), split, tokenizer):
+            ids = tokenizer.word_targets([*words, EOS_TOKEN]).tolist()
+            forward += ids
+            backward += [BOS_WORD_INDEX] + ids[:-1]
+        return {"forward": forward, "backward": backward}
+
+    train, held_out = targets(train_files), targets(files)
+    result = {}
+    for direction in ("forward", "backward"):
+        counts = np.bincount(train[direction], minlength=vocabulary_size) + 1.0
+        log_probability = np.log(counts / counts.sum())[held_out[direction]]
+        result[direction] = math.exp(-log_probability.mean())
+    return result
+
+
 def load_bilm(model_dir: str, device: str = "cpu") -> tuple[ElmoForBiLM, ElmoTokenizer]:
     """An `ElmoForBiLM` and its tokenizer (with word vocabulary) from a folder written by `hf-elmo train`."""
     config = ElmoConfig.from_pretrained(model_dir)
@@ -107,4 +135,4 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-__all__ = ["compute_perplexity", "load_bilm"]
+__all__ = ["compute_perplexity", "load_bilm", "unigram_perplexity"]

@@ -221,3 +221,15 @@ def test_remote_code_loads_the_bilm_without_the_package(tmp_path):
     result = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr[-3000:]
     assert float(result.stdout.strip().splitlines()[-1]) == expected
+
+
+def test_bfloat16_autocast_keeps_the_loss_in_float32():
+    model = random_bilm(tiny_config(num_softmax_samples=0), dtype=torch.float32).eval()
+    inputs = batch()
+    with torch.no_grad():
+        expected = model(**inputs).loss
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            out = model(**inputs)
+    assert out.loss.dtype == torch.float32
+    # bfloat16 keeps 8 bits of mantissa: a relative error within a few units of 2**-8
+    assert abs(out.loss.item() - expected.item()) <= 4 * 2**-8 * expected.item()
