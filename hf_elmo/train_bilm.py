@@ -205,14 +205,14 @@ def _tokenizer_and_config(options: BiLMTrainingOptions) -> tuple[ElmoTokenizer, 
         checkpoint_words = read_word_vocabulary(Path(options.init_from) / "vocab.txt")
     if options.vocab is not None:
         words = read_word_vocabulary(options.vocab)
-        source = options.vocab
+        source = f"from {options.vocab}"
     elif checkpoint_words is not None:
-        words, source = checkpoint_words, f"{options.init_from}/vocab.txt"
+        words, source = checkpoint_words, f"from {options.init_from}/vocab.txt"
     else:
         words = build_word_vocabulary(
             options.train_files, options.split, tokenizer, options.min_count, options.max_vocab_size
         )
-        source = f"the training files (min count {options.min_count})"
+        source = f"built from the training files with min count {options.min_count}"
     tokenizer.set_word_vocabulary(words)
 
     if checkpoint_config is not None and checkpoint_config.vocab_size:
@@ -230,7 +230,7 @@ def _tokenizer_and_config(options: BiLMTrainingOptions) -> tuple[ElmoTokenizer, 
     config.dropout = options.dropout
     config.num_softmax_samples = options.num_softmax_samples
     config.validate_architecture()
-    _log(f"Word vocabulary: {len(words):,} words from {source}.")
+    _log(f"Word vocabulary: {len(words):,} words, {source}.")
     return tokenizer, config, checkpoint_config
 
 
@@ -415,7 +415,9 @@ def train_bilm(options: BiLMTrainingOptions | None = None, **kwargs) -> dict:
         tokenizer.save_pretrained(output_dir)
     metrics = {"train_loss": result.training_loss}
     if eval_dataset is not None:
-        metrics.update(trainer.evaluate())
+        last = trainer.state.log_history[-2] if len(trainer.state.log_history) > 1 else {}
+        just_evaluated = "eval_perplexity" in last and last.get("step") == trainer.state.global_step
+        metrics.update(last if just_evaluated else trainer.evaluate())
         _log(
             f"Held-out perplexity: forward {metrics['eval_forward_perplexity']:.2f}, backward "
             f"{metrics['eval_backward_perplexity']:.2f}, geometric mean {metrics['eval_perplexity']:.2f}."

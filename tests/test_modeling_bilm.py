@@ -10,10 +10,11 @@ from safetensors import safe_open
 from transformers import AutoModel, AutoModelForPreTraining
 from transformers.utils import logging as hf_logging
 
-from hf_elmo import ElmoConfig, ElmoForBiLM, ElmoModel, ElmoTokenizer
+from hf_elmo import ElmoForBiLM, ElmoModel, ElmoTokenizer
 from hf_elmo.data_bilm import DataCollatorForBiLM, encode_windows
 from hf_elmo.sampled_softmax import sample_log_uniform_candidates
 
+from test_modeling_elmo import small_config
 from test_sampled_softmax import reference_sampled_softmax
 
 WORDS = ["<S>", "</S>", "<UNK>", "the", "cat", "sat", "on", "mat", "a", "dog", "."]
@@ -21,19 +22,7 @@ WINDOWS = [[["the", "cat", "sat"], ["a", "dog", "."]], [["the", "mat"]], [["on",
 
 
 def tiny_config(**overrides):
-    values = dict(
-        char_embedding_dim=4,
-        filters=[[1, 4], [2, 6], [3, 8]],
-        n_highway=1,
-        cell_dim=12,
-        projection_dim=6,
-        num_layers=2,
-        dropout=0.0,
-        vocab_size=len(WORDS),
-        num_softmax_samples=4,
-    )
-    values.update(overrides)
-    return ElmoConfig(**values)
+    return small_config(**{"num_layers": 2, "vocab_size": len(WORDS), "num_softmax_samples": 4, **overrides})
 
 
 def random_bilm(config, dtype=torch.float64):

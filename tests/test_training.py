@@ -13,7 +13,7 @@ import torch
 from safetensors.torch import load_file
 from transformers import AutoModel
 
-from hf_elmo import ElmoConfig, ElmoModel, ElmoTokenizer
+from hf_elmo import ElmoConfig, ElmoForBiLM, ElmoModel, ElmoTokenizer
 from hf_elmo.cli import main as cli_main
 from hf_elmo.data_bilm import iter_sentences
 from hf_elmo.train_bilm import ElmoTrainer, train_bilm
@@ -83,10 +83,10 @@ def unigram_perplexity(tokenizer, train_file, held_out_file):
 
 
 def test_training_beats_unigram_perplexity(corpus, tmp_path, capsys):
-    # The original recipe (Adagrad 0.2, sampled softmax) on a tiny model, for 200 steps.
+    # The original recipe (Adagrad 0.2, sampled softmax) on a tiny model, for 300 steps.
     metrics = train_bilm(
-        **options(corpus, tmp_path / "run", eval_files=[corpus / "valid.txt"], max_steps=200, eval_steps=1000,
-                  save_steps=200, num_softmax_samples=256)
+        **options(corpus, tmp_path / "run", eval_files=[corpus / "valid.txt"], max_steps=300, eval_steps=1000,
+                  save_steps=300, num_softmax_samples=256)
     )
     capsys.readouterr()
     assert cli_main(["perplexity", "--model", str(tmp_path / "run"), "--window", "22", "--split", "pretokenizer",
@@ -102,7 +102,7 @@ def test_training_beats_unigram_perplexity(corpus, tmp_path, capsys):
     assert result["geometric mean"] == pytest.approx(math.sqrt(result["forward"] * result["backward"]), abs=0.01)
     # The saved biLM is an ordinary transformers folder: its encoder loads with AutoModel.
     assert type(AutoModel.from_pretrained(tmp_path / "run")) is ElmoModel
-    assert (tmp_path / "run/checkpoint-200/model.safetensors").is_file()
+    assert (tmp_path / "run/checkpoint-300/model.safetensors").is_file()
 
 
 def test_resumed_run_ends_with_the_same_weights(corpus, tmp_path, monkeypatch):
@@ -148,15 +148,20 @@ def test_two_processes_train_like_one_with_the_same_global_batch(corpus, tmp_pat
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
     assert cli_main(common + ["--batch-size", "8", "--output-dir", str(tmp_path / "single"),
                               "--data-cache-dir", str(tmp_path / "cache-single")]) == 0
+    # Gradient accumulation is the same global batch once more: the loss is normalised by all its targets.
+    assert cli_main(common + ["--batch-size", "4", "--gradient-accumulation-steps", "2", "--output-dir",
+                              str(tmp_path / "accumulated"), "--data-cache-dir", str(tmp_path / "cache-single")]) == 0
 
     def losses(run):
         state = json.loads((tmp_path / run / "checkpoint-4/trainer_state.json").read_text())
         return [entry["loss"] for entry in state["log_history"] if "loss" in entry]
 
     assert len(losses("single")) == 4
-    np.testing.assert_allclose(losses("ddp"), losses("single"), atol=1e-5, rtol=0)
-    single, ddp = (load_file(tmp_path / run / "model.safetensors") for run in ("single", "ddp"))
-    assert max((single[k] - ddp[k]).abs().max().item() for k in single) <= 1e-5
+    single = load_file(tmp_path / "single/model.safetensors")
+    for run in ("ddp", "accumulated"):
+        np.testing.assert_allclose(losses(run), losses("single"), atol=1e-5, rtol=0, err_msg=run)
+        weights = load_file(tmp_path / run / "model.safetensors")
+        assert max((single[k] - weights[k]).abs().max().item() for k in single) <= 1e-5, run
 
 
 def test_bad_input_stops_before_training(corpus, tmp_path, converted_dirs, capsys):
@@ -167,6 +172,10 @@ def test_bad_input_stops_before_training(corpus, tmp_path, converted_dirs, capsy
     no_unk = tmp_path / "vocab.txt"
     no_unk.write_text("<S>\n</S>\nthe\n", encoding="utf-8")
     base = ["train", "--config", str(corpus / "tiny.json"), "--data-cache-dir", str(tmp_path / "cache")]
+    bilm_dir = tmp_path / "bilm"  # a biLM whose softmax knows 5 words
+    tiny = ElmoConfig.from_json_file(corpus / "tiny.json")
+    tiny.vocab_size = 5
+    ElmoForBiLM(tiny).save_pretrained(bilm_dir)
     cases = [
         (["--train-files", str(empty)], f"Training file '{empty}' is empty"),
         (["--train-files", str(long)], f"{long}, line 2: 25 words plus <S> and </S> need 27 positions, more than the window of 20"),
@@ -174,6 +183,8 @@ def test_bad_input_stops_before_training(corpus, tmp_path, converted_dirs, capsy
         (["--train-files", str(corpus / "valid.txt"), "--config", "small", "--init-from", str(converted_dirs["allennlp"])],
          "--config small does not match the --init-from weights .*cell_dim: --config has 1024, the weights have 64"),
         (["--train-files", str(corpus / "valid.txt"), "--resume"], "holds no checkpoint"),
+        (["--train-files", str(corpus / "valid.txt"), "--init-from", str(bilm_dir), "--config", str(corpus / "tiny.json")],
+         r"has a softmax of 5 words but the vocabulary \(built from the training files with min count 1\) has \d+"),
     ]
     for index, (arguments, message) in enumerate(cases):
         output_dir = tmp_path / f"out{index}"
@@ -183,6 +194,14 @@ def test_bad_input_stops_before_training(corpus, tmp_path, converted_dirs, capsy
         assert error.startswith("error: ") and "Traceback" not in stderr, stderr
         assert re.search(message, error), error
         assert not list(output_dir.glob("checkpoint-*"))
+
+
+def test_streaming_run(corpus, tmp_path):
+    metrics = train_bilm(**options(corpus, tmp_path / "streamed", train_files=[corpus / "small.txt"], streaming=True,
+                                   max_steps=3, save_steps=3, eval_files=[corpus / "small.txt"], eval_steps=3))
+    assert metrics["eval_perplexity"] > 1 and (tmp_path / "streamed/model.safetensors").is_file()
+    with pytest.raises(ValueError, match="give max_steps"):
+        train_bilm(**options(corpus, tmp_path / "no-steps", streaming=True))
 
 
 def test_adapting_converted_weights_gets_a_fresh_softmax(corpus, tmp_path, converted_dirs, capsys):
