@@ -66,7 +66,8 @@ def main():
     model = ElmoForBiLM(config).to(args.device).train()
     optimizer = torch.optim.Adagrad(model.parameters(), lr=0.2, initial_accumulator_value=1.0 / args.words**2)
     batch = make_batch(args.batch_size, args.words, args.vocab_size, args.device)
-    autocast = torch.autocast(device_type=args.device.split(":")[0], dtype=torch.bfloat16, enabled=args.dtype == "bfloat16")
+    device_type = args.device.split(":")[0]
+    autocast = torch.autocast(device_type=device_type, dtype=torch.bfloat16, enabled=args.dtype == "bfloat16")
 
     times = []
     for step in range(args.warmup + args.steps):
@@ -92,7 +93,8 @@ def main():
         f"{args.num_samples or 'full softmax'} samples, {args.dtype}, {args.device}, median of {args.steps} steps"
     )
     print(f"{'size':<10}{'tokens/s':>10}{'s/step':>9}{'peak MiB':>10}")
-    print(f"{args.size:<10}{args.batch_size * args.words / seconds:>10,.0f}{seconds:>9.3f}{peak_memory_mib(args.device):>10,.0f}")
+    tokens_per_second = args.batch_size * args.words / seconds
+    print(f"{args.size:<10}{tokens_per_second:>10,.0f}{seconds:>9.3f}{peak_memory_mib(args.device):>10,.0f}")
 
 
 if __name__ == "__main__":

@@ -41,6 +41,7 @@ from .tokenization_elmo import (
 )
 
 SPLITS = ("whitespace", "pretokenizer")
+SPLIT_HELP = "whitespace: text is tokenised already; pretokenizer: raw text through the tokenizer's splitter"
 IGNORE_INDEX = -100
 
 
@@ -228,7 +229,11 @@ def load_bilm_dataset(
     parts = []
     for path in files:
         part = datasets.load_dataset(
-            "text", data_files=[path], split="train", streaming=streaming, cache_dir=None if cache_dir is None else os.fspath(cache_dir)
+            "text",
+            data_files=[path],
+            split="train",
+            streaming=streaming,
+            cache_dir=None if cache_dir is None else os.fspath(cache_dir),
         )
         options = {} if streaming else {"desc": f"Packing {os.path.basename(path)} into windows of {window}"}
         part = part.map(
@@ -294,8 +299,7 @@ def add_arguments(parser: argparse.ArgumentParser):
     parser.add_argument("--output", required=True, help="vocabulary file to write")
     parser.add_argument("--min-count", type=int, default=1, help="keep words seen at least this often")
     parser.add_argument("--max-size", type=int, help="at most this many entries, <S>, </S>, <UNK> included")
-    parser.add_argument("--split", choices=SPLITS, default="whitespace",
-                        help="whitespace: text is tokenised already; pretokenizer: raw text through the tokenizer's splitter")
+    parser.add_argument("--split", choices=SPLITS, default="whitespace", help=SPLIT_HELP)
 
 
 def run(args: argparse.Namespace) -> int:

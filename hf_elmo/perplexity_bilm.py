@@ -15,7 +15,15 @@ import numpy as np
 import torch
 
 from .configuration_elmo import ElmoConfig
-from .data_bilm import SPLITS, DataCollatorForBiLM, check_text_files, encode_windows, iter_sentences, pack_sentences
+from .data_bilm import (
+    SPLIT_HELP,
+    SPLITS,
+    DataCollatorForBiLM,
+    check_text_files,
+    encode_windows,
+    iter_sentences,
+    pack_sentences,
+)
 from .modeling_elmo import ElmoForBiLM
 from .tokenization_elmo import BOS_WORD_INDEX, EOS_TOKEN, ElmoTokenizer
 
@@ -116,7 +124,7 @@ def add_arguments(parser: argparse.ArgumentParser):
     parser.add_argument("--model", required=True, help="folder written by hf-elmo train")
     parser.add_argument("files", nargs="+", help="text files, one sentence per line")
     parser.add_argument("--window", type=int, default=20, help="positions per window, as in training")
-    parser.add_argument("--split", choices=SPLITS, default="whitespace", help="as in training")
+    parser.add_argument("--split", choices=SPLITS, default="whitespace", help=f"as in training; {SPLIT_HELP}")
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
 

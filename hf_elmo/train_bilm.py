@@ -31,9 +31,9 @@ from transformers import Trainer, TrainerCallback, TrainingArguments, set_seed
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoint
 
 from .configuration_elmo import ELMO_PRESETS, ElmoConfig
-from .data_bilm import SPLITS, DataCollatorForBiLM, build_word_vocabulary, check_text_files, load_bilm_dataset
+from .data_bilm import SPLIT_HELP, SPLITS, DataCollatorForBiLM, build_word_vocabulary, check_text_files, load_bilm_dataset
 from .modeling_elmo import ElmoForBiLM
-from .tokenization_elmo import ElmoTokenizer, read_word_vocabulary
+from .tokenization_elmo import WORD_VOCABULARY_FILE, ElmoTokenizer, read_word_vocabulary
 
 OPTIONS_FILE = "bilm_training_options.json"
 # Options a resumed run may change: where things go, how often they are reported, how long to go on.
@@ -141,7 +141,9 @@ def load_config(spec: str) -> ElmoConfig:
     if path.is_dir():
         return ElmoConfig.from_pretrained(path)
     if not path.is_file():
-        raise ValueError(f"--config {spec!r} is neither a preset ({', '.join(ELMO_PRESETS)}) nor an existing file or folder.")
+        raise ValueError(
+            f"--config {spec!r} is neither a preset ({', '.join(ELMO_PRESETS)}) nor an existing file or folder."
+        )
     try:
         values = json.loads(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as error:
@@ -179,18 +181,24 @@ def _prepare_output_dir(options: BiLMTrainingOptions) -> Path:
             if k not in RESUMABLE_CHANGES and earlier.get(k) != v
         ]
         if different:
-            raise ValueError(f"--resume must repeat the options of the run in {output_dir}; changed: " + "; ".join(different))
+            raise ValueError(
+                f"--resume must repeat the options of the run in {output_dir}; changed: " + "; ".join(different)
+            )
     elif output_dir.exists() and any(output_dir.iterdir()):
-        raise ValueError(f"Output folder {output_dir} is not empty: pass --resume to continue the run in it, or choose another folder.")
+        raise ValueError(
+            f"Output folder {output_dir} is not empty: pass --resume to continue the run in it, or choose another folder."
+        )
     return output_dir
 
 
-def _tokenizer_and_config(options: BiLMTrainingOptions) -> tuple[ElmoTokenizer, ElmoConfig, ElmoConfig | None]:
-    """The tokenizer with its word vocabulary, the run's config and the --init-from checkpoint's config."""
+def _tokenizer_and_config(options: BiLMTrainingOptions) -> tuple[ElmoTokenizer, ElmoConfig]:
+    """The tokenizer with its word vocabulary and the run's config, checked against the --init-from checkpoint."""
     checkpoint_config = None
     if options.init_from is not None:
         if not (Path(options.init_from) / "config.json").is_file():
-            raise ValueError(f"--init-from {options.init_from}: no config.json there; expected a folder saved by save_pretrained.")
+            raise ValueError(
+                f"--init-from {options.init_from}: no config.json there; expected a folder saved by save_pretrained."
+            )
         checkpoint_config = ElmoConfig.from_pretrained(options.init_from)
     if options.config is not None:
         config = load_config(options.config)
@@ -201,13 +209,13 @@ def _tokenizer_and_config(options: BiLMTrainingOptions) -> tuple[ElmoTokenizer, 
 
     tokenizer = ElmoTokenizer()
     checkpoint_words = None
-    if options.init_from is not None and (Path(options.init_from) / "vocab.txt").is_file():
-        checkpoint_words = read_word_vocabulary(Path(options.init_from) / "vocab.txt")
+    if options.init_from is not None and (Path(options.init_from) / WORD_VOCABULARY_FILE).is_file():
+        checkpoint_words = read_word_vocabulary(Path(options.init_from) / WORD_VOCABULARY_FILE)
     if options.vocab is not None:
         words = read_word_vocabulary(options.vocab)
         source = f"from {options.vocab}"
     elif checkpoint_words is not None:
-        words, source = checkpoint_words, f"from {options.init_from}/vocab.txt"
+        words, source = checkpoint_words, f"from {Path(options.init_from) / WORD_VOCABULARY_FILE}"
     else:
         words = build_word_vocabulary(
             options.train_files, options.split, tokenizer, options.min_count, options.max_vocab_size
@@ -231,10 +239,10 @@ def _tokenizer_and_config(options: BiLMTrainingOptions) -> tuple[ElmoTokenizer, 
     config.num_softmax_samples = options.num_softmax_samples
     config.validate_architecture()
     _log(f"Word vocabulary: {len(words):,} words, {source}.")
-    return tokenizer, config, checkpoint_config
+    return tokenizer, config
 
 
-def _build_model(options: BiLMTrainingOptions, config: ElmoConfig, checkpoint_config: ElmoConfig | None) -> ElmoForBiLM:
+def _build_model(options: BiLMTrainingOptions, config: ElmoConfig) -> ElmoForBiLM:
     set_seed(options.seed)
     if options.init_from is None:
         return ElmoForBiLM(config)
@@ -305,10 +313,14 @@ class ElmoTrainer(Trainer):
             self._direction_sums += torch.cat([sums.detach(), counts])
         return (loss, outputs) if return_outputs else loss
 
-    def evaluation_loop(self, dataloader, description, prediction_loss_only=None, ignore_keys=None, metric_key_prefix="eval"):
+    def evaluation_loop(
+        self, dataloader, description, prediction_loss_only=None, ignore_keys=None, metric_key_prefix="eval"
+    ):
         self._direction_sums = torch.zeros(4, dtype=torch.float64, device=self.args.device)
         try:
-            output = super().evaluation_loop(dataloader, description, prediction_loss_only, ignore_keys, metric_key_prefix)
+            output = super().evaluation_loop(
+                dataloader, description, prediction_loss_only, ignore_keys, metric_key_prefix
+            )
             totals = self.accelerator.reduce(self._direction_sums, reduction="sum").tolist()
         finally:
             self._direction_sums = None
@@ -363,7 +375,7 @@ def train_bilm(options: BiLMTrainingOptions | None = None, **kwargs) -> dict:
     check_text_files(options.train_files, "training")
     if options.eval_files:
         check_text_files(options.eval_files, "evaluation")
-    tokenizer, config, checkpoint_config = _tokenizer_and_config(options)
+    tokenizer, config = _tokenizer_and_config(options)
 
     args = _training_arguments(options, has_eval=bool(options.eval_files))
     cache_dir = options.data_cache_dir
@@ -379,15 +391,17 @@ def train_bilm(options: BiLMTrainingOptions | None = None, **kwargs) -> dict:
     if options.streaming:
         train_dataset = train_dataset.shuffle(seed=options.seed, buffer_size=10_000)
 
-    model = _build_model(options, config, checkpoint_config)
+    model = _build_model(options, config)
     if args.process_index == 0 and not options.resume:
         # What --resume checks: a resumed run must be the same run.
         output_dir.mkdir(parents=True, exist_ok=True)
         (output_dir / OPTIONS_FILE).write_text(json.dumps(dataclasses.asdict(options), indent=2) + "\n")
+    softmax = "full softmax"
+    if model.uses_sampled_softmax():
+        softmax = f"sampled softmax ({config.num_softmax_samples} negatives)"
     _log(
-        f"ElmoForBiLM: {sum(p.numel() for p in model.parameters()):,} parameters, "
-        + (f"sampled softmax ({config.num_softmax_samples} negatives)" if model.uses_sampled_softmax() else "full softmax")
-        + f" in training; windows of {options.window} positions, batch {options.batch_size} per process."
+        f"ElmoForBiLM: {sum(p.numel() for p in model.parameters()):,} parameters, {softmax} in training; "
+        f"windows of {options.window} positions, batch {options.batch_size} per process."
     )
 
     optimizer = None
@@ -434,14 +448,15 @@ def add_arguments(parser: argparse.ArgumentParser):
     data.add_argument("--vocab", help="vocabulary file (default: --init-from's, else built from --train-files)")
     data.add_argument("--min-count", type=int, default=defaults.min_count, help="when building the vocabulary")
     data.add_argument("--max-vocab-size", type=int, help="when building the vocabulary (specials included)")
-    data.add_argument("--split", choices=SPLITS, default=defaults.split,
-                      help="whitespace: text is tokenised already; pretokenizer: raw text through the tokenizer's splitter")
+    data.add_argument("--split", choices=SPLITS, default=defaults.split, help=SPLIT_HELP)
     data.add_argument("--window", type=int, default=defaults.window, help="positions per example, <S> and </S> included")
     data.add_argument("--streaming", action="store_true", help="read the corpus lazily (needs --max-steps)")
     data.add_argument("--data-cache-dir", help="where the datasets library keeps the packed windows")
 
     model = parser.add_argument_group("model")
-    model.add_argument("--config", help=f"{'|'.join(ELMO_PRESETS)}|PATH (config.json, model folder or bilm-tf options.json)")
+    model.add_argument(
+        "--config", help=f"{'|'.join(ELMO_PRESETS)}|PATH (config.json, model folder or bilm-tf options.json)"
+    )
     model.add_argument("--init-from", help="model folder to continue from (e.g. converted released weights)")
     model.add_argument("--dropout", type=float, default=defaults.dropout)
     model.add_argument("--num-softmax-samples", type=int, default=defaults.num_softmax_samples,

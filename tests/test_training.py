@@ -91,10 +91,11 @@ def test_training_beats_unigram_perplexity(corpus, tmp_path, capsys):
     capsys.readouterr()
     assert cli_main(["perplexity", "--model", str(tmp_path / "run"), "--window", "22", "--split", "pretokenizer",
                      str(corpus / "valid.txt")]) == 0
-    printed = dict(re.findall(r"^(forward|backward|geometric mean)(?: perplexity)?\s+([\d.]+)$", capsys.readouterr().out, re.M))
-    result = {direction: float(value) for direction, value in printed.items()}
+    printed = re.findall(r"^(forward|backward|geometric mean)(?: perplexity)?\s+([\d.]+)$", capsys.readouterr().out, re.M)
+    result = {direction: float(value) for direction, value in printed}
 
-    baseline = unigram_perplexity(ElmoTokenizer.from_pretrained(tmp_path / "run"), corpus / "train.txt", corpus / "valid.txt")
+    tokenizer = ElmoTokenizer.from_pretrained(tmp_path / "run")
+    baseline = unigram_perplexity(tokenizer, corpus / "train.txt", corpus / "valid.txt")
     assert result["forward"] < baseline["forward"] and result["backward"] < baseline["backward"], (result, baseline)
     # The held-out file is a single map batch (< 1,000 lines), so Trainer's evaluation saw the same windows.
     for direction in ("forward", "backward"):
@@ -178,7 +179,8 @@ def test_bad_input_stops_before_training(corpus, tmp_path, converted_dirs, capsy
     ElmoForBiLM(tiny).save_pretrained(bilm_dir)
     cases = [
         (["--train-files", str(empty)], f"Training file '{empty}' is empty"),
-        (["--train-files", str(long)], f"{long}, line 2: 25 words plus <S> and </S> need 27 positions, more than the window of 20"),
+        (["--train-files", str(long)],
+         f"{long}, line 2: 25 words plus <S> and </S> need 27 positions, more than the window of 20"),
         (["--train-files", str(corpus / "valid.txt"), "--vocab", str(no_unk)], "line 3 must be '<UNK>'"),
         (["--train-files", str(corpus / "valid.txt"), "--config", "small", "--init-from", str(converted_dirs["allennlp"])],
          "--config small does not match the --init-from weights .*cell_dim: --config has 1024, the weights have 64"),
