@@ -10,6 +10,7 @@ import argparse
 import math
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -109,6 +110,8 @@ def unigram_perplexity(
 
 def load_bilm(model_dir: str, device: str = "cpu") -> tuple[ElmoForBiLM, ElmoTokenizer]:
     """An `ElmoForBiLM` and its tokenizer (with word vocabulary) from a folder written by `hf-elmo train`."""
+    if not (Path(model_dir) / "config.json").is_file():
+        raise ValueError(f"{model_dir} has no config.json: expected a folder written by `hf-elmo train`.")
     config = ElmoConfig.from_pretrained(model_dir)
     if not config.vocab_size:
         raise ValueError(
