@@ -20,6 +20,7 @@ ACTIVATIONS = ("relu", "tanh")
 AUTO_MAP = {
     "AutoConfig": "configuration_elmo.ElmoConfig",
     "AutoModel": "modeling_elmo.ElmoModel",
+    "AutoModelForPreTraining": "modeling_elmo.ElmoForBiLM",
     "AutoTokenizer": ["tokenization_elmo.ElmoTokenizer", None],
     "AutoModelForSequenceClassification": "modeling_elmo.ElmoForSequenceClassification",
     "AutoModelForTokenClassification": "modeling_elmo.ElmoForTokenClassification",
@@ -93,6 +94,9 @@ class ElmoConfig(PreTrainedConfig):
         word_vectors_trainable (`bool`, defaults to `False`): update the word vectors during training.
         classifier_pooling (`str`, defaults to `"mean"`): sequence classification pooling over the words
             (boundaries excluded): `"mean"`, `"max"` or `"mean_max"` (both, concatenated).
+        num_softmax_samples (`int`, defaults to 8192): negative words of the sampled softmax used in training
+            (`ElmoForBiLM`); 0, or at least `vocab_size`, trains with the full softmax. Evaluation always uses
+            the full softmax.
 
     Use `ElmoConfig.from_preset("small" | "medium" | "original")` for the released sizes.
     """
@@ -118,6 +122,7 @@ class ElmoConfig(PreTrainedConfig):
     char_vocabulary: bool = False
     input_word_vocab_size: int = 0
     input_word_dim: int = 0
+    num_softmax_samples: int = 8192
     tie_word_embeddings: bool = False
 
     freeze_elmo: bool = True
@@ -200,6 +205,8 @@ class ElmoConfig(PreTrainedConfig):
             raise ValueError(f"ElmoConfig.dropout must be in [0, 1), got {self.dropout}.")
         if self.vocab_size < 0:
             raise ValueError(f"ElmoConfig.vocab_size must be >= 0, got {self.vocab_size}.")
+        if self.num_softmax_samples < 0:
+            raise ValueError(f"ElmoConfig.num_softmax_samples must be >= 0, got {self.num_softmax_samples}.")
         if self.input_word_vocab_size < 0 or self.input_word_dim < 0:
             raise ValueError(
                 f"ElmoConfig.input_word_vocab_size and input_word_dim must be >= 0, got "

@@ -23,6 +23,7 @@ from .hub_elmo import push_to_hub_with_model_card
 # Not used here: importing it makes save_pretrained copy its file next to this one, where the tagger's
 # config.custom_pipelines points remote-code users to it.
 from .pipelines_elmo import ElmoTokenClassificationPipeline  # noqa: F401
+from .sampled_softmax import full_softmax_loss, sampled_softmax_loss
 from .scalar_mix import ScalarMix
 from .tokenization_elmo import BOS_WORD_IDS, EOS_WORD_IDS, words_to_char_ids
 
@@ -222,6 +223,8 @@ class ElmoPreTrainedModel(PreTrainedModel):
     main_input_name = "input_ids"
     _no_split_modules = ["ElmoBiLstm"]
     _is_stateful = True
+    # A pre-training checkpoint (`ElmoForBiLM`) holds the word softmax, which other heads leave out on purpose.
+    _keys_to_ignore_on_load_unexpected = [r"^softmax\."]
 
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path, *model_args, use_safetensors: bool | None = None, **kwargs):
@@ -469,7 +472,161 @@ class ElmoModel(ElmoPreTrainedModel):
         )
 
 
-__all__ = ["ElmoModel", "ElmoPreTrainedModel", "ElmoModelOutput", "ElmoState", "ElmoCharacterEncoder"]
+@dataclass
+class ElmoBiLMOutput(ModelOutput):
+    """
+    Args:
+        loss (`torch.FloatTensor` of shape `()`, *optional*): with `labels`: the mean over both directions' target
+            words of their cross-entropy, i.e. `0.5 * (forward_loss + backward_loss)` when both directions have the
+            same number of targets (always the case for `DataCollatorForBiLM` batches). Sampled softmax in training
+            when `config.num_softmax_samples` is below the vocabulary size, full softmax otherwise.
+        forward_loss (`torch.FloatTensor` of shape `()`, *optional*): mean cross-entropy of the forward LM.
+        backward_loss (`torch.FloatTensor` of shape `()`, *optional*): mean cross-entropy of the backward LM.
+        forward_logits (`torch.FloatTensor` of shape `(B, T, V)`, *optional*): with `return_logits=True`: full
+            softmax scores of the word following each position.
+        backward_logits (`torch.FloatTensor` of shape `(B, T, V)`, *optional*): same for the preceding word.
+        hidden_states (`tuple(torch.FloatTensor)`, *optional*): as `ElmoModelOutput.hidden_states`.
+    """
+
+    loss: torch.FloatTensor | None = None
+    forward_loss: torch.FloatTensor | None = None
+    backward_loss: torch.FloatTensor | None = None
+    forward_logits: torch.FloatTensor | None = None
+    backward_logits: torch.FloatTensor | None = None
+    hidden_states: tuple[torch.FloatTensor, ...] | None = None
+
+
+class ElmoWordSoftmax(nn.Linear):
+    """The word softmax `(P) -> (V)` shared by the forward and the backward LM (bilm-tf's `softmax/W`, `softmax/b`)."""
+
+    def __init__(self, config: ElmoConfig):
+        super().__init__(config.projection_dim, config.vocab_size)
+
+
+class ElmoForBiLM(ElmoPreTrainedModel):
+    """The ELMo bidirectional language model with its word softmax, for pre-training and domain adaptation.
+
+    The forward LM predicts the word after each position from the forward half of the top layer, the backward
+    LM the word before it from the backward half; both use one softmax. `labels` `(B, T, 2)` hold, per position,
+    the id of the word to predict in each direction (`-100`: nothing to predict); `DataCollatorForBiLM` builds
+    them. `ElmoModel.from_pretrained` of a saved `ElmoForBiLM` loads the biLM without the softmax.
+    """
+
+    # The loss is normalised by Trainer's `num_items_in_batch` (target words over the accumulated batch on all
+    # processes), which makes gradient accumulation and multi-process training exact token-weighted means.
+    accepts_loss_kwargs = True
+
+    def __init__(self, config: ElmoConfig):
+        super().__init__(config)
+        if config.vocab_size < 1:
+            raise ValueError(
+                "ElmoForBiLM needs config.vocab_size >= 1 (the words of its softmax), got "
+                f"{config.vocab_size}; set it to the size of the word vocabulary."
+            )
+        self.elmo = ElmoModel(config)
+        self.dropout = nn.Dropout(config.dropout)
+        self.softmax = ElmoWordSoftmax(config)
+        self.post_init()
+
+    @torch.no_grad()
+    def _init_weights(self, module: nn.Module):
+        if isinstance(module, ElmoWordSoftmax):
+            # bilm-tf: normal with std 1/sqrt(fan in), zero bias.
+            init.normal_(module.weight, std=1.0 / math.sqrt(module.in_features))
+            init.zeros_(module.bias)
+        else:
+            super()._init_weights(module)
+
+    def get_input_embeddings(self) -> nn.Module:
+        return self.elmo.get_input_embeddings()
+
+    def set_input_embeddings(self, value: nn.Module):
+        self.elmo.set_input_embeddings(value)
+
+    def uses_sampled_softmax(self) -> bool:
+        """Whether a training-mode forward uses the sampled softmax (else the full one)."""
+        return 0 < self.config.num_softmax_samples < self.config.vocab_size
+
+    def _check_labels(self, labels: torch.Tensor, positions: torch.Size):
+        expected = (*positions, 2)
+        if labels.shape != expected:
+            raise ValueError(
+                f"labels must have shape {expected} (batch, positions, [forward target, backward target]), "
+                f"got {tuple(labels.shape)}."
+            )
+        if labels.is_floating_point() or labels.is_complex() or labels.dtype == torch.bool:
+            raise ValueError(f"labels must hold integer word ids, got dtype {labels.dtype}.")
+        bad = (labels != -100) & ((labels < 0) | (labels >= self.config.vocab_size))
+        if bad.any():
+            raise ValueError(
+                f"labels must be word ids in [0, {self.config.vocab_size - 1}] or -100 (no target), found "
+                f"{labels[bad][0].item()}; was the vocabulary used for the data the one of this model?"
+            )
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.LongTensor = None,
+        attention_mask: torch.Tensor | None = None,
+        labels: torch.LongTensor | None = None,
+        return_logits: bool = False,
+        output_hidden_states: bool | None = None,
+        num_items_in_batch: int | torch.Tensor | None = None,
+        return_dict: bool | None = None,
+    ) -> ElmoBiLMOutput:
+        r"""
+        Args:
+            input_ids (`torch.LongTensor` of shape `(B, T, 50)`): character ids with the `<S>`/`</S>` rows, as
+                for `ElmoModel`.
+            attention_mask (`torch.Tensor` of shape `(B, T)`, *optional*): 1 at real positions.
+            labels (`torch.LongTensor` of shape `(B, T, 2)`, *optional*): `labels[b, t, 0]` the id of the word
+                after position `t` (forward LM target), `labels[b, t, 1]` the id of the word before it (backward
+                LM target); -100 where there is none.
+            return_logits (`bool`, defaults to `False`): also return the full-softmax logits `(B, T, V)` of
+                both directions.
+            num_items_in_batch (`int` or `torch.Tensor`, *optional*): divide the summed cross-entropy by this many
+                targets (both directions counted) instead of this batch's count; passed by `Trainer`.
+        """
+        outputs = self.elmo(input_ids, attention_mask=attention_mask, output_hidden_states=output_hidden_states)
+        top = self.dropout(outputs.last_hidden_state)
+        forward_hidden, backward_hidden = top.chunk(2, dim=-1)
+
+        loss = forward_loss = backward_loss = None
+        if labels is not None:
+            self._check_labels(labels, top.shape[:2])
+            forward_targets, backward_targets = labels[..., 0], labels[..., 1]
+            forward_real, backward_real = forward_targets != -100, backward_targets != -100
+            hidden = torch.cat([forward_hidden[forward_real], backward_hidden[backward_real]])
+            targets = torch.cat([forward_targets[forward_real], backward_targets[backward_real]]).long()
+            if self.training and self.uses_sampled_softmax():
+                losses = sampled_softmax_loss(
+                    hidden, targets, self.softmax.weight, self.softmax.bias, self.config.num_softmax_samples
+                )
+            else:
+                losses = full_softmax_loss(hidden, targets, self.softmax.weight, self.softmax.bias)
+            num_forward = int(forward_real.sum())
+            forward_sum, backward_sum = losses[:num_forward].sum(), losses[num_forward:].sum()
+            forward_loss = forward_sum / max(num_forward, 1)
+            backward_loss = backward_sum / max(len(losses) - num_forward, 1)
+            if num_items_in_batch is None:
+                num_items_in_batch = max(len(losses), 1)
+            loss = (forward_sum + backward_sum) / num_items_in_batch
+
+        forward_logits = backward_logits = None
+        if return_logits:
+            forward_logits, backward_logits = self.softmax(forward_hidden), self.softmax(backward_hidden)
+        return ElmoBiLMOutput(
+            loss=loss,
+            forward_loss=forward_loss,
+            backward_loss=backward_loss,
+            forward_logits=forward_logits,
+            backward_logits=backward_logits,
+            hidden_states=outputs.hidden_states,
+        )
+
+
+__all__ = ["ElmoModel", "ElmoPreTrainedModel", "ElmoModelOutput", "ElmoState", "ElmoCharacterEncoder",
+           "ElmoForBiLM", "ElmoBiLMOutput"]
 
 
 # --- downstream task heads ------------------------------------------------------------------------

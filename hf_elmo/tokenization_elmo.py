@@ -37,8 +37,11 @@ __all__ = [
     "CharacterVocabulary",
     "ElmoBatchEncoding",
     "ElmoTokenizer",
+    "WORD_VOCABULARY_SPECIALS",
     "build_pre_tokenizer",
+    "read_word_vocabulary",
     "words_to_char_ids",
+    "write_word_vocabulary",
 ]
 
 # --- character ids --------------------------------------------------------------------------------
@@ -393,6 +396,68 @@ class ElmoBatchEncoding(BatchEncoding):
         return TokenSpan(position, position + 1)
 
 
+# --- word vocabulary (targets of the language-model softmax) ---------------------------------------
+
+UNK_TOKEN = "<UNK>"
+WORD_VOCABULARY_SPECIALS = (BOS_TOKEN, EOS_TOKEN, UNK_TOKEN)
+"""First three entries of every word vocabulary, so `<S>` = 0, `</S>` = 1, `<UNK>` = 2."""
+BOS_WORD_INDEX, EOS_WORD_INDEX, UNK_WORD_INDEX = range(3)
+WORD_VOCABULARY_FILE = "vocab.txt"
+
+
+def check_word_vocabulary(words: Sequence[str], source: str = "Word vocabulary", unit: str = "entry") -> list[str]:
+    """Validate a word list in the original format; returns it as a list.
+
+    `<S>`, `</S>`, `<UNK>` must come first, in that order; every entry must be a non-empty string without
+    whitespace (one token per line), and no entry may repeat.
+    """
+    words = list(words)
+    for index, (expected, got) in enumerate(zip(WORD_VOCABULARY_SPECIALS, words + [None] * 3)):
+        if got != expected:
+            raise ValueError(
+                f"{source}: {unit} {index + 1} must be {expected!r} (a vocabulary starts with "
+                f"{', '.join(WORD_VOCABULARY_SPECIALS)}), got {got!r}."
+            )
+    first_seen: dict[str, int] = {}
+    for index, word in enumerate(words):
+        if not isinstance(word, str) or not word or word.split() != [word]:
+            raise ValueError(f"{source}: {unit} {index + 1} must be one token without whitespace, got {word!r}.")
+        if word in first_seen:
+            raise ValueError(f"{source}: {word!r} appears twice ({unit} {first_seen[word] + 1} and {index + 1}).")
+        first_seen[word] = index
+    return words
+
+
+def read_word_vocabulary(path: str | os.PathLike) -> list[str]:
+    """Read a vocabulary file in the original format: one token per line, `<S>`, `</S>`, `<UNK>` first."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except FileNotFoundError:
+        raise FileNotFoundError(f"Word vocabulary file {os.fspath(path)!r} does not exist.") from None
+    except UnicodeDecodeError as error:
+        raise ValueError(f"Word vocabulary file {os.fspath(path)!r} is not UTF-8 text: {error}.") from None
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    return check_word_vocabulary(lines, source=f"Word vocabulary {os.fspath(path)!r}", unit="line")
+
+
+def write_word_vocabulary(words: Sequence[str], path: str | os.PathLike) -> str:
+    """Write a vocabulary file (validated first); written to a temporary name and renamed, never half-written."""
+    words = check_word_vocabulary(words)
+    path = os.fspath(path)
+    temporary = f"{path}.tmp-{os.getpid()}"
+    try:
+        with open(temporary, "w", encoding="utf-8") as f:
+            f.write("".join(word + "\n" for word in words))
+        os.replace(temporary, path)
+    finally:
+        if os.path.exists(temporary):
+            os.remove(temporary)
+    return path
+
+
 # --- tokenizer ------------------------------------------------------------------------------------
 
 
@@ -463,6 +528,7 @@ class ElmoTokenizer(PreTrainedTokenizer):
     vocab_files_names: dict[str, str] = {
         "char_vocab_file": "char_vocab.json",
         "input_word_vocab_file": "input_word_vocab.json",
+        "word_vocab_file": WORD_VOCABULARY_FILE,
     }
     model_input_names = ["input_ids", "attention_mask"]
 
@@ -475,6 +541,7 @@ class ElmoTokenizer(PreTrainedTokenizer):
         input_word_vocab_file: str | None = None,
         char_vocab: Mapping[str, int] | None = None,
         input_word_vocab: Mapping[str, int] | None = None,
+        word_vocab_file: str | None = None,
         **kwargs,
     ):
         if kwargs.get("padding_side", "right") != "right":
@@ -495,6 +562,9 @@ class ElmoTokenizer(PreTrainedTokenizer):
             if input_word_vocab is not None:
                 self.model_input_names = [*self.model_input_names, "input_word_ids"]
         bos_token, eos_token = bos_token or BOS_TOKEN, eos_token or EOS_TOKEN
+        self._word_index: dict[str, int] | None = None
+        if word_vocab_file is not None:
+            self.set_word_vocabulary(read_word_vocabulary(word_vocab_file))
         super().__init__(bos_token=bos_token, eos_token=eos_token, pad_token=pad_token, **kwargs)
         if self.pad_token_id != PADDING_WORD_ID:
             raise ValueError(f"ElmoTokenizer needs a pad token with id 0, got {self.pad_token!r}")
@@ -583,14 +653,17 @@ class ElmoTokenizer(PreTrainedTokenizer):
         return self._rows_to_words(self._as_rows(ids), skip_special_tokens=skip_special_tokens)
 
     def save_vocabulary(self, save_directory: str, filename_prefix: str | None = None) -> tuple[str, ...]:
-        # UTF-8 byte ids are fixed by the algorithm: tokenizer_config.json is all that is needed then.
+        # UTF-8 byte ids are fixed by the algorithm; only the vocabularies a tokenizer has need files.
+        paths = []
+        if self._word_index is not None:
+            name = f"{filename_prefix}-{WORD_VOCABULARY_FILE}" if filename_prefix else WORD_VOCABULARY_FILE
+            paths.append(write_word_vocabulary(self.word_vocabulary, os.path.join(save_directory, name)))
         if self.char_vocabulary is None:
-            return ()
+            return tuple(paths)
         vocabularies = {
             "char_vocab_file": self.char_vocabulary.chars,
             "input_word_vocab_file": self.char_vocabulary.words,
         }
-        paths = []
         for key, vocabulary in vocabularies.items():
             if vocabulary is not None:
                 name = (filename_prefix + "-" if filename_prefix else "") + self.vocab_files_names[key]
@@ -607,6 +680,33 @@ class ElmoTokenizer(PreTrainedTokenizer):
 
     def _words_to_rows(self, words: Sequence[str]) -> np.ndarray:
         return self.char_vocabulary.rows(words) if self.char_vocabulary else words_to_char_ids(words)
+
+    # --- word vocabulary: targets of the language-model softmax -------------------------------------
+
+    @property
+    def word_vocabulary(self) -> list[str] | None:
+        """The words of the LM softmax in id order (`<S>`, `</S>`, `<UNK>` first), or `None` if there is none.
+
+        Only `ElmoForBiLM` needs it: the model's input is always the characters of each word.
+        """
+        return None if self._word_index is None else list(self._word_index)
+
+    def set_word_vocabulary(self, words: Sequence[str] | None) -> None:
+        """Attach a word vocabulary (validated by `check_word_vocabulary`); `None` removes it."""
+        self._word_index = None if words is None else {w: i for i, w in enumerate(check_word_vocabulary(words))}
+
+    def word_targets(self, words: Sequence[str]) -> np.ndarray:
+        """Word ids `(n,)` int64 of `n` words for the LM targets; words outside the vocabulary get `<UNK>`'s id 2.
+
+        The literal words `<S>` and `</S>` get ids 0 and 1.
+        """
+        if self._word_index is None:
+            raise ValueError(
+                "This ElmoTokenizer has no word vocabulary: load one with ElmoTokenizer(word_vocab_file=...) or "
+                "set_word_vocabulary(words) (see build_word_vocabulary)."
+            )
+        index = self._word_index
+        return np.fromiter((index.get(w, UNK_WORD_INDEX) for w in words), dtype=np.int64, count=len(words))
 
     # --- word splitting -----------------------------------------------------------------------------
 

@@ -77,6 +77,7 @@ def test_push_to_hub_then_load_by_repo_id_without_the_package(converted_dirs, tm
         "configuration_elmo.py",
         "modeling_elmo.py",
         "scalar_mix.py",
+        "sampled_softmax.py",
         "pipelines_elmo.py",
         "hub_elmo.py",
         "tokenization_elmo.py",
@@ -86,6 +87,7 @@ def test_push_to_hub_then_load_by_repo_id_without_the_package(converted_dirs, tm
     assert set(auto_map) == {
         "AutoConfig",
         "AutoModel",
+        "AutoModelForPreTraining",
         "AutoTokenizer",
         "AutoModelForSequenceClassification",
         "AutoModelForTokenClassification",
