@@ -1,6 +1,3 @@
-import os
-import subprocess
-import sys
 import textwrap
 
 import numpy as np
@@ -14,6 +11,7 @@ from hf_elmo import ElmoForBiLM, ElmoModel, ElmoTokenizer
 from hf_elmo.data_bilm import DataCollatorForBiLM, encode_windows
 from hf_elmo.sampled_softmax import sample_log_uniform_candidates
 
+from conftest import run_without_hf_elmo
 from test_modeling_elmo import small_config
 from test_sampled_softmax import reference_sampled_softmax
 
@@ -192,12 +190,6 @@ def test_remote_code_loads_the_bilm_without_the_package(tmp_path):
         expected = model(**inputs).loss.item()
     script = textwrap.dedent(
         f"""
-        import importlib.abc, sys
-        class BlockHfElmo(importlib.abc.MetaPathFinder):
-            def find_spec(self, name, path, target=None):
-                if name == "hf_elmo" or name.startswith("hf_elmo."):
-                    raise ImportError("hf_elmo is blocked in this test")
-        sys.meta_path.insert(0, BlockHfElmo())
         import torch
         from transformers import AutoModelForPreTraining
         model = AutoModelForPreTraining.from_pretrained({str(tmp_path / "bilm")!r}, trust_remote_code=True).eval()
@@ -206,9 +198,7 @@ def test_remote_code_loads_the_bilm_without_the_package(tmp_path):
             print(repr(model(**torch.load({str(tmp_path / "inputs.pt")!r})).loss.item()))
         """
     )
-    env = {**os.environ, "HF_MODULES_CACHE": str(tmp_path / "modules"), "PYTHONPATH": ""}
-    result = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True)
-    assert result.returncode == 0, result.stderr[-3000:]
+    result = run_without_hf_elmo(script, tmp_path)
     assert float(result.stdout.strip().splitlines()[-1]) == expected
 
 
