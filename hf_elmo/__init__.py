@@ -7,6 +7,7 @@ code so `save_pretrained` writes folders loadable with `trust_remote_code=True` 
 from transformers import (
     AutoConfig,
     AutoModel,
+    AutoModelForPreTraining,
     AutoModelForSequenceClassification,
     AutoModelForTokenClassification,
     AutoTokenizer,
@@ -15,6 +16,8 @@ from transformers.pipelines import PIPELINE_REGISTRY
 
 from .configuration_elmo import ELMO_PRESETS, ElmoConfig
 from .modeling_elmo import (
+    ElmoBiLMOutput,
+    ElmoForBiLM,
     ElmoForSequenceClassification,
     ElmoForTokenClassification,
     ElmoModel,
@@ -27,12 +30,14 @@ from .tokenization_elmo import ElmoTokenizer
 
 AutoConfig.register(ElmoConfig.model_type, ElmoConfig, exist_ok=True)
 AutoModel.register(ElmoConfig, ElmoModel, exist_ok=True)
+AutoModelForPreTraining.register(ElmoConfig, ElmoForBiLM, exist_ok=True)
 AutoModelForSequenceClassification.register(ElmoConfig, ElmoForSequenceClassification, exist_ok=True)
 AutoModelForTokenClassification.register(ElmoConfig, ElmoForTokenClassification, exist_ok=True)
 AutoTokenizer.register(ElmoConfig, tokenizer_class=ElmoTokenizer, exist_ok=True)
 
 ElmoConfig.register_for_auto_class()
 ElmoModel.register_for_auto_class("AutoModel")
+ElmoForBiLM.register_for_auto_class("AutoModelForPreTraining")
 ElmoForSequenceClassification.register_for_auto_class("AutoModelForSequenceClassification")
 ElmoForTokenClassification.register_for_auto_class("AutoModelForTokenClassification")
 ElmoTokenizer.register_for_auto_class("AutoTokenizer")
@@ -49,7 +54,9 @@ __version__ = "0.1.0"
 
 __all__ = [
     "ELMO_PRESETS",
+    "ElmoBiLMOutput",
     "ElmoConfig",
+    "ElmoForBiLM",
     "ElmoForSequenceClassification",
     "ElmoForTokenClassification",
     "ElmoModel",

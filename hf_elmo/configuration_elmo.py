@@ -20,6 +20,7 @@ ACTIVATIONS = ("relu", "tanh")
 AUTO_MAP = {
     "AutoConfig": "configuration_elmo.ElmoConfig",
     "AutoModel": "modeling_elmo.ElmoModel",
+    "AutoModelForPreTraining": "modeling_elmo.ElmoForBiLM",
     "AutoTokenizer": ["tokenization_elmo.ElmoTokenizer", None],
     "AutoModelForSequenceClassification": "modeling_elmo.ElmoForSequenceClassification",
     "AutoModelForTokenClassification": "modeling_elmo.ElmoForTokenClassification",
@@ -55,6 +56,17 @@ class ElmoConfig(PreTrainedConfig):
         dropout (`float`, defaults to 0.1): dropout on each LSTM layer's input and on the top layer, in
             training only.
         vocab_size (`int`, defaults to 0): size of the word vocabulary of the LM softmax (0: no softmax).
+        forget_bias (`float`, defaults to 0.0): constant added to the forget-gate pre-activation at run time, as
+            TensorFlow's `LSTMCell(forget_bias=1.0)` does. Converted bilm-tf weights keep their stored bias and use
+            1.0, so that exporting them gives back the original file bit for bit (folding the 1.0 into a float32
+            bias would round it).
+        char_vocabulary (`bool`, defaults to `False`): character ids come from the tokenizer's vocabulary of
+            Unicode characters (ELMoForManyLangs models) instead of UTF-8 bytes; `n_characters` is then the
+            vocabulary size + 1 and may be below 262.
+        input_word_vocab_size (`int`, defaults to 0): rows of the word-embedding table read beside the characters
+            (ELMoForManyLangs models); 0: characters only.
+        input_word_dim (`int`, defaults to 0): size of those word embeddings, concatenated before the CNN features
+            and projected with them.
 
     Task heads (`ElmoForSequenceClassification`, `ElmoForTokenClassification`; the biLM ignores these):
         freeze_elmo (`bool`, defaults to `True`): keep the biLM fixed (no gradients, eval mode); `False` fine-tunes it.
@@ -82,6 +94,9 @@ class ElmoConfig(PreTrainedConfig):
         word_vectors_trainable (`bool`, defaults to `False`): update the word vectors during training.
         classifier_pooling (`str`, defaults to `"mean"`): sequence classification pooling over the words
             (boundaries excluded): `"mean"`, `"max"` or `"mean_max"` (both, concatenated).
+        num_softmax_samples (`int`, defaults to 8192): negative words of the sampled softmax used in training
+            (`ElmoForBiLM`); 0, or at least `vocab_size`, trains with the full softmax. Evaluation always uses
+            the full softmax.
 
     Use `ElmoConfig.from_preset("small" | "medium" | "original")` for the released sizes.
     """
@@ -103,6 +118,11 @@ class ElmoConfig(PreTrainedConfig):
     use_skip_connections: bool = True
     dropout: float | int = 0.1
     vocab_size: int = 0
+    forget_bias: float | int = 0.0
+    char_vocabulary: bool = False
+    input_word_vocab_size: int = 0
+    input_word_dim: int = 0
+    num_softmax_samples: int = 8192
     tie_word_embeddings: bool = False
 
     freeze_elmo: bool = True
@@ -164,8 +184,14 @@ class ElmoConfig(PreTrainedConfig):
                 raise ValueError(
                     f"ElmoConfig.filters width {f[0]} exceeds max_characters_per_token={self.max_characters_per_token}."
                 )
-        if self.n_characters < 262:
-            raise ValueError(f"ElmoConfig.n_characters must be >= 262 (UTF-8 bytes + specials), got {self.n_characters}.")
+        if self.char_vocabulary and self.n_characters < 2:
+            raise ValueError(
+                f"ElmoConfig.n_characters must be >= 2 (padding + one character), got {self.n_characters}."
+            )
+        if not self.char_vocabulary and self.n_characters < 262:
+            raise ValueError(
+                f"ElmoConfig.n_characters must be >= 262 (UTF-8 bytes + specials), got {self.n_characters}."
+            )
         if self.max_characters_per_token != 50:
             raise ValueError(
                 f"ElmoConfig.max_characters_per_token must be 50 (fixed by the character mapper), "
@@ -179,6 +205,18 @@ class ElmoConfig(PreTrainedConfig):
             raise ValueError(f"ElmoConfig.dropout must be in [0, 1), got {self.dropout}.")
         if self.vocab_size < 0:
             raise ValueError(f"ElmoConfig.vocab_size must be >= 0, got {self.vocab_size}.")
+        if self.num_softmax_samples < 0:
+            raise ValueError(f"ElmoConfig.num_softmax_samples must be >= 0, got {self.num_softmax_samples}.")
+        if self.input_word_vocab_size < 0 or self.input_word_dim < 0:
+            raise ValueError(
+                f"ElmoConfig.input_word_vocab_size and input_word_dim must be >= 0, got "
+                f"{self.input_word_vocab_size} and {self.input_word_dim}."
+            )
+        if (self.input_word_vocab_size > 0) != (self.input_word_dim > 0):
+            raise ValueError(
+                f"ElmoConfig.input_word_vocab_size ({self.input_word_vocab_size}) and input_word_dim "
+                f"({self.input_word_dim}) must both be 0 (no word embeddings) or both be > 0."
+            )
 
     def validate_task_heads(self):
         """Raises `ValueError` naming the field for head options no task model can be built from."""

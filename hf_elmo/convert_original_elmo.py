@@ -1,7 +1,9 @@
 """Convert an original ELMo (bilm-tf / AllenNLP `options.json` + `weights.hdf5`) to a Hugging Face folder.
 
 The output folder holds `config.json`, `model.safetensors`, the tokenizer files and the remote code, and
-loads with `AutoModel.from_pretrained` / `AutoTokenizer.from_pretrained`.
+loads with `AutoModel.from_pretrained` / `AutoTokenizer.from_pretrained`. `--format elmoformanylangs` converts
+a HIT-SCIR model folder instead (`convert_elmoformanylangs.py`); `hf-elmo export` goes the other way with the same
+mapping (`weight_links`).
 
 Mapping (see the spec of the reference implementations):
 - `char_embed` `(n_characters - 1, e)`: as is; the zero row for id 0 is implicit in `ElmoCharacterEmbedding`.
@@ -10,8 +12,9 @@ Mapping (see the spec of the reference implementations):
   `g = 1 - c = sigmoid(-x W_c - b_c)`, so the weight is `[W_t^T; -W_c^T]` and the bias `[b_t; -b_c]`.
 - `CNN_proj/W_proj` `(F, P)` -> Linear weight `(P, F)`; absent in bilm-tf files where `F == P`: identity.
 - `RNN_d/.../CellL/LSTMCell/W_0` `(2P, 4D)`: transposed, columns `[0, P)` act on the input and `[P, 2P)` on the
-  state; TF's gate blocks `[i, j, f, o]` become `[i, f, j, o]`. `B`: TF adds a constant forget bias of 1.0 that
-  is not stored, so it is added here. `W_P_0` `(D, P)` -> `(P, D)`.
+  state; TF's gate blocks `[i, j, f, o]` become `[i, f, j, o]`. `B`: copied; TF adds a constant forget bias of 1.0
+  that is not stored, so the config gets `forget_bias=1.0` (added at run time, which keeps export bit exact).
+  `W_P_0` `(D, P)` -> `(P, D)`.
 - `lstm.cell_clip` / `lstm.proj_clip` of 0 or null mean no clipping (AllenNLP's reading).
 """
 
@@ -21,10 +24,13 @@ import os
 import shutil
 import sys
 import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
+from transformers.utils import logging as hf_logging
 
 from .configuration_elmo import ElmoConfig
 from .modeling_elmo import ElmoModel
@@ -38,7 +44,8 @@ class ElmoConversionError(ValueError):
     """A problem with the files to convert; the message is one line naming the file and the field."""
 
 
-def _field(options: dict, path: str, source: str, default=KeyError):
+def json_field(options: dict, path: str, source: str, default=KeyError):
+    """`options["a"]["b"]` for the `path` `"a.b"`; `default` if given and missing, else a one-line error."""
     value = options
     for key in path.split("."):
         if not isinstance(value, dict) or key not in value:
@@ -49,70 +56,89 @@ def _field(options: dict, path: str, source: str, default=KeyError):
     return value
 
 
-def load_options(path: str | os.PathLike) -> dict:
-    """Reads `options.json`, with one-line errors for a missing file or bad JSON."""
-    path = Path(path)
+def read_utf8(path: str | os.PathLike, what: str) -> str:
+    """The text of a UTF-8 file, with a one-line error naming the file (`what` it is) if it cannot be read."""
     try:
-        text = path.read_text(encoding="utf-8")
+        return Path(path).read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise ElmoConversionError(f"{path}: no such options file") from None
+        raise ElmoConversionError(f"{path}: no such {what}") from None
     except (OSError, UnicodeDecodeError) as error:
-        raise ElmoConversionError(f"{path}: cannot read options file ({error})") from None
+        raise ElmoConversionError(f"{path}: cannot read {what} ({error})") from None
+
+
+def read_json_object(path: str | os.PathLike, what: str) -> dict:
+    """Reads a JSON object, with one-line errors naming the file (`what` it is) for a missing file or bad JSON."""
+    text = read_utf8(path, what)
     try:
-        options = json.loads(text)
+        value = json.loads(text)
     except json.JSONDecodeError as error:
         raise ElmoConversionError(
             f"{path}: not valid JSON (line {error.lineno}, column {error.colno}: {error.msg})"
         ) from None
-    if not isinstance(options, dict):
-        raise ElmoConversionError(f"{path}: expected a JSON object with 'lstm' and 'char_cnn', got {type(options).__name__}")
-    return options
+    if not isinstance(value, dict):
+        raise ElmoConversionError(f"{path}: expected a JSON object ({what}), got {type(value).__name__}")
+    return value
+
+
+def load_options(path: str | os.PathLike) -> dict:
+    """Reads `options.json`."""
+    return read_json_object(path, "options file")
 
 
 def config_from_options(options: dict, source: str = "options.json") -> ElmoConfig:
     """The `ElmoConfig` described by an original `options.json` dictionary."""
 
     def number(path, kind=int, default=KeyError):
-        value = _field(options, path, source, default)
+        value = json_field(options, path, source, default)
         if value is None or (kind is float and isinstance(value, (int, float)) and not isinstance(value, bool)):
             return value
         if kind is int and isinstance(value, int) and not isinstance(value, bool):
             return value
         raise ElmoConversionError(f"{source}: field '{path}' must be a {kind.__name__}, got {value!r}")
 
-    activation = _field(options, "char_cnn.activation", source)
+    activation = json_field(options, "char_cnn.activation", source)
     if activation not in ("relu", "tanh"):
         raise ElmoConversionError(f"{source}: char_cnn.activation must be 'relu' or 'tanh', got {activation!r}")
-    filters = _field(options, "char_cnn.filters", source)
-    if (
-        not isinstance(filters, list)
-        or not filters
-        or not all(isinstance(f, list) and len(f) == 2 and all(isinstance(v, int) and v > 0 for v in f) for f in filters)
-    ):
-        raise ElmoConversionError(f"{source}: char_cnn.filters must be a list of [width, number] pairs, got {filters!r}")
+    filters = checked_filters(json_field(options, "char_cnn.filters", source), "char_cnn.filters", source)
     max_chars = number("char_cnn.max_characters_per_token", default=50)
     if max_chars != 50:
         raise ElmoConversionError(f"{source}: char_cnn.max_characters_per_token must be 50, got {max_chars}")
     # bilm-tf trains with 261 characters and infers with 262; the weight file is the same.
     n_characters = max(number("char_cnn.n_characters", default=262), 262)
-    skip = _field(options, "lstm.use_skip_connections", source, default=False)
+    skip = json_field(options, "lstm.use_skip_connections", source, default=False)
     if not isinstance(skip, bool):
         raise ElmoConversionError(f"{source}: lstm.use_skip_connections must be true or false, got {skip!r}")
+    return config_or_error(
+        source,
+        char_embedding_dim=number("char_cnn.embedding.dim"),
+        filters=filters,
+        n_highway=number("char_cnn.n_highway"),
+        activation=activation,
+        n_characters=n_characters,
+        cell_dim=number("lstm.dim"),
+        projection_dim=number("lstm.projection_dim"),
+        num_layers=number("lstm.n_layers"),
+        cell_clip=number("lstm.cell_clip", float, default=None) or None,
+        proj_clip=number("lstm.proj_clip", float, default=None) or None,
+        use_skip_connections=skip,
+        forget_bias=TF_FORGET_BIAS,
+    )
+
+
+def checked_filters(filters, path: str, source: str) -> list:
+    """`filters` if it is a non-empty list of `[width, number]` pairs of positive ints, else a one-line error."""
+    if not isinstance(filters, list) or not filters or not all(
+        isinstance(f, list) and len(f) == 2 and all(type(v) is int and v > 0 for v in f) for f in filters
+    ):
+        raise ElmoConversionError(f"{source}: {path} must be a list of [width, number] pairs, got {filters!r}")
+    return filters
+
+
+def config_or_error(source: str, **values) -> ElmoConfig:
+    """`ElmoConfig(**values)`, a validator's complaint made a one-line `ElmoConversionError` naming `source`."""
     try:
-        return ElmoConfig(
-            char_embedding_dim=number("char_cnn.embedding.dim"),
-            filters=filters,
-            n_highway=number("char_cnn.n_highway"),
-            activation=activation,
-            n_characters=n_characters,
-            cell_dim=number("lstm.dim"),
-            projection_dim=number("lstm.projection_dim"),
-            num_layers=number("lstm.n_layers"),
-            cell_clip=number("lstm.cell_clip", float, default=None) or None,
-            proj_clip=number("lstm.proj_clip", float, default=None) or None,
-            use_skip_connections=skip,
-        )
-    except Exception as error:  # a validator's message, made one line
+        return ElmoConfig(**values)
+    except Exception as error:
         message = str(error).strip().splitlines()[-1].strip()
         raise ElmoConversionError(f"{source}: {message}") from None
 
@@ -146,52 +172,171 @@ class _WeightReader:
 
 
 def _swap_tf_gate_blocks(tensor: torch.Tensor, cell_dim: int) -> torch.Tensor:
-    """Rows in TF's `[i, j, f, o]` block order -> `[i, f, j, o]`."""
+    """Rows in TF's `[i, j, f, o]` block order <-> `[i, f, j, o]` (the swap is its own inverse)."""
     i, j, f, o = tensor.split(cell_dim, dim=0)
     return torch.cat([i, f, j, o], dim=0)
+
+
+@dataclass(frozen=True)
+class WeightLink:
+    """Some datasets of the original weight file <-> some `ElmoModel` parameters, converted both ways.
+
+    `to_model(*datasets)` returns the parameters in `keys` order and `to_original(*parameters)` the datasets in
+    `datasets` order; the two are exact inverses (only transposes, negations, reorders and additions of 0).
+    """
+
+    datasets: dict[str, tuple[int, ...]]  # name -> shape
+    keys: tuple[str, ...]
+    to_model: Callable[..., tuple[torch.Tensor, ...]]
+    to_original: Callable[..., tuple[torch.Tensor, ...]]
+    why: str  # the options the shapes follow from, for error messages
+    when_absent: Callable[[], tuple[torch.Tensor, ...]] | None = None  # parameters if no dataset is in the file
+
+
+def weight_links(config: ElmoConfig) -> list[WeightLink]:
+    """The whole mapping between an original weight file and `ElmoModel`'s state dict (see the module docstring)."""
+    e, n_filters, P, D = config.char_embedding_dim, config.num_filters, config.projection_dim, config.cell_dim
+    identity = lambda *tensors: tensors  # noqa: E731
+    links = [
+        WeightLink(
+            {"char_embed": (config.n_characters - 1, e)},
+            ("char_encoder.char_embedding.weight",),
+            identity,
+            identity,
+            f"n_characters - 1 = {config.n_characters - 1} rows, embedding.dim = {e}",
+        )
+    ]
+    for i, (width, num) in enumerate(config.filters):
+        links.append(
+            WeightLink(
+                {f"CNN/W_cnn_{i}": (1, width, e, num), f"CNN/b_cnn_{i}": (num,)},
+                (f"char_encoder.convolutions.{i}.weight", f"char_encoder.convolutions.{i}.bias"),
+                lambda w, b: (w[0].permute(2, 1, 0), b),
+                lambda w, b: (w.permute(2, 1, 0)[None], b),
+                f"char_cnn.filters[{i}] = [{width}, {num}], embedding.dim = {e}",
+            )
+        )
+
+    def highway_to_model(w_transform, w_carry, b_transform, b_carry):
+        return torch.cat([w_transform.T, -w_carry.T]), torch.cat([b_transform, -b_carry])
+
+    def highway_to_original(weight, bias):
+        (a, g), (a_bias, g_bias) = weight.chunk(2), bias.chunk(2)
+        return a.T, -g.T, a_bias, -g_bias
+
+    highway_shapes = {"W_transform": (n_filters, n_filters), "W_carry": (n_filters, n_filters)}
+    highway_shapes.update(b_transform=(n_filters,), b_carry=(n_filters,))
+    for k in range(config.n_highway):
+        links.append(
+            WeightLink(
+                {f"CNN_high_{k}/{name}": shape for name, shape in highway_shapes.items()},
+                (f"char_encoder.highways.{k}.weight", f"char_encoder.highways.{k}.bias"),
+                highway_to_model,
+                highway_to_original,
+                f"char_cnn.n_highway = {config.n_highway}, {n_filters} filters",
+            )
+        )
+    links.append(
+        WeightLink(
+            {"CNN_proj/W_proj": (n_filters, P), "CNN_proj/b_proj": (P,)},
+            ("char_encoder.projection.weight", "char_encoder.projection.bias"),
+            lambda w, b: (w.T, b),
+            lambda w, b: (w.T, b),
+            f"{n_filters} filters, projection_dim = {P}",
+            # bilm-tf has no projection when F == P
+            when_absent=(lambda: (torch.eye(P), torch.zeros(P))) if n_filters == P else None,
+        )
+    )
+
+    # The model adds config.forget_bias at run time; TF adds TF_FORGET_BIAS. A converted model has both equal,
+    # so the stored bias is copied exactly; another model's bias is shifted by the difference.
+    forget_shift = torch.zeros(4 * D)
+    forget_shift[2 * D : 3 * D] = TF_FORGET_BIAS - config.forget_bias
+    shifts = bool(forget_shift.any())
+
+    def lstm_to_model(kernel, bias, projection):
+        kernel = kernel.T
+        bias = bias + forget_shift if shifts else bias
+        return (
+            _swap_tf_gate_blocks(kernel[:, :P], D),
+            _swap_tf_gate_blocks(kernel[:, P:], D),
+            _swap_tf_gate_blocks(bias, D),
+            projection.T,
+        )
+
+    def lstm_to_original(input_weight, state_weight, bias, projection):
+        kernel = torch.cat([_swap_tf_gate_blocks(input_weight, D), _swap_tf_gate_blocks(state_weight, D)], dim=1).T
+        bias = _swap_tf_gate_blocks(bias, D)
+        return kernel, bias - forget_shift if shifts else bias, projection.T
+
+    for direction, stack in enumerate(("forward_layers", "backward_layers")):
+        for layer in range(config.num_layers):
+            cell = CELL_PATH.format(direction=direction, layer=layer)
+            prefix = f"encoder.{stack}.{layer}"
+            links.append(
+                WeightLink(
+                    {f"{cell}/W_0": (2 * P, 4 * D), f"{cell}/B": (4 * D,), f"{cell}/W_P_0": (D, P)},
+                    (
+                        f"{prefix}.input_linearity.weight",
+                        f"{prefix}.state_linearity.weight",
+                        f"{prefix}.state_linearity.bias",
+                        f"{prefix}.state_projection.weight",
+                    ),
+                    lstm_to_model,
+                    lstm_to_original,
+                    f"lstm.n_layers = {config.num_layers}, projection_dim = {P}, dim = {D}",
+                )
+            )
+    return links
 
 
 def state_dict_from_hdf5(h5file, config: ElmoConfig, source: str = "weights.hdf5") -> dict[str, torch.Tensor]:
     """`ElmoModel` state dict from an open original weight file, every dataset checked against `config`."""
     reader = _WeightReader(h5file, source)
-    e, n_filters, P, D = config.char_embedding_dim, config.num_filters, config.projection_dim, config.cell_dim
     state = {}
-    state["char_encoder.char_embedding.weight"] = reader.read(
-        "char_embed", (config.n_characters - 1, e), f"n_characters - 1 = {config.n_characters - 1} rows, embedding.dim = {e}"
-    )
-    for i, (width, num) in enumerate(config.filters):
-        why = f"char_cnn.filters[{i}] = [{width}, {num}], embedding.dim = {e}"
-        weight = reader.read(f"CNN/W_cnn_{i}", (1, width, e, num), why)
-        state[f"char_encoder.convolutions.{i}.weight"] = weight[0].permute(2, 1, 0).contiguous()
-        state[f"char_encoder.convolutions.{i}.bias"] = reader.read(f"CNN/b_cnn_{i}", (num,), why)
-    for k in range(config.n_highway):
-        why = f"char_cnn.n_highway = {config.n_highway}, {n_filters} filters"
-        w_transform = reader.read(f"CNN_high_{k}/W_transform", (n_filters, n_filters), why)
-        w_carry = reader.read(f"CNN_high_{k}/W_carry", (n_filters, n_filters), why)
-        b_transform = reader.read(f"CNN_high_{k}/b_transform", (n_filters,), why)
-        b_carry = reader.read(f"CNN_high_{k}/b_carry", (n_filters,), why)
-        state[f"char_encoder.highways.{k}.weight"] = torch.cat([w_transform.T, -w_carry.T]).contiguous()
-        state[f"char_encoder.highways.{k}.bias"] = torch.cat([b_transform, -b_carry])
-    why = f"{n_filters} filters, projection_dim = {P}"
-    if "CNN_proj/W_proj" not in h5file and n_filters == P:  # bilm-tf skips the projection when F == P
-        state["char_encoder.projection.weight"] = torch.eye(P)
-        state["char_encoder.projection.bias"] = torch.zeros(P)
-    else:
-        state["char_encoder.projection.weight"] = reader.read("CNN_proj/W_proj", (n_filters, P), why).T.contiguous()
-        state["char_encoder.projection.bias"] = reader.read("CNN_proj/b_proj", (P,), why)
-    for direction, stack in enumerate(("forward_layers", "backward_layers")):
-        for layer in range(config.num_layers):
-            cell = CELL_PATH.format(direction=direction, layer=layer)
-            why = f"lstm.n_layers = {config.num_layers}, projection_dim = {P}, dim = {D}"
-            kernel = reader.read(f"{cell}/W_0", (2 * P, 4 * D), why).T
-            bias = reader.read(f"{cell}/B", (4 * D,), why).clone()
-            bias[2 * D : 3 * D] += TF_FORGET_BIAS
-            prefix = f"encoder.{stack}.{layer}"
-            state[f"{prefix}.input_linearity.weight"] = _swap_tf_gate_blocks(kernel[:, :P], D).contiguous()
-            state[f"{prefix}.state_linearity.weight"] = _swap_tf_gate_blocks(kernel[:, P:], D).contiguous()
-            state[f"{prefix}.state_linearity.bias"] = _swap_tf_gate_blocks(bias, D)
-            state[f"{prefix}.state_projection.weight"] = reader.read(f"{cell}/W_P_0", (D, P), why).T.contiguous()
+    for link in weight_links(config):
+        if link.when_absent is not None and not any(name in h5file for name in link.datasets):
+            tensors = link.when_absent()
+        else:
+            tensors = link.to_model(*(reader.read(name, shape, link.why) for name, shape in link.datasets.items()))
+        state.update((key, tensor.contiguous()) for key, tensor in zip(link.keys, tensors))
     return state
+
+
+def hdf5_datasets_from_state_dict(state: dict[str, torch.Tensor], config: ElmoConfig) -> dict[str, np.ndarray]:
+    """The inverse of `state_dict_from_hdf5`: dataset name -> float32 array of the original layout."""
+    datasets = {}
+    for link in weight_links(config):
+        tensors = link.to_original(*(state[key].detach().to("cpu", torch.float32) for key in link.keys))
+        datasets.update((name, tensor.contiguous().numpy()) for name, tensor in zip(link.datasets, tensors))
+    return datasets
+
+
+def options_from_config(config: ElmoConfig) -> dict:
+    """The inverse of `config_from_options`: an original `options.json` dictionary."""
+    if config.char_vocabulary or config.input_word_dim:
+        raise ElmoConversionError(
+            "the original options.json / weights.hdf5 format has UTF-8 byte characters only: this model reads a "
+            "character vocabulary or word embeddings (an ELMoForManyLangs conversion) and cannot be exported"
+        )
+    return {
+        "lstm": {
+            "dim": config.cell_dim,
+            "projection_dim": config.projection_dim,
+            "n_layers": config.num_layers,
+            "cell_clip": config.cell_clip,
+            "proj_clip": config.proj_clip,
+            "use_skip_connections": config.use_skip_connections,
+        },
+        "char_cnn": {
+            "embedding": {"dim": config.char_embedding_dim},
+            "filters": config.filters,
+            "n_highway": config.n_highway,
+            "n_characters": config.n_characters,
+            "max_characters_per_token": config.max_characters_per_token,
+            "activation": config.activation,
+        },
+    }
 
 
 def load_original_elmo(options_path, weights_path) -> ElmoModel:
@@ -214,42 +359,83 @@ def load_original_elmo(options_path, weights_path) -> ElmoModel:
     return model.eval()
 
 
-def _is_non_empty_dir(path: Path) -> bool:
-    return path.is_dir() and any(path.iterdir())
+def check_output(path, force: bool = False, folder: bool = True) -> Path:
+    """Refuses an output that would replace user data: a non-empty folder / an existing file, unless `force`."""
+    path = Path(path)
+    if folder and path.exists() and not path.is_dir():
+        raise ElmoConversionError(f"{path}: exists and is not a folder")
+    if folder and path.is_dir() and any(path.iterdir()) and not force:
+        raise ElmoConversionError(f"{path}: folder is not empty (use --force to replace it)")
+    if not folder and path.is_dir():
+        raise ElmoConversionError(f"{path}: is a folder, expected a file name")
+    if not folder and path.exists() and not force:
+        raise ElmoConversionError(f"{path}: file exists (use --force to replace it)")
+    return path
 
 
-def save_atomically(output_dir, write, force: bool = False) -> Path:
-    """Calls `write(tmp_dir)` on a fresh folder beside `output_dir`, then renames it to `output_dir`.
+def save_atomically(output_path, write, force: bool = False, folder: bool = True) -> Path:
+    """Calls `write(tmp)` on a fresh folder beside `output_path`, then renames it to `output_path`.
 
-    A failure leaves `output_dir` as it was; an existing non-empty `output_dir` is refused unless `force`.
+    With `folder=False`, `tmp` is a file name inside that fresh folder and the file is what gets renamed. A failure
+    or an interruption leaves `output_path` as it was (a kill -9 can leave the hidden `.NAME.tmp-*` folder); an
+    existing non-empty folder / existing file is refused unless `force`.
     """
-    output_dir = Path(output_dir)
-    if output_dir.exists() and not output_dir.is_dir():
-        raise ElmoConversionError(f"{output_dir}: exists and is not a folder")
-    if _is_non_empty_dir(output_dir) and not force:
-        raise ElmoConversionError(f"{output_dir}: folder is not empty (use --force to replace it)")
-    output_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp_dir = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.tmp-", dir=output_dir.parent))
+    output_path = check_output(output_path, force, folder)
+    output_path.parent.mkdir(parents=True, exist_ok=True)
+    tmp_dir = Path(tempfile.mkdtemp(prefix=f".{output_path.name}.tmp-", dir=output_path.parent))
     try:
-        write(tmp_dir)
-        if output_dir.exists():
-            old = output_dir.with_name(f".{output_dir.name}.old-{os.getpid()}")
-            output_dir.rename(old)
-            tmp_dir.rename(output_dir)
-            shutil.rmtree(old)
+        if not folder:
+            write(tmp_dir / output_path.name)
+            if force:
+                os.replace(tmp_dir / output_path.name, output_path)
+            else:  # a link, unlike a rename, fails if another process created the file meanwhile
+                try:
+                    os.link(tmp_dir / output_path.name, output_path)
+                except FileExistsError:
+                    raise ElmoConversionError(f"{output_path}: file exists (use --force to replace it)") from None
         else:
-            tmp_dir.rename(output_dir)
+            write(tmp_dir)
+            if output_path.exists():
+                old = output_path.with_name(f".{output_path.name}.old-{os.getpid()}")
+                output_path.rename(old)
+                tmp_dir.rename(output_path)
+                shutil.rmtree(old)
+            else:
+                tmp_dir.rename(output_path)
     finally:
         if tmp_dir.exists():
             shutil.rmtree(tmp_dir, ignore_errors=True)
-    return output_dir
+    return output_path
+
+
+def load_model_folder(folder) -> ElmoModel:
+    """`ElmoModel.from_pretrained(folder)` in eval mode, with a one-line `ElmoConversionError` for a missing or
+    damaged folder, and refusing a checkpoint that lacks some of the model's weights (transformers would fill
+    them with random values)."""
+    folder = Path(folder)
+    if not (folder / "config.json").is_file():
+        raise ElmoConversionError(
+            f"{folder}: no config.json (expected a folder written by hf-elmo convert or save_pretrained)"
+        )
+    bars = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()  # a bar per load is noise in a command's output
+    try:
+        model, info = ElmoModel.from_pretrained(folder, output_loading_info=True)
+    except Exception as error:  # transformers, safetensors and json each raise their own kinds
+        message = " ".join(str(error).split()) or type(error).__name__
+        raise ElmoConversionError(f"{folder}: cannot load the model ({message})") from None
+    finally:
+        if bars:
+            hf_logging.enable_progress_bar()
+    problems = info.get("missing_keys") or info.get("mismatched_keys")
+    if problems:
+        raise ElmoConversionError(f"{folder}: the weights lack or mis-size {sorted(map(str, problems))[:5]}")
+    return model.eval()
 
 
 def convert(options_path, weights_path, output_dir, force: bool = False) -> Path:
     """Converts and writes `config.json`, `model.safetensors`, tokenizer files and remote code to `output_dir`."""
-    output_dir = Path(output_dir)
-    if _is_non_empty_dir(output_dir) and not force:  # refuse before reading large weight files
-        raise ElmoConversionError(f"{output_dir}: folder is not empty (use --force to replace it)")
+    check_output(output_dir, force)  # before reading large weight files
     model = load_original_elmo(options_path, weights_path)
 
     def write(folder):
@@ -260,15 +446,36 @@ def convert(options_path, weights_path, output_dir, force: bool = False) -> Path
 
 
 def add_arguments(parser: argparse.ArgumentParser):
-    parser.add_argument("--options", required=True, help="options.json of the original model")
-    parser.add_argument("--weights", required=True, help="weights.hdf5 of the original model")
+    parser.add_argument(
+        "--format",
+        choices=("original", "elmoformanylangs"),
+        default="original",
+        help="original: bilm-tf / AllenNLP options.json + weights.hdf5 (default); elmoformanylangs: a HIT-SCIR "
+        "model folder",
+    )
+    parser.add_argument("--options", help="options.json of the original model")
+    parser.add_argument("--weights", help="weights.hdf5 of the original model")
+    parser.add_argument("--model-dir", help="ELMoForManyLangs model folder (char.dic, word.dic, *.pkl, config.json)")
+    parser.add_argument("--model-config", help="its model configuration, if the folder lacks the one config.json names")
     parser.add_argument("--output-dir", required=True, help="folder to write (must be empty or absent)")
     parser.add_argument("--force", action="store_true", help="replace a non-empty output folder")
 
 
+def _convert_from_args(args: argparse.Namespace) -> Path:
+    if args.format == "elmoformanylangs":
+        if args.model_dir is None or args.options or args.weights:
+            raise ElmoConversionError("--format elmoformanylangs takes --model-dir (not --options / --weights)")
+        from .convert_elmoformanylangs import convert_elmoformanylangs
+
+        return convert_elmoformanylangs(args.model_dir, args.output_dir, args.model_config, force=args.force)
+    if args.options is None or args.weights is None or args.model_dir or args.model_config:
+        raise ElmoConversionError("--format original takes --options and --weights (not --model-dir / --model-config)")
+    return convert(args.options, args.weights, args.output_dir, force=args.force)
+
+
 def run(args: argparse.Namespace) -> int:
     try:
-        output_dir = convert(args.options, args.weights, args.output_dir, force=args.force)
+        output_dir = _convert_from_args(args)
     except ElmoConversionError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

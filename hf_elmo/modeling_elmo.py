@@ -5,7 +5,9 @@ Numerically equivalent to AllenNLP's `_ElmoBiLm` (and bilm-tf) for converted wei
 is stateless by default: the LSTM state is passed in and returned explicitly.
 """
 
+import glob
 import math
+import os
 from dataclasses import dataclass
 from functools import partial
 
@@ -26,6 +28,7 @@ from .onednn_linear import linear
 # Not used here: importing it makes save_pretrained copy its file next to this one, where the tagger's
 # config.custom_pipelines points remote-code users to it.
 from .pipelines_elmo import ElmoTokenClassificationPipeline  # noqa: F401
+from .sampled_softmax import full_softmax_loss, sampled_softmax_loss
 from .scalar_mix import ScalarMix
 from .tokenization_elmo import BOS_WORD_IDS, EOS_WORD_IDS, words_to_char_ids
 
@@ -91,6 +94,9 @@ class ElmoCharacterEncoder(nn.Module):
     input, and only over the windows that can differ between words: the slots after a word's last
     change of character (in practice its padding characters) hold one repeated character, and every
     window lying inside that run gives the same value, one constant per filter and character.
+
+    With `config.input_word_dim > 0` (ELMoForManyLangs models) each word's embedding is looked up from its
+    word id too and concatenated before the CNN features, `[word | characters]`, ahead of the projection.
     """
 
     # Words are grouped by how many leading slots need real windows, rounded up to this many, so that a
@@ -106,10 +112,14 @@ class ElmoCharacterEncoder(nn.Module):
             nn.Conv1d(config.char_embedding_dim, num, kernel_size=width) for width, num in config.filters
         )
         self.highways = nn.ModuleList(ElmoHighwayLayer(config.num_filters) for _ in range(config.n_highway))
-        self.projection = nn.Linear(config.num_filters, config.projection_dim)
+        self.word_embedding = (
+            nn.Embedding(config.input_word_vocab_size, config.input_word_dim) if config.input_word_dim else None
+        )
+        self.projection = nn.Linear(config.input_word_dim + config.num_filters, config.projection_dim)
         self.activation = torch.tanh if config.activation == "tanh" else F.relu
 
-    def forward(self, char_ids: torch.LongTensor) -> torch.Tensor:
+    def forward(self, char_ids: torch.LongTensor, word_ids: torch.LongTensor | None = None) -> torch.Tensor:
+        """`(..., C)` character ids (and `(...)` word ids with word embeddings) -> `(..., P)`."""
         batch_shape, num_chars = char_ids.shape[:-1], char_ids.shape[-1]
         words, word_index = torch.unique(char_ids.reshape(-1, num_chars), dim=0, return_inverse=True)
         # Slots up to the last one that differs from the final slot; 0 when all slots hold one character.
@@ -123,20 +133,27 @@ class ElmoCharacterEncoder(nn.Module):
                 lambda: self._embed_sorted_words(words[0::2], spans[0::2]),
                 lambda: self._embed_sorted_words(words[1::2], spans[1::2]),
             )
-            embeddings = halves[0].new_empty(len(spans), halves[0].shape[1])
-            embeddings[0::2], embeddings[1::2] = halves
+            per_word = halves[0].new_empty(len(spans), halves[0].shape[1])
+            per_word[0::2], per_word[1::2] = halves
         else:
-            embeddings = self._embed_sorted_words(words, spans)
+            per_word = self._embed_sorted_words(words, spans)
         sorted_position = torch.empty_like(order)
         sorted_position[order] = torch.arange(len(order), device=order.device)
-        return embeddings[sorted_position[word_index]].reshape(*batch_shape, -1)
+        per_token = per_word[sorted_position[word_index]]
+        if self.word_embedding is not None:
+            per_token = torch.cat([self.word_embedding(word_ids.reshape(-1)), per_token], dim=-1)
+            per_token = linear(per_token, self.projection.weight, self.projection.bias)
+        return per_token.reshape(*batch_shape, -1)
 
     def _embed_sorted_words(self, words: torch.LongTensor, spans: list[int]) -> torch.Tensor:
-        """`(U, C)` distinct words sorted by span, with their spans -> token embeddings `(U, P)`."""
+        """`(U, C)` distinct words sorted by span, with their spans -> their token embeddings `(U, P)`, or their
+        highway outputs `(U, F)` when word embeddings join them before the projection."""
         features = self._max_over_windows(words, spans)
         for highway in self.highways:
             features = highway(features)
-        return linear(features, self.projection.weight, self.projection.bias)
+        if self.word_embedding is None:  # the projection depends on the characters only: once per distinct word
+            return linear(features, self.projection.weight, self.projection.bias)
+        return features
 
     def _max_over_windows(self, words: torch.LongTensor, spans: list[int]) -> torch.Tensor:
         """`(U, C)` words sorted by span, with their spans -> activated CNN features `(U, F)`."""
@@ -169,7 +186,8 @@ def _span_groups(spans: list[int], granularity: int) -> list[tuple[int, int, int
     """Runs of ascending `spans` that round up to the same multiple of `granularity`: `(start, end, longest)`."""
     groups, start = [], 0
     for end in range(1, len(spans) + 1):
-        if end == len(spans) or (spans[end] + granularity - 1) // granularity != (spans[start] + granularity - 1) // granularity:
+        rounded = (spans[start] + granularity - 1) // granularity
+        if end == len(spans) or (spans[end] + granularity - 1) // granularity != rounded:
             groups.append((start, end, spans[end - 1]))
             start = end
     return groups
@@ -186,6 +204,7 @@ class ElmoLstmLayer(nn.Module):
         self.cell_dim = config.cell_dim
         self.cell_clip = config.cell_clip
         self.proj_clip = config.proj_clip
+        self.forget_bias = config.forget_bias
         self.input_linearity = nn.Linear(config.projection_dim, 4 * config.cell_dim, bias=False)
         self.state_linearity = nn.Linear(config.projection_dim, 4 * config.cell_dim, bias=True)
         self.state_projection = nn.Linear(config.cell_dim, config.projection_dim, bias=False)
@@ -209,8 +228,13 @@ class ElmoLstmLayer(nn.Module):
             outputs `(T, B, P)` (0 at padded positions), final hidden `(B, P)`, final memory `(B, D)`.
             A row's state changes only at its real positions.
         """
+        bias = self.state_linearity.bias
+        if self.forget_bias:  # added at run time, as TensorFlow's LSTMCell does: here once, into the input products
+            forget_bias = torch.zeros_like(bias)
+            forget_bias[self.cell_dim : 2 * self.cell_dim] = self.forget_bias
+            bias = bias + forget_bias
         # The input-to-gate products of all steps are one matrix product; only W_h h is sequential.
-        gate_inputs = linear(inputs, self.input_linearity.weight, self.state_linearity.bias)
+        gate_inputs = linear(inputs, self.input_linearity.weight, bias)
         return lstm_direction(
             gate_inputs,
             hidden,
@@ -245,7 +269,7 @@ class ElmoBiLstm(nn.Module):
         batch_sizes = (lengths[None, :] > steps[:, None]).sum(dim=1).tolist()
         if bool((order == torch.arange(len(order), device=order.device)).all()):
             order = None  # already sorted: skip the gathers
-        hidden, memory = (t.to(token_embeddings.dtype) for t in state)  # e.g. a state returned under autocast
+        hidden, memory = state
         if order is not None:
             token_embeddings, hidden, memory = token_embeddings[order], hidden[:, order], memory[:, order]
         # Time-major, so that one step's rows are contiguous (and the input products fold into one matrix product).
@@ -273,7 +297,8 @@ class ElmoBiLstm(nn.Module):
             layer_outputs.append(torch.cat([forward_out, backward_out], dim=-1).transpose(0, 1))
             final_hidden.append(torch.cat([forward_hidden, backward_hidden], dim=-1))
             final_memory.append(torch.cat([forward_memory, backward_memory], dim=-1))
-        final_state = (torch.stack(final_hidden), torch.stack(final_memory))
+        # In the state's dtype, also under autocast, so that it can be passed back.
+        final_state = (torch.stack(final_hidden).to(hidden.dtype), torch.stack(final_memory).to(memory.dtype))
         if order is not None:
             restore = torch.empty_like(order)
             restore[order] = torch.arange(len(order), device=order.device)
@@ -284,6 +309,12 @@ class ElmoBiLstm(nn.Module):
         return layer_outputs, final_state
 
 
+_PICKLE_REFUSED = (
+    "ELMo loads weights only from safetensors by default, because a pickle checkpoint (pytorch_model.bin) can run "
+    "code hidden in it while loading. If you trust its origin, pass use_safetensors=False explicitly."
+)
+
+
 class ElmoPreTrainedModel(PreTrainedModel):
     config_class = ElmoConfig
     config: ElmoConfig
@@ -291,6 +322,42 @@ class ElmoPreTrainedModel(PreTrainedModel):
     main_input_name = "input_ids"
     _no_split_modules = ["ElmoBiLstm"]
     _is_stateful = True
+    # A pre-training checkpoint (`ElmoForBiLM`) holds the word softmax, which other heads leave out on purpose.
+    _keys_to_ignore_on_load_unexpected = [r"^softmax\."]
+
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path, *model_args, use_safetensors: bool | None = None, **kwargs):
+        """`PreTrainedModel.from_pretrained` that reads weights only from safetensors unless `use_safetensors=False`.
+
+        A pickle checkpoint (`pytorch_model.bin`) is a program that runs while it is read; transformers restricts
+        it with `weights_only`, but that unpickler has had escapes. Loading one therefore needs the explicit
+        `use_safetensors=False` (and is best followed by `save_pretrained`, which writes safetensors).
+        """
+        if use_safetensors is None:
+            path = str(pretrained_model_name_or_path)
+            folder = os.path.join(path, kwargs.get("subfolder", ""))
+            only_pickles = os.path.isdir(folder) and not glob.glob(os.path.join(folder, "*.safetensors*"))
+            if (os.path.isfile(path) and not path.endswith(".safetensors")) or (
+                only_pickles and glob.glob(os.path.join(folder, "*.bin"))
+            ):
+                raise OSError(f"{path}: {_PICKLE_REFUSED}")
+        try:
+            loaded = super().from_pretrained(
+                pretrained_model_name_or_path, *model_args, use_safetensors=use_safetensors is not False, **kwargs
+            )
+        except OSError as error:
+            # a Hub repo without safetensors: transformers' hint ("do not set use_safetensors=True") misleads
+            if use_safetensors is not None or "use_safetensors" not in str(error):
+                raise
+            raise OSError(f"{pretrained_model_name_or_path}: {_PICKLE_REFUSED}") from None
+        model = loaded[0] if isinstance(loaded, tuple) else loaded
+        # Weights read from safetensors are views into the mapped file at offsets that need not be 64-byte aligned,
+        # and some CPU kernels (nn.LSTM's) round differently on such memory: copying them makes a reloaded model
+        # compute bit for bit what the saved one did.
+        for tensor in (*model.parameters(), *model.buffers()):
+            if tensor.data_ptr() % 64:
+                tensor.data = tensor.data.clone()
+        return loaded
 
     def push_to_hub(self, repo_id: str, **kwargs):
         """`PreTrainedModel.push_to_hub` (weights, config, remote code of every class) whose README, in a repository
@@ -327,8 +394,10 @@ class ElmoPreTrainedModel(PreTrainedModel):
             bias[1] = 1.0  # forget gate (Jozefowicz et al., 2015)
             init.copy_(module.state_linearity.bias, bias.flatten())
             init.kaiming_uniform_(module.state_projection.weight, a=math.sqrt(5))
+        elif isinstance(module, nn.Embedding):
+            init.normal_(module.weight, std=1.0 / math.sqrt(module.embedding_dim))
         elif isinstance(module, ElmoCharacterEncoder):
-            init.normal_(module.projection.weight, std=math.sqrt(1.0 / config.num_filters))
+            init.normal_(module.projection.weight, std=math.sqrt(1.0 / module.projection.in_features))
             init.zeros_(module.projection.bias)
         elif isinstance(module, nn.Linear):
             super()._init_weights(module)
@@ -360,44 +429,102 @@ class ElmoModel(ElmoPreTrainedModel):
             torch.zeros(config.num_layers, batch_size, 2 * config.cell_dim, dtype=dtype, device=device),
         )
 
-    def _check_inputs(self, input_ids, attention_mask, state) -> torch.BoolTensor:
-        """Validates the inputs and returns the `(B, T)` boolean mask of real positions."""
+    def _check_inputs(self, input_ids, attention_mask, state, input_word_ids=None) -> torch.BoolTensor:
+        """Validates the inputs (`ValueError` naming the problem) and returns the `(B, T)` mask of real positions.
+
+        A `state` is checked against this model's sizes, the batch size, dtype and device; a state from another
+        model with the same `num_layers`, `projection_dim` and `cell_dim` cannot be told apart and is accepted.
+        """
         config = self.config
+        chars = config.max_characters_per_token
         if input_ids is None:
-            raise ValueError("ElmoModel needs input_ids of shape (batch, words, 50): character ids from ElmoTokenizer.")
-        if input_ids.dim() != 3 or input_ids.shape[-1] != config.max_characters_per_token:
             raise ValueError(
-                f"input_ids must have shape (batch, words, {config.max_characters_per_token}), got "
+                f"ElmoModel needs input_ids of shape (batch, words, {chars}): character ids from ElmoTokenizer."
+            )
+        if not isinstance(input_ids, torch.Tensor):
+            raise ValueError(
+                "input_ids must be a torch.Tensor (tokenizer(..., return_tensors='pt')), got "
+                f"{type(input_ids).__name__}."
+            )
+        if input_ids.dim() != 3 or input_ids.shape[-1] != chars:
+            raise ValueError(
+                f"input_ids must have shape (batch, words, {chars}), got "
                 f"{tuple(input_ids.shape)}; a single sentence needs a batch axis (input_ids[None])."
             )
-        if input_ids.dtype not in (torch.int64, torch.int32, torch.int16, torch.uint8):
+        if input_ids.dtype not in (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8):
             raise ValueError(f"input_ids must hold integer character ids, got dtype {input_ids.dtype}.")
-        if input_ids.shape[0] == 0 or input_ids.shape[1] == 0:
-            raise ValueError(f"input_ids is empty: shape {tuple(input_ids.shape)}.")
+        if input_ids.shape[0] == 0:
+            raise ValueError(
+                f"input_ids is an empty batch: shape {tuple(input_ids.shape)}; pass at least one sentence."
+            )
+        if input_ids.shape[1] == 0:
+            raise ValueError(
+                f"input_ids is empty: shape {tuple(input_ids.shape)} has no positions; every sentence, even an "
+                "empty one, needs its <S> and </S> rows (tokenize with add_special_tokens=True)."
+            )
         low, high = int(input_ids.min()), int(input_ids.max())
         if low < 0 or high >= config.n_characters:
-            raise ValueError(f"input_ids must be in [0, {config.n_characters - 1}], found values in [{low}, {high}].")
+            raise ValueError(
+                f"input_ids must be in [0, {config.n_characters - 1}], found values in [{low}, {high}]; were they "
+                "made by this model's tokenizer?"
+            )
         if attention_mask is None:
             mask = (input_ids > 0).any(dim=-1)
         else:
-            if attention_mask.shape != input_ids.shape[:2]:
+            if not isinstance(attention_mask, torch.Tensor) or attention_mask.shape != input_ids.shape[:2]:
+                got = tuple(attention_mask.shape) if isinstance(attention_mask, torch.Tensor) else type(attention_mask)
                 raise ValueError(
-                    f"attention_mask must have shape {tuple(input_ids.shape[:2])} (batch, words), "
-                    f"got {tuple(attention_mask.shape)}."
+                    f"attention_mask must have shape {tuple(input_ids.shape[:2])} (batch, words), got {got}."
                 )
             mask = attention_mask.bool()
         lengths = mask.sum(dim=1, keepdim=True)
         if not torch.equal(mask, torch.arange(mask.shape[1], device=mask.device) < lengths):
             raise ValueError("ELMo needs right-padded input: every attention_mask row must be ones then zeros.")
+        self._check_word_ids(input_word_ids, input_ids.shape[:2])
         if state is not None:
-            expected = tuple(t.shape for t in self.initial_state(input_ids.shape[0], device="meta"))
-            if not isinstance(state, (tuple, list)) or len(state) != 2 or tuple(t.shape for t in state) != expected:
-                got = tuple(tuple(t.shape) for t in state) if isinstance(state, (tuple, list)) else type(state)
-                raise ValueError(
-                    f"state must be (hidden, memory) of shapes {tuple(map(tuple, expected))} for this model and a "
-                    f"batch of {input_ids.shape[0]}, got {got}."
-                )
+            self._check_state(state, input_ids)
         return mask
+
+    def _check_word_ids(self, input_word_ids, shape: torch.Size):
+        vocab_size = self.config.input_word_vocab_size
+        if not vocab_size:
+            if input_word_ids is not None:
+                raise ValueError(
+                    "input_word_ids given, but this model has no word embeddings (config.input_word_dim = 0); they "
+                    "are read only by models converted from ELMoForManyLangs."
+                )
+            return
+        if not isinstance(input_word_ids, torch.Tensor):
+            raise ValueError(
+                f"This model reads word embeddings beside the characters: pass input_word_ids {tuple(shape)} from its "
+                f"tokenizer, got {type(input_word_ids).__name__}."
+            )
+        if input_word_ids.shape != shape or input_word_ids.is_floating_point() or input_word_ids.dtype == torch.bool:
+            raise ValueError(
+                f"input_word_ids must be integer ids of shape {tuple(shape)} (batch, words), got "
+                f"{tuple(input_word_ids.shape)} of dtype {input_word_ids.dtype}."
+            )
+        low, high = int(input_word_ids.min()), int(input_word_ids.max())
+        if low < 0 or high >= vocab_size:
+            raise ValueError(f"input_word_ids must be in [0, {vocab_size - 1}], found values in [{low}, {high}].")
+
+    def _check_state(self, state, input_ids: torch.Tensor):
+        batch_size = input_ids.shape[0]
+        expected = tuple(tuple(t.shape) for t in self.initial_state(batch_size, device="meta"))
+        is_pair = isinstance(state, (tuple, list)) and len(state) == 2
+        is_pair = is_pair and all(isinstance(t, torch.Tensor) for t in state)
+        got = tuple(tuple(t.shape) for t in state) if is_pair else type(state).__name__
+        if not is_pair or got != expected:
+            raise ValueError(
+                f"state must be (hidden, memory) of shapes {expected} (num_layers, batch, 2 * projection_dim / "
+                f"2 * cell_dim) for this model and a batch of {batch_size}, got {got}."
+            )
+        dtypes, devices = {t.dtype for t in state}, {t.device for t in state}
+        if dtypes != {self.dtype} or devices != {input_ids.device}:
+            raise ValueError(
+                f"state must be {self.dtype} on {input_ids.device} like the model and input_ids, got "
+                f"{sorted(map(str, dtypes))} on {sorted(map(str, devices))}."
+            )
 
     @can_return_tuple
     def forward(
@@ -408,6 +535,7 @@ class ElmoModel(ElmoPreTrainedModel):
         use_cache: bool | None = None,
         output_hidden_states: bool | None = None,
         return_dict: bool | None = None,
+        input_word_ids: torch.LongTensor | None = None,
     ) -> ElmoModelOutput:
         r"""
         Args:
@@ -420,14 +548,18 @@ class ElmoModel(ElmoPreTrainedModel):
                 everything else in the batch and of earlier calls.
             use_cache (`bool`, *optional*): return the final `state`.
             output_hidden_states (`bool`, *optional*): return all `num_layers + 1` layers.
+            input_word_ids (`torch.LongTensor` of shape `(B, T)`, *optional*): word ids from the tokenizer, needed
+                by (and only by) models with word embeddings (`config.input_word_dim > 0`, ELMoForManyLangs).
         """
-        mask = self._check_inputs(input_ids, attention_mask, state)
+        mask = self._check_inputs(input_ids, attention_mask, state, input_word_ids)
         output_hidden_states = (
             output_hidden_states if output_hidden_states is not None else self.config.output_hidden_states
         )
-        token_embeddings = self.char_encoder(input_ids.long())
+        word_ids = input_word_ids.long() if input_word_ids is not None else None
+        token_embeddings = self.char_encoder(input_ids.long(), word_ids)
         if state is None:
-            state = self.initial_state(input_ids.shape[0], dtype=token_embeddings.dtype, device=input_ids.device)
+            # The model's dtype, not the embeddings' (bfloat16 under autocast): the state can then be passed back.
+            state = self.initial_state(input_ids.shape[0], device=input_ids.device)
         layer_outputs, final_state = self.encoder(token_embeddings, mask, state)
         hidden_states = None
         if output_hidden_states:
@@ -440,7 +572,161 @@ class ElmoModel(ElmoPreTrainedModel):
         )
 
 
-__all__ = ["ElmoModel", "ElmoPreTrainedModel", "ElmoModelOutput", "ElmoState", "ElmoCharacterEncoder"]
+@dataclass
+class ElmoBiLMOutput(ModelOutput):
+    """
+    Args:
+        loss (`torch.FloatTensor` of shape `()`, *optional*): with `labels`: the mean over both directions' target
+            words of their cross-entropy, i.e. `0.5 * (forward_loss + backward_loss)` when both directions have the
+            same number of targets (always the case for `DataCollatorForBiLM` batches). Sampled softmax in training
+            when `config.num_softmax_samples` is below the vocabulary size, full softmax otherwise.
+        forward_loss (`torch.FloatTensor` of shape `()`, *optional*): mean cross-entropy of the forward LM.
+        backward_loss (`torch.FloatTensor` of shape `()`, *optional*): mean cross-entropy of the backward LM.
+        forward_logits (`torch.FloatTensor` of shape `(B, T, V)`, *optional*): with `return_logits=True`: full
+            softmax scores of the word following each position.
+        backward_logits (`torch.FloatTensor` of shape `(B, T, V)`, *optional*): same for the preceding word.
+        hidden_states (`tuple(torch.FloatTensor)`, *optional*): as `ElmoModelOutput.hidden_states`.
+    """
+
+    loss: torch.FloatTensor | None = None
+    forward_loss: torch.FloatTensor | None = None
+    backward_loss: torch.FloatTensor | None = None
+    forward_logits: torch.FloatTensor | None = None
+    backward_logits: torch.FloatTensor | None = None
+    hidden_states: tuple[torch.FloatTensor, ...] | None = None
+
+
+class ElmoWordSoftmax(nn.Linear):
+    """The word softmax `(P) -> (V)` shared by the forward and the backward LM (bilm-tf's `softmax/W`, `softmax/b`)."""
+
+    def __init__(self, config: ElmoConfig):
+        super().__init__(config.projection_dim, config.vocab_size)
+
+
+class ElmoForBiLM(ElmoPreTrainedModel):
+    """The ELMo bidirectional language model with its word softmax, for pre-training and domain adaptation.
+
+    The forward LM predicts the word after each position from the forward half of the top layer, the backward
+    LM the word before it from the backward half; both use one softmax. `labels` `(B, T, 2)` hold, per position,
+    the id of the word to predict in each direction (`-100`: nothing to predict); `DataCollatorForBiLM` builds
+    them. `ElmoModel.from_pretrained` of a saved `ElmoForBiLM` loads the biLM without the softmax.
+    """
+
+    # The loss is normalised by Trainer's `num_items_in_batch` (target words over the accumulated batch on all
+    # processes), which makes gradient accumulation and multi-process training exact token-weighted means.
+    accepts_loss_kwargs = True
+
+    def __init__(self, config: ElmoConfig):
+        super().__init__(config)
+        if config.vocab_size < 1:
+            raise ValueError(
+                "ElmoForBiLM needs config.vocab_size >= 1 (the words of its softmax), got "
+                f"{config.vocab_size}; set it to the size of the word vocabulary."
+            )
+        self.elmo = ElmoModel(config)
+        self.dropout = nn.Dropout(config.dropout)
+        self.softmax = ElmoWordSoftmax(config)
+        self.post_init()
+
+    @torch.no_grad()
+    def _init_weights(self, module: nn.Module):
+        if isinstance(module, ElmoWordSoftmax):
+            # bilm-tf: normal with std 1/sqrt(fan in), zero bias.
+            init.normal_(module.weight, std=1.0 / math.sqrt(module.in_features))
+            init.zeros_(module.bias)
+        else:
+            super()._init_weights(module)
+
+    def get_input_embeddings(self) -> nn.Module:
+        return self.elmo.get_input_embeddings()
+
+    def set_input_embeddings(self, value: nn.Module):
+        self.elmo.set_input_embeddings(value)
+
+    def uses_sampled_softmax(self) -> bool:
+        """Whether a training-mode forward uses the sampled softmax (else the full one)."""
+        return 0 < self.config.num_softmax_samples < self.config.vocab_size
+
+    def _check_labels(self, labels: torch.Tensor, positions: torch.Size):
+        expected = (*positions, 2)
+        if labels.shape != expected:
+            raise ValueError(
+                f"labels must have shape {expected} (batch, positions, [forward target, backward target]), "
+                f"got {tuple(labels.shape)}."
+            )
+        if labels.is_floating_point() or labels.is_complex() or labels.dtype == torch.bool:
+            raise ValueError(f"labels must hold integer word ids, got dtype {labels.dtype}.")
+        bad = (labels != -100) & ((labels < 0) | (labels >= self.config.vocab_size))
+        if bad.any():
+            raise ValueError(
+                f"labels must be word ids in [0, {self.config.vocab_size - 1}] or -100 (no target), found "
+                f"{labels[bad][0].item()}; was the vocabulary used for the data the one of this model?"
+            )
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.LongTensor = None,
+        attention_mask: torch.Tensor | None = None,
+        labels: torch.LongTensor | None = None,
+        return_logits: bool = False,
+        output_hidden_states: bool | None = None,
+        num_items_in_batch: int | torch.Tensor | None = None,
+        return_dict: bool | None = None,
+    ) -> ElmoBiLMOutput:
+        r"""
+        Args:
+            input_ids (`torch.LongTensor` of shape `(B, T, 50)`): character ids with the `<S>`/`</S>` rows, as
+                for `ElmoModel`.
+            attention_mask (`torch.Tensor` of shape `(B, T)`, *optional*): 1 at real positions.
+            labels (`torch.LongTensor` of shape `(B, T, 2)`, *optional*): `labels[b, t, 0]` the id of the word
+                after position `t` (forward LM target), `labels[b, t, 1]` the id of the word before it (backward
+                LM target); -100 where there is none.
+            return_logits (`bool`, defaults to `False`): also return the full-softmax logits `(B, T, V)` of
+                both directions.
+            num_items_in_batch (`int` or `torch.Tensor`, *optional*): divide the summed cross-entropy by this many
+                targets (both directions counted) instead of this batch's count; passed by `Trainer`.
+        """
+        outputs = self.elmo(input_ids, attention_mask=attention_mask, output_hidden_states=output_hidden_states)
+        top = self.dropout(outputs.last_hidden_state)
+        forward_hidden, backward_hidden = top.chunk(2, dim=-1)
+
+        loss = forward_loss = backward_loss = None
+        if labels is not None:
+            self._check_labels(labels, top.shape[:2])
+            forward_targets, backward_targets = labels[..., 0], labels[..., 1]
+            forward_real, backward_real = forward_targets != -100, backward_targets != -100
+            hidden = torch.cat([forward_hidden[forward_real], backward_hidden[backward_real]])
+            targets = torch.cat([forward_targets[forward_real], backward_targets[backward_real]]).long()
+            if self.training and self.uses_sampled_softmax():
+                losses = sampled_softmax_loss(
+                    hidden, targets, self.softmax.weight, self.softmax.bias, self.config.num_softmax_samples
+                )
+            else:
+                losses = full_softmax_loss(hidden, targets, self.softmax.weight, self.softmax.bias)
+            num_forward = int(forward_real.sum())
+            forward_sum, backward_sum = losses[:num_forward].sum(), losses[num_forward:].sum()
+            forward_loss = forward_sum / max(num_forward, 1)
+            backward_loss = backward_sum / max(len(losses) - num_forward, 1)
+            if num_items_in_batch is None:
+                num_items_in_batch = max(len(losses), 1)
+            loss = (forward_sum + backward_sum) / num_items_in_batch
+
+        forward_logits = backward_logits = None
+        if return_logits:
+            forward_logits, backward_logits = self.softmax(forward_hidden), self.softmax(backward_hidden)
+        return ElmoBiLMOutput(
+            loss=loss,
+            forward_loss=forward_loss,
+            backward_loss=backward_loss,
+            forward_logits=forward_logits,
+            backward_logits=backward_logits,
+            hidden_states=outputs.hidden_states,
+        )
+
+
+__all__ = ["ElmoModel", "ElmoPreTrainedModel", "ElmoModelOutput", "ElmoState", "ElmoCharacterEncoder",
+           "ElmoForBiLM", "ElmoBiLMOutput"]
 
 
 # --- downstream task heads ------------------------------------------------------------------------

@@ -11,12 +11,17 @@ The ids follow AllenNLP's `ELMoCharacterMapper` / bilm-tf's `UnicodeCharsVocabul
   characters; a user word that is literally `<S>` or `</S>` gets those rows;
 * padding positions are rows of 50 zeros.
 
+With a character vocabulary (`CharacterVocabulary`, ELMoForManyLangs models) the ids come from that vocabulary
+of Unicode characters instead, and a word vocabulary can add `input_word_ids`.
+
 This file is also saved verbatim as remote code, so it must not import other package modules.
 """
 
 from __future__ import annotations
 
 import copy
+import json
+import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -29,10 +34,14 @@ from transformers.utils import PaddingStrategy, TensorType
 
 
 __all__ = [
+    "CharacterVocabulary",
     "ElmoBatchEncoding",
     "ElmoTokenizer",
+    "WORD_VOCABULARY_SPECIALS",
     "build_pre_tokenizer",
+    "read_word_vocabulary",
     "words_to_char_ids",
+    "write_word_vocabulary",
 ]
 
 # --- character ids --------------------------------------------------------------------------------
@@ -151,6 +160,91 @@ def char_ids_to_word(row: Sequence[int] | np.ndarray) -> str:
     return content.astype(np.uint8).tobytes().decode("utf-8", errors="replace")
 
 
+# --- character vocabulary (ELMoForManyLangs) -------------------------------------------------------
+
+VOCAB_BEGINNING_OF_WORD = "<bow>"
+VOCAB_END_OF_WORD = "<eow>"
+VOCAB_PADDING = "<pad>"
+VOCAB_UNKNOWN = "<oov>"
+VOCAB_BOS_TOKEN = "<bos>"
+VOCAB_EOS_TOKEN = "<eos>"
+
+
+def _check_ids(vocabulary: Any, what: str, required: Sequence[str], lowest: int) -> dict[str, int]:
+    if not isinstance(vocabulary, Mapping):
+        raise ValueError(f"{what} must map strings to ids, got {type(vocabulary).__name__}")
+    missing = [token for token in required if token not in vocabulary]
+    if missing:
+        raise ValueError(f"{what} lacks the special entries {missing}")
+    for token, index in vocabulary.items():
+        if not isinstance(token, str) or isinstance(index, bool) or not isinstance(index, int) or index < lowest:
+            raise ValueError(f"{what}: entry {token!r} -> {index!r}; expected a str -> an int >= {lowest}")
+    return dict(vocabulary)
+
+
+class CharacterVocabulary:
+    """Words to character ids through a vocabulary of Unicode characters, as ELMoForManyLangs models read them.
+
+    * a word is cut to its first 48 characters (code points, not bytes); the word vocabulary looks up the cut
+      word too;
+    * its row is `[<bow>, char_1, ..., char_n, <eow>, <pad>, ...]`, a character missing from the vocabulary
+      being `<oov>`; the sentence-boundary words (`<bos>`, `<eos>` by default) are `[<bow>, <bos>, <eow>, <pad>,
+      ...]` and `[<bow>, <eos>, <eow>, <pad>, ...]`;
+    * `chars` ids are the ids of `input_ids`: all >= 1, since 0 stays the padding word;
+    * with `words`, `word_ids` gives each word's id (`<oov>`'s if absent); padding positions get `<pad>`'s.
+    """
+
+    def __init__(
+        self,
+        chars: Mapping[str, int],
+        words: Mapping[str, int] | None = None,
+        bos_token: str = VOCAB_BOS_TOKEN,
+        eos_token: str = VOCAB_EOS_TOKEN,
+    ):
+        required = (VOCAB_BEGINNING_OF_WORD, VOCAB_END_OF_WORD, VOCAB_PADDING, VOCAB_UNKNOWN, bos_token, eos_token)
+        self.chars = _check_ids(chars, "the character vocabulary", required, lowest=1)
+        self.words = None
+        if words is not None:
+            required = (VOCAB_PADDING, VOCAB_UNKNOWN, bos_token, eos_token)
+            self.words = _check_ids(words, "the word vocabulary", required, lowest=0)
+        self.bos_token, self.eos_token = bos_token, eos_token
+        self.size = max(self.chars.values()) + 1
+        self._unknown = self.chars[VOCAB_UNKNOWN]
+        self._template = np.full(MAX_WORD_LENGTH, self.chars[VOCAB_PADDING], dtype=np.int64)
+        self._template[0] = self.chars[VOCAB_BEGINNING_OF_WORD]
+        self._characters = {index: char for char, index in self.chars.items() if len(char) == 1}
+        self.boundary_rows = tuple(self.rows([bos_token, eos_token]))
+
+    def rows(self, words: Sequence[str]) -> np.ndarray:
+        """`(n, 50)` int64 character ids of `n` words."""
+        rows = np.tile(self._template, (len(words), 1))
+        end_of_word = self.chars[VOCAB_END_OF_WORD]
+        for row, word in zip(rows, words):
+            if not isinstance(word, str):
+                raise TypeError(f"Every word must be a str, got {type(word).__name__}: {word!r:.60}")
+            if word in (self.bos_token, self.eos_token):
+                ids = [self.chars[word]]
+            else:
+                ids = [self.chars.get(char, self._unknown) for char in word[:MAX_WORD_BYTES]]
+            row[1 : len(ids) + 1] = ids
+            row[len(ids) + 1] = end_of_word
+        return rows
+
+    def word_ids(self, words: Sequence[str]) -> np.ndarray:
+        """`(n,)` int64 word ids."""
+        unknown = self.words[VOCAB_UNKNOWN]
+        return np.array([self.words.get(word[:MAX_WORD_BYTES], unknown) for word in words], dtype=np.int64)
+
+    def decode(self, row: np.ndarray) -> str:
+        """The word of one row; characters outside the vocabulary read as U+FFFD."""
+        for word, boundary in zip((self.bos_token, self.eos_token), self.boundary_rows):
+            if np.array_equal(row, boundary):
+                return word
+        end = np.flatnonzero(row == self.chars[VOCAB_END_OF_WORD])
+        content = row[1 : end[0] if end.size else len(row)]
+        return "".join(self._characters.get(int(index), "\ufffd") for index in content)
+
+
 # --- word splitting -------------------------------------------------------------------------------
 
 _WORD_CHARS = r"\p{L}\p{M}\p{N}_"
@@ -215,12 +309,11 @@ def _to_numpy(value: Any) -> np.ndarray:
     return np.asarray(value)
 
 
-def _infer_word_ids(rows: np.ndarray) -> list[int | None]:
+def _infer_word_ids(rows: np.ndarray, boundary_rows=(BOS_WORD_IDS, EOS_WORD_IDS)) -> list[int | None]:
     """Word index per position of a `(T, 50)` id array, from its content alone."""
     rows = np.asarray(rows, dtype=np.int64).reshape(-1, MAX_WORD_LENGTH)
-    special = (
-        ~np.any(rows > 0, axis=1) | np.all(rows == BOS_WORD_IDS, axis=1) | np.all(rows == EOS_WORD_IDS, axis=1)
-    )
+    bos, eos = boundary_rows
+    special = ~np.any(rows > 0, axis=1) | np.all(rows == bos, axis=1) | np.all(rows == eos, axis=1)
     counter = np.cumsum(~special) - 1
     return [None if is_special else int(index) for is_special, index in zip(special.tolist(), counter.tolist())]
 
@@ -242,22 +335,26 @@ class ElmoBatchEncoding(BatchEncoding):
         tensor_type: str | TensorType | None = None,
         word_spans: list[tuple[int, int, int]] | None = None,
         batched: bool = True,
+        boundary_rows: tuple[np.ndarray, np.ndarray] = (BOS_WORD_IDS, EOS_WORD_IDS),
     ):
         super().__init__(data, encoding=None, tensor_type=tensor_type, n_sequences=1)
         # (first original word index, number of kept words, position of the first word)
         self._word_spans = word_spans
         self._batched = batched
+        self._boundary_rows = boundary_rows
 
     def __getstate__(self):
         state = super().__getstate__()
         state["word_spans"] = self._word_spans
         state["batched"] = self._batched
+        state["boundary_rows"] = self._boundary_rows
         return state
 
     def __setstate__(self, state):
         super().__setstate__(state)
         self._word_spans = state.get("word_spans")
         self._batched = state.get("batched", True)
+        self._boundary_rows = state.get("boundary_rows", (BOS_WORD_IDS, EOS_WORD_IDS))
 
     def _sequence_ids_array(self, batch_index: int) -> Any:
         ids = self.data["input_ids"]
@@ -274,7 +371,7 @@ class ElmoBatchEncoding(BatchEncoding):
         """
         sequence = self._sequence_ids_array(batch_index)
         if self._word_spans is None:
-            return _infer_word_ids(_to_numpy(sequence))
+            return _infer_word_ids(_to_numpy(sequence), self._boundary_rows)
         first_word, n_words, first_position = self._word_spans[batch_index]
         n_positions = len(sequence)
         words = list(range(first_word, first_word + n_words))
@@ -297,6 +394,68 @@ class ElmoBatchEncoding(BatchEncoding):
         except ValueError:
             return None
         return TokenSpan(position, position + 1)
+
+
+# --- word vocabulary (targets of the language-model softmax) ---------------------------------------
+
+UNK_TOKEN = "<UNK>"
+WORD_VOCABULARY_SPECIALS = (BOS_TOKEN, EOS_TOKEN, UNK_TOKEN)
+"""First three entries of every word vocabulary, so `<S>` = 0, `</S>` = 1, `<UNK>` = 2."""
+BOS_WORD_INDEX, EOS_WORD_INDEX, UNK_WORD_INDEX = range(3)
+WORD_VOCABULARY_FILE = "vocab.txt"
+
+
+def check_word_vocabulary(words: Sequence[str], source: str = "Word vocabulary", unit: str = "entry") -> list[str]:
+    """Validate a word list in the original format; returns it as a list.
+
+    `<S>`, `</S>`, `<UNK>` must come first, in that order; every entry must be a non-empty string without
+    whitespace (one token per line), and no entry may repeat.
+    """
+    words = list(words)
+    for index, (expected, got) in enumerate(zip(WORD_VOCABULARY_SPECIALS, words + [None] * 3)):
+        if got != expected:
+            raise ValueError(
+                f"{source}: {unit} {index + 1} must be {expected!r} (a vocabulary starts with "
+                f"{', '.join(WORD_VOCABULARY_SPECIALS)}), got {got!r}."
+            )
+    first_seen: dict[str, int] = {}
+    for index, word in enumerate(words):
+        if not isinstance(word, str) or not word or word.split() != [word]:
+            raise ValueError(f"{source}: {unit} {index + 1} must be one token without whitespace, got {word!r}.")
+        if word in first_seen:
+            raise ValueError(f"{source}: {word!r} appears twice ({unit} {first_seen[word] + 1} and {index + 1}).")
+        first_seen[word] = index
+    return words
+
+
+def read_word_vocabulary(path: str | os.PathLike) -> list[str]:
+    """Read a vocabulary file in the original format: one token per line, `<S>`, `</S>`, `<UNK>` first."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except FileNotFoundError:
+        raise FileNotFoundError(f"Word vocabulary file {os.fspath(path)!r} does not exist.") from None
+    except UnicodeDecodeError as error:
+        raise ValueError(f"Word vocabulary file {os.fspath(path)!r} is not UTF-8 text: {error}.") from None
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    return check_word_vocabulary(lines, source=f"Word vocabulary {os.fspath(path)!r}", unit="line")
+
+
+def write_word_vocabulary(words: Sequence[str], path: str | os.PathLike) -> str:
+    """Write a vocabulary file (validated first); written to a temporary name and renamed, never half-written."""
+    words = check_word_vocabulary(words)
+    path = os.fspath(path)
+    temporary = f"{path}.tmp-{os.getpid()}"
+    try:
+        with open(temporary, "w", encoding="utf-8") as f:
+            f.write("".join(word + "\n" for word in words))
+        os.replace(temporary, path)
+    finally:
+        if os.path.exists(temporary):
+            os.remove(temporary)
+    return path
 
 
 # --- tokenizer ------------------------------------------------------------------------------------
@@ -359,21 +518,53 @@ class ElmoTokenizer(PreTrainedTokenizer):
     `get_vocab()` is a pseudo-vocabulary of the 262 character ids (`<pad>` = 0, bytes `<0x00>`..
     `<0xFF>` = 1..256, `<S>` = 257, `</S>` = 258, `<bow>`, `<eow>`, `<char_pad>` = 259..261); it
     exists so that the generic special-token machinery works (`pad_token_id == 0`).
+
+    Character-vocabulary mode (ELMoForManyLangs models): `ElmoTokenizer(char_vocab={...}, input_word_vocab={...})`
+    (or the `char_vocab.json` / `input_word_vocab.json` files it saves) maps characters through the vocabulary as
+    `CharacterVocabulary` describes; the boundary words are then `<bos>` / `<eos>`, and with a word vocabulary
+    the output also has `input_word_ids` `(B, T + 2)`.
     """
 
-    vocab_files_names: dict[str, str] = {}
+    vocab_files_names: dict[str, str] = {
+        "char_vocab_file": "char_vocab.json",
+        "input_word_vocab_file": "input_word_vocab.json",
+        "word_vocab_file": WORD_VOCABULARY_FILE,
+    }
     model_input_names = ["input_ids", "attention_mask"]
 
     def __init__(
         self,
-        bos_token: str = BOS_TOKEN,
-        eos_token: str = EOS_TOKEN,
+        bos_token: str | None = None,
+        eos_token: str | None = None,
         pad_token: str = PAD_TOKEN,
+        char_vocab_file: str | None = None,
+        input_word_vocab_file: str | None = None,
+        char_vocab: Mapping[str, int] | None = None,
+        input_word_vocab: Mapping[str, int] | None = None,
+        word_vocab_file: str | None = None,
         **kwargs,
     ):
         if kwargs.get("padding_side", "right") != "right":
             raise ValueError(self._padding_side_error(kwargs["padding_side"]))
         self.pre_tokenizer = build_pre_tokenizer()
+        char_vocab = self._read_vocabulary(char_vocab_file) if char_vocab_file else char_vocab
+        input_word_vocab = self._read_vocabulary(input_word_vocab_file) if input_word_vocab_file else input_word_vocab
+        if input_word_vocab is not None and char_vocab is None:
+            raise ValueError("input_word_vocab needs a char_vocab: word ids go with the ELMoForManyLangs character ids")
+        self.char_vocabulary = None
+        self._vocab, self._ids_to_tokens = _VOCAB, _IDS_TO_TOKENS
+        if char_vocab is not None:  # str(): a reloaded tokenizer gets AddedToken objects
+            bos_token, eos_token = str(bos_token or VOCAB_BOS_TOKEN), str(eos_token or VOCAB_EOS_TOKEN)
+            self.char_vocabulary = CharacterVocabulary(char_vocab, input_word_vocab, bos_token, eos_token)
+            self._vocab = {token: index for token, index in self.char_vocabulary.chars.items() if token != pad_token}
+            self._vocab[pad_token] = PADDING_WORD_ID
+            self._ids_to_tokens = {index: token for token, index in self._vocab.items()}
+            if input_word_vocab is not None:
+                self.model_input_names = [*self.model_input_names, "input_word_ids"]
+        bos_token, eos_token = bos_token or BOS_TOKEN, eos_token or EOS_TOKEN
+        self._word_index: dict[str, int] | None = None
+        if word_vocab_file is not None:
+            self.set_word_vocabulary(read_word_vocabulary(word_vocab_file))
         super().__init__(bos_token=bos_token, eos_token=eos_token, pad_token=pad_token, **kwargs)
         if self.pad_token_id != PADDING_WORD_ID:
             raise ValueError(f"ElmoTokenizer needs a pad token with id 0, got {self.pad_token!r}")
@@ -415,25 +606,33 @@ class ElmoTokenizer(PreTrainedTokenizer):
 
     # --- vocabulary ---------------------------------------------------------------------------------
 
+    @staticmethod
+    def _read_vocabulary(path: str) -> dict[str, int]:
+        try:
+            with open(path, encoding="utf-8") as file:
+                return json.load(file)
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+            raise ValueError(f"{path}: cannot read the vocabulary ({error})") from None
+
     @property
     def vocab_size(self) -> int:
-        """Number of character ids (rows of the character embedding): 262."""
-        return NUM_CHARACTER_IDS
+        """Number of character ids (rows of the character embedding): 262, or the vocabulary's size + 1."""
+        return self.char_vocabulary.size if self.char_vocabulary else NUM_CHARACTER_IDS
 
     def get_vocab(self) -> dict[str, int]:
-        vocab = dict(_VOCAB)
+        vocab = dict(self._vocab)
         vocab.update(getattr(self, "_added_tokens_encoder", {}))
         return vocab
 
     def _convert_token_to_id(self, token: str) -> int | None:
         # Words have no single id (they are rows of character ids); like fast tokenizers without
         # an unk token, unknown tokens give None.
-        return _VOCAB.get(token)
+        return self._vocab.get(token)
 
     def _convert_id_to_token(self, index: int) -> str:
-        token = _IDS_TO_TOKENS.get(int(index))
+        token = self._ids_to_tokens.get(int(index))
         if token is None:
-            raise ValueError(f"Id {index} is outside ElmoTokenizer's pseudo-vocabulary [0, {NUM_CHARACTER_IDS - 1}]")
+            raise ValueError(f"Id {index} is outside ElmoTokenizer's pseudo-vocabulary [0, {self.vocab_size - 1}]")
         return token
 
     def convert_ids_to_tokens(self, ids: Any, skip_special_tokens: bool = False) -> str | list[str]:
@@ -454,8 +653,60 @@ class ElmoTokenizer(PreTrainedTokenizer):
         return self._rows_to_words(self._as_rows(ids), skip_special_tokens=skip_special_tokens)
 
     def save_vocabulary(self, save_directory: str, filename_prefix: str | None = None) -> tuple[str, ...]:
-        # The mapping is fixed by the algorithm; tokenizer_config.json is all that is needed.
-        return ()
+        # UTF-8 byte ids are fixed by the algorithm; only the vocabularies a tokenizer has need files.
+        paths = []
+        if self._word_index is not None:
+            name = f"{filename_prefix}-{WORD_VOCABULARY_FILE}" if filename_prefix else WORD_VOCABULARY_FILE
+            paths.append(write_word_vocabulary(self.word_vocabulary, os.path.join(save_directory, name)))
+        if self.char_vocabulary is None:
+            return tuple(paths)
+        vocabularies = {
+            "char_vocab_file": self.char_vocabulary.chars,
+            "input_word_vocab_file": self.char_vocabulary.words,
+        }
+        for key, vocabulary in vocabularies.items():
+            if vocabulary is not None:
+                name = (filename_prefix + "-" if filename_prefix else "") + self.vocab_files_names[key]
+                path = os.path.join(save_directory, name)
+                with open(path, "w", encoding="utf-8") as file:
+                    json.dump(vocabulary, file, ensure_ascii=False, indent=0)
+                paths.append(path)
+        return tuple(paths)
+
+    @property
+    def _boundary_rows(self) -> tuple[np.ndarray, np.ndarray]:
+        """The `<S>` and `</S>` rows (`<bos>` / `<eos>` with a character vocabulary)."""
+        return self.char_vocabulary.boundary_rows if self.char_vocabulary else (BOS_WORD_IDS, EOS_WORD_IDS)
+
+    def _words_to_rows(self, words: Sequence[str]) -> np.ndarray:
+        return self.char_vocabulary.rows(words) if self.char_vocabulary else words_to_char_ids(words)
+
+    # --- word vocabulary: targets of the language-model softmax -------------------------------------
+
+    @property
+    def word_vocabulary(self) -> list[str] | None:
+        """The words of the LM softmax in id order (`<S>`, `</S>`, `<UNK>` first), or `None` if there is none.
+
+        Only `ElmoForBiLM` needs it: the model's input is always the characters of each word.
+        """
+        return None if self._word_index is None else list(self._word_index)
+
+    def set_word_vocabulary(self, words: Sequence[str] | None) -> None:
+        """Attach a word vocabulary (validated by `check_word_vocabulary`); `None` removes it."""
+        self._word_index = None if words is None else {w: i for i, w in enumerate(check_word_vocabulary(words))}
+
+    def word_targets(self, words: Sequence[str]) -> np.ndarray:
+        """Word ids `(n,)` int64 of `n` words for the LM targets; words outside the vocabulary get `<UNK>`'s id 2.
+
+        The literal words `<S>` and `</S>` get ids 0 and 1.
+        """
+        if self._word_index is None:
+            raise ValueError(
+                "This ElmoTokenizer has no word vocabulary: load one with ElmoTokenizer(word_vocab_file=...) or "
+                "set_word_vocabulary(words) (see build_word_vocabulary)."
+            )
+        index = self._word_index
+        return np.fromiter((index.get(w, UNK_WORD_INDEX) for w in words), dtype=np.int64, count=len(words))
 
     # --- word splitting -----------------------------------------------------------------------------
 
@@ -495,7 +746,8 @@ class ElmoTokenizer(PreTrainedTokenizer):
         """`[<S> row] + rows + [</S> row]` for a list of 50-id rows."""
         if token_ids_1 is not None:
             raise ValueError("ElmoTokenizer does not support sequence pairs")
-        return [BOS_WORD_IDS.tolist()] + [list(row) for row in token_ids_0] + [EOS_WORD_IDS.tolist()]
+        bos, eos = self._boundary_rows
+        return [bos.tolist()] + [list(row) for row in token_ids_0] + [eos.tolist()]
 
     def get_special_tokens_mask(
         self, token_ids_0: list, token_ids_1: list | None = None, already_has_special_tokens: bool = False
@@ -503,7 +755,8 @@ class ElmoTokenizer(PreTrainedTokenizer):
         if token_ids_1 is not None:
             raise ValueError("ElmoTokenizer does not support sequence pairs")
         if already_has_special_tokens:
-            return [0 if word is not None else 1 for word in _infer_word_ids(self._as_rows(token_ids_0))]
+            word_ids = _infer_word_ids(self._as_rows(token_ids_0), self._boundary_rows)
+            return [0 if word is not None else 1 for word in word_ids]
         return [1] + [0] * len(token_ids_0) + [1]
 
     def create_token_type_ids_from_sequences(self, token_ids_0: list, token_ids_1: list | None = None) -> list[int]:
@@ -604,14 +857,25 @@ class ElmoTokenizer(PreTrainedTokenizer):
                         sentences[index] = words[:budget]
 
         word_counts = np.array([len(words) for words in sentences], dtype=np.int64)
-        flat_rows = words_to_char_ids([word for words in sentences for word in words])
+        flat_words = [word for words in sentences for word in words]
         lengths = word_counts + n_special
+        flat_rows = self._words_to_rows(flat_words)
         input_ids, attention_mask = self._assemble(
             flat_rows, word_counts, add_special_tokens, padding_strategy, max_length, pad_to_multiple_of
         )
         positions = input_ids.shape[1]
 
         data: dict[str, np.ndarray] = {"input_ids": input_ids}
+        if self.char_vocabulary is not None and self.char_vocabulary.words is not None:
+            vocabulary = self.char_vocabulary
+            data["input_word_ids"] = self._place(
+                vocabulary.word_ids(flat_words),
+                word_counts,
+                positions,
+                add_special_tokens,
+                vocabulary.words[VOCAB_PADDING],
+                vocabulary.word_ids([vocabulary.bos_token, vocabulary.eos_token]),
+            )
         if return_attention_mask is None:
             return_attention_mask = "attention_mask" in self.model_input_names
         if return_attention_mask:
@@ -644,18 +908,27 @@ class ElmoTokenizer(PreTrainedTokenizer):
         n_special = 2 if add_special_tokens else 0
         lengths = word_counts + n_special
         positions = self._target_length(lengths, padding_strategy, max_length, pad_to_multiple_of)
-        batch_size = len(word_counts)
-        input_ids = np.zeros((batch_size, positions, MAX_WORD_LENGTH), dtype=np.int64)
-        if flat_rows.shape[0]:
-            sentence_of_word = np.repeat(np.arange(batch_size), word_counts)
-            starts = np.cumsum(word_counts) - word_counts
-            position_of_word = np.arange(flat_rows.shape[0]) - np.repeat(starts, word_counts)
-            input_ids[sentence_of_word, position_of_word + (1 if add_special_tokens else 0)] = flat_rows
-        if add_special_tokens and batch_size:
-            input_ids[:, 0] = BOS_WORD_IDS
-            input_ids[np.arange(batch_size), word_counts + 1] = EOS_WORD_IDS
+        input_ids = self._place(flat_rows, word_counts, positions, add_special_tokens, 0, self._boundary_rows)
         attention_mask = (np.arange(positions)[None, :] < lengths[:, None]).astype(np.int64)
         return input_ids, attention_mask
+
+    @staticmethod
+    def _place(
+        flat: np.ndarray, word_counts: np.ndarray, positions: int, add_special_tokens: bool, fill: int, boundaries
+    ) -> np.ndarray:
+        """Scatter per-word values `(n_words, ...)` into `(B, positions, ...)` filled with `fill`, after a first
+        boundary value and followed by the second when `add_special_tokens`."""
+        batch_size = len(word_counts)
+        placed = np.full((batch_size, positions, *flat.shape[1:]), fill, dtype=np.int64)
+        if flat.shape[0]:
+            sentence_of_word = np.repeat(np.arange(batch_size), word_counts)
+            starts = np.cumsum(word_counts) - word_counts
+            position_of_word = np.arange(flat.shape[0]) - np.repeat(starts, word_counts)
+            placed[sentence_of_word, position_of_word + (1 if add_special_tokens else 0)] = flat
+        if add_special_tokens and batch_size:
+            placed[:, 0] = boundaries[0]
+            placed[np.arange(batch_size), word_counts + 1] = boundaries[1]
+        return placed
 
     def _target_length(
         self,
@@ -689,7 +962,7 @@ class ElmoTokenizer(PreTrainedTokenizer):
         spans: list[tuple[int, int, int]] | None,
     ) -> ElmoBatchEncoding:
         """Convert `(B, L, ...)` arrays to the requested output type."""
-        sequence_keys = {"input_ids", "attention_mask", "token_type_ids", "special_tokens_mask"}
+        sequence_keys = {"input_ids", "attention_mask", "token_type_ids", "special_tokens_mask", "input_word_ids"}
         if return_tensors is not None:
             if ragged:
                 raise ValueError(
@@ -703,7 +976,7 @@ class ElmoTokenizer(PreTrainedTokenizer):
                 data = {key: torch.from_numpy(np.ascontiguousarray(value)) for key, value in data.items()}
             elif tensor_type != TensorType.NUMPY:
                 raise ValueError(f"ElmoTokenizer supports return_tensors='pt' or 'np', got {return_tensors!r}")
-            return ElmoBatchEncoding(data, word_spans=spans, batched=True)
+            return ElmoBatchEncoding(data, word_spans=spans, batched=True, boundary_rows=self._boundary_rows)
 
         lists: dict[str, Any] = {}
         for key, value in data.items():
@@ -713,7 +986,7 @@ class ElmoTokenizer(PreTrainedTokenizer):
                 lists[key] = value.tolist()
         if not batched:
             lists = {key: value[0] for key, value in lists.items()}
-        return ElmoBatchEncoding(lists, word_spans=spans, batched=batched)
+        return ElmoBatchEncoding(lists, word_spans=spans, batched=batched, boundary_rows=self._boundary_rows)
 
     def _check_padding_side(self, padding_side: str | None) -> None:
         if padding_side is not None and padding_side != "right":
@@ -808,7 +1081,8 @@ class ElmoTokenizer(PreTrainedTokenizer):
         rows = [self._as_rows(example) for example in examples["input_ids"]]
         batch_size = len(rows)
         for key, value in examples.items():
-            if key in ("attention_mask", "token_type_ids", "special_tokens_mask") and len(value) != batch_size:
+            per_position = ("attention_mask", "token_type_ids", "special_tokens_mask", "input_word_ids")
+            if key in per_position and len(value) != batch_size:
                 raise ValueError(f"Feature `{key}` has {len(value)} entries but there are {batch_size} examples")
         lengths = np.array([r.shape[0] for r in rows], dtype=np.int64)
         positions = self._target_length(lengths, padding_strategy, max_length, pad_to_multiple_of)
@@ -823,6 +1097,8 @@ class ElmoTokenizer(PreTrainedTokenizer):
         if return_attention_mask is None:
             return_attention_mask = "attention_mask" in self.model_input_names
         padded_with = {"attention_mask": 0, "token_type_ids": self.pad_token_type_id, "special_tokens_mask": 1}
+        if self.char_vocabulary is not None and self.char_vocabulary.words is not None:
+            padded_with["input_word_ids"] = self.char_vocabulary.words[VOCAB_PADDING]
         for key, fill in padded_with.items():
             if key == "attention_mask" and not return_attention_mask:
                 continue
@@ -899,8 +1175,8 @@ class ElmoTokenizer(PreTrainedTokenizer):
                 if not skip_special_tokens:
                     words.append(self.pad_token)
                 continue
-            word = char_ids_to_word(row)
-            if skip_special_tokens and (np.array_equal(row, BOS_WORD_IDS) or np.array_equal(row, EOS_WORD_IDS)):
+            word = self.char_vocabulary.decode(row) if self.char_vocabulary else char_ids_to_word(row)
+            if skip_special_tokens and any(np.array_equal(row, boundary) for boundary in self._boundary_rows):
                 continue
             words.append(word)
         return words

@@ -1,4 +1,8 @@
 import json
+import os
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 
 import h5py
@@ -47,3 +51,23 @@ def converted_dirs(tmp_path_factory):
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)
+
+
+_BLOCK_HF_ELMO = """
+import importlib.abc, sys
+class BlockHfElmo(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name == "hf_elmo" or name.startswith("hf_elmo."):
+            raise ImportError("hf_elmo is blocked in this test")
+sys.meta_path.insert(0, BlockHfElmo())
+"""
+
+
+def run_without_hf_elmo(script: str, cwd: Path, **env) -> subprocess.CompletedProcess:
+    """Runs `script` in a fresh Python where `hf_elmo` cannot be imported (as for a user who only has
+    transformers), with its own remote-code module cache under `cwd`; fails the test on a non-zero exit."""
+    env = {**os.environ, "HF_MODULES_CACHE": str(Path(cwd) / "modules"), "PYTHONPATH": "", **env}
+    code = _BLOCK_HF_ELMO + textwrap.dedent(script)
+    result = subprocess.run([sys.executable, "-c", code], cwd=cwd, env=env, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result

@@ -24,10 +24,13 @@ class ReferenceCharacterEncoder(nn.Module):
         self.highways = nn.ModuleList(
             nn.Linear(config.num_filters, 2 * config.num_filters) for _ in range(config.n_highway)
         )
-        self.projection = nn.Linear(config.num_filters, config.projection_dim)
+        self.word_embedding = (
+            nn.Embedding(config.input_word_vocab_size, config.input_word_dim) if config.input_word_dim else None
+        )
+        self.projection = nn.Linear(config.input_word_dim + config.num_filters, config.projection_dim)
         self.activation = torch.tanh if config.activation == "tanh" else F.relu
 
-    def forward(self, char_ids: torch.LongTensor) -> torch.Tensor:
+    def forward(self, char_ids: torch.LongTensor, word_ids: torch.LongTensor | None = None) -> torch.Tensor:
         batch_shape, num_chars = char_ids.shape[:-1], char_ids.shape[-1]
         table = F.pad(self.char_embedding.weight, (0, 0, 1, 0))  # id 0 (no character) embeds to zeros
         chars = F.embedding(char_ids.reshape(-1, num_chars), table).transpose(1, 2)  # (N, e, C)
@@ -36,6 +39,8 @@ class ReferenceCharacterEncoder(nn.Module):
             transformed, gate = highway(features).chunk(2, dim=-1)
             gate = torch.sigmoid(gate)
             features = gate * features + (1 - gate) * F.relu(transformed)
+        if self.word_embedding is not None:  # ELMoForManyLangs: [word | characters]
+            features = torch.cat([self.word_embedding(word_ids.reshape(-1)), features], dim=-1)
         return self.projection(features).reshape(*batch_shape, -1)
 
 
@@ -44,8 +49,10 @@ class ReferenceLstmLayer(nn.Module):
 
     def __init__(self, config):
         super().__init__()
+        self.cell_dim = config.cell_dim
         self.cell_clip = config.cell_clip
         self.proj_clip = config.proj_clip
+        self.forget_bias = config.forget_bias
         self.input_linearity = nn.Linear(config.projection_dim, 4 * config.cell_dim, bias=False)
         self.state_linearity = nn.Linear(config.projection_dim, 4 * config.cell_dim, bias=True)
         self.state_projection = nn.Linear(config.cell_dim, config.projection_dim, bias=False)
@@ -55,6 +62,8 @@ class ReferenceLstmLayer(nn.Module):
         and the final `(B, P)`, `(B, D)` state."""
         seq_len = inputs.shape[1]
         gate_inputs = self.input_linearity(inputs)
+        if self.forget_bias:  # TensorFlow's LSTMCell adds it at run time
+            gate_inputs[..., self.cell_dim : 2 * self.cell_dim] += self.forget_bias
         outputs = [None] * seq_len
         for t in range(seq_len - 1, -1, -1) if reverse else range(seq_len):
             gates = gate_inputs[:, t] + self.state_linearity(hidden)
@@ -114,12 +123,12 @@ class ReferenceElmo(nn.Module):
         self.char_encoder = ReferenceCharacterEncoder(config)
         self.encoder = ReferenceBiLstm(config)
 
-    def forward(self, input_ids, attention_mask=None, state=None):
+    def forward(self, input_ids, attention_mask=None, state=None, input_word_ids=None):
         """`(B, T, C)` ids -> `num_layers + 1` layers `(B, T, 2P)` (0 at padding) and the final state
         `(hidden (L, B, 2P), memory (L, B, 2D))`."""
         config = self.config
         mask = (input_ids > 0).any(dim=-1) if attention_mask is None else attention_mask.bool()
-        token_embeddings = self.char_encoder(input_ids.long())
+        token_embeddings = self.char_encoder(input_ids.long(), input_word_ids)
         if state is None:
             batch_size = input_ids.shape[0]
             state = (

@@ -1,5 +1,4 @@
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -16,7 +15,7 @@ from hf_elmo import ElmoModel, ElmoTokenizer
 from hf_elmo.cli import main as cli_main
 from hf_elmo.convert_original_elmo import load_original_elmo
 
-from conftest import FIXTURES
+from conftest import FIXTURES, run_without_hf_elmo
 
 ROOT = Path(__file__).resolve().parents[1]
 OPTIONS = FIXTURES / "allennlp/options.json"
@@ -49,12 +48,6 @@ def test_remote_code_loads_without_the_package(converted_dirs, tmp_path):
     expected = embed(AutoModel.from_pretrained(folder).eval(), AutoTokenizer.from_pretrained(folder))
     script = textwrap.dedent(
         f"""
-        import importlib.abc, sys
-        class BlockHfElmo(importlib.abc.MetaPathFinder):
-            def find_spec(self, name, path, target=None):
-                if name == "hf_elmo" or name.startswith("hf_elmo."):
-                    raise ImportError("hf_elmo is blocked in this test")
-        sys.meta_path.insert(0, BlockHfElmo())
         import numpy, torch
         from transformers import AutoModel, AutoTokenizer
         model = AutoModel.from_pretrained({str(folder)!r}, trust_remote_code=True).eval()
@@ -66,9 +59,7 @@ def test_remote_code_loads_without_the_package(converted_dirs, tmp_path):
         numpy.save({str(tmp_path / "out.npy")!r}, layers.numpy())
         """
     )
-    env = {**os.environ, "HF_MODULES_CACHE": str(tmp_path / "modules"), "PYTHONPATH": ""}
-    result = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True)
-    assert result.returncode == 0, result.stderr[-3000:]
+    run_without_hf_elmo(script, tmp_path)
     assert np.array_equal(np.load(tmp_path / "out.npy"), expected.numpy())
 
 

@@ -96,6 +96,7 @@ def test_fixture_models_all_layers_with_carried_state(name, converted_dirs, prod
         {"activation": "tanh", "n_highway": 0},
         {"cell_clip": None, "proj_clip": None},
         {"filters": [[1, 3], [5, 4], [30, 2], [50, 2]]},  # windows as wide as the word, and wider than spans
+        {"forget_bias": 1.0},
     ],
 )
 def test_random_configs_match_reference_with_state_and_padding(overrides, products):
@@ -111,6 +112,18 @@ def test_random_configs_match_reference_with_state_and_padding(overrides, produc
             assert torch.all(layer[~first["attention_mask"].bool()] == 0), "padded positions must be exactly 0"
         # Carry the state into a batch whose rows sort differently.
         assert_same_outputs(run_fast(model, second, fast[1]), reference(second["input_ids"], None, slow[1]), atol=1e-5)
+
+
+def test_word_embeddings_beside_the_characters(products):
+    """ELMoForManyLangs models: word ids need not follow the characters (a repeated spelling, other words)."""
+    model = random_model(small_config(input_word_vocab_size=7, input_word_dim=3))
+    reference = reference_from(model)
+    batch = encode(SENTENCES)
+    word_ids = torch.randint(0, 7, batch["attention_mask"].shape, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        fast = run_fast(model, {**batch, "input_word_ids": word_ids})
+        slow = reference(batch["input_ids"], batch["attention_mask"], input_word_ids=word_ids)
+    assert_same_outputs(fast, slow, atol=1e-5)
 
 
 def test_clips_trigger_in_these_tests():
@@ -300,6 +313,7 @@ def test_concurrent_cpu_inference_matches_reference(mode, monkeypatch):
         slow = reference(batch["input_ids"], batch["attention_mask"])
     if mode == "bfloat16 autocast":
         assert all(layer.dtype == torch.bfloat16 for layer in fast[0])
+        assert all(t.dtype == torch.float32 for t in fast[1]), "the state must be passable back to the model"
         real = batch["attention_mask"].bool()
         for a, b in zip(fast[0], slow[0]):
             assert torch.nn.functional.cosine_similarity(a[real].float(), b[real], dim=-1).mean() >= 0.999

@@ -1,3 +1,5 @@
+import re
+
 import h5py
 import numpy as np
 import pytest
@@ -172,20 +174,62 @@ def test_bad_inputs_give_clear_errors():
     model = random_model(small_config())
     good = ElmoTokenizer()(SENTENCES, is_split_into_words=True, padding=True, return_tensors="pt")
     ids, mask = good["input_ids"], good["attention_mask"]
+    other_model = random_model(small_config(cell_dim=10))
+    hidden, memory = model.initial_state(4)
     cases = [
-        (dict(input_ids=ids[0]), "batch axis"),
-        (dict(input_ids=ids[..., :20]), "shape"),
-        (dict(input_ids=ids.float()), "integer"),
-        (dict(input_ids=ids[:0]), "empty"),
-        (dict(input_ids=ids + 300), "must be in [0, 261]"),
-        (dict(input_ids=ids, attention_mask=mask[:, :-1]), "attention_mask must have shape"),
+        (dict(input_ids=ids[0]), "a single sentence needs a batch axis"),
+        (dict(input_ids=ids[..., :20]), "must have shape (batch, words, 50), got (4, 9, 20)"),
+        (dict(input_ids=ids.tolist()), "must be a torch.Tensor"),
+        (dict(input_ids=ids.float()), "integer character ids, got dtype torch.float32"),
+        (dict(input_ids=ids.bool()), "integer character ids, got dtype torch.bool"),
+        (dict(input_ids=ids[:0]), "empty batch: shape (0, 9, 50)"),
+        (dict(input_ids=ids[:, :0]), "has no positions; every sentence, even an empty one, needs its <S> and </S>"),
+        (dict(input_ids=ids + 300), "must be in [0, 261], found values in [300, 561]"),
+        (dict(input_ids=ids - 1), "found values in [-1, 260]"),
+        (dict(input_ids=ids, attention_mask=mask[:, :-1]), "attention_mask must have shape (4, 9)"),
         (dict(input_ids=ids, attention_mask=mask.flip(1)), "right-padded"),
-        (dict(input_ids=ids, state=model.initial_state(2)), "batch of 4"),
-        (dict(input_ids=ids, state="nope"), "state must be"),
+        (dict(input_ids=ids, input_word_ids=mask), "this model has no word embeddings"),
+        (dict(input_ids=ids, state=model.initial_state(2)), "for this model and a batch of 4"),
+        (dict(input_ids=ids, state="nope"), "state must be (hidden, memory)"),
+        (dict(input_ids=ids, state=(hidden.tolist(), memory)), "state must be (hidden, memory)"),
+        (dict(input_ids=ids, state=other_model.initial_state(4)), "of shapes ((3, 4, 12), (3, 4, 24))"),
+        (dict(input_ids=ids, state=(hidden.float(), memory.float())), "state must be torch.float64"),
     ]
     for kwargs, message in cases:
-        with pytest.raises(ValueError, match=message.replace("[", r"\[").replace("]", r"\]")):
+        with pytest.raises(ValueError, match=re.escape(message)):
             model(**kwargs)
+
+
+def test_word_embedding_inputs_are_checked():
+    model = random_model(small_config(input_word_vocab_size=7, input_word_dim=3))
+    ids = ElmoTokenizer()(SENTENCES, is_split_into_words=True, padding=True, return_tensors="pt")["input_ids"]
+    word_ids = torch.zeros(ids.shape[:2], dtype=torch.long)
+    cases = [
+        (dict(), "pass input_word_ids (4, 9) from its tokenizer, got NoneType"),
+        (dict(input_word_ids=word_ids[:, :3]), "integer ids of shape (4, 9) (batch, words), got (4, 3)"),
+        (dict(input_word_ids=word_ids.float()), "got (4, 9) of dtype torch.float32"),
+        (dict(input_word_ids=word_ids + 7), "input_word_ids must be in [0, 6], found values in [7, 7]"),
+    ]
+    for kwargs, message in cases:
+        with pytest.raises(ValueError, match=re.escape(message)):
+            model(ids, **kwargs)
+    with torch.no_grad():
+        assert model(ids, input_word_ids=word_ids + 6).last_hidden_state.isfinite().all()
+
+
+def test_weights_load_from_safetensors_only_unless_asked(tmp_path):
+    model = random_model(small_config(), dtype=torch.float32)
+    model.save_pretrained(tmp_path)
+    (tmp_path / "model.safetensors").unlink()
+    torch.save(model.state_dict(), tmp_path / "pytorch_model.bin")
+    for load in (AutoModel.from_pretrained, ElmoModel.from_pretrained):
+        with pytest.raises(OSError, match=r"only from safetensors by default, because a pickle checkpoint .* can run "
+                                          r"code .* pass use_safetensors=False explicitly"):
+            load(tmp_path)
+    with pytest.raises(OSError, match="only from safetensors"):
+        ElmoModel.from_pretrained(tmp_path / "pytorch_model.bin", config=model.config)
+    loaded = AutoModel.from_pretrained(tmp_path, use_safetensors=False)
+    assert all(torch.equal(loaded.state_dict()[k], v) for k, v in model.state_dict().items())
 
 
 def test_return_dict_false_gives_tuple():

@@ -1,0 +1,325 @@
+"""Training data of the biLM: plain-text corpora -> packed windows of character ids and LM targets.
+
+A corpus is one or more UTF-8 text files with one sentence per line; blank lines are skipped. Words are
+either the whitespace-separated tokens of the line (`split="whitespace"`, the original's format: text already
+tokenised, e.g. the 1B Word Benchmark) or the words of `ElmoTokenizer.split_words` (`split="pretokenizer"`,
+for raw text).
+
+Each example is a **window**: consecutive whole sentences, each as `<S> w_1 ... w_n </S>`, packed into at
+most `window` positions (20 in the original recipe). Every window starts from a zero LSTM state. The
+original (bilm-tf) instead cut one continuous stream of sentences into 20-token pieces and carried each
+row's LSTM state from batch to batch, so a sentence could be split between batches and the model saw
+context from earlier batches. Windows of whole sentences make every example independent: they can be
+shuffled, sharded over processes and resumed exactly, and they match how `ElmoModel` is used (stateless,
+sentence by sentence), at the cost of no context beyond the window.
+
+Targets, per sentence of `n` words: the forward LM predicts `w_1 ... w_n, </S>` from the positions of
+`<S>, w_1 ... w_n`; the backward LM predicts `<S>, w_1 ... w_n` from the positions of `w_1 ... w_n, </S>`.
+Nothing is predicted across sentences (the original also predicted the next sentence's `<S>` from `</S>`,
+a certainty), so both directions have `n + 1` targets per sentence and perplexities do not depend on how
+sentences were packed together.
+"""
+
+import argparse
+import os
+import sys
+from collections import Counter
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from .tokenization_elmo import (
+    BOS_TOKEN,
+    EOS_TOKEN,
+    MAX_WORD_LENGTH,
+    WORD_VOCABULARY_SPECIALS,
+    ElmoTokenizer,
+    words_to_char_ids,
+    write_word_vocabulary,
+)
+
+SPLITS = ("whitespace", "pretokenizer")
+SPLIT_HELP = "whitespace: text is tokenised already; pretokenizer: raw text through the tokenizer's splitter"
+IGNORE_INDEX = -100
+
+
+def split_line(line: str, split: str, tokenizer: ElmoTokenizer | None = None) -> list[str]:
+    """The words of one line: `line.split()` or `tokenizer.split_words(line)`."""
+    if split == "whitespace":
+        return line.split()
+    if split == "pretokenizer":
+        return tokenizer.split_words(line)
+    raise ValueError(f"split must be one of {SPLITS}, got {split!r}.")
+
+
+def _check_split(split: str, tokenizer: ElmoTokenizer | None):
+    if split not in SPLITS:
+        raise ValueError(f"split must be one of {SPLITS}, got {split!r}.")
+    if split == "pretokenizer" and tokenizer is None:
+        raise ValueError("split='pretokenizer' needs the tokenizer whose split_words cuts the lines.")
+
+
+def check_text_files(files: Sequence[str | os.PathLike], role: str = "data") -> list[str]:
+    """Paths as strings; raises if one is missing, not a file, or has no word at all."""
+    if isinstance(files, (str, os.PathLike)):
+        files = [files]
+    files = [os.fspath(f) for f in files]
+    if not files:
+        raise ValueError(f"No {role} files given.")
+    for path in files:
+        if not os.path.isfile(path):
+            raise FileNotFoundError(f"{role.capitalize()} file {path!r} does not exist or is not a file.")
+        with open(path, encoding="utf-8", errors="replace") as f:
+            if not any(line.strip() for line in f):
+                raise ValueError(f"{role.capitalize()} file {path!r} is empty: it has no words.")
+    return files
+
+
+def iter_sentences(
+    files: Sequence[str | os.PathLike], split: str = "whitespace", tokenizer: ElmoTokenizer | None = None
+) -> Iterator[list[str]]:
+    """The word lists of the non-blank lines of `files`, in order."""
+    _check_split(split, tokenizer)
+    for path in files:
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                words = split_line(line, split, tokenizer)
+                if words:
+                    yield words
+
+
+def build_word_vocabulary(
+    files: Sequence[str | os.PathLike],
+    split: str = "whitespace",
+    tokenizer: ElmoTokenizer | None = None,
+    min_count: int = 1,
+    max_size: int | None = None,
+) -> list[str]:
+    """Count the words of a corpus and return a vocabulary in the original format.
+
+    Returns:
+        `["<S>", "</S>", "<UNK>"]` followed by the words seen at least `min_count` times, most frequent first
+        (ties in alphabetical order), cut to `max_size` entries in all. Save it with
+        `tokenization_elmo.write_word_vocabulary`.
+    """
+    files = check_text_files(files, "vocabulary")
+    if min_count < 1:
+        raise ValueError(f"min_count must be >= 1, got {min_count}.")
+    if max_size is not None and max_size <= len(WORD_VOCABULARY_SPECIALS):
+        raise ValueError(f"max_size must leave room for words after {WORD_VOCABULARY_SPECIALS}, got {max_size}.")
+    counts = Counter()
+    for words in iter_sentences(files, split, tokenizer):
+        counts.update(words)
+    for special in WORD_VOCABULARY_SPECIALS:
+        counts.pop(special, None)
+    words = sorted((w for w, c in counts.items() if c >= min_count), key=lambda w: (-counts[w], w))
+    if max_size is not None:
+        words = words[: max_size - len(WORD_VOCABULARY_SPECIALS)]
+    return [*WORD_VOCABULARY_SPECIALS, *words]
+
+
+def pack_sentences(
+    sentences: Iterable[list[str]], window: int, where: Iterable[str] | None = None
+) -> Iterator[list[list[str]]]:
+    """Group consecutive sentences greedily into windows of at most `window` positions (`n + 2` per sentence).
+
+    `where` names each sentence (e.g. `"file, line 12"`) for the error raised when one does not fit.
+    """
+    current, used = [], 0
+    where = iter(where) if where is not None else None
+    for words in sentences:
+        location = next(where) if where is not None else "a sentence"
+        needed = len(words) + 2
+        if needed > window:
+            raise ValueError(
+                f"{location}: {len(words)} words plus <S> and </S> need {needed} positions, more than the "
+                f"window of {window}; use a larger window or split the line."
+            )
+        if used + needed > window:
+            yield current
+            current, used = [], 0
+        current.append(words)
+        used += needed
+    if current:
+        yield current
+
+
+def encode_windows(windows: Sequence[Sequence[list[str]]], tokenizer: ElmoTokenizer) -> dict[str, list[np.ndarray]]:
+    """Character ids and LM targets of packed windows.
+
+    Returns:
+        `{"input_ids": [(T_i, 50) int16], "labels": [(T_i, 2) int32]}` with `T_i` the positions of window `i`;
+        `labels[t] = [id of the word after t, id of the word before t]` within t's sentence, -100 where none.
+    """
+    flat, sentence_lengths, window_lengths = [], [], []
+    for window in windows:
+        window_lengths.append(0)
+        for words in window:
+            flat += [BOS_TOKEN, *words, EOS_TOKEN]
+            sentence_lengths.append(len(words) + 2)
+            window_lengths[-1] += len(words) + 2
+    char_ids = words_to_char_ids(flat).astype(np.int16)
+    word_ids = tokenizer.word_targets(flat).astype(np.int32)
+    # Positions of each sentence's </S> and <S>, from the layout (a literal "<S>" word is just a word here).
+    ends = np.cumsum(sentence_lengths) - 1
+    starts = ends - np.asarray(sentence_lengths) + 1
+    labels = np.full((len(flat), 2), IGNORE_INDEX, dtype=np.int32)
+    labels[:-1, 0] = word_ids[1:]
+    labels[ends, 0] = IGNORE_INDEX
+    labels[1:, 1] = word_ids[:-1]
+    labels[starts, 1] = IGNORE_INDEX
+    splits = np.cumsum(window_lengths)[:-1]
+    return {"input_ids": np.split(char_ids, splits), "labels": np.split(labels, splits)}
+
+
+def _encode_lines(batch, indices, tokenizer, window, split, source):
+    words = [split_line(line, split, tokenizer) for line in batch["text"]]
+    kept = [i for i, w in enumerate(words) if w]
+    windows = list(
+        pack_sentences((words[i] for i in kept), window, (f"{source}, line {indices[i] + 1}" for i in kept))
+    )
+    if not windows:
+        return {"input_ids": [], "labels": []}
+    return encode_windows(windows, tokenizer)
+
+
+def load_bilm_dataset(
+    files: Sequence[str | os.PathLike],
+    tokenizer: ElmoTokenizer,
+    window: int = 20,
+    split: str = "whitespace",
+    streaming: bool = False,
+    cache_dir: str | os.PathLike | None = None,
+    role: str = "data",
+):
+    """Plain-text files -> a `datasets` dataset of packed windows (`input_ids` `(T, 50)`, `labels` `(T, 2)`).
+
+    Args:
+        files: text files, one sentence per line.
+        tokenizer: an `ElmoTokenizer` with a word vocabulary (the targets; out-of-vocabulary words -> `<UNK>`).
+        window: positions per example, boundaries included; a sentence longer than `window - 2` words is an error.
+        split: `"whitespace"` (tokenised text) or `"pretokenizer"` (raw text through `tokenizer.split_words`).
+        streaming: read the files lazily (`datasets.IterableDataset`) for corpora larger than memory or disk
+            cache; a too-long sentence is then reported when it is reached instead of up front.
+        cache_dir: where `datasets` keeps its Arrow files (default: its own cache).
+        role: word used in error messages (`"training"`, `"evaluation"`).
+
+    Returns:
+        `datasets.Dataset` (or `IterableDataset` when streaming) in numpy format, one row per window, files in order.
+    """
+    import datasets
+
+    if tokenizer.word_vocabulary is None:
+        raise ValueError(
+            "The tokenizer has no word vocabulary for the LM targets: build one (build_word_vocabulary) and attach "
+            "it with tokenizer.set_word_vocabulary(words)."
+        )
+    if window < 3:
+        raise ValueError(f"window must be >= 3 positions (<S>, one word, </S>), got {window}.")
+    _check_split(split, tokenizer)
+    files = check_text_files(files, role)
+    features = datasets.Features(
+        {
+            "input_ids": datasets.Array2D(shape=(None, MAX_WORD_LENGTH), dtype="int16"),
+            "labels": datasets.Array2D(shape=(None, 2), dtype="int32"),
+        }
+    )
+    parts = []
+    for path in files:
+        part = datasets.load_dataset(
+            "text",
+            data_files=[path],
+            split="train",
+            streaming=streaming,
+            cache_dir=None if cache_dir is None else os.fspath(cache_dir),
+        )
+        options = {} if streaming else {"desc": f"Packing {os.path.basename(path)} into windows of {window}"}
+        part = part.map(
+            _encode_lines,
+            batched=True,
+            batch_size=1000,
+            with_indices=True,
+            remove_columns=["text"],
+            features=features,
+            fn_kwargs={"tokenizer": tokenizer, "window": window, "split": split, "source": path},
+            **options,
+        )
+        parts.append(part)
+    dataset = parts[0] if len(parts) == 1 else datasets.concatenate_datasets(parts)
+    if not streaming and len(dataset) == 0:
+        raise ValueError(f"The {role} files {files} hold no sentence.")
+    return dataset.with_format("numpy")
+
+
+@dataclass
+class DataCollatorForBiLM:
+    """Pads windows to a batch: `input_ids` `(B, T, 50)`, `attention_mask` `(B, T)`, `labels` `(B, T, 2)`.
+
+    Padding positions are all-zero character rows with mask 0 and labels -100. Examples are dicts with
+    `input_ids` `(T_i, 50)` and `labels` `(T_i, 2)` (lists, numpy or torch), as `load_bilm_dataset` yields.
+    """
+
+    pad_to_multiple_of: int | None = None
+
+    def __call__(self, examples: Sequence[dict]) -> dict[str, torch.Tensor]:
+        if not examples:
+            raise ValueError("DataCollatorForBiLM got no examples.")
+        ids = [np.asarray(e["input_ids"], dtype=np.int64) for e in examples]
+        labels = [np.asarray(e["labels"], dtype=np.int64) for e in examples]
+        for index, (i, l) in enumerate(zip(ids, labels)):
+            if i.ndim != 2 or i.shape[1] != MAX_WORD_LENGTH or l.shape != (i.shape[0], 2):
+                raise ValueError(
+                    f"Example {index}: expected input_ids (T, {MAX_WORD_LENGTH}) and labels (T, 2), got "
+                    f"{i.shape} and {l.shape}."
+                )
+        positions = max(i.shape[0] for i in ids)
+        if self.pad_to_multiple_of:
+            positions = -(-positions // self.pad_to_multiple_of) * self.pad_to_multiple_of
+        batch_ids = np.zeros((len(ids), positions, MAX_WORD_LENGTH), dtype=np.int64)
+        batch_labels = np.full((len(ids), positions, 2), IGNORE_INDEX, dtype=np.int64)
+        mask = np.zeros((len(ids), positions), dtype=np.int64)
+        for row, (i, l) in enumerate(zip(ids, labels)):
+            batch_ids[row, : len(i)] = i
+            batch_labels[row, : len(l)] = l
+            mask[row, : len(i)] = 1
+        return {
+            "input_ids": torch.from_numpy(batch_ids),
+            "attention_mask": torch.from_numpy(mask),
+            "labels": torch.from_numpy(batch_labels),
+        }
+
+
+# `hf-elmo vocab`: the vocabulary builder as a command.
+
+
+def add_arguments(parser: argparse.ArgumentParser):
+    parser.add_argument("files", nargs="+", help="text files, one sentence per line")
+    parser.add_argument("--output", required=True, help="vocabulary file to write")
+    parser.add_argument("--min-count", type=int, default=1, help="keep words seen at least this often")
+    parser.add_argument("--max-size", type=int, help="at most this many entries, <S>, </S>, <UNK> included")
+    parser.add_argument("--split", choices=SPLITS, default="whitespace", help=SPLIT_HELP)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        words = build_word_vocabulary(args.files, args.split, ElmoTokenizer(), args.min_count, args.max_size)
+        write_word_vocabulary(words, args.output)
+    except (ValueError, FileNotFoundError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    print(f"{len(words):,} entries written to {args.output}")
+    return 0
+
+
+__all__ = [
+    "DataCollatorForBiLM",
+    "build_word_vocabulary",
+    "check_text_files",
+    "encode_windows",
+    "iter_sentences",
+    "load_bilm_dataset",
+    "pack_sentences",
+    "split_line",
+]

@@ -1,0 +1,334 @@
+"""`hf-elmo embed`: the ELMo vectors of a text file, one sentence per line, written to an HDF5 file.
+
+    hf-elmo embed sentences.txt vectors.hdf5 --model DIR (--all | --top | --average | --scalar-mix-weights W ...)
+
+The file reads like the output of AllenNLP's `allennlp elmo` command, so existing readers keep working:
+
+* one float32 dataset per input line, named by its line number from 0: `(num_layers + 1, n_words, 2P)` with
+  `--all`; `(n_words, 2P)` with `--top` (the last layer), `--average` (mean of all layers, layer 0 being the
+  char-CNN `[x | x]`) or `--scalar-mix-weights` (`sum_k softmax(w)_k * layer_k`, the unnormalised weights of
+  AllenNLP's `scalar_mix_parameters`). `--dtype float64` stores float64.
+* `sentence_to_index`: a one-element string dataset holding the JSON map from each line (stripped) to its key.
+
+Lines are split on whitespace (`str.split`), or with `--raw` by the tokenizer's word splitter. Differences from
+the original command:
+
+* **Stateless**: a line's vectors depend only on the line, not on the lines before it or its batch. Lines are
+  sorted by length within a window of `--batch-size * 16` lines to pad little. A repeated line is computed once
+  and its dataset is an HDF5 hard link to the first one (identical vectors, no extra space); the map gives the
+  first key (AllenNLP's gave the last, which held different vectors). `--carry-state` restores the original
+  behaviour: batches of consecutive lines, row k of each batch continuing the LSTM state of row k of the
+  previous batch, no sorting and no sharing.
+* **Empty lines** give empty datasets, `(num_layers + 1, 0, 2P)` or `(0, 2P)`, instead of an error; with
+  `--carry-state` they still pass `<S> </S>` through their row.
+* **Memory** holds one window of lines and one batch of vectors, plus the map of distinct lines (about the size
+  of the distinct input text; `--forget-sentences` drops it, and with it the sharing of repeated lines).
+* **Safe output**: everything is written to a hidden temporary file beside the output, renamed when complete,
+  so an interrupted run leaves no output file; an existing output is kept unless `--force`.
+"""
+
+import argparse
+import json
+import signal
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from .convert_original_elmo import (
+    ElmoConversionError,
+    check_output,
+    load_model_folder,
+    load_original_elmo,
+    save_atomically,
+)
+from .tokenization_elmo import ElmoTokenizer
+
+WINDOW_BATCHES = 16
+"""Lines sorted by length together, in batches: more pads less, holds more lines in memory."""
+
+DTYPES = {"float32": torch.float32, "float64": torch.float64, "float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+def read_lines(path) -> Iterator[str]:
+    """The lines of a UTF-8 file (`-`: standard input) without their line ends; `\\n`, `\\r\\n` and `\\r` all end
+    a line, as in Python's text mode. Invalid UTF-8 is an `ElmoConversionError` naming the line."""
+    stream = sys.stdin.buffer if str(path) == "-" else None
+    if stream is None:
+        try:
+            stream = open(path, "rb")
+        except OSError as error:
+            raise ElmoConversionError(f"{path}: cannot read input ({error.strerror})") from None
+    number = 0
+    with stream:
+        for chunk in stream:  # split at b"\n" only
+            chunk = chunk[:-2] if chunk.endswith(b"\r\n") else chunk.rstrip(b"\n")
+            for piece in chunk.split(b"\r"):
+                number += 1
+                try:
+                    yield piece.decode("utf-8")
+                except UnicodeDecodeError as error:
+                    raise ElmoConversionError(
+                        f"{path}: line {number} is not valid UTF-8 (byte {error.start + 1}: {error.reason})"
+                    ) from None
+
+
+def count_lines(path) -> int | None:
+    """About the number of lines of a regular file (for the progress bar: `\r` alone is not counted); `None` for
+    standard input."""
+    if str(path) == "-" or not Path(path).is_file():
+        return None
+    count, last = 0, b"\n"
+    with open(path, "rb") as stream:
+        while block := stream.read(1 << 20):
+            count, last = count + block.count(b"\n"), block[-1:]
+    return count + (last != b"\n")
+
+
+class LayerSelector:
+    """The `(num_layers + 1)` layers `(B, T, 2P)` -> what one output dataset holds: `(L + 1, B, T, 2P)` for `all`,
+    `(B, T, 2P)` otherwise."""
+
+    def __init__(self, mode: str, num_layers: int, mix_weights: list[float] | None = None):
+        self.mode = mode
+        if mode == "mix":
+            if len(mix_weights) != num_layers + 1:
+                raise ElmoConversionError(
+                    f"--scalar-mix-weights needs {num_layers + 1} values (one per layer of this model), "
+                    f"got {len(mix_weights)}"
+                )
+            self.mix = torch.softmax(torch.tensor(mix_weights, dtype=torch.float64), dim=0)
+
+    def __call__(self, layers: tuple[torch.Tensor, ...]) -> torch.Tensor:
+        if self.mode == "top":
+            return layers[-1]
+        stacked = torch.stack(layers)
+        if self.mode == "all":
+            return stacked
+        if self.mode == "average":
+            return stacked.mean(dim=0)
+        return torch.einsum("l,l...->...", self.mix.to(stacked), stacked)
+
+
+def _state_rows(store, batch_size: int):
+    """The first `batch_size` rows of the carried state, zero rows where nothing was stored yet."""
+    hidden, memory = store
+    missing = batch_size - hidden.shape[1]
+    if missing <= 0:
+        return hidden[:, :batch_size], memory[:, :batch_size]
+    pad = lambda t: torch.cat([t, t.new_zeros(t.shape[0], missing, t.shape[2])], dim=1)  # noqa: E731
+    return pad(hidden), pad(memory)
+
+
+def _store_rows(store, new_state):
+    """The original's bookkeeping: the rows of this batch are replaced, rows beyond it keep their state."""
+    if store is None or store[0].shape[1] <= new_state[0].shape[1]:
+        return new_state
+    rows = new_state[0].shape[1]
+    return tuple(torch.cat([new, old[:, rows:]], dim=1) for new, old in zip(new_state, store))
+
+
+class Embedder:
+    """Runs a batch of word lists through the model; returns each sentence's output as a numpy array."""
+
+    def __init__(self, model, tokenizer, select: LayerSelector, output_dtype: torch.dtype = torch.float32):
+        self.model = model
+        self.tokenizer = tokenizer
+        self.select = select
+        self.output_dtype = output_dtype
+        self.device = model.device
+        self.store = None  # carried (hidden, memory), with --carry-state
+
+    @torch.inference_mode()
+    def __call__(self, sentences: list[list[str]], carry_state: bool = False) -> list[np.ndarray]:
+        batch = self.tokenizer(sentences, is_split_into_words=True, padding=True, return_tensors="pt")
+        batch = {key: value.to(self.device) for key, value in batch.items()}
+        state = _state_rows(self.store, len(sentences)) if carry_state and self.store is not None else None
+        out = self.model(**batch, state=state, use_cache=carry_state, output_hidden_states=True)
+        if carry_state:
+            self.store = _store_rows(self.store, out.state)
+        selected = self.select(out.hidden_states).to("cpu", self.output_dtype).numpy()
+        # Positions 1..n hold the words; 0 and n + 1 the boundaries.
+        return [np.ascontiguousarray(selected[..., row, 1 : len(words) + 1, :]) for row, words in enumerate(sentences)]
+
+
+def _windows(lines: Iterator[tuple[int, str, list[str]]], size: int) -> Iterator[list]:
+    window = []
+    for line in lines:
+        window.append(line)
+        if len(window) == size:
+            yield window
+            window = []
+    if window:
+        yield window
+
+
+def embed_file(
+    embedder: Embedder,
+    input_path,
+    output_path,
+    *,
+    batch_size: int = 64,
+    raw: bool = False,
+    carry_state: bool = False,
+    forget_sentences: bool = False,
+    force: bool = False,
+    progress: bool = True,
+) -> int:
+    """Writes the HDF5 file described in the module docstring; returns the number of lines embedded."""
+    import h5py
+    from tqdm.auto import tqdm
+
+    if batch_size < 1:
+        raise ElmoConversionError(f"--batch-size must be >= 1, got {batch_size}")
+    split = embedder.tokenizer.split_words if raw else str.split
+    lines = ((index, text.strip(), split(text)) for index, text in enumerate(read_lines(input_path)))
+    bar = tqdm(total=count_lines(input_path) if progress else None, unit=" sentences", disable=not progress)
+
+    def write(path):
+        key_of_line: dict[str, str] = {}
+        with h5py.File(path, "w") as h5file:
+            for window in _windows(lines, batch_size if carry_state else batch_size * WINDOW_BATCHES):
+                to_compute, repeats = [], []
+                for index, text, words in window:
+                    if forget_sentences:
+                        to_compute.append((index, words))
+                    elif text in key_of_line and not carry_state:
+                        repeats.append((index, key_of_line[text]))
+                    else:
+                        key_of_line.setdefault(text, str(index))
+                        to_compute.append((index, words))
+                if not carry_state:
+                    to_compute.sort(key=lambda item: len(item[1]), reverse=True)  # stable: ties keep file order
+                for start in range(0, len(to_compute), batch_size):
+                    batch = to_compute[start : start + batch_size]
+                    for (index, _), vectors in zip(batch, embedder([words for _, words in batch], carry_state)):
+                        h5file.create_dataset(str(index), data=vectors)
+                    bar.update(len(batch))
+                for index, key in repeats:
+                    h5file[str(index)] = h5file[key]  # a hard link: the same dataset under two names
+                bar.update(len(repeats))
+            if not forget_sentences:
+                index_dataset = h5file.create_dataset("sentence_to_index", (1,), dtype=h5py.string_dtype())
+                index_dataset[0] = json.dumps(key_of_line)
+
+    try:
+        save_atomically(output_path, write, force=force, folder=False)
+    finally:
+        bar.close()
+    return bar.n
+
+
+def _raise_keyboard_interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
+def add_arguments(parser: argparse.ArgumentParser):
+    parser.add_argument(
+        "input", help="UTF-8 text, one sentence per line (whitespace-tokenised unless --raw); - for stdin"
+    )
+    parser.add_argument("output", help="HDF5 file to write")
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--model", help="folder written by hf-elmo convert or save_pretrained")
+    source.add_argument("--options", help="original options.json (with --weights), instead of --model")
+    parser.add_argument("--weights", help="original weights.hdf5, with --options")
+    layers = parser.add_mutually_exclusive_group(required=True)
+    layers.add_argument(
+        "--all", dest="layers", action="store_const", const="all", help="all layers: (L+1, n_words, 2P)"
+    )
+    layers.add_argument("--top", dest="layers", action="store_const", const="top", help="top layer: (n_words, 2P)")
+    layers.add_argument("--average", dest="layers", action="store_const", const="average", help="mean of all layers")
+    layers.add_argument(
+        "--scalar-mix-weights",
+        type=float,
+        nargs="+",
+        metavar="W",
+        help="fixed mix sum_k softmax(W)_k layer_k: one unnormalised weight per layer, as AllenNLP's "
+        "scalar_mix_parameters",
+    )
+    parser.add_argument("--batch-size", type=int, default=64, help="sentences per batch (default 64)")
+    parser.add_argument("--device", default=None, help="torch device, e.g. cpu or cuda:0 (default: cuda if available)")
+    parser.add_argument("--dtype", choices=sorted(DTYPES), default="float32", help="dtype the model runs in")
+    parser.add_argument("--raw", action="store_true", help="split raw text into words with the tokenizer")
+    parser.add_argument(
+        "--carry-state",
+        action="store_true",
+        help="the original stateful behaviour: each batch row continues the LSTM state of the same row of the "
+        "previous batch",
+    )
+    parser.add_argument("--forget-sentences", action="store_true", help="do not write the sentence_to_index map")
+    parser.add_argument("--force", action="store_true", help="replace an existing output file")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def _load(args):
+    if args.model is not None:
+        if args.weights is not None:
+            raise ElmoConversionError("--weights goes with --options, not with --model")
+        model = load_model_folder(args.model)
+        try:
+            tokenizer = ElmoTokenizer.from_pretrained(args.model)
+        except Exception as error:  # json, OSError, ValueError from the tokenizer files
+            message = " ".join(str(error).split()) or type(error).__name__
+            raise ElmoConversionError(f"{args.model}: cannot load the tokenizer ({message})") from None
+        return model, tokenizer
+    if args.weights is None:
+        raise ElmoConversionError("--options needs --weights")
+    return load_original_elmo(args.options, args.weights), ElmoTokenizer()
+
+
+def _device(name: str | None) -> torch.device:
+    if name is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise ElmoConversionError(f"--device: unknown device {name!r} (e.g. cpu, cuda, cuda:1)") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ElmoConversionError(f"--device {name}: CUDA is not available on this machine")
+    return device
+
+
+def run(args: argparse.Namespace) -> int:
+    in_main_thread = threading.current_thread() is threading.main_thread()
+    if in_main_thread:  # a kill cleans up as Ctrl-C does
+        previous_handler = signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
+    try:
+        check_output(args.output, args.force, folder=False)  # before loading a large model
+        if str(args.input) != "-" and (not Path(args.input).exists() or Path(args.input).is_dir()):
+            raise ElmoConversionError(f"{args.input}: no such input file")
+        device = _device(args.device)
+        model, tokenizer = _load(args)
+        model.to(device=device, dtype=DTYPES[args.dtype])
+        mode = "mix" if args.scalar_mix_weights is not None else args.layers
+        embedder = Embedder(
+            model,
+            tokenizer,
+            LayerSelector(mode, model.config.num_layers, args.scalar_mix_weights),
+            torch.float64 if args.dtype == "float64" else torch.float32,
+        )
+        count = embed_file(
+            embedder,
+            args.input,
+            args.output,
+            batch_size=args.batch_size,
+            raw=args.raw,
+            carry_state=args.carry_state,
+            forget_sentences=args.forget_sentences,
+            force=args.force,
+            progress=not args.quiet,
+        )
+    except ElmoConversionError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"interrupted: {args.output} not written", file=sys.stderr)
+        return 130
+    finally:
+        if in_main_thread:
+            signal.signal(signal.SIGTERM, previous_handler)
+    print(f"{count} sentences embedded to {args.output}", file=sys.stderr)
+    return 0

@@ -1,0 +1,59 @@
+"""Export an ELMo folder back to the original format: `options.json` + `weights.hdf5` (bilm-tf / AllenNLP).
+
+    hf-elmo export --model DIR --output-dir OUT
+
+The datasets are the inverse of `hf-elmo convert`, from the one mapping both use
+(`convert_original_elmo.weight_links`): a converted model exports back to its original file bit for bit, and a
+model trained or fine-tuned here loads in AllenNLP's `Elmo` and bilm-tf's `BidirectionalLanguageModel`.
+`CNN_proj` is always written (AllenNLP requires it), also for bilm-tf models that had none because F == P.
+Models reading a character vocabulary or word embeddings (ELMoForManyLangs conversions) have no equivalent in
+that format and are refused.
+"""
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from .convert_original_elmo import (
+    ElmoConversionError,
+    check_output,
+    hdf5_datasets_from_state_dict,
+    load_model_folder,
+    options_from_config,
+    save_atomically,
+)
+
+
+def export(model_dir, output_dir, force: bool = False) -> Path:
+    """Writes `options.json` and `weights.hdf5` of the model in `model_dir` to `output_dir`."""
+    import h5py
+
+    check_output(output_dir, force)
+    model = load_model_folder(model_dir)
+    options = options_from_config(model.config)
+    datasets = hdf5_datasets_from_state_dict(model.state_dict(), model.config)
+
+    def write(folder):
+        (folder / "options.json").write_text(json.dumps(options, indent=2) + "\n", encoding="utf-8")
+        with h5py.File(folder / "weights.hdf5", "w") as h5file:
+            for name, array in datasets.items():
+                h5file.create_dataset(name, data=array)
+
+    return save_atomically(output_dir, write, force=force)
+
+
+def add_arguments(parser: argparse.ArgumentParser):
+    parser.add_argument("--model", required=True, help="folder written by hf-elmo convert or save_pretrained")
+    parser.add_argument("--output-dir", required=True, help="folder to write (must be empty or absent)")
+    parser.add_argument("--force", action="store_true", help="replace a non-empty output folder")
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        output_dir = export(args.model, args.output_dir, force=args.force)
+    except ElmoConversionError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    print(f"options.json and weights.hdf5 written to {output_dir}")
+    return 0

@@ -1,0 +1,133 @@
+"""Sampled softmax with the log-uniform (Zipfian) candidate sampler, as TensorFlow's `sampled_softmax_loss`.
+
+bilm-tf trains its word softmax with `tf.nn.sampled_softmax_loss(..., num_true=1)` and the default sampler
+(`log_uniform_candidate_sampler`, `unique=True`). This module reproduces that estimator:
+
+* `num_samples` distinct candidate words are drawn once and shared by every target of the call. Draws are
+  with replacement from `Q(k) = log((k + 2) / (k + 1)) / log(V + 1)` and repeated until `num_samples`
+  distinct words are seen; `num_tries` counts all draws, duplicates included.
+* The expected number of times a word appears in the sample is `1 - (1 - Q(k)) ** num_tries`
+  (`num_samples * Q(k)` when no draw was a duplicate), for the sampled words and for each true word.
+* Logits are corrected by subtracting the log of that expected count ("log-Q correction").
+* A sampled word equal to a row's true word ("accidental hit") is removed from that row's softmax.
+* The loss of a row is the cross-entropy of `[true logit, sampled logits]` with the true one as the label.
+
+The log-uniform distribution assumes word ids sorted by descending frequency, which is the order of the
+vocabulary files.
+"""
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+
+def log_uniform_probability(word_ids: torch.Tensor, vocab_size: int) -> torch.Tensor:
+    """`Q(k) = log((k + 2) / (k + 1)) / log(V + 1)` in float64, same shape as `word_ids`."""
+    k = word_ids.to(torch.float64)
+    return torch.log1p(1.0 / (k + 1.0)) / math.log(vocab_size + 1.0)
+
+
+def sample_log_uniform_candidates(
+    num_samples: int, vocab_size: int, generator: torch.Generator | None = None
+) -> tuple[torch.LongTensor, int]:
+    """Draw from `Q` with replacement until `num_samples` distinct words are seen (TensorFlow's unique sampler).
+
+    Returns:
+        `(sampled, num_tries)`: the distinct words `(num_samples,)` in order of first appearance, on the CPU, and
+        the number of draws it took, duplicates included.
+    """
+    if not 0 < num_samples <= vocab_size:
+        raise ValueError(f"num_samples must be in [1, vocab_size={vocab_size}], got {num_samples}.")
+    log_range = math.log(vocab_size + 1.0)
+    seen = torch.zeros(vocab_size, dtype=torch.bool)
+    sampled, num_tries = [], 0
+    missing = num_samples
+    while missing:
+        # Several draws per missing word at once: the head of the distribution repeats a lot.
+        chunk = max(2 * missing, 1024)
+        uniform = torch.rand(chunk, dtype=torch.float64, generator=generator)
+        draws = (torch.exp(uniform * log_range).long() - 1).clamp_(0, vocab_size - 1)
+        values, inverse = torch.unique(draws, return_inverse=True)
+        first_position = torch.full_like(values, chunk).scatter_reduce_(
+            0, inverse, torch.arange(chunk), reduce="amin"
+        )
+        new = ~seen[values]
+        positions, order = first_position[new].sort()
+        new_values = values[new][order]
+        if len(new_values) >= missing:
+            # Stop at the draw that completes the sample, as sequential sampling would.
+            num_tries += int(positions[missing - 1]) + 1
+            new_values = new_values[:missing]
+        else:
+            num_tries += chunk
+        seen[new_values] = True
+        sampled.append(new_values)
+        missing -= len(new_values)
+    return torch.cat(sampled), num_tries
+
+
+def expected_count(probability: torch.Tensor, num_samples: int, num_tries: int) -> torch.Tensor:
+    """Expected occurrences of a word of probability `Q` in a unique sample that took `num_tries` draws."""
+    if num_tries == num_samples:
+        return probability * num_samples
+    return -torch.expm1(num_tries * torch.log1p(-probability))
+
+
+def sampled_softmax_loss(
+    hidden: torch.Tensor,
+    targets: torch.LongTensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor,
+    num_samples: int,
+    sampled: torch.LongTensor | None = None,
+    num_tries: int | None = None,
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:
+    """Per-target sampled-softmax cross-entropy.
+
+    Args:
+        hidden: `(N, P)` inputs of the softmax.
+        targets: `(N,)` true word ids in `[0, V)`.
+        weight: `(V, P)` and bias `(V,)`: the full softmax.
+        num_samples: distinct negative candidates shared by all `N` targets.
+        sampled, num_tries: a sample from `sample_log_uniform_candidates` to use instead of drawing one.
+        generator: random generator of the draw (default: torch's global CPU generator).
+
+    Returns:
+        `(N,)` losses, in float32 or float64 (the precision of `hidden`, at least float32).
+    """
+    vocab_size = weight.shape[0]
+    if sampled is None:
+        sampled, num_tries = sample_log_uniform_candidates(num_samples, vocab_size, generator)
+    device = hidden.device
+    sampled = sampled.to(device)
+    true_log_q = torch.log(expected_count(log_uniform_probability(targets, vocab_size), num_samples, num_tries))
+    sampled_log_q = torch.log(expected_count(log_uniform_probability(sampled, vocab_size), num_samples, num_tries))
+
+    true_logits = (hidden * weight[targets]).sum(-1) + bias[targets]
+    sampled_logits = hidden @ weight[sampled].T + bias[sampled]
+    # The softmax runs in at least float32 even under bf16 autocast.
+    compute_dtype = torch.promote_types(true_logits.dtype, torch.float32)
+    true_logits = true_logits.to(compute_dtype) - true_log_q.to(compute_dtype)
+    sampled_logits = sampled_logits.to(compute_dtype) - sampled_log_q.to(compute_dtype)
+    sampled_logits = sampled_logits.masked_fill(targets[:, None] == sampled[None, :], float("-inf"))
+    logits = torch.cat([true_logits[:, None], sampled_logits], dim=1)
+    return torch.logsumexp(logits, dim=1) - true_logits
+
+
+def full_softmax_loss(
+    hidden: torch.Tensor, targets: torch.LongTensor, weight: torch.Tensor, bias: torch.Tensor
+) -> torch.Tensor:
+    """Per-target cross-entropy of the full softmax: `(N, P)` hidden, `(N,)` targets -> `(N,)` losses."""
+    logits = F.linear(hidden, weight, bias)
+    return F.cross_entropy(logits.to(torch.promote_types(logits.dtype, torch.float32)), targets, reduction="none")
+
+
+__all__ = [
+    "expected_count",
+    "full_softmax_loss",
+    "log_uniform_probability",
+    "sample_log_uniform_candidates",
+    "sampled_softmax_loss",
+]

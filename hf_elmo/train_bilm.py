@@ -1,0 +1,502 @@
+"""`hf-elmo train`: pre-train the biLM on a corpus, or adapt released weights to a domain, with `Trainer`.
+
+The defaults are the original recipe (bilm-tf `bin/train_elmo.py`): Adagrad with learning rate 0.2 and
+initial accumulator 1.0, gradients clipped to a global norm of 10, dropout 0.1, windows of 20 positions,
+batches of 128 windows per device, sampled softmax with 8192 negatives, 10 epochs, constant learning rate.
+
+bilm-tf differentiates `window x loss` (its loss is a mean over the window's tokens, its gradient is taken
+of the loss times `unroll_steps`). Here the loss stays the mean (what is logged and compared); the factor is
+folded into the optimizer instead, which gives the same updates: with gradient `g = c * g'`, Adagrad's
+`lr * g / sqrt(a0 + sum g^2)` equals `lr * g' / sqrt(a0 / c^2 + sum g'^2)`, and clipping `g` to norm `n` is
+clipping `g'` to `n / c`. So `max_grad_norm` and `adagrad_initial_accumulator` are given on the original
+scale and divided by `window` and `window ** 2` before they reach `Trainer`.
+
+Runs unchanged under `torchrun --nproc_per_node=N` and `accelerate launch` (DDP): `batch_size` is per process,
+and the loss is normalised by the number of targets over all processes, so N processes with batch b train
+like one process with batch N * b.
+"""
+
+import argparse
+import dataclasses
+import json
+import math
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from transformers import Trainer, TrainerCallback, TrainingArguments, set_seed
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoint
+
+from .configuration_elmo import ELMO_PRESETS, ElmoConfig
+from .data_bilm import SPLIT_HELP, SPLITS, DataCollatorForBiLM, build_word_vocabulary, check_text_files, load_bilm_dataset
+from .modeling_elmo import ElmoForBiLM
+from .tokenization_elmo import WORD_VOCABULARY_FILE, ElmoTokenizer, read_word_vocabulary
+
+OPTIONS_FILE = "bilm_training_options.json"
+# Options a resumed run may change: where things go, how often they are reported, how long to go on.
+RESUMABLE_CHANGES = {
+    "output_dir", "resume", "data_cache_dir", "disable_progress_bar", "report_to", "logging_steps", "eval_steps",
+    "save_steps", "save_total_limit", "dataloader_workers", "max_minutes", "max_steps", "epochs",
+}
+
+# Fields that define the network; a --config must agree with --init-from weights on all of them.
+ARCHITECTURE_FIELDS = (
+    "char_embedding_dim",
+    "filters",
+    "n_highway",
+    "activation",
+    "n_characters",
+    "max_characters_per_token",
+    "cell_dim",
+    "projection_dim",
+    "num_layers",
+    "cell_clip",
+    "proj_clip",
+    "use_skip_connections",
+)
+
+OPTIMIZERS = ("adagrad", "adamw")
+
+
+@dataclass
+class BiLMTrainingOptions:
+    """Everything `train_bilm` needs; the defaults are the original recipe (see the module docstring)."""
+
+    output_dir: str
+    train_files: list[str]
+    eval_files: list[str] = field(default_factory=list)
+    vocab: str | None = None
+    """Vocabulary file (one word per line, `<S>`, `</S>`, `<UNK>` first). Default: the `--init-from` model's, else
+    built from the training files with `min_count` and `max_vocab_size`."""
+    config: str | None = None
+    """`small`, `medium`, `original`, a config.json / folder, or a bilm-tf options.json. Default: the `--init-from`
+    model's, else `small`."""
+    init_from: str | None = None
+    """Folder of an `ElmoModel` (e.g. converted released weights) or `ElmoForBiLM` to continue from."""
+    resume: bool = False
+    split: str = "whitespace"
+    streaming: bool = False
+    data_cache_dir: str | None = None
+    """Where `datasets` keeps the packed windows (default: its cache, `HF_DATASETS_CACHE`)."""
+    min_count: int = 1
+    max_vocab_size: int | None = None
+    window: int = 20
+    batch_size: int = 128
+    gradient_accumulation_steps: int = 1
+    optimizer: str = "adagrad"
+    learning_rate: float = 0.2
+    adagrad_initial_accumulator: float = 1.0
+    max_grad_norm: float = 10.0
+    lr_scheduler: str = "constant"
+    warmup_steps: int = 0
+    dropout: float = 0.1
+    num_softmax_samples: int = 8192
+    epochs: float = 10.0
+    max_steps: int = -1
+    logging_steps: int = 100
+    eval_steps: int = 1250
+    save_steps: int = 1250
+    save_total_limit: int = 2
+    max_minutes: float | None = None
+    """Stop (and save) after this many minutes of training, whatever the step count."""
+    seed: int = 42
+    bf16: bool = False
+    dataloader_workers: int = 0
+    report_to: str = "none"
+    disable_progress_bar: bool = False
+
+    def __post_init__(self):
+        if isinstance(self.train_files, (str, os.PathLike)):
+            self.train_files = [self.train_files]
+        if isinstance(self.eval_files, (str, os.PathLike)):
+            self.eval_files = [self.eval_files]
+        self.train_files = [os.fspath(f) for f in self.train_files]
+        self.eval_files = [os.fspath(f) for f in self.eval_files]
+        self.output_dir = os.fspath(self.output_dir)
+        if self.split not in SPLITS:
+            raise ValueError(f"split must be one of {SPLITS}, got {self.split!r}.")
+        if self.optimizer not in OPTIMIZERS:
+            raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {self.optimizer!r}.")
+        if self.streaming and self.max_steps <= 0:
+            raise ValueError("Streaming data has no known length: give max_steps (--max-steps) as well.")
+        for name in ("batch_size", "gradient_accumulation_steps", "logging_steps", "eval_steps", "save_steps"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}.")
+
+
+def _log(message: str):
+    # One line per run, not per process.
+    if int(os.environ.get("RANK", "0")) == 0:
+        print(message, flush=True)
+
+
+def load_config(spec: str) -> ElmoConfig:
+    """A preset name, a folder or config.json written by `save_pretrained`, or a bilm-tf `options.json`."""
+    if spec in ELMO_PRESETS:
+        return ElmoConfig.from_preset(spec)
+    path = Path(spec)
+    if path.is_dir():
+        return ElmoConfig.from_pretrained(path)
+    if not path.is_file():
+        raise ValueError(
+            f"--config {spec!r} is neither a preset ({', '.join(ELMO_PRESETS)}) nor an existing file or folder."
+        )
+    try:
+        values = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise ValueError(f"--config {spec!r} is not a JSON file: {error}.") from None
+    if "lstm" in values and "char_cnn" in values:
+        from .convert_original_elmo import config_from_options
+
+        return config_from_options(values, source=str(path))
+    return ElmoConfig.from_json_file(path)
+
+
+def _check_same_architecture(config: ElmoConfig, checkpoint: ElmoConfig, config_spec: str, init_from: str):
+    different = [
+        f"{name}: --config has {getattr(config, name)!r}, the weights have {getattr(checkpoint, name)!r}"
+        for name in ARCHITECTURE_FIELDS
+        if getattr(config, name) != getattr(checkpoint, name)
+    ]
+    if different:
+        raise ValueError(
+            f"--config {config_spec} does not match the --init-from weights in {init_from}: " + "; ".join(different)
+        )
+
+
+def _prepare_output_dir(options: BiLMTrainingOptions) -> Path:
+    output_dir = Path(options.output_dir)
+    saved = output_dir / OPTIONS_FILE
+    if options.resume:
+        if not saved.is_file() or get_last_checkpoint(output_dir) is None:
+            raise ValueError(f"--resume: {output_dir} holds no checkpoint of an earlier run to continue from.")
+        earlier = json.loads(saved.read_text(encoding="utf-8"))
+        current = dataclasses.asdict(options)
+        different = [
+            f"{k}: was {earlier.get(k)!r}, now {v!r}"
+            for k, v in current.items()
+            if k not in RESUMABLE_CHANGES and earlier.get(k) != v
+        ]
+        if different:
+            raise ValueError(
+                f"--resume must repeat the options of the run in {output_dir}; changed: " + "; ".join(different)
+            )
+    elif output_dir.exists() and any(output_dir.iterdir()):
+        raise ValueError(
+            f"Output folder {output_dir} is not empty: pass --resume to continue the run in it, or choose another folder."
+        )
+    return output_dir
+
+
+def _tokenizer_and_config(options: BiLMTrainingOptions) -> tuple[ElmoTokenizer, ElmoConfig]:
+    """The tokenizer with its word vocabulary and the run's config, checked against the --init-from checkpoint."""
+    checkpoint_config = None
+    if options.init_from is not None:
+        if not (Path(options.init_from) / "config.json").is_file():
+            raise ValueError(
+                f"--init-from {options.init_from}: no config.json there; expected a folder saved by save_pretrained."
+            )
+        checkpoint_config = ElmoConfig.from_pretrained(options.init_from)
+    if options.config is not None:
+        config = load_config(options.config)
+        if checkpoint_config is not None:
+            _check_same_architecture(config, checkpoint_config, options.config, options.init_from)
+    else:
+        config = checkpoint_config if checkpoint_config is not None else ElmoConfig.from_preset("small")
+
+    tokenizer = ElmoTokenizer()
+    checkpoint_words = None
+    if options.init_from is not None and (Path(options.init_from) / WORD_VOCABULARY_FILE).is_file():
+        checkpoint_words = read_word_vocabulary(Path(options.init_from) / WORD_VOCABULARY_FILE)
+    if options.vocab is not None:
+        words = read_word_vocabulary(options.vocab)
+        source = f"from {options.vocab}"
+    elif checkpoint_words is not None:
+        words, source = checkpoint_words, f"from {Path(options.init_from) / WORD_VOCABULARY_FILE}"
+    else:
+        words = build_word_vocabulary(
+            options.train_files, options.split, tokenizer, options.min_count, options.max_vocab_size
+        )
+        source = f"built from the training files with min count {options.min_count}"
+    tokenizer.set_word_vocabulary(words)
+
+    if checkpoint_config is not None and checkpoint_config.vocab_size:
+        if checkpoint_config.vocab_size != len(words):
+            raise ValueError(
+                f"--init-from {options.init_from} has a softmax of {checkpoint_config.vocab_size} words but the "
+                f"vocabulary ({source}) has {len(words)}; use the checkpoint's vocab.txt."
+            )
+        if checkpoint_words is not None and checkpoint_words != words:
+            raise ValueError(
+                f"The vocabulary ({source}) lists other words than the one of --init-from {options.init_from}, whose "
+                "softmax rows belong to its own words; use the checkpoint's vocab.txt."
+            )
+    config.vocab_size = len(words)
+    config.dropout = options.dropout
+    config.num_softmax_samples = options.num_softmax_samples
+    config.validate_architecture()
+    _log(f"Word vocabulary: {len(words):,} words, {source}.")
+    return tokenizer, config
+
+
+def _build_model(options: BiLMTrainingOptions, config: ElmoConfig) -> ElmoForBiLM:
+    set_seed(options.seed)
+    if options.init_from is None:
+        return ElmoForBiLM(config)
+    model, info = ElmoForBiLM.from_pretrained(options.init_from, config=config, output_loading_info=True)
+    softmax_keys = {"softmax.weight", "softmax.bias"}
+    missing = set(info["missing_keys"])
+    if missing - softmax_keys or info["mismatched_keys"]:
+        raise ValueError(
+            f"--init-from {options.init_from} does not hold the weights of this model: missing "
+            f"{sorted(missing - softmax_keys)}, mismatched {sorted(info['mismatched_keys'])}."
+        )
+    if missing:
+        _log(
+            f"--init-from {options.init_from} has no word softmax (e.g. converted released weights): a fresh softmax "
+            f"of {config.vocab_size:,} words is initialised; the biLM starts from the checkpoint."
+        )
+    else:
+        _log(f"--init-from {options.init_from}: biLM and softmax continue from the checkpoint.")
+    return model
+
+
+class TimeLimitCallback(TrainerCallback):
+    """Ends training after `minutes`; every process stops at the same step (rank 0 decides)."""
+
+    def __init__(self, minutes: float):
+        self.seconds = 60.0 * minutes
+        self.start = None
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.start = time.monotonic()
+
+    def on_step_end(self, args, state, control, **kwargs):
+        stop = torch.tensor([time.monotonic() - self.start > self.seconds], dtype=torch.int32)
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            stop = stop.to(args.device)
+            torch.distributed.broadcast(stop, src=0)
+        if stop.item():
+            _log(f"Time limit of {self.seconds / 60:g} minutes reached at step {state.global_step}.")
+            control.should_training_stop = True
+            control.should_save = True
+
+
+class SaveTokenizerCallback(TrainerCallback):
+    """Writes the tokenizer (with its word vocabulary) into every checkpoint, so each one is a complete model folder.
+
+    Not `Trainer(processing_class=...)`: that copies the tokenizer's character-level special ids into the config,
+    where they would be read as word ids.
+    """
+
+    def __init__(self, tokenizer: ElmoTokenizer):
+        self.tokenizer = tokenizer
+
+    def on_save(self, args, state, control, **kwargs):
+        if state.is_world_process_zero:
+            self.tokenizer.save_pretrained(Path(args.output_dir) / f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}")
+
+
+class ElmoTrainer(Trainer):
+    """`Trainer` that also reports exact (token-weighted) forward, backward and mean perplexity when evaluating."""
+
+    _direction_sums: torch.Tensor | None = None
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        loss, outputs = super().compute_loss(model, inputs, return_outputs=True, num_items_in_batch=num_items_in_batch)
+        if not model.training and self._direction_sums is not None:
+            counts = inputs["labels"].ne(-100).sum(dim=(0, 1)).double()
+            sums = torch.stack([outputs.forward_loss.double() * counts[0], outputs.backward_loss.double() * counts[1]])
+            self._direction_sums += torch.cat([sums.detach(), counts])
+        return (loss, outputs) if return_outputs else loss
+
+    def evaluation_loop(
+        self, dataloader, description, prediction_loss_only=None, ignore_keys=None, metric_key_prefix="eval"
+    ):
+        self._direction_sums = torch.zeros(4, dtype=torch.float64, device=self.args.device)
+        try:
+            output = super().evaluation_loop(
+                dataloader, description, prediction_loss_only, ignore_keys, metric_key_prefix
+            )
+            totals = self.accelerator.reduce(self._direction_sums, reduction="sum").tolist()
+        finally:
+            self._direction_sums = None
+        forward_sum, backward_sum, forward_count, backward_count = totals
+        if forward_count and backward_count:
+            forward, backward = math.exp(forward_sum / forward_count), math.exp(backward_sum / backward_count)
+            output.metrics[f"{metric_key_prefix}_forward_perplexity"] = forward
+            output.metrics[f"{metric_key_prefix}_backward_perplexity"] = backward
+            output.metrics[f"{metric_key_prefix}_perplexity"] = math.sqrt(forward * backward)
+        return output
+
+
+def _training_arguments(options: BiLMTrainingOptions, has_eval: bool) -> TrainingArguments:
+    return TrainingArguments(
+        output_dir=options.output_dir,
+        per_device_train_batch_size=options.batch_size,
+        per_device_eval_batch_size=options.batch_size,
+        gradient_accumulation_steps=options.gradient_accumulation_steps,
+        learning_rate=options.learning_rate,
+        lr_scheduler_type=options.lr_scheduler,
+        warmup_steps=options.warmup_steps,
+        max_grad_norm=options.max_grad_norm / options.window,
+        num_train_epochs=options.epochs,
+        max_steps=options.max_steps,
+        logging_steps=options.logging_steps,
+        eval_strategy="steps" if has_eval else "no",
+        eval_steps=options.eval_steps,
+        save_strategy="steps",
+        save_steps=options.save_steps,
+        save_total_limit=options.save_total_limit,
+        seed=options.seed,
+        bf16=options.bf16,
+        use_cpu=not torch.cuda.is_available(),
+        report_to=options.report_to,
+        remove_unused_columns=False,
+        label_names=["labels"],
+        dataloader_num_workers=options.dataloader_workers,
+        ddp_find_unused_parameters=False,
+        disable_tqdm=options.disable_progress_bar,
+    )
+
+
+def train_bilm(options: BiLMTrainingOptions | None = None, **kwargs) -> dict:
+    """Train an `ElmoForBiLM` and save it (safetensors, tokenizer with its vocabulary, remote code) to `output_dir`.
+
+    Call with a `BiLMTrainingOptions` or with its fields as keyword arguments. All inputs are checked before
+    training starts. Returns the final metrics: `train_loss` and, with evaluation files, `eval_forward_perplexity`,
+    `eval_backward_perplexity`, `eval_perplexity` (their geometric mean).
+    """
+    options = options if options is not None else BiLMTrainingOptions(**kwargs)
+    output_dir = _prepare_output_dir(options)
+    check_text_files(options.train_files, "training")
+    if options.eval_files:
+        check_text_files(options.eval_files, "evaluation")
+    tokenizer, config = _tokenizer_and_config(options)
+
+    args = _training_arguments(options, has_eval=bool(options.eval_files))
+    cache_dir = options.data_cache_dir
+    with args.main_process_first(desc="preparing the data"):
+        train_dataset = load_bilm_dataset(
+            options.train_files, tokenizer, options.window, options.split, options.streaming, cache_dir, "training"
+        )
+        eval_dataset = None
+        if options.eval_files:
+            eval_dataset = load_bilm_dataset(
+                options.eval_files, tokenizer, options.window, options.split, False, cache_dir, "evaluation"
+            )
+    if options.streaming:
+        train_dataset = train_dataset.shuffle(seed=options.seed, buffer_size=10_000)
+
+    model = _build_model(options, config)
+    if args.process_index == 0 and not options.resume:
+        # What --resume checks: a resumed run must be the same run.
+        output_dir.mkdir(parents=True, exist_ok=True)
+        (output_dir / OPTIONS_FILE).write_text(json.dumps(dataclasses.asdict(options), indent=2) + "\n")
+    softmax = "full softmax"
+    if model.uses_sampled_softmax():
+        softmax = f"sampled softmax ({config.num_softmax_samples} negatives)"
+    _log(
+        f"ElmoForBiLM: {sum(p.numel() for p in model.parameters()):,} parameters, {softmax} in training; "
+        f"windows of {options.window} positions, batch {options.batch_size} per process."
+    )
+
+    optimizer = None
+    if options.optimizer == "adagrad":
+        optimizer = (
+            torch.optim.Adagrad,
+            {
+                "lr": options.learning_rate,
+                "initial_accumulator_value": options.adagrad_initial_accumulator / options.window**2,
+            },
+        )
+    trainer = ElmoTrainer(
+        model=model,
+        args=args,
+        data_collator=DataCollatorForBiLM(),
+        train_dataset=train_dataset,
+        eval_dataset=eval_dataset,
+        optimizer_cls_and_kwargs=optimizer,
+        callbacks=[SaveTokenizerCallback(tokenizer)]
+        + ([TimeLimitCallback(options.max_minutes)] if options.max_minutes else []),
+    )
+    result = trainer.train(resume_from_checkpoint=True if options.resume else None)
+    trainer.save_model(options.output_dir)
+    if trainer.is_world_process_zero():
+        tokenizer.save_pretrained(output_dir)
+    metrics = {"train_loss": result.training_loss}
+    if eval_dataset is not None:
+        last = trainer.state.log_history[-2] if len(trainer.state.log_history) > 1 else {}
+        just_evaluated = "eval_perplexity" in last and last.get("step") == trainer.state.global_step
+        metrics.update(last if just_evaluated else trainer.evaluate())
+        _log(
+            f"Held-out perplexity: forward {metrics['eval_forward_perplexity']:.2f}, backward "
+            f"{metrics['eval_backward_perplexity']:.2f}, geometric mean {metrics['eval_perplexity']:.2f}."
+        )
+    _log(f"Saved the trained biLM to {output_dir}.")
+    return metrics
+
+
+def add_arguments(parser: argparse.ArgumentParser):
+    defaults = BiLMTrainingOptions(output_dir="", train_files=[])
+    data = parser.add_argument_group("data")
+    data.add_argument("--train-files", nargs="+", required=True, help="text files, one sentence per line")
+    data.add_argument("--eval-files", nargs="+", default=[], help="held-out text files for periodic perplexity")
+    data.add_argument("--vocab", help="vocabulary file (default: --init-from's, else built from --train-files)")
+    data.add_argument("--min-count", type=int, default=defaults.min_count, help="when building the vocabulary")
+    data.add_argument("--max-vocab-size", type=int, help="when building the vocabulary (specials included)")
+    data.add_argument("--split", choices=SPLITS, default=defaults.split, help=SPLIT_HELP)
+    data.add_argument("--window", type=int, default=defaults.window, help="positions per example, <S> and </S> included")
+    data.add_argument("--streaming", action="store_true", help="read the corpus lazily (needs --max-steps)")
+    data.add_argument("--data-cache-dir", help="where the datasets library keeps the packed windows")
+
+    model = parser.add_argument_group("model")
+    model.add_argument(
+        "--config", help=f"{'|'.join(ELMO_PRESETS)}|PATH (config.json, model folder or bilm-tf options.json)"
+    )
+    model.add_argument("--init-from", help="model folder to continue from (e.g. converted released weights)")
+    model.add_argument("--dropout", type=float, default=defaults.dropout)
+    model.add_argument("--num-softmax-samples", type=int, default=defaults.num_softmax_samples,
+                       help="negatives of the sampled softmax; 0: full softmax")
+
+    run = parser.add_argument_group("optimisation (defaults: the original recipe)")
+    run.add_argument("--output-dir", required=True)
+    run.add_argument("--resume", action="store_true", help="continue from the last checkpoint in --output-dir")
+    run.add_argument("--batch-size", type=int, default=defaults.batch_size, help="windows per process and step")
+    run.add_argument("--gradient-accumulation-steps", type=int, default=defaults.gradient_accumulation_steps)
+    run.add_argument("--optimizer", choices=OPTIMIZERS, default=defaults.optimizer)
+    run.add_argument("--learning-rate", type=float, default=defaults.learning_rate)
+    run.add_argument("--adagrad-initial-accumulator", type=float, default=defaults.adagrad_initial_accumulator)
+    run.add_argument("--max-grad-norm", type=float, default=defaults.max_grad_norm,
+                     help="global norm clip of the gradient of window x loss, as in the original")
+    run.add_argument("--lr-scheduler", default=defaults.lr_scheduler, help="a transformers scheduler name")
+    run.add_argument("--warmup-steps", type=int, default=defaults.warmup_steps)
+    run.add_argument("--epochs", type=float, default=defaults.epochs)
+    run.add_argument("--max-steps", type=int, default=defaults.max_steps, help="overrides --epochs when > 0")
+    run.add_argument("--logging-steps", type=int, default=defaults.logging_steps)
+    run.add_argument("--eval-steps", type=int, default=defaults.eval_steps)
+    run.add_argument("--save-steps", type=int, default=defaults.save_steps)
+    run.add_argument("--save-total-limit", type=int, default=defaults.save_total_limit)
+    run.add_argument("--max-minutes", type=float, help="stop (and save) after this many minutes of training")
+    run.add_argument("--seed", type=int, default=defaults.seed)
+    run.add_argument("--bf16", action="store_true", help="bfloat16 autocast (GPU, or CPU)")
+    run.add_argument("--dataloader-workers", type=int, default=defaults.dataloader_workers)
+    run.add_argument("--report-to", default=defaults.report_to, help="none, tensorboard, wandb, ...")
+    run.add_argument("--disable-progress-bar", action="store_true")
+
+
+def run(args: argparse.Namespace) -> int:
+    names = {f.name for f in dataclasses.fields(BiLMTrainingOptions)}
+    try:
+        options = BiLMTrainingOptions(**{k: v for k, v in vars(args).items() if k in names})
+        train_bilm(options)
+    except (ValueError, FileNotFoundError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    return 0
+
+
+__all__ = ["BiLMTrainingOptions", "ElmoTrainer", "load_config", "train_bilm"]

@@ -1,0 +1,150 @@
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from transformers import AutoTokenizer
+
+from hf_elmo import ElmoTokenizer
+from hf_elmo.data_bilm import (
+    DataCollatorForBiLM,
+    build_word_vocabulary,
+    encode_windows,
+    iter_sentences,
+    load_bilm_dataset,
+    pack_sentences,
+)
+from hf_elmo.tokenization_elmo import read_word_vocabulary, words_to_char_ids, write_word_vocabulary
+
+from conftest import FIXTURES
+
+ROOT = Path(__file__).resolve().parents[1]
+SHAKESPEARE = ROOT / "data/tinyshakespeare/input.txt"
+BILM_TF_TRAIN = FIXTURES / "bilm-tf/train"
+
+
+def tokenizer_with(words):
+    tokenizer = ElmoTokenizer()
+    tokenizer.set_word_vocabulary(words)
+    return tokenizer
+
+
+def test_window_layout_and_targets():
+    vocab = ["<S>", "</S>", "<UNK>", "a", "b", "c"]
+    encoded = encode_windows([[["a", "b"], ["c", "zz"]]], tokenizer_with(vocab))
+    (ids,), (labels,) = encoded["input_ids"], encoded["labels"]
+    # <S> a b </S> <S> c zz </S>: each sentence is its own LM problem, nothing predicted across sentences.
+    S, E, U, a, b, c, none = 0, 1, 2, 3, 4, 5, -100
+    assert labels[:, 0].tolist() == [a, b, E, none, c, U, E, none]  # the next word
+    assert labels[:, 1].tolist() == [none, S, a, b, none, S, c, U]  # the previous word
+    tokenizer = ElmoTokenizer()
+    expected = np.concatenate(
+        [tokenizer([s], is_split_into_words=True, return_tensors="np")["input_ids"][0] for s in (["a", "b"], ["c", "zz"])]
+    )
+    assert np.array_equal(ids, expected)
+
+
+def test_packing_is_greedy_and_keeps_every_sentence_once():
+    sentences = [["w"] * n for n in [3, 5, 1, 10, 18, 2, 2, 7]]
+    windows = list(pack_sentences(sentences, window=20))
+    assert [s for w in windows for s in w] == sentences
+    for window, following in zip(windows, windows[1:] + [None]):
+        used = sum(len(s) + 2 for s in window)
+        assert used <= 20
+        if following is not None:
+            assert used + len(following[0]) + 2 > 20  # the next sentence did not fit
+    with pytest.raises(ValueError, match="line 7: 19 words plus <S> and </S> need 21 positions, more than the window of 20"):
+        list(pack_sentences([["w"] * 19], 20, where=["f.txt, line 7"]))
+
+
+def test_vocabulary_builder_counts_the_corpus(tmp_path):
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("the cat sat\n\nthe dog sat down\nthe cat\n", encoding="utf-8")
+    counts = Counter(corpus.read_text().split())
+    words = build_word_vocabulary([corpus])
+    assert words[:3] == ["<S>", "</S>", "<UNK>"]
+    assert sorted(words[3:]) == sorted(counts)
+    assert [counts[w] for w in words[3:]] == sorted(counts.values(), reverse=True)
+    assert build_word_vocabulary([corpus], min_count=2) == ["<S>", "</S>", "<UNK>", "the", "cat", "sat"]
+    assert build_word_vocabulary([corpus], max_size=4) == ["<S>", "</S>", "<UNK>", "the"]
+    path = write_word_vocabulary(words, tmp_path / "vocab.txt")
+    assert read_word_vocabulary(path) == words
+
+
+def test_original_vocabulary_file_and_tokenizer_round_trip(tmp_path):
+    words = read_word_vocabulary(BILM_TF_TRAIN / "vocab.txt")
+    tokenizer = tokenizer_with(words)
+    assert tokenizer.word_targets(["of", "the", "no-such-word", "<S>", "</S>"]).tolist() == [3, 4, 2, 0, 1]
+    tokenizer.save_pretrained(tmp_path)
+    assert (tmp_path / "vocab.txt").read_text(encoding="utf-8") == (BILM_TF_TRAIN / "vocab.txt").read_text()
+    assert AutoTokenizer.from_pretrained(tmp_path).word_vocabulary == words
+    with pytest.raises(ValueError, match="has no word vocabulary"):
+        ElmoTokenizer().word_targets(["a"])
+
+
+@pytest.mark.parametrize(
+    "lines, message",
+    [
+        (["the", "<S>", "</S>", "<UNK>"], "line 1 must be '<S>'"),
+        (["<S>", "</S>", "the"], "line 3 must be '<UNK>'"),
+        (["<S>", "</S>"], "line 3 must be '<UNK>'.*got None"),
+        (["<S>", "</S>", "<UNK>", "a", "b", "a"], "'a' appears twice \\(line 4 and 6\\)"),
+        (["<S>", "</S>", "<UNK>", "the 12"], "line 4 must be one token without whitespace"),
+        (["<S>", "</S>", "<UNK>", ""], "line 4 must be one token"),
+    ],
+)
+def test_bad_vocabulary_files(tmp_path, lines, message):
+    path = tmp_path / "vocab.txt"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=f"Word vocabulary '{path}': {message}"):
+        read_word_vocabulary(path)
+    with pytest.raises(ValueError, match=message):
+        ElmoTokenizer(word_vocab_file=str(path))
+
+
+def test_dataset_windows_hold_every_sentence_in_order(tmp_path):
+    lines = SHAKESPEARE.read_text(encoding="utf-8").splitlines()[:2500]  # more than one map batch of 1000 lines
+    corpus = tmp_path / "slice.txt"
+    corpus.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    tokenizer = ElmoTokenizer()
+    tokenizer.set_word_vocabulary(build_word_vocabulary([corpus], "pretokenizer", tokenizer, min_count=2))
+    sentences = list(iter_sentences([corpus], "pretokenizer", tokenizer))
+    flat = [w for s in sentences for w in ["<S>", *s, "</S>"]]
+
+    dataset = load_bilm_dataset([corpus], tokenizer, window=22, split="pretokenizer", cache_dir=tmp_path / "cache")
+    assert all(len(row["input_ids"]) <= 22 for row in dataset)
+    assert np.array_equal(np.concatenate([row["input_ids"] for row in dataset]), words_to_char_ids(flat))
+    expected = encode_windows(list(pack_sentences(sentences, 22)), tokenizer)["labels"]
+    assert sum(len(row["labels"]) for row in dataset) == sum(len(l) for l in expected)
+    streamed = load_bilm_dataset([corpus], tokenizer, window=22, split="pretokenizer", streaming=True)
+    assert all(np.array_equal(a["labels"], b["labels"]) for a, b in zip(dataset, streamed, strict=True))
+
+
+def test_collator_pads_with_zero_rows_and_ignored_targets():
+    tokenizer = tokenizer_with(["<S>", "</S>", "<UNK>", "a"])
+    encoded = encode_windows([[["a", "a", "a"]], [["a"]]], tokenizer)
+    examples = [{"input_ids": i, "labels": l} for i, l in zip(encoded["input_ids"], encoded["labels"])]
+    batch = DataCollatorForBiLM(pad_to_multiple_of=8)(examples)
+    assert batch["input_ids"].shape == (2, 8, 50) and batch["labels"].shape == (2, 8, 2)
+    assert batch["attention_mask"].tolist() == [[1] * 5 + [0] * 3, [1] * 3 + [0] * 5]
+    assert torch.all(batch["input_ids"][1, 3:] == 0) and torch.all(batch["labels"][1, 3:] == -100)
+    assert torch.equal(batch["labels"][0, :5], torch.from_numpy(encoded["labels"][0]).long())
+    with pytest.raises(ValueError, match=r"Example 0: expected input_ids \(T, 50\) and labels \(T, 2\)"):
+        DataCollatorForBiLM()([{"input_ids": encoded["input_ids"][0], "labels": encoded["labels"][1]}])
+
+
+def test_bad_data_files(tmp_path):
+    tokenizer = tokenizer_with(["<S>", "</S>", "<UNK>"])
+    empty = tmp_path / "empty.txt"
+    empty.write_text("\n  \n", encoding="utf-8")
+    with pytest.raises(ValueError, match=f"Training file '{empty}' is empty"):
+        load_bilm_dataset([empty], tokenizer, role="training")
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        load_bilm_dataset([tmp_path / "missing.txt"], tokenizer)
+    long = tmp_path / "long.txt"
+    long.write_text("a b\n\n" + " ".join(["w"] * 30) + "\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=f"{long}, line 3: 30 words plus <S> and </S> need 32 positions"):
+        load_bilm_dataset([long], tokenizer, window=20, cache_dir=tmp_path / "cache")
+    with pytest.raises(ValueError, match="has no word vocabulary"):
+        load_bilm_dataset([long], ElmoTokenizer())

@@ -1,0 +1,414 @@
+"""ELMoForManyLangs (HIT-SCIR) conversion, against a small model written here in their folder layout (legacy
+`torch.save` pickles tagged `cuda:0`, `char.dic` with a lone-id U+3000 line, a model configuration found through
+the basename fallback) with random weights. The expected outputs come from a float64 NumPy implementation of their
+model written from the format description, reading their state dicts and building their character ids (with
+`<eow>` first and `<bow>` last, as their batcher does): it shares no code with the converter or the model."""
+
+import collections
+import json
+import re
+import shutil
+from types import SimpleNamespace
+
+import h5py
+import numpy as np
+import pytest
+import torch
+import torch.serialization
+from transformers import AutoModel, AutoTokenizer
+
+from hf_elmo import ElmoTokenizer
+from hf_elmo.cli import main as cli_main
+
+from reference_elmo import lstm_direction, sigmoid
+
+# Training words in order of first appearance; the corpus holds the literal <bos>/<eos>, so '<', 'b', 'o', 's', '>'
+# come first, as in their trainer.
+CORPUS_WORDS = ["<bos>", "the", "cat", "naïve", "Ελλάδα", "мир", "日本語", "😀", "𝐀𝐁", "ab" * 30, "<eos>"]
+IDEOGRAPHIC_SPACE = "\u3000"
+WORDS = ["the", "cat", "naïve", "日本語", ("ab" * 30)[:48]]  # the 48-character prefix, as their trainer counts it
+CONFIG = {
+    # clips lower than the released 3 so that these small random weights reach them
+    "encoder": {"name": "elmo", "projection_dim": 8, "cell_clip": 1.0, "proj_clip": 0.5, "dim": 16, "n_layers": 2},
+    "token_embedder": {
+        "name": "cnn",
+        "activation": "relu",
+        "filters": [[1, 2], [2, 2], [3, 4]],
+        "n_highway": 2,
+        "word_dim": 5,
+        "char_dim": 4,
+        "max_characters_per_token": 50,
+    },
+    "classifier": {"name": "sampled_softmax", "n_samples": 8192},
+    "dropout": 0.1,
+}
+CONFIG_NAME = "cnn_4_5_8_16_sample.json"
+SENTENCES = [
+    ["the", "cat", "sat"],  # "sat" is not in word.dic, its 's' and 'a' are in char.dic, 't' too
+    ["naïve", "nai\u0301ve", "Ελλάδα", "日本語", "😀", "𝐀𝐁"],  # NFD: U+0301 is not in char.dic
+    ["ab" * 30, "<bos>", "<pad>", "a" + IDEOGRAPHIC_SPACE + "b", "zzz"],
+    [],
+]
+
+
+def characters():
+    seen = dict.fromkeys(c for word in CORPUS_WORDS for c in word)
+    return [*seen, IDEOGRAPHIC_SPACE, "<bos>", "<eos>", "<oov>", "<pad>", "<bow>", "<eow>"]
+
+
+def save_legacy_cuda(state, path):
+    """torch.save in torch 0.4's non-zip format with storages tagged cuda:0, as the released files are."""
+    original = torch.serialization.location_tag
+    torch.serialization.location_tag = lambda storage: "cuda:0"
+    try:
+        torch.save(state, path, _use_new_zipfile_serialization=False)
+    finally:
+        torch.serialization.location_tag = original
+
+
+def build_model_folder(folder, seed=0):
+    folder.mkdir()
+    chars = characters()
+    # The U+3000 line strips down to its id: their loader makes it the entry U+3000 again.
+    (folder / "char.dic").write_text("".join(f"{c}\t{i}\n" for i, c in enumerate(chars)), encoding="utf-8")
+    words = ["<oov>", "<bos>", "<eos>", "<pad>", *WORDS]
+    (folder / "word.dic").write_text("".join(f"{w}\t{i}\n" for i, w in enumerate(words)), encoding="utf-8")
+    (folder / CONFIG_NAME).write_text(json.dumps(CONFIG))
+    training = {
+        "seed": 1,
+        "gpu": 0,
+        "train_path": "/data/elmo_stand_in/train.txt",
+        "valid_path": None,
+        "test_path": None,
+        "config_path": f"/data/elmo_stand_in/{CONFIG_NAME}",
+        "word_embedding": None,
+    }
+    (folder / "config.json").write_text(json.dumps(training))
+
+    generator = torch.Generator().manual_seed(seed)
+    randn = lambda *shape, scale=1.0: torch.randn(*shape, generator=generator) * scale  # noqa: E731
+    tok, enc = CONFIG["token_embedder"], CONFIG["encoder"]
+    e, P, D, W = tok["char_dim"], enc["projection_dim"], enc["dim"], tok["word_dim"]
+    F = sum(n for _, n in tok["filters"])
+    unit_rows = lambda rows, dim: torch.nn.functional.normalize(randn(rows, dim), dim=1)  # noqa: E731
+    embedder = collections.OrderedDict()
+    embedder["word_emb_layer.embedding.weight"] = unit_rows(len(words), W)
+    embedder["char_emb_layer.embedding.weight"] = unit_rows(len(chars), e)  # the <pad> row is not zero
+    for k, (width, num) in enumerate(tok["filters"]):
+        embedder[f"convolutions.{k}.weight"] = randn(num, e, width, scale=(e * width) ** -0.5)
+        embedder[f"convolutions.{k}.bias"] = randn(num, scale=0.1)
+    for j in range(tok["n_highway"]):
+        embedder[f"highways._layers.{j}.weight"] = randn(2 * F, F, scale=F**-0.5)
+        embedder[f"highways._layers.{j}.bias"] = randn(2 * F, scale=0.1) + torch.cat(
+            [torch.zeros(F), torch.full((F,), 0.5)]
+        )
+    embedder["projection.weight"] = randn(P, W + F, scale=2 * (W + F) ** -0.5)
+    embedder["projection.bias"] = randn(P, scale=0.1)
+    encoder = collections.OrderedDict()
+    for layer in range(enc["n_layers"]):
+        for direction in ("forward", "backward"):
+            prefix = f"{direction}_layer_{layer}"
+            encoder[f"{prefix}.input_linearity.weight"] = randn(4 * D, P, scale=2 * P**-0.5)
+            encoder[f"{prefix}.state_linearity.weight"] = randn(4 * D, P, scale=2 * P**-0.5)
+            encoder[f"{prefix}.state_linearity.bias"] = randn(4 * D, scale=0.1) + torch.cat(
+                [torch.zeros(D), torch.full((D,), 1.5), torch.zeros(2 * D)]
+            )
+            encoder[f"{prefix}.state_projection.weight"] = randn(P, D, scale=2 * D**-0.5)
+    save_legacy_cuda(embedder, folder / "token_embedder.pkl")
+    save_legacy_cuda(encoder, folder / "encoder.pkl")
+    return folder
+
+
+# --- their model in NumPy (from the format description) ------------------------------------------
+
+
+def read_dic(path):
+    entries = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        fields = line.strip().split("\t")
+        token, index = fields if len(fields) == 2 else ("\u3000", fields[0])
+        entries[token] = int(index)
+    return entries
+
+
+def their_layers(folder, words):
+    """`(3, n_words, 2P)` float64 outputs of one sentence, as their Embedder computes them (boundaries removed)."""
+    chars, vocab = read_dic(folder / "char.dic"), read_dic(folder / "word.dic")
+    embedder = {k: v.double().numpy() for k, v in torch.load(folder / "token_embedder.pkl", map_location="cpu").items()}
+    encoder = {k: v.double().numpy() for k, v in torch.load(folder / "encoder.pkl", map_location="cpu").items()}
+    tok, enc = CONFIG["token_embedder"], CONFIG["encoder"]
+    tokens = ["<bos>", *[w[:48] for w in words], "<eos>"]
+    char_ids = np.full((len(tokens), 50), chars["<pad>"])
+    for row, token in zip(char_ids, tokens):
+        content = [chars[token]] if token in ("<bos>", "<eos>") else [chars.get(c, chars["<oov>"]) for c in token]
+        row[0], row[1 : len(content) + 1], row[len(content) + 1] = chars["<eow>"], content, chars["<bow>"]
+    word_ids = [vocab.get(token, vocab["<oov>"]) for token in tokens]
+
+    relu = lambda x: np.maximum(x, 0.0)  # noqa: E731
+    embedded = []
+    for ids, word_id in zip(char_ids, word_ids):
+        x = embedder["char_emb_layer.embedding.weight"][ids]  # (50, e)
+        features = []
+        for k, (width, num) in enumerate(tok["filters"]):
+            kernel, bias = embedder[f"convolutions.{k}.weight"], embedder[f"convolutions.{k}.bias"]
+            conv = np.stack([np.einsum("we,new->n", x[s : s + width], kernel) for s in range(50 - width + 1)]) + bias
+            features.append(relu(conv.max(axis=0)))
+        h = np.concatenate(features)
+        for j in range(tok["n_highway"]):
+            both = embedder[f"highways._layers.{j}.weight"] @ h + embedder[f"highways._layers.{j}.bias"]
+            gate = sigmoid(both[len(h) :])
+            h = gate * h + (1 - gate) * relu(both[: len(h)])
+        h = np.concatenate([embedder["word_emb_layer.embedding.weight"][word_id], h])
+        embedded.append(embedder["projection.weight"] @ h + embedder["projection.bias"])
+    x = np.stack(embedded)
+    cell = SimpleNamespace(
+        cell_dim=enc["dim"],
+        projection_dim=enc["projection_dim"],
+        cell_clip=enc["cell_clip"],
+        proj_clip=enc["proj_clip"],
+    )
+    P, D = enc["projection_dim"], enc["dim"]
+    layers, forward_in, backward_in = [np.concatenate([x, x], axis=-1)], x, x
+    for layer in range(enc["n_layers"]):
+        fwd, *_ = lstm_direction(encoder, cell, f"forward_layer_{layer}", forward_in, np.zeros(P), np.zeros(D), False)
+        bwd, *_ = lstm_direction(encoder, cell, f"backward_layer_{layer}", backward_in, np.zeros(P), np.zeros(D), True)
+        if layer > 0:
+            fwd, bwd = fwd + forward_in, bwd + backward_in
+        forward_in, backward_in = fwd, bwd
+        layers.append(np.concatenate([fwd, bwd], axis=-1))
+    return np.stack(layers)[:, 1:-1]
+
+
+# --- tests ---------------------------------------------------------------------------------------
+
+
+def convert_args(folder, output):
+    return ["convert", "--format", "elmoformanylangs", "--model-dir", str(folder), "--output-dir", str(output)]
+
+
+@pytest.fixture(scope="module")
+def their_folder(tmp_path_factory):
+    return build_model_folder(tmp_path_factory.mktemp("elmoformanylangs") / "zz.model")
+
+
+@pytest.fixture(scope="module")
+def converted(their_folder, tmp_path_factory):
+    output = tmp_path_factory.mktemp("converted") / "elmo-zz"
+    assert cli_main(convert_args(their_folder, output)) == 0
+    return output
+
+
+def test_the_stand_in_needs_the_cpu_map_location(their_folder):
+    with pytest.raises(RuntimeError, match="CUDA"):
+        torch.load(their_folder / "encoder.pkl", weights_only=True)
+
+
+def test_hand_derived_ids(converted, their_folder):
+    tokenizer = AutoTokenizer.from_pretrained(converted)
+    chars = {c: i for i, c in enumerate(characters())}
+    shifted = lambda *names: [chars[n] + 1 for n in names]  # noqa: E731  (ids in input_ids are char.dic ids + 1)
+    bow, eow, pad, oov = shifted("<bow>", "<eow>", "<pad>", "<oov>")
+    enc = tokenizer(
+        [["cat", "<bos>", "zé", "ab" * 30, IDEOGRAPHIC_SPACE]], is_split_into_words=True, return_tensors="np"
+    )
+    rows = enc["input_ids"][0]
+    assert rows.shape == (7, 50)
+    assert rows[0].tolist() == [bow, *shifted("<bos>"), eow] + [pad] * 47
+    assert rows[1].tolist() == [bow, *shifted("c", "a", "t"), eow] + [pad] * 45
+    assert rows[2].tolist() == rows[0].tolist()  # a literal <bos> word is the boundary
+    assert rows[3].tolist() == [bow, oov, oov, eow] + [pad] * 46  # neither z nor é is in char.dic
+    assert rows[4].tolist() == [bow] + shifted("a", "b") * 24 + [eow]  # cut to 48 characters
+    assert rows[5].tolist() == [bow, *shifted(IDEOGRAPHIC_SPACE), eow] + [pad] * 47  # the lone-id line's entry
+    assert rows[6].tolist() == [bow, *shifted("<eos>"), eow] + [pad] * 47
+    # word.dic: <oov> 0, <bos> 1, <eos> 2, <pad> 3, then the words; the cut word is looked up
+    assert enc["input_word_ids"][0].tolist() == [1, 5, 1, 0, 8, 0, 2]
+    padded = tokenizer([["cat"], []], is_split_into_words=True, padding=True, return_tensors="np")
+    assert padded["input_word_ids"].tolist() == [[1, 5, 2], [1, 2, 3]]
+    assert not padded["input_ids"][1, 2].any()
+
+
+def test_converted_model_matches_their_computation(converted, their_folder):
+    model = AutoModel.from_pretrained(converted).double().eval()
+    tokenizer = AutoTokenizer.from_pretrained(converted)
+    assert model.config.char_vocabulary and model.config.input_word_dim == 5 and model.config.n_characters == 35
+    batch = tokenizer(SENTENCES, is_split_into_words=True, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        layers = torch.stack(model(**batch, output_hidden_states=True).hidden_states)
+    clipped = 0
+    for k, words in enumerate(SENTENCES):
+        expected = their_layers(their_folder, words)
+        assert expected.shape == (3, len(words), 16)
+        np.testing.assert_allclose(layers[:, k, 1 : len(words) + 1].numpy(), expected, rtol=0, atol=1e-10)
+        clipped += int((np.abs(expected[1]) >= CONFIG["encoder"]["proj_clip"] - 1e-12).sum())
+    assert 0 < clipped < layers[1].numel() / 2, "the projection clip should be exercised, not everywhere"
+
+
+def test_embed_reads_word_ids_too(converted, their_folder, tmp_path):
+    (tmp_path / "in.txt").write_text("the cat sat\n日本語 😀\n", encoding="utf-8")
+    output = tmp_path / "out.hdf5"
+    assert (
+        cli_main(
+            [
+                "embed",
+                str(tmp_path / "in.txt"),
+                str(output),
+                "--model",
+                str(converted),
+                "--all",
+                "--dtype",
+                "float64",
+                "--quiet",
+            ]
+        )
+        == 0
+    )
+    with h5py.File(output, "r") as f:
+        for i, words in enumerate([["the", "cat", "sat"], ["日本語", "😀"]]):
+            np.testing.assert_allclose(f[str(i)][...], their_layers(their_folder, words), rtol=0, atol=1e-10)
+
+
+def test_default_model_config_is_used_when_the_folder_lacks_it(their_folder, tmp_path, capsys):
+    folder = tmp_path / "zz.model"
+    shutil.copytree(their_folder, folder)
+    (folder / CONFIG_NAME).unlink()
+    training = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**training, "config_path": "/x/cnn_50_100_512_4096_sample.json"}))
+    args = convert_args(folder, tmp_path / "out")
+    assert cli_main(args) == 2
+    # The released default (char_dim 50) does not fit this small model: the error says where the config came from.
+    err = capsys.readouterr().err.strip()
+    assert re.search(
+        r"token_embedder\.pkl: keys do not match the model configuration \(the built-in "
+        r"cnn_50_100_512_4096_sample\.json; .*--model-config\): missing \['convolutions\.3\.bias'",
+        err,
+    ), err
+    assert cli_main([*args, "--model-config", str(their_folder / CONFIG_NAME)]) == 0
+
+
+def _edit_file(name, edit):
+    def damage(folder):
+        path = folder / name
+        path.write_bytes(edit(path.read_bytes()))
+
+    return damage
+
+
+def _edit_state(name, edit):
+    def damage(folder):
+        state = torch.load(folder / name, map_location="cpu", weights_only=True)
+        edit(state)
+        torch.save(state, folder / name)
+
+    return damage
+
+
+DAMAGES = {
+    "truncated pickle": (
+        _edit_file("encoder.pkl", lambda b: b[: len(b) // 2]),
+        r"encoder\.pkl: not a readable torch checkpoint",
+    ),
+    "not a pickle": (
+        _edit_file("token_embedder.pkl", lambda b: b"PK\x03\x04garbage"),
+        r"token_embedder\.pkl: not a readable",
+    ),
+    "bad training config": (_edit_file("config.json", lambda b: b[:-3]), r"config\.json: not valid JSON"),
+    "bad model config": (
+        _edit_file(CONFIG_NAME, lambda b: b.replace(b'"elmo"', b'"lstm"')),
+        r"encoder\.name is 'lstm'; only 'elmo' models are supported",
+    ),
+    "blank line in char.dic": (_edit_file("char.dic", lambda b: b"\n" + b), r"char\.dic: line 1 is ''"),
+    "id past the table": (
+        _edit_file("char.dic", lambda b: b + "Ω\t99\n".encode()),
+        r"char\.dic: ids must be in \[0, 33\] \(rows of the embedding table\), found \[0, 99\]",
+    ),
+    "missing special": (
+        _edit_file("word.dic", lambda b: b.replace(b"<pad>\t3\n", b"")),
+        r"word\.dic: lacks the special entries \['<pad>'\]",
+    ),
+    "missing key": (
+        _edit_state("encoder.pkl", lambda s: s.pop("backward_layer_1.state_projection.weight")),
+        r"encoder\.pkl: keys do not match .* missing \['backward_layer_1\.state_projection\.weight'\]",
+    ),
+    "wrong shape": (
+        _edit_state("token_embedder.pkl", lambda s: s.update({"projection.bias": torch.zeros(7)})),
+        r"'projection\.bias' has shape \(7,\), expected \(8,\)",
+    ),
+    "not finite": (
+        _edit_state("token_embedder.pkl", lambda s: s["convolutions.1.bias"].__setitem__(0, float("nan"))),
+        r"'convolutions\.1\.bias' must hold finite floats",
+    ),
+    "missing file": (lambda folder: (folder / "word.dic").unlink(), r"word\.dic: no such file"),
+}
+
+
+@pytest.mark.parametrize("case", DAMAGES)
+def test_damaged_folders_give_one_line_and_leave_nothing(case, their_folder, tmp_path, capsys):
+    damage, message = DAMAGES[case]
+    folder = tmp_path / "zz.model"
+    shutil.copytree(their_folder, folder)
+    damage(folder)
+    before = sorted(tmp_path.iterdir())
+    args = convert_args(folder, tmp_path / "out")
+    assert cli_main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and "\n" not in err and re.search(message, err), err
+    assert sorted(tmp_path.iterdir()) == before
+
+
+def test_format_arguments_are_checked(tmp_path, capsys):
+    assert (
+        cli_main(
+            ["convert", "--format", "elmoformanylangs", "--options", "o.json", "--output-dir", str(tmp_path / "o")]
+        )
+        == 2
+    )
+    assert "takes --model-dir" in capsys.readouterr().err
+    assert cli_main(["convert", "--model-dir", str(tmp_path), "--output-dir", str(tmp_path / "o")]) == 2
+    assert "--format original takes --options and --weights" in capsys.readouterr().err
+
+
+# --- the tokenizer's character-vocabulary mode on its own ----------------------------------------
+
+SMALL_CHARS = {c: i + 1 for i, c in enumerate(["a", "b", "<bos>", "<eos>", "<oov>", "<pad>", "<bow>", "<eow>"])}
+SMALL_WORDS = {"<oov>": 0, "<bos>": 1, "<eos>": 2, "<pad>": 3, "ab": 4}
+
+
+def test_vocabulary_tokenizer_pads_decodes_and_round_trips(tmp_path):
+    tokenizer = ElmoTokenizer(char_vocab=SMALL_CHARS, input_word_vocab=SMALL_WORDS)
+    assert (tokenizer.bos_token, tokenizer.eos_token, tokenizer.pad_token_id, tokenizer.vocab_size) == (
+        "<bos>",
+        "<eos>",
+        0,
+        9,
+    )
+    examples = [tokenizer(words, is_split_into_words=True) for words in (["ab", "c"], ["ab"])]
+    batch = tokenizer.pad(examples, return_tensors="np")
+    assert batch["input_word_ids"].tolist() == [[1, 4, 0, 2], [1, 4, 2, 3]]
+    assert batch["attention_mask"].tolist() == [[1, 1, 1, 1], [1, 1, 1, 0]]
+    assert batch.word_ids(1) == [None, 0, None, None]  # boundary rows recognised without the encoding's spans
+    assert tokenizer.decode(batch["input_ids"][0]) == "<bos> ab \ufffd <eos>"  # c is not in the vocabulary
+    assert tokenizer.decode(batch["input_ids"][1], skip_special_tokens=True) == "ab"
+    tokenizer.save_pretrained(tmp_path)
+    again = AutoTokenizer.from_pretrained(tmp_path)
+    assert again.char_vocabulary.chars == SMALL_CHARS and again.char_vocabulary.words == SMALL_WORDS
+    assert again.model_input_names == ["input_ids", "attention_mask", "input_word_ids"]
+    assert (again.pad(examples, return_tensors="np")["input_ids"] == batch["input_ids"]).all()
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(char_vocab={"a": 1}), r"character vocabulary lacks the special entries \['<bow>', '<eow>', '<pad>'"),
+        (dict(char_vocab={**SMALL_CHARS, "a": 0}), r"entry 'a' -> 0; expected a str -> an int >= 1"),
+        (dict(char_vocab={**SMALL_CHARS, "a": "1"}), r"entry 'a' -> '1'"),
+        (
+            dict(char_vocab=SMALL_CHARS, input_word_vocab={"<oov>": 0}),
+            r"word vocabulary lacks the special entries \['<pad>'",
+        ),
+        (dict(input_word_vocab=SMALL_WORDS), "input_word_vocab needs a char_vocab"),
+        (dict(char_vocab_file="/nonexistent/char_vocab.json"), r"char_vocab\.json: cannot read the vocabulary"),
+    ],
+)
+def test_bad_vocabularies_are_refused(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        ElmoTokenizer(**kwargs)

@@ -1,0 +1,385 @@
+"""`hf-elmo embed`: datasets against the model run in Python one sentence at a time, the original's carried-state
+numbers (the TensorFlow fixture outputs), empty lines, interruption and bad input."""
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import h5py
+import numpy as np
+import pytest
+import torch
+
+from hf_elmo import ElmoModel, ElmoTokenizer
+from hf_elmo.cli import main as cli_main
+
+from conftest import FIXTURES, fixture_batches
+
+LINES = [
+    "The bank of the river .",
+    "I went to the bank to deposit money",
+    "",
+    "Über naïve 日本語 😀 " + "x" * 60,
+    "The bank of the river .",  # the same sentence at another position, in another batch
+    "  Hi   there  ",
+    "a",
+]
+
+
+def write_lines(path, lines):
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def embed(tmp_path, model_dir, lines, *options):
+    source = write_lines(tmp_path / "in.txt", lines)
+    output = tmp_path / "out.hdf5"
+    code = cli_main(["embed", str(source), str(output), "--model", str(model_dir), "--quiet", *options])
+    assert code == 0
+    return output
+
+
+def alone(model, words):
+    """Layers `(L + 1, n_words, 2P)` of one sentence run on its own, boundaries removed."""
+    batch = ElmoTokenizer()([words], is_split_into_words=True, return_tensors="pt")
+    with torch.no_grad():
+        layers = torch.stack(model(**batch, output_hidden_states=True).hidden_states)
+    return layers[:, 0, 1 : len(words) + 1].numpy()
+
+
+@pytest.fixture(scope="module")
+def model64(converted_dirs):
+    return ElmoModel.from_pretrained(converted_dirs["allennlp"]).double().eval()
+
+
+def softmax(w):
+    e = np.exp(np.asarray(w, dtype=np.float64) - max(w))
+    return e / e.sum()
+
+
+EXPECTED = {
+    "--all": lambda layers: layers,
+    "--top": lambda layers: layers[-1],
+    "--average": lambda layers: layers.sum(axis=0) / 3,
+    "--scalar-mix-weights": lambda layers: np.einsum("l,lnd->nd", softmax([0.5, -1.0, 2.0]), layers),
+}
+
+
+@pytest.mark.parametrize("layers", EXPECTED)
+def test_datasets_equal_the_model_run_sentence_by_sentence(layers, converted_dirs, model64, tmp_path):
+    extra = ["0.5", "-1.0", "2.0"] if layers == "--scalar-mix-weights" else []
+    output = embed(
+        tmp_path, converted_dirs["allennlp"], LINES, layers, *extra, "--batch-size", "2", "--dtype", "float64"
+    )
+    with h5py.File(output, "r") as f:
+        assert set(f) == {str(i) for i in range(len(LINES))} | {"sentence_to_index"}
+        for i, line in enumerate(LINES):
+            expected = EXPECTED[layers](alone(model64, line.split()))
+            assert f[str(i)].dtype == np.float64 and f[str(i)].shape == expected.shape
+            np.testing.assert_allclose(f[str(i)][...], expected, rtol=0, atol=1e-12)
+        assert f["4"] == f["0"], "a repeated line is a hard link to its first dataset"
+        index = json.loads(f["sentence_to_index"][0])
+    distinct = dict.fromkeys(line.strip() for line in LINES)
+    assert index == {line: str(next(i for i, x in enumerate(LINES) if x.strip() == line)) for line in distinct}
+
+
+def test_float32_output_and_empty_lines(converted_dirs, tmp_path):
+    output = embed(tmp_path, converted_dirs["allennlp"], ["", "a b", ""], "--all")
+    with h5py.File(output, "r") as f:
+        assert f["0"].shape == f["2"].shape == (3, 0, 32) and f["1"].shape == (3, 2, 32)
+        assert f["1"].dtype == np.float32
+    output.unlink()
+    output = embed(tmp_path, converted_dirs["allennlp"], [""], "--average")
+    with h5py.File(output, "r") as f:
+        assert f["0"].shape == (0, 32)
+    output.unlink()
+    (tmp_path / "empty.txt").write_bytes(b"")
+    assert (
+        cli_main(
+            [
+                "embed",
+                str(tmp_path / "empty.txt"),
+                str(output),
+                "--model",
+                str(converted_dirs["allennlp"]),
+                "--top",
+                "--quiet",
+            ]
+        )
+        == 0
+    )
+    with h5py.File(output, "r") as f:
+        assert list(f) == ["sentence_to_index"] and json.loads(f["sentence_to_index"][0]) == {}
+
+
+def test_same_line_same_vectors_without_sharing(converted_dirs, model64, tmp_path):
+    """With --forget-sentences nothing is shared between the two copies: each is computed in its own batch."""
+    lines = ["x y z", "a b", "c d e f g h", "x y z"]
+    output = embed(
+        tmp_path,
+        converted_dirs["allennlp"],
+        lines,
+        "--top",
+        "--batch-size",
+        "1",
+        "--forget-sentences",
+        "--dtype",
+        "float64",
+    )
+    with h5py.File(output, "r") as f:
+        assert "sentence_to_index" not in f
+        first, last = f["0"][...], f["3"][...]
+    expected = alone(model64, ["x", "y", "z"])[-1]
+    np.testing.assert_allclose(first, expected, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(last, expected, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("name", ["allennlp", "bilm-tf"])
+def test_carry_state_reproduces_the_original_outputs(name, converted_dirs, tmp_path):
+    """The fixture numbers came from running batch i = [s0[i], s1[i], s2[i]] in order through one stateful model:
+    the same lines in that order with --carry-state --batch-size 3 must give them."""
+    batches = fixture_batches(name)
+    lines = [" ".join(words) for sentences, _ in batches for words in sentences]
+    output = embed(tmp_path, converted_dirs[name], lines, "--top", "--carry-state", "--batch-size", "3")
+    with h5py.File(output, "r") as f:
+        for i, (sentences, expected) in enumerate(batches):
+            for k in range(3):
+                actual = f[str(3 * i + k)][...]
+                assert np.allclose(actual, expected[k], atol=1e-6, rtol=1e-5), (i, k)
+    # Without the carried state only the first batch matches.
+    output.unlink()
+    output = embed(tmp_path, converted_dirs[name], lines, "--top", "--batch-size", "3")
+    with h5py.File(output, "r") as f:
+        assert not np.allclose(f["3"][...], batches[1][1][0], atol=1e-3)
+
+
+def test_carry_state_rows_continue_like_the_original(converted_dirs, tmp_path):
+    """Batches of 2, then 1: the row of the short last batch continues row 0; a later larger batch would start its
+    new rows from zeros (checked through the Python model with explicit states)."""
+    model = ElmoModel.from_pretrained(converted_dirs["allennlp"]).double().eval()
+    lines = ["a b c", "d e", "f g h i"]
+    output = embed(
+        tmp_path, converted_dirs["allennlp"], lines, "--top", "--carry-state", "--batch-size", "2", "--dtype", "float64"
+    )
+    tokenizer = ElmoTokenizer()
+    with torch.no_grad():
+        first = model(
+            **tokenizer(
+                [line.split() for line in lines[:2]], is_split_into_words=True, padding=True, return_tensors="pt"
+            ),
+            use_cache=True,
+        )
+        row0 = tuple(t[:, :1] for t in first.state)
+        second = model(**tokenizer([lines[2].split()], is_split_into_words=True, return_tensors="pt"), state=row0)
+    with h5py.File(output, "r") as f:
+        np.testing.assert_allclose(f["0"][...], first.last_hidden_state[0, 1:4].numpy(), rtol=0, atol=1e-12)
+        np.testing.assert_allclose(f["1"][...], first.last_hidden_state[1, 1:3].numpy(), rtol=0, atol=1e-12)
+        np.testing.assert_allclose(f["2"][...], second.last_hidden_state[0, 1:5].numpy(), rtol=0, atol=1e-12)
+
+
+def test_raw_text_uses_the_tokenizer_word_splitter(converted_dirs, model64, tmp_path):
+    line = "I don't know, it's fine."
+    output = embed(tmp_path, converted_dirs["allennlp"], [line], "--top", "--raw", "--dtype", "float64")
+    words = ["I", "do", "n't", "know", ",", "it", "'s", "fine", "."]
+    assert ElmoTokenizer().split_words(line) == words
+    with h5py.File(output, "r") as f:
+        np.testing.assert_allclose(f["0"][...], alone(model64, words)[-1], rtol=0, atol=1e-12)
+
+
+def test_original_files_as_model(tmp_path, converted_dirs):
+    options, weights = FIXTURES / "allennlp/options.json", FIXTURES / "allennlp/lm_weights.hdf5"
+    source = write_lines(tmp_path / "in.txt", LINES)
+    a, b = tmp_path / "a.hdf5", tmp_path / "b.hdf5"
+    assert (
+        cli_main(
+            ["embed", str(source), str(a), "--options", str(options), "--weights", str(weights), "--top", "--quiet"]
+        )
+        == 0
+    )
+    assert cli_main(["embed", str(source), str(b), "--model", str(converted_dirs["allennlp"]), "--top", "--quiet"]) == 0
+    with h5py.File(a, "r") as fa, h5py.File(b, "r") as fb:
+        assert all(np.array_equal(fa[str(i)][...], fb[str(i)][...]) for i in range(len(LINES)))
+
+
+# --- interruption and bad input -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("how", [signal.SIGTERM, signal.SIGKILL])
+def test_killed_midway_leaves_no_output_file(how, converted_dirs, tmp_path):
+    """The input is a pipe kept open after some lines, so the process is certainly midway when it is killed."""
+    fifo = tmp_path / "in.fifo"
+    os.mkfifo(fifo)
+    output = tmp_path / "out.hdf5"
+    command = [
+        sys.executable,
+        "-m",
+        "hf_elmo.cli",
+        "embed",
+        str(fifo),
+        str(output),
+        "--top",
+        "--batch-size",
+        "1",
+        "--quiet",
+        "--model",
+        str(converted_dirs["allennlp"]),
+    ]
+    process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    try:
+        while True:  # opening a pipe for writing blocks until the reader opens it: wait without blocking
+            try:
+                descriptor = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+                break
+            except OSError:
+                assert process.poll() is None, process.stderr.read()
+                assert time.monotonic() < deadline, "the command did not open its input"
+                time.sleep(0.05)
+        os.set_blocking(descriptor, True)
+        with os.fdopen(descriptor, "w") as pipe:
+            pipe.write("a b c\n" * 40)  # more than one window: some datasets are written
+            pipe.flush()
+            while not [p for p in tmp_path.iterdir() if p.name.startswith(".out.hdf5.tmp-")]:
+                assert process.poll() is None, process.stderr.read()
+                assert time.monotonic() < deadline, "no temporary output appeared"
+                time.sleep(0.05)
+            time.sleep(0.5)
+            process.send_signal(how)
+            process.wait(timeout=30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert not output.exists()
+    if how == signal.SIGTERM:
+        assert process.returncode == 130 and "not written" in process.stderr.read()
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["in.fifo"]
+
+
+def test_interrupt_keeps_an_existing_output(converted_dirs, tmp_path, monkeypatch):
+    output = tmp_path / "out.hdf5"
+    output.write_bytes(b"previous results")
+    from hf_elmo import embed_elmo
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(embed_elmo.Embedder, "__call__", interrupted)
+    source = write_lines(tmp_path / "in.txt", LINES)
+    args = [
+        "embed",
+        str(source),
+        str(output),
+        "--model",
+        str(converted_dirs["allennlp"]),
+        "--top",
+        "--quiet",
+        "--force",
+    ]
+    assert cli_main(args) == 130
+    assert output.read_bytes() == b"previous results"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt", "out.hdf5"]
+
+
+def _truncated_safetensors(folder):
+    path = folder / "model.safetensors"
+    path.write_bytes(path.read_bytes()[:3000])
+
+
+def _bad_config(folder):
+    (folder / "config.json").write_text('{"model_type": "elmo", "cell_dim": ')
+
+
+def _copy_model(converted_dirs, tmp_path, damage):
+    import shutil
+
+    folder = tmp_path / "model"
+    shutil.copytree(converted_dirs["allennlp"], folder)
+    damage(folder)
+    return ["--model", str(folder)]
+
+
+def _truncated_hdf5(converted_dirs, tmp_path):
+    weights = tmp_path / "weights.hdf5"
+    weights.write_bytes((FIXTURES / "allennlp/lm_weights.hdf5").read_bytes()[:6000])
+    return ["--options", str(FIXTURES / "allennlp/options.json"), "--weights", str(weights)]
+
+
+BAD_RUNS = {
+    "invalid UTF-8": (
+        lambda d, p: ["--model", str(d["allennlp"])],
+        b"ok line\nbad \xff byte\n",
+        [],
+        r"in\.txt: line 2 is not valid UTF-8 \(byte 5",
+    ),
+    "truncated safetensors": (
+        lambda d, p: _copy_model(d, p, _truncated_safetensors),
+        b"a\n",
+        [],
+        r"model: cannot load the model",
+    ),
+    "corrupted config.json": (lambda d, p: _copy_model(d, p, _bad_config), b"a\n", [], r"model: cannot load the model"),
+    "missing model": (lambda d, p: ["--model", str(p / "absent")], b"a\n", [], r"absent: no config\.json"),
+    "truncated weights.hdf5": (_truncated_hdf5, b"a\n", [], r"weights\.hdf5: not an HDF5 file or corrupted"),
+    "mix weights per layer": (
+        lambda d, p: ["--model", str(d["allennlp"])],
+        b"a\n",
+        ["--scalar-mix-weights", "1", "2"],
+        r"needs 3 values \(one per layer of this model\), got 2",
+    ),
+    "batch size": (
+        lambda d, p: ["--model", str(d["allennlp"])],
+        b"a\n",
+        ["--batch-size", "0"],
+        r"--batch-size must be >= 1",
+    ),
+    "no such input": (lambda d, p: ["--model", str(d["allennlp"])], None, [], r"in\.txt: no such input file"),
+    "unknown device": (
+        lambda d, p: ["--model", str(d["allennlp"])],
+        b"a\n",
+        ["--device", "gpu7"],
+        r"unknown device 'gpu7'",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", BAD_RUNS)
+def test_bad_runs_give_one_line_and_leave_nothing(case, converted_dirs, tmp_path, capsys):
+    model_args, content, extra, message = BAD_RUNS[case]
+    model_args = model_args(converted_dirs, tmp_path)
+    if content is not None:
+        (tmp_path / "in.txt").write_bytes(content)
+    before = sorted(tmp_path.iterdir())
+    output = tmp_path / "out.hdf5"
+    layers = [] if extra[:1] == ["--scalar-mix-weights"] else ["--top"]
+    code = cli_main(["embed", str(tmp_path / "in.txt"), str(output), *model_args, *layers, *extra, "--quiet"])
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert code == 2 and err.startswith("error: ") and re.search(message, err), err
+    assert sorted(tmp_path.iterdir()) == before and not output.exists()
+
+
+def test_progress_bar_shows_sentences_per_second(converted_dirs, tmp_path, capsys):
+    source = write_lines(tmp_path / "in.txt", LINES)
+    assert (
+        cli_main(
+            ["embed", str(source), str(tmp_path / "out.hdf5"), "--model", str(converted_dirs["allennlp"]), "--top"]
+        )
+        == 0
+    )
+    err = capsys.readouterr().err
+    assert f"{len(LINES)}/{len(LINES)}" in err and "sentences/s" in err
+
+
+def test_existing_output_needs_force(converted_dirs, tmp_path, capsys):
+    output = tmp_path / "out.hdf5"
+    output.write_bytes(b"keep me")
+    source = write_lines(tmp_path / "in.txt", ["a"])
+    args = ["embed", str(source), str(output), "--model", str(converted_dirs["allennlp"]), "--top", "--quiet"]
+    assert cli_main(args) == 2
+    assert "file exists (use --force" in capsys.readouterr().err and output.read_bytes() == b"keep me"
+    assert cli_main([*args, "--force"]) == 0
+    with h5py.File(output, "r") as f:
+        assert f["0"].shape == (1, 32)

@@ -1,0 +1,214 @@
+import textwrap
+
+import numpy as np
+import pytest
+import torch
+from safetensors import safe_open
+from transformers import AutoModel, AutoModelForPreTraining
+from transformers.utils import logging as hf_logging
+
+from hf_elmo import ElmoForBiLM, ElmoModel, ElmoTokenizer
+from hf_elmo.data_bilm import DataCollatorForBiLM, encode_windows
+from hf_elmo.sampled_softmax import sample_log_uniform_candidates
+
+from conftest import run_without_hf_elmo
+from test_modeling_elmo import small_config
+from test_sampled_softmax import reference_sampled_softmax
+
+WORDS = ["<S>", "</S>", "<UNK>", "the", "cat", "sat", "on", "mat", "a", "dog", "."]
+WINDOWS = [[["the", "cat", "sat"], ["a", "dog", "."]], [["the", "mat"]], [["on", "a", "zebra", "."]]]
+
+
+def tiny_config(**overrides):
+    return small_config(**{"num_layers": 2, "vocab_size": len(WORDS), "num_softmax_samples": 4, **overrides})
+
+
+def random_bilm(config, dtype=torch.float64):
+    model = ElmoForBiLM(config).to(dtype)
+    with torch.no_grad():
+        for param in model.parameters():
+            param.copy_(torch.randn_like(param) / param.shape[-1] ** 0.5)
+    return model
+
+
+def batch():
+    tokenizer = ElmoTokenizer()
+    tokenizer.set_word_vocabulary(WORDS)
+    encoded = encode_windows(WINDOWS, tokenizer)
+    return DataCollatorForBiLM()([{"input_ids": i, "labels": l} for i, l in zip(encoded["input_ids"], encoded["labels"])])
+
+
+def direction_targets(model, inputs):
+    """(hidden (N, P), target id) per direction, read off the encoder output and the labels."""
+    with torch.no_grad():
+        top = model.elmo(inputs["input_ids"], attention_mask=inputs["attention_mask"]).last_hidden_state
+    P = model.config.projection_dim
+    result = []
+    for direction, half in ((0, top[..., :P]), (1, top[..., P:])):
+        labels = inputs["labels"][..., direction]
+        real = labels != -100
+        result.append((half[real].numpy(), labels[real].numpy()))
+    return result
+
+
+def cross_entropy(hidden, targets, weight, bias):
+    logits = hidden @ weight.T + bias
+    top = logits.max(axis=1, keepdims=True)
+    log_z = top[:, 0] + np.log(np.exp(logits - top).sum(axis=1))
+    return log_z - logits[np.arange(len(targets)), targets]
+
+
+def test_full_softmax_loss_matches_float64_recomputation():
+    model = random_bilm(tiny_config()).eval()
+    inputs = batch()
+    with torch.no_grad():
+        out = model(**inputs, return_logits=True)
+    weight, bias = model.softmax.weight.detach().numpy(), model.softmax.bias.detach().numpy()
+    (h_f, t_f), (h_b, t_b) = direction_targets(model, inputs)
+    forward, backward = cross_entropy(h_f, t_f, weight, bias), cross_entropy(h_b, t_b, weight, bias)
+    assert len(forward) == len(backward)  # n + 1 targets per sentence in each direction
+    np.testing.assert_allclose(out.forward_loss.item(), forward.mean(), rtol=1e-12)
+    np.testing.assert_allclose(out.backward_loss.item(), backward.mean(), rtol=1e-12)
+    np.testing.assert_allclose(out.loss.item(), 0.5 * (forward.mean() + backward.mean()), rtol=1e-12)
+    B, T = inputs["attention_mask"].shape
+    assert out.forward_logits.shape == out.backward_logits.shape == (B, T, len(WORDS))
+    assert model(**inputs).forward_logits is None  # logits only when asked
+
+
+def test_sampled_softmax_in_training_matches_float64_formula():
+    model = random_bilm(tiny_config()).train()  # dropout 0: the only randomness is the sample
+    inputs = batch()
+    torch.manual_seed(7)
+    out = model(**inputs)
+    torch.manual_seed(7)
+    sampled, num_tries = sample_log_uniform_candidates(4, len(WORDS))
+    weight, bias = model.softmax.weight.detach().numpy(), model.softmax.bias.detach().numpy()
+    (h_f, t_f), (h_b, t_b) = direction_targets(model, inputs)
+    forward = reference_sampled_softmax(h_f, t_f, weight, bias, sampled.tolist(), num_tries)
+    backward = reference_sampled_softmax(h_b, t_b, weight, bias, sampled.tolist(), num_tries)
+    np.testing.assert_allclose(out.forward_loss.item(), forward.mean(), rtol=1e-12)
+    np.testing.assert_allclose(out.backward_loss.item(), backward.mean(), rtol=1e-12)
+    np.testing.assert_allclose(out.loss.item(), 0.5 * (forward.mean() + backward.mean()), rtol=1e-12)
+    out.loss.backward()
+    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in model.parameters())
+
+
+def test_full_softmax_in_training_when_samples_cover_the_vocabulary():
+    inputs = batch()
+    for samples in (0, len(WORDS)):
+        model = random_bilm(tiny_config(num_softmax_samples=samples))
+        assert not model.uses_sampled_softmax()
+        assert model.train()(**inputs).loss.item() == model.eval()(**inputs).loss.item()
+
+
+def test_num_items_in_batch_normalises_the_summed_loss():
+    model = random_bilm(tiny_config()).eval()
+    inputs = batch()
+    with torch.no_grad():
+        out = model(**inputs)
+        scaled = model(**inputs, num_items_in_batch=1000)
+    targets = int(inputs["labels"].ne(-100).sum())
+    np.testing.assert_allclose(scaled.loss.item() * 1000, out.loss.item() * targets, rtol=1e-12)
+
+
+def test_dropout_on_the_top_layer_only_in_training():
+    model = random_bilm(tiny_config(dropout=0.5, num_softmax_samples=0))
+    inputs = batch()
+    with torch.no_grad():
+        assert model.eval()(**inputs).loss.item() == model(**inputs).loss.item()
+        assert model.train()(**inputs).loss.item() != model(**inputs).loss.item()
+
+
+def test_bad_labels_and_config_give_clear_errors():
+    model = random_bilm(tiny_config())
+    inputs = batch()
+    labels = inputs["labels"]
+    bad = labels.clone()
+    bad[0, 1, 0] = len(WORDS)
+    cases = [
+        (labels[..., 0], "labels must have shape"),
+        (labels.double(), "integer word ids"),
+        (bad, r"word ids in \[0, 10\] or -100"),
+    ]
+    for value, message in cases:
+        with pytest.raises(ValueError, match=message):
+            model(input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"], labels=value)
+    with pytest.raises(ValueError, match="needs config.vocab_size >= 1"):
+        ElmoForBiLM(tiny_config(vocab_size=0))
+
+
+@pytest.fixture
+def transformers_warnings(caplog):
+    hf_logging.enable_propagation()
+    try:
+        with caplog.at_level("WARNING"):
+            yield caplog
+    finally:
+        hf_logging.disable_propagation()
+
+
+def test_save_load_round_trip(tmp_path, transformers_warnings):
+    model = random_bilm(tiny_config(), dtype=torch.float32).eval()
+    model.save_pretrained(tmp_path)
+    with safe_open(tmp_path / "model.safetensors", "pt") as f:
+        keys = list(f.keys())
+    assert [k for k in keys if k.startswith("softmax.")] == ["softmax.bias", "softmax.weight"]
+    assert len(keys) == len(set(keys)) == len(model.state_dict())
+
+    inputs = batch()
+    reloaded = AutoModelForPreTraining.from_pretrained(tmp_path).eval()
+    assert isinstance(reloaded, ElmoForBiLM)
+    with torch.no_grad():
+        assert torch.equal(reloaded(**inputs).loss, model(**inputs).loss)
+
+    transformers_warnings.clear()
+    encoder, info = ElmoModel.from_pretrained(tmp_path, output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"] and not info["mismatched_keys"]
+    assert transformers_warnings.records == []
+    assert all(torch.equal(v, model.elmo.state_dict()[k]) for k, v in encoder.state_dict().items())
+    assert type(AutoModel.from_pretrained(tmp_path)) is ElmoModel
+
+
+def test_fresh_softmax_on_converted_weights(converted_dirs):
+    folder = converted_dirs["allennlp"]
+    model, info = ElmoForBiLM.from_pretrained(folder, vocab_size=500, output_loading_info=True)
+    assert set(info["missing_keys"]) == {"softmax.weight", "softmax.bias"}
+    encoder = ElmoModel.from_pretrained(folder)
+    assert all(torch.equal(v, model.elmo.state_dict()[k]) for k, v in encoder.state_dict().items())
+    # bilm-tf's initialisation (normal, std 1/sqrt(P); zero bias), not uninitialised memory
+    P = model.config.projection_dim
+    assert torch.all(model.softmax.bias == 0)
+    assert abs(model.softmax.weight.std().item() * P**0.5 - 1) < 0.1
+
+
+def test_remote_code_loads_the_bilm_without_the_package(tmp_path):
+    model = random_bilm(tiny_config(), dtype=torch.float32).eval()
+    model.save_pretrained(tmp_path / "bilm")
+    inputs = batch()
+    torch.save(dict(inputs), tmp_path / "inputs.pt")
+    with torch.no_grad():
+        expected = model(**inputs).loss.item()
+    script = textwrap.dedent(
+        f"""
+        import torch
+        from transformers import AutoModelForPreTraining
+        model = AutoModelForPreTraining.from_pretrained({str(tmp_path / "bilm")!r}, trust_remote_code=True).eval()
+        assert type(model).__name__ == "ElmoForBiLM" and type(model).__module__.startswith("transformers_modules")
+        with torch.no_grad():
+            print(repr(model(**torch.load({str(tmp_path / "inputs.pt")!r})).loss.item()))
+        """
+    )
+    result = run_without_hf_elmo(script, tmp_path)
+    assert float(result.stdout.strip().splitlines()[-1]) == expected
+
+
+def test_bfloat16_autocast_keeps_the_loss_in_float32():
+    model = random_bilm(tiny_config(num_softmax_samples=0), dtype=torch.float32).eval()
+    inputs = batch()
+    with torch.no_grad():
+        expected = model(**inputs).loss
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            out = model(**inputs)
+    assert out.loss.dtype == torch.float32
+    # bfloat16 keeps 8 bits of mantissa: a relative error within a few units of 2**-8
+    assert abs(out.loss.item() - expected.item()) <= 4 * 2**-8 * expected.item()

@@ -1,0 +1,219 @@
+import json
+import math
+import os
+import re
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import load_file
+from transformers import AutoModel
+
+from hf_elmo import ElmoConfig, ElmoForBiLM, ElmoModel, ElmoTokenizer
+from hf_elmo.cli import main as cli_main
+from hf_elmo.data_bilm import iter_sentences
+from hf_elmo.train_bilm import ElmoTrainer, train_bilm
+
+ROOT = Path(__file__).resolve().parents[1]
+SHAKESPEARE = ROOT / "data/tinyshakespeare/input.txt"
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    # These runs are thousands of tiny operations; on a busy machine a second thread mostly waits for a core.
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    """Slices of the bundled corpus: 6,000 lines to train on, the next 500 held out, 200 more for short runs."""
+    folder = tmp_path_factory.mktemp("corpus")
+    lines = SHAKESPEARE.read_text(encoding="utf-8").splitlines()
+    (folder / "train.txt").write_text("\n".join(lines[:6000]) + "\n", encoding="utf-8")
+    (folder / "valid.txt").write_text("\n".join(lines[6000:6500]) + "\n", encoding="utf-8")
+    (folder / "small.txt").write_text("\n".join(lines[7000:7200]) + "\n", encoding="utf-8")
+    config = ElmoConfig(
+        char_embedding_dim=8, filters=[[1, 16], [2, 16], [3, 32]], n_highway=1, cell_dim=64, projection_dim=32, num_layers=1
+    )
+    config.to_json_file(folder / "tiny.json")
+    return folder
+
+
+def options(corpus, output_dir, **overrides):
+    values = dict(
+        output_dir=output_dir,
+        train_files=[corpus / "train.txt"],
+        config=str(corpus / "tiny.json"),
+        split="pretokenizer",
+        window=22,  # the longest line of the corpus has 20 words
+        min_count=2,
+        batch_size=16,
+        logging_steps=10,
+        data_cache_dir=str(corpus / "cache"),
+        disable_progress_bar=True,
+    )
+    values.update(overrides)
+    return values
+
+
+def unigram_perplexity(tokenizer, train_file, held_out_file):
+    """Per direction: a unigram model of the training targets (add-one smoothing over the vocabulary),
+    evaluated on the held-out targets (forward: each sentence's words and </S>; backward: <S> and the words)."""
+    vocab = {w: i for i, w in enumerate(tokenizer.word_vocabulary)}
+
+    def targets(path, direction):
+        for words in iter_sentences([path], "pretokenizer", tokenizer):
+            ids = [vocab.get(w, vocab["<UNK>"]) for w in words]
+            yield from (ids + [vocab["</S>"]]) if direction == "forward" else ([vocab["<S>"]] + ids)
+
+    result = {}
+    for direction in ("forward", "backward"):
+        counts = Counter(targets(train_file, direction))
+        total = sum(counts.values()) + len(vocab)
+        held_out = list(targets(held_out_file, direction))
+        result[direction] = math.exp(-sum(math.log((counts[t] + 1) / total) for t in held_out) / len(held_out))
+    return result
+
+
+def test_training_beats_unigram_perplexity(corpus, tmp_path, capsys):
+    # The original recipe (Adagrad 0.2, sampled softmax) on a tiny model, for 300 steps.
+    metrics = train_bilm(
+        **options(corpus, tmp_path / "run", eval_files=[corpus / "valid.txt"], max_steps=300, eval_steps=1000,
+                  save_steps=300, num_softmax_samples=256)
+    )
+    capsys.readouterr()
+    assert cli_main(["perplexity", "--model", str(tmp_path / "run"), "--window", "22", "--split", "pretokenizer",
+                     str(corpus / "valid.txt")]) == 0
+    printed = re.findall(r"^(forward|backward|geometric mean)(?: perplexity)?\s+([\d.]+)$", capsys.readouterr().out, re.M)
+    result = {direction: float(value) for direction, value in printed}
+
+    tokenizer = ElmoTokenizer.from_pretrained(tmp_path / "run")
+    baseline = unigram_perplexity(tokenizer, corpus / "train.txt", corpus / "valid.txt")
+    assert result["forward"] < baseline["forward"] and result["backward"] < baseline["backward"], (result, baseline)
+    # The held-out file is a single map batch (< 1,000 lines), so Trainer's evaluation saw the same windows.
+    for direction in ("forward", "backward"):
+        assert metrics[f"eval_{direction}_perplexity"] == pytest.approx(result[direction], abs=0.006)
+    assert result["geometric mean"] == pytest.approx(math.sqrt(result["forward"] * result["backward"]), abs=0.01)
+    # The saved biLM is an ordinary transformers folder: its encoder loads with AutoModel.
+    assert type(AutoModel.from_pretrained(tmp_path / "run")) is ElmoModel
+    assert (tmp_path / "run/checkpoint-300/model.safetensors").is_file()
+
+
+def test_resumed_run_ends_with_the_same_weights(corpus, tmp_path, monkeypatch):
+    # Dropout and the sampled softmax make every step depend on the random state, which must be restored too;
+    # the run crosses epochs (about 11 steps each), so the reshuffled data order must be restored as well.
+    run = options(corpus, tmp_path / "interrupted", max_steps=16, save_steps=5, dropout=0.1, num_softmax_samples=64,
+                  batch_size=8, train_files=[corpus / "small.txt"])
+    train_bilm(**{**run, "output_dir": tmp_path / "uninterrupted"})
+
+    original_step = ElmoTrainer.training_step
+
+    def crash_at_step_7(self, *args, **kwargs):
+        if self.state.global_step == 7:
+            raise KeyboardInterrupt("simulated crash")
+        return original_step(self, *args, **kwargs)
+
+    monkeypatch.setattr(ElmoTrainer, "training_step", crash_at_step_7)
+    with pytest.raises(KeyboardInterrupt):
+        train_bilm(**run)
+    monkeypatch.undo()
+    assert (tmp_path / "interrupted/checkpoint-5").exists() and not (tmp_path / "interrupted/checkpoint-10").exists()
+    train_bilm(**run, resume=True)
+
+    expected = load_file(tmp_path / "uninterrupted/model.safetensors")
+    actual = load_file(tmp_path / "interrupted/model.safetensors")
+    assert expected.keys() == actual.keys()
+    assert max((expected[k] - actual[k]).abs().max().item() for k in expected) <= 1e-6
+
+
+def test_two_processes_train_like_one_with_the_same_global_batch(corpus, tmp_path):
+    common = [
+        "train", "--train-files", str(corpus / "valid.txt"), "--config", str(corpus / "tiny.json"),
+        "--split", "pretokenizer", "--window", "22", "--min-count", "2", "--max-steps", "4", "--logging-steps", "1",
+        "--save-steps", "4", "--dropout", "0", "--num-softmax-samples", "0", "--disable-progress-bar",
+    ]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "hf_elmo.cli"]
+    result = subprocess.run(
+        command + common + ["--batch-size", "4", "--output-dir", str(tmp_path / "ddp"),
+                            "--data-cache-dir", str(tmp_path / "cache-ddp")],
+        env=env, capture_output=True, text=True, timeout=300,
+    )
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
+    assert cli_main(common + ["--batch-size", "8", "--output-dir", str(tmp_path / "single"),
+                              "--data-cache-dir", str(tmp_path / "cache-single")]) == 0
+    # Gradient accumulation is the same global batch once more: the loss is normalised by all its targets.
+    assert cli_main(common + ["--batch-size", "4", "--gradient-accumulation-steps", "2", "--output-dir",
+                              str(tmp_path / "accumulated"), "--data-cache-dir", str(tmp_path / "cache-single")]) == 0
+
+    def losses(run):
+        state = json.loads((tmp_path / run / "checkpoint-4/trainer_state.json").read_text())
+        return [entry["loss"] for entry in state["log_history"] if "loss" in entry]
+
+    assert len(losses("single")) == 4
+    single = load_file(tmp_path / "single/model.safetensors")
+    for run in ("ddp", "accumulated"):
+        np.testing.assert_allclose(losses(run), losses("single"), atol=1e-5, rtol=0, err_msg=run)
+        weights = load_file(tmp_path / run / "model.safetensors")
+        assert max((single[k] - weights[k]).abs().max().item() for k in single) <= 1e-5, run
+
+
+def test_bad_input_stops_before_training(corpus, tmp_path, converted_dirs, capsys):
+    empty = tmp_path / "empty.txt"
+    empty.write_text("\n\n", encoding="utf-8")
+    long = tmp_path / "long.txt"
+    long.write_text("short line\n" + "word " * 25 + "\n", encoding="utf-8")
+    no_unk = tmp_path / "vocab.txt"
+    no_unk.write_text("<S>\n</S>\nthe\n", encoding="utf-8")
+    base = ["train", "--config", str(corpus / "tiny.json"), "--data-cache-dir", str(tmp_path / "cache")]
+    bilm_dir = tmp_path / "bilm"  # a biLM whose softmax knows 5 words
+    tiny = ElmoConfig.from_json_file(corpus / "tiny.json")
+    tiny.vocab_size = 5
+    ElmoForBiLM(tiny).save_pretrained(bilm_dir)
+    cases = [
+        (["--train-files", str(empty)], f"Training file '{empty}' is empty"),
+        (["--train-files", str(long)],
+         f"{long}, line 2: 25 words plus <S> and </S> need 27 positions, more than the window of 20"),
+        (["--train-files", str(corpus / "valid.txt"), "--vocab", str(no_unk)], "line 3 must be '<UNK>'"),
+        (["--train-files", str(corpus / "valid.txt"), "--config", "small", "--init-from", str(converted_dirs["allennlp"])],
+         "--config small does not match the --init-from weights .*cell_dim: --config has 1024, the weights have 64"),
+        (["--train-files", str(corpus / "valid.txt"), "--resume"], "holds no checkpoint"),
+        (["--train-files", str(corpus / "valid.txt"), "--init-from", str(bilm_dir), "--config", str(corpus / "tiny.json")],
+         r"has a softmax of 5 words but the vocabulary \(built from the training files with min count 1\) has \d+"),
+    ]
+    for index, (arguments, message) in enumerate(cases):
+        output_dir = tmp_path / f"out{index}"
+        assert cli_main(base + arguments + ["--output-dir", str(output_dir)]) == 2
+        stderr = capsys.readouterr().err
+        error = stderr.strip().splitlines()[-1]  # after the data preparation's progress bars, if any
+        assert error.startswith("error: ") and "Traceback" not in stderr, stderr
+        assert re.search(message, error), error
+        assert not list(output_dir.glob("checkpoint-*"))
+
+
+def test_streaming_run(corpus, tmp_path):
+    metrics = train_bilm(**options(corpus, tmp_path / "streamed", train_files=[corpus / "small.txt"], streaming=True,
+                                   max_steps=3, save_steps=3, eval_files=[corpus / "small.txt"], eval_steps=3))
+    assert metrics["eval_perplexity"] > 1 and (tmp_path / "streamed/model.safetensors").is_file()
+    with pytest.raises(ValueError, match="give max_steps"):
+        train_bilm(**options(corpus, tmp_path / "no-steps", streaming=True))
+
+
+def test_adapting_converted_weights_gets_a_fresh_softmax(corpus, tmp_path, converted_dirs, capsys):
+    folder = converted_dirs["allennlp"]
+    train_bilm(**options(corpus, tmp_path / "adapted", config=None, init_from=str(folder),
+                         train_files=[corpus / "valid.txt"], max_steps=2, save_steps=2, batch_size=4))
+    assert "has no word softmax" in capsys.readouterr().out
+    encoder, adapted = ElmoModel.from_pretrained(folder), ElmoModel.from_pretrained(tmp_path / "adapted")
+    assert adapted.config.projection_dim == encoder.config.projection_dim
+    changed = [k for k, v in encoder.state_dict().items() if not torch.equal(v, adapted.state_dict()[k])]
+    assert changed, "two steps of training should move the biLM"
+    tokenizer = ElmoTokenizer.from_pretrained(tmp_path / "adapted")
+    assert len(tokenizer.word_vocabulary) == ElmoConfig.from_pretrained(tmp_path / "adapted").vocab_size
