@@ -73,7 +73,9 @@ def _run(
     num_steps, batch_size, gate_dim = gate_inputs.shape
     cell_dim = gate_dim // 4
     outputs = gate_inputs.new_zeros(num_steps, batch_size, projection_weight.shape[0])
-    hidden, memory = hidden.clone(), memory.clone()  # the carried state, updated in place row-prefix by row-prefix
+    # The carried state, updated in place row-prefix by row-prefix (contiguous copies).
+    hidden = hidden.clone(memory_format=torch.contiguous_format)
+    memory = memory.clone(memory_format=torch.contiguous_format)
     saved = None
     if save_for_backward:
         # Per step: the state it started from, its gate activations, tanh of its clipped cell and where the

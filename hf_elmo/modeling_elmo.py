@@ -280,9 +280,9 @@ class ElmoBiLstm(nn.Module):
             forward_memory, backward_memory = memory[index].chunk(2, dim=-1)
             # bilm-tf wraps every cell, residual included, in input dropout.
             forward_in, backward_in = self.dropout(forward_in), self.dropout(backward_in)
-            directions = (
-                partial(forward_layer, forward_in, forward_hidden.contiguous(), forward_memory.contiguous(), batch_sizes, False),
-                partial(backward_layer, backward_in, backward_hidden.contiguous(), backward_memory.contiguous(), batch_sizes, True),
+            directions = (  # the loop copies each state half into a contiguous buffer of its own
+                partial(forward_layer, forward_in, forward_hidden, forward_memory, batch_sizes, False),
+                partial(backward_layer, backward_in, backward_hidden, backward_memory, batch_sizes, True),
             )
             if can_run_concurrently(forward_in):
                 forward_result, backward_result = run_concurrently(*directions)
