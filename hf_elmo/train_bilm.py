@@ -43,6 +43,8 @@ RESUMABLE_CHANGES = {
 }
 
 # Fields that define the network; a --config must agree with --init-from weights on all of them.
+# Fields of a checkpoint's config that say how its weights are to be read; taken from --init-from.
+WEIGHT_FORMAT_FIELDS = ("forget_bias", "char_vocabulary", "input_word_vocab_size", "input_word_dim")
 ARCHITECTURE_FIELDS = (
     "char_embedding_dim",
     "filters",
@@ -204,6 +206,10 @@ def _tokenizer_and_config(options: BiLMTrainingOptions) -> tuple[ElmoTokenizer, 
         config = load_config(options.config)
         if checkpoint_config is not None:
             _check_same_architecture(config, checkpoint_config, options.config, options.init_from)
+            # How the checkpoint's weights are read is the checkpoint's: converted weights need TensorFlow's
+            # forget bias added at run time, which a --config preset does not know about.
+            for name in WEIGHT_FORMAT_FIELDS:
+                setattr(config, name, getattr(checkpoint_config, name))
     else:
         config = checkpoint_config if checkpoint_config is not None else ElmoConfig.from_preset("small")
 

@@ -16,7 +16,7 @@ from transformers import AutoModel
 from hf_elmo import ElmoConfig, ElmoForBiLM, ElmoModel, ElmoTokenizer
 from hf_elmo.cli import main as cli_main
 from hf_elmo.data_bilm import iter_sentences
-from hf_elmo.train_bilm import ElmoTrainer, train_bilm
+from hf_elmo.train_bilm import BiLMTrainingOptions, ElmoTrainer, _tokenizer_and_config, train_bilm
 
 ROOT = Path(__file__).resolve().parents[1]
 SHAKESPEARE = ROOT / "data/tinyshakespeare/input.txt"
@@ -204,6 +204,18 @@ def test_streaming_run(corpus, tmp_path):
     assert metrics["eval_perplexity"] > 1 and (tmp_path / "streamed/model.safetensors").is_file()
     with pytest.raises(ValueError, match="give max_steps"):
         train_bilm(**options(corpus, tmp_path / "no-steps", streaming=True))
+
+
+def test_config_preset_with_converted_weights_keeps_their_forget_bias(corpus, tmp_path, converted_dirs):
+    folder = converted_dirs["allennlp"]
+    preset = ElmoConfig.from_pretrained(folder)
+    assert preset.forget_bias == 1.0  # converted bilm-tf weights add TensorFlow's forget bias at run time
+    preset.forget_bias = 0.0  # what a --config file or preset of the same architecture says
+    preset.to_json_file(tmp_path / "preset.json")
+    run = BiLMTrainingOptions(**options(corpus, tmp_path / "out", config=str(tmp_path / "preset.json"),
+                                        init_from=str(folder), train_files=[corpus / "valid.txt"]))
+    _, config = _tokenizer_and_config(run)
+    assert config.forget_bias == 1.0
 
 
 def test_adapting_converted_weights_gets_a_fresh_softmax(corpus, tmp_path, converted_dirs, capsys):
