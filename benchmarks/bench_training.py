@@ -2,6 +2,7 @@
 
     python benchmarks/bench_training.py --size small --batch-size 32 --words 20 --vocab-size 100000 \\
         --num-samples 8192 --threads 2
+    python benchmarks/bench_training.py --size small --compare   # the straightforward encoder too, alternating
 
 One step is what `hf-elmo train` does per batch: forward with the sampled softmax (dropout 0.1), backward,
 gradient clipping and an Adagrad update. Each row holds `--words` positions (`<S>`, random words, `</S>`),
@@ -10,17 +11,20 @@ bilm-tf prints (batch_size x unroll_steps per direction). Prints the machine and
 """
 
 import argparse
+import copy
 import random
 import resource
 import string
 import time
+from types import SimpleNamespace
 
 import numpy as np
 import torch
 
 from hf_elmo import ElmoConfig, ElmoForBiLM, ElmoTokenizer
 
-from bench_inference import machine_description
+from bench_inference import machine_description, speedup
+from reference_modeling import reference_from  # tests/ is on the path through bench_inference
 
 
 def make_batch(batch_size: int, words: int, vocab_size: int, device: str, seed: int = 0) -> dict:
@@ -44,6 +48,18 @@ def peak_memory_mib(device: str) -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**10  # KiB on Linux
 
 
+class ReferenceEncoder(torch.nn.Module):
+    """The straightforward path (`tests/reference_modeling.py`) behind the interface `ElmoForBiLM` calls."""
+
+    def __init__(self, encoder):
+        super().__init__()
+        self.reference = reference_from(encoder)
+
+    def forward(self, input_ids, attention_mask=None, output_hidden_states=None):
+        layers, _ = self.reference(input_ids, attention_mask)
+        return SimpleNamespace(last_hidden_state=layers[-1], hidden_states=tuple(layers) if output_hidden_states else None)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", default="small", choices=["small", "medium", "original"])
@@ -56,6 +72,9 @@ def main():
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument(
+        "--compare", action="store_true", help="also time the straightforward encoder, alternating with the fast one"
+    )
     args = parser.parse_args()
 
     torch.set_num_threads(args.threads)
@@ -63,14 +82,20 @@ def main():
     config = ElmoConfig.from_preset(
         args.size, vocab_size=args.vocab_size, num_softmax_samples=args.num_samples, dropout=0.1
     )
-    model = ElmoForBiLM(config).to(args.device).train()
-    optimizer = torch.optim.Adagrad(model.parameters(), lr=0.2, initial_accumulator_value=1.0 / args.words**2)
+    models = {"fast": ElmoForBiLM(config).to(args.device).train()}
+    if args.compare:
+        models["reference"] = copy.deepcopy(models["fast"])
+        models["reference"].elmo = ReferenceEncoder(models["fast"].elmo).train()
+    optimizers = {
+        name: torch.optim.Adagrad(model.parameters(), lr=0.2, initial_accumulator_value=1.0 / args.words**2)
+        for name, model in models.items()
+    }
     batch = make_batch(args.batch_size, args.words, args.vocab_size, args.device)
     device_type = args.device.split(":")[0]
     autocast = torch.autocast(device_type=device_type, dtype=torch.bfloat16, enabled=args.dtype == "bfloat16")
 
-    times = []
-    for step in range(args.warmup + args.steps):
+    def train_step(name):
+        model, optimizer = models[name], optimizers[name]
         if args.device.startswith("cuda"):
             torch.cuda.synchronize()
         start = time.perf_counter()
@@ -82,19 +107,28 @@ def main():
         optimizer.zero_grad(set_to_none=True)
         if args.device.startswith("cuda"):
             torch.cuda.synchronize()
-        if step >= args.warmup:
-            times.append(time.perf_counter() - start)
-    seconds = sorted(times)[len(times) // 2]
+        return time.perf_counter() - start
+
+    times = {name: [] for name in models}
+    for step in range(args.warmup + args.steps):
+        for name in models:  # alternating, so that both paths see the same machine load
+            seconds = train_step(name)
+            if step >= args.warmup:
+                times[name].append(seconds)
 
     print(f"machine: {machine_description(args.device)}")
     print(
-        f"{args.size}: {sum(p.numel() for p in model.parameters()):,} parameters with the softmax; batch "
+        f"{args.size}: {sum(p.numel() for p in models['fast'].parameters()):,} parameters with the softmax; batch "
         f"{args.batch_size} x {args.words} words, vocabulary {args.vocab_size:,}, "
         f"{args.num_samples or 'full softmax'} samples, {args.dtype}, {args.device}, median of {args.steps} steps"
     )
-    print(f"{'size':<10}{'tokens/s':>10}{'s/step':>9}{'peak MiB':>10}")
-    tokens_per_second = args.batch_size * args.words / seconds
-    print(f"{args.size:<10}{tokens_per_second:>10,.0f}{seconds:>9.3f}{peak_memory_mib(args.device):>10,.0f}")
+    print(f"{'size':<10}{'path':<11}{'tokens/s':>10}{'s/step':>9}")
+    for name, values in times.items():
+        seconds = sorted(values)[len(values) // 2]
+        print(f"{args.size:<10}{name:<11}{args.batch_size * args.words / seconds:>10,.0f}{seconds:>9.3f}")
+    if args.compare:
+        print(f"{'':<21}{speedup(times)}")
+    print(f"peak memory of the process: {peak_memory_mib(args.device):,.0f} MiB")
 
 
 if __name__ == "__main__":
