@@ -121,14 +121,17 @@ class CaptureCache:
         self.seen: dict = {}
 
     def get_or_capture(self, key, capture: Callable):
-        """The entry for `key`, captured now by `capture()` if it is due; None where the caller runs directly."""
+        """The entry for `key`, captured now by `capture()` if it is due; None where the caller runs directly (also
+        while an enclosing computation is being captured, which cannot replay a graph)."""
+        if torch.cuda.is_current_stream_capturing():
+            return None
         entry = self.entries.get(key)
         if entry is not None:
             return entry
         if len(self.seen) > 10_000:  # keys that never recur (inference over varied batches)
             self.seen.clear()
         self.seen[key] = self.seen.get(key, 0) + 1
-        if self.seen[key] < 2 or len(self.entries) >= self.max_entries or torch.cuda.is_current_stream_capturing():
+        if self.seen[key] < 2 or len(self.entries) >= self.max_entries:
             return None
         entry = self.entries[key] = capture()
         return entry
