@@ -44,10 +44,11 @@ class LayerSettings:
 
 
 def default_kernels(device: torch.device) -> str:
-    """Triton on CUDA (or on CPU under `TRITON_INTERPRET=1`) when it is installed, else PyTorch operations."""
-    if _triton_kernels is None:
+    """Triton on CUDA when it is installed, else PyTorch operations. (Interpreted on CPU tensors, when Triton's
+    interpreter is on, the kernels run only where asked for: `ElmoBiLstm.elementwise_kernels = "triton"`.)"""
+    if _triton_kernels is None or _triton_kernels.INTERPRETED:
         return "torch"
-    return "triton" if (device.type == "cpu") == _triton_kernels.INTERPRETED else "torch"
+    return "triton" if device.type == "cuda" else "torch"
 
 
 def _memory_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -142,7 +143,10 @@ def _steps(kernels: str):
 
 
 def _stacked(forward_weight: torch.Tensor, backward_weight: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    return torch.stack([forward_weight, backward_weight]).to(dtype)
+    """The two directions' weights as one `(2, ...)` tensor in `dtype` (stacked and cast in one pass)."""
+    stacked = forward_weight.new_empty(2, *forward_weight.shape, dtype=dtype)
+    stacked[0], stacked[1] = forward_weight, backward_weight
+    return stacked
 
 
 def _k_splits(rows: int, cols: int, depth: int) -> int:
