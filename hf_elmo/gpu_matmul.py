@@ -20,6 +20,7 @@ interpreter computes the products in plain float32), which is how the CPU test s
 at the first call for each shape class: call once before capturing a CUDA graph.
 """
 
+import contextlib
 import functools
 import os
 
@@ -200,32 +201,37 @@ def _product(a: torch.Tensor, b: torch.Tensor, add: torch.Tensor | None, out: to
     def grid(meta):
         return triton.cdiv(m, meta["BLOCK_M"]) * triton.cdiv(n, meta["BLOCK_N"]), batch, parts
 
-    _matmul_kernel[grid](
-        a, b, c, d if parts == 1 else None,
-        m, n, k, k_per_split,
-        *a.stride(), *b.stride(), *c_strides, *d_strides,
-        _size_class(m), _size_class(n), _size_class(k_per_split), _size_class(batch * parts),
-        HAS_ADD=d is not None and parts == 1,
-    )  # fmt: skip
-    if parts > 1:
-        block_m, block_n = (32, 32) if INTERPRETED else (32, 128)
-        _sum_parts_kernel[(triton.cdiv(m, block_m), triton.cdiv(n, block_n), batch)](
-            c, out, d, m, n, parts, *c.stride()[:3], *out.stride(), *d_strides,
-            HAS_ADD=d is not None, BLOCK_M=block_m, BLOCK_N=block_n,
+    # Triton launches on the current device.
+    with torch.cuda.device(a.device) if a.is_cuda else contextlib.nullcontext():
+        _matmul_kernel[grid](
+            a, b, c, d if parts == 1 else None,
+            m, n, k, k_per_split,
+            *a.stride(), *b.stride(), *c_strides, *d_strides,
+            _size_class(m), _size_class(n), _size_class(k_per_split), _size_class(batch * parts),
+            HAS_ADD=d is not None and parts == 1,
         )  # fmt: skip
+        if parts > 1:
+            block_m, block_n = (32, 32) if INTERPRETED else (32, 128)
+            _sum_parts_kernel[(triton.cdiv(m, block_m), triton.cdiv(n, block_n), batch)](
+                c, out, d, m, n, parts, *c.stride()[:3], *out.stride(), *d_strides,
+                HAS_ADD=d is not None, BLOCK_M=block_m, BLOCK_N=block_n,
+            )  # fmt: skip
     return out
 
 
 def _validate(a, b, add, out):
+    """Raises a one-line ValueError naming what makes `matmul(a, b, add, out=out)` impossible."""
     _check(AVAILABLE, "needs Triton (it comes with PyTorch's CUDA builds)")
-    _check(a.dim() == b.dim() and a.dim() in (2, 3), f"a and b must both be 2-D or both 3-D, got {a.dim()}-D and {b.dim()}-D")
+    _check(a.dim() == b.dim() and a.dim() in (2, 3),
+           f"a and b must both be 2-D or both 3-D, got {a.dim()}-D and {b.dim()}-D")  # fmt: skip
     tensors = {"a": a, "b": b, "add": add, "out": out}
     for name, t in tensors.items():
         if t is not None:
             _check(t.dtype == torch.float32, f"{name} must be float32, got {t.dtype}")
             _check(t.device == a.device, f"{name} is on {t.device}, a on {a.device}")
     where = "CPU tensors (Triton's interpreter is on)" if INTERPRETED else "CUDA tensors"
-    _check((a.device.type == "cpu") == INTERPRETED and a.device.type in ("cpu", "cuda"), f"runs on {where}, got {a.device}")
+    on_its_device = a.device.type == ("cpu" if INTERPRETED else "cuda")
+    _check(on_its_device, f"runs on {where}, got {a.device}")
     _check(a.shape[-1] == b.shape[-2], f"a {tuple(a.shape)} and b {tuple(b.shape)}: inner sizes differ")
     if a.dim() == 3:
         _check(a.shape[0] == b.shape[0], f"a {tuple(a.shape)} and b {tuple(b.shape)}: batch sizes differ")
@@ -235,7 +241,6 @@ def _validate(a, b, add, out):
         _check(fits, f"add {tuple(add.shape)} does not broadcast to the product's shape {shape}")
     if out is not None:
         _check(out.shape == shape, f"out is {tuple(out.shape)}, the product {shape}")
-    return shape
 
 
 class _Matmul(torch.autograd.Function):
@@ -243,7 +248,6 @@ class _Matmul(torch.autograd.Function):
     def forward(ctx, a, b, add, split_k):
         ctx.save_for_backward(a, b)
         ctx.add_shape = add.shape if add is not None else None
-        ctx.split_k = split_k
         return _product(a, b, add, None, split_k)
 
     @staticmethod
@@ -278,7 +282,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor, add: torch.Tensor | None = None, *,
     _validate(a, b, add, out)
     if out is not None:
         _check(not (torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (a, b, add))),
-               "out= does not support autograd; call it under torch.no_grad() or leave out out")  # fmt: skip
+               "out= does not support autograd; call it under torch.no_grad() or pass no out")  # fmt: skip
     if a.dim() == 2:  # one product of a batch of 1
         if out is not None:
             _product(a[None], b[None], add, out[None], split_k)
