@@ -172,9 +172,10 @@ def _check(condition: bool, message: str):
 
 
 def _product(a: torch.Tensor, b: torch.Tensor, add: torch.Tensor | None, out: torch.Tensor | None,
-             split_k: int | None) -> torch.Tensor:  # fmt: skip
+             split_k: int | None, config=None) -> torch.Tensor:  # fmt: skip
     """Launches the kernels for 3-D `a (batch, M, K)`, `b (batch, K, N)` and `add` broadcastable to
-    `(batch, M, N)`; returns `out` (or a new tensor) `(batch, M, N)`. No autograd."""
+    `(batch, M, N)`; returns `out` (or a new tensor) `(batch, M, N)`. No autograd. `config` (one of `_CONFIGS`)
+    replaces autotuning, for testing every candidate."""
     batch, m, k = a.shape
     n = b.shape[2]
     if out is None:
@@ -203,7 +204,10 @@ def _product(a: torch.Tensor, b: torch.Tensor, add: torch.Tensor | None, out: to
 
     # Triton launches on the current device.
     with torch.cuda.device(a.device) if a.is_cuda else contextlib.nullcontext():
-        _matmul_kernel[grid](
+        launch = _matmul_kernel[grid]
+        if config is not None:
+            launch = functools.partial(_matmul_kernel.fn[grid], **config.all_kwargs())
+        launch(
             a, b, c, d if parts == 1 else None,
             m, n, k, k_per_split,
             *a.stride(), *b.stride(), *c_strides, *d_strides,

@@ -77,6 +77,23 @@ def test_split_k_sums_its_parts_into_a_strided_output(k, split_k):
     assert not out.isnan().any() and wide[~written].isnan().all()
 
 
+def config_name(config) -> str:
+    k = config.kwargs
+    return f"{k['BLOCK_M']}x{k['BLOCK_N']}x{k['BLOCK_K']}-w{config.num_warps}-s{config.num_stages}"
+
+
+@pytest.mark.parametrize("layouts, split_k", [(("contiguous", "transposed"), 1), (("transposed", "contiguous"), 2)])
+@pytest.mark.parametrize("config", gpu_matmul._CONFIGS if gpu_matmul.AVAILABLE else [], ids=config_name)
+def test_every_autotuning_candidate_computes_the_product(config, layouts, split_k):
+    # Autotuning keeps whichever candidate is fastest for a shape class: each must be right on its own.
+    a, b = operand((2, 130, 90), layouts[0]), operand((2, 90, 70), layouts[1])
+    add = torch.randn(2, 1, 70, device=DEVICE)
+    out = poisoned(2, 130, 70)
+    gpu_matmul._product(a, b, add, out, split_k, config)
+    assert not out.isnan().any()
+    assert relative_error(out, a.double() @ b.double() + add.double()) <= TOLERANCE
+
+
 def test_split_k_and_whole_k_agree():
     a, b, add = operand((2, 40, 300), "contiguous"), operand((2, 300, 36), "transposed"), torch.randn(36, device=DEVICE)
     whole = gpu_matmul.matmul(a, b, add, split_k=1)
