@@ -74,8 +74,10 @@ if AVAILABLE:
     _K_ALIGN = max(config.kwargs["BLOCK_K"] for config in _CONFIGS)
     """Split-K parts start at multiples of this, so that every part's first block is a whole K block."""
 
-    @triton.autotune(configs=_CONFIGS, key=["M_CLASS", "N_CLASS", "K_CLASS", "PROGRAMS_CLASS"], restore_value=["c_ptr"])
-    @triton.jit
+    _KEYS = ["M_CLASS", "N_CLASS", "K_CLASS", "PROGRAMS_CLASS"]
+
+    @triton.autotune(configs=_CONFIGS, key=_KEYS, restore_value=["c_ptr"])
+    @triton.jit(do_not_specialize=_KEYS)  # the keys are unused in the kernel: no compiled variants for their values
     def _matmul_kernel(
         a_ptr, b_ptr, c_ptr, d_ptr,
         M, N, K, K_PER_SPLIT,
