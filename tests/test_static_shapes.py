@@ -370,7 +370,7 @@ def test_fused_logsumexp_without_a_column_equals_pytorch(dtype):
     (fused * weights).sum().backward()
     exact_logits = logits.detach().double().requires_grad_()
     keep = torch.ones(rows, columns, dtype=torch.bool, device=TRITON_DEVICE)
-    keep[torch.arange(rows)[skip < columns], skip[skip < columns]] = False
+    keep[torch.arange(rows, device=TRITON_DEVICE)[skip < columns], skip[skip < columns]] = False
     exact = torch.logsumexp(exact_logits.masked_fill(~keep, float("-inf")), dim=1)
     (exact * weights.double()).sum().backward()
     assert fused.dtype == torch.float32
