@@ -3,15 +3,25 @@
     python benchmarks/bench_training.py --size small --batch-size 32 --words 20 --vocab-size 100000 \\
         --num-samples 8192 --threads 2
     python benchmarks/bench_training.py --size small --compare   # the straightforward encoder too, alternating
+    python benchmarks/bench_training.py --size mid --corpus data/tinyshakespeare/input.txt --num-samples 1024 \\
+        --window 25 --min-count 2 --steps 40 --clock cpu              # real windows of a corpus, as hf-elmo train
 
 One step is what `hf-elmo train` does per batch: forward with the sampled softmax (dropout 0.1), backward,
 gradient clipping and an Adagrad update. Each row holds `--words` positions (`<S>`, random words, `</S>`),
 targets are Zipf-distributed word ids; tokens/s = batch size x words / median step time, the count
-bilm-tf prints (batch_size x unroll_steps per direction). Prints the machine and a table.
+bilm-tf prints (batch_size x unroll_steps per direction). With `--corpus`, the batches are instead the
+windows `hf-elmo train` makes of that text (`--split`, `--window`, vocabulary of the words seen at least
+`--min-count` times, shuffled with a fixed seed, one new batch per step) and tokens/s counts the real
+targets of one direction (bilm-tf predicts at every one of its positions; a packed window also has
+boundaries and padding). Prints the machine and a table.
+
+`--size mid` is a model people train on one machine: character CNN of 384 filters (widths 1-5), two highway
+layers, two LSTM layers of 512 cells projected to 64.
 """
 
 import argparse
 import copy
+import itertools
 import random
 import resource
 import string
@@ -23,9 +33,41 @@ import torch
 
 from hf_elmo.adagrad import Adagrad  # noqa: E402
 from hf_elmo import ElmoConfig, ElmoForBiLM, ElmoTokenizer
+from hf_elmo.data_bilm import SPLITS, DataCollatorForBiLM, build_word_vocabulary, load_bilm_dataset
 
-from bench_inference import machine_description, speedup
+from bench_inference import CLOCKS, machine_description, speedup
 from reference_modeling import reference_from  # tests/ is on the path through bench_inference
+
+
+MID_SIZE = {
+    "filters": [[1, 32], [2, 32], [3, 64], [4, 128], [5, 128]],
+    "n_highway": 2,
+    "cell_dim": 512,
+    "projection_dim": 64,
+    "num_layers": 2,
+}
+
+
+def make_config(size: str, **kwargs) -> ElmoConfig:
+    if size == "mid":
+        return ElmoConfig(**MID_SIZE, **kwargs)
+    return ElmoConfig.from_preset(size, **kwargs)
+
+
+def corpus_batches(path: str, split: str, window: int, min_count: int, batch_size: int, device: str):
+    """The vocabulary size and an endless iterator over `hf-elmo train`'s batches of the corpus at `path`."""
+    tokenizer = ElmoTokenizer()
+    tokenizer.set_word_vocabulary(build_word_vocabulary([path], split, tokenizer, min_count))
+    dataset = load_bilm_dataset([path], tokenizer, window, split).shuffle(seed=0)
+    collate = DataCollatorForBiLM()
+
+    def batches():
+        for start in itertools.cycle(range(0, len(dataset) - batch_size + 1, batch_size)):
+            rows = dataset[start : start + batch_size]
+            examples = [{"input_ids": i, "labels": l} for i, l in zip(rows["input_ids"], rows["labels"])]
+            yield {k: v.to(device) for k, v in collate(examples).items()}
+
+    return len(tokenizer.word_vocabulary), batches()
 
 
 def make_batch(batch_size: int, words: int, vocab_size: int, device: str, seed: int = 0) -> dict:
@@ -63,7 +105,7 @@ class ReferenceEncoder(torch.nn.Module):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--size", default="small", choices=["small", "medium", "original"])
+    parser.add_argument("--size", default="small", choices=["small", "medium", "original", "mid"])
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--words", type=int, default=20, help="positions per row, <S> and </S> included")
     parser.add_argument("--vocab-size", type=int, default=100_000)
@@ -71,6 +113,11 @@ def main():
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"], help="bfloat16: autocast")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--corpus", help="train on the windows of this text file instead of random words")
+    parser.add_argument("--split", choices=SPLITS, default="pretokenizer", help="with --corpus")
+    parser.add_argument("--window", type=int, default=20, help="with --corpus: positions per window")
+    parser.add_argument("--min-count", type=int, default=1, help="with --corpus: vocabulary of words seen this often")
+    parser.add_argument("--clock", choices=list(CLOCKS), default="wall", help="cpu: processor time of the process")
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument(
@@ -80,9 +127,13 @@ def main():
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
-    config = ElmoConfig.from_preset(
-        args.size, vocab_size=args.vocab_size, num_softmax_samples=args.num_samples, dropout=0.1
-    )
+    if args.corpus:
+        args.vocab_size, batches = corpus_batches(
+            args.corpus, args.split, args.window, args.min_count, args.batch_size, args.device
+        )
+    else:
+        batches = itertools.repeat(make_batch(args.batch_size, args.words, args.vocab_size, args.device))
+    config = make_config(args.size, vocab_size=args.vocab_size, num_softmax_samples=args.num_samples, dropout=0.1)
     models = {"fast": ElmoForBiLM(config).to(args.device).train()}
     if args.compare:
         models["reference"] = copy.deepcopy(models["fast"])
@@ -91,15 +142,16 @@ def main():
         name: Adagrad(model.parameters(), lr=0.2, initial_accumulator_value=1.0 / args.words**2)
         for name, model in models.items()
     }
-    batch = make_batch(args.batch_size, args.words, args.vocab_size, args.device)
     device_type = args.device.split(":")[0]
     autocast = torch.autocast(device_type=device_type, dtype=torch.bfloat16, enabled=args.dtype == "bfloat16")
 
-    def train_step(name):
+    clock = CLOCKS[args.clock]
+
+    def train_step(name, batch):
         model, optimizer = models[name], optimizers[name]
         if args.device.startswith("cuda"):
             torch.cuda.synchronize()
-        start = time.perf_counter()
+        start = clock()
         with autocast:
             loss = model(**batch).loss
         loss.backward()
@@ -108,25 +160,39 @@ def main():
         optimizer.zero_grad(set_to_none=True)
         if args.device.startswith("cuda"):
             torch.cuda.synchronize()
-        return time.perf_counter() - start
+        return clock() - start
 
     times = {name: [] for name in models}
+    tokens = []  # per step: tokens of one direction
     for step in range(args.warmup + args.steps):
+        batch = next(batches)
         for name in models:  # alternating, so that both paths see the same machine load
-            seconds = train_step(name)
+            seconds = train_step(name, batch)
             if step >= args.warmup:
                 times[name].append(seconds)
+        if step >= args.warmup:
+            labels = batch["labels"]
+            tokens.append(int((labels[..., 0] != -100).sum()) if args.corpus else labels.shape[0] * labels.shape[1])
 
     print(f"machine: {machine_description(args.device)}")
+    if args.corpus:
+        data = (
+            f"{args.corpus}: batch {args.batch_size} windows of {args.window}, "
+            f"{sum(tokens) / len(tokens):.0f} targets per direction and step on average"
+        )
+    else:
+        data = f"batch {args.batch_size} x {args.words} words"
     print(
-        f"{args.size}: {sum(p.numel() for p in models['fast'].parameters()):,} parameters with the softmax; batch "
-        f"{args.batch_size} x {args.words} words, vocabulary {args.vocab_size:,}, "
-        f"{args.num_samples or 'full softmax'} samples, {args.dtype}, {args.device}, median of {args.steps} steps"
+        f"{args.size}: {sum(p.numel() for p in models['fast'].parameters()):,} parameters with the softmax; {data}, "
+        f"vocabulary {args.vocab_size:,}, {args.num_samples or 'full softmax'} samples, {args.dtype}, {args.device}, "
+        f"{args.clock} clock, median of {args.steps} steps"
     )
     print(f"{'size':<10}{'path':<11}{'tokens/s':>10}{'s/step':>9}")
     for name, values in times.items():
+        # Steps of a corpus differ in size: the median of the steps' rates (without a corpus, tokens / median time).
         seconds = sorted(values)[len(values) // 2]
-        print(f"{args.size:<10}{name:<11}{args.batch_size * args.words / seconds:>10,.0f}{seconds:>9.3f}")
+        rate = sorted(n / t for n, t in zip(tokens, values))[len(values) // 2]
+        print(f"{args.size:<10}{name:<11}{rate:>10,.0f}{seconds:>9.3f}")
     if args.compare:
         print(f"{'':<21}{speedup(times)}")
     print(f"peak memory of the process: {peak_memory_mib(args.device):,.0f} MiB")

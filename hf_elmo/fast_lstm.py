@@ -1,193 +1,402 @@
-"""The time loop of one direction of ELMo's LSTM (projected, clipped state), forward and backward.
+"""The time loops of ELMo's LSTM (projected, clipped state) on CPUs, forward and backward, one layer at a time.
 
 Rows come sorted by length, longest first, so the rows still running at a time step are a prefix of the
-batch: each step multiplies only that prefix and no step computes anything that is masked away; the state
-and the outputs are updated in place. Under autograd the loop runs inside one
-`torch.autograd.Function` whose backward walks time once, computing only the gradients that must be
-sequential (state and gates), and then forms the weight gradients of all steps with one matrix product
-each instead of one small product per step.
+batch. Every per-position tensor is kept *packed*: the running rows of step 0, then those of step 1, and so
+on (`PackedSteps`), so each step's rows are one contiguous block, no padding is computed or stored, and the
+state a step starts from is a prefix of the block the step before wrote. Each step writes its results once,
+in place, into the whole-sequence buffers that its backward reads (activations, cell, its tanh, the cell
+output), with no per-step copies. Under autograd a layer is one `torch.autograd.Function` whose backward
+walks time once for the gradients that must be sequential (state and gates) and then forms each weight
+gradient of all steps with one matrix product. The directions of a layer are independent: on two or more
+intra-op threads each runs on a thread of its own, forward and backward (`cpu_threads.py`).
 
-Same arithmetic as the straightforward per-step formulation up to float rounding; the tests keep both
-equal (values within 1e-5, gradients within 1e-4 relative).
+Same arithmetic as the straightforward per-step formulation up to float rounding; the tests keep both equal
+(values within 1e-5, gradients within 1e-4 relative).
 """
+
+from dataclasses import dataclass
+from functools import partial
 
 import torch
 
+from .cpu_threads import can_run_concurrently, run_concurrently
 from .onednn_linear import matmul_nt, matmul_nt_add
 
 
-def lstm_direction(
-    gate_inputs: torch.Tensor,
-    hidden: torch.Tensor,
-    memory: torch.Tensor,
-    state_weight: torch.Tensor,
-    projection_weight: torch.Tensor,
-    batch_sizes: list[int],
-    reverse: bool,
-    cell_clip: float | None,
-    proj_clip: float | None,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Runs one direction over a length-sorted, time-major batch.
+@dataclass(frozen=True)
+class PackedSteps:
+    """Where the running rows of each time step of a length-sorted, time-major `(T, B)` batch are.
+
+    Position `k` of a packed `(N, ...)` tensor is row `k - offsets[t]` at step `t`, for
+    `offsets[t] <= k < offsets[t] + batch_sizes[t]`.
+    """
+
+    batch_sizes: list[int]
+    """`T` ints: rows still running at each step (non-increasing)."""
+    offsets: list[int]
+    """`T` ints: where each step's block starts."""
+    padded_index: torch.Tensor
+    """`(N,)`: `t * B + row` of each packed position in the flattened `(T * B)` padded layout."""
+    final_forward: torch.Tensor
+    final_reverse: torch.Tensor
+    """`(B,)`: where each row's final state is in `cat([packed (N, ...), initial (B, ...)])`: its last real step
+    (forward) or step 0 (reverse), or its initial state for a row of length 0."""
+    entering_forward: torch.Tensor
+    entering_reverse: torch.Tensor
+    """`(N,)`: where the state each position starts from is in `cat([packed, initial])`."""
+
+    @classmethod
+    def from_batch_sizes(cls, batch_sizes: list[int], batch_size: int, device: torch.device) -> "PackedSteps":
+        num_steps = len(batch_sizes)
+        sizes = torch.tensor(batch_sizes or [0], dtype=torch.long)  # a step of no rows stands in for no steps
+        offsets = torch.cumsum(sizes, 0) - sizes
+        total = int(sizes.sum())
+        step = torch.repeat_interleave(torch.arange(num_steps), sizes)  # (N,)
+        row = torch.arange(total) - offsets[step]
+        initial = total + row  # a row's own initial state
+        lengths = (sizes[None, :] > torch.arange(batch_size)[:, None]).sum(dim=1)  # (B,)
+        rows = torch.arange(batch_size)
+        last_step = (lengths - 1).clamp(min=0)
+        final_forward = torch.where(lengths > 0, offsets[last_step] + rows, total + rows)
+        final_reverse = torch.where(lengths > 0, rows, total + rows)  # step 0's block starts at 0
+        # Forward: step t starts from step t - 1's block. Reverse: from step t + 1's, where the row ran there.
+        entering_forward = torch.where(step > 0, offsets[(step - 1).clamp(min=0)] + row, initial)
+        next_step = (step + 1).clamp(max=num_steps - 1)
+        ran_next = (step + 1 < num_steps) & (row < sizes[next_step])
+        entering_reverse = torch.where(ran_next, offsets[next_step] + row, initial)
+        to_device = partial(torch.Tensor.to, device=device)
+        return cls(
+            list(batch_sizes),
+            offsets.tolist(),
+            to_device(step * batch_size + row),
+            to_device(final_forward),
+            to_device(final_reverse),
+            to_device(entering_forward),
+            to_device(entering_reverse),
+        )
+
+    @property
+    def num_positions(self) -> int:
+        return self.offsets[-1] + self.batch_sizes[-1] if self.batch_sizes else 0
+
+    def pack(self, padded: torch.Tensor) -> torch.Tensor:
+        """`(T, B, ...)` -> `(N, ...)`."""
+        return padded.reshape(-1, *padded.shape[2:]).index_select(0, self.padded_index)
+
+    def unpack(self, packed: torch.Tensor, batch_size: int) -> torch.Tensor:
+        """`(N, ...)` -> `(T, B, ...)`, zeros where a row is not running."""
+        padded = packed.new_zeros(len(self.batch_sizes) * batch_size, *packed.shape[1:])
+        padded.index_copy_(0, self.padded_index, packed)
+        return padded.view(len(self.batch_sizes), batch_size, *packed.shape[1:])
+
+
+@dataclass(frozen=True)
+class LstmSettings:
+    cell_clip: float | None
+    proj_clip: float | None
+    forget_bias: float
+    """Added to the forget gate's bias at run time (TensorFlow's `LSTMCell(forget_bias=...)`), 0 for none."""
+
+
+def lstm_layer(
+    inputs: list[torch.Tensor],
+    states: list[tuple[torch.Tensor, torch.Tensor]],
+    weights: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]],
+    reverse: list[bool],
+    steps: PackedSteps,
+    settings: LstmSettings,
+) -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+    """Runs the directions of one LSTM layer over a length-sorted, time-major batch.
 
     Args:
-        gate_inputs: `(T, B, 4D)`, `W_x x_t + b` for every step, gates in the order `[input, forget, cell, output]`.
-        hidden: `(B, P)` and memory `(B, D)`: the state each row starts from.
-        state_weight: `W_h` `(4D, P)`; projection_weight: `W_p` `(P, D)`.
-        batch_sizes: `T` ints, the number of rows still running at each step (rows sorted longest first).
-        reverse: walk from the last step down to 0 (a row then starts at its own last real step).
-        cell_clip, proj_clip: clip values, `None` for none.
+        inputs: per direction, `(T, B, P_in)`.
+        states: per direction, `(hidden (B, P), memory (B, D))`: the state each row starts from.
+        weights: per direction, `(W_x (4D, P_in), b (4D,), W_h (4D, P), W_p (P, D))`, gates in the order
+            `[input, forget, cell, output]`.
+        reverse: per direction, whether it walks from each row's last real step down to 0.
+        steps: the batch's running rows per step.
 
     Returns:
-        outputs `(T, B, P)` (0 where a row is not running), final hidden `(B, P)` and memory `(B, D)`.
+        per direction, outputs `(T, B, P)` (0 where a row is not running), final hidden `(B, P)` and memory `(B, D)`.
     """
-    args = (gate_inputs, hidden, memory, state_weight, projection_weight)
-    device_type = gate_inputs.device.type
+    tensors = [t for x, state, w in zip(inputs, states, weights) for t in (x, *state, *w)]
+    device_type = tensors[0].device.type
     if torch.is_autocast_enabled(device_type):
         # Autocast does not reach products written into preallocated buffers: cast once, run in that dtype.
         dtype = torch.get_autocast_dtype(device_type)
         with torch.autocast(device_type, enabled=False):
-            return lstm_direction(*(t.to(dtype) for t in args), batch_sizes, reverse, cell_clip, proj_clip)
-    if torch.is_grad_enabled() and any(t.requires_grad for t in args):
-        return _LstmDirection.apply(*args, batch_sizes, reverse, cell_clip, proj_clip)
-    outputs, hidden, memory, _ = _run(*args, batch_sizes, reverse, cell_clip, proj_clip, save_for_backward=False)
-    return outputs, hidden, memory
+            tensors = [t.to(dtype) for t in tensors]
+            return _unflatten(_run_layer(tensors, reverse, steps, settings), len(reverse))
+    return _unflatten(_run_layer(tensors, reverse, steps, settings), len(reverse))
 
 
-def _time_steps(num_steps: int, reverse: bool) -> range:
-    return range(num_steps - 1, -1, -1) if reverse else range(num_steps)
+def _unflatten(results, num_directions):
+    return [tuple(results[3 * k : 3 * k + 3]) for k in range(num_directions)]
 
 
-def _run(
-    gate_inputs,
-    hidden,
-    memory,
-    state_weight,
-    projection_weight,
-    batch_sizes,
-    reverse,
-    cell_clip,
-    proj_clip,
-    save_for_backward,
-):
-    """`lstm_direction` without autograd; with `save_for_backward`, also the per-step tensors its backward needs."""
-    num_steps, batch_size, gate_dim = gate_inputs.shape
-    cell_dim = gate_dim // 4
-    outputs = gate_inputs.new_zeros(num_steps, batch_size, projection_weight.shape[0])
-    # The carried state, updated in place row-prefix by row-prefix (contiguous copies).
-    hidden = hidden.clone(memory_format=torch.contiguous_format)
-    memory = memory.clone(memory_format=torch.contiguous_format)
-    saved = None
-    if save_for_backward:
-        # Per step: the state it started from, its gate activations, tanh of its clipped cell and where the
-        # clips passed values through. Rows not running at a step stay zero and add nothing to the gradients.
-        saved = {
-            "hidden_in": gate_inputs.new_zeros(num_steps, batch_size, hidden.shape[1]),
-            "memory_in": gate_inputs.new_zeros(num_steps, batch_size, cell_dim),
-            "activations": gate_inputs.new_zeros(num_steps, batch_size, gate_dim),
-            "cell_tanh": gate_inputs.new_zeros(num_steps, batch_size, cell_dim),
-        }
-        if cell_clip is not None:
-            saved["cell_passed"] = torch.zeros(
-                num_steps, batch_size, cell_dim, dtype=torch.bool, device=gate_inputs.device
-            )
-        if proj_clip is not None:
-            saved["hidden_passed"] = torch.zeros(
-                num_steps, batch_size, hidden.shape[1], dtype=torch.bool, device=gate_inputs.device
-            )
-    cell_output = torch.zeros_like(memory)
-    # A product of one row runs as a matrix-vector kernel whose rounding can depend on the weights' memory
-    # alignment; multiplying at least two rows (the extra one discarded) keeps results independent of it.
-    min_rows = min(2, batch_size)
-    # PyTorch's CPU tanh is about ten times slower than its sigmoid; tanh(x) = 2 sigmoid(2x) - 1 has an absolute
+def _run_layer(tensors, reverse, steps, settings):
+    if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+        concurrent = len(reverse) > 1 and can_run_concurrently(tensors[0], training=True)
+        return _LstmLayer.apply(tuple(reverse), steps, settings, concurrent, *tensors)
+    calls = [
+        partial(_forward_direction, *_direction(tensors, k), steps, backwards, settings, save=False)
+        for k, backwards in enumerate(reverse)
+    ]
+    concurrent = len(calls) > 1 and can_run_concurrently(tensors[0])
+    return [t for result in _run_all(calls, concurrent) for t in result[:3]]
+
+
+_TENSORS_PER_DIRECTION = 7  # x, hidden, memory, W_x, b, W_h, W_p
+
+
+def _direction(tensors, k):
+    return tensors[_TENSORS_PER_DIRECTION * k : _TENSORS_PER_DIRECTION * (k + 1)]
+
+
+def _run_all(calls, concurrent: bool):
+    return run_concurrently(*calls) if concurrent else [call() for call in calls]
+
+
+_NEG_ONE = {}
+
+
+def _tanh_from_sigmoid_(sigmoid_of_double: torch.Tensor) -> torch.Tensor:
+    """`tanh(x) = 2 sigmoid(2x) - 1`, in place on `sigmoid(2x)`: one operation (-1 + 2s) instead of two."""
+    key = (sigmoid_of_double.dtype, sigmoid_of_double.device)
+    if key not in _NEG_ONE:
+        _NEG_ONE[key] = torch.tensor(-1.0, dtype=key[0], device=key[1])
+    return torch.add(_NEG_ONE[key], sigmoid_of_double, alpha=2, out=sigmoid_of_double)
+
+
+def _product(x: torch.Tensor, weight: torch.Tensor, addend: torch.Tensor | None = None, out=None) -> torch.Tensor:
+    """`addend + x @ weight.T` of a step's rows.
+
+    A product of one row runs as a matrix-vector kernel whose rounding can depend on the weights' memory
+    alignment; multiplying the row twice keeps results independent of it."""
+    if x.shape[0] == 1:
+        doubled = _product(x.expand(2, -1), weight, None if addend is None else addend.expand(2, -1))[:1]
+        return doubled if out is None else out.copy_(doubled)
+    if addend is None:
+        return matmul_nt(x, weight, out=out)
+    return matmul_nt_add(x, weight, addend, out=out)
+
+
+def _forward_direction(x, hidden, memory, input_weight, bias, state_weight, projection_weight, steps, reverse,
+                       settings, save):  # fmt: skip
+    """One direction over the batch. Returns outputs `(T, B, P)`, final hidden `(B, P)` and memory `(B, D)`, and
+    with `save` the packed tensors the backward reads."""
+    num_steps, batch_size = x.shape[:2]
+    cell_dim = state_weight.shape[0] // 4
+    projection_dim = projection_weight.shape[0]
+    total = steps.num_positions
+    cell_clip, proj_clip = settings.cell_clip, settings.proj_clip
+    if settings.forget_bias:  # added at run time, as TensorFlow's LSTMCell does: here once, into the input products
+        bias = bias.clone()
+        bias[cell_dim : 2 * cell_dim] += settings.forget_bias
+    packed_x = steps.pack(x)  # (N, P_in)
+    # The input-to-gate products of all steps are one matrix product; only W_h h is sequential.
+    gate_inputs = matmul_nt(packed_x, input_weight, bias)  # (N, 4D)
+    # PyTorch's CPU tanh is several times slower than its sigmoid; tanh(x) = 2 sigmoid(2x) - 1 has an absolute
     # error of a few units in the last place in float32 and float64, too coarse in 16-bit types.
-    tanh_by_sigmoid = gate_inputs.device.type == "cpu" and gate_inputs.dtype in (torch.float32, torch.float64)
+    tanh_by_sigmoid = x.device.type == "cpu" and x.dtype in (torch.float32, torch.float64)
     cell_block = slice(2 * cell_dim, 3 * cell_dim)
-    for t in _time_steps(num_steps, reverse):
-        n = batch_sizes[t]
+    new = partial(x.new_empty)
+
+    outputs = new(total, projection_dim)  # each step's new hidden state, after the clip
+    if save:
+        activations, cell_tanh, cell_outputs = new(total, 4 * cell_dim), new(total, cell_dim), new(total, cell_dim)
+        cells = new(total, cell_dim)  # each step's new memory, after the clip
+        # Before the clips: where their values passed through is where gradients do.
+        raw_cells = new(total, cell_dim) if cell_clip is not None else cells
+        raw_outputs = new(total, projection_dim) if proj_clip is not None else outputs
+        hidden_state = memory_state = None
+    else:
+        # Without a backward only the state is kept, updated in place row-prefix by row-prefix: a row that stops
+        # keeps its final state, a row that starts (reverse direction) finds its initial one.
+        hidden_state = hidden.clone(memory_format=torch.contiguous_format)
+        memory_state = memory.clone(memory_format=torch.contiguous_format)
+        scratch_gates, scratch_tanh = new(batch_size, 4 * cell_dim), new(batch_size, cell_dim)
+        scratch_outputs = new(batch_size, cell_dim)
+
+    previous = None  # (offset, size) of the step before
+    for t in range(num_steps - 1, -1, -1) if reverse else range(num_steps):
+        n, start = steps.batch_sizes[t], steps.offsets[t]
         if n == 0:
             continue
-        rows = max(n, min_rows)
-        if saved is not None:
-            saved["hidden_in"][t, :n] = hidden[:n]
-            saved["memory_in"][t, :n] = memory[:n]
-        gates = matmul_nt_add(hidden[:rows], state_weight, gate_inputs[t, :rows])[:n]
-        activations = saved["activations"][t, :n] if saved is not None else torch.empty_like(gates)
-        cell_tanh = saved["cell_tanh"][t, :n] if saved is not None else torch.empty_like(memory[:n])
+        block = slice(start, start + n)
+        if save:
+            if previous is None:
+                hidden_in, memory_in = hidden[:n], memory[:n]
+            elif previous[1] >= n:
+                hidden_in = outputs[previous[0] : previous[0] + n]
+                memory_in = cells[previous[0] : previous[0] + n]
+            else:  # reverse: rows that start here join those that ran the step before
+                ran = slice(previous[0], previous[0] + previous[1])
+                hidden_in = torch.cat([outputs[ran], hidden[previous[1] : n]])
+                memory_in = torch.cat([cells[ran], memory[previous[1] : n]])
+            act, tanh_c, cell_out = activations[block], cell_tanh[block], cell_outputs[block]
+            raw_c, raw_h = raw_cells[block], raw_outputs[block]
+        else:
+            hidden_in, memory_in = hidden_state[:n], memory_state[:n]
+            act, tanh_c, cell_out = scratch_gates[:n], scratch_tanh[:n], scratch_outputs[:n]
+            raw_c = memory_in  # updated in place
+        previous = (start, n)
+
+        gates = _product(hidden_in, state_weight, gate_inputs[block], out=act)  # activated in place
         if tanh_by_sigmoid:  # one sigmoid over all four blocks, the cell block at twice its input
             gates[:, cell_block].mul_(2)
-            torch.sigmoid(gates, out=activations)
-            activations[:, cell_block].mul_(2).sub_(1)
+            gates.sigmoid_()
+            _tanh_from_sigmoid_(act[:, cell_block])
         else:
-            torch.sigmoid(gates, out=activations)
-            torch.tanh(gates[:, cell_block], out=activations[:, cell_block])
-        input_gate, forget_gate, cell_input, output_gate = activations.chunk(4, dim=1)
-        cell = memory[:n]
-        cell.mul_(forget_gate).addcmul_(input_gate, cell_input)
+            torch.tanh(gates[:, cell_block], out=gates[:, cell_block])
+            gates[:, : 2 * cell_dim].sigmoid_()
+            gates[:, 3 * cell_dim :].sigmoid_()
+        input_gate, forget_gate, cell_input, output_gate = act.chunk(4, dim=1)
+        torch.mul(forget_gate, memory_in, out=raw_c).addcmul_(input_gate, cell_input)
         if cell_clip is not None:
-            if saved is not None:
-                torch.le(cell.abs(), cell_clip, out=saved["cell_passed"][t, :n])
-            cell.clamp_(-cell_clip, cell_clip)
-        if tanh_by_sigmoid:
-            torch.sigmoid(torch.mul(cell, 2, out=cell_tanh), out=cell_tanh).mul_(2).sub_(1)
+            cell = cells[block] if save else raw_c
+            torch.clamp(raw_c, -cell_clip, cell_clip, out=cell)
         else:
-            torch.tanh(cell, out=cell_tanh)
-        torch.mul(output_gate, cell_tanh, out=cell_output[:n])
-        new_hidden = matmul_nt(cell_output[:rows], projection_weight)[:n]
+            cell = raw_c
+        if tanh_by_sigmoid:
+            _tanh_from_sigmoid_(torch.sigmoid(torch.mul(cell, 2, out=tanh_c), out=tanh_c))
+        else:
+            torch.tanh(cell, out=tanh_c)
+        torch.mul(output_gate, tanh_c, out=cell_out)
+        new_hidden = _product(cell_out, projection_weight, out=raw_h if save else outputs[block])
         if proj_clip is not None:
-            if saved is not None:
-                torch.le(new_hidden.abs(), proj_clip, out=saved["hidden_passed"][t, :n])
-            new_hidden.clamp_(-proj_clip, proj_clip)
-        outputs[t, :n] = new_hidden
-        hidden[:n] = new_hidden
-    return outputs, hidden, memory, saved
+            torch.clamp(new_hidden, -proj_clip, proj_clip, out=outputs[block])
+        if not save:
+            hidden_state[:n] = outputs[block]
+
+    padded_outputs = steps.unpack(outputs, batch_size)
+    if not save:
+        return padded_outputs, hidden_state, memory_state, None
+    final = steps.final_reverse if reverse else steps.final_forward
+    final_hidden = torch.cat([outputs, hidden]).index_select(0, final)
+    final_memory = torch.cat([cells, memory]).index_select(0, final)
+    saved = {
+        "packed_x": packed_x,
+        "activations": activations,
+        "cell_tanh": cell_tanh,
+        "cell_outputs": cell_outputs,
+        "cells": cells,
+        "outputs": outputs,
+    }
+    if cell_clip is not None:
+        saved["raw_cells"] = raw_cells
+    if proj_clip is not None:
+        saved["raw_outputs"] = raw_outputs
+    return padded_outputs, final_hidden, final_memory, saved
 
 
-class _LstmDirection(torch.autograd.Function):
+def _backward_direction(saved, hidden, memory, input_weight, state_weight, projection_weight, steps, reverse,
+                        settings, grad_outputs, grad_hidden, grad_memory, needs):  # fmt: skip
+    """Gradients of one direction: of its input `(T, B, P_in)`, initial hidden and memory, and of `W_x`, `b`,
+    `W_h`, `W_p` (None where `needs` says they are not needed)."""
+    activations, cell_tanh = saved["activations"], saved["cell_tanh"]
+    total, gate_dim = activations.shape
+    cell_dim = gate_dim // 4
+    num_steps, batch_size = len(steps.batch_sizes), hidden.shape[0]
+    dtype, device = activations.dtype, activations.device
+
+    def zeros_if_none(grad, like):
+        return torch.zeros_like(like) if grad is None else grad.clone(memory_format=torch.contiguous_format)
+
+    grad_hidden = zeros_if_none(grad_hidden, hidden)  # carried back through time, row-prefix by row-prefix
+    grad_memory = zeros_if_none(grad_memory, memory)
+    if grad_outputs is None:
+        grad_outputs = torch.zeros(num_steps, batch_size, hidden.shape[1], dtype=dtype, device=device)
+
+    # What each step's sequential gradients multiply by, for all steps at once (elementwise, so the loop below
+    # is two products and a few multiplications per step):
+    # d(gates): [g i(1-i), c_in f(1-f), i (1-g^2), tanh(c) o(1-o)] and d(cell) from d(cell output): o (1-tanh(c)^2).
+    entering = steps.entering_reverse if reverse else steps.entering_forward
+    memory_in = torch.cat([saved["cells"], memory]).index_select(0, entering)
+    input_gate, forget_gate, cell_input, output_gate = activations.chunk(4, dim=1)
+    factors = torch.rsub(activations, 1).mul_(activations)
+    gate_i, gate_f, gate_g, gate_o = factors.chunk(4, dim=1)
+    gate_i.mul_(cell_input)
+    gate_f.mul_(memory_in)
+    torch.mul(cell_input, cell_input, out=gate_g).neg_().add_(1).mul_(input_gate)
+    gate_o.mul_(cell_tanh)
+    cell_factor = torch.mul(cell_tanh, cell_tanh).neg_().add_(1).mul_(output_gate)
+    if settings.cell_clip is not None:
+        cell_factor_mask = saved["raw_cells"].abs() <= settings.cell_clip
+    if settings.proj_clip is not None:
+        hidden_mask = saved["raw_outputs"].abs() <= settings.proj_clip
+    three_blocks = factors[:, : 3 * cell_dim].view(total, 3, cell_dim)
+
+    grad_gates = torch.empty_like(activations)  # = gradient of the gate inputs
+    grad_projected = torch.empty(total, hidden.shape[1], dtype=dtype, device=device)  # of each unclipped W_p m
+    for t in range(num_steps) if reverse else range(num_steps - 1, -1, -1):
+        n, start = steps.batch_sizes[t], steps.offsets[t]
+        if n == 0:
+            continue
+        block = slice(start, start + n)
+        grad_h = torch.add(grad_hidden[:n], grad_outputs[t, :n], out=grad_projected[block])
+        if settings.proj_clip is not None:
+            grad_h.mul_(hidden_mask[block])
+        grad_cell_output = _product(grad_h, projection_weight.t())  # (n, D)
+        grad_cell = torch.mul(grad_cell_output, cell_factor[block]).add_(grad_memory[:n])
+        if settings.cell_clip is not None:
+            grad_cell.mul_(cell_factor_mask[block])
+        step_grad = grad_gates[block]
+        torch.mul(grad_cell[:, None, :], three_blocks[block], out=step_grad[:, : 3 * cell_dim].view(n, 3, cell_dim))
+        torch.mul(grad_cell_output, gate_o[block], out=step_grad[:, 3 * cell_dim :])
+        torch.mul(grad_cell, forget_gate[block], out=grad_memory[:n])
+        _product(step_grad, state_weight.t(), out=grad_hidden[:n])
+
+    grad_input = grad_input_weight = grad_bias = grad_state_weight = grad_projection_weight = None
+    if needs["input"]:
+        grad_input = steps.unpack(matmul_nt(grad_gates, input_weight.t()), batch_size)
+    if needs["input_weight"]:
+        grad_input_weight = torch.mm(grad_gates.t(), saved["packed_x"])
+    if needs["bias"]:
+        grad_bias = grad_gates.sum(dim=0)
+    if needs["state_weight"]:
+        hidden_in = torch.cat([saved["outputs"], hidden]).index_select(0, entering)
+        grad_state_weight = torch.mm(grad_gates.t(), hidden_in)
+    if needs["projection_weight"]:
+        grad_projection_weight = torch.mm(grad_projected.t(), saved["cell_outputs"])
+    return grad_input, grad_hidden, grad_memory, grad_input_weight, grad_bias, grad_state_weight, grad_projection_weight
+
+
+_NEEDS = ("input", "hidden", "memory", "input_weight", "bias", "state_weight", "projection_weight")
+
+
+class _LstmLayer(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, gate_inputs, hidden, memory, state_weight, projection_weight, batch_sizes, reverse, *clips):
-        args = (gate_inputs, hidden, memory, state_weight, projection_weight, batch_sizes, reverse, *clips)
-        outputs, final_hidden, final_memory, saved = _run(*args, save_for_backward=True)
-        ctx.names = list(saved)
-        ctx.save_for_backward(state_weight, projection_weight, *saved.values())
-        ctx.batch_sizes, ctx.reverse = batch_sizes, reverse
-        return outputs, final_hidden, final_memory
+    def forward(ctx, reverse, steps, settings, concurrent, *tensors):
+        calls = [
+            partial(_forward_direction, *_direction(tensors, k), steps, backwards, settings, save=True)
+            for k, backwards in enumerate(reverse)
+        ]
+        results = _run_all(calls, concurrent)
+        ctx.reverse, ctx.steps, ctx.settings, ctx.concurrent = reverse, steps, settings, concurrent
+        ctx.names = [list(result[3]) for result in results]
+        to_save = []
+        for k, result in enumerate(results):
+            _, hidden, memory, input_weight, _, state_weight, projection_weight = _direction(tensors, k)
+            to_save += [hidden, memory, input_weight, state_weight, projection_weight, *result[3].values()]
+        ctx.save_for_backward(*to_save)
+        return tuple(t for result in results for t in result[:3])
 
     @staticmethod
     @torch.autograd.function.once_differentiable
-    def backward(ctx, grad_outputs, grad_hidden, grad_memory):
-        state_weight, projection_weight, *tensors = ctx.saved_tensors
-        saved = dict(zip(ctx.names, tensors))
-        activations, cell_tanh = saved["activations"], saved["cell_tanh"]
-        cell_dim = cell_tanh.shape[-1]
-        grad_hidden, grad_memory = grad_hidden.clone(), grad_memory.clone()  # carried back through time
-        grad_gates = torch.zeros_like(activations)  # = gradient of gate_inputs
-        grad_projected = torch.zeros_like(grad_outputs)  # gradient of each step's unclipped W_p m
-        for t in _time_steps(grad_outputs.shape[0], not ctx.reverse):
-            n = ctx.batch_sizes[t]
-            if n == 0:
-                continue
-            grad_h = torch.add(grad_hidden[:n], grad_outputs[t, :n], out=grad_projected[t, :n])
-            if "hidden_passed" in saved:
-                grad_h.mul_(saved["hidden_passed"][t, :n])
-            grad_cell_output = matmul_nt(grad_h, projection_weight.t())  # (n, D)
-            input_gate, forget_gate, cell_input, output_gate = activations[t, :n].chunk(4, dim=1)
-            grad_input, grad_forget, grad_cell_input, grad_output = grad_gates[t, :n].chunk(4, dim=1)
-            tanh_c = cell_tanh[t, :n]
-            grad_cell = grad_cell_output * output_gate
-            grad_cell.mul_(1 - tanh_c * tanh_c).add_(grad_memory[:n])
-            if "cell_passed" in saved:
-                grad_cell.mul_(saved["cell_passed"][t, :n])
-            # Each gate's gradient times the derivative of its non-linearity, written from the activations.
-            torch.mul(grad_cell_output, tanh_c, out=grad_output).mul_(output_gate * (1 - output_gate))
-            torch.mul(grad_cell, cell_input, out=grad_input).mul_(input_gate * (1 - input_gate))
-            torch.mul(grad_cell, saved["memory_in"][t, :n], out=grad_forget).mul_(forget_gate * (1 - forget_gate))
-            torch.mul(grad_cell, input_gate, out=grad_cell_input).mul_(1 - cell_input * cell_input)
-            torch.mul(grad_cell, forget_gate, out=grad_memory[:n])
-            grad_hidden[:n] = matmul_nt(grad_gates[t, :n], state_weight.t())
-        grad_state_weight = grad_projection_weight = None
-        if ctx.needs_input_grad[3]:
-            grad_state_weight = matmul_nt(grad_gates.flatten(0, 1).t(), saved["hidden_in"].flatten(0, 1).t())
-        if ctx.needs_input_grad[4]:
-            cell_outputs = activations[..., 3 * cell_dim :] * cell_tanh
-            grad_projection_weight = matmul_nt(grad_projected.flatten(0, 1).t(), cell_outputs.flatten(0, 1).t())
-        return grad_gates, grad_hidden, grad_memory, grad_state_weight, grad_projection_weight, None, None, None, None
+    def backward(ctx, *grads):
+        saved_tensors = list(ctx.saved_tensors)
+        calls = []
+        for k, backwards in enumerate(ctx.reverse):
+            names = ctx.names[k]
+            weights_and_state, values = saved_tensors[:5], saved_tensors[5 : 5 + len(names)]
+            del saved_tensors[: 5 + len(names)]
+            flags = ctx.needs_input_grad[4 + _TENSORS_PER_DIRECTION * k : 4 + _TENSORS_PER_DIRECTION * (k + 1)]
+            calls.append(
+                partial(
+                    _backward_direction, dict(zip(names, values)), *weights_and_state, ctx.steps, backwards,
+                    ctx.settings, *grads[3 * k : 3 * k + 3], dict(zip(_NEEDS, flags)),
+                )
+            )  # fmt: skip
+        results = _run_all(calls, ctx.concurrent)
+        return (None, None, None, None, *[g for result in results for g in result])

@@ -9,7 +9,6 @@ import glob
 import math
 import os
 from dataclasses import dataclass
-from functools import partial
 
 import torch
 import torch.nn.functional as F
@@ -22,7 +21,7 @@ from transformers.utils import ModelOutput, can_return_tuple
 from .configuration_elmo import PROBLEM_TYPES, ElmoConfig
 from .cpu_threads import can_run_concurrently, run_concurrently
 from .cuda_graphs import CaptureCache, CapturedFunction
-from .fast_lstm import lstm_direction
+from .fast_lstm import LstmSettings, PackedSteps, lstm_layer
 from .gpu_lstm import CapturedLayers, LayerSettings, bidirectional_layer, default_kernels
 from .hub_elmo import push_to_hub_with_model_card
 from .onednn_linear import linear
@@ -274,24 +273,22 @@ class ElmoLstmLayer(nn.Module):
             outputs `(T, B, P)` (0 at padded positions), final hidden `(B, P)`, final memory `(B, D)`.
             A row's state changes only at its real positions.
         """
-        bias = self.state_linearity.bias
-        if self.forget_bias:  # added at run time, as TensorFlow's LSTMCell does: here once, into the input products
-            forget_bias = torch.zeros_like(bias)
-            forget_bias[self.cell_dim : 2 * self.cell_dim] = self.forget_bias
-            bias = bias + forget_bias
-        # The input-to-gate products of all steps are one matrix product; only W_h h is sequential.
-        gate_inputs = linear(inputs, self.input_linearity.weight, bias)
-        return lstm_direction(
-            gate_inputs,
-            hidden,
-            memory,
+        steps = PackedSteps.from_batch_sizes(batch_sizes, inputs.shape[1], inputs.device)
+        ((outputs, hidden, memory),) = lstm_layer([inputs], [(hidden, memory)], [self.weights()], [reverse], steps,
+                                                  self.settings())  # fmt: skip
+        return outputs, hidden, memory
+
+    def weights(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """`(W_x (4D, P), b (4D,), W_h (4D, P), W_p (P, D))`."""
+        return (
+            self.input_linearity.weight,
+            self.state_linearity.bias,
             self.state_linearity.weight,
             self.state_projection.weight,
-            batch_sizes,
-            reverse,
-            self.cell_clip,
-            self.proj_clip,
         )
+
+    def settings(self) -> LstmSettings:
+        return LstmSettings(self.cell_clip, self.proj_clip, self.forget_bias or 0.0)
 
 
 class ElmoBiLstm(nn.Module):
@@ -391,22 +388,22 @@ class ElmoBiLstm(nn.Module):
             token_embeddings, hidden, memory = token_embeddings[order], hidden[:, order], memory[:, order]
         # Time-major, so that one step's rows are contiguous (and the input products fold into one matrix product).
         forward_in = backward_in = token_embeddings.transpose(0, 1).contiguous()
+        steps = PackedSteps.from_batch_sizes(batch_sizes, forward_in.shape[1], forward_in.device)
         layer_outputs, final_hidden, final_memory = [], [], []
         for index, (forward_layer, backward_layer) in enumerate(zip(self.forward_layers, self.backward_layers)):
             forward_hidden, backward_hidden = hidden[index].chunk(2, dim=-1)
             forward_memory, backward_memory = memory[index].chunk(2, dim=-1)
             # bilm-tf wraps every cell, residual included, in input dropout.
             forward_in, backward_in = self.dropout(forward_in), self.dropout(backward_in)
-            directions = (  # the loop copies each state half into a contiguous buffer of its own
-                partial(forward_layer, forward_in, forward_hidden, forward_memory, batch_sizes, False),
-                partial(backward_layer, backward_in, backward_hidden, backward_memory, batch_sizes, True),
+            # Both directions in one call: on two threads, forward and backward, where there are two.
+            (forward_out, forward_hidden, forward_memory), (backward_out, backward_hidden, backward_memory) = lstm_layer(
+                [forward_in, backward_in],
+                [(forward_hidden, forward_memory), (backward_hidden, backward_memory)],
+                [forward_layer.weights(), backward_layer.weights()],
+                [False, True],
+                steps,
+                forward_layer.settings(),
             )
-            if can_run_concurrently(forward_in):
-                forward_result, backward_result = run_concurrently(*directions)
-            else:
-                forward_result, backward_result = (direction() for direction in directions)
-            forward_out, forward_hidden, forward_memory = forward_result
-            backward_out, backward_hidden, backward_memory = backward_result
             if self.use_skip_connections and index > 0:
                 forward_out = forward_out + forward_in
                 backward_out = backward_out + backward_in
@@ -808,12 +805,18 @@ class ElmoForBiLM(ElmoPreTrainedModel):
         # Every position is scored and the ones without a target are dropped from the sums: shapes then do not
         # depend on the data, so a GPU never waits for the host to count targets.
         targets = targets.masked_fill(~has_target, 0)
+        scored = None
+        if hidden.device.type == "cpu":  # where the host knows the targets anyway, only positions that have one
+            scored = has_target.nonzero().squeeze(1)
+            hidden, targets = hidden.index_select(0, scored), targets.index_select(0, scored)
         if self.training and self.uses_sampled_softmax():
             losses = sampled_softmax_loss(
                 hidden, targets, self.softmax.weight, self.softmax.bias, self.config.num_softmax_samples
             )
         else:
             losses = full_softmax_loss(hidden, targets, self.softmax.weight, self.softmax.bias)
+        if scored is not None:
+            losses = losses.new_zeros(has_target.shape).index_copy(0, scored, losses)
         sums = torch.where(has_target, losses, 0.0).view(2, -1).sum(dim=1)
         return sums, has_target.view(2, -1).sum(dim=1)
 
@@ -1329,12 +1332,18 @@ class ElmoForTokenClassification(ElmoTaskPreTrainedModel):
         # Every position is scored and the ones without a target are dropped from the sums: shapes then do not
         # depend on the data, so a GPU never waits for the host to count targets.
         targets = targets.masked_fill(~has_target, 0)
+        scored = None
+        if hidden.device.type == "cpu":  # where the host knows the targets anyway, only positions that have one
+            scored = has_target.nonzero().squeeze(1)
+            hidden, targets = hidden.index_select(0, scored), targets.index_select(0, scored)
         if self.training and self.uses_sampled_softmax():
             losses = sampled_softmax_loss(
                 hidden, targets, self.softmax.weight, self.softmax.bias, self.config.num_softmax_samples
             )
         else:
             losses = full_softmax_loss(hidden, targets, self.softmax.weight, self.softmax.bias)
+        if scored is not None:
+            losses = losses.new_zeros(has_target.shape).index_copy(0, scored, losses)
         sums = torch.where(has_target, losses, 0.0).view(2, -1).sum(dim=1)
         return sums, has_target.view(2, -1).sum(dim=1)
 

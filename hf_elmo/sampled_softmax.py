@@ -202,8 +202,8 @@ def sampled_softmax_loss(
     # sorts the indices first, `embedding`'s waits for the GPU to count them).
     true_logits = (hidden * weight.index_select(0, targets)).sum(-1) + bias.index_select(0, targets)
     # The log-Q correction goes into the product's bias: one pass over the (N, S) logits less.
-    sampled_bias = bias.index_select(0, sampled) - sampled_log_q
-    sampled_logits = torch.addmm(sampled_bias.to(hidden.dtype), hidden, weight.index_select(0, sampled).t())
+    sampled_bias = (bias.index_select(0, sampled) - sampled_log_q).to(hidden.dtype)
+    sampled_weight = weight.index_select(0, sampled)
     # Accidental hits: the sampled word equal to a row's target, at most one per row (the sample is distinct),
     # is removed from that row's softmax.
     position_in_sample = torch.full((vocab_size,), num_samples, device=device)
@@ -212,7 +212,11 @@ def sampled_softmax_loss(
     # The softmax runs in at least float32 even under bf16 autocast.
     compute_dtype = torch.promote_types(true_logits.dtype, torch.float32)
     true_logits = true_logits.to(compute_dtype) - true_log_q.to(compute_dtype)
-    sampled_total = logsumexp_without(sampled_logits, hit).to(compute_dtype)
+    if device.type == "cpu" and hidden.dtype in (torch.float32, torch.float64) and not torch.is_autocast_enabled("cpu"):
+        sampled_total = _SampledLogSumExp.apply(hidden, sampled_weight, sampled_bias, hit)
+    else:
+        sampled_logits = torch.addmm(sampled_bias, hidden, sampled_weight.t())
+        sampled_total = logsumexp_without(sampled_logits, hit).to(compute_dtype)
     return torch.logaddexp(true_logits, sampled_total) - true_logits
 
 
@@ -248,6 +252,36 @@ class _LogSumExpWithout(torch.autograd.Function):
     def backward(ctx, grad):
         logits, skip, result = ctx.saved_tensors
         return _softmax_kernels.logsumexp_backward(logits, skip, result, grad), None
+
+
+class _SampledLogSumExp(torch.autograd.Function):
+    """`logsumexp_without(hidden @ weight.T + bias, skip)` on CPUs, `(N, P)`, `(S, P)`, `(S,)`, `(N,)` -> `(N,)`, with
+    the `(N, S)` logits formed once, masked in place and turned into their gradient in place: three passes over
+    them in each direction instead of a copy, a scatter and autograd's log-sum-exp."""
+
+    @staticmethod
+    def forward(ctx, hidden, weight, bias, skip):
+        logits = torch.addmm(bias, hidden, weight.t())
+        hits = (skip < logits.shape[1]).nonzero().squeeze(1)
+        logits[hits, skip[hits]] = float("-inf")
+        total = torch.logsumexp(logits, dim=1)
+        ctx.save_for_backward(hidden, weight, logits, total)
+        return total
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad):
+        hidden, weight, logits, total = ctx.saved_tensors
+        # Softmax times the incoming gradient; the left-out column has exp(-inf) = 0.
+        grad_logits = torch.sub(logits, total[:, None]).exp_().mul_(grad[:, None])
+        grad_hidden = grad_weight = grad_bias = None
+        if ctx.needs_input_grad[0]:
+            grad_hidden = torch.mm(grad_logits, weight)
+        if ctx.needs_input_grad[1]:
+            grad_weight = torch.mm(grad_logits.t(), hidden)
+        if ctx.needs_input_grad[2]:
+            grad_bias = grad_logits.sum(dim=0)
+        return grad_hidden, grad_weight, grad_bias, None
 
 
 def full_softmax_loss(

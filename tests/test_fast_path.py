@@ -288,6 +288,7 @@ def test_concurrent_cpu_inference_matches_reference(mode, monkeypatch):
         return original(*parts)
 
     monkeypatch.setattr("hf_elmo.modeling_elmo.run_concurrently", spy)
+    monkeypatch.setattr("hf_elmo.fast_lstm.run_concurrently", spy)
     model = random_model(small_config())
     reference = reference_from(model)
     rng = np.random.default_rng(0)
@@ -319,3 +320,36 @@ def test_concurrent_cpu_inference_matches_reference(mode, monkeypatch):
             assert torch.nn.functional.cosine_similarity(a[real].float(), b[real], dim=-1).mean() >= 0.999
     else:
         assert_same_outputs(fast, slow, atol=1e-5)
+
+
+def test_concurrent_cpu_training_gradients_match_reference(monkeypatch):
+    """With two intra-op threads, the directions of each LSTM layer run on threads of their own in the forward and
+    in the backward pass under autograd too; gradients stay those of the reference."""
+    from hf_elmo import cpu_threads
+
+    calls = []
+    original = cpu_threads.run_concurrently
+
+    def spy(*parts):
+        calls.append(len(parts))
+        return original(*parts)
+
+    monkeypatch.setattr("hf_elmo.fast_lstm.run_concurrently", spy)
+    model = random_model(small_config())
+    reference = reference_from(model)
+    batch = encode(SENTENCES)
+    generator = torch.Generator().manual_seed(2)
+    weights = [torch.randn(len(SENTENCES), batch["input_ids"].shape[1], 2 * model.config.projection_dim,
+                           generator=generator) for _ in range(model.config.num_layers)]  # fmt: skip
+    torch.set_num_threads(2)
+    try:
+        layers = run_fast(model, batch)[0][1:]
+        sum((w * layer).sum() for w, layer in zip(weights, layers)).backward()
+    finally:
+        torch.set_num_threads(1)
+    assert calls == [2] * (2 * model.config.num_layers)  # each layer's directions, forward then backward
+    reference_layers = reference(batch["input_ids"], batch["attention_mask"])[0][1:]
+    sum((w * layer).sum() for w, layer in zip(weights, reference_layers)).backward()
+    for name, param in model.named_parameters():
+        expected = dict(reference.named_parameters())[name].grad
+        assert (param.grad - expected).abs().max() <= 1e-4 * expected.abs().max(), name

@@ -101,3 +101,30 @@ def test_approaches_full_softmax_as_samples_grow():
     # With all but one word sampled, the only differences left are one missing word and the log-Q
     # correction of the rarest words, whose expected counts are a little below 1.
     assert errors[-1] < 0.01 * full, (errors, full)
+
+
+@pytest.mark.parametrize("dtype, tolerance", [(torch.float64, 1e-12), (torch.float32, 1e-5)])
+def test_gradients_match_autograd_of_the_formula(dtype, tolerance):
+    """The CPU path forms, masks and differentiates the sampled logits in place; its gradients are autograd's of
+    the formula written with plain operations in float64."""
+    hidden, targets, weight, bias = random_softmax(vocab_size=60, dim=8, n=40, seed=1)
+    sampled, num_tries = sample_log_uniform_candidates(12, 60, torch.Generator().manual_seed(0))
+    assert set(targets.tolist()) & set(sampled.tolist()), "no accidental hit: the test would not exercise removal"
+    grad = torch.from_numpy(np.random.default_rng(2).normal(size=len(targets)))
+    tensors = [torch.tensor(a, dtype=dtype, requires_grad=True) for a in (hidden, weight, bias)]
+    sampled_softmax_loss(*tensors[:1], torch.tensor(targets), *tensors[1:], 12, sampled, num_tries).backward(
+        grad.to(dtype)
+    )
+
+    h, w, b = (torch.tensor(a, requires_grad=True) for a in (hidden, weight, bias))
+    t = torch.tensor(targets)
+    q = lambda k: torch.log1p(1.0 / (k.double() + 1.0)) / math.log(60 + 1.0)  # noqa: E731
+    log_count = lambda k: torch.log(-torch.expm1(num_tries * torch.log1p(-q(k))))  # noqa: E731
+    true_logits = (h * w[t]).sum(-1) + b[t] - log_count(t)
+    logits = h @ w[sampled].t() + b[sampled] - log_count(sampled)
+    logits = logits.masked_fill(t[:, None] == sampled[None, :], float("-inf"))
+    losses = torch.logaddexp(true_logits, torch.logsumexp(logits, dim=1)) - true_logits
+    losses.backward(grad)
+    for actual, expected in zip(tensors, (h, w, b)):
+        scale = expected.grad.abs().max()
+        assert (actual.grad.double() - expected.grad).abs().max() <= tolerance * scale
