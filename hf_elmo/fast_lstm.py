@@ -20,7 +20,7 @@ from functools import partial
 import torch
 
 from .cpu_threads import can_run_concurrently, run_concurrently
-from .onednn_linear import matmul_nt, matmul_nt_add
+from .onednn_linear import matmul_nt, matmul_nt_add, matmul_tn
 
 
 @dataclass(frozen=True)
@@ -125,13 +125,10 @@ def lstm_layer(
         # Autocast does not reach products written into preallocated buffers: cast once, run in that dtype.
         dtype = torch.get_autocast_dtype(device_type)
         with torch.autocast(device_type, enabled=False):
-            tensors = [t.to(dtype) for t in tensors]
-            return _unflatten(_run_layer(tensors, reverse, steps, settings), len(reverse))
-    return _unflatten(_run_layer(tensors, reverse, steps, settings), len(reverse))
-
-
-def _unflatten(results, num_directions):
-    return [tuple(results[3 * k : 3 * k + 3]) for k in range(num_directions)]
+            results = _run_layer([t.to(dtype) for t in tensors], reverse, steps, settings)
+    else:
+        results = _run_layer(tensors, reverse, steps, settings)
+    return [tuple(results[3 * k : 3 * k + 3]) for k in range(len(reverse))]
 
 
 def _run_layer(tensors, reverse, steps, settings):
@@ -157,28 +154,22 @@ def _run_all(calls, concurrent: bool):
     return run_concurrently(*calls) if concurrent else [call() for call in calls]
 
 
-_NEG_ONE = {}
-
-
 def _tanh_from_sigmoid_(sigmoid_of_double: torch.Tensor) -> torch.Tensor:
-    """`tanh(x) = 2 sigmoid(2x) - 1`, in place on `sigmoid(2x)`: one operation (-1 + 2s) instead of two."""
-    key = (sigmoid_of_double.dtype, sigmoid_of_double.device)
-    if key not in _NEG_ONE:
-        _NEG_ONE[key] = torch.tensor(-1.0, dtype=key[0], device=key[1])
-    return torch.add(_NEG_ONE[key], sigmoid_of_double, alpha=2, out=sigmoid_of_double)
+    """`tanh(x) = 2 sigmoid(2x) - 1`, in place on `sigmoid(2x)`."""
+    return sigmoid_of_double.mul_(2).sub_(1)
 
 
 def _product(x: torch.Tensor, weight: torch.Tensor, addend: torch.Tensor | None = None, out=None) -> torch.Tensor:
-    """`addend + x @ weight.T` of a step's rows.
+    """`addend + x @ weight.T` of a step's rows, into `out` where PyTorch multiplies; a product that goes to oneDNN
+    (large ones, `onednn_linear.py`) comes back as a new tensor instead of being copied: use the result.
 
     A product of one row runs as a matrix-vector kernel whose rounding can depend on the weights' memory
     alignment; multiplying the row twice keeps results independent of it."""
     if x.shape[0] == 1:
-        doubled = _product(x.expand(2, -1), weight, None if addend is None else addend.expand(2, -1))[:1]
-        return doubled if out is None else out.copy_(doubled)
+        return _product(x.expand(2, -1), weight, None if addend is None else addend.expand(2, -1))[:1]
     if addend is None:
-        return matmul_nt(x, weight, out=out)
-    return matmul_nt_add(x, weight, addend, out=out)
+        return matmul_nt(x, weight, out=out, copy_to_out=False)
+    return matmul_nt_add(x, weight, addend, out=out, copy_to_out=False)
 
 
 def _forward_direction(x, hidden, memory, input_weight, bias, state_weight, projection_weight, steps, reverse,
@@ -194,8 +185,9 @@ def _forward_direction(x, hidden, memory, input_weight, bias, state_weight, proj
         bias = bias.clone()
         bias[cell_dim : 2 * cell_dim] += settings.forget_bias
     packed_x = steps.pack(x)  # (N, P_in)
-    # The input-to-gate products of all steps are one matrix product; only W_h h is sequential.
-    gate_inputs = matmul_nt(packed_x, input_weight, bias)  # (N, 4D)
+    # The input-to-gate products of all steps are one matrix product; only W_h h is sequential. Each step adds
+    # its W_h h into its block and activates it in place: the buffer ends up holding the gate activations.
+    activations = matmul_nt(packed_x, input_weight, bias)  # (N, 4D)
     # PyTorch's CPU tanh is several times slower than its sigmoid; tanh(x) = 2 sigmoid(2x) - 1 has an absolute
     # error of a few units in the last place in float32 and float64, too coarse in 16-bit types.
     tanh_by_sigmoid = x.device.type == "cpu" and x.dtype in (torch.float32, torch.float64)
@@ -204,7 +196,7 @@ def _forward_direction(x, hidden, memory, input_weight, bias, state_weight, proj
 
     outputs = new(total, projection_dim)  # each step's new hidden state, after the clip
     if save:
-        activations, cell_tanh, cell_outputs = new(total, 4 * cell_dim), new(total, cell_dim), new(total, cell_dim)
+        cell_tanh, cell_outputs = new(total, cell_dim), new(total, cell_dim)
         cells = new(total, cell_dim)  # each step's new memory, after the clip
         # Before the clips: where their values passed through is where gradients do.
         raw_cells = new(total, cell_dim) if cell_clip is not None else cells
@@ -215,8 +207,7 @@ def _forward_direction(x, hidden, memory, input_weight, bias, state_weight, proj
         # keeps its final state, a row that starts (reverse direction) finds its initial one.
         hidden_state = hidden.clone(memory_format=torch.contiguous_format)
         memory_state = memory.clone(memory_format=torch.contiguous_format)
-        scratch_gates, scratch_tanh = new(batch_size, 4 * cell_dim), new(batch_size, cell_dim)
-        scratch_outputs = new(batch_size, cell_dim)
+        scratch_tanh, scratch_outputs = new(batch_size, cell_dim), new(batch_size, cell_dim)
 
     previous = None  # (offset, size) of the step before
     for t in range(num_steps - 1, -1, -1) if reverse else range(num_steps):
@@ -234,23 +225,24 @@ def _forward_direction(x, hidden, memory, input_weight, bias, state_weight, proj
                 ran = slice(previous[0], previous[0] + previous[1])
                 hidden_in = torch.cat([outputs[ran], hidden[previous[1] : n]])
                 memory_in = torch.cat([cells[ran], memory[previous[1] : n]])
-            act, tanh_c, cell_out = activations[block], cell_tanh[block], cell_outputs[block]
+            tanh_c, cell_out = cell_tanh[block], cell_outputs[block]
             raw_c, raw_h = raw_cells[block], raw_outputs[block]
         else:
             hidden_in, memory_in = hidden_state[:n], memory_state[:n]
-            act, tanh_c, cell_out = scratch_gates[:n], scratch_tanh[:n], scratch_outputs[:n]
+            tanh_c, cell_out = scratch_tanh[:n], scratch_outputs[:n]
             raw_c = memory_in  # updated in place
         previous = (start, n)
 
-        gates = _product(hidden_in, state_weight, gate_inputs[block], out=act)  # activated in place
+        act = activations[block]
+        gates = _product(hidden_in, state_weight, act, out=act)  # act itself, or a new tensor from oneDNN
         if tanh_by_sigmoid:  # one sigmoid over all four blocks, the cell block at twice its input
             gates[:, cell_block].mul_(2)
-            gates.sigmoid_()
+            torch.sigmoid(gates, out=act)
             _tanh_from_sigmoid_(act[:, cell_block])
         else:
-            torch.tanh(gates[:, cell_block], out=gates[:, cell_block])
-            gates[:, : 2 * cell_dim].sigmoid_()
-            gates[:, 3 * cell_dim :].sigmoid_()
+            torch.tanh(gates[:, cell_block], out=act[:, cell_block])
+            torch.sigmoid(gates[:, : 2 * cell_dim], out=act[:, : 2 * cell_dim])
+            torch.sigmoid(gates[:, 3 * cell_dim :], out=act[:, 3 * cell_dim :])
         input_gate, forget_gate, cell_input, output_gate = act.chunk(4, dim=1)
         torch.mul(forget_gate, memory_in, out=raw_c).addcmul_(input_gate, cell_input)
         if cell_clip is not None:
@@ -263,9 +255,14 @@ def _forward_direction(x, hidden, memory, input_weight, bias, state_weight, proj
         else:
             torch.tanh(cell, out=tanh_c)
         torch.mul(output_gate, tanh_c, out=cell_out)
-        new_hidden = _product(cell_out, projection_weight, out=raw_h if save else outputs[block])
+        target = raw_h if save else outputs[block]
+        new_hidden = _product(cell_out, projection_weight, out=target)
         if proj_clip is not None:
             torch.clamp(new_hidden, -proj_clip, proj_clip, out=outputs[block])
+            if new_hidden is not target and save:
+                target.copy_(new_hidden)  # the backward reads where the clip passed values through
+        elif new_hidden is not target:
+            target.copy_(new_hidden)
         if not save:
             hidden_state[:n] = outputs[block]
 
@@ -308,26 +305,31 @@ def _backward_direction(saved, hidden, memory, input_weight, state_weight, proje
     if grad_outputs is None:
         grad_outputs = torch.zeros(num_steps, batch_size, hidden.shape[1], dtype=dtype, device=device)
 
-    # What each step's sequential gradients multiply by, for all steps at once (elementwise, so the loop below
-    # is two products and a few multiplications per step):
-    # d(gates): [g i(1-i), c_in f(1-f), i (1-g^2), tanh(c) o(1-o)] and d(cell) from d(cell output): o (1-tanh(c)^2).
+    # What each step's sequential gradients multiply by, for all steps at once (elementwise, so that the loop below
+    # is two products and a few multiplications per step), written over the activations, which become the gate
+    # gradients step by step: d(gates) = [g i(1-i), c_in f(1-f), i(1-g^2), tanh(c) o(1-o)] times d(cell) (the
+    # first three) or d(cell output) (the last), and d(cell) = d(cell output) o (1 - tanh(c)^2) + d(next cell).
     entering = steps.entering_reverse if reverse else steps.entering_forward
     memory_in = torch.cat([saved["cells"], memory]).index_select(0, entering)
     input_gate, forget_gate, cell_input, output_gate = activations.chunk(4, dim=1)
-    factors = torch.rsub(activations, 1).mul_(activations)
-    gate_i, gate_f, gate_g, gate_o = factors.chunk(4, dim=1)
-    gate_i.mul_(cell_input)
-    gate_f.mul_(memory_in)
-    torch.mul(cell_input, cell_input, out=gate_g).neg_().add_(1).mul_(input_gate)
-    gate_o.mul_(cell_tanh)
+    forget = forget_gate.clone()  # d(previous cell) = d(cell) f
     cell_factor = torch.mul(cell_tanh, cell_tanh).neg_().add_(1).mul_(output_gate)
+    output_gate.mul_(torch.rsub(output_gate, 1)).mul_(cell_tanh)
+    forget_gate.mul_(torch.rsub(forget_gate, 1)).mul_(memory_in)
+    cell_derivative = torch.mul(cell_input, cell_input).neg_().add_(1).mul_(input_gate)
+    input_gate.mul_(torch.rsub(input_gate, 1)).mul_(cell_input)
+    cell_input.copy_(cell_derivative)
+    del memory_in, cell_derivative
+    # Where the clips passed values through, as 0/1 in the gradients' dtype (a boolean factor would be converted
+    # at every step).
     if settings.cell_clip is not None:
-        cell_factor_mask = saved["raw_cells"].abs() <= settings.cell_clip
+        cell_passed = (saved["raw_cells"].abs() <= settings.cell_clip).to(dtype)
     if settings.proj_clip is not None:
-        hidden_mask = saved["raw_outputs"].abs() <= settings.proj_clip
-    three_blocks = factors[:, : 3 * cell_dim].view(total, 3, cell_dim)
+        hidden_passed = (saved["raw_outputs"].abs() <= settings.proj_clip).to(dtype)
+    grad_gates = activations  # = gradient of the gate inputs, once the loop has run
+    three_blocks = grad_gates[:, : 3 * cell_dim].view(total, 3, cell_dim)
+    last_block = grad_gates[:, 3 * cell_dim :]
 
-    grad_gates = torch.empty_like(activations)  # = gradient of the gate inputs
     grad_projected = torch.empty(total, hidden.shape[1], dtype=dtype, device=device)  # of each unclipped W_p m
     for t in range(num_steps) if reverse else range(num_steps - 1, -1, -1):
         n, start = steps.batch_sizes[t], steps.offsets[t]
@@ -336,29 +338,36 @@ def _backward_direction(saved, hidden, memory, input_weight, state_weight, proje
         block = slice(start, start + n)
         grad_h = torch.add(grad_hidden[:n], grad_outputs[t, :n], out=grad_projected[block])
         if settings.proj_clip is not None:
-            grad_h.mul_(hidden_mask[block])
+            grad_h.mul_(hidden_passed[block])
         grad_cell_output = _product(grad_h, projection_weight.t())  # (n, D)
         grad_cell = torch.mul(grad_cell_output, cell_factor[block]).add_(grad_memory[:n])
         if settings.cell_clip is not None:
-            grad_cell.mul_(cell_factor_mask[block])
-        step_grad = grad_gates[block]
-        torch.mul(grad_cell[:, None, :], three_blocks[block], out=step_grad[:, : 3 * cell_dim].view(n, 3, cell_dim))
-        torch.mul(grad_cell_output, gate_o[block], out=step_grad[:, 3 * cell_dim :])
-        torch.mul(grad_cell, forget_gate[block], out=grad_memory[:n])
-        _product(step_grad, state_weight.t(), out=grad_hidden[:n])
+            grad_cell.mul_(cell_passed[block])
+        step_blocks = three_blocks[block]
+        torch.mul(grad_cell[:, None, :], step_blocks, out=step_blocks)
+        last_block[block].mul_(grad_cell_output)
+        torch.mul(grad_cell, forget[block], out=grad_memory[:n])
+        carried = grad_hidden[:n]
+        product = _product(grad_gates[block], state_weight.t(), out=carried)
+        if product is not carried:
+            carried.copy_(product)
 
     grad_input = grad_input_weight = grad_bias = grad_state_weight = grad_projection_weight = None
     if needs["input"]:
         grad_input = steps.unpack(matmul_nt(grad_gates, input_weight.t()), batch_size)
-    if needs["input_weight"]:
-        grad_input_weight = torch.mm(grad_gates.t(), saved["packed_x"])
-    if needs["bias"]:
-        grad_bias = grad_gates.sum(dim=0)
-    if needs["state_weight"]:
-        hidden_in = torch.cat([saved["outputs"], hidden]).index_select(0, entering)
-        grad_state_weight = torch.mm(grad_gates.t(), hidden_in)
+    if needs["input_weight"] or needs["state_weight"] or needs["bias"]:
+        # All three from one pass over the gate gradients: d[W_x | W_h | b] = d(gates)^T [x | h_in | 1].
+        input_dim, projection_dim = saved["packed_x"].shape[1], hidden.shape[1]
+        operands = torch.empty(total, input_dim + projection_dim + 1, dtype=dtype, device=device)
+        operands[:, :input_dim] = saved["packed_x"]
+        operands[:, input_dim:-1] = torch.cat([saved["outputs"], hidden]).index_select(0, entering)
+        operands[:, -1] = 1
+        grads = matmul_tn(grad_gates, operands)
+        grad_input_weight = grads[:, :input_dim].contiguous()
+        grad_state_weight = grads[:, input_dim:-1].contiguous()
+        grad_bias = grads[:, -1].contiguous()
     if needs["projection_weight"]:
-        grad_projection_weight = torch.mm(grad_projected.t(), saved["cell_outputs"])
+        grad_projection_weight = matmul_tn(grad_projected, saved["cell_outputs"])
     return grad_input, grad_hidden, grad_memory, grad_input_weight, grad_bias, grad_state_weight, grad_projection_weight
 
 
