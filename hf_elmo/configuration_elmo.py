@@ -67,6 +67,9 @@ class ElmoConfig(PreTrainedConfig):
             (ELMoForManyLangs models); 0: characters only.
         input_word_dim (`int`, defaults to 0): size of those word embeddings, concatenated before the CNN features
             and projected with them.
+        warm_state (`bool`, defaults to `False`): the model holds a warm start state (`ElmoModel.set_warm_state`,
+            estimated by `hf-elmo warm-state`), the LSTM state every row starts from whenever no `state=` is passed;
+            `False`: rows start from zeros.
 
     Task heads (`ElmoForSequenceClassification`, `ElmoForTokenClassification`; the biLM ignores these):
         freeze_elmo (`bool`, defaults to `True`): keep the biLM fixed (no gradients, eval mode); `False` fine-tunes it.
@@ -122,6 +125,7 @@ class ElmoConfig(PreTrainedConfig):
     char_vocabulary: bool = False
     input_word_vocab_size: int = 0
     input_word_dim: int = 0
+    warm_state: bool = False
     num_softmax_samples: int = 8192
     tie_word_embeddings: bool = False
 

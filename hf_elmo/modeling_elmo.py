@@ -322,8 +322,9 @@ class ElmoPreTrainedModel(PreTrainedModel):
     main_input_name = "input_ids"
     _no_split_modules = ["ElmoBiLstm"]
     _is_stateful = True
-    # A pre-training checkpoint (`ElmoForBiLM`) holds the word softmax, which other heads leave out on purpose.
-    _keys_to_ignore_on_load_unexpected = [r"^softmax\."]
+    # A pre-training checkpoint (`ElmoForBiLM`) holds the word softmax, which other heads leave out on purpose; a
+    # warm start state is left out when loading with `warm_state=False`.
+    _keys_to_ignore_on_load_unexpected = [r"^softmax\.", r"warm_(hidden|memory)$"]
 
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path, *model_args, use_safetensors: bool | None = None, **kwargs):
@@ -399,6 +400,9 @@ class ElmoPreTrainedModel(PreTrainedModel):
         elif isinstance(module, ElmoCharacterEncoder):
             init.normal_(module.projection.weight, std=math.sqrt(1.0 / module.projection.in_features))
             init.zeros_(module.projection.bias)
+        elif isinstance(module, ElmoModel) and module.config.warm_state:
+            init.zeros_(module.warm_hidden)
+            init.zeros_(module.warm_memory)
         elif isinstance(module, nn.Linear):
             super()._init_weights(module)
 
@@ -411,7 +415,54 @@ class ElmoModel(ElmoPreTrainedModel):
         super().__init__(config)
         self.char_encoder = ElmoCharacterEncoder(config)
         self.encoder = ElmoBiLstm(config)
+        if config.warm_state:
+            self._register_warm_state(*self.initial_state(1, warm=False))
         self.post_init()
+
+    def _register_warm_state(self, hidden: torch.Tensor, memory: torch.Tensor):
+        # Buffers, so that they are saved with the weights and follow the model's dtype and device.
+        self.register_buffer("warm_hidden", hidden.reshape(self.config.num_layers, -1))
+        self.register_buffer("warm_memory", memory.reshape(self.config.num_layers, -1))
+
+    @property
+    def warm_state(self) -> ElmoState | None:
+        """The warm start state `(hidden (num_layers, 2P), memory (num_layers, 2D))` every row starts from when no
+        `state=` is passed, or `None` (rows start from zeros)."""
+        return (self.warm_hidden, self.warm_memory) if self.config.warm_state else None
+
+    @torch.no_grad()
+    def set_warm_state(self, state: ElmoState | None):
+        """Make `state` the start state of every row whenever no `state=` is passed; `None` removes it.
+
+        `state` is `(hidden, memory)` of shapes `(num_layers, 2P)` and `(num_layers, 2D)` (or the state of one row,
+        `(num_layers, 1, 2P)` / `(num_layers, 1, 2D)`, as `use_cache=True` returns it). It is stored with the weights
+        (`save_pretrained`) and sets `config.warm_state`.
+        """
+        if state is None:
+            if self.config.warm_state:
+                del self.warm_hidden, self.warm_memory
+            self.config.warm_state = False
+            return
+        config = self.config
+        expected = ((config.num_layers, 2 * config.projection_dim), (config.num_layers, 2 * config.cell_dim))
+        is_pair = isinstance(state, (tuple, list)) and len(state) == 2
+        is_pair = is_pair and all(isinstance(t, torch.Tensor) for t in state)
+        shapes = [tuple(t.shape) for t in state] if is_pair else None
+        squeezed = [shape[:1] + shape[2:] if len(shape) == 3 and shape[1] == 1 else shape for shape in shapes or []]
+        if not is_pair or tuple(squeezed) != expected:
+            raise ValueError(
+                f"A warm state must be (hidden, memory) of shapes {expected[0]} and {expected[1]} (num_layers, 2 * "
+                f"projection_dim / 2 * cell_dim), got {shapes if is_pair else type(state).__name__}."
+            )
+        if not all(torch.isfinite(t).all() for t in state):
+            raise ValueError("A warm state must be finite; it contains NaN or infinite values.")
+        hidden, memory = (t.detach().to(self.device, self.dtype).reshape(shape) for t, shape in zip(state, expected))
+        if config.warm_state:
+            self.warm_hidden.copy_(hidden)
+            self.warm_memory.copy_(memory)
+        else:
+            self._register_warm_state(hidden.clone(), memory.clone())
+        config.warm_state = True
 
     def get_input_embeddings(self) -> nn.Module:
         return self.char_encoder.char_embedding
@@ -419,11 +470,19 @@ class ElmoModel(ElmoPreTrainedModel):
     def set_input_embeddings(self, value: nn.Module):
         self.char_encoder.char_embedding = value
 
-    def initial_state(self, batch_size: int, dtype: torch.dtype = None, device: torch.device = None) -> ElmoState:
-        """All-zero state, the state a row starts from when `state` is not given."""
+    def initial_state(
+        self, batch_size: int, dtype: torch.dtype = None, device: torch.device = None, warm: bool = True
+    ) -> ElmoState:
+        """The state every row starts from when `state` is not given: the warm start state when the model has one
+        (and `warm`), else zeros."""
         config = self.config
         dtype = dtype or self.dtype
         device = device or self.device
+        if warm and config.warm_state:
+            return tuple(
+                t.to(device=device, dtype=dtype)[:, None].expand(-1, batch_size, -1).contiguous()
+                for t in (self.warm_hidden, self.warm_memory)
+            )
         return (
             torch.zeros(config.num_layers, batch_size, 2 * config.projection_dim, dtype=dtype, device=device),
             torch.zeros(config.num_layers, batch_size, 2 * config.cell_dim, dtype=dtype, device=device),
@@ -510,7 +569,7 @@ class ElmoModel(ElmoPreTrainedModel):
 
     def _check_state(self, state, input_ids: torch.Tensor):
         batch_size = input_ids.shape[0]
-        expected = tuple(tuple(t.shape) for t in self.initial_state(batch_size, device="meta"))
+        expected = tuple(tuple(t.shape) for t in self.initial_state(batch_size, device="meta", warm=False))
         is_pair = isinstance(state, (tuple, list)) and len(state) == 2
         is_pair = is_pair and all(isinstance(t, torch.Tensor) for t in state)
         got = tuple(tuple(t.shape) for t in state) if is_pair else type(state).__name__
@@ -544,8 +603,9 @@ class ElmoModel(ElmoPreTrainedModel):
             attention_mask (`torch.Tensor` of shape `(B, T)`, *optional*): 1 at real positions; derived from
                 `input_ids` when omitted. Padding must be on the right.
             state (`ElmoState`, *optional*): `out.state` of a previous call with the same batch size; row `k`
-                continues from row `k`'s final state. Zeros when omitted: each sentence is then independent of
-                everything else in the batch and of earlier calls.
+                continues from row `k`'s final state. When omitted every row starts from the model's warm start state
+                (`warm_state`) if it has one, else from zeros: each sentence is then independent of everything else
+                in the batch and of earlier calls.
             use_cache (`bool`, *optional*): return the final `state`.
             output_hidden_states (`bool`, *optional*): return all `num_layers + 1` layers.
             input_word_ids (`torch.LongTensor` of shape `(B, T)`, *optional*): word ids from the tokenizer, needed
@@ -586,6 +646,7 @@ class ElmoBiLMOutput(ModelOutput):
             softmax scores of the word following each position.
         backward_logits (`torch.FloatTensor` of shape `(B, T, V)`, *optional*): same for the preceding word.
         hidden_states (`tuple(torch.FloatTensor)`, *optional*): as `ElmoModelOutput.hidden_states`.
+        state (`ElmoState`, *optional*): with `use_cache=True`, as `ElmoModelOutput.state`.
     """
 
     loss: torch.FloatTensor | None = None
@@ -594,6 +655,7 @@ class ElmoBiLMOutput(ModelOutput):
     forward_logits: torch.FloatTensor | None = None
     backward_logits: torch.FloatTensor | None = None
     hidden_states: tuple[torch.FloatTensor, ...] | None = None
+    state: ElmoState | None = None
 
 
 class ElmoWordSoftmax(nn.Linear):
@@ -672,6 +734,8 @@ class ElmoForBiLM(ElmoPreTrainedModel):
         return_logits: bool = False,
         output_hidden_states: bool | None = None,
         num_items_in_batch: int | torch.Tensor | None = None,
+        state: ElmoState | None = None,
+        use_cache: bool | None = None,
         return_dict: bool | None = None,
     ) -> ElmoBiLMOutput:
         r"""
@@ -686,8 +750,16 @@ class ElmoForBiLM(ElmoPreTrainedModel):
                 both directions.
             num_items_in_batch (`int` or `torch.Tensor`, *optional*): divide the summed cross-entropy by this many
                 targets (both directions counted) instead of this batch's count; passed by `Trainer`.
+            state (`ElmoState`, *optional*), use_cache (`bool`, *optional*): as for `ElmoModel`: the state each row
+                starts from (default: the warm start state, else zeros) and whether to return the final one.
         """
-        outputs = self.elmo(input_ids, attention_mask=attention_mask, output_hidden_states=output_hidden_states)
+        outputs = self.elmo(
+            input_ids,
+            attention_mask=attention_mask,
+            state=state,
+            use_cache=use_cache,
+            output_hidden_states=output_hidden_states,
+        )
         top = self.dropout(outputs.last_hidden_state)
         forward_hidden, backward_hidden = top.chunk(2, dim=-1)
 
@@ -722,6 +794,7 @@ class ElmoForBiLM(ElmoPreTrainedModel):
             forward_logits=forward_logits,
             backward_logits=backward_logits,
             hidden_states=outputs.hidden_states,
+            state=outputs.state,
         )
 
 

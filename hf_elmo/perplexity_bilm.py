@@ -1,9 +1,18 @@
 """`hf-elmo perplexity`: held-out perplexity of a trained biLM, per direction, with the full softmax.
 
-Sentences are packed into windows exactly as for training (see `data_bilm`), each window starting from a zero
-state. The forward perplexity is `exp` of the mean cross-entropy of the forward LM over its targets (each
-sentence's words and `</S>`), the backward one likewise (`<S>` and the words); the original reports their
-geometric mean, `exp` of the mean of the two losses (39.7 for its released model on the 1B Word Benchmark).
+Three ways to run the held-out text through the model:
+
+- windows (the default): sentences packed into windows exactly as for training (see `data_bilm`), each window
+  starting from the model's start state (its warm start state, else zeros);
+- `--stream`: bilm-tf's `test()`, exactly: one continuous stream per batch row, the state never reset, the last
+  incomplete batch dropped (see `streams_bilm`);
+- `--start zero|warm`: every line scored on its own from the zero or the warm start state.
+
+The forward perplexity is `exp` of the mean cross-entropy of the forward LM over its targets (each sentence's words
+and `</S>`), the backward one likewise (`<S>` and the words); the combined one, which bilm-tf prints, is their
+geometric mean, `exp` of the mean of the two losses (39.7 for the released model on the 1B Word Benchmark).
+`--stream` and `--start` read every line as a sentence, a blank line as an empty one, as bilm-tf does; the windows
+skip blank lines.
 """
 
 import argparse
@@ -26,7 +35,11 @@ from .data_bilm import (
     pack_sentences,
 )
 from .modeling_elmo import ElmoForBiLM
+from .sampled_softmax import full_softmax_loss
+from .streams_bilm import build_streams, read_lines_as_sentences, stream_batch, stream_char_ids
 from .tokenization_elmo import BOS_WORD_INDEX, EOS_TOKEN, ElmoTokenizer
+
+STARTS = ("zero", "warm")
 
 
 def _batches(files, tokenizer, window, split, batch_size):
@@ -38,6 +51,133 @@ def _batches(files, tokenizer, window, split, batch_size):
             return
         encoded = encode_windows(chunk, tokenizer)
         yield collate([{"input_ids": i, "labels": l} for i, l in zip(encoded["input_ids"], encoded["labels"])])
+
+
+def _check_vocabulary(model: ElmoForBiLM, tokenizer: ElmoTokenizer):
+    if tokenizer.word_vocabulary is None:
+        raise ValueError("The tokenizer has no word vocabulary: perplexity needs the one the model was trained with.")
+    if len(tokenizer.word_vocabulary) != model.config.vocab_size:
+        raise ValueError(
+            f"The tokenizer's vocabulary has {len(tokenizer.word_vocabulary)} words but the model's softmax "
+            f"{model.config.vocab_size}."
+        )
+
+
+def _result(sums: torch.Tensor, counts: torch.Tensor) -> dict[str, float]:
+    forward, backward = torch.exp(sums / counts).tolist()
+    return {
+        "forward": forward,
+        "backward": backward,
+        "geometric_mean": math.sqrt(forward * backward),
+        "targets": int(counts[0]),
+    }
+
+
+@torch.no_grad()
+def stream_perplexity(
+    model: ElmoForBiLM,
+    tokenizer: ElmoTokenizer,
+    files: Sequence[str],
+    batch_size: int = 64,
+    split: str = "whitespace",
+    return_token_nll: bool = False,
+) -> dict:
+    """bilm-tf's `test()`: perplexity of `files` read as `batch_size` continuous streams (see `streams_bilm`).
+
+    Every stream starts from the zero state, as bilm-tf's; the state is never reset. Each batch scores one position
+    of every row; the first batch that some row cannot fill is dropped, with everything after it.
+
+    Returns:
+        `{"forward", "backward", "geometric_mean" (bilm-tf's combined perplexity), "targets"}` (`targets`
+        predictions per direction, `batch_size` per batch) and, with `return_token_nll`, `"forward_nll"` and
+        `"backward_nll"`: `(batches, batch_size)` float32 arrays of every prediction's cross-entropy, in each
+        direction's reading order, and their targets `"forward_targets"`, `"backward_targets"`.
+    """
+    _check_vocabulary(model, tokenizer)
+    if batch_size < 1:
+        raise ValueError(f"batch size must be >= 1, got {batch_size}.")
+    files = check_text_files(files, "evaluation")
+    sentences = read_lines_as_sentences(files, split, tokenizer)
+    streams = build_streams(sentences, tokenizer, batch_size, num_steps=1)
+    if streams.length == 0:
+        raise ValueError(
+            f"{len(sentences)} lines cannot fill one batch of {batch_size} streams: every row needs a line of its own "
+            "(use a smaller --batch-size)."
+        )
+    char_ids = stream_char_ids(streams)
+    model.eval()
+    device, rows, length = model.device, streams.batch_size, streams.length
+    projection_dim, vocab_size = model.config.projection_dim, model.config.vocab_size
+    # Positions per model call: long enough to keep the recurrence busy, short enough for the logits.
+    chunk = max(1, min(512, 2**22 // (rows * vocab_size)))
+    state = model.elmo.initial_state(2 * rows, warm=False)
+    nll = torch.empty(2, rows, length, dtype=torch.float32)
+    for start in range(0, length, chunk):
+        end = min(start + chunk, length)
+        batch = stream_batch(streams, char_ids, start, end)
+        out = model.elmo(batch["input_ids"].to(device), state=state, use_cache=True)
+        state = out.state
+        top = out.last_hidden_state
+        hidden = (top[:rows, :, :projection_dim], top[rows:, :, projection_dim:].flip(1))
+        targets = (streams.forward_targets[:, start:end], streams.backward_targets[:, start:end])
+        for direction in range(2):
+            losses = full_softmax_loss(
+                hidden[direction].flatten(0, 1),
+                torch.from_numpy(targets[direction]).flatten().to(device),
+                model.softmax.weight,
+                model.softmax.bias,
+            )
+            nll[direction, :, start:end] = losses.view(rows, end - start).float().cpu()
+    sums = nll.double().sum(dim=(1, 2))
+    result = _result(sums, torch.full((2,), float(rows * length), dtype=torch.float64))
+    if return_token_nll:
+        result["forward_nll"], result["backward_nll"] = (nll[d].T.numpy() for d in range(2))
+        result["forward_targets"], result["backward_targets"] = streams.forward_targets.T, streams.backward_targets.T
+    return result
+
+
+@torch.no_grad()
+def sentence_perplexity(
+    model: ElmoForBiLM,
+    tokenizer: ElmoTokenizer,
+    files: Sequence[str],
+    start: str = "zero",
+    batch_size: int = 64,
+    split: str = "whitespace",
+) -> dict[str, float]:
+    """Perplexity of `files` with every line scored on its own from the `"zero"` or the `"warm"` start state.
+
+    Each line `w_1 .. w_n` gives `n + 1` predictions per direction (`w_1 .. w_n </S>` forward, `<S> w_1 .. w_n`
+    backward), all lines counted (a blank line as an empty sentence), so that the numbers compare with
+    `stream_perplexity` at batch size 1, which scores the same predictions with the state carried along.
+    """
+    _check_vocabulary(model, tokenizer)
+    if start not in STARTS:
+        raise ValueError(f"start must be one of {STARTS}, got {start!r}.")
+    if start == "warm" and model.elmo.warm_state is None:
+        raise ValueError(
+            "This model has no warm start state: estimate one with `hf-elmo warm-state --model DIR TEXT_FILE`."
+        )
+    if batch_size < 1:
+        raise ValueError(f"batch size must be >= 1, got {batch_size}.")
+    files = check_text_files(files, "evaluation")
+    sentences = read_lines_as_sentences(files, split, tokenizer)
+    # Results do not depend on the batch (a row's numbers are its own): batches of similar lengths pad least.
+    order = sorted(range(len(sentences)), key=lambda k: len(sentences[k]))
+    model.eval()
+    collate = DataCollatorForBiLM()
+    sums = torch.zeros(2, dtype=torch.float64)
+    counts = torch.zeros(2, dtype=torch.float64)
+    for first in range(0, len(order), batch_size):
+        windows = [[sentences[k]] for k in order[first : first + batch_size]]
+        encoded = encode_windows(windows, tokenizer)
+        batch = collate([{"input_ids": i, "labels": l} for i, l in zip(encoded["input_ids"], encoded["labels"])])
+        batch = {k: v.to(model.device) for k, v in batch.items()}
+        out = model(**batch, state=model.elmo.initial_state(len(windows), warm=start == "warm"))
+        count = batch["labels"].ne(-100).sum(dim=(0, 1)).double().cpu()
+        sums += torch.stack([out.forward_loss, out.backward_loss]).double().cpu() * count
+        counts += count
+    return _result(sums, counts)
 
 
 @torch.no_grad()
@@ -54,13 +194,7 @@ def compute_perplexity(
     Returns:
         `{"forward": ..., "backward": ..., "geometric_mean": ..., "targets": n}`; `n` targets per direction.
     """
-    if tokenizer.word_vocabulary is None:
-        raise ValueError("The tokenizer has no word vocabulary: perplexity needs the one the model was trained with.")
-    if len(tokenizer.word_vocabulary) != model.config.vocab_size:
-        raise ValueError(
-            f"The tokenizer's vocabulary has {len(tokenizer.word_vocabulary)} words but the model's softmax "
-            f"{model.config.vocab_size}."
-        )
+    _check_vocabulary(model, tokenizer)
     files = check_text_files(files, "evaluation")
     model.eval()
     device = model.device
@@ -72,13 +206,7 @@ def compute_perplexity(
         count = batch["labels"].ne(-100).sum(dim=(0, 1)).double().cpu()
         sums += torch.stack([out.forward_loss, out.backward_loss]).double().cpu() * count
         counts += count
-    forward, backward = torch.exp(sums / counts).tolist()
-    return {
-        "forward": forward,
-        "backward": backward,
-        "geometric_mean": math.sqrt(forward * backward),
-        "targets": int(counts[0]),
-    }
+    return _result(sums, counts)
 
 
 def unigram_perplexity(
