@@ -3,19 +3,21 @@
 import argparse
 import sys
 
-from . import convert_original_elmo, data_bilm, embed_elmo, export_original_elmo, perplexity_bilm, train_bilm
+from . import convert_original_elmo, data_bilm, embed_elmo, export_original_elmo, perplexity_bilm, train_bilm, warm_state
 
 # name -> (module with add_arguments(parser) and run(args) -> exit code, one-line help)
 COMMANDS = {
     "convert": (
         convert_original_elmo,
-        "convert an original options.json + weights.hdf5 (or an ELMoForManyLangs model) to a Hugging Face folder",
+        "convert an original options.json + weights.hdf5, a bilm-tf training checkpoint or an ELMoForManyLangs model "
+        "to a Hugging Face folder",
     ),
     "embed": (embed_elmo, "write the ELMo vectors of a text file, one sentence per line, to an HDF5 file"),
     "export": (export_original_elmo, "write a model folder back as an original options.json + weights.hdf5"),
     "vocab": (data_bilm, "count a corpus and write a word vocabulary in the original format"),
     "train": (train_bilm, "pre-train a biLM, or adapt one to a domain, with the transformers Trainer"),
     "perplexity": (perplexity_bilm, "forward, backward and mean perplexity of a trained biLM on text files"),
+    "warm-state": (warm_state, "estimate a warm start state from text and store it in a model folder"),
 }
 
 

@@ -21,8 +21,15 @@ from pathlib import Path
 import torch
 
 from .configuration_elmo import ElmoConfig
-from .convert_original_elmo import ElmoConversionError, config_from_options, load_options, save_atomically, weight_links
-from .convert_original_elmo import check_output
+from .convert_original_elmo import (
+    ElmoConversionError,
+    add_warm_state,
+    check_output,
+    config_from_options,
+    load_options,
+    save_atomically,
+    weight_links,
+)
 from .modeling_elmo import ElmoForBiLM
 from .tf_checkpoint import TFCheckpoint, TFCheckpointError
 from .tokenization_elmo import ElmoTokenizer, read_word_vocabulary
@@ -148,11 +155,22 @@ def load_bilm_tf_checkpoint(checkpoint_path, options_path=None, vocab_path=None)
     return model.eval(), words
 
 
-def convert_bilm_tf_checkpoint(checkpoint_path, output_dir, vocab_path=None, options_path=None, force=False) -> Path:
+def convert_bilm_tf_checkpoint(
+    checkpoint_path,
+    output_dir,
+    vocab_path=None,
+    options_path=None,
+    force=False,
+    warm_state_text=None,
+    warm_state_sentences=2000,
+) -> Path:
     """Writes the `ElmoForBiLM` of a bilm-tf training checkpoint, with its tokenizer (and word vocabulary, when
-    `vocab_path` is given), to `output_dir`; nothing is written if anything fails."""
+    `vocab_path` is given), to `output_dir`; with `warm_state_text`, also a warm start state estimated from those
+    text files. Nothing is written if anything fails."""
     check_output(output_dir, force)
     model, words = load_bilm_tf_checkpoint(checkpoint_path, options_path, vocab_path)
+    if warm_state_text:
+        add_warm_state(model.elmo, warm_state_text, warm_state_sentences)
     tokenizer = ElmoTokenizer()
     if words is not None:
         tokenizer.set_word_vocabulary(words)

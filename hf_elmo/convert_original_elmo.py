@@ -433,10 +433,25 @@ def load_model_folder(folder) -> ElmoModel:
     return model.eval()
 
 
-def convert(options_path, weights_path, output_dir, force: bool = False) -> Path:
-    """Converts and writes `config.json`, `model.safetensors`, tokenizer files and remote code to `output_dir`."""
+def add_warm_state(model: ElmoModel, text_files, sentences: int):
+    """Sets the warm start state of `model` estimated from the first `sentences` sentences of `text_files`."""
+    from .warm_state import estimate_warm_state, read_sentences
+
+    try:
+        model.set_warm_state(estimate_warm_state(model, read_sentences(text_files, sentences)))
+    except (ValueError, FileNotFoundError) as error:
+        raise ElmoConversionError(f"--warm-state-text: {error}") from None
+
+
+def convert(
+    options_path, weights_path, output_dir, force: bool = False, warm_state_text=None, warm_state_sentences=2000
+) -> Path:
+    """Converts and writes `config.json`, `model.safetensors`, tokenizer files and remote code to `output_dir`;
+    with `warm_state_text` (text files), also a warm start state estimated from them (`hf-elmo warm-state`)."""
     check_output(output_dir, force)  # before reading large weight files
     model = load_original_elmo(options_path, weights_path)
+    if warm_state_text:
+        add_warm_state(model, warm_state_text, warm_state_sentences)
 
     def write(folder):
         model.save_pretrained(folder)
@@ -457,20 +472,43 @@ def add_arguments(parser: argparse.ArgumentParser):
     parser.add_argument("--weights", help="weights.hdf5 of the original model")
     parser.add_argument("--model-dir", help="ELMoForManyLangs model folder (char.dic, word.dic, *.pkl, config.json)")
     parser.add_argument("--model-config", help="its model configuration, if the folder lacks the one config.json names")
+    parser.add_argument(
+        "--tf-checkpoint",
+        help="a bilm-tf training checkpoint (folder with the 'checkpoint' file, or prefix): converted with its word "
+        "softmax to an ElmoForBiLM, read without TensorFlow; --options defaults to its options.json",
+    )
+    parser.add_argument("--vocab", help="with --tf-checkpoint: the vocabulary file it was trained with")
+    parser.add_argument(
+        "--warm-state-text", nargs="+", help="text files to estimate a warm start state from (see hf-elmo warm-state)"
+    )
+    parser.add_argument("--warm-state-sentences", type=int, default=2000, help="sentences of --warm-state-text used")
     parser.add_argument("--output-dir", required=True, help="folder to write (must be empty or absent)")
     parser.add_argument("--force", action="store_true", help="replace a non-empty output folder")
 
 
 def _convert_from_args(args: argparse.Namespace) -> Path:
+    warm = {"warm_state_text": args.warm_state_text, "warm_state_sentences": args.warm_state_sentences}
+    if args.tf_checkpoint is not None:
+        if args.weights or args.model_dir or args.model_config or args.format != "original":
+            raise ElmoConversionError("--tf-checkpoint takes --vocab and --options (not --weights / --model-dir)")
+        from .convert_bilm_tf_checkpoint import convert_bilm_tf_checkpoint
+
+        return convert_bilm_tf_checkpoint(
+            args.tf_checkpoint, args.output_dir, args.vocab, args.options, force=args.force, **warm
+        )
+    if args.vocab:
+        raise ElmoConversionError("--vocab goes with --tf-checkpoint (weights.hdf5 holds no word softmax)")
     if args.format == "elmoformanylangs":
         if args.model_dir is None or args.options or args.weights:
             raise ElmoConversionError("--format elmoformanylangs takes --model-dir (not --options / --weights)")
+        if args.warm_state_text:
+            raise ElmoConversionError("--warm-state-text is not supported for --format elmoformanylangs")
         from .convert_elmoformanylangs import convert_elmoformanylangs
 
         return convert_elmoformanylangs(args.model_dir, args.output_dir, args.model_config, force=args.force)
     if args.options is None or args.weights is None or args.model_dir or args.model_config:
         raise ElmoConversionError("--format original takes --options and --weights (not --model-dir / --model-config)")
-    return convert(args.options, args.weights, args.output_dir, force=args.force)
+    return convert(args.options, args.weights, args.output_dir, force=args.force, **warm)
 
 
 def run(args: argparse.Namespace) -> int:

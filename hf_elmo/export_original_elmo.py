@@ -13,6 +13,7 @@ that format and are refused.
 import argparse
 import json
 import sys
+import warnings
 from pathlib import Path
 
 from .convert_original_elmo import (
@@ -32,6 +33,12 @@ def export(model_dir, output_dir, force: bool = False) -> Path:
     check_output(output_dir, force)
     model = load_model_folder(model_dir)
     options = options_from_config(model.config)
+    if model.config.warm_state:
+        warnings.warn(
+            f"{model_dir}: the original format has no place for the model's warm start state; it is not exported "
+            "(the exported model starts every sentence from zeros).",
+            stacklevel=2,
+        )
     datasets = hdf5_datasets_from_state_dict(model.state_dict(), model.config)
 
     def write(folder):

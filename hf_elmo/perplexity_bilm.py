@@ -252,26 +252,39 @@ def load_bilm(model_dir: str, device: str = "cpu") -> tuple[ElmoForBiLM, ElmoTok
 
 
 def add_arguments(parser: argparse.ArgumentParser):
-    parser.add_argument("--model", required=True, help="folder written by hf-elmo train")
+    parser.add_argument("--model", required=True, help="folder written by hf-elmo train or convert --tf-checkpoint")
     parser.add_argument("files", nargs="+", help="text files, one sentence per line")
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument(
+        "--stream",
+        action="store_true",
+        help="bilm-tf's test(): --batch-size continuous streams, the state never reset, the last incomplete batch "
+        "dropped",
+    )
+    mode.add_argument("--start", choices=STARTS, help="score every line on its own from the zero or the warm state")
     parser.add_argument("--window", type=int, default=20, help="positions per window, as in training")
     parser.add_argument("--split", choices=SPLITS, default="whitespace", help=f"as in training; {SPLIT_HELP}")
-    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--batch-size", type=int, default=64, help="windows, lines or streams per batch")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
 
 
 def run(args: argparse.Namespace) -> int:
     try:
         model, tokenizer = load_bilm(args.model, args.device)
-        result = compute_perplexity(model, tokenizer, args.files, args.window, args.split, args.batch_size)
+        if args.stream:
+            result = stream_perplexity(model, tokenizer, args.files, args.batch_size, args.split)
+        elif args.start:
+            result = sentence_perplexity(model, tokenizer, args.files, args.start, args.batch_size, args.split)
+        else:
+            result = compute_perplexity(model, tokenizer, args.files, args.window, args.split, args.batch_size)
     except (ValueError, FileNotFoundError, OSError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     print(f"targets per direction  {result['targets']:,}")
-    print(f"forward perplexity     {result['forward']:.2f}")
-    print(f"backward perplexity    {result['backward']:.2f}")
-    print(f"geometric mean         {result['geometric_mean']:.2f}")
+    print(f"forward perplexity     {result['forward']:.3f}")
+    print(f"backward perplexity    {result['backward']:.3f}")
+    print(f"geometric mean         {result['geometric_mean']:.3f}")
     return 0
 
 
-__all__ = ["compute_perplexity", "load_bilm", "unigram_perplexity"]
+__all__ = ["compute_perplexity", "load_bilm", "sentence_perplexity", "stream_perplexity", "unigram_perplexity"]
