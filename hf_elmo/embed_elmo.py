@@ -13,7 +13,8 @@ The file reads like the output of AllenNLP's `allennlp elmo` command, so existin
 Lines are split on whitespace (`str.split`), or with `--raw` by the tokenizer's word splitter. Differences from
 the original command:
 
-* **Stateless**: a line's vectors depend only on the line, not on the lines before it or its batch. Lines are
+* **Stateless**: a line's vectors depend only on the line, not on the lines before it or its batch (every line
+  starts from the model's warm start state if it has one, else from zeros). Lines are
   sorted by length within a window of `--batch-size * 16` lines to pad little. A repeated line is computed once
   and its dataset is an HDF5 hard link to the first one (identical vectors, no extra space); the map gives the
   first key (AllenNLP's gave the last, which held different vectors). `--carry-state` restores the original
@@ -113,14 +114,15 @@ class LayerSelector:
         return torch.einsum("l,l...->...", self.mix.to(stacked), stacked)
 
 
-def _state_rows(store, batch_size: int):
-    """The first `batch_size` rows of the carried state, zero rows where nothing was stored yet."""
+def _state_rows(store, batch_size: int, model):
+    """The first `batch_size` rows of the carried state; where nothing was stored yet, the model's start state (its
+    warm start state, else zeros)."""
     hidden, memory = store
     missing = batch_size - hidden.shape[1]
     if missing <= 0:
         return hidden[:, :batch_size], memory[:, :batch_size]
-    pad = lambda t: torch.cat([t, t.new_zeros(t.shape[0], missing, t.shape[2])], dim=1)  # noqa: E731
-    return pad(hidden), pad(memory)
+    start = model.initial_state(missing, dtype=hidden.dtype, device=hidden.device)
+    return torch.cat([hidden, start[0]], dim=1), torch.cat([memory, start[1]], dim=1)
 
 
 def _store_rows(store, new_state):
@@ -146,7 +148,9 @@ class Embedder:
     def __call__(self, sentences: list[list[str]], carry_state: bool = False) -> list[np.ndarray]:
         batch = self.tokenizer(sentences, is_split_into_words=True, padding=True, return_tensors="pt")
         batch = {key: value.to(self.device) for key, value in batch.items()}
-        state = _state_rows(self.store, len(sentences)) if carry_state and self.store is not None else None
+        state = None
+        if carry_state and self.store is not None:
+            state = _state_rows(self.store, len(sentences), self.model)
         out = self.model(**batch, state=state, use_cache=carry_state, output_hidden_states=True)
         if carry_state:
             self.store = _store_rows(self.store, out.state)

@@ -85,37 +85,56 @@ class BiLMStreams:
         return self.forward_inputs.shape[1]
 
 
-def build_streams(
-    sentences: Sequence[list[str]], tokenizer: ElmoTokenizer, batch_size: int, num_steps: int
-) -> BiLMStreams:
-    """Lay `sentences` out into `batch_size` continuous rows of `num_steps`-position batches (`assign_rows`)."""
-    if batch_size < 1 or num_steps < 1:
-        raise ValueError(f"batch size and steps per batch must be >= 1, got {batch_size} and {num_steps}.")
+def encode_sentences(sentences: Sequence[list[str]]) -> tuple[list[str], list[np.ndarray]]:
+    """The distinct words (`<S>` = 0, `</S>` = 1, then in order of appearance) and each sentence as their indices."""
     index = {BOS_TOKEN: 0, EOS_TOKEN: 1}
     encoded = [np.array([index.setdefault(w, len(index)) for w in words], dtype=np.int64) for words in sentences]
-    words = list(index)
+    return list(index), encoded
+
+
+def _direction_stream(sentences: Sequence[np.ndarray], reverse: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Inputs and targets (word indices) of one direction reading `sentences` one after another."""
+    first, last = (np.array([1]), np.array([0])) if reverse else (np.array([0]), np.array([1]))
+    pieces = [np.concatenate([first, s[::-1] if reverse else s, last]) for s in sentences]
+    if not pieces:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    # A sentence is read up to its last token, which is only the target of the one before.
+    return np.concatenate([p[:-1] for p in pieces]), np.concatenate([p[1:] for p in pieces])
+
+
+def build_streams(
+    sentences: Sequence[list[str]],
+    tokenizer: ElmoTokenizer,
+    batch_size: int,
+    num_steps: int,
+    contiguous: bool = False,
+    encoded: tuple[list[str], list[np.ndarray]] | None = None,
+) -> BiLMStreams:
+    """Lay `sentences` out into `batch_size` continuous rows of `num_steps`-position batches.
+
+    By default exactly as bilm-tf (`assign_rows`). With `contiguous`, the sentences read as one stream are cut into
+    `batch_size` equal parts instead, each row reading its part (every complete batch of it): a layout whose length
+    does not depend on the order of the sentences, for training epochs of a fixed number of steps. `encoded` is
+    `encode_sentences(sentences)` when already computed.
+    """
+    if batch_size < 1 or num_steps < 1:
+        raise ValueError(f"batch size and steps per batch must be >= 1, got {batch_size} and {num_steps}.")
+    words, encoded = encoded if encoded is not None else encode_sentences(sentences)
     word_ids = tokenizer.word_targets(words)
-    rows, batches = assign_rows([len(s) + 1 for s in encoded], batch_size, num_steps)
-    length = batches * num_steps
-    bos, eos = np.array([0]), np.array([1])
-
-    def row_stream(row, first, last, reverse):
-        pieces = [np.concatenate([first, encoded[k][::-1] if reverse else encoded[k], last]) for k in row]
-        pieces = pieces or [np.zeros(1, dtype=np.int64)]
-        # A sentence is read up to its last token, which is only the target of the one before.
-        inputs = np.concatenate([p[:-1] for p in pieces])[:length]
-        targets = np.concatenate([p[1:] for p in pieces])[:length]
-        return inputs, word_ids[targets]
-
-    forward = [row_stream(row, bos, eos, False) for row in rows]
-    backward = [row_stream(row, eos, bos, True) for row in rows]
-    return BiLMStreams(
-        words,
-        np.stack([i for i, _ in forward]).reshape(batch_size, length),
-        np.stack([t for _, t in forward]).reshape(batch_size, length),
-        np.stack([i for i, _ in backward]).reshape(batch_size, length),
-        np.stack([t for _, t in backward]).reshape(batch_size, length),
-    )
+    if contiguous:
+        streams = [_direction_stream(encoded, reverse) for reverse in (False, True)]
+        per_row = len(streams[0][0]) // batch_size
+        length = per_row // num_steps * num_steps
+        arrays = [a[: batch_size * per_row].reshape(batch_size, per_row)[:, :length] for pair in streams for a in pair]
+    else:
+        rows, batches = assign_rows([len(s) + 1 for s in encoded], batch_size, num_steps)
+        length = batches * num_steps
+        arrays = []
+        for reverse in (False, True):
+            pairs = [_direction_stream([encoded[k] for k in row], reverse) for row in rows]
+            arrays += [np.stack([pair[i][:length] for pair in pairs]) for i in range(2)]
+    forward_inputs, forward_targets, backward_inputs, backward_targets = arrays
+    return BiLMStreams(words, forward_inputs, word_ids[forward_targets], backward_inputs, word_ids[backward_targets])
 
 
 def stream_batch(streams: BiLMStreams, char_ids: np.ndarray, start: int, end: int) -> dict[str, torch.Tensor]:
@@ -144,4 +163,92 @@ def stream_char_ids(streams: BiLMStreams) -> np.ndarray:
     return words_to_char_ids(streams.words)
 
 
-__all__ = ["BiLMStreams", "assign_rows", "build_streams", "read_lines_as_sentences", "stream_batch"]
+class StreamWindowDataset(torch.utils.data.Dataset):
+    """Training data as continuous streams: item `i` is the `window` positions of stream `i % rows` at step
+    `i // rows`, so that a sequential sampler in batches of `rows / processes` gives every process the same rows at
+    every step (accelerate deals batch `j` to process `j % processes`).
+
+    Every epoch reshuffles the sentences (seeded by `seed` and the epoch) and cuts them, read as one stream, into
+    `rows` contiguous parts (`build_streams(..., contiguous=True)`); the epochs follow one another in the one pass of
+    `steps` steps the dataset holds, so a run is one deterministic sequence that resumes by skipping batches.
+    Items are `{"forward_ids" (window, 50), "forward_labels" (window,), "backward_ids", "backward_labels"}`, the
+    backward ones reversed in time (see `stream_batch`); `DataCollatorForBiLMStreams` makes them a batch.
+    """
+
+    def __init__(
+        self,
+        sentences: Sequence[list[str]],
+        tokenizer: ElmoTokenizer,
+        rows: int,
+        window: int,
+        seed: int,
+        epochs: float | None = None,
+        steps: int | None = None,
+    ):
+        self.encoded = encode_sentences(sentences)
+        self.char_ids = words_to_char_ids(self.encoded[0]).astype(np.int16)
+        self.tokenizer, self.rows, self.window, self.seed = tokenizer, rows, window, seed
+        inputs = sum(len(s) + 1 for s in self.encoded[1])
+        self.steps_per_epoch = inputs // rows // window
+        if self.steps_per_epoch == 0:
+            raise ValueError(
+                f"The training text has {inputs:,} positions per direction, too few for {rows} streams of windows of "
+                f"{window}: use a smaller batch size or window, or more text."
+            )
+        self.steps = steps if steps is not None else max(1, round(epochs * self.steps_per_epoch))
+        self._epoch, self._streams = None, None
+
+    def __len__(self) -> int:
+        return self.steps * self.rows
+
+    def streams(self, epoch: int) -> BiLMStreams:
+        if epoch != self._epoch:
+            order = np.random.default_rng([self.seed, epoch]).permutation(len(self.encoded[1]))
+            words, encoded = self.encoded
+            shuffled = [encoded[k] for k in order]
+            self._streams = build_streams(
+                None, self.tokenizer, self.rows, self.window, contiguous=True, encoded=(words, shuffled)
+            )
+            self._epoch = epoch
+        return self._streams
+
+    def __getitem__(self, index: int) -> dict[str, np.ndarray]:
+        step, row = divmod(index, self.rows)
+        epoch, step = divmod(step, self.steps_per_epoch)
+        streams = self.streams(epoch)
+        positions = slice(step * self.window, (step + 1) * self.window)
+        return {
+            "forward_ids": self.char_ids[streams.forward_inputs[row, positions]],
+            "forward_labels": streams.forward_targets[row, positions],
+            "backward_ids": self.char_ids[streams.backward_inputs[row, positions][::-1]],
+            "backward_labels": streams.backward_targets[row, positions][::-1],
+        }
+
+
+class DataCollatorForBiLMStreams:
+    """Stream windows -> an `ElmoForBiLM` batch of `2B` rows: the forward streams with forward labels, then the
+    backward streams (reversed in time) with backward labels; every position is real."""
+
+    def __call__(self, examples: Sequence[dict]) -> dict[str, torch.Tensor]:
+        input_ids = np.concatenate([np.stack([e[f"{d}_ids"] for e in examples]) for d in ("forward", "backward")])
+        labels = np.full((*input_ids.shape[:2], 2), IGNORE_INDEX, dtype=np.int64)
+        rows = len(examples)
+        labels[:rows, :, 0] = np.stack([e["forward_labels"] for e in examples])
+        labels[rows:, :, 1] = np.stack([e["backward_labels"] for e in examples])
+        return {
+            "input_ids": torch.from_numpy(input_ids.astype(np.int64)),
+            "attention_mask": torch.ones(input_ids.shape[:2], dtype=torch.long),
+            "labels": torch.from_numpy(labels),
+        }
+
+
+__all__ = [
+    "BiLMStreams",
+    "DataCollatorForBiLMStreams",
+    "StreamWindowDataset",
+    "assign_rows",
+    "build_streams",
+    "encode_sentences",
+    "read_lines_as_sentences",
+    "stream_batch",
+]

@@ -18,6 +18,7 @@ like one process with batch N * b.
 
 import argparse
 import dataclasses
+import itertools
 import json
 import math
 import os
@@ -31,9 +32,19 @@ from transformers import Trainer, TrainerCallback, TrainingArguments, set_seed
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoint
 
 from .configuration_elmo import ELMO_PRESETS, ElmoConfig
-from .data_bilm import SPLIT_HELP, SPLITS, DataCollatorForBiLM, build_word_vocabulary, check_text_files, load_bilm_dataset
+from .data_bilm import (
+    SPLIT_HELP,
+    SPLITS,
+    DataCollatorForBiLM,
+    build_word_vocabulary,
+    check_text_files,
+    iter_sentences,
+    load_bilm_dataset,
+)
 from .modeling_elmo import ElmoForBiLM
+from .streams_bilm import DataCollatorForBiLMStreams, StreamWindowDataset
 from .tokenization_elmo import WORD_VOCABULARY_FILE, ElmoTokenizer, read_word_vocabulary
+from .warm_state import estimate_warm_state
 
 OPTIONS_FILE = "bilm_training_options.json"
 # Options a resumed run may change: where things go, how often they are reported, how long to go on.
@@ -80,6 +91,10 @@ class BiLMTrainingOptions:
     """Folder of an `ElmoModel` (e.g. converted released weights) or `ElmoForBiLM` to continue from."""
     resume: bool = False
     split: str = "whitespace"
+    stream: bool = False
+    """Train the way the original did: every batch row reads one continuous stream of sentences in pieces of `window`
+    positions, its LSTM state carried from batch to batch (see `streams_bilm`); the saved model gets a warm start
+    state estimated from the training text. Default: windows of whole sentences, each from the start state."""
     streaming: bool = False
     data_cache_dir: str | None = None
     """Where `datasets` keeps the packed windows (default: its cache, `HF_DATASETS_CACHE`)."""
@@ -122,6 +137,11 @@ class BiLMTrainingOptions:
             raise ValueError(f"split must be one of {SPLITS}, got {self.split!r}.")
         if self.optimizer not in OPTIMIZERS:
             raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {self.optimizer!r}.")
+        if self.stream and self.streaming:
+            raise ValueError(
+                "--stream (continuous streams per batch row) reads the training text into memory; it cannot be "
+                "combined with --streaming (lazy reading)."
+            )
         if self.streaming and self.max_steps <= 0:
             raise ValueError("Streaming data has no known length: give max_steps (--max-steps) as well.")
         for name in ("batch_size", "gradient_accumulation_steps", "logging_steps", "eval_steps", "save_steps"):
@@ -339,7 +359,51 @@ class ElmoTrainer(Trainer):
         return output
 
 
+
+STREAM_STATE_FILE = "stream_state-{rank}.safetensors"
+
+
+class StreamTrainer(ElmoTrainer):
+    """`ElmoTrainer` for `StreamWindowDataset` batches: each process carries its rows' LSTM state from batch to batch
+    (detached, as bilm-tf feeds it), and saves it with every checkpoint so that `--resume` continues the streams."""
+
+    carried: tuple[torch.Tensor, torch.Tensor] | None = None
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        if not model.training:  # evaluation runs windows from the model's start state
+            return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+        inputs = {**inputs, "state": self.carried, "use_cache": True}
+        loss, outputs = super().compute_loss(model, inputs, return_outputs=True, num_items_in_batch=num_items_in_batch)
+        self.carried = tuple(t.detach() for t in outputs.state)
+        return (loss, outputs) if return_outputs else loss
+
+    def _save_rng_state(self, output_dir: str):
+        super()._save_rng_state(output_dir)
+        if self.carried is not None:
+            from safetensors.torch import save_file
+
+            hidden, memory = (t.contiguous().cpu() for t in self.carried)
+            path = Path(output_dir) / STREAM_STATE_FILE.format(rank=self.args.process_index)
+            save_file({"hidden": hidden, "memory": memory}, path)
+
+    def load_carried_state(self, checkpoint: str | os.PathLike):
+        """Restores this process's carried state from `checkpoint` (a folder `_save_rng_state` wrote into)."""
+        from safetensors.torch import load_file
+
+        files = sorted(Path(checkpoint).glob(STREAM_STATE_FILE.format(rank="*")))
+        path = Path(checkpoint) / STREAM_STATE_FILE.format(rank=self.args.process_index)
+        if len(files) != self.args.world_size or not path.is_file():
+            raise ValueError(
+                f"--resume: {checkpoint} holds the stream states of {len(files)} processes, this run has "
+                f"{self.args.world_size}; resume --stream runs with the same number of processes."
+            )
+        state = load_file(path)
+        self.carried = (state["hidden"].to(self.args.device), state["memory"].to(self.args.device))
+
+
 def _training_arguments(options: BiLMTrainingOptions, has_eval: bool) -> TrainingArguments:
+    # Streams are one pass holding every epoch (StreamWindowDataset), read in order.
+    stream = {"train_sampling_strategy": "sequential"} if options.stream else {}
     return TrainingArguments(
         output_dir=options.output_dir,
         per_device_train_batch_size=options.batch_size,
@@ -349,7 +413,7 @@ def _training_arguments(options: BiLMTrainingOptions, has_eval: bool) -> Trainin
         lr_scheduler_type=options.lr_scheduler,
         warmup_steps=options.warmup_steps,
         max_grad_norm=options.max_grad_norm / options.window,
-        num_train_epochs=options.epochs,
+        num_train_epochs=1 if options.stream else options.epochs,
         max_steps=options.max_steps,
         logging_steps=options.logging_steps,
         eval_strategy="steps" if has_eval else "no",
@@ -366,6 +430,7 @@ def _training_arguments(options: BiLMTrainingOptions, has_eval: bool) -> Trainin
         dataloader_num_workers=options.dataloader_workers,
         ddp_find_unused_parameters=False,
         disable_tqdm=options.disable_progress_bar,
+        **stream,
     )
 
 
@@ -386,9 +451,20 @@ def train_bilm(options: BiLMTrainingOptions | None = None, **kwargs) -> dict:
     args = _training_arguments(options, has_eval=bool(options.eval_files))
     cache_dir = options.data_cache_dir
     with args.main_process_first(desc="preparing the data"):
-        train_dataset = load_bilm_dataset(
-            options.train_files, tokenizer, options.window, options.split, options.streaming, cache_dir, "training"
-        )
+        if options.stream:
+            train_dataset = StreamWindowDataset(
+                list(iter_sentences(options.train_files, options.split, tokenizer)),
+                tokenizer,
+                rows=options.batch_size * args.world_size,
+                window=options.window,
+                seed=options.seed,
+                epochs=options.epochs,
+                steps=options.max_steps * options.gradient_accumulation_steps if options.max_steps > 0 else None,
+            )
+        else:
+            train_dataset = load_bilm_dataset(
+                options.train_files, tokenizer, options.window, options.split, options.streaming, cache_dir, "training"
+            )
         eval_dataset = None
         if options.eval_files:
             eval_dataset = load_bilm_dataset(
@@ -405,10 +481,13 @@ def train_bilm(options: BiLMTrainingOptions | None = None, **kwargs) -> dict:
     softmax = "full softmax"
     if model.uses_sampled_softmax():
         softmax = f"sampled softmax ({config.num_softmax_samples} negatives)"
-    _log(
-        f"ElmoForBiLM: {sum(p.numel() for p in model.parameters()):,} parameters, {softmax} in training; "
-        f"windows of {options.window} positions, batch {options.batch_size} per process."
-    )
+    layout = f"windows of {options.window} positions, batch {options.batch_size} per process"
+    if options.stream:
+        layout = (
+            f"{options.batch_size} continuous streams per process in pieces of {options.window} positions, "
+            f"{train_dataset.steps_per_epoch:,} steps per epoch"
+        )
+    _log(f"ElmoForBiLM: {sum(p.numel() for p in model.parameters()):,} parameters, {softmax} in training; {layout}.")
 
     optimizer = None
     if options.optimizer == "adagrad":
@@ -419,17 +498,24 @@ def train_bilm(options: BiLMTrainingOptions | None = None, **kwargs) -> dict:
                 "initial_accumulator_value": options.adagrad_initial_accumulator / options.window**2,
             },
         )
-    trainer = ElmoTrainer(
+    trainer = (StreamTrainer if options.stream else ElmoTrainer)(
         model=model,
         args=args,
-        data_collator=DataCollatorForBiLM(),
+        data_collator=DataCollatorForBiLMStreams() if options.stream else DataCollatorForBiLM(),
         train_dataset=train_dataset,
         eval_dataset=eval_dataset,
         optimizer_cls_and_kwargs=optimizer,
         callbacks=[SaveTokenizerCallback(tokenizer)]
         + ([TimeLimitCallback(options.max_minutes)] if options.max_minutes else []),
     )
+    if options.stream and options.resume:
+        trainer.load_carried_state(get_last_checkpoint(output_dir))
     result = trainer.train(resume_from_checkpoint=True if options.resume else None)
+    if options.stream:
+        # Trained on carried states, the model starts best from a warm state, not from zeros.
+        sentences = list(itertools.islice(iter_sentences(options.train_files, options.split, tokenizer), 2000))
+        model.elmo.set_warm_state(estimate_warm_state(model.elmo, sentences, tokenizer))
+        _log(f"Warm start state estimated from the first {len(sentences):,} training sentences.")
     trainer.save_model(options.output_dir)
     if trainer.is_world_process_zero():
         tokenizer.save_pretrained(output_dir)
@@ -455,7 +541,11 @@ def add_arguments(parser: argparse.ArgumentParser):
     data.add_argument("--min-count", type=int, default=defaults.min_count, help="when building the vocabulary")
     data.add_argument("--max-vocab-size", type=int, help="when building the vocabulary (specials included)")
     data.add_argument("--split", choices=SPLITS, default=defaults.split, help=SPLIT_HELP)
-    data.add_argument("--window", type=int, default=defaults.window, help="positions per example, <S> and </S> included")
+    data.add_argument("--window", type=int, default=defaults.window,
+                      help="positions per example, <S> and </S> included; with --stream, positions per piece")
+    data.add_argument("--stream", action="store_true",
+                      help="the original's recipe: one continuous stream per batch row, the state carried between "
+                      "batches (saved with a warm start state)")
     data.add_argument("--streaming", action="store_true", help="read the corpus lazily (needs --max-steps)")
     data.add_argument("--data-cache-dir", help="where the datasets library keeps the packed windows")
 

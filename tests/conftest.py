@@ -11,9 +11,12 @@ import pytest
 import torch
 
 import hf_elmo  # noqa: F401  (registers the Auto classes)
+from hf_elmo.convert_bilm_tf_checkpoint import convert_bilm_tf_checkpoint
 from hf_elmo.convert_original_elmo import convert
 
 FIXTURES = Path(__file__).parent / "fixtures"
+# A biLM trained by bilm-tf, its raw TensorFlow checkpoint and bilm-tf's own held-out numbers (README there).
+CHECKPOINT = FIXTURES / "bilm-tf-checkpoint"
 FIXTURE_SETS = {
     # name: (folder, sentence file); bilm-tf's model has skip connections off, allennlp's on.
     "bilm-tf": (FIXTURES / "bilm-tf", "lm_embeddings_sentences.json"),
@@ -46,6 +49,13 @@ def converted_dirs(tmp_path_factory):
         convert(folder / "options.json", folder / "lm_weights.hdf5", out)
         dirs[name] = out
     return dirs
+
+
+@pytest.fixture(scope="session")
+def checkpoint_dir(tmp_path_factory):
+    """The bilm-tf checkpoint converted once per test session (ElmoForBiLM with softmax and vocabulary)."""
+    out = tmp_path_factory.mktemp("checkpoint") / "bilm"
+    return convert_bilm_tf_checkpoint(CHECKPOINT / "tf_checkpoint", out, vocab_path=CHECKPOINT / "vocab.txt")
 
 
 @pytest.fixture(autouse=True)
