@@ -438,8 +438,8 @@ def train_bilm(options: BiLMTrainingOptions | None = None, **kwargs) -> dict:
     """Train an `ElmoForBiLM` and save it (safetensors, tokenizer with its vocabulary, remote code) to `output_dir`.
 
     Call with a `BiLMTrainingOptions` or with its fields as keyword arguments. All inputs are checked before
-    training starts. Returns the final metrics: `train_loss` and, with evaluation files, `eval_forward_perplexity`,
-    `eval_backward_perplexity`, `eval_perplexity` (their geometric mean).
+    training starts. Returns the final metrics: `train_loss`, `train_runtime` (seconds), `steps` and, with evaluation
+    files, `eval_forward_perplexity`, `eval_backward_perplexity`, `eval_perplexity` (their geometric mean).
     """
     options = options if options is not None else BiLMTrainingOptions(**kwargs)
     output_dir = _prepare_output_dir(options)
@@ -519,7 +519,8 @@ def train_bilm(options: BiLMTrainingOptions | None = None, **kwargs) -> dict:
     trainer.save_model(options.output_dir)
     if trainer.is_world_process_zero():
         tokenizer.save_pretrained(output_dir)
-    metrics = {"train_loss": result.training_loss}
+    metrics = {"train_loss": result.training_loss, "train_runtime": result.metrics["train_runtime"],
+               "steps": result.global_step}
     if eval_dataset is not None:
         last = trainer.state.log_history[-2] if len(trainer.state.log_history) > 1 else {}
         just_evaluated = "eval_perplexity" in last and last.get("step") == trainer.state.global_step
