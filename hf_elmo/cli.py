@@ -3,7 +3,15 @@
 import argparse
 import sys
 
-from . import convert_original_elmo, data_bilm, embed_elmo, export_original_elmo, perplexity_bilm, train_bilm, warm_state
+from . import (
+    convert_original_elmo,
+    data_bilm,
+    embed_elmo,
+    export_original_elmo,
+    perplexity_bilm,
+    train_bilm,
+    warm_state,
+)
 
 # name -> (module with add_arguments(parser) and run(args) -> exit code, one-line help)
 COMMANDS = {

@@ -59,8 +59,8 @@ class _VariableReader:
             raise ElmoConversionError(f"{self.checkpoint.index_path}: missing variable {name!r} ({why})")
         if variable.shape != tuple(shape):
             raise ElmoConversionError(
-                f"{self.checkpoint.index_path}: variable {name!r} has shape {variable.shape}, but {self.options_source} "
-                f"implies {tuple(shape)} ({why})"
+                f"{self.checkpoint.index_path}: variable {name!r} has shape {variable.shape}, but "
+                f"{self.options_source} implies {tuple(shape)} ({why})"
             )
         if variable.dtype_name not in ("float32", "float16", "float64"):
             raise ElmoConversionError(
@@ -72,7 +72,9 @@ class _VariableReader:
             raise ElmoConversionError(str(error)) from None
         tensor = torch.from_numpy(array).float()
         if not torch.isfinite(tensor).all():
-            raise ElmoConversionError(f"{self.checkpoint.index_path}: variable {name!r} contains NaN or infinite values")
+            raise ElmoConversionError(
+                f"{self.checkpoint.index_path}: variable {name!r} contains NaN or infinite values"
+            )
         return tensor
 
 

@@ -9,9 +9,9 @@ Each example is a **window**: consecutive whole sentences, each as `<S> w_1 ... 
 most `window` positions (20 in the original recipe). Every window starts from a zero LSTM state. The
 original (bilm-tf) instead cut one continuous stream of sentences into 20-token pieces and carried each
 row's LSTM state from batch to batch, so a sentence could be split between batches and the model saw
-context from earlier batches. Windows of whole sentences make every example independent: they can be
-shuffled, sharded over processes and resumed exactly, and they match how `ElmoModel` is used (stateless,
-sentence by sentence), at the cost of no context beyond the window.
+context from earlier batches (`hf-elmo train --stream` does that, see `streams_bilm`). Windows of whole sentences
+make every example independent: they can be shuffled, sharded over processes and resumed exactly, and they match how
+`ElmoModel` is used (stateless, sentence by sentence), at the cost of no context beyond the window.
 
 Targets, per sentence of `n` words: the forward LM predicts `w_1 ... w_n, </S>` from the positions of
 `<S>, w_1 ... w_n`; the backward LM predicts `<S>, w_1 ... w_n` from the positions of `w_1 ... w_n, </S>`.

@@ -2,7 +2,8 @@
 
 Numerically equivalent to AllenNLP's `_ElmoBiLm` (and bilm-tf) for converted weights; see
 `conversion/convert_original_elmo.py` for the weight mapping. Unlike those implementations the model
-is stateless by default: the LSTM state is passed in and returned explicitly.
+is stateless by default: the LSTM state is passed in and returned explicitly, and every row starts from the same
+state otherwise, zeros or the model's warm start state (`ElmoModel.set_warm_state`, `hf-elmo warm-state`).
 """
 
 import glob

@@ -36,7 +36,7 @@ from .data_bilm import (
 )
 from .modeling_elmo import ElmoForBiLM
 from .sampled_softmax import full_softmax_loss
-from .streams_bilm import build_streams, read_lines_as_sentences, stream_batch, stream_char_ids
+from .streams_bilm import build_streams, read_lines_as_sentences, stream_char_ids, stream_input_ids
 from .tokenization_elmo import BOS_WORD_INDEX, EOS_TOKEN, ElmoTokenizer
 
 STARTS = ("zero", "warm")
@@ -114,8 +114,8 @@ def stream_perplexity(
     nll = torch.empty(2, rows, length, dtype=torch.float32)
     for start in range(0, length, chunk):
         end = min(start + chunk, length)
-        batch = stream_batch(streams, char_ids, start, end)
-        out = model.elmo(batch["input_ids"].to(device), state=state, use_cache=True)
+        input_ids = stream_input_ids(streams, char_ids, start, end).to(device)
+        out = model.elmo(input_ids, state=state, use_cache=True)
         state = out.state
         top = out.last_hidden_state
         hidden = (top[:rows, :, :projection_dim], top[rows:, :, projection_dim:].flip(1))

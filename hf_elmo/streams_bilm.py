@@ -9,10 +9,11 @@ positions, a row whose sentence is used up taking the next unread sentence; the 
 no sentence left is dropped, and the streams end there.
 
 The two directions read different token sequences (the backward one is each sentence reversed, sentences in the same
-order), so a model that runs both directions on one input runs them on two: `StreamBatch` puts the forward streams
-in rows `0..B-1` and the backward streams, each piece reversed in time, in rows `B..2B-1`, and scores only the forward
-half of the first rows and the backward half of the others. The final state of such a batch is the initial state of
-the next, the directions never mixing.
+order), so a model that runs both directions on one input runs them on two: the forward streams go in rows `0..B-1`
+and the backward streams, each piece reversed in time, in rows `B..2B-1` (`stream_input_ids`, `StreamWindowDataset`);
+only the forward half of the first rows and the backward half of the others is scored. The final state of such a
+batch is the initial state of the next, the directions never mixing. (This runs each LSTM on twice the rows it
+needs; a model taking one input per direction would not.)
 """
 
 from collections.abc import Sequence
@@ -137,25 +138,13 @@ def build_streams(
     return BiLMStreams(words, forward_inputs, word_ids[forward_targets], backward_inputs, word_ids[backward_targets])
 
 
-def stream_batch(streams: BiLMStreams, char_ids: np.ndarray, start: int, end: int) -> dict[str, torch.Tensor]:
-    """Positions `start..end-1` of every row as one `ElmoForBiLM` batch of `2B` rows.
-
-    Rows `0..B-1` hold the forward streams with forward targets only; rows `B..2B-1` the backward streams reversed
-    in time (the model's backward LSTM walks from the last position to the first) with backward targets only.
-    `char_ids` `(len(streams.words), C)` are the character rows of `streams.words`.
-    """
+def stream_input_ids(streams: BiLMStreams, char_ids: np.ndarray, start: int, end: int) -> torch.Tensor:
+    """Positions `start..end-1` of every row as the `(2B, end - start, C)` input of one model call: rows `0..B-1`
+    the forward streams, rows `B..2B-1` the backward streams reversed in time (the model's backward LSTM walks from
+    the last position to the first). `char_ids` `(len(streams.words), C)` are the rows of `streams.words`."""
     forward = streams.forward_inputs[:, start:end]
     backward = streams.backward_inputs[:, start:end][:, ::-1]
-    input_ids = torch.from_numpy(char_ids[np.concatenate([forward, backward])])
-    labels = np.full((*input_ids.shape[:2], 2), IGNORE_INDEX, dtype=np.int64)
-    rows = streams.batch_size
-    labels[:rows, :, 0] = streams.forward_targets[:, start:end]
-    labels[rows:, :, 1] = streams.backward_targets[:, start:end][:, ::-1]
-    return {
-        "input_ids": input_ids,
-        "attention_mask": torch.ones(input_ids.shape[:2], dtype=torch.long),
-        "labels": torch.from_numpy(labels),
-    }
+    return torch.from_numpy(char_ids[np.concatenate([forward, backward])])
 
 
 def stream_char_ids(streams: BiLMStreams) -> np.ndarray:
@@ -172,7 +161,7 @@ class StreamWindowDataset(torch.utils.data.Dataset):
     `rows` contiguous parts (`build_streams(..., contiguous=True)`); the epochs follow one another in the one pass of
     `steps` steps the dataset holds, so a run is one deterministic sequence that resumes by skipping batches.
     Items are `{"forward_ids" (window, 50), "forward_labels" (window,), "backward_ids", "backward_labels"}`, the
-    backward ones reversed in time (see `stream_batch`); `DataCollatorForBiLMStreams` makes them a batch.
+    backward ones reversed in time (see `stream_input_ids`); `DataCollatorForBiLMStreams` makes them a batch.
     """
 
     def __init__(
@@ -250,5 +239,5 @@ __all__ = [
     "build_streams",
     "encode_sentences",
     "read_lines_as_sentences",
-    "stream_batch",
+    "stream_input_ids",
 ]

@@ -22,7 +22,9 @@ _FOOTER_SIZE = 48  # two block handles padded to 40 bytes, then the magic
 _BLOCK_TRAILER_SIZE = 5  # compression type, masked CRC32C
 
 # tensorflow/core/framework/types.proto -> numpy (little-endian; the header can say big-endian)
-_DTYPES = {1: "f4", 2: "f8", 3: "i4", 4: "u1", 5: "i2", 6: "i1", 9: "i8", 10: "?", 17: "u2", 19: "f2", 22: "u4", 23: "u8"}
+_DTYPES = {
+    1: "f4", 2: "f8", 3: "i4", 4: "u1", 5: "i2", 6: "i1", 9: "i8", 10: "?", 17: "u2", 19: "f2", 22: "u4", 23: "u8"
+}
 _DTYPE_NAMES = {7: "string", 8: "complex64", 14: "bfloat16", 18: "complex128"}
 
 
@@ -79,8 +81,8 @@ def crc32c(data: bytes) -> int:
         registers = _CRC_TABLE[(registers ^ column) & 0xFF] ^ (registers >> 8)
     crc = 0
     for register in registers.tolist():
-        crc = int(_SHIFT[0, crc & 0xFF] ^ _SHIFT[1, crc >> 8 & 0xFF] ^ _SHIFT[2, crc >> 16 & 0xFF] ^ _SHIFT[3, crc >> 24])
-        crc ^= register
+        low = _SHIFT[0, crc & 0xFF] ^ _SHIFT[1, crc >> 8 & 0xFF]
+        crc = int(low ^ _SHIFT[2, crc >> 16 & 0xFF] ^ _SHIFT[3, crc >> 24]) ^ register
     return crc ^ 0xFFFFFFFF
 
 
@@ -209,7 +211,9 @@ def _table_entries(path: str) -> list[tuple[bytes, bytes]]:
     except OSError as error:
         raise TFCheckpointError(f"{path}: cannot read the checkpoint index ({error.strerror or error})") from None
     if len(data) < _FOOTER_SIZE or struct.unpack("<Q", data[-8:])[0] != _TABLE_MAGIC:
-        raise TFCheckpointError(f"{path}: not a TensorFlow checkpoint index (no table footer; truncated or another file)")
+        raise TFCheckpointError(
+            f"{path}: not a TensorFlow checkpoint index (no table footer; truncated or another file)"
+        )
     try:
         footer = data[-_FOOTER_SIZE:-8]
         _, position = _varint(footer, _varint(footer, 0)[1])  # skip the meta-index handle
@@ -282,7 +286,9 @@ class TFCheckpoint:
                 if key
             }
         except (IndexError, UnicodeDecodeError):
-            raise TFCheckpointError(f"{self.index_path}: damaged checkpoint index (an entry cannot be decoded)") from None
+            raise TFCheckpointError(
+                f"{self.index_path}: damaged checkpoint index (an entry cannot be decoded)"
+            ) from None
 
     def shard_path(self, shard: int) -> str:
         return f"{self.prefix}.data-{shard:05d}-of-{self.num_shards:05d}"
@@ -298,7 +304,9 @@ class TFCheckpoint:
         if variable.sliced:
             raise TFCheckpointError(f"{self.index_path}: variable {name!r} is partitioned into slices, not supported")
         if not variable.dtype:
-            raise TFCheckpointError(f"{self.index_path}: variable {name!r} has type {variable.dtype_name}, not a number")
+            raise TFCheckpointError(
+                f"{self.index_path}: variable {name!r} has type {variable.dtype_name}, not a number"
+            )
         expected = int(np.prod(variable.shape, dtype=np.int64)) * np.dtype(variable.dtype).itemsize
         if variable.size != expected:
             raise TFCheckpointError(
@@ -311,8 +319,8 @@ class TFCheckpoint:
                 file_size = os.fstat(f.fileno()).st_size
                 if variable.offset + variable.size > file_size:
                     raise TFCheckpointError(
-                        f"{shard}: truncated: variable {name!r} needs bytes {variable.offset}..{variable.offset + variable.size} "
-                        f"but the file has {file_size}"
+                        f"{shard}: truncated: variable {name!r} needs bytes {variable.offset}.."
+                        f"{variable.offset + variable.size} but the file has {file_size}"
                     )
                 f.seek(variable.offset)
                 data = f.read(variable.size)

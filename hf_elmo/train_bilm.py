@@ -14,6 +14,14 @@ scale and divided by `window` and `window ** 2` before they reach `Trainer`.
 Runs unchanged under `torchrun --nproc_per_node=N` and `accelerate launch` (DDP): `batch_size` is per process,
 and the loss is normalised by the number of targets over all processes, so N processes with batch b train
 like one process with batch N * b.
+
+The examples are windows of whole sentences, each from the start state (`data_bilm`). `stream=True` (`--stream`)
+trains the way bilm-tf did instead: every batch row reads one continuous stream of the (each epoch reshuffled)
+sentences in pieces of `window` positions, its LSTM state carried from batch to batch (`StreamTrainer`, data in
+`streams_bilm`); the carried states are saved with each checkpoint (one file per process) and restored by `resume`,
+and the saved model gets a warm start state estimated from the first 2,000 training sentences. On the bundled
+Shakespeare at equal wall-clock the windows gave the better model (README, "Warm start state"), so they stay the
+default.
 """
 
 import argparse

@@ -68,7 +68,8 @@ def estimate_warm_state(
     # Rows 0..count-1 carry the forward streams, rows count.. the backward ones (each direction reads its own text).
     hidden, memory = model.initial_state(2 * count, dtype=torch.float32, device=device, warm=False)
     sums = [
-        torch.zeros(config.num_layers, 2 * size, dtype=torch.float64, device=device) for size in (projection_dim, cell_dim)
+        torch.zeros(config.num_layers, 2 * size, dtype=torch.float64, device=device)
+        for size in (projection_dim, cell_dim)
     ]
     for step in itertools.count():
         active = [k for k in range(count) if step < len(per_stream[k])]

@@ -224,3 +224,19 @@ def test_continued_training_starts_from_the_checkpoint(checkpoint_dir, tmp_path,
     before = ElmoForBiLM.from_pretrained(checkpoint_dir).state_dict()
     after = ElmoForBiLM.from_pretrained(tmp_path / "run").state_dict()
     assert before.keys() == after.keys() and all(torch.equal(before[k], after[k]) for k in before)
+
+
+def test_convert_command_with_vocabulary_and_warm_state(tmp_path, capsys):
+    out = tmp_path / "bilm"
+    arguments = ["convert", "--tf-checkpoint", str(TF_DIR / PREFIX), "--vocab", str(CHECKPOINT / "vocab.txt"),
+                 "--output-dir", str(out), "--warm-state-text", str(CHECKPOINT / "train.txt"),
+                 "--warm-state-sentences", "20"]
+    assert cli_main(arguments) == 0
+    assert f"Converted ELMo written to {out}" in capsys.readouterr().out
+    model = ElmoForBiLM.from_pretrained(out)
+    assert model.config.warm_state and model.elmo.warm_hidden.abs().sum() > 0
+    assert len(ElmoTokenizer.from_pretrained(out).word_vocabulary) == 2149
+    # Without --vocab the model keeps its softmax; `hf-elmo train --init-from ... --vocab` can add the words later.
+    assert cli_main(["convert", "--tf-checkpoint", str(TF_DIR), "--output-dir", str(tmp_path / "plain")]) == 0
+    assert ElmoTokenizer.from_pretrained(tmp_path / "plain").word_vocabulary is None
+    assert ElmoForBiLM.from_pretrained(tmp_path / "plain").config.vocab_size == 2149
