@@ -1319,65 +1319,6 @@ class ElmoForTokenClassification(ElmoTaskPreTrainedModel):
                 f"{sorted(set(labels[labelled].tolist()))}."
             )
 
-    def _loss_sums(self, top: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """`(B, T, 2P)` top layer (after dropout) and `(B, T, 2)` labels -> the summed cross-entropy `(2,)` and the
-        number of targets `(2,)` of the forward and the backward LM."""
-        forward_hidden, backward_hidden = top.chunk(2, dim=-1)
-        hidden = torch.cat([forward_hidden.flatten(0, 1), backward_hidden.flatten(0, 1)])  # (2 B T, P)
-        targets = torch.cat([labels[..., 0].flatten(), labels[..., 1].flatten()]).long()
-        has_target = targets != -100
-        # Every position is scored and the ones without a target are dropped from the sums: shapes then do not
-        # depend on the data, so a GPU never waits for the host to count targets.
-        targets = targets.masked_fill(~has_target, 0)
-        if self.training and self.uses_sampled_softmax():
-            losses = sampled_softmax_loss(
-                hidden, targets, self.softmax.weight, self.softmax.bias, self.config.num_softmax_samples
-            )
-        else:
-            losses = full_softmax_loss(hidden, targets, self.softmax.weight, self.softmax.bias)
-        sums = torch.where(has_target, losses, 0.0).view(2, -1).sum(dim=1)
-        return sums, has_target.view(2, -1).sum(dim=1)
-
-    def _training_step_sums(self, input_ids, mask, labels):
-        outputs = self.elmo._forward_checked(input_ids, mask, None, False, False)
-        return self._loss_sums(self.dropout(outputs.last_hidden_state), labels)
-
-    def _captured_training_step(self, input_ids, attention_mask, labels):
-        """`_loss_sums` of a training batch replayed from CUDA graphs (`cuda_graphs.py`): a step of a GPU-sized batch
-        is otherwise a few thousand operations that the host issues more slowly than the GPU runs them. None where
-        that does not apply (CPU, evaluation, states or word embeddings, graphs turned off, a batch large enough to
-        keep the GPU busy without them) or when this shape is seen for the first time."""
-        elmo = self.elmo
-        if not (
-            self.training
-            and isinstance(input_ids, torch.Tensor)
-            and input_ids.is_cuda
-            and elmo.encoder.use_cuda_graphs
-            and not self.config.input_word_dim
-            and input_ids.shape[0] * input_ids.shape[1] <= self._MAX_CAPTURED_POSITIONS
-            and not torch.cuda.is_current_stream_capturing()
-        ):
-            return None
-        mask = elmo._check_inputs(input_ids, attention_mask, None)
-        autocast = torch.is_autocast_enabled("cuda")
-        params = [p for p in self.parameters() if p.requires_grad]
-        key = (
-            tuple(input_ids.shape), input_ids.dtype, labels.dtype, input_ids.device, autocast,
-            torch.get_autocast_dtype("cuda"), tuple(p.data_ptr() for p in params), self.dropout.p,
-            elmo.encoder.dropout.p, torch.backends.cuda.matmul.allow_tf32,
-        )  # fmt: skip
-        def capture():
-            # The autocast cache would hand the graph casts of the weights made before it, never updated.
-            with torch.autocast("cuda", dtype=torch.get_autocast_dtype("cuda"), enabled=autocast, cache_enabled=False):
-                return CapturedFunction(self._training_step_sums, (input_ids, mask, labels), params)
-
-        captured = self._captured_steps.get_or_capture(key, capture)
-        if captured is None:
-            return None
-        if captured.busy:
-            return None
-        return captured.replay(input_ids, mask, labels)
-
     @can_return_tuple
     def forward(
         self,
