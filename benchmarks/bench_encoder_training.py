@@ -21,7 +21,7 @@ from bench_inference import add_common_arguments, machine_description, measure, 
 from reference_modeling import reference_from  # tests/ is on the path through bench_inference
 
 from hf_elmo import ElmoConfig, ElmoModel
-from hf_elmo.tokenization_elmo import words_to_char_ids
+from hf_elmo.character_rows import words_to_char_ids
 
 
 def random_windows(batch_size: int, unroll: int, seed: int) -> torch.Tensor:

@@ -29,7 +29,7 @@ from pathlib import Path
 import torch
 
 from hf_elmo import ElmoConfig, ElmoModel, ElmoTokenizer
-from hf_elmo.tokenization_elmo import words_to_char_ids
+from hf_elmo.character_rows import words_to_char_ids
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from reference_modeling import reference_from

@@ -44,15 +44,15 @@ from .convert_original_elmo import (
     save_atomically,
 )
 from .modeling_elmo import ElmoModel
-from .tokenization_elmo import (
+from .character_rows import (
     VOCAB_BEGINNING_OF_WORD,
     VOCAB_BOS_TOKEN,
     VOCAB_END_OF_WORD,
     VOCAB_EOS_TOKEN,
     VOCAB_PADDING,
     VOCAB_UNKNOWN,
-    ElmoTokenizer,
 )
+from .tokenization_elmo import ElmoTokenizer
 
 DEFAULT_MODEL_CONFIG = {
     "encoder": {"name": "elmo", "projection_dim": 512, "cell_clip": 3, "proj_clip": 3, "dim": 4096, "n_layers": 2},

@@ -30,7 +30,7 @@ from .onednn_linear import linear
 from .pipelines_elmo import ElmoTokenClassificationPipeline  # noqa: F401
 from .sampled_softmax import full_softmax_loss, sampled_softmax_loss
 from .scalar_mix import ScalarMix
-from .tokenization_elmo import BOS_WORD_IDS, EOS_WORD_IDS, words_to_char_ids
+from .character_rows import BOS_WORD_IDS, EOS_WORD_IDS, words_to_char_ids
 
 ElmoState = tuple[torch.Tensor, torch.Tensor]
 """`(hidden, memory)`: `hidden` `(num_layers, B, 2P)` and `memory` `(num_layers, B, 2D)`, the forward

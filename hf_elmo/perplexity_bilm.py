@@ -26,7 +26,9 @@ from .data_bilm import (
     pack_sentences,
 )
 from .modeling_elmo import ElmoForBiLM
-from .tokenization_elmo import BOS_WORD_INDEX, EOS_TOKEN, ElmoTokenizer
+from .character_rows import EOS_TOKEN
+from .tokenization_elmo import ElmoTokenizer
+from .word_vocabulary import BOS_WORD_INDEX
 
 
 def _batches(files, tokenizer, window, split, batch_size):

@@ -33,7 +33,8 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoin
 from .configuration_elmo import ELMO_PRESETS, ElmoConfig
 from .data_bilm import SPLIT_HELP, SPLITS, DataCollatorForBiLM, build_word_vocabulary, check_text_files, load_bilm_dataset
 from .modeling_elmo import ElmoForBiLM
-from .tokenization_elmo import WORD_VOCABULARY_FILE, ElmoTokenizer, read_word_vocabulary
+from .tokenization_elmo import ElmoTokenizer
+from .word_vocabulary import WORD_VOCABULARY_FILE, read_word_vocabulary
 
 OPTIONS_FILE = "bilm_training_options.json"
 # Options a resumed run may change: where things go, how often they are reported, how long to go on.

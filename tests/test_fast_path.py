@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from transformers import AutoModel
 
 from hf_elmo import ElmoTokenizer, onednn_linear
-from hf_elmo.tokenization_elmo import words_to_char_ids
+from hf_elmo.character_rows import words_to_char_ids
 
 from conftest import FIXTURE_SETS, fixture_batches
 from reference_modeling import reference_from
