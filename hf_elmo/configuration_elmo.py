@@ -22,8 +22,8 @@ AUTO_MAP = {
     "AutoModel": "modeling_elmo.ElmoModel",
     "AutoModelForPreTraining": "modeling_elmo.ElmoForBiLM",
     "AutoTokenizer": ["tokenization_elmo.ElmoTokenizer", None],
-    "AutoModelForSequenceClassification": "modeling_elmo.ElmoForSequenceClassification",
-    "AutoModelForTokenClassification": "modeling_elmo.ElmoForTokenClassification",
+    "AutoModelForSequenceClassification": "modeling_elmo_heads.ElmoForSequenceClassification",
+    "AutoModelForTokenClassification": "modeling_elmo_heads.ElmoForTokenClassification",
 }
 
 PROBLEM_TYPES = ("regression", "single_label_classification", "multi_label_classification")
@@ -266,6 +266,11 @@ class ElmoConfig(PreTrainedConfig):
             raise ValueError(
                 "ElmoConfig.word_vectors_size and word_vectors_dim must both be positive (word vectors) or both 0, "
                 f"got {self.word_vectors_size} and {self.word_vectors_dim}."
+            )
+        if self.word_vectors_size and self.char_vocabulary:
+            raise ValueError(
+                "ElmoConfig.word_vectors_size: word vectors are found from the UTF-8 byte rows of the words, but this "
+                "model reads a character vocabulary (a conversion from ELMoForManyLangs); use word_vectors_size=0."
             )
         if self.classifier_pooling not in POOLINGS:
             raise ValueError(

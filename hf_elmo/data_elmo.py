@@ -122,14 +122,18 @@ class ElmoLayerCache:
     def __call__(self, examples: Mapping[str, Sequence[Any]]) -> dict[str, list[np.ndarray]]:
         was_training = self.model.training
         self.model.eval()
-        rows = examples["input_ids"]
+        rows, word_ids = examples["input_ids"], examples.get("input_word_ids")
+        device = self.model.device
         cached = []
         for start in range(0, len(rows), self.batch_size):
             chunk = rows[start : start + self.batch_size]
             lengths = [len(r) for r in chunk]
-            input_ids = torch.from_numpy(pad_rows(chunk))
+            inputs = {"input_ids": torch.from_numpy(pad_rows(chunk)).to(device)}
+            if word_ids is not None:  # models converted from ELMoForManyLangs; padded positions are not read
+                inputs["input_word_ids"] = torch.from_numpy(pad_rows(word_ids[start : start + self.batch_size]))
+                inputs["input_word_ids"] = inputs["input_word_ids"].to(device)
             # No attention_mask: the model reads real positions off the ids, also for examples stored padded.
-            layers = self.model(input_ids.to(self.model.device), output_hidden_states=True)
+            layers = self.model(**inputs, output_hidden_states=True)
             stacked = torch.stack(layers.hidden_states, dim=2).float().cpu().numpy()
             cached.extend(stacked[i, :n] for i, n in enumerate(lengths))
         self.model.train(was_training)
