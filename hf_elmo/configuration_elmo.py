@@ -14,6 +14,7 @@ ELMO_PRESETS = {
 }
 
 ACTIVATIONS = ("relu", "tanh")
+IMPLEMENTATIONS = ("fast", "reference")
 
 # Every class a saved folder can be loaded as with `trust_remote_code=True` (file.Class, flattened by
 # `save_pretrained`); transformers itself would only list the saved object's class.
@@ -67,6 +68,11 @@ class ElmoConfig(PreTrainedConfig):
             (ELMoForManyLangs models); 0: characters only.
         input_word_dim (`int`, defaults to 0): size of those word embeddings, concatenated before the CNN features
             and projected with them.
+        implementation (`str`, defaults to `"fast"`): how the model computes, with the same results up to float
+            rounding: `"fast"` (distinct words once, the LSTM over length-sorted rows on CPUs and over static shapes
+            on GPUs) or `"reference"` (the straightforward computation, the readable specification the fast paths
+            are tested against; several times slower). Read at each call: `model.config.implementation =
+            "reference"` switches a model.
 
     Task heads (`ElmoForSequenceClassification`, `ElmoForTokenClassification`; the biLM ignores these):
         freeze_elmo (`bool`, defaults to `True`): keep the biLM fixed (no gradients, eval mode); `False` fine-tunes it.
@@ -122,6 +128,7 @@ class ElmoConfig(PreTrainedConfig):
     char_vocabulary: bool = False
     input_word_vocab_size: int = 0
     input_word_dim: int = 0
+    implementation: str = "fast"
     num_softmax_samples: int = 8192
     tie_word_embeddings: bool = False
 
@@ -175,6 +182,10 @@ class ElmoConfig(PreTrainedConfig):
             raise ValueError(f"ElmoConfig.n_highway must be >= 0, got {self.n_highway}.")
         if self.activation not in ACTIVATIONS:
             raise ValueError(f"ElmoConfig.activation must be one of {ACTIVATIONS}, got {self.activation!r}.")
+        if self.implementation not in IMPLEMENTATIONS:
+            raise ValueError(
+                f"ElmoConfig.implementation must be one of {IMPLEMENTATIONS}, got {self.implementation!r}."
+            )
         if not self.filters:
             raise ValueError("ElmoConfig.filters must list at least one [width, number] pair.")
         for f in self.filters:

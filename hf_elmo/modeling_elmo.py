@@ -91,6 +91,7 @@ class ElmoCharacterEncoder(nn.Module):
 
     With `config.input_word_dim > 0` (ELMoForManyLangs models) each word's embedding is looked up from its
     word id too and concatenated before the CNN features, `[word | characters]`, ahead of the projection.
+    `config.implementation = "reference"` runs `_reference_forward` instead: every window of every token.
     """
 
     # Words are grouped by how many leading slots need real windows, rounded up to this many, so that a
@@ -111,12 +112,15 @@ class ElmoCharacterEncoder(nn.Module):
         )
         self.projection = nn.Linear(config.input_word_dim + config.num_filters, config.projection_dim)
         self.activation = torch.tanh if config.activation == "tanh" else F.relu
+        self.config = config  # `config.implementation` is read at each call
         # Whether to compute each distinct word once (`None`: on CPUs, where it saves work; GPUs would wait for
         # the host to sort and group the words).
         self.deduplicate: bool | None = None
 
     def forward(self, char_ids: torch.LongTensor, word_ids: torch.LongTensor | None = None) -> torch.Tensor:
         """`(..., C)` character ids (and `(...)` word ids with word embeddings) -> `(..., P)`."""
+        if self.config.implementation == "reference":
+            return self._reference_forward(char_ids, word_ids)
         deduplicate = self.deduplicate if self.deduplicate is not None else not char_ids.is_cuda
         if not deduplicate:
             return self._forward_every_token(char_ids, word_ids)
@@ -141,6 +145,20 @@ class ElmoCharacterEncoder(nn.Module):
             per_token = torch.cat([self.word_embedding(word_ids.reshape(-1)), per_token], dim=-1)
             per_token = linear(per_token, self.projection.weight, self.projection.bias)
         return per_token.reshape(*batch_shape, -1)
+
+    def _reference_forward(self, char_ids: torch.LongTensor, word_ids: torch.LongTensor | None = None) -> torch.Tensor:
+        """The straightforward computation `forward` matches (`config.implementation = "reference"`): every window
+        of every slot of every token, one product per layer."""
+        batch_shape, num_chars = char_ids.shape[:-1], char_ids.shape[-1]
+        chars = self.char_embedding(char_ids.reshape(-1, num_chars)).transpose(1, 2)  # (N, e, C)
+        features = torch.cat([self.activation(conv(chars).amax(dim=-1)) for conv in self.convolutions], dim=-1)
+        for highway in self.highways:
+            transformed, gate = F.linear(features, highway.weight, highway.bias).chunk(2, dim=-1)
+            gate = torch.sigmoid(gate)
+            features = gate * features + (1 - gate) * F.relu(transformed)
+        if self.word_embedding is not None:  # ELMoForManyLangs: [word | characters]
+            features = torch.cat([self.word_embedding(word_ids.reshape(-1)), features], dim=-1)
+        return self.projection(features).reshape(*batch_shape, -1)
 
     def _forward_every_token(self, char_ids: torch.LongTensor, word_ids: torch.LongTensor | None) -> torch.Tensor:
         """`forward` without looking for repeated words, for GPUs: the same number of operations whatever the input,
@@ -276,14 +294,43 @@ class ElmoLstmLayer(nn.Module):
             self.proj_clip,
         )
 
+    def _reference_forward(
+        self, inputs: torch.Tensor, mask: torch.BoolTensor, hidden: torch.Tensor, memory: torch.Tensor, reverse: bool
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The straightforward computation `forward` matches: every row steps through every position, its state
+        changing only at its real positions.
+
+        `(B, T, P)` inputs, `(B, T)` mask, `(B, P)` and `(B, D)` state -> `(B, T, P)` outputs (0 at padding) and the
+        final `(B, P)`, `(B, D)` state.
+        """
+        gate_inputs = self.input_linearity(inputs)
+        if self.forget_bias:  # TensorFlow's LSTMCell adds it at run time
+            gate_inputs[..., self.cell_dim : 2 * self.cell_dim] += self.forget_bias
+        outputs = [None] * inputs.shape[1]
+        for t in reversed(range(inputs.shape[1])) if reverse else range(inputs.shape[1]):
+            gates = gate_inputs[:, t] + self.state_linearity(hidden)
+            input_gate, forget_gate, cell_input, output_gate = gates.chunk(4, dim=-1)
+            new_memory = torch.sigmoid(input_gate) * torch.tanh(cell_input) + torch.sigmoid(forget_gate) * memory
+            if self.cell_clip is not None:
+                new_memory = new_memory.clamp(-self.cell_clip, self.cell_clip)
+            new_hidden = self.state_projection(torch.sigmoid(output_gate) * torch.tanh(new_memory))
+            if self.proj_clip is not None:
+                new_hidden = new_hidden.clamp(-self.proj_clip, self.proj_clip)
+            real = mask[:, t, None]
+            memory = torch.where(real, new_memory, memory)
+            hidden = torch.where(real, new_hidden, hidden)
+            outputs[t] = new_hidden * real
+        return torch.stack(outputs, dim=1), hidden, memory
+
 
 class ElmoBiLstm(nn.Module):
     """Two independent stacks of `ElmoLstmLayer`; the directions meet only in the outputs.
 
-    Two implementations of the same computation: on CPUs the rows are sorted by length and each step
+    Two fast implementations of the same computation: on CPUs the rows are sorted by length and each step
     multiplies only the rows still running (`fast_lstm.py`); on GPUs both directions of a layer step together
     over the whole batch with masks, so that shapes are static and a layer's time loops can be replayed as CUDA
-    graphs (`gpu_lstm.py`). `static_shapes` picks one (`None`: by device).
+    graphs (`gpu_lstm.py`). `static_shapes` picks one (`None`: by device). `config.implementation = "reference"`
+    runs `_reference_forward` instead, the straightforward computation both are tested against.
     """
 
     def __init__(self, config: ElmoConfig):
@@ -292,6 +339,7 @@ class ElmoBiLstm(nn.Module):
         self.dropout = nn.Dropout(config.dropout)
         self.forward_layers = nn.ModuleList(ElmoLstmLayer(config) for _ in range(config.num_layers))
         self.backward_layers = nn.ModuleList(ElmoLstmLayer(config) for _ in range(config.num_layers))
+        self.config = config  # `config.implementation` is read at each call
         self.static_shapes: bool | None = None
         self.elementwise_kernels: str | None = None  # "triton" or "torch"; None: Triton on CUDA
         self.use_cuda_graphs = True
@@ -306,10 +354,38 @@ class ElmoBiLstm(nn.Module):
     ) -> tuple[list[torch.Tensor], ElmoState]:
         """`(B, T, P)` embeddings, `(B, T)` right-padded mask -> `num_layers` outputs `(B, T, 2P)` (0 at
         padding) and the final state."""
+        if self.config.implementation == "reference":
+            return self._reference_forward(token_embeddings, mask, state)
         static_shapes = self.static_shapes if self.static_shapes is not None else token_embeddings.is_cuda
         if static_shapes:
             return self._forward_static(token_embeddings, mask, state)
         return self._forward_sorted(token_embeddings, mask, state)
+
+    def _reference_forward(
+        self, token_embeddings: torch.Tensor, mask: torch.BoolTensor, state: ElmoState
+    ) -> tuple[list[torch.Tensor], ElmoState]:
+        """The straightforward computation `forward` matches (`config.implementation = "reference"`): batch-major,
+        every row through every position, one direction after the other."""
+        hidden, memory = state
+        forward_in = backward_in = token_embeddings
+        layer_outputs, final_hidden, final_memory = [], [], []
+        for index, (forward_layer, backward_layer) in enumerate(zip(self.forward_layers, self.backward_layers)):
+            forward_hidden, backward_hidden = hidden[index].chunk(2, dim=-1)
+            forward_memory, backward_memory = memory[index].chunk(2, dim=-1)
+            forward_in, backward_in = self.dropout(forward_in), self.dropout(backward_in)
+            forward_out, forward_hidden, forward_memory = forward_layer._reference_forward(
+                forward_in, mask, forward_hidden, forward_memory, reverse=False
+            )
+            backward_out, backward_hidden, backward_memory = backward_layer._reference_forward(
+                backward_in, mask, backward_hidden, backward_memory, reverse=True
+            )
+            if self.use_skip_connections and index > 0:
+                forward_out, backward_out = forward_out + forward_in, backward_out + backward_in
+            forward_in, backward_in = forward_out, backward_out
+            layer_outputs.append(torch.cat([forward_out, backward_out], dim=-1))
+            final_hidden.append(torch.cat([forward_hidden, backward_hidden], dim=-1))
+            final_memory.append(torch.cat([forward_memory, backward_memory], dim=-1))
+        return layer_outputs, (torch.stack(final_hidden).to(hidden.dtype), torch.stack(final_memory).to(memory.dtype))
 
     def _forward_static(
         self, token_embeddings: torch.Tensor, mask: torch.BoolTensor, state: ElmoState

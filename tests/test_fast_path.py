@@ -1,6 +1,6 @@
 """The fast path of `ElmoModel` (deduplicated words, character-CNN windows skipped inside a word's final run
 of one character, length-sorted LSTM with a fused backward) against the straightforward reference path
-(`reference_modeling.py`): same values within 1e-5 and same gradients within 1e-4 relative."""
+(`config.implementation = "reference"`): same values within 1e-5 and same gradients within 1e-4 relative."""
 
 import numpy as np
 import pytest
@@ -12,8 +12,7 @@ from transformers import AutoModel
 from hf_elmo import ElmoTokenizer, onednn_linear
 from hf_elmo.character_rows import words_to_char_ids
 
-from conftest import FIXTURE_SETS, fixture_batches
-from reference_modeling import reference_from
+from conftest import FIXTURE_SETS, fixture_batches, reference_from
 from test_modeling_elmo import random_model as modeling_random_model
 from test_modeling_elmo import small_config as modeling_small_config
 
