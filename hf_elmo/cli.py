@@ -1,4 +1,8 @@
-"""The `hf-elmo` command: `hf-elmo COMMAND --help` for each command."""
+"""The `hf-elmo` command: `hf-elmo COMMAND --help` for each command.
+
+Every command reports a problem with what it was given as one line, `error: ...`, and exits with status 2: the
+commands raise `ValueError` (`file_io.ElmoInputError` for files and fields) or `OSError` for it, caught here.
+"""
 
 import argparse
 import sys
@@ -27,7 +31,11 @@ def main(argv=None) -> int:
         module.add_arguments(command)
         command.set_defaults(run=module.run)
     args = parser.parse_args(argv)
-    return args.run(args)
+    try:
+        return args.run(args)
+    except (ValueError, OSError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

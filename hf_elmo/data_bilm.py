@@ -22,7 +22,6 @@ sentences were packed together.
 
 import argparse
 import os
-import sys
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
@@ -276,12 +275,8 @@ def add_arguments(parser: argparse.ArgumentParser):
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        words = build_word_vocabulary(args.files, args.split, ElmoTokenizer(), args.min_count, args.max_size)
-        write_word_vocabulary(words, args.output)
-    except (ValueError, FileNotFoundError) as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+    words = build_word_vocabulary(args.files, args.split, ElmoTokenizer(), args.min_count, args.max_size)
+    write_word_vocabulary(words, args.output)
     print(f"{len(words):,} entries written to {args.output}")
     return 0
 

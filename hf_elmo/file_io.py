@@ -54,6 +54,24 @@ def json_field(options: dict, path: str, source: str, default=KeyError):
     return value
 
 
+def checked_filters(filters, path: str, source: str) -> list:
+    """`filters` if it is a non-empty list of `[width, number]` pairs of positive ints, else a one-line error."""
+    if not isinstance(filters, list) or not filters or not all(
+        isinstance(f, list) and len(f) == 2 and all(type(v) is int and v > 0 for v in f) for f in filters
+    ):
+        raise ElmoInputError(f"{source}: {path} must be a list of [width, number] pairs, got {filters!r}")
+    return filters
+
+
+def checked_config(config_class, source: str, **values):
+    """`config_class(**values)`, its validator's complaint made a one-line `ElmoInputError` naming `source`."""
+    try:
+        return config_class(**values)
+    except Exception as error:
+        message = str(error).strip().splitlines()[-1].strip()
+        raise ElmoInputError(f"{source}: {message}") from None
+
+
 def check_output(path, force: bool = False, folder: bool = True) -> Path:
     """Refuses an output that would replace user data: a non-empty folder / an existing file, unless `force`."""
     path = Path(path)
@@ -112,6 +130,8 @@ def write_atomically(path: str | os.PathLike, text: str) -> str:
 __all__ = [
     "ElmoInputError",
     "check_output",
+    "checked_config",
+    "checked_filters",
     "json_field",
     "read_json_object",
     "read_utf8",

@@ -11,7 +11,8 @@
 
 `ElmoPreTrainedModel.save_pretrained` ends with `name_pipeline`: a model class with a `pipeline_class` (for its
 `pipeline_task`) writes it into the folder's `config.json` as `custom_pipelines`, so that `pipeline(task,
-model=folder, trust_remote_code=True)` uses it; `save_pretrained` copies its module as one the model's imports. `load_model_folder` is how the commands read a model folder.
+model=folder, trust_remote_code=True)` uses it (its module, imported by the model's, is saved with the remote
+code). `load_model_folder` is how the commands read a model folder.
 """
 
 import glob

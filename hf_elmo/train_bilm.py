@@ -21,7 +21,6 @@ import dataclasses
 import json
 import math
 import os
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,6 +30,7 @@ from transformers import Trainer, TrainerCallback, TrainingArguments, set_seed
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoint
 
 from .configuration_elmo import ELMO_PRESETS, ElmoConfig
+from .convert_original_elmo import config_from_options
 from .data_bilm import SPLIT_HELP, SPLITS, DataCollatorForBiLM, build_word_vocabulary, check_text_files, load_bilm_dataset
 from .modeling_elmo import ElmoForBiLM
 from .tokenization_elmo import ElmoTokenizer
@@ -152,8 +152,6 @@ def load_config(spec: str) -> ElmoConfig:
     except (json.JSONDecodeError, UnicodeDecodeError) as error:
         raise ValueError(f"--config {spec!r} is not a JSON file: {error}.") from None
     if "lstm" in values and "char_cnn" in values:
-        from .convert_original_elmo import config_from_options
-
         return config_from_options(values, source=str(path))
     return ElmoConfig.from_json_file(path)
 
@@ -502,12 +500,7 @@ def add_arguments(parser: argparse.ArgumentParser):
 
 def run(args: argparse.Namespace) -> int:
     names = {f.name for f in dataclasses.fields(BiLMTrainingOptions)}
-    try:
-        options = BiLMTrainingOptions(**{k: v for k, v in vars(args).items() if k in names})
-        train_bilm(options)
-    except (ValueError, FileNotFoundError) as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+    train_bilm(BiLMTrainingOptions(**{k: v for k, v in vars(args).items() if k in names}))
     return 0
 
 
