@@ -19,6 +19,7 @@ import time
 import numpy as np
 import torch
 
+from hf_elmo.adagrad import Adagrad  # noqa: E402
 from hf_elmo import ElmoConfig, ElmoForBiLM, ElmoTokenizer
 
 from bench_inference import machine_description, reference_copy, speedup
@@ -71,7 +72,7 @@ def main():
     if args.compare:
         models["reference"] = reference_copy(models["fast"])
     optimizers = {
-        name: torch.optim.Adagrad(model.parameters(), lr=0.2, initial_accumulator_value=1.0 / args.words**2)
+        name: Adagrad(model.parameters(), lr=0.2, initial_accumulator_value=1.0 / args.words**2)
         for name, model in models.items()
     }
     batch = make_batch(args.batch_size, args.words, args.vocab_size, args.device)

@@ -143,6 +143,46 @@ def _stacked(forward_weight: torch.Tensor, backward_weight: torch.Tensor, dtype:
     return torch.stack([forward_weight, backward_weight]).to(dtype)
 
 
+def _k_splits(rows: int, cols: int, depth: int) -> int:
+    """How many slices to cut the K axis of a `(2, rows, depth) @ (2, depth, cols)` product into: a step's product
+    has few output tiles (e.g. 128 x 512 from K = 16,384), which alone would leave most of a GPU idle."""
+    tiles = 2 * -(-rows // 128) * -(-cols // 128)
+    splits = 1
+    while tiles * splits < 264 and depth % (2 * splits) == 0 and depth // (2 * splits) >= 512:
+        splits *= 2
+    return splits
+
+
+_BMM_OUT_DTYPE = True  # whether torch.bmm(..., out_dtype=float32) works here (CUDA, 16-bit inputs)
+
+
+def _bmm_float32(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """`torch.bmm` with a float32 result (16-bit inputs are multiplied with float32 sums either way)."""
+    global _BMM_OUT_DTYPE
+    if a.dtype in (torch.bfloat16, torch.float16) and a.is_cuda and _BMM_OUT_DTYPE:
+        try:
+            return torch.bmm(a, b, out_dtype=torch.float32)
+        except (RuntimeError, TypeError):
+            _BMM_OUT_DTYPE = False
+    return torch.bmm(a, b).float()
+
+
+def _step_bmm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """`torch.bmm(a, b)` for one step's `(2, M, K) @ (2, K, N)`, split along K into slices multiplied side by side
+    and summed in float32 when the output is too small to fill a GPU (`_k_splits`)."""
+    _, rows, depth = a.shape
+    cols = b.shape[-1]
+    splits = _k_splits(rows, cols, depth) if a.is_cuda else 1
+    if splits == 1:
+        return torch.bmm(a, b)
+    chunk = depth // splits
+    result = a.new_empty(2, rows, cols)
+    for d in range(2):
+        slices = _bmm_float32(a[d].view(rows, splits, chunk).transpose(0, 1), b[d].view(splits, chunk, cols))
+        result[d] = slices.sum(dim=0)
+    return result
+
+
 def _layer_forward(inputs, mask, hidden0, memory0, params, settings: LayerSettings, save: bool):
     """Runs one layer over step-ordered inputs.
 
@@ -204,22 +244,23 @@ def _layer_forward(inputs, mask, hidden0, memory0, params, settings: LayerSettin
         else:
             step_saved = [None, None, None]
         cell_forward(gates, memory[:, now], memory[:, after], mask[:, s], cell_output, *step_saved, settings.cell_clip)
-        projected = torch.bmm(cell_output, projection_weight_t)
+        projected = _step_bmm(cell_output, projection_weight_t)
         hidden_passed = saved["hidden_passed"][:, s] if save and saved["hidden_passed"] is not None else None
         hidden_forward(projected, hidden[:, now], hidden[:, after], outputs[:, s], mask[:, s], hidden_passed,
                        settings.proj_clip)  # fmt: skip
     last = num_steps if save else num_steps % 2
     if save:
-        saved.update(hidden=hidden, memory=memory, inputs=inputs)
+        weights = (input_weight, state_weight, projection_weight)
+        saved.update(hidden=hidden, memory=memory, inputs=inputs, weights=weights)
     return outputs, hidden[:, last], memory[:, last], saved
 
 
-def _layer_backward(grad_outputs, grad_hidden_final, grad_memory_final, mask, params, saved, settings: LayerSettings):
+def _layer_backward(grad_outputs, grad_hidden_final, grad_memory_final, mask, saved, settings: LayerSettings):
     """Gradients of `_layer_forward`: `(grad_inputs (2, T, B, P), grad_hidden0 (2, B, P), grad_memory0 (2, B, D),
     and per direction pair the gradients of W_x (2, 4D, P), b (2, 4D), W_h (2, 4D, P), W_p (2, P, D))`."""
     _, _, hidden_backward, cell_backward = _steps(settings.kernels)
     dtype = settings.dtype
-    input_weight, _, state_weight, projection_weight = (_stacked(*pair, dtype) for pair in params)
+    input_weight, state_weight, projection_weight = saved["weights"]
     _, num_steps, batch_size, projection_dim = grad_outputs.shape
     cell_dim = state_weight.shape[1] // 4
     memory_dtype = _memory_dtype(dtype)
@@ -238,7 +279,7 @@ def _layer_backward(grad_outputs, grad_hidden_final, grad_memory_final, mask, pa
         cell_passed = saved["cell_passed"][:, s] if saved["cell_passed"] is not None else None
         cell_backward(grad_cell_output, grad_memory, activations[:, s], cell_tanh[:, s], memory[:, s], cell_passed,
                       mask[:, s], grad_gates[:, s])  # fmt: skip
-        grad_from_next = torch.bmm(grad_gates[:, s], state_weight)
+        grad_from_next = _step_bmm(grad_gates[:, s], state_weight)
     grad_hidden0 = torch.where(mask[:, 0, :, None].bool(), grad_from_next.to(memory_dtype), grad_hidden)
     flat_gates = grad_gates.view(2, num_steps * batch_size, 4 * cell_dim)
     flat_gates_t = flat_gates.transpose(1, 2)
@@ -266,8 +307,8 @@ class _EagerLayer:
     def forward(self, inputs, mask, hidden0, memory0, params, save):
         return _layer_forward(inputs, mask, hidden0, memory0, params, self.settings, save)
 
-    def backward(self, grad_outputs, grad_hidden, grad_memory, mask, params, saved):
-        return _layer_backward(grad_outputs, grad_hidden, grad_memory, mask, params, saved, self.settings)
+    def backward(self, grad_outputs, grad_hidden, grad_memory, mask, saved):
+        return _layer_backward(grad_outputs, grad_hidden, grad_memory, mask, saved, self.settings)
 
 
 class _CapturedLayer:
@@ -290,7 +331,7 @@ class _CapturedLayer:
             outputs, hidden, memory, saved = self._forward(params)
             if save:
                 _layer_backward(torch.zeros_like(outputs), torch.zeros_like(hidden), torch.zeros_like(memory),
-                                self.mask, params, saved, settings)  # fmt: skip
+                                self.mask, saved, settings)  # fmt: skip
         torch.cuda.current_stream(inputs.device).wait_stream(side)
         del outputs, hidden, memory, saved
         pool = torch.cuda.graph_pool_handle()
@@ -303,7 +344,7 @@ class _CapturedLayer:
             self.backward_graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(self.backward_graph, pool=pool, capture_error_mode="thread_local"):
                 self.grads = _layer_backward(self.grad_outputs, self.grad_hidden, self.grad_memory, self.mask,
-                                             params, self.saved, settings)  # fmt: skip
+                                             self.saved, settings)  # fmt: skip
 
     def _forward(self, params):
         return _layer_forward(self.inputs, self.mask, self.hidden0, self.memory0, params, self.settings, self.save)
@@ -314,7 +355,7 @@ class _CapturedLayer:
         self.forward_graph.replay()
         return self.outputs.clone(), self.hidden.clone(), self.memory.clone(), self.saved
 
-    def backward(self, grad_outputs, grad_hidden, grad_memory, mask, params, saved):
+    def backward(self, grad_outputs, grad_hidden, grad_memory, mask, saved):
         for static, given in ((self.grad_outputs, grad_outputs), (self.grad_hidden, grad_hidden),
                               (self.grad_memory, grad_memory)):  # fmt: skip
             static.copy_(given)
@@ -400,7 +441,7 @@ class _BidirectionalLayer(torch.autograd.Function):
             runner.pending = None
         with autocast_off:
             grad_inputs, grad_hidden0, grad_memory0, weight_grads = runner.backward(
-                grad_outputs, grad_hidden, grad_memory, ctx.mask, _pairs(weights), ctx.saved
+                grad_outputs, grad_hidden, grad_memory, ctx.mask, ctx.saved
             )
         ctx.saved = None
         per_weight = [g[direction] for g in weight_grads for direction in (0, 1)]

@@ -212,7 +212,9 @@ class ElmoCharacterEncoder(nn.Module):
             num_windows = min(span, num_chars - width + 1)
             if num_windows > 0:
                 windows = chars[:, : num_windows + width - 1].unfold(1, width, 1)  # (u, windows, e, width)
-                window_max = linear(windows.flatten(2), conv.weight.flatten(1)).amax(dim=1)
+                # max, not amax: its backward is one scatter (ties are identical windows, which give the weights
+                # the same gradient whichever of them takes it).
+                window_max = linear(windows.flatten(2), conv.weight.flatten(1)).max(dim=1).values
                 # Windows from `span` on lie inside the final run; if the word has any, their value counts.
                 value = window_max if num_windows == num_chars - width + 1 else torch.maximum(window_max, value)
             per_filter.append(value)
@@ -427,7 +429,10 @@ class ElmoBiLstm(nn.Module):
             if self.use_skip_connections and index > 0:
                 outputs = outputs + layer_in
             inputs = outputs
-            layer_outputs.append(torch.cat([outputs[0], outputs[1].flip(0)], dim=-1).transpose(0, 1).contiguous())
+            layer_output = outputs.new_empty(batch_size, num_steps, 2 * projection_dim)  # (B, T, [forward | backward])
+            layer_output[..., :projection_dim] = outputs[0].transpose(0, 1)
+            layer_output[..., projection_dim:] = outputs[1].flip(0).transpose(0, 1)
+            layer_outputs.append(layer_output)
             final_hidden.append(layer_hidden.transpose(0, 1).reshape(batch_size, -1))
             final_memory.append(layer_memory.transpose(0, 1).reshape(batch_size, -1))
         final_state = (torch.stack(final_hidden).to(hidden.dtype), torch.stack(final_memory).to(memory.dtype))
@@ -744,13 +749,15 @@ class ElmoForBiLM(ElmoPreTrainedModel):
             num_items_in_batch (`int` or `torch.Tensor`, *optional*): divide the summed cross-entropy by this many
                 targets (both directions counted) instead of this batch's count; passed by `Trainer`.
         """
+        if labels is not None and isinstance(input_ids, torch.Tensor):
+            # Before the model runs: on a GPU the check waits for the device, which is idle only now.
+            self._check_labels(labels, input_ids.shape[:2])
         outputs = self.elmo(input_ids, attention_mask=attention_mask, output_hidden_states=output_hidden_states)
         top = self.dropout(outputs.last_hidden_state)
         forward_hidden, backward_hidden = top.chunk(2, dim=-1)
 
         loss = forward_loss = backward_loss = None
         if labels is not None:
-            self._check_labels(labels, top.shape[:2])
             hidden = torch.cat([forward_hidden.flatten(0, 1), backward_hidden.flatten(0, 1)])  # (2 B T, P)
             targets = torch.cat([labels[..., 0].flatten(), labels[..., 1].flatten()]).long()
             has_target = targets != -100

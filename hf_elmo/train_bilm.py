@@ -29,6 +29,7 @@ import torch
 from transformers import Trainer, TrainerCallback, TrainingArguments, set_seed
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoint
 
+from .adagrad import Adagrad
 from .configuration_elmo import ELMO_PRESETS, ElmoConfig
 from .convert_original_elmo import config_from_options
 from .data_bilm import SPLIT_HELP, SPLITS, DataCollatorForBiLM, build_word_vocabulary, check_text_files, load_bilm_dataset
@@ -417,7 +418,7 @@ def train_bilm(options: BiLMTrainingOptions | None = None, **kwargs) -> dict:
     optimizer = None
     if options.optimizer == "adagrad":
         optimizer = (
-            torch.optim.Adagrad,
+            Adagrad,
             {
                 "lr": options.learning_rate,
                 "initial_accumulator_value": options.adagrad_initial_accumulator / options.window**2,
