@@ -15,6 +15,7 @@ from transformers import (
 from transformers.pipelines import PIPELINE_REGISTRY
 
 from .configuration_elmo import ELMO_PRESETS, ElmoConfig
+from .cpu_backend import cpu_backend
 from .modeling_elmo import ElmoBiLMOutput, ElmoForBiLM, ElmoModel, ElmoModelOutput, ElmoPreTrainedModel
 from .modeling_elmo_heads import ElmoForSequenceClassification, ElmoForTokenClassification
 from .pipelines_elmo import ElmoTokenClassificationPipeline
@@ -58,4 +59,5 @@ __all__ = [
     "ElmoTokenClassificationPipeline",
     "ElmoTokenizer",
     "ScalarMix",
+    "cpu_backend",
 ]
