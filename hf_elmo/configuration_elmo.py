@@ -27,6 +27,25 @@ AUTO_MAP = {
     "AutoModelForTokenClassification": "modeling_elmo_heads.ElmoForTokenClassification",
 }
 
+ARCHITECTURE_FIELDS = (
+    "char_embedding_dim",
+    "filters",
+    "n_highway",
+    "activation",
+    "n_characters",
+    "max_characters_per_token",
+    "cell_dim",
+    "projection_dim",
+    "num_layers",
+    "cell_clip",
+    "proj_clip",
+    "use_skip_connections",
+)
+"""The fields that define the network: weights fit a config only if it agrees with theirs on all of them."""
+WEIGHT_FORMAT_FIELDS = ("forget_bias", "char_vocabulary", "input_word_vocab_size", "input_word_dim")
+"""The fields that say how a checkpoint's weights are to be read (converted weights' run-time forget bias, an
+ELMoForManyLangs model's character vocabulary and word embeddings)."""
+
 PROBLEM_TYPES = ("regression", "single_label_classification", "multi_label_classification")
 ELMO_PLACEMENTS = ("input", "output")
 POOLINGS = ("mean", "max", "mean_max")
@@ -289,4 +308,4 @@ class ElmoConfig(PreTrainedConfig):
             )
 
 
-__all__ = ["ElmoConfig", "ELMO_PRESETS"]
+__all__ = ["ARCHITECTURE_FIELDS", "ELMO_PRESETS", "ElmoConfig", "WEIGHT_FORMAT_FIELDS"]
