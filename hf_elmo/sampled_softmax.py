@@ -193,12 +193,12 @@ def sampled_softmax_loss(
     true_log_q = torch.log(expected_count(log_uniform_probability(targets, vocab_size), num_samples, num_tries))
     sampled_log_q = torch.log(expected_count(log_uniform_probability(sampled, vocab_size), num_samples, num_tries))
 
-    # Rows gathered with `embedding`, whose backward adds into the weight's gradient faster than indexing's.
-    bias = bias.unsqueeze(1)
-    true_logits = (hidden * F.embedding(targets, weight)).sum(-1) + F.embedding(targets, bias)[:, 0]
+    # Rows gathered with `index_select`, whose backward is one scatter-add into the weight's gradient (indexing's
+    # sorts the indices first, `embedding`'s waits for the GPU to count them).
+    true_logits = (hidden * weight.index_select(0, targets)).sum(-1) + bias.index_select(0, targets)
     # The log-Q correction goes into the product's bias: one pass over the (N, S) logits less.
-    sampled_bias = F.embedding(sampled, bias)[:, 0] - sampled_log_q
-    sampled_logits = torch.addmm(sampled_bias.to(hidden.dtype), hidden, F.embedding(sampled, weight).t())
+    sampled_bias = bias.index_select(0, sampled) - sampled_log_q
+    sampled_logits = torch.addmm(sampled_bias.to(hidden.dtype), hidden, weight.index_select(0, sampled).t())
     # Accidental hits: the sampled word equal to a row's target, at most one per row (the sample is distinct),
     # is removed from that row's softmax.
     position_in_sample = torch.full((vocab_size,), num_samples, device=device)
