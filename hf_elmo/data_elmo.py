@@ -78,7 +78,8 @@ class DataCollatorForElmo:
         batch = dict(self.tokenizer.pad(rest, padding=True, return_tensors="pt"))
         positions = batch["input_ids"].shape[1]
         if layers is not None:
-            batch["elmo_hidden_states"] = torch.from_numpy(pad_rows([_as_tensor(layer, torch.float32) for layer in layers], positions, dtype=np.float32))
+            layers = [_as_tensor(layer, torch.float32) for layer in layers]
+            batch["elmo_hidden_states"] = torch.from_numpy(pad_rows(layers, positions, dtype=np.float32))
         if labels is not None:
             lengths = [len(f["input_ids"]) for f in features]
             labels = [_as_tensor(label) for label in labels]

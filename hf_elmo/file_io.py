@@ -36,7 +36,8 @@ def read_json_object(path: str | os.PathLike, what: str) -> dict:
     try:
         value = json.loads(text)
     except json.JSONDecodeError as error:
-        raise ElmoInputError(f"{path}: not valid JSON (line {error.lineno}, column {error.colno}: {error.msg})") from None
+        where = f"line {error.lineno}, column {error.colno}"
+        raise ElmoInputError(f"{path}: not valid JSON ({where}: {error.msg})") from None
     if not isinstance(value, dict):
         raise ElmoInputError(f"{path}: expected a JSON object ({what}), got {type(value).__name__}")
     return value

@@ -5,8 +5,8 @@
 * weights load only from safetensors unless `use_safetensors=False` is passed: a pickle checkpoint
   (`pytorch_model.bin`) is a program that runs while it is read; transformers restricts it with `weights_only`,
   but that unpickler has had escapes;
-* a model with a classifier (`has_classifier`) refuses up front to load a saved classifier into a different number of labels
-  (transformers only logs the shapes), unless `ignore_mismatched_sizes=True`;
+* a model with a classifier (`has_classifier`) refuses up front to load a saved classifier into a different number
+  of labels (transformers only logs the shapes), unless `ignore_mismatched_sizes=True`;
 * loaded parameters are copied to 64-byte aligned memory (see `align_parameters`).
 
 `ElmoPreTrainedModel.save_pretrained` ends with `name_pipeline`: a model class with a `pipeline_class` (for its
@@ -41,7 +41,8 @@ def load_pretrained(load, cls, pretrained_model_name_or_path, *model_args, use_s
     if cls.has_classifier and not kwargs.get("ignore_mismatched_sizes"):
         _check_saved_classifier(cls, pretrained_model_name_or_path, kwargs)
     try:
-        loaded = load(pretrained_model_name_or_path, *model_args, use_safetensors=use_safetensors is not False, **kwargs)
+        safetensors_only = use_safetensors is not False
+        loaded = load(pretrained_model_name_or_path, *model_args, use_safetensors=safetensors_only, **kwargs)
     except OSError as error:
         # a Hub repo without safetensors: transformers' hint ("do not set use_safetensors=True") misleads
         if use_safetensors is not None or "use_safetensors" not in str(error):

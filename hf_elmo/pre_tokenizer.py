@@ -1,4 +1,4 @@
-"""Raw text -> words, in the Penn-Treebank style of the corpus ELMo was trained on (the tokenizers library's `Split`)."""
+"""Raw text -> words, in the Penn-Treebank style of the corpus ELMo was trained on (a `tokenizers` `Split`)."""
 
 from tokenizers import Regex
 from tokenizers import pre_tokenizers

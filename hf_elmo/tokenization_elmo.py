@@ -18,6 +18,7 @@ from transformers import PreTrainedTokenizer
 from transformers.tokenization_utils_base import TruncationStrategy
 from transformers.utils import PaddingStrategy, TensorType
 
+from . import character_rows, pre_tokenizer, word_vocabulary
 from .batch_encoding_elmo import ElmoBatchEncoding
 from .character_rows import (
     BOS_TOKEN,
@@ -46,9 +47,6 @@ from .word_vocabulary import (
     write_word_vocabulary,
 )
 
-# Names earlier versions defined in this module.
-from .character_rows import BOS_WORD_IDS, EOS_WORD_IDS, words_to_char_ids  # noqa: E402, F401
-from .word_vocabulary import WORD_VOCABULARY_SPECIALS  # noqa: E402, F401
 
 __all__ = [
     "CharacterVocabulary",
@@ -60,6 +58,14 @@ __all__ = [
     "words_to_char_ids",
     "write_word_vocabulary",
 ]
+
+
+def __getattr__(name: str):
+    # Names earlier versions defined here: the layout, the splitter and the word vocabulary now have modules of their own.
+    for module in (character_rows, pre_tokenizer, word_vocabulary):
+        if not name.startswith("_") and hasattr(module, name):
+            return getattr(module, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _is_tensor_like(value: Any) -> bool:

@@ -452,7 +452,7 @@ def train_bilm(options: BiLMTrainingOptions | None = None, **kwargs) -> dict:
 
 
 COMMAND_OPTIONS = BiLMTrainingOptions
-"""`hf-elmo train` takes the fields of this dataclass as its options (`hf_elmo.cli` builds them with `HfArgumentParser`)."""
+"""`hf-elmo train` takes the fields of this dataclass as its options (`cli` builds them with `HfArgumentParser`)."""
 
 
 def run(args: argparse.Namespace) -> int:

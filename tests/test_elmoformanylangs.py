@@ -315,11 +315,15 @@ def test_task_heads_on_the_converted_model(converted, their_folder, tmp_path):
     batch = tokenizer(sentences, is_split_into_words=True, padding=True, return_tensors="pt")
     with torch.no_grad():
         assert torch.isfinite(classifier(**batch).logits).all()
-    unframed = tokenizer(sentences, is_split_into_words=True, add_special_tokens=False, padding=True, return_tensors="pt")
+    unframed = tokenizer(
+        sentences, is_split_into_words=True, add_special_tokens=False, padding=True, return_tensors="pt"
+    )
     with pytest.raises(ValueError, match="framed by the <S> and </S> rows"):
         tagger(**unframed)
     with pytest.raises(ValueError, match="word vectors are found from the UTF-8 byte rows"):
-        AutoModelForTokenClassification.from_pretrained(converted, num_labels=3, word_vectors_size=4, word_vectors_dim=2)
+        AutoModelForTokenClassification.from_pretrained(
+            converted, num_labels=3, word_vectors_size=4, word_vectors_dim=2
+        )
 
 
 def test_default_model_config_is_used_when_the_folder_lacks_it(their_folder, tmp_path, capsys):
