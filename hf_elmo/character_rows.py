@@ -285,46 +285,46 @@ def as_rows(example: Any, key: str = "input_ids") -> np.ndarray:
 
 
 def pad_rows(
-    sequences: Sequence[Any],
+    sequences: Any,
     positions: int | None = None,
     fill: int | float = 0,
     frame: tuple[Any, Any] | None = None,
     dtype: Any = np.int64,
-    trailing_shape: tuple[int, ...] | None = None,
+    lengths: Sequence[int] | None = None,
 ) -> np.ndarray:
     """Right-pads `B` sequences into one array: the padding function of every batch of ELMo inputs.
 
     Args:
         sequences: `B` arrays (list / NumPy / torch) `(T_i, ...)` with the same trailing shape: `(T_i, 50)` character
-            rows, `(T_i,)` word ids or labels, `(T_i, 2)` LM targets, `(T_i, L + 1, 2P)` cached layers.
+            rows, `(T_i,)` word ids or labels, `(T_i, 2)` LM targets, `(T_i, L + 1, 2P)` cached layers. With
+            `lengths`: one array holding the `B` sequences end to end, `lengths[b]` entries each.
         positions: length of the padded axis, at least the longest (framed) sequence; default that longest.
         fill: value of the padding positions (0: the padding row of character ids).
         frame: `(first, last)` entries placed before and after each sequence (e.g. the `<S>` and `</S>` rows).
         dtype: of the result.
-        trailing_shape: the shape after the positions axis; by default that of the sequences (needed for none).
 
     Returns:
         `(B, positions, ...)`: sequence `b` (framed: `first, sequence, last`) at the start of row `b`, `fill` after.
     """
-    arrays = [to_numpy(sequence) for sequence in sequences]
-    lengths = np.array([len(array) for array in arrays], dtype=np.int64) + (2 if frame is not None else 0)
-    longest = int(lengths.max()) if len(arrays) else 0
+    if lengths is None:
+        arrays = [to_numpy(sequence) for sequence in sequences]
+        trailing_shape = next((array.shape[1:] for array in arrays if array.ndim > 1), ())
+    else:
+        flat = to_numpy(sequences)
+        ends = np.cumsum(lengths, dtype=np.int64).tolist()
+        arrays = [flat[end - length : end] for length, end in zip(lengths, ends)]
+        trailing_shape = flat.shape[1:]
+    first = 1 if frame is not None else 0
+    longest = max((len(array) for array in arrays), default=-2 * first) + 2 * first
     if positions is None:
         positions = longest
     elif positions < longest:
         raise ValueError(f"pad_rows: a sequence of {longest} positions does not fit in {positions}")
-    if trailing_shape is None:
-        trailing_shape = next((array.shape[1:] for array in arrays if array.ndim > 1), ())
     padded = np.full((len(arrays), positions, *trailing_shape), fill, dtype=dtype)
-    filled = [array for array in arrays if len(array)]
-    if filled:
-        counts = lengths - (2 if frame is not None else 0)
-        sentence = np.repeat(np.arange(len(arrays)), counts)
-        offset = np.arange(int(counts.sum())) - np.repeat(np.cumsum(counts) - counts, counts)
-        padded[sentence, offset + (1 if frame is not None else 0)] = np.concatenate(filled)
-    if frame is not None and len(arrays):
-        padded[:, 0] = frame[0]
-        padded[np.arange(len(arrays)), lengths - 1] = frame[1]
+    for row, array in zip(padded, arrays):
+        row[first : first + len(array)] = array
+        if frame is not None:
+            row[0], row[len(array) + 1] = frame
     return padded
 
 

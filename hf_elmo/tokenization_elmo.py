@@ -427,21 +427,17 @@ class ElmoTokenizer(PreTrainedTokenizer):
         lengths = word_counts + n_special
         positions = self._target_length(lengths, padding_strategy, max_length, pad_to_multiple_of)
         flat_words = [word for words in sentences for word in words]
-
-        def per_sentence(flat: np.ndarray) -> list[np.ndarray]:
-            return np.split(flat, np.cumsum(word_counts)[:-1]) if len(sentences) else []
-
         characters = self.characters
         frame = characters.boundary_rows if add_special_tokens else None
-        rows = per_sentence(characters.rows(flat_words))
-        data = {"input_ids": pad_rows(rows, positions, frame=frame, trailing_shape=(MAX_WORD_LENGTH,))}
+        data = {"input_ids": pad_rows(characters.rows(flat_words), positions, frame=frame, lengths=word_counts)}
         if characters.words is not None:
             boundaries = characters.word_ids([characters.bos_token, characters.eos_token])
             data["input_word_ids"] = pad_rows(
-                per_sentence(characters.word_ids(flat_words)),
+                characters.word_ids(flat_words),
                 positions,
                 fill=characters.words[VOCAB_PADDING],
                 frame=tuple(boundaries) if add_special_tokens else None,
+                lengths=word_counts,
             )
         attention_mask = (np.arange(positions)[None, :] < lengths[:, None]).astype(np.int64)
         if return_attention_mask is None:
