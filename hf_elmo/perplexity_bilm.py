@@ -8,7 +8,6 @@ geometric mean, `exp` of the mean of the two losses (39.7 for its released model
 
 import argparse
 import math
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -26,7 +25,9 @@ from .data_bilm import (
     pack_sentences,
 )
 from .modeling_elmo import ElmoForBiLM
-from .tokenization_elmo import BOS_WORD_INDEX, EOS_TOKEN, ElmoTokenizer
+from .character_rows import EOS_TOKEN
+from .tokenization_elmo import ElmoTokenizer
+from .word_vocabulary import BOS_WORD_INDEX
 
 
 def _batches(files, tokenizer, window, split, batch_size):
@@ -133,12 +134,8 @@ def add_arguments(parser: argparse.ArgumentParser):
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        model, tokenizer = load_bilm(args.model, args.device)
-        result = compute_perplexity(model, tokenizer, args.files, args.window, args.split, args.batch_size)
-    except (ValueError, FileNotFoundError, OSError) as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+    model, tokenizer = load_bilm(args.model, args.device)
+    result = compute_perplexity(model, tokenizer, args.files, args.window, args.split, args.batch_size)
     print(f"targets per direction  {result['targets']:,}")
     print(f"forward perplexity     {result['forward']:.2f}")
     print(f"backward perplexity    {result['backward']:.2f}")

@@ -1,7 +1,7 @@
 """The GPU path of `ElmoModel`: both directions of a layer stepped together over the whole batch with masks
 (`gpu_lstm.py`), its Triton kernels (`gpu_lstm_kernels.py`, interpreted on CPU tensors), CUDA graph replay, the
 character CNN over every token, the sampled softmax drawn on the device and a loss without data-dependent
-shapes. Checked against the straightforward reference path (`reference_modeling.py`), against the original
+shapes. Checked against the straightforward reference path (`config.implementation = "reference"`), against the original
 implementations' outputs, and against float64.
 
 On a machine with a CUDA GPU the same tests also run on it; the CUDA graph tests run only there.
@@ -23,8 +23,7 @@ from hf_elmo.sampled_softmax import (
     sample_log_uniform_candidates_on_device,
 )
 
-from conftest import FIXTURE_SETS, fixture_batches
-from reference_modeling import reference_from
+from conftest import FIXTURE_SETS, fixture_batches, reference_from
 from test_fast_path import SENTENCES, assert_same_outputs, encode, random_model, run_fast, small_config
 
 DEVICES = ["cpu", *(["cuda"] if torch.cuda.is_available() else [])]
