@@ -1,7 +1,13 @@
-"""The `hf-elmo` command: `hf-elmo COMMAND --help` for each command."""
+"""The `hf-elmo` command: `hf-elmo COMMAND --help` for each command.
+
+Every command reports a problem with what it was given as one line, `error: ...`, and exits with status 2: the
+commands raise `ValueError` (`file_io.ElmoInputError` for files and fields) or `OSError` for it, caught here.
+"""
 
 import argparse
 import sys
+
+from transformers import HfArgumentParser
 
 from . import (
     convert_original_elmo,
@@ -13,7 +19,8 @@ from . import (
     warm_state,
 )
 
-# name -> (module with add_arguments(parser) and run(args) -> exit code, one-line help)
+# name -> (module with run(args) -> exit code and either add_arguments(parser) or COMMAND_OPTIONS, a dataclass whose
+# fields are the options, one-line help)
 COMMANDS = {
     "convert": (
         convert_original_elmo,
@@ -31,13 +38,22 @@ COMMANDS = {
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="hf-elmo", description="ELMo for Hugging Face transformers.")
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=HfArgumentParser)
     for name, (module, help_text) in COMMANDS.items():
-        command = commands.add_parser(name, help=help_text, description=help_text)
-        module.add_arguments(command)
+        options = getattr(module, "COMMAND_OPTIONS", None)
+        formatter = argparse.ArgumentDefaultsHelpFormatter if options else argparse.HelpFormatter
+        command = commands.add_parser(
+            name, help=help_text, description=help_text, dataclass_types=options, formatter_class=formatter
+        )
+        if options is None:
+            module.add_arguments(command)
         command.set_defaults(run=module.run)
     args = parser.parse_args(argv)
-    return args.run(args)
+    try:
+        return args.run(args)
+    except (ValueError, OSError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ ELMO_PRESETS = {
 }
 
 ACTIVATIONS = ("relu", "tanh")
+IMPLEMENTATIONS = ("fast", "reference")
 
 # Every class a saved folder can be loaded as with `trust_remote_code=True` (file.Class, flattened by
 # `save_pretrained`); transformers itself would only list the saved object's class.
@@ -22,9 +23,28 @@ AUTO_MAP = {
     "AutoModel": "modeling_elmo.ElmoModel",
     "AutoModelForPreTraining": "modeling_elmo.ElmoForBiLM",
     "AutoTokenizer": ["tokenization_elmo.ElmoTokenizer", None],
-    "AutoModelForSequenceClassification": "modeling_elmo.ElmoForSequenceClassification",
-    "AutoModelForTokenClassification": "modeling_elmo.ElmoForTokenClassification",
+    "AutoModelForSequenceClassification": "modeling_elmo_heads.ElmoForSequenceClassification",
+    "AutoModelForTokenClassification": "modeling_elmo_heads.ElmoForTokenClassification",
 }
+
+ARCHITECTURE_FIELDS = (
+    "char_embedding_dim",
+    "filters",
+    "n_highway",
+    "activation",
+    "n_characters",
+    "max_characters_per_token",
+    "cell_dim",
+    "projection_dim",
+    "num_layers",
+    "cell_clip",
+    "proj_clip",
+    "use_skip_connections",
+)
+"""The fields that define the network: weights fit a config only if it agrees with theirs on all of them."""
+WEIGHT_FORMAT_FIELDS = ("forget_bias", "char_vocabulary", "input_word_vocab_size", "input_word_dim", "warm_state")
+"""The fields that say how a checkpoint's weights are to be read (converted weights' run-time forget bias, an
+ELMoForManyLangs model's character vocabulary and word embeddings, a warm start state)."""
 
 PROBLEM_TYPES = ("regression", "single_label_classification", "multi_label_classification")
 ELMO_PLACEMENTS = ("input", "output")
@@ -70,6 +90,11 @@ class ElmoConfig(PreTrainedConfig):
         warm_state (`bool`, defaults to `False`): the model holds a warm start state (`ElmoModel.set_warm_state`,
             estimated by `hf-elmo warm-state`), the LSTM state every row starts from whenever no `state=` is passed;
             `False`: rows start from zeros.
+        implementation (`str`, defaults to `"fast"`): how the model computes, with the same results up to float
+            rounding: `"fast"` (distinct words once, the LSTM over length-sorted rows on CPUs and over static shapes
+            on GPUs) or `"reference"` (the straightforward computation, the readable specification the fast paths
+            are tested against; several times slower). Read at each call: `model.config.implementation =
+            "reference"` switches a model.
 
     Task heads (`ElmoForSequenceClassification`, `ElmoForTokenClassification`; the biLM ignores these):
         freeze_elmo (`bool`, defaults to `True`): keep the biLM fixed (no gradients, eval mode); `False` fine-tunes it.
@@ -126,6 +151,7 @@ class ElmoConfig(PreTrainedConfig):
     input_word_vocab_size: int = 0
     input_word_dim: int = 0
     warm_state: bool = False
+    implementation: str = "fast"
     num_softmax_samples: int = 8192
     tie_word_embeddings: bool = False
 
@@ -179,6 +205,10 @@ class ElmoConfig(PreTrainedConfig):
             raise ValueError(f"ElmoConfig.n_highway must be >= 0, got {self.n_highway}.")
         if self.activation not in ACTIVATIONS:
             raise ValueError(f"ElmoConfig.activation must be one of {ACTIVATIONS}, got {self.activation!r}.")
+        if self.implementation not in IMPLEMENTATIONS:
+            raise ValueError(
+                f"ElmoConfig.implementation must be one of {IMPLEMENTATIONS}, got {self.implementation!r}."
+            )
         if not self.filters:
             raise ValueError("ElmoConfig.filters must list at least one [width, number] pair.")
         for f in self.filters:
@@ -271,10 +301,15 @@ class ElmoConfig(PreTrainedConfig):
                 "ElmoConfig.word_vectors_size and word_vectors_dim must both be positive (word vectors) or both 0, "
                 f"got {self.word_vectors_size} and {self.word_vectors_dim}."
             )
+        if self.word_vectors_size and self.char_vocabulary:
+            raise ValueError(
+                "ElmoConfig.word_vectors_size: word vectors are found from the UTF-8 byte rows of the words, but this "
+                "model reads a character vocabulary (a conversion from ELMoForManyLangs); use word_vectors_size=0."
+            )
         if self.classifier_pooling not in POOLINGS:
             raise ValueError(
                 f"ElmoConfig.classifier_pooling must be one of {POOLINGS}, got {self.classifier_pooling!r}."
             )
 
 
-__all__ = ["ElmoConfig", "ELMO_PRESETS"]
+__all__ = ["ARCHITECTURE_FIELDS", "ELMO_PRESETS", "ElmoConfig", "WEIGHT_FORMAT_FIELDS"]

@@ -21,18 +21,13 @@ from pathlib import Path
 import torch
 
 from .configuration_elmo import ElmoConfig
-from .convert_original_elmo import (
-    ElmoConversionError,
-    add_warm_state,
-    check_output,
-    config_from_options,
-    load_options,
-    save_atomically,
-    weight_links,
-)
+from .convert_original_elmo import config_from_options, load_options, weight_links
+from .file_io import ElmoInputError, check_output, save_atomically
 from .modeling_elmo import ElmoForBiLM
-from .tf_checkpoint import TFCheckpoint, TFCheckpointError
-from .tokenization_elmo import ElmoTokenizer, read_word_vocabulary
+from .tf_checkpoint import TFCheckpoint
+from .tokenization_elmo import ElmoTokenizer
+from .warm_state import add_warm_state
+from .word_vocabulary import read_word_vocabulary
 
 _LSTM_NAME = re.compile(r"RNN_(\d+)/RNN/MultiRNNCell/Cell(\d+)/LSTMCell/(W_0|B|W_P_0)")
 _LSTM_PARTS = {"W_0": "kernel", "B": "bias", "W_P_0": "projection/kernel"}
@@ -56,23 +51,19 @@ class _VariableReader:
     def read(self, name: str, shape: tuple, why: str) -> torch.Tensor:
         variable = self.checkpoint.variables.get(name)
         if variable is None:
-            raise ElmoConversionError(f"{self.checkpoint.index_path}: missing variable {name!r} ({why})")
+            raise ElmoInputError(f"{self.checkpoint.index_path}: missing variable {name!r} ({why})")
         if variable.shape != tuple(shape):
-            raise ElmoConversionError(
+            raise ElmoInputError(
                 f"{self.checkpoint.index_path}: variable {name!r} has shape {variable.shape}, but "
                 f"{self.options_source} implies {tuple(shape)} ({why})"
             )
         if variable.dtype_name not in ("float32", "float16", "float64"):
-            raise ElmoConversionError(
+            raise ElmoInputError(
                 f"{self.checkpoint.index_path}: variable {name!r} has type {variable.dtype_name}, expected float32"
             )
-        try:
-            array = self.checkpoint.read(name)
-        except TFCheckpointError as error:
-            raise ElmoConversionError(str(error)) from None
-        tensor = torch.from_numpy(array).float()
+        tensor = torch.from_numpy(self.checkpoint.read(name)).float()
         if not torch.isfinite(tensor).all():
-            raise ElmoConversionError(
+            raise ElmoInputError(
                 f"{self.checkpoint.index_path}: variable {name!r} contains NaN or infinite values"
             )
         return tensor
@@ -81,14 +72,14 @@ class _VariableReader:
 def _options_for(checkpoint: TFCheckpoint, options_path) -> tuple[dict, str]:
     path = Path(options_path) if options_path is not None else checkpoint.prefix.parent / "options.json"
     if options_path is None and not path.is_file():
-        raise ElmoConversionError(
+        raise ElmoInputError(
             f"{path}: no options.json beside the checkpoint (bilm-tf saves it there); give it with --options"
         )
     options = load_options(path)
     if options.get("bidirectional") is False:
-        raise ElmoConversionError(f"{path}: bidirectional is false; only bidirectional biLMs can be converted")
+        raise ElmoInputError(f"{path}: bidirectional is false; only bidirectional biLMs can be converted")
     if "char_cnn" not in options:
-        raise ElmoConversionError(f"{path}: no char_cnn section; only character-input biLMs can be converted")
+        raise ElmoInputError(f"{path}: no char_cnn section; only character-input biLMs can be converted")
     return options, str(path)
 
 
@@ -102,23 +93,20 @@ def load_bilm_tf_checkpoint(checkpoint_path, options_path=None, vocab_path=None)
         vocab_path: the vocabulary file the model was trained with (one token per line); its length must equal
             the softmax's rows.
     """
-    try:
-        checkpoint = TFCheckpoint(checkpoint_path)
-    except TFCheckpointError as error:
-        raise ElmoConversionError(str(error)) from None
+    checkpoint = TFCheckpoint(checkpoint_path)
     options, options_source = _options_for(checkpoint, options_path)
     config = config_from_options(options, source=options_source)
     reader = _VariableReader(checkpoint, options_source)
 
     if SOFTMAX_WEIGHT not in checkpoint:
-        raise ElmoConversionError(
+        raise ElmoInputError(
             f"{checkpoint.index_path}: missing variable {SOFTMAX_WEIGHT!r} (the word softmax of a bilm-tf training "
             "checkpoint)"
         )
     vocab_size = checkpoint.variables[SOFTMAX_WEIGHT].shape[0]
     declared = options.get("n_tokens_vocab")
     if declared is not None and declared != vocab_size:
-        raise ElmoConversionError(
+        raise ElmoInputError(
             f"{options_source}: n_tokens_vocab is {declared}, but the checkpoint's softmax {SOFTMAX_WEIGHT!r} has "
             f"{vocab_size} rows"
         )
@@ -127,9 +115,9 @@ def load_bilm_tf_checkpoint(checkpoint_path, options_path=None, vocab_path=None)
         try:
             words = read_word_vocabulary(vocab_path)
         except (ValueError, OSError) as error:
-            raise ElmoConversionError(str(error)) from None
+            raise ElmoInputError(str(error)) from None
         if len(words) != vocab_size:
-            raise ElmoConversionError(
+            raise ElmoInputError(
                 f"{vocab_path}: {len(words)} words, but the checkpoint's softmax has {vocab_size} rows; give the "
                 "vocabulary the model was trained with"
             )

@@ -39,13 +39,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .convert_original_elmo import (
-    ElmoConversionError,
-    check_output,
-    load_model_folder,
-    load_original_elmo,
-    save_atomically,
-)
+from .convert_original_elmo import load_original_elmo
+from .file_io import ElmoInputError, check_output, save_atomically
+from .model_io import load_model_folder
+from .modeling_elmo import ElmoModel
 from .tokenization_elmo import ElmoTokenizer
 
 WINDOW_BATCHES = 16
@@ -56,13 +53,13 @@ DTYPES = {"float32": torch.float32, "float64": torch.float64, "float16": torch.f
 
 def read_lines(path) -> Iterator[str]:
     """The lines of a UTF-8 file (`-`: standard input) without their line ends; `\\n`, `\\r\\n` and `\\r` all end
-    a line, as in Python's text mode. Invalid UTF-8 is an `ElmoConversionError` naming the line."""
+    a line, as in Python's text mode. Invalid UTF-8 is an `ElmoInputError` naming the line."""
     stream = sys.stdin.buffer if str(path) == "-" else None
     if stream is None:
         try:
             stream = open(path, "rb")
         except OSError as error:
-            raise ElmoConversionError(f"{path}: cannot read input ({error.strerror})") from None
+            raise ElmoInputError(f"{path}: cannot read input ({error.strerror})") from None
     number = 0
     with stream:
         for chunk in stream:  # split at b"\n" only
@@ -72,7 +69,7 @@ def read_lines(path) -> Iterator[str]:
                 try:
                     yield piece.decode("utf-8")
                 except UnicodeDecodeError as error:
-                    raise ElmoConversionError(
+                    raise ElmoInputError(
                         f"{path}: line {number} is not valid UTF-8 (byte {error.start + 1}: {error.reason})"
                     ) from None
 
@@ -97,7 +94,7 @@ class LayerSelector:
         self.mode = mode
         if mode == "mix":
             if len(mix_weights) != num_layers + 1:
-                raise ElmoConversionError(
+                raise ElmoInputError(
                     f"--scalar-mix-weights needs {num_layers + 1} values (one per layer of this model), "
                     f"got {len(mix_weights)}"
                 )
@@ -187,7 +184,7 @@ def embed_file(
     from tqdm.auto import tqdm
 
     if batch_size < 1:
-        raise ElmoConversionError(f"--batch-size must be >= 1, got {batch_size}")
+        raise ElmoInputError(f"--batch-size must be >= 1, got {batch_size}")
     split = embedder.tokenizer.split_words if raw else str.split
     lines = ((index, text.strip(), split(text)) for index, text in enumerate(read_lines(input_path)))
     bar = tqdm(total=count_lines(input_path) if progress else None, unit=" sentences", disable=not progress)
@@ -271,16 +268,16 @@ def add_arguments(parser: argparse.ArgumentParser):
 def _load(args):
     if args.model is not None:
         if args.weights is not None:
-            raise ElmoConversionError("--weights goes with --options, not with --model")
-        model = load_model_folder(args.model)
+            raise ElmoInputError("--weights goes with --options, not with --model")
+        model = load_model_folder(ElmoModel, args.model)
         try:
             tokenizer = ElmoTokenizer.from_pretrained(args.model)
         except Exception as error:  # json, OSError, ValueError from the tokenizer files
             message = " ".join(str(error).split()) or type(error).__name__
-            raise ElmoConversionError(f"{args.model}: cannot load the tokenizer ({message})") from None
+            raise ElmoInputError(f"{args.model}: cannot load the tokenizer ({message})") from None
         return model, tokenizer
     if args.weights is None:
-        raise ElmoConversionError("--options needs --weights")
+        raise ElmoInputError("--options needs --weights")
     return load_original_elmo(args.options, args.weights), ElmoTokenizer()
 
 
@@ -290,9 +287,9 @@ def _device(name: str | None) -> torch.device:
     try:
         device = torch.device(name)
     except RuntimeError:
-        raise ElmoConversionError(f"--device: unknown device {name!r} (e.g. cpu, cuda, cuda:1)") from None
+        raise ElmoInputError(f"--device: unknown device {name!r} (e.g. cpu, cuda, cuda:1)") from None
     if device.type == "cuda" and not torch.cuda.is_available():
-        raise ElmoConversionError(f"--device {name}: CUDA is not available on this machine")
+        raise ElmoInputError(f"--device {name}: CUDA is not available on this machine")
     return device
 
 
@@ -303,7 +300,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         check_output(args.output, args.force, folder=False)  # before loading a large model
         if str(args.input) != "-" and (not Path(args.input).exists() or Path(args.input).is_dir()):
-            raise ElmoConversionError(f"{args.input}: no such input file")
+            raise ElmoInputError(f"{args.input}: no such input file")
         device = _device(args.device)
         model, tokenizer = _load(args)
         model.to(device=device, dtype=DTYPES[args.dtype])
@@ -325,9 +322,6 @@ def run(args: argparse.Namespace) -> int:
             force=args.force,
             progress=not args.quiet,
         )
-    except ElmoConversionError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
     except KeyboardInterrupt:
         print(f"interrupted: {args.output} not written", file=sys.stderr)
         return 130

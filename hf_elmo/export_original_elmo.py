@@ -12,18 +12,13 @@ that format and are refused.
 
 import argparse
 import json
-import sys
 import warnings
 from pathlib import Path
 
-from .convert_original_elmo import (
-    ElmoConversionError,
-    check_output,
-    hdf5_datasets_from_state_dict,
-    load_model_folder,
-    options_from_config,
-    save_atomically,
-)
+from .convert_original_elmo import hdf5_datasets_from_state_dict, options_from_config
+from .file_io import check_output, save_atomically
+from .model_io import load_model_folder
+from .modeling_elmo import ElmoModel
 
 
 def export(model_dir, output_dir, force: bool = False) -> Path:
@@ -31,7 +26,7 @@ def export(model_dir, output_dir, force: bool = False) -> Path:
     import h5py
 
     check_output(output_dir, force)
-    model = load_model_folder(model_dir)
+    model = load_model_folder(ElmoModel, model_dir)
     options = options_from_config(model.config)
     if model.config.warm_state:
         warnings.warn(
@@ -57,10 +52,8 @@ def add_arguments(parser: argparse.ArgumentParser):
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        output_dir = export(args.model, args.output_dir, force=args.force)
-    except ElmoConversionError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    print(f"options.json and weights.hdf5 written to {output_dir}")
+    print(f"options.json and weights.hdf5 written to {export(args.model, args.output_dir, force=args.force)}")
     return 0
+
+
+__all__ = ["export"]

@@ -17,13 +17,13 @@ skip blank lines.
 
 import argparse
 import math
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from .character_rows import EOS_TOKEN
 from .configuration_elmo import ElmoConfig
 from .data_bilm import (
     SPLIT_HELP,
@@ -36,8 +36,9 @@ from .data_bilm import (
 )
 from .modeling_elmo import ElmoForBiLM
 from .sampled_softmax import full_softmax_loss
-from .streams_bilm import build_streams, read_lines_as_sentences, stream_char_ids, stream_input_ids
-from .tokenization_elmo import BOS_WORD_INDEX, EOS_TOKEN, ElmoTokenizer
+from .streams_bilm import build_streams, read_lines_as_sentences, stream_input_ids
+from .tokenization_elmo import ElmoTokenizer
+from .word_vocabulary import BOS_WORD_INDEX
 
 STARTS = ("zero", "warm")
 
@@ -104,7 +105,7 @@ def stream_perplexity(
             f"{len(sentences)} lines cannot fill one batch of {batch_size} streams: every row needs a line of its own "
             "(use a smaller --batch-size)."
         )
-    char_ids = stream_char_ids(streams)
+    char_ids = tokenizer.characters.rows(streams.words)
     model.eval()
     device, rows, length = model.device, streams.batch_size, streams.length
     projection_dim, vocab_size = model.config.projection_dim, model.config.vocab_size
@@ -269,17 +270,13 @@ def add_arguments(parser: argparse.ArgumentParser):
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        model, tokenizer = load_bilm(args.model, args.device)
-        if args.stream:
-            result = stream_perplexity(model, tokenizer, args.files, args.batch_size, args.split)
-        elif args.start:
-            result = sentence_perplexity(model, tokenizer, args.files, args.start, args.batch_size, args.split)
-        else:
-            result = compute_perplexity(model, tokenizer, args.files, args.window, args.split, args.batch_size)
-    except (ValueError, FileNotFoundError, OSError) as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+    model, tokenizer = load_bilm(args.model, args.device)
+    if args.stream:
+        result = stream_perplexity(model, tokenizer, args.files, args.batch_size, args.split)
+    elif args.start:
+        result = sentence_perplexity(model, tokenizer, args.files, args.start, args.batch_size, args.split)
+    else:
+        result = compute_perplexity(model, tokenizer, args.files, args.window, args.split, args.batch_size)
     print(f"targets per direction  {result['targets']:,}")
     print(f"forward perplexity     {result['forward']:.3f}")
     print(f"backward perplexity    {result['backward']:.3f}")

@@ -23,6 +23,12 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+try:  # Triton ships with PyTorch's CUDA builds; without it the sampled softmax uses PyTorch operations.
+    from .gpu_softmax_kernels import INTERPRETED as _KERNELS_INTERPRETED
+    from .gpu_softmax_kernels import logsumexp_backward, logsumexp_forward
+except ImportError:  # pragma: no cover - depends on the installation
+    _KERNELS_INTERPRETED, logsumexp_forward = False, None
+
 
 def log_uniform_probability(word_ids: torch.Tensor, vocab_size: int) -> torch.Tensor:
     """`Q(k) = log((k + 2) / (k + 1)) / log(V + 1)` in float64, same shape as `word_ids`."""
@@ -193,15 +199,51 @@ def sampled_softmax_loss(
     true_log_q = torch.log(expected_count(log_uniform_probability(targets, vocab_size), num_samples, num_tries))
     sampled_log_q = torch.log(expected_count(log_uniform_probability(sampled, vocab_size), num_samples, num_tries))
 
-    true_logits = (hidden * weight[targets]).sum(-1) + bias[targets]
-    sampled_logits = hidden @ weight[sampled].T + bias[sampled]
+    # Rows gathered with `index_select`, whose backward is one scatter-add into the weight's gradient (indexing's
+    # sorts the indices first, `embedding`'s waits for the GPU to count them).
+    true_logits = (hidden * weight.index_select(0, targets)).sum(-1) + bias.index_select(0, targets)
+    # The log-Q correction goes into the product's bias: one pass over the (N, S) logits less.
+    sampled_bias = bias.index_select(0, sampled) - sampled_log_q
+    sampled_logits = torch.addmm(sampled_bias.to(hidden.dtype), hidden, weight.index_select(0, sampled).t())
+    # Accidental hits: the sampled word equal to a row's target, at most one per row (the sample is distinct),
+    # is removed from that row's softmax.
+    position_in_sample = torch.full((vocab_size,), num_samples, device=device)
+    position_in_sample[sampled] = torch.arange(num_samples, device=device)
+    hit = position_in_sample[targets]  # num_samples where the target was not sampled
     # The softmax runs in at least float32 even under bf16 autocast.
     compute_dtype = torch.promote_types(true_logits.dtype, torch.float32)
     true_logits = true_logits.to(compute_dtype) - true_log_q.to(compute_dtype)
-    sampled_logits = sampled_logits.to(compute_dtype) - sampled_log_q.to(compute_dtype)
-    sampled_logits = sampled_logits.masked_fill(targets[:, None] == sampled[None, :], float("-inf"))
-    logits = torch.cat([true_logits[:, None], sampled_logits], dim=1)
-    return torch.logsumexp(logits, dim=1) - true_logits
+    sampled_total = logsumexp_without(sampled_logits, hit).to(compute_dtype)
+    return torch.logaddexp(true_logits, sampled_total) - true_logits
+
+
+def logsumexp_without(logits: torch.Tensor, skip: torch.LongTensor, fused: bool | None = None) -> torch.Tensor:
+    """`(N, S)` logits, `(N,)` a column per row to leave out (`S`: none) -> `(N,)` log-sum-exp of the others, in at
+    least float32. `fused`: one Triton pass forward and one backward (`gpu_softmax_kernels.py`), by default for
+    16- and 32-bit CUDA tensors (CPU tensors only under Triton's interpreter, where asked for)."""
+    if fused is None:
+        fused = logsumexp_forward is not None and not _KERNELS_INTERPRETED and logits.is_cuda and logits.dtype != torch.float64
+    if fused:
+        return _LogSumExpWithout.apply(logits.contiguous(), skip.contiguous())
+    columns = logits.shape[1]
+    has_skip = (skip < columns)[:, None]
+    skip = skip.clamp(max=columns - 1)[:, None]
+    logits = logits.scatter(1, skip, torch.where(has_skip, float("-inf"), logits.gather(1, skip)))
+    return torch.logsumexp(logits.to(torch.promote_types(logits.dtype, torch.float32)), dim=1)
+
+
+class _LogSumExpWithout(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, logits, skip):
+        result = logsumexp_forward(logits, skip)
+        ctx.save_for_backward(logits, skip, result)
+        return result
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad):
+        logits, skip, result = ctx.saved_tensors
+        return logsumexp_backward(logits, skip, result, grad), None
 
 
 def full_softmax_loss(
@@ -216,6 +258,7 @@ __all__ = [
     "expected_count",
     "full_softmax_loss",
     "log_uniform_probability",
+    "logsumexp_without",
     "sample_log_uniform_candidates",
     "sample_log_uniform_candidates_on_device",
     "sampled_softmax_loss",

@@ -22,8 +22,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from .character_rows import BOS_TOKEN, EOS_TOKEN
 from .data_bilm import IGNORE_INDEX, split_line
-from .tokenization_elmo import BOS_TOKEN, EOS_TOKEN, ElmoTokenizer, words_to_char_ids
+from .tokenization_elmo import ElmoTokenizer
 
 
 def read_lines_as_sentences(files: Sequence[str], split: str = "whitespace", tokenizer=None) -> list[list[str]]:
@@ -141,15 +142,11 @@ def build_streams(
 def stream_input_ids(streams: BiLMStreams, char_ids: np.ndarray, start: int, end: int) -> torch.Tensor:
     """Positions `start..end-1` of every row as the `(2B, end - start, C)` input of one model call: rows `0..B-1`
     the forward streams, rows `B..2B-1` the backward streams reversed in time (the model's backward LSTM walks from
-    the last position to the first). `char_ids` `(len(streams.words), C)` are the rows of `streams.words`."""
+    the last position to the first). `char_ids` `(len(streams.words), C)` are the rows of `streams.words`
+    (`tokenizer.characters.rows(streams.words)`)."""
     forward = streams.forward_inputs[:, start:end]
     backward = streams.backward_inputs[:, start:end][:, ::-1]
     return torch.from_numpy(char_ids[np.concatenate([forward, backward])])
-
-
-def stream_char_ids(streams: BiLMStreams) -> np.ndarray:
-    """Character rows `(len(streams.words), 50)` of the streams' words (`<S>` and `</S>` the boundary rows)."""
-    return words_to_char_ids(streams.words)
 
 
 class StreamWindowDataset(torch.utils.data.Dataset):
@@ -175,7 +172,7 @@ class StreamWindowDataset(torch.utils.data.Dataset):
         steps: int | None = None,
     ):
         self.encoded = encode_sentences(sentences)
-        self.char_ids = words_to_char_ids(self.encoded[0]).astype(np.int16)
+        self.char_ids = tokenizer.characters.rows(self.encoded[0]).astype(np.int16)
         self.tokenizer, self.rows, self.window, self.seed = tokenizer, rows, window, seed
         inputs = sum(len(s) + 1 for s in self.encoded[1])
         self.steps_per_epoch = inputs // rows // window

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
+from .file_io import ElmoInputError
+
 _TABLE_MAGIC = 0xDB4775248B80FB57
 _FOOTER_SIZE = 48  # two block handles padded to 40 bytes, then the magic
 _BLOCK_TRAILER_SIZE = 5  # compression type, masked CRC32C
@@ -28,7 +30,7 @@ _DTYPES = {
 _DTYPE_NAMES = {7: "string", 8: "complex64", 14: "bfloat16", 18: "complex128"}
 
 
-class TFCheckpointError(ValueError):
+class TFCheckpointError(ElmoInputError):
     """A missing, truncated or damaged TensorFlow checkpoint; the message is one line naming the file."""
 
 

@@ -20,17 +20,18 @@ import argparse
 import itertools
 import json
 import os
-import sys
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from .character_rows import BOS_TOKEN, EOS_TOKEN
 from .data_bilm import SPLIT_HELP, SPLITS, check_text_files, iter_sentences
+from .file_io import ElmoInputError, save_atomically
+from .model_io import load_model_folder
 from .modeling_elmo import ElmoModel, ElmoState
-from .tokenization_elmo import BOS_TOKEN, EOS_TOKEN, ElmoTokenizer
+from .tokenization_elmo import ElmoTokenizer
 
 STREAMS = 64
 DEFAULT_SENTENCES = 2000
@@ -76,8 +77,8 @@ def estimate_warm_state(
         if not active:
             break
         words = [per_stream[k][step] for k in active]
-        rows = [tokenizer._words_to_rows([BOS_TOKEN, *w]) for w in words]
-        rows += [tokenizer._words_to_rows([*w, EOS_TOKEN]) for w in words]
+        rows = [tokenizer.characters.rows([BOS_TOKEN, *w]) for w in words]
+        rows += [tokenizer.characters.rows([*w, EOS_TOKEN]) for w in words]
         input_ids, attention_mask = _padded(rows, device)
         index = torch.tensor(active + [count + k for k in active], device=device)
         state = (hidden[:, index].to(model.dtype), memory[:, index].to(model.dtype))
@@ -98,18 +99,6 @@ def read_sentences(files: Sequence[str], limit: int, split: str = "whitespace", 
     return list(itertools.islice(iter_sentences(files, split, tokenizer), limit))
 
 
-def _replace_file(path: Path, write):
-    """Calls `write(temporary)` beside `path`, then renames the temporary file over `path`."""
-    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.tmp-", dir=path.parent)
-    os.close(handle)
-    try:
-        write(temporary)
-        os.replace(temporary, path)
-    finally:
-        if os.path.exists(temporary):
-            os.remove(temporary)
-
-
 def store_warm_state(folder: str | os.PathLike, state: ElmoState):
     """Writes `state` into a saved model folder: the weights first, then `config.json` (`warm_state: true`).
 
@@ -124,7 +113,7 @@ def store_warm_state(folder: str | os.PathLike, state: ElmoState):
     if not weights.is_file():
         index = folder / "model.safetensors.index.json"
         detail = "sharded weights are not supported" if index.is_file() else "no model.safetensors"
-        raise ValueError(f"{folder}: {detail}; load the model, call set_warm_state and save_pretrained instead.")
+        raise ElmoInputError(f"{folder}: {detail}; load the model, call set_warm_state and save_pretrained instead.")
     with safe_open(weights, framework="pt") as f:
         metadata = f.metadata()
         tensors = {key: f.get_tensor(key) for key in f.keys()}
@@ -134,8 +123,10 @@ def store_warm_state(folder: str | os.PathLike, state: ElmoState):
     tensors[f"{prefix}warm_memory"] = state[1].to(dtype).contiguous()
     config = json.loads(config_path.read_text(encoding="utf-8"))
     config["warm_state"] = True
-    _replace_file(weights, lambda path: save_file(tensors, path, metadata=metadata))
-    _replace_file(config_path, lambda path: Path(path).write_text(json.dumps(config, indent=2) + "\n"))
+    save_atomically(weights, lambda path: save_file(tensors, path, metadata=metadata), force=True, folder=False)
+    save_atomically(
+        config_path, lambda path: path.write_text(json.dumps(config, indent=2) + "\n"), force=True, folder=False
+    )
 
 
 def add_arguments(parser: argparse.ArgumentParser):
@@ -147,19 +138,21 @@ def add_arguments(parser: argparse.ArgumentParser):
 
 
 def run(args: argparse.Namespace) -> int:
-    from .convert_original_elmo import ElmoConversionError, load_model_folder
-
-    try:
-        model = load_model_folder(args.model).to(args.device)
-        tokenizer = ElmoTokenizer.from_pretrained(args.model)
-        sentences = read_sentences(args.files, args.sentences, args.split, tokenizer)
-        state = estimate_warm_state(model, sentences, tokenizer)
-        store_warm_state(args.model, state)
-    except (ValueError, FileNotFoundError, OSError, ElmoConversionError) as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+    model = load_model_folder(ElmoModel, args.model).to(args.device)
+    tokenizer = ElmoTokenizer.from_pretrained(args.model)
+    sentences = read_sentences(args.files, args.sentences, args.split, tokenizer)
+    store_warm_state(args.model, estimate_warm_state(model, sentences, tokenizer))
     print(f"Warm start state from {len(sentences):,} sentences written to {args.model}")
     return 0
 
 
-__all__ = ["estimate_warm_state", "read_sentences", "store_warm_state"]
+def add_warm_state(model: ElmoModel, text_files, sentences: int = DEFAULT_SENTENCES):
+    """Sets the warm start state of `model` estimated from the first `sentences` sentences of `text_files` (the
+    converters' `--warm-state-text`)."""
+    try:
+        model.set_warm_state(estimate_warm_state(model, read_sentences(text_files, sentences)))
+    except (ValueError, FileNotFoundError) as error:
+        raise ElmoInputError(f"--warm-state-text: {error}") from None
+
+
+__all__ = ["add_warm_state", "estimate_warm_state", "read_sentences", "store_warm_state"]

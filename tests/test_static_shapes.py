@@ -1,7 +1,7 @@
 """The GPU path of `ElmoModel`: both directions of a layer stepped together over the whole batch with masks
 (`gpu_lstm.py`), its Triton kernels (`gpu_lstm_kernels.py`, interpreted on CPU tensors), CUDA graph replay, the
 character CNN over every token, the sampled softmax drawn on the device and a loss without data-dependent
-shapes. Checked against the straightforward reference path (`reference_modeling.py`), against the original
+shapes. Checked against the straightforward reference path (`config.implementation = "reference"`), against the original
 implementations' outputs, and against float64.
 
 On a machine with a CUDA GPU the same tests also run on it; the CUDA graph tests run only there.
@@ -23,15 +23,14 @@ from hf_elmo.sampled_softmax import (
     sample_log_uniform_candidates_on_device,
 )
 
-from conftest import FIXTURE_SETS, fixture_batches
-from reference_modeling import reference_from
+from conftest import FIXTURE_SETS, fixture_batches, reference_from
 from test_fast_path import SENTENCES, assert_same_outputs, encode, random_model, run_fast, small_config
 
 DEVICES = ["cpu", *(["cuda"] if torch.cuda.is_available() else [])]
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a CUDA GPU")
 
 # Triton's kernels run on CPU tensors only when defined for its interpreter (the suite does so without a GPU).
-TRITON_ON_CPU = gpu_lstm._triton_kernels is not None and gpu_lstm._triton_kernels.INTERPRETED
+TRITON_ON_CPU = gpu_lstm._TRITON_STEPS is not None and gpu_lstm.TRITON_INTERPRETED
 TRITON_DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 # (device, elementwise steps): on CPUs both implementations, on a GPU its default (Triton).
 PATHS = [("cpu", "torch"), *([("cpu", "triton")] if TRITON_ON_CPU else []), *([("cuda", None)] if "cuda" in DEVICES else [])]
@@ -266,7 +265,7 @@ def test_graph_replay_equals_direct_run():
     direct = _training_step(model, batch, graphs=False)
     for _ in range(3):  # the second call captures, the third replays
         replayed = _training_step(model, batch, graphs=True)
-    assert model.encoder.captured.layers, "nothing was captured"
+    assert model.encoder.captured.entries, "nothing was captured"
     for name in direct:
         assert torch.allclose(replayed[name], direct[name], rtol=1e-5, atol=1e-7), name
     with torch.no_grad():
@@ -295,3 +294,85 @@ def test_graphs_accumulate_gradients_and_survive_two_forward_passes():
         results[graphs] = {name: p.grad.clone() for name, p in model.named_parameters()}
     for name in results[False]:
         assert torch.allclose(results[True][name], results[False][name], rtol=1e-5, atol=1e-6), name
+
+
+def _bilm_batch(vocab_size=30, seed=0):
+    from hf_elmo import ElmoForBiLM  # noqa: F401
+
+    batch = encode(SENTENCES)
+    generator = torch.Generator().manual_seed(seed)
+    labels = torch.randint(0, vocab_size, (*batch["attention_mask"].shape, 2), generator=generator)
+    labels[~batch["attention_mask"].bool()] = -100
+    labels[:, 0, 1] = -100
+    return {**on("cuda", batch), "labels": labels.cuda()}
+
+
+def _bilm_step(model, batch, graphs):
+    model.elmo.encoder.use_cuda_graphs = graphs
+    model.zero_grad(set_to_none=True)
+    out = model(**batch)
+    out.loss.backward()
+    return out.loss.detach(), {name: p.grad.clone() for name, p in model.named_parameters()}
+
+
+@needs_cuda
+@pytest.mark.parametrize("autocast", [False, True])
+def test_captured_training_step_equals_direct_step(autocast):
+    """The whole training forward and backward of `ElmoForBiLM`, replayed from CUDA graphs, gives the loss and
+    gradients of the step run operation by operation (full softmax and no dropout: nothing random)."""
+    from hf_elmo import ElmoForBiLM
+
+    config = small_config(vocab_size=30, num_softmax_samples=0, dropout=0.0)
+    torch.manual_seed(0)
+    model = ElmoForBiLM(config).cuda().train()
+    static(model.elmo, device="cuda", graphs=True)
+    batch = _bilm_batch()
+    with torch.autocast("cuda", dtype=torch.bfloat16, enabled=autocast):
+        direct_loss, direct = _bilm_step(model, batch, graphs=False)
+        for _ in range(3):  # the second call captures, the third replays
+            loss, replayed = _bilm_step(model, batch, graphs=True)
+    assert model._captured_steps.entries, "the step was not captured"
+    tolerance = {"rtol": 2e-2, "atol": 1e-3} if autocast else {"rtol": 1e-5, "atol": 1e-6}
+    assert torch.allclose(loss, direct_loss, **tolerance)
+    for name in direct:
+        assert torch.allclose(replayed[name], direct[name], **tolerance), name
+
+
+@needs_cuda
+def test_captured_training_step_draws_new_random_numbers():
+    """Dropout and the sampled softmax draw anew at every replay."""
+    from hf_elmo import ElmoForBiLM
+
+    config = small_config(vocab_size=30, num_softmax_samples=8, dropout=0.5)
+    model = ElmoForBiLM(config).cuda().train()
+    static(model.elmo, device="cuda", graphs=True)
+    batch = _bilm_batch()
+    losses = [_bilm_step(model, batch, graphs=True)[0] for _ in range(5)]
+    assert model._captured_steps.entries
+    assert len({float(loss) for loss in losses[2:]}) == 3
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_fused_logsumexp_without_a_column_equals_pytorch(dtype):
+    """The sampled softmax's fused log-sum-exp (one column left out per row; some rows leave none out, one row
+    has a single other column) and its gradient, against PyTorch's operations in float64."""
+    from hf_elmo import sampled_softmax
+
+    if sampled_softmax.logsumexp_forward is None or not (TRITON_ON_CPU or torch.cuda.is_available()):
+        pytest.skip("Triton is not installed")
+    generator = torch.Generator().manual_seed(0)
+    rows, columns = 6, 2500  # more than one block of columns
+    logits = (torch.randn(rows, columns, generator=generator) * 4).to(dtype).to(TRITON_DEVICE).requires_grad_()
+    skip = torch.tensor([0, 7, columns, columns - 1, 1234, columns], device=TRITON_DEVICE)
+    fused = sampled_softmax.logsumexp_without(logits, skip, fused=True)
+    weights = torch.randn(rows, generator=generator).to(TRITON_DEVICE)
+    (fused * weights).sum().backward()
+    exact_logits = logits.detach().double().requires_grad_()
+    keep = torch.ones(rows, columns, dtype=torch.bool, device=TRITON_DEVICE)
+    keep[torch.arange(rows, device=TRITON_DEVICE)[skip < columns], skip[skip < columns]] = False
+    exact = torch.logsumexp(exact_logits.masked_fill(~keep, float("-inf")), dim=1)
+    (exact * weights.double()).sum().backward()
+    assert fused.dtype == torch.float32
+    assert (fused.double() - exact).abs().max() <= 1e-5 * exact.abs().max()
+    assert (logits.grad.double() - exact_logits.grad).abs().max() <= (2e-2 if dtype == torch.bfloat16 else 1e-6)
+    assert torch.all(logits.grad[~keep] == 0)
