@@ -68,29 +68,24 @@ def byte_id(byte: int) -> int:
     return byte + CHARACTER_ID_OFFSET
 
 
-def _boundary_row(character: int) -> np.ndarray:
-    row = np.full(MAX_WORD_LENGTH, PADDING_CHARACTER, dtype=np.int64)
-    row[:3] = (BEGINNING_OF_WORD_CHARACTER, character, END_OF_WORD_CHARACTER)
-    row.setflags(write=False)
-    return row
+def boundary_rows(width: int = MAX_WORD_LENGTH) -> tuple[np.ndarray, np.ndarray]:
+    """The `<S>` and `</S>` rows of `width` slots: `[259, 257 or 258, 260, 261, ..., 261]`."""
+    rows = np.full((2, width), PADDING_CHARACTER, dtype=np.int64)
+    rows[:, :3] = [(BEGINNING_OF_WORD_CHARACTER, character, END_OF_WORD_CHARACTER)
+                   for character in (BEGINNING_OF_SENTENCE_CHARACTER, END_OF_SENTENCE_CHARACTER)]
+    rows.setflags(write=False)
+    return rows[0], rows[1]
 
 
-BOS_WORD_IDS = _boundary_row(BEGINNING_OF_SENTENCE_CHARACTER)
-"""Row of the `<S>` position: `[259, 257, 260, 261, ..., 261]`."""
-EOS_WORD_IDS = _boundary_row(END_OF_SENTENCE_CHARACTER)
-"""Row of the `</S>` position: `[259, 258, 260, 261, ..., 261]`."""
+BOS_WORD_IDS, EOS_WORD_IDS = boundary_rows()
+"""Rows of the `<S>` and `</S>` positions: `[259, 257, 260, 261, ..., 261]` and `[259, 258, 260, 261, ..., 261]`."""
 PADDING_WORD_IDS = np.zeros(MAX_WORD_LENGTH, dtype=np.int64)
 PADDING_WORD_IDS.setflags(write=False)
 
-# Shifted byte ids of the literal strings, to spot them after the vectorised byte scatter.
-_BOS_LITERAL = np.frombuffer(BOS_TOKEN.encode("ascii"), dtype=np.uint8).astype(np.int64) + CHARACTER_ID_OFFSET
-_EOS_LITERAL = np.frombuffer(EOS_TOKEN.encode("ascii"), dtype=np.uint8).astype(np.int64) + CHARACTER_ID_OFFSET
-
-
-def _encode_words(words: Sequence[str]) -> list[bytes]:
+def _encode_words(words: Sequence[str], max_bytes: int = MAX_WORD_BYTES) -> list[bytes]:
     try:
         # `str.encode` (not `word.encode`) so that e.g. a bytes object fails instead of passing through.
-        return [str.encode(word, "utf-8", "ignore")[:MAX_WORD_BYTES] for word in words]
+        return [str.encode(word, "utf-8", "ignore")[:max_bytes] for word in words]
     except TypeError as error:
         for index, word in enumerate(words):
             if not isinstance(word, str):
@@ -100,23 +95,25 @@ def _encode_words(words: Sequence[str]) -> list[bytes]:
         raise error
 
 
-def words_to_char_ids(words: Sequence[str]) -> np.ndarray:
+def words_to_char_ids(words: Sequence[str], width: int = MAX_WORD_LENGTH) -> np.ndarray:
     """Map words to ELMo character-id rows.
 
     Args:
         words: sequence of `n` strings (any unicode, including the empty string).
+        width: slots per row (`max_characters_per_token`; 50 for every released model, bilm-tf's own tests train
+            with 10): a word keeps its first `width - 2` bytes.
 
     Returns:
-        `np.ndarray` of shape `(n, 50)` and dtype int64, values in `[1, 261]`: one row per word laid
-        out as `[259, byte_1 + 1, ..., byte_k + 1, 260, 261, ...]` with `k = min(48, len(utf8))`,
+        `np.ndarray` of shape `(n, width)` and dtype int64, values in `[1, 261]`: one row per word laid
+        out as `[259, byte_1 + 1, ..., byte_k + 1, 260, 261, ...]` with `k = min(width - 2, len(utf8))`,
         or the `<S>` / `</S>` boundary rows for the literal words `"<S>"` / `"</S>"`.
     """
     if isinstance(words, (str, bytes)):
         raise TypeError(f"words_to_char_ids expects a sequence of words, not a single {type(words).__name__}")
-    encoded = _encode_words(words)
+    encoded = _encode_words(words, width - 2)
     n_words = len(encoded)
     lengths = np.fromiter(map(len, encoded), dtype=np.int64, count=n_words)
-    ids = np.full((n_words, MAX_WORD_LENGTH), PADDING_CHARACTER, dtype=np.int64)
+    ids = np.full((n_words, width), PADDING_CHARACTER, dtype=np.int64)
     ids[:, 0] = BEGINNING_OF_WORD_CHARACTER
     if n_words == 0:
         return ids
@@ -130,11 +127,10 @@ def words_to_char_ids(words: Sequence[str]) -> np.ndarray:
         ids[rows, slots] = flat.astype(np.int64) + CHARACTER_ID_OFFSET
     ids[np.arange(n_words), lengths + 1] = END_OF_WORD_CHARACTER
 
-    # Literal "<S>"/"</S>" words become the boundary rows (AllenNLP does the same).
-    is_bos = (lengths == 3) & np.all(ids[:, 1:4] == _BOS_LITERAL, axis=1)
-    is_eos = (lengths == 4) & np.all(ids[:, 1:5] == _EOS_LITERAL, axis=1)
-    ids[is_bos] = BOS_WORD_IDS
-    ids[is_eos] = EOS_WORD_IDS
+    # Literal "<S>"/"</S>" words become the boundary rows (AllenNLP and bilm-tf do the same).
+    bos, eos = boundary_rows(width)
+    ids[[word == BOS_TOKEN for word in words]] = bos
+    ids[[word == EOS_TOKEN for word in words]] = eos
     return ids
 
 
@@ -144,9 +140,10 @@ def char_ids_to_word(row: Sequence[int] | np.ndarray) -> str:
     The boundary rows give `"<S>"` / `"</S>"` and an all-zero padding row gives `""`.
     """
     row = np.asarray(row, dtype=np.int64).reshape(-1)
-    if row.size == MAX_WORD_LENGTH and np.array_equal(row, BOS_WORD_IDS):
+    bos, eos = boundary_rows(row.size) if row.size >= 3 else (None, None)
+    if np.array_equal(row, bos):
         return BOS_TOKEN
-    if row.size == MAX_WORD_LENGTH and np.array_equal(row, EOS_WORD_IDS):
+    if np.array_equal(row, eos):
         return EOS_TOKEN
     end = np.flatnonzero(row == END_OF_WORD_CHARACTER)
     content = row[: end[0] if end.size else row.size]
@@ -155,15 +152,21 @@ def char_ids_to_word(row: Sequence[int] | np.ndarray) -> str:
 
 
 class Utf8Bytes:
-    """The UTF-8 byte mapping behind the interface both mappings share (see the module docstring)."""
+    """The UTF-8 byte mapping behind the interface both mappings share (see the module docstring), with rows of
+    `width` slots."""
 
     bos_token, eos_token = BOS_TOKEN, EOS_TOKEN
-    boundary_rows = (BOS_WORD_IDS, EOS_WORD_IDS)
     size = NUM_CHARACTER_IDS
     words = None  # no word ids
-
-    rows = staticmethod(words_to_char_ids)
     decode = staticmethod(char_ids_to_word)
+
+    def __init__(self, width: int = MAX_WORD_LENGTH):
+        self.width = width
+        self.boundary_rows = boundary_rows(width)
+
+    def rows(self, words: Sequence[str]) -> np.ndarray:
+        """`(n, width)` int64 character ids of `n` words (`words_to_char_ids`)."""
+        return words_to_char_ids(words, self.width)
 
 
 UTF8_BYTES = Utf8Bytes()
@@ -217,6 +220,7 @@ class CharacterVocabulary:
             required = (VOCAB_PADDING, VOCAB_UNKNOWN, bos_token, eos_token)
             self.words = _check_ids(words, "the word vocabulary", required, lowest=0)
         self.bos_token, self.eos_token = bos_token, eos_token
+        self.width = MAX_WORD_LENGTH
         self.size = max(self.chars.values()) + 1
         self._unknown = self.chars[VOCAB_UNKNOWN]
         self._template = np.full(MAX_WORD_LENGTH, self.chars[VOCAB_PADDING], dtype=np.int64)
@@ -264,23 +268,21 @@ def to_numpy(value: Any) -> np.ndarray:
     return np.asarray(value)
 
 
-def as_rows(example: Any, key: str = "input_ids") -> np.ndarray:
-    """One sentence's character ids (list / NumPy / torch) as a `(T, 50)` int64 array, or a one-line `ValueError`."""
+def as_rows(example: Any, key: str = "input_ids", width: int = MAX_WORD_LENGTH) -> np.ndarray:
+    """One sentence's character ids (list / NumPy / torch) as a `(T, width)` int64 array, or a one-line
+    `ValueError`."""
     if isinstance(example, (list, tuple)) and len(example) == 0:
-        return np.zeros((0, MAX_WORD_LENGTH), dtype=np.int64)
+        return np.zeros((0, width), dtype=np.int64)
     try:
         rows = to_numpy(example)
         if rows.dtype == object:
             raise ValueError("ragged rows")
         rows = rows.astype(np.int64, casting="unsafe")
     except (ValueError, TypeError) as error:
-        raise ValueError(
-            f"`{key}` of an example must be a (positions, {MAX_WORD_LENGTH}) array of character ids: {error}"
-        ) from None
-    if rows.ndim != 2 or rows.shape[1] != MAX_WORD_LENGTH:
-        raise ValueError(
-            f"`{key}` of an example must have shape (positions, {MAX_WORD_LENGTH}), got {tuple(rows.shape)}"
-        )
+        message = f"`{key}` of an example must be a (positions, {width}) array of character ids: {error}"
+        raise ValueError(message) from None
+    if rows.ndim != 2 or rows.shape[1] != width:
+        raise ValueError(f"`{key}` of an example must have shape (positions, {width}), got {tuple(rows.shape)}")
     return rows
 
 
@@ -329,10 +331,10 @@ def pad_rows(
 
 
 def word_ids_from_rows(rows: np.ndarray, boundary_rows=(BOS_WORD_IDS, EOS_WORD_IDS)) -> list[int | None]:
-    """Word index per position of a `(T, 50)` id array, read from its content alone: all-zero rows and the
-    boundary rows are `None`, every other row is the next word."""
-    rows = np.asarray(rows, dtype=np.int64).reshape(-1, MAX_WORD_LENGTH)
+    """Word index per position of a `(T, C)` id array, read from its content alone: all-zero rows and the
+    boundary rows `(C,)` are `None`, every other row is the next word."""
     bos, eos = boundary_rows
+    rows = np.asarray(rows, dtype=np.int64).reshape(-1, len(bos))
     special = ~np.any(rows > 0, axis=1) | np.all(rows == bos, axis=1) | np.all(rows == eos, axis=1)
     counter = np.cumsum(~special) - 1
     return [None if is_special else int(index) for is_special, index in zip(special.tolist(), counter.tolist())]
@@ -344,6 +346,8 @@ __all__ = [
     "EOS_WORD_IDS",
     "MAX_WORD_LENGTH",
     "UTF8_BYTES",
+    "Utf8Bytes",
+    "boundary_rows",
     "char_ids_to_word",
     "pad_rows",
     "words_to_char_ids",

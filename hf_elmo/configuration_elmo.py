@@ -64,7 +64,8 @@ class ElmoConfig(PreTrainedConfig):
         activation (`str`, defaults to `"relu"`): `"relu"` or `"tanh"`, applied after max-pooling the
             convolutions.
         n_characters (`int`, defaults to 262): character ids, id 0 being the all-zero padding.
-        max_characters_per_token (`int`, defaults to 50): character slots per word.
+        max_characters_per_token (`int`, defaults to 50): character slots per word (the tokenizer's
+            `max_characters_per_token`); 50 for every released model, bilm-tf's own tests train with 10.
         cell_dim (`int`, defaults to 4096): LSTM memory-cell size `D`.
         projection_dim (`int`, defaults to 512): size `P` of the token embedding and of each
             direction's projected LSTM state; every output layer is `2P` wide.
@@ -226,10 +227,15 @@ class ElmoConfig(PreTrainedConfig):
             raise ValueError(
                 f"ElmoConfig.n_characters must be >= 262 (UTF-8 bytes + specials), got {self.n_characters}."
             )
-        if self.max_characters_per_token != 50:
+        if self.max_characters_per_token < 3:
             raise ValueError(
-                f"ElmoConfig.max_characters_per_token must be 50 (fixed by the character mapper), "
-                f"got {self.max_characters_per_token}."
+                "ElmoConfig.max_characters_per_token must be >= 3 (begin of word, a character, end of word), got "
+                f"{self.max_characters_per_token}."
+            )
+        if self.char_vocabulary and self.max_characters_per_token != 50:
+            raise ValueError(
+                "ElmoConfig.max_characters_per_token must be 50 with a character vocabulary (ELMoForManyLangs), got "
+                f"{self.max_characters_per_token}."
             )
         for name in ("cell_clip", "proj_clip"):
             value = getattr(self, name)

@@ -161,7 +161,7 @@ def convert_bilm_tf_checkpoint(
     model, words = load_bilm_tf_checkpoint(checkpoint_path, options_path, vocab_path)
     if warm_state_text:
         add_warm_state(model.elmo, warm_state_text, warm_state_sentences)
-    tokenizer = ElmoTokenizer()
+    tokenizer = ElmoTokenizer(max_characters_per_token=model.config.max_characters_per_token)
     if words is not None:
         tokenizer.set_word_vocabulary(words)
 

@@ -68,8 +68,6 @@ def config_from_options(options: dict, source: str = "options.json") -> ElmoConf
         raise ElmoInputError(f"{source}: char_cnn.activation must be 'relu' or 'tanh', got {activation!r}")
     filters = checked_filters(json_field(options, "char_cnn.filters", source), "char_cnn.filters", source)
     max_chars = number("char_cnn.max_characters_per_token", default=50)
-    if max_chars != 50:
-        raise ElmoInputError(f"{source}: char_cnn.max_characters_per_token must be 50, got {max_chars}")
     # bilm-tf trains with 261 characters and infers with 262; the weight file is the same.
     n_characters = max(number("char_cnn.n_characters", default=262), 262)
     skip = json_field(options, "lstm.use_skip_connections", source, default=False)
@@ -83,6 +81,7 @@ def config_from_options(options: dict, source: str = "options.json") -> ElmoConf
         n_highway=number("char_cnn.n_highway"),
         activation=activation,
         n_characters=n_characters,
+        max_characters_per_token=max_chars,
         cell_dim=number("lstm.dim"),
         projection_dim=number("lstm.projection_dim"),
         num_layers=number("lstm.n_layers"),
@@ -321,7 +320,7 @@ def convert(
 
     def write(folder):
         model.save_pretrained(folder)
-        ElmoTokenizer().save_pretrained(folder)
+        ElmoTokenizer(max_characters_per_token=model.config.max_characters_per_token).save_pretrained(folder)
 
     return save_atomically(output_dir, write, force=force)
 

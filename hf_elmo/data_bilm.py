@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .character_rows import BOS_TOKEN, EOS_TOKEN, MAX_WORD_LENGTH, pad_rows, words_to_char_ids
+from .character_rows import BOS_TOKEN, EOS_TOKEN, MAX_WORD_LENGTH, pad_rows
 from .tokenization_elmo import ElmoTokenizer
 from .word_vocabulary import count_word_vocabulary, write_word_vocabulary
 
@@ -126,7 +126,8 @@ def encode_windows(windows: Sequence[Sequence[list[str]]], tokenizer: ElmoTokeni
     """Character ids and LM targets of packed windows.
 
     Returns:
-        `{"input_ids": [(T_i, 50) int16], "labels": [(T_i, 2) int32]}` with `T_i` the positions of window `i`;
+        `{"input_ids": [(T_i, C) int16], "labels": [(T_i, 2) int32]}` with `T_i` the positions of window `i` and `C`
+        the tokenizer's `max_characters_per_token`;
         `labels[t] = [id of the word after t, id of the word before t]` within t's sentence, -100 where none.
     """
     flat, sentence_lengths, window_lengths = [], [], []
@@ -136,7 +137,7 @@ def encode_windows(windows: Sequence[Sequence[list[str]]], tokenizer: ElmoTokeni
             flat += [BOS_TOKEN, *words, EOS_TOKEN]
             sentence_lengths.append(len(words) + 2)
             window_lengths[-1] += len(words) + 2
-    char_ids = words_to_char_ids(flat).astype(np.int16)
+    char_ids = tokenizer.characters.rows(flat).astype(np.int16)
     word_ids = tokenizer.word_targets(flat).astype(np.int32)
     # Positions of each sentence's </S> and <S>, from the layout (a literal "<S>" word is just a word here).
     ends = np.cumsum(sentence_lengths) - 1
@@ -198,7 +199,7 @@ def load_bilm_dataset(
     files = check_text_files(files, role)
     features = datasets.Features(
         {
-            "input_ids": datasets.Array2D(shape=(None, MAX_WORD_LENGTH), dtype="int16"),
+            "input_ids": datasets.Array2D(shape=(None, tokenizer.characters.width), dtype="int16"),
             "labels": datasets.Array2D(shape=(None, 2), dtype="int32"),
         }
     )
@@ -231,10 +232,11 @@ def load_bilm_dataset(
 
 @dataclass
 class DataCollatorForBiLM:
-    """Pads windows to a batch: `input_ids` `(B, T, 50)`, `attention_mask` `(B, T)`, `labels` `(B, T, 2)`.
+    """Pads windows to a batch: `input_ids` `(B, T, C)`, `attention_mask` `(B, T)`, `labels` `(B, T, 2)`.
 
     Padding positions are all-zero character rows with mask 0 and labels -100. Examples are dicts with
-    `input_ids` `(T_i, 50)` and `labels` `(T_i, 2)` (lists, numpy or torch), as `load_bilm_dataset` yields.
+    `input_ids` `(T_i, C)` and `labels` `(T_i, 2)` (lists, numpy or torch), as `load_bilm_dataset` yields; `C` is
+    the model's `max_characters_per_token`, 50 unless it says otherwise.
     """
 
     pad_to_multiple_of: int | None = None
@@ -244,11 +246,11 @@ class DataCollatorForBiLM:
             raise ValueError("DataCollatorForBiLM got no examples.")
         ids = [np.asarray(e["input_ids"], dtype=np.int64) for e in examples]
         labels = [np.asarray(e["labels"], dtype=np.int64) for e in examples]
+        width = ids[0].shape[-1] if ids[0].ndim == 2 else MAX_WORD_LENGTH
         for index, (i, l) in enumerate(zip(ids, labels)):
-            if i.ndim != 2 or i.shape[1] != MAX_WORD_LENGTH or l.shape != (i.shape[0], 2):
+            if i.ndim != 2 or i.shape[1] != width or l.shape != (i.shape[0], 2):
                 raise ValueError(
-                    f"Example {index}: expected input_ids (T, {MAX_WORD_LENGTH}) and labels (T, 2), got "
-                    f"{i.shape} and {l.shape}."
+                    f"Example {index}: expected input_ids (T, {width}) and labels (T, 2), got {i.shape} and {l.shape}."
                 )
         positions = max(i.shape[0] for i in ids)
         if self.pad_to_multiple_of:

@@ -278,7 +278,8 @@ def _load(args):
         return model, tokenizer
     if args.weights is None:
         raise ElmoInputError("--options needs --weights")
-    return load_original_elmo(args.options, args.weights), ElmoTokenizer()
+    model = load_original_elmo(args.options, args.weights)
+    return model, ElmoTokenizer(max_characters_per_token=model.config.max_characters_per_token)
 
 
 def _device(name: str | None) -> torch.device:

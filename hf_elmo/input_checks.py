@@ -7,7 +7,7 @@ GPU every transfer makes the host wait for the device.
 
 import torch
 
-from .character_rows import BOS_WORD_IDS, EOS_WORD_IDS
+from .character_rows import boundary_rows
 from .configuration_elmo import ElmoConfig
 
 INTEGER_DTYPES = (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8)
@@ -106,7 +106,8 @@ def _framed(config: ElmoConfig, input_ids: torch.Tensor, lengths: torch.Tensor) 
     last = input_ids[torch.arange(len(input_ids), device=input_ids.device), lengths - 1]
     if config.char_vocabulary:
         return (first == first[:1]).all() & (last == last[:1]).all() & (first[0] != last[0]).any()
-    return (first == first.new_tensor(BOS_WORD_IDS)).all() & (last == last.new_tensor(EOS_WORD_IDS)).all()
+    bos, eos = boundary_rows(config.max_characters_per_token)
+    return (first == first.new_tensor(bos)).all() & (last == last.new_tensor(eos)).all()
 
 
 def _check_word_id_shape(config: ElmoConfig, input_word_ids, shape: torch.Size):

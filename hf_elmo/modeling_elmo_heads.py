@@ -51,6 +51,7 @@ class ElmoWordVectors(nn.Module):
         super().__init__()
         self.lowercase = config.word_vectors_lowercase
         self.trainable = config.word_vectors_trainable
+        self.width = config.max_characters_per_token
         self.weight = nn.Parameter(
             torch.zeros(config.word_vectors_size + 1, config.word_vectors_dim), requires_grad=self.trainable
         )
@@ -71,7 +72,7 @@ class ElmoWordVectors(nn.Module):
                 f"This model holds {size} word vectors of size {dim} (config.word_vectors_size / word_vectors_dim); "
                 f"got vectors of shape {tuple(vectors.shape)} and {len(words)} words."
             )
-        keys = _word_keys(torch.from_numpy(words_to_char_ids(words)), self.lowercase)
+        keys = _word_keys(torch.from_numpy(words_to_char_ids(words, self.width)), self.lowercase)
         sorted_keys, order = keys.sort()
         clash = (sorted_keys[1:] == sorted_keys[:-1]).nonzero()
         if len(clash):

@@ -28,6 +28,7 @@ from .character_rows import (
     PAD_TOKEN,
     PADDING_WORD_ID,
     UTF8_BYTES,
+    Utf8Bytes,
     VOCAB_BOS_TOKEN,
     VOCAB_EOS_TOKEN,
     VOCAB_PADDING,
@@ -113,6 +114,9 @@ class ElmoTokenizer(PreTrainedTokenizer):
     `<0xFF>` = 1..256, `<S>` = 257, `</S>` = 258, `<bow>`, `<eow>`, `<char_pad>` = 259..261); it
     exists so that the generic special-token machinery works (`pad_token_id == 0`).
 
+    `max_characters_per_token` (default 50, the released models' width) sets the slots of every row: a word keeps
+    its first `max_characters_per_token - 2` UTF-8 bytes (bilm-tf's own tests train with 10).
+
     Character-vocabulary mode (ELMoForManyLangs models): `ElmoTokenizer(char_vocab={...}, input_word_vocab={...})`
     (or the `char_vocab.json` / `input_word_vocab.json` files it saves) maps characters through the vocabulary as
     `CharacterVocabulary` describes; the boundary words are then `<bos>` / `<eos>`, and with a word vocabulary
@@ -136,10 +140,24 @@ class ElmoTokenizer(PreTrainedTokenizer):
         char_vocab: Mapping[str, int] | None = None,
         input_word_vocab: Mapping[str, int] | None = None,
         word_vocab_file: str | None = None,
+        max_characters_per_token: int = MAX_WORD_LENGTH,
         **kwargs,
     ):
         if kwargs.get("padding_side", "right") != "right":
             raise ValueError(self._padding_side_error(kwargs["padding_side"]))
+        if not isinstance(max_characters_per_token, int) or max_characters_per_token < 3:
+            raise ValueError(
+                f"max_characters_per_token must be an int >= 3 (begin of word, a character, end of word), got "
+                f"{max_characters_per_token!r}"
+            )
+        if max_characters_per_token != MAX_WORD_LENGTH and (char_vocab or char_vocab_file):
+            raise ValueError(
+                f"max_characters_per_token={max_characters_per_token}: a character vocabulary (ELMoForManyLangs) has "
+                f"rows of {MAX_WORD_LENGTH}"
+            )
+        self._utf8_bytes = UTF8_BYTES
+        if max_characters_per_token != MAX_WORD_LENGTH:
+            self._utf8_bytes = Utf8Bytes(max_characters_per_token)
         self.pre_tokenizer = build_pre_tokenizer()
         char_vocab = self._read_vocabulary(char_vocab_file) if char_vocab_file else char_vocab
         input_word_vocab = self._read_vocabulary(input_word_vocab_file) if input_word_vocab_file else input_word_vocab
@@ -159,14 +177,25 @@ class ElmoTokenizer(PreTrainedTokenizer):
         self._word_index: dict[str, int] | None = None
         if word_vocab_file is not None:
             self.set_word_vocabulary(read_word_vocabulary(word_vocab_file))
-        super().__init__(bos_token=bos_token, eos_token=eos_token, pad_token=pad_token, **kwargs)
+        super().__init__(
+            bos_token=bos_token,
+            eos_token=eos_token,
+            pad_token=pad_token,
+            max_characters_per_token=max_characters_per_token,
+            **kwargs,
+        )
         if self.pad_token_id != PADDING_WORD_ID:
             raise ValueError(f"ElmoTokenizer needs a pad token with id 0, got {self.pad_token!r}")
 
     @property
     def characters(self) -> CharacterVocabulary | Any:
         """The mapping from words to rows: the character vocabulary if there is one, else UTF-8 bytes."""
-        return self.char_vocabulary if self.char_vocabulary is not None else UTF8_BYTES
+        return self.char_vocabulary if self.char_vocabulary is not None else self._utf8_bytes
+
+    @property
+    def max_characters_per_token(self) -> int:
+        """Slots per row (the last axis of `input_ids`)."""
+        return self.characters.width
 
     # The base class assigns `padding_side` in __init__ and users may set it later; left padding
     # would break the model's "length = number of real positions" assumption.
@@ -236,7 +265,7 @@ class ElmoTokenizer(PreTrainedTokenizer):
             return super().convert_ids_to_tokens(flat, skip_special_tokens=skip_special_tokens)
         if depth != 2:
             raise ValueError(f"convert_ids_to_tokens expects ids of one sequence, got {depth}-D input")
-        return self._rows_to_words(as_rows(ids), skip_special_tokens=skip_special_tokens)
+        return self._rows_to_words(as_rows(ids, width=self.characters.width), skip_special_tokens=skip_special_tokens)
 
     def save_vocabulary(self, save_directory: str, filename_prefix: str | None = None) -> tuple[str, ...]:
         # UTF-8 byte ids are fixed by the algorithm; only the vocabularies a tokenizer has need files.
@@ -322,7 +351,8 @@ class ElmoTokenizer(PreTrainedTokenizer):
         if token_ids_1 is not None:
             raise ValueError("ElmoTokenizer does not support sequence pairs")
         if already_has_special_tokens:
-            word_ids = word_ids_from_rows(as_rows(token_ids_0), self.characters.boundary_rows)
+            rows = as_rows(token_ids_0, width=self.characters.width)
+            word_ids = word_ids_from_rows(rows, self.characters.boundary_rows)
             return [0 if word is not None else 1 for word in word_ids]
         return [1] + [0] * len(token_ids_0) + [1]
 
@@ -578,14 +608,14 @@ class ElmoTokenizer(PreTrainedTokenizer):
             examples = {key: [value] for key, value in encoded_inputs.items()}
         else:
             raise ValueError(
-                f"`input_ids` must be one example of shape (positions, {MAX_WORD_LENGTH}) or a batch of them, "
+                f"`input_ids` must be one example of shape (positions, {self.characters.width}) or a batch of them, "
                 f"got a {depth}-D value"
             )
 
         padding_strategy, _, max_length, _ = self._get_padding_truncation_strategies(
             padding=padding, max_length=max_length, verbose=verbose
         )
-        rows = [as_rows(example) for example in examples["input_ids"]]
+        rows = [as_rows(example, width=self.characters.width) for example in examples["input_ids"]]
         batch_size = len(rows)
         for key, value in examples.items():
             if key in _PER_POSITION and len(value) != batch_size:
@@ -688,7 +718,7 @@ class ElmoTokenizer(PreTrainedTokenizer):
                 return ""
             token_ids = to_numpy(token_ids).reshape(1, -1)
         elif depth != 2:
-            raise ValueError(f"decode expects (positions, {MAX_WORD_LENGTH}) character ids, got {depth}-D input")
+            raise ValueError(f"decode expects (positions, {self.characters.width}) character ids, got {depth}-D input")
         return self._decode(token_ids, skip_special_tokens, clean_up_tokenization_spaces)
 
     def _decode(
@@ -698,7 +728,7 @@ class ElmoTokenizer(PreTrainedTokenizer):
         clean_up_tokenization_spaces: bool | None = None,
         **kwargs,
     ) -> str:
-        text = " ".join(self._rows_to_words(as_rows(token_ids), skip_special_tokens))
+        text = " ".join(self._rows_to_words(as_rows(token_ids, width=self.characters.width), skip_special_tokens))
         if clean_up_tokenization_spaces is None:
             clean_up_tokenization_spaces = self.clean_up_tokenization_spaces
         return self.clean_up_tokenization(text) if clean_up_tokenization_spaces else text

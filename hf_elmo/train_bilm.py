@@ -243,7 +243,7 @@ def _tokenizer_and_config(options: BiLMTrainingOptions) -> tuple[ElmoTokenizer, 
     else:
         config = checkpoint_config if checkpoint_config is not None else ElmoConfig.from_preset("small")
 
-    tokenizer = ElmoTokenizer()
+    tokenizer = ElmoTokenizer(max_characters_per_token=config.max_characters_per_token)
     checkpoint_words = None
     if options.init_from is not None and (Path(options.init_from) / WORD_VOCABULARY_FILE).is_file():
         checkpoint_words = read_word_vocabulary(Path(options.init_from) / WORD_VOCABULARY_FILE)

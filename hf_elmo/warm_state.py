@@ -60,7 +60,7 @@ def estimate_warm_state(
         raise ValueError("Estimating a warm state needs at least one sentence; the text has none.")
     if model.config.input_word_dim:
         raise ValueError("A warm state for a model reading word embeddings (ELMoForManyLangs) is not supported.")
-    tokenizer = tokenizer or ElmoTokenizer()
+    tokenizer = tokenizer or ElmoTokenizer(max_characters_per_token=model.config.max_characters_per_token)
     model.eval()
     config, device = model.config, model.device
     projection_dim, cell_dim = config.projection_dim, config.cell_dim

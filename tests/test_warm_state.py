@@ -101,10 +101,9 @@ def test_warm_state_survives_loading_moving_and_heads(warm_dir, tmp_path):
     assert torch.equal(tagger.elmo.warm_memory, model.warm_memory)
     batch = ElmoTokenizer()(WORDS, is_split_into_words=True, padding=True, return_tensors="pt")
     with torch.no_grad():
-        cached = tagger._task_features(batch["input_ids"], batch["attention_mask"], None)[0]
         layers = torch.stack(run(model).hidden_states, dim=2)
-        from_layers = tagger._task_features(batch["input_ids"], batch["attention_mask"], layers)[0]
-    assert torch.equal(cached, from_layers)
+        from_layers = tagger(**batch, elmo_hidden_states=layers).logits
+        assert torch.equal(tagger(**batch).logits, from_layers)
     # Removing it returns to zeros.
     model.set_warm_state(None)
     assert model.warm_state is None and not hasattr(model, "warm_hidden")
