@@ -8,7 +8,7 @@ import pytest
 
 from hf_elmo.cli import main as cli_main
 from hf_elmo.perplexity_bilm import load_bilm, sentence_perplexity, stream_perplexity
-from hf_elmo.streams_bilm import assign_rows
+from hf_elmo.streams_bilm import assign_rows, build_streams
 
 from conftest import CHECKPOINT
 
@@ -82,3 +82,8 @@ def test_stream_errors(checkpoint_dir, tmp_path, capsys):
     with pytest.raises(SystemExit):
         cli_main(["perplexity", "--model", model, str(short), "--stream", "--start", "zero"])
     assert "not allowed with argument" in capsys.readouterr().err
+    bilm, tokenizer = load_bilm(checkpoint_dir)
+    with pytest.raises(ValueError, match="start must be one of \\('zero', 'warm'\\), got 'cold'"):
+        sentence_perplexity(bilm, tokenizer, [short], start="cold")
+    with pytest.raises(ValueError, match="batch size and steps per batch must be >= 1, got 1 and 0"):
+        build_streams([["a"]], tokenizer, batch_size=1, num_steps=0)

@@ -82,7 +82,7 @@ def test_checkpoint_and_weights_hdf5_give_the_same_model(checkpoint_dir):
 
 def copy_checkpoint(tmp_path, *, index=True, data=True):
     folder = tmp_path / "ckpt"
-    folder.mkdir()
+    folder.mkdir(parents=True)
     for name in ("checkpoint", "options.json"):
         shutil.copy(TF_DIR / name, folder / name)
     if index:
@@ -240,3 +240,153 @@ def test_convert_command_with_vocabulary_and_warm_state(tmp_path, capsys):
     assert cli_main(["convert", "--tf-checkpoint", str(TF_DIR), "--output-dir", str(tmp_path / "plain")]) == 0
     assert ElmoTokenizer.from_pretrained(tmp_path / "plain").word_vocabulary is None
     assert ElmoForBiLM.from_pretrained(tmp_path / "plain").config.vocab_size == 2149
+
+
+# --- crafted checkpoints for the error paths the real one cannot reach ----------------------------------------------
+
+
+def _varint(value):
+    out = bytearray()
+    while True:
+        out.append((value & 0x7F) | (0x80 if value > 0x7F else 0))
+        value >>= 7
+        if not value:
+            return bytes(out)
+
+
+def _field(number, value):
+    if isinstance(value, bytes):
+        return _varint(number << 3 | 2) + _varint(len(value)) + value
+    return _varint(number << 3) + _varint(value)
+
+
+def _masked(data):
+    crc = crc32c(data)
+    return ((((crc >> 15) | (crc << 17)) & 0xFFFFFFFF) + 0xA282EAD8) & 0xFFFFFFFF
+
+
+def _entry(dtype=1, shape=(), offset=0, size=0, data=b"", sliced=False):
+    """A BundleEntryProto: dtype, shape, shard 0, offset, size, masked CRC32C of `data`, optional slices."""
+    dims = b"".join(_field(2, _field(1, d)) for d in shape)
+    message = _field(1, dtype) + _field(2, dims) + _field(4, offset) + _field(5, size)
+    message += _varint(6 << 3 | 5) + _masked(data).to_bytes(4, "little")
+    return message + (_field(7, b"") if sliced else b"")
+
+
+def _block(entries):
+    body = b"".join(_varint(0) + _varint(len(k)) + _varint(len(v)) + k + v for k, v in entries)
+    return body + (0).to_bytes(4, "little") + (1).to_bytes(4, "little")
+
+
+def write_index(path, entries, compression=0):
+    """An SSTable as TensorFlow writes it (one data block, its index block, an empty meta-index, the footer)."""
+    out = bytearray()
+
+    def add(block, kind=0):
+        offset = len(out)
+        out.extend(block + bytes([kind]) + _masked(block + bytes([kind])).to_bytes(4, "little"))
+        return _varint(offset) + _varint(len(block))
+
+    data_handle = add(_block(sorted(entries)), compression)
+    meta_handle = add(_block([]))
+    index_handle = add(_block([(b"\xff", data_handle)]))
+    footer = (meta_handle + index_handle).ljust(40, b"\0") + (0xDB4775248B80FB57).to_bytes(8, "little")
+    path.write_bytes(bytes(out) + footer)
+
+
+HEADER = (b"", _field(1, 1))
+
+
+def crafted(tmp_path, entries, data=b"", compression=0):
+    folder = tmp_path / "crafted"
+    folder.mkdir(exist_ok=True)
+    write_index(folder / "model.ckpt-1.index", entries, compression)
+    (folder / "model.ckpt-1.data-00000-of-00001").write_bytes(data)
+    return folder / "model.ckpt-1"
+
+
+def test_crafted_table_reads_back(tmp_path):
+    values = np.arange(6, dtype="<f4").tobytes()
+    prefix = crafted(tmp_path, [HEADER, (b"x", _entry(1, (2, 3), 0, 24, values))], values)
+    assert np.array_equal(TFCheckpoint(prefix).read("x"), np.arange(6, dtype=np.float32).reshape(2, 3))
+
+
+CRAFTED_ERRORS = {
+    "string variable": ([HEADER, (b"x", _entry(7, (2,), 0, 0))], b"", "variable 'x' has type string, not a number"),
+    "partitioned variable": (
+        [HEADER, (b"x", _entry(1, (1,), 0, 4, b"\0" * 4, sliced=True))], b"\0" * 4, "'x' is partitioned into slices"
+    ),
+    "size against shape": (
+        [HEADER, (b"x", _entry(1, (3,), 0, 8, b"\0" * 8))], b"\0" * 8,
+        "variable 'x' records 8 bytes, but float32 (3,) needs 12",
+    ),
+    "no header": ([(b"x", _entry(1, (1,), 0, 4, b"\0" * 4))], b"\0" * 4, "no bundle header"),
+    "undecodable entry": ([HEADER, (b"x", b"\x0a\x09ab")], b"", "an entry cannot be decoded"),
+    "unknown variable": ([HEADER], b"", "no variable 'x' in this checkpoint"),
+}
+
+
+@pytest.mark.parametrize("case", CRAFTED_ERRORS)
+def test_crafted_checkpoint_errors(case, tmp_path):
+    entries, data, message = CRAFTED_ERRORS[case]
+    with pytest.raises(TFCheckpointError, match=None) as error:
+        TFCheckpoint(crafted(tmp_path, entries, data)).read("x")
+    assert message in str(error.value) and "\n" not in str(error.value)
+
+
+def test_crafted_layout_errors(tmp_path):
+    prefix = crafted(tmp_path, [HEADER], compression=1)
+    with pytest.raises(TFCheckpointError, match="index block compressed with method 1; only uncompressed tables"):
+        TFCheckpoint(prefix)
+    folder = prefix.parent
+    write_index(folder / "model.ckpt-2.index", [HEADER])
+    with pytest.raises(TFCheckpointError, match="no 'checkpoint' state file and 2 .index files; give the checkpoint"):
+        TFCheckpoint(folder)
+    write_index(folder / "model.ckpt-1.index", [HEADER, (b"x", _entry(1, (1,), 0, 4, b"\0" * 4))])
+    (folder / "model.ckpt-1.data-00000-of-00001").unlink()
+    (folder / "model.ckpt-1.data-00000-of-00001").mkdir()
+    with pytest.raises(TFCheckpointError, match="is a folder, expected the data shard holding 'x'"):
+        TFCheckpoint(prefix).read("x")
+    with pytest.raises(TFCheckpointError, match="no such TensorFlow checkpoint"):
+        TFCheckpoint(tmp_path / "nothing-here")
+
+
+def _without(tmp_path, names, replace=None, extra_data=b""):
+    """The fixture's checkpoint with the index rewritten: `names` dropped, `replace` entries swapped in (their
+    data appended to a copy of the shard)."""
+    from hf_elmo.tf_checkpoint import _table_entries
+
+    folder = copy_checkpoint(tmp_path)
+    shard = folder / f"{PREFIX}.data-00000-of-00001"
+    entries = [(k, v) for k, v in _table_entries(str(TF_DIR / f"{PREFIX}.index")) if k.decode() not in names]
+    if replace:
+        offset = shard.stat().st_size
+        shard.write_bytes(shard.read_bytes() + extra_data)
+        entries = [(k, v) for k, v in entries if k.decode() not in replace]
+        entries += [(name.encode(), make(offset)) for name, make in replace.items()]
+    write_index(folder / f"{PREFIX}.index", entries)
+    return folder
+
+
+def test_converter_errors_on_crafted_variables(tmp_path):
+    missing_softmax = _without(tmp_path / "a", {"lm/softmax/W"})
+    with pytest.raises(ElmoConversionError, match="missing variable 'lm/softmax/W' \\(the word softmax of a bilm-tf"):
+        convert_bilm_tf_checkpoint(missing_softmax, tmp_path / "out")
+    missing_cnn = _without(tmp_path / "b", {"lm/CNN/W_cnn_0"})
+    with pytest.raises(ElmoConversionError, match="missing variable 'lm/CNN/W_cnn_0' \\(char_cnn.filters\\[0\\]"):
+        convert_bilm_tf_checkpoint(missing_cnn, tmp_path / "out")
+    nan = np.full(32, np.nan, dtype="<f4").tobytes()
+    with_nan = _without(tmp_path / "c", set(), {"lm/CNN_proj/b_proj": lambda o: _entry(1, (32,), o, 128, nan)}, nan)
+    with pytest.raises(ElmoConversionError, match="variable 'lm/CNN_proj/b_proj' contains NaN or infinite values"):
+        convert_bilm_tf_checkpoint(with_nan, tmp_path / "out")
+    doubles = np.zeros(32, dtype="<f8").tobytes()
+    as_int = _without(tmp_path / "d", set(), {"lm/CNN_proj/b_proj": lambda o: _entry(3, (32,), o, 128, doubles[:128])},
+                      doubles[:128])
+    with pytest.raises(ElmoConversionError, match="variable 'lm/CNN_proj/b_proj' has type int32, expected float32"):
+        convert_bilm_tf_checkpoint(as_int, tmp_path / "out")
+    options = json.loads((TF_DIR / "options.json").read_text())
+    del options["char_cnn"]
+    (tmp_path / "words.json").write_text(json.dumps(options))
+    with pytest.raises(ElmoConversionError, match="no char_cnn section; only character-input biLMs"):
+        convert_bilm_tf_checkpoint(TF_DIR, tmp_path / "out", options_path=tmp_path / "words.json")
+    assert not (tmp_path / "out").exists()

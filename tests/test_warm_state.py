@@ -13,7 +13,7 @@ import torch
 from datasets import Dataset
 from transformers import AutoModel, AutoModelForTokenClassification, AutoTokenizer, pipeline
 
-from hf_elmo import ElmoForBiLM, ElmoModel, ElmoTokenizer
+from hf_elmo import ElmoConfig, ElmoForBiLM, ElmoModel, ElmoTokenizer
 from hf_elmo.cli import main as cli_main
 from hf_elmo.data_elmo import ElmoLayerCache
 from hf_elmo.export_original_elmo import export
@@ -235,3 +235,29 @@ def test_warm_state_errors(warm_dir, converted_dirs, tmp_path, capsys, monkeypat
     with pytest.raises(KeyboardInterrupt):
         store_warm_state(folder, (torch.zeros(2, 32), torch.zeros(2, 128)))
     assert {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()} == before
+
+
+def test_warm_state_input_errors(converted_dirs, tmp_path, capsys):
+    folder = tmp_path / "no-weights"
+    shutil.copytree(converted_dirs["allennlp"], folder)
+    (folder / "model.safetensors").unlink()
+    with pytest.raises(ValueError, match="no-weights: no model.safetensors; load the model, call set_warm_state"):
+        store_warm_state(folder, (torch.zeros(2, 32), torch.zeros(2, 128)))
+    (folder / "model.safetensors.index.json").write_text("{}")
+    with pytest.raises(ValueError, match="sharded weights are not supported"):
+        store_warm_state(folder, (torch.zeros(2, 32), torch.zeros(2, 128)))
+    words = ElmoModel(ElmoConfig(char_embedding_dim=4, filters=[[1, 4]], n_highway=0, cell_dim=8, projection_dim=4,
+                                 num_layers=1, input_word_vocab_size=5, input_word_dim=3))
+    with pytest.raises(ValueError, match="reading word embeddings \\(ELMoForManyLangs\\) is not supported"):
+        estimate_warm_state(words, [["a"]])
+    options, weights = FIXTURES / "allennlp/options.json", FIXTURES / "allennlp/lm_weights.hdf5"
+    runs = {
+        ("--options", str(options), "--weights", str(weights), "--warm-state-text", str(tmp_path / "absent.txt")):
+            "--warm-state-text: Text file",
+        ("--format", "elmoformanylangs", "--model-dir", str(tmp_path), "--warm-state-text", str(options)):
+            "--warm-state-text is not supported for --format elmoformanylangs",
+    }
+    for arguments, message in runs.items():
+        assert cli_main(["convert", *arguments, "--output-dir", str(tmp_path / "out")]) == 2
+        assert message in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
