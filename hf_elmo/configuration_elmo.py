@@ -210,6 +210,11 @@ class ElmoConfig(PreTrainedConfig):
             raise ValueError(
                 f"ElmoConfig.implementation must be one of {IMPLEMENTATIONS}, got {self.implementation!r}."
             )
+        if self.max_characters_per_token < 3:
+            raise ValueError(
+                "ElmoConfig.max_characters_per_token must be >= 3 (begin of word, a character, end of word), got "
+                f"{self.max_characters_per_token}."
+            )
         if not self.filters:
             raise ValueError("ElmoConfig.filters must list at least one [width, number] pair.")
         for f in self.filters:
@@ -226,11 +231,6 @@ class ElmoConfig(PreTrainedConfig):
         if not self.char_vocabulary and self.n_characters < 262:
             raise ValueError(
                 f"ElmoConfig.n_characters must be >= 262 (UTF-8 bytes + specials), got {self.n_characters}."
-            )
-        if self.max_characters_per_token < 3:
-            raise ValueError(
-                "ElmoConfig.max_characters_per_token must be >= 3 (begin of word, a character, end of word), got "
-                f"{self.max_characters_per_token}."
             )
         if self.char_vocabulary and self.max_characters_per_token != 50:
             raise ValueError(
