@@ -178,7 +178,8 @@ def test_two_processes_stream_like_one_with_all_rows(corpus, tmp_path):
         part = load_file(tmp_path / f"ddp/checkpoint-3/stream_state-{rank}.safetensors")
         rows = [2 * rank, 2 * rank + 1, 4 + 2 * rank, 5 + 2 * rank]  # forward rows, then backward rows
         torch.testing.assert_close(part["hidden"], single["hidden"][:, rows], atol=1e-5, rtol=0)
-    single_weights, ddp_weights = load_file(tmp_path / "single/model.safetensors"), load_file(tmp_path / "ddp/model.safetensors")
+    single_weights = load_file(tmp_path / "single/model.safetensors")
+    ddp_weights = load_file(tmp_path / "ddp/model.safetensors")
     assert max((single_weights[k] - ddp_weights[k]).abs().max().item() for k in single_weights) <= 1e-5
 
 

@@ -200,7 +200,8 @@ def test_bilm_checkpoint_with_warm_state_and_estimator_input(checkpoint_dir):
 
 def test_warm_state_errors(warm_dir, converted_dirs, tmp_path, capsys, monkeypatch):
     model = ElmoModel.from_pretrained(converted_dirs["allennlp"])
-    with pytest.raises(ValueError, match=r"must be \(hidden, memory\) of shapes \(2, 32\) and \(2, 128\).*got \[\(2, 16\)"):
+    shapes = r"must be \(hidden, memory\) of shapes \(2, 32\) and \(2, 128\).*got \[\(2, 16\)"
+    with pytest.raises(ValueError, match=shapes):
         model.set_warm_state((torch.zeros(2, 16), torch.zeros(2, 128)))
     with pytest.raises(ValueError, match="must be finite; it contains NaN"):
         model.set_warm_state((torch.full((2, 32), float("nan")), torch.zeros(2, 128)))
