@@ -20,6 +20,7 @@ Mapping (see the spec of the reference implementations):
 
 import argparse
 import json
+import math
 import os
 import shutil
 import sys
@@ -91,6 +92,8 @@ def config_from_options(options: dict, source: str = "options.json") -> ElmoConf
     def number(path, kind=int, default=KeyError):
         value = json_field(options, path, source, default)
         if value is None or (kind is float and isinstance(value, (int, float)) and not isinstance(value, bool)):
+            if value is not None and not math.isfinite(value):
+                raise ElmoConversionError(f"{source}: field '{path}' must be a finite number, got {value!r}")
             return value
         if kind is int and isinstance(value, int) and not isinstance(value, bool):
             return value
@@ -104,7 +107,12 @@ def config_from_options(options: dict, source: str = "options.json") -> ElmoConf
     if max_chars != 50:
         raise ElmoConversionError(f"{source}: char_cnn.max_characters_per_token must be 50, got {max_chars}")
     # bilm-tf trains with 261 characters and infers with 262; the weight file is the same.
-    n_characters = max(number("char_cnn.n_characters", default=262), 262)
+    n_characters = number("char_cnn.n_characters", default=262)
+    if n_characters not in (261, 262):
+        raise ElmoConversionError(
+            f"{source}: char_cnn.n_characters must be 261 or 262 (UTF-8 bytes and the special characters), "
+            f"got {n_characters}"
+        )
     skip = json_field(options, "lstm.use_skip_connections", source, default=False)
     if not isinstance(skip, bool):
         raise ElmoConversionError(f"{source}: lstm.use_skip_connections must be true or false, got {skip!r}")
@@ -114,7 +122,7 @@ def config_from_options(options: dict, source: str = "options.json") -> ElmoConf
         filters=filters,
         n_highway=number("char_cnn.n_highway"),
         activation=activation,
-        n_characters=n_characters,
+        n_characters=262,
         cell_dim=number("lstm.dim"),
         projection_dim=number("lstm.projection_dim"),
         num_layers=number("lstm.n_layers"),
@@ -139,7 +147,7 @@ def config_or_error(source: str, **values) -> ElmoConfig:
     try:
         return ElmoConfig(**values)
     except Exception as error:
-        message = str(error).strip().splitlines()[-1].strip()
+        message = str(error.__cause__ or error).strip().splitlines()[-1].strip()  # the validator's own error
         raise ElmoConversionError(f"{source}: {message}") from None
 
 
@@ -290,11 +298,30 @@ def weight_links(config: ElmoConfig) -> list[WeightLink]:
     return links
 
 
+# Datasets a weight file may hold that ElmoModel has no use for: the LM's word softmax.
+UNUSED_DATASETS = ("softmax/W", "softmax/b")
+
+
 def state_dict_from_hdf5(h5file, config: ElmoConfig, source: str = "weights.hdf5") -> dict[str, torch.Tensor]:
-    """`ElmoModel` state dict from an open original weight file, every dataset checked against `config`."""
+    """`ElmoModel` state dict from an open original weight file, every dataset checked against `config`; a dataset
+    the options leave unused (more layers, highways or convolutions than they describe) is an error too."""
+    import h5py
+
     reader = _WeightReader(h5file, source)
+    links = weight_links(config)
+    expected = {name for link in links for name in link.datasets}
+    in_file = []
+    h5file.visititems(lambda name, item: in_file.append(name) if isinstance(item, h5py.Dataset) else None)
+    unused = [name for name in in_file if name not in expected and name not in UNUSED_DATASETS]
+    if unused:
+        more = f" (and {len(unused) - 1} more)" if len(unused) > 1 else ""
+        raise ElmoConversionError(
+            f"{source}: dataset '{unused[0]}'{more} is not part of the model the options describe (lstm.n_layers = "
+            f"{config.num_layers}, char_cnn.n_highway = {config.n_highway}, {len(config.filters)} filters): the "
+            "options and the weights do not belong together"
+        )
     state = {}
-    for link in weight_links(config):
+    for link in links:
         if link.when_absent is not None and not any(name in h5file for name in link.datasets):
             tensors = link.when_absent()
         else:
@@ -423,6 +450,8 @@ def load_model_folder(folder) -> ElmoModel:
         model, info = ElmoModel.from_pretrained(folder, output_loading_info=True)
     except Exception as error:  # transformers, safetensors and json each raise their own kinds
         message = " ".join(str(error).split()) or type(error).__name__
+        if message.startswith(f"{folder}: "):  # the model's own checks name the folder already
+            raise ElmoConversionError(message) from None
         raise ElmoConversionError(f"{folder}: cannot load the model ({message})") from None
     finally:
         if bars:

@@ -6,6 +6,7 @@ is stateless by default: the LSTM state is passed in and returned explicitly.
 """
 
 import glob
+import json
 import math
 import os
 from dataclasses import dataclass
@@ -13,6 +14,7 @@ from functools import partial
 
 import torch
 import torch.nn.functional as F
+from huggingface_hub.errors import StrictDataclassError
 from torch import nn
 from transformers import PreTrainedConfig, PreTrainedModel
 from transformers import initialization as init
@@ -315,6 +317,75 @@ _PICKLE_REFUSED = (
 )
 
 
+_HUB_KEYS = ("cache_dir", "force_download", "local_files_only", "token", "revision", "subfolder")
+_BILM_PREFIXES = ("char_encoder.", "encoder.")
+
+
+def _safetensors_shapes(files: list[str]) -> dict[str, tuple[int, ...]]:
+    """Name -> shape of every tensor in safetensors files, read from their headers (no tensor data is read)."""
+    from safetensors import safe_open
+
+    shapes = {}
+    for file in files:
+        try:
+            with safe_open(file, framework="pt") as tensors:
+                shapes.update((name, tuple(tensors.get_slice(name).get_shape())) for name in tensors.keys())
+        except Exception as error:  # safetensors raises its own error type, OSError or ValueError
+            raise OSError(f"{file}: not a readable safetensors file ({' '.join(str(error).split())})") from None
+    return shapes
+
+
+def _check_weights_before_loading(cls, path, kwargs):
+    """Compares the model the configuration describes with the tensors on disk (their headers), before transformers
+    allocates anything. A `ValueError` naming the tensor for: a biLM tensor of another shape (or a softmax of another
+    vocabulary size), one the configuration has no place for (e.g. a third LSTM layer), and a missing one that
+    transformers would fill with fresh values with only a warning: any biLM tensor, and any tensor at all when the
+    folder was saved from this very class (a new task head or softmax is what loading into another class is for)."""
+    from transformers.utils import SAFE_WEIGHTS_INDEX_NAME, SAFE_WEIGHTS_NAME, cached_file
+
+    hub = {key: kwargs[key] for key in _HUB_KEYS if key in kwargs}
+    locate = partial(cached_file, path, _raise_exceptions_for_missing_entries=False, **hub)
+    files = [locate(SAFE_WEIGHTS_NAME)]
+    if files[0] is None:
+        index = locate(SAFE_WEIGHTS_INDEX_NAME)
+        if index is None:
+            return  # transformers reports the missing weights
+        with open(index, encoding="utf-8") as f:
+            files = [locate(shard) for shard in sorted(set(json.load(f)["weight_map"].values()))]
+    config = kwargs.get("config")
+    if not isinstance(config, PreTrainedConfig):
+        try:
+            config = cls.config_class.from_pretrained(path, **{k: v for k, v in kwargs.items() if k != "config"})
+        except StrictDataclassError as error:  # a validator's ValueError, wrapped by huggingface_hub
+            raise ValueError(f"{path}: config.json: {error.__cause__ or error}") from None
+        config = config[0] if isinstance(config, tuple) else config
+    prefix = f"{cls.base_model_prefix}."
+    on_disk = {name.removeprefix(prefix): shape for name, shape in _safetensors_shapes(files).items()}
+    with torch.device("meta"):
+        expected = {name.removeprefix(prefix): tuple(t.shape) for name, t in cls(config).state_dict().items()}
+    bilm = [name for name in expected if name.startswith(_BILM_PREFIXES)]
+    required = expected if cls.__name__ in (config.architectures or []) else bilm
+    where = f"{path}: the weights ({os.path.basename(files[0])})"
+    missing = [name for name in required if name not in on_disk]
+    if missing:
+        raise ValueError(
+            f"{where} lack {len(missing)} tensor(s) of the model that config.json describes, e.g. '{missing[0]}' "
+            f"{expected[missing[0]]}"
+        )
+    extra = [name for name in on_disk if name.startswith(_BILM_PREFIXES) and name not in expected]
+    if extra:
+        raise ValueError(
+            f"{where} hold '{extra[0]}', which the biLM of config.json (num_layers={config.num_layers}, "
+            f"n_highway={config.n_highway}, {len(config.filters)} filters) has no place for"
+        )
+    for name in [*bilm, "softmax.weight", "softmax.bias"]:
+        if name in on_disk and name in expected and on_disk[name] != expected[name]:
+            raise ValueError(
+                f"{where} hold '{name}' of shape {on_disk[name]}, but config.json implies {expected[name]}: the "
+                "configuration and the weights do not belong together"
+            )
+
+
 class ElmoPreTrainedModel(PreTrainedModel):
     config_class = ElmoConfig
     config: ElmoConfig
@@ -341,6 +412,8 @@ class ElmoPreTrainedModel(PreTrainedModel):
                 only_pickles and glob.glob(os.path.join(folder, "*.bin"))
             ):
                 raise OSError(f"{path}: {_PICKLE_REFUSED}")
+        if use_safetensors is not False:
+            _check_weights_before_loading(cls, pretrained_model_name_or_path, kwargs)
         try:
             loaded = super().from_pretrained(
                 pretrained_model_name_or_path, *model_args, use_safetensors=use_safetensors is not False, **kwargs

@@ -119,8 +119,16 @@ def load_bilm(model_dir: str, device: str = "cpu") -> tuple[ElmoForBiLM, ElmoTok
             "without it; perplexity needs a biLM trained or adapted with `hf-elmo train`."
         )
     tokenizer = ElmoTokenizer.from_pretrained(model_dir)
-    model = ElmoForBiLM.from_pretrained(model_dir).to(device)
-    return model, tokenizer
+    words = tokenizer.word_vocabulary
+    if words is None or len(words) != config.vocab_size:  # before the softmax of config.vocab_size rows is built
+        raise ValueError(
+            f"{model_dir}: the model's softmax has {config.vocab_size:,} words (config.json vocab_size) but its "
+            f"vocabulary (vocab.txt) has {'none' if words is None else f'{len(words):,}'}."
+        )
+    model, info = ElmoForBiLM.from_pretrained(model_dir, output_loading_info=True)
+    if info["missing_keys"]:
+        raise ValueError(f"{model_dir}: the weights lack {sorted(info['missing_keys'])}; the softmax is needed.")
+    return model.to(device), tokenizer
 
 
 def add_arguments(parser: argparse.ArgumentParser):
