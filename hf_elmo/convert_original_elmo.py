@@ -63,6 +63,8 @@ def read_utf8(path: str | os.PathLike, what: str) -> str:
         return Path(path).read_text(encoding="utf-8")
     except FileNotFoundError:
         raise ElmoConversionError(f"{path}: no such {what}") from None
+    except IsADirectoryError:
+        raise ElmoConversionError(f"{path}: is a folder, expected the {what}") from None
     except (OSError, UnicodeDecodeError) as error:
         raise ElmoConversionError(f"{path}: cannot read {what} ({error})") from None
 
@@ -372,6 +374,8 @@ def load_original_elmo(options_path, weights_path) -> ElmoModel:
 
     config = config_from_options(load_options(options_path), source=str(options_path))
     weights_path = Path(weights_path)
+    if weights_path.is_dir():
+        raise ElmoConversionError(f"{weights_path}: is a folder, expected the weight file (weights.hdf5)")
     if not weights_path.is_file():
         raise ElmoConversionError(f"{weights_path}: no such weight file")
     try:

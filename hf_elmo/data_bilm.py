@@ -21,6 +21,7 @@ sentences were packed together.
 """
 
 import argparse
+import codecs
 import os
 import sys
 from collections import Counter
@@ -62,7 +63,8 @@ def _check_split(split: str, tokenizer: ElmoTokenizer | None):
 
 
 def check_text_files(files: Sequence[str | os.PathLike], role: str = "data") -> list[str]:
-    """Paths as strings; raises if one is missing, not a file, or has no word at all."""
+    """Paths as strings; raises if one is missing, not a file, not UTF-8 text (naming the line), or has no word at
+    all. Reads every file once, in blocks."""
     if isinstance(files, (str, os.PathLike)):
         files = [files]
     files = [os.fspath(f) for f in files]
@@ -71,23 +73,49 @@ def check_text_files(files: Sequence[str | os.PathLike], role: str = "data") -> 
     for path in files:
         if not os.path.isfile(path):
             raise FileNotFoundError(f"{role.capitalize()} file {path!r} does not exist or is not a file.")
-        with open(path, encoding="utf-8", errors="replace") as f:
-            if not any(line.strip() for line in f):
-                raise ValueError(f"{role.capitalize()} file {path!r} is empty: it has no words.")
+        decoder, has_words = codecs.getincrementaldecoder("utf-8-sig")(), False
+        try:
+            with open(path, "rb") as f:
+                while block := f.read(1 << 20):
+                    text = decoder.decode(block)
+                    has_words = has_words or not (text.isspace() or not text)
+                decoder.decode(b"", final=True)
+        except UnicodeDecodeError:
+            raise ValueError(f"{role.capitalize()} file {path!r}: {_first_invalid_line(path)}.") from None
+        if not has_words:
+            raise ValueError(f"{role.capitalize()} file {path!r} is empty: it has no words.")
     return files
 
 
+def _first_invalid_line(path) -> str:
+    """Where the first invalid UTF-8 of a file is, counting lines as text mode does (`\n`, `\r\n`, `\r`)."""
+    number = 0
+    with open(path, "rb") as f:
+        for chunk in f:
+            for line in chunk.splitlines():
+                number += 1
+                try:
+                    line.decode("utf-8")
+                except UnicodeDecodeError as error:
+                    return f"line {number} is not valid UTF-8 (byte {error.start + 1}: {error.reason})"
+    return "not valid UTF-8"  # a multi-byte character cut by the end of the file: the last line
+
+
 def iter_sentences(
-    files: Sequence[str | os.PathLike], split: str = "whitespace", tokenizer: ElmoTokenizer | None = None
-) -> Iterator[list[str]]:
-    """The word lists of the non-blank lines of `files`, in order."""
+    files: Sequence[str | os.PathLike],
+    split: str = "whitespace",
+    tokenizer: ElmoTokenizer | None = None,
+    locations: bool = False,
+) -> Iterator[list[str]] | Iterator[tuple[str, list[str]]]:
+    """The word lists of the non-blank lines of `files`, in order; with `locations`, `("file, line N", words)` pairs.
+    A byte-order mark at the start of a file is not part of its first word."""
     _check_split(split, tokenizer)
     for path in files:
-        with open(path, encoding="utf-8") as f:
-            for line in f:
+        with open(path, encoding="utf-8-sig") as f:
+            for number, line in enumerate(f, start=1):
                 words = split_line(line, split, tokenizer)
                 if words:
-                    yield words
+                    yield (f"{path}, line {number}", words) if locations else words
 
 
 def build_word_vocabulary(
@@ -104,7 +132,7 @@ def build_word_vocabulary(
         (ties in alphabetical order), cut to `max_size` entries in all. Save it with
         `tokenization_elmo.write_word_vocabulary`.
     """
-    files = check_text_files(files, "vocabulary")
+    files = check_text_files(files, "corpus")
     if min_count < 1:
         raise ValueError(f"min_count must be >= 1, got {min_count}.")
     if max_size is not None and max_size <= len(WORD_VOCABULARY_SPECIALS):
@@ -232,6 +260,7 @@ def load_bilm_dataset(
             "text",
             data_files=[path],
             split="train",
+            encoding="utf-8-sig",  # a byte-order mark is not part of the first word
             streaming=streaming,
             cache_dir=None if cache_dir is None else os.fspath(cache_dir),
         )

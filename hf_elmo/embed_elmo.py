@@ -29,6 +29,7 @@ the original command:
 
 import argparse
 import json
+import math
 import signal
 import sys
 import threading
@@ -100,6 +101,8 @@ class LayerSelector:
                     f"--scalar-mix-weights needs {num_layers + 1} values (one per layer of this model), "
                     f"got {len(mix_weights)}"
                 )
+            if not all(math.isfinite(w) for w in mix_weights):
+                raise ElmoConversionError(f"--scalar-mix-weights must be finite numbers, got {mix_weights}")
             self.mix = torch.softmax(torch.tensor(mix_weights, dtype=torch.float64), dim=0)
 
     def __call__(self, layers: tuple[torch.Tensor, ...]) -> torch.Tensor:
@@ -188,6 +191,8 @@ def embed_file(
     lines = ((index, text.strip(), split(text)) for index, text in enumerate(read_lines(input_path)))
     bar = tqdm(total=count_lines(input_path) if progress else None, unit=" sentences", disable=not progress)
 
+    embedded = [0]  # lines written; the bar counts nothing when disabled
+
     def write(path):
         key_of_line: dict[str, str] = {}
         with h5py.File(path, "w") as h5file:
@@ -208,9 +213,11 @@ def embed_file(
                     for (index, _), vectors in zip(batch, embedder([words for _, words in batch], carry_state)):
                         h5file.create_dataset(str(index), data=vectors)
                     bar.update(len(batch))
+                    embedded[0] += len(batch)
                 for index, key in repeats:
                     h5file[str(index)] = h5file[key]  # a hard link: the same dataset under two names
                 bar.update(len(repeats))
+                embedded[0] += len(repeats)
             if not forget_sentences:
                 index_dataset = h5file.create_dataset("sentence_to_index", (1,), dtype=h5py.string_dtype())
                 index_dataset[0] = json.dumps(key_of_line)
@@ -219,7 +226,7 @@ def embed_file(
         save_atomically(output_path, write, force=force, folder=False)
     finally:
         bar.close()
-    return bar.n
+    return embedded[0]
 
 
 def _raise_keyboard_interrupt(signum, frame):
@@ -298,7 +305,9 @@ def run(args: argparse.Namespace) -> int:
         previous_handler = signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
     try:
         check_output(args.output, args.force, folder=False)  # before loading a large model
-        if str(args.input) != "-" and (not Path(args.input).exists() or Path(args.input).is_dir()):
+        if str(args.input) != "-" and Path(args.input).is_dir():
+            raise ElmoConversionError(f"{args.input}: is a folder, expected the input text file")
+        if str(args.input) != "-" and not Path(args.input).exists():
             raise ElmoConversionError(f"{args.input}: no such input file")
         device = _device(args.device)
         model, tokenizer = _load(args)

@@ -7,6 +7,7 @@ geometric mean, `exp` of the mean of the two losses (39.7 for its released model
 """
 
 import argparse
+import itertools
 import math
 import sys
 from collections.abc import Sequence
@@ -14,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from huggingface_hub.errors import StrictDataclassError
 
 from .configuration_elmo import ElmoConfig
 from .data_bilm import (
@@ -30,7 +32,8 @@ from .tokenization_elmo import BOS_WORD_INDEX, EOS_TOKEN, ElmoTokenizer
 
 
 def _batches(files, tokenizer, window, split, batch_size):
-    windows = pack_sentences(iter_sentences(files, split, tokenizer), window)
+    sentences, located = itertools.tee(iter_sentences(files, split, tokenizer, locations=True))
+    windows = pack_sentences((words for _, words in sentences), window, (where for where, _ in located))
     collate = DataCollatorForBiLM()
     while True:
         chunk = [w for _, w in zip(range(batch_size), windows)]
@@ -61,6 +64,10 @@ def compute_perplexity(
             f"The tokenizer's vocabulary has {len(tokenizer.word_vocabulary)} words but the model's softmax "
             f"{model.config.vocab_size}."
         )
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}.")
+    if window < 3:
+        raise ValueError(f"window must be >= 3 positions (<S>, one word, </S>), got {window}.")
     files = check_text_files(files, "evaluation")
     model.eval()
     device = model.device
@@ -144,8 +151,9 @@ def run(args: argparse.Namespace) -> int:
     try:
         model, tokenizer = load_bilm(args.model, args.device)
         result = compute_perplexity(model, tokenizer, args.files, args.window, args.split, args.batch_size)
-    except (ValueError, FileNotFoundError, OSError) as error:
-        print(f"error: {error}", file=sys.stderr)
+    except (ValueError, OSError, StrictDataclassError) as error:
+        # a config validator's ValueError comes wrapped by huggingface_hub
+        print(f"error: {error.__cause__ if isinstance(error, StrictDataclassError) else error}", file=sys.stderr)
         return 2
     print(f"targets per direction  {result['targets']:,}")
     print(f"forward perplexity     {result['forward']:.2f}")

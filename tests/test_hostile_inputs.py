@@ -1,0 +1,286 @@
+"""Careless and hostile inputs through the command line: each one is refused with one line, `error: ...`, naming the
+problem (file, field or line), and leaves every file as it was (nothing written, nothing replaced, nothing left
+behind). Each case is a row: how to prepare the working folder, the command, the message expected, and the files
+that must be untouched (the whole working folder is compared as well)."""
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import stat
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import h5py
+import pytest
+from safetensors.torch import load_file, save_file
+
+from hf_elmo import ElmoConfig, ElmoForBiLM, ElmoTokenizer
+from hf_elmo.cli import main as cli_main
+
+from conftest import FIXTURES
+
+CORPUS = "the cat sat on the mat .\nthe dog sat .\na cat and a dog .\n"
+TINY = dict(char_embedding_dim=4, filters=[[1, 4], [2, 4]], n_highway=1, cell_dim=8, projection_dim=4, num_layers=1)
+
+
+@pytest.fixture(scope="session")
+def bilm_dir(tmp_path_factory):
+    """A small saved `ElmoForBiLM` with its tokenizer and word vocabulary, as `hf-elmo train` writes one."""
+    folder = tmp_path_factory.mktemp("bilm") / "B"
+    tokenizer = ElmoTokenizer()
+    tokenizer.set_word_vocabulary(["<S>", "</S>", "<UNK>", "the", "cat", "sat", "a", "dog", "."])
+    ElmoForBiLM(ElmoConfig(**TINY, vocab_size=9)).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture
+def workspace(tmp_path, monkeypatch, converted_dirs, bilm_dir):
+    """The working folder of a case: `d/` original files, `M/` a converted model, `B/` a trained biLM, text files."""
+    (tmp_path / "d").mkdir()
+    for name in ("options.json", "lm_weights.hdf5"):
+        shutil.copy(FIXTURES / "allennlp" / name, tmp_path / "d" / name)
+    shutil.copytree(converted_dirs["allennlp"], tmp_path / "M")
+    shutil.copytree(bilm_dir, tmp_path / "B")
+    (tmp_path / "in.txt").write_text("The cat sat .\nA dog .\n", encoding="utf-8")
+    (tmp_path / "corpus.txt").write_text(CORPUS, encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def snapshot(root: Path) -> dict[str, tuple]:
+    """Every entry under `root`: relative path -> (kind, permission bits, content digest or link target)."""
+    entries = {}
+    for folder, names, files in os.walk(root):
+        for name in names + files:
+            path = Path(folder) / name
+            info = path.lstat()
+            if stat.S_ISLNK(info.st_mode):
+                entries[str(path.relative_to(root))] = ("link", os.readlink(path))
+            elif stat.S_ISREG(info.st_mode):
+                digest = hashlib.sha256(path.read_bytes()).hexdigest()
+                entries[str(path.relative_to(root))] = ("file", stat.S_IMODE(info.st_mode), digest)
+            else:
+                entries[str(path.relative_to(root))] = (stat.S_IFMT(info.st_mode), stat.S_IMODE(info.st_mode))
+    return entries
+
+
+# --- how a case prepares the working folder ---------------------------------------------------------------------
+
+
+def edit_json(path, **changes):
+    def edit(root):
+        values = json.loads((root / path).read_text())
+        for key, value in changes.items():
+            target = values
+            *parents, last = key.split(".")
+            for parent in parents:
+                target = target[parent]
+            target[last] = value
+        (root / path).write_text(json.dumps(values))
+
+    return edit
+
+
+def write(path, content):
+    def create(root):
+        (root / path).parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(content, bytes):
+            (root / path).write_bytes(content)
+        else:
+            (root / path).write_text(content, encoding="utf-8")
+
+    return create
+
+
+def add_dataset(root):
+    with h5py.File(root / "d/lm_weights.hdf5", "a") as f:
+        f.create_dataset("RNN_0/RNN/MultiRNNCell/Cell0/LSTMCell/W_extra", data=[1.0, 2.0])
+
+
+def edit_weights(name, edit):
+    def damage(root):
+        tensors = load_file(root / "M/model.safetensors")
+        edit(tensors)
+        save_file(tensors, root / "M/model.safetensors", metadata={"format": "pt"})
+
+    return damage
+
+
+def pickle_only_model(root):
+    (root / "P").mkdir()
+    shutil.copy(root / "M/config.json", root / "P/config.json")
+    (root / "P/pytorch_model.bin").write_bytes(b"not read")
+
+
+def alphabetical_vocabulary(root):
+    words = sorted({w for line in CORPUS.split("\n") for w in line.split()})
+    (root / "v.txt").write_text("\n".join(["<S>", "</S>", "<UNK>", *words]) + "\n", encoding="utf-8")
+
+
+@dataclass
+class Case:
+    command: str
+    message: str
+    setup: list = field(default_factory=list)
+    untouched: tuple = ()  # besides: the whole working folder is compared
+
+
+TRAIN = "train --train-files corpus.txt --config B --output-dir run --disable-progress-bar --data-cache-dir cache"
+EMBED = "embed in.txt out.h5 --top --quiet"
+
+CASES = {
+    # --- silent wrong answers: NaN, zero sizes, options that do not describe the weights ---
+    "convert: NaN cell_clip in options.json": Case(
+        "convert --options d/options.json --weights d/lm_weights.hdf5 --output-dir out",
+        r"d/options\.json: field 'lstm\.cell_clip' must be a finite number, got nan",
+        [edit_json("d/options.json", **{"lstm.cell_clip": float("nan")})],
+        ("d/options.json", "d/lm_weights.hdf5"),
+    ),
+    "convert: options with fewer LSTM layers than the weights": Case(
+        "convert --options d/options.json --weights d/lm_weights.hdf5 --output-dir out",
+        r"d/lm_weights\.hdf5: dataset 'RNN_0/RNN/MultiRNNCell/Cell1/LSTMCell/B' \(and 5 more\) is not part of the "
+        r"model the options describe \(lstm\.n_layers = 1",
+        [edit_json("d/options.json", **{"lstm.n_layers": 1})],
+        ("d/lm_weights.hdf5",),
+    ),
+    "convert: options with fewer highway layers than the weights": Case(
+        "convert --options d/options.json --weights d/lm_weights.hdf5 --output-dir out",
+        r"dataset 'CNN_high_1/W_carry' \(and 3 more\) is not part of the model the options describe .*n_highway = 1",
+        [edit_json("d/options.json", **{"char_cnn.n_highway": 1})],
+    ),
+    "convert: a dataset the options know nothing of": Case(
+        "convert --options d/options.json --weights d/lm_weights.hdf5 --output-dir out",
+        r"dataset 'RNN_0/RNN/MultiRNNCell/Cell0/LSTMCell/W_extra' is not part of the model the options describe",
+        [add_dataset],
+    ),
+    "convert: n_characters 100": Case(
+        "convert --options d/options.json --weights d/lm_weights.hdf5 --output-dir out",
+        r"d/options\.json: char_cnn\.n_characters must be 261 or 262 .*got 100",
+        [edit_json("d/options.json", **{"char_cnn.n_characters": 100})],
+    ),
+    "convert: a folder as the weight file": Case(
+        "convert --options d/options.json --weights d --output-dir out",
+        r"^error: d: is a folder, expected the weight file",
+    ),
+    "convert: a folder as options.json": Case(
+        "convert --options d --weights d/lm_weights.hdf5 --output-dir out", r"^error: d: is a folder, expected"
+    ),
+    "embed: NaN proj_clip in config.json": Case(
+        f"{EMBED} --model M",
+        r"M: config\.json: ElmoConfig\.proj_clip must be finite, got nan",
+        [edit_json("M/config.json", proj_clip=float("nan"))],
+        ("M/config.json", "in.txt"),
+    ),
+    "embed: NaN forget_bias as the converter once wrote it": Case(
+        f"{EMBED} --model M",
+        r"M: config\.json: ElmoConfig\.forget_bias must be finite, got nan",
+        [edit_json("M/config.json", forget_bias={"__float__": "NaN"})],
+    ),
+    "embed: --scalar-mix-weights nan": Case(
+        "embed in.txt out.h5 --model M --quiet --scalar-mix-weights nan 0 0",
+        r"--scalar-mix-weights must be finite numbers, got \[nan, 0\.0, 0\.0\]",
+    ),
+    "embed: --scalar-mix-weights inf": Case(
+        "embed in.txt out.h5 --model M --quiet --scalar-mix-weights 0 inf 0", r"--scalar-mix-weights must be finite"
+    ),
+    "embed: a folder as the input": Case(f"embed M out.h5 --top --quiet --model M", r"^error: M: is a folder"),
+    "perplexity: --batch-size 0": Case(
+        "perplexity --model B corpus.txt --batch-size 0", r"batch_size must be >= 1, got 0"
+    ),
+    "perplexity: --window 0": Case("perplexity --model B corpus.txt --window 0", r"window must be >= 3 positions"),
+    "train: --epochs 0": Case(f"{TRAIN} --epochs 0", r"epochs must be > 0 .*got 0\.0: nothing would be trained"),
+    "train: --window 0": Case(f"{TRAIN} --window 0", r"window must be >= 3 positions .*got 0"),
+    "train: --learning-rate nan": Case(f"{TRAIN} --learning-rate nan", r"learning_rate must be a finite number"),
+    "train: --batch-size 0": Case(f"{TRAIN} --batch-size 0", r"batch_size must be >= 1, got 0"),
+    "train: --dropout 1": Case(f"{TRAIN} --dropout 1", r"dropout must be in \[0, 1\), got 1\.0"),
+    "train: vocabulary not sorted by frequency, with the sampled softmax": Case(
+        f"{TRAIN} --vocab v.txt --num-softmax-samples 2",
+        r"The vocabulary \(from v\.txt\) is not ordered by frequency: .*\(--num-softmax-samples 0\)",
+        [alphabetical_vocabulary],
+        ("v.txt",),
+    ),
+    # --- stack traces and unclear messages ---
+    "train: invalid UTF-8 in the corpus": Case(
+        f"{TRAIN}",
+        r"Training file 'corpus\.txt': line 2 is not valid UTF-8 \(byte 5: invalid start byte\)",
+        [write("corpus.txt", b"the cat\nthe \xff dog\n")],
+    ),
+    "train: --init-from a folder with only a pickle checkpoint": Case(
+        "train --train-files corpus.txt --init-from P --output-dir run --disable-progress-bar --data-cache-dir cache",
+        r"P: ELMo loads weights only from safetensors",
+        [pickle_only_model],
+    ),
+    "train: --config with a NaN": Case(
+        "train --train-files corpus.txt --config M/config.json --output-dir run --data-cache-dir cache",
+        r"^error: ElmoConfig\.cell_clip must be finite, got nan\.$",
+        [edit_json("M/config.json", cell_clip=float("nan"))],
+    ),
+    "embed: config.json dtype float8": Case(
+        f"{EMBED} --model M",
+        r"ElmoConfig\.dtype must name a torch dtype such as 'float32', got 'float8'",
+        [edit_json("M/config.json", dtype="float8")],
+    ),
+    "embed: config.json of another model type": Case(
+        f"{EMBED} --model M",
+        r"model_type 'bert', not 'elmo': it is not an ELMo model",
+        [edit_json("M/config.json", model_type="bert")],
+    ),
+    "embed: a tensor of the wrong shape": Case(
+        f"{EMBED} --model M",
+        r"^error: M: the weights \(model\.safetensors\) hold 'char_encoder\.projection\.bias' of shape \(3,\), but "
+        r"config\.json implies \(16,\)",
+        [edit_weights("M", lambda t: t.update({"char_encoder.projection.bias": t["char_encoder.projection.bias"][:3]}))],
+    ),
+    "export: a missing tensor": Case(
+        "export --model M --output-dir out",
+        r"^error: M: the weights \(model\.safetensors\) lack 1 tensor\(s\) .*'encoder\.forward_layers\.1\.state_"
+        r"projection\.weight' \(16, 64\)",
+        [edit_weights("M", lambda t: t.pop("encoder.forward_layers.1.state_projection.weight"))],
+    ),
+    "export: config.json with fewer layers than the weights": Case(
+        "export --model M --output-dir out",
+        r"hold 'encoder\.backward_layers\.1\.input_linearity\.weight', which the biLM of config\.json \(num_layers=1",
+        [edit_json("M/config.json", num_layers=1)],
+    ),
+    "vocab: an empty corpus": Case(
+        "vocab empty.txt --output v.txt", r"Corpus file 'empty\.txt' is empty", [write("empty.txt", "\n \n")]
+    ),
+    "vocab: invalid UTF-8": Case(
+        "vocab bad.txt --output v.txt",
+        r"Corpus file 'bad\.txt': line 3 is not valid UTF-8 \(byte 1",
+        [write("bad.txt", b"a b\r\nc\r\xe9t\xe9\n")],
+    ),
+    "perplexity: invalid UTF-8": Case(
+        "perplexity --model B bad.txt", r"Evaluation file 'bad\.txt': line 1 is not valid UTF-8", [write("bad.txt", b"\xc3(")]
+    ),
+    "perplexity: a line longer than the window": Case(
+        "perplexity --model B long.txt --window 5",
+        r"long\.txt, line 2: 4 words plus <S> and </S> need 6 positions, more than the window of 5",
+        [write("long.txt", "the cat\nthe cat sat .\n")],
+    ),
+    "perplexity: config.json's softmax larger than the vocabulary": Case(
+        "perplexity --model B corpus.txt",
+        r"B: the model's softmax has 100,000,000 words \(config\.json vocab_size\) but its vocabulary \(vocab\.txt\) has 9",
+        [edit_json("B/config.json", vocab_size=10**8)],
+    ),
+}
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_refused_with_one_line_and_nothing_changed(name, workspace, capsys):
+    case = CASES[name]
+    for prepare in case.setup:
+        prepare(workspace)
+    before = snapshot(workspace)
+    assert cli_main(case.command.split()) == 2
+    captured = capsys.readouterr()
+    lines = [line for line in captured.err.split("\n") if line.strip() and "\r" not in line]  # progress bars aside
+    assert "Traceback" not in captured.err and len(lines) == 1, captured.err
+    assert lines[0].startswith("error: ") and re.search(case.message, lines[0]), lines[0]
+    after = snapshot(workspace)
+    for path in case.untouched:
+        assert after[path] == before[path], path
+    assert after == before
