@@ -133,13 +133,18 @@ def test_resumed_run_ends_with_the_same_weights(corpus, tmp_path, monkeypatch):
     assert max((expected[k] - actual[k]).abs().max().item() for k in expected) <= 1e-6
 
 
-def test_two_processes_train_like_one_with_the_same_global_batch(corpus, tmp_path):
+def test_two_processes_train_like_one_with_the_same_global_batch(corpus, tmp_path, monkeypatch):
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    if torch.cuda.device_count() < 2:
+        # Two processes on one GPU would make Trainer pick NCCL with both ranks on the same device: all three runs
+        # use the CPU (gloo) instead, the in-process ones through Trainer's device choice (use_cpu when no CUDA).
+        env["CUDA_VISIBLE_DEVICES"] = ""
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     common = [
         "train", "--train-files", str(corpus / "valid.txt"), "--config", str(corpus / "tiny.json"),
         "--split", "pretokenizer", "--window", "22", "--min-count", "2", "--max-steps", "4", "--logging-steps", "1",
         "--save-steps", "4", "--dropout", "0", "--num-softmax-samples", "0", "--disable-progress-bar",
     ]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "hf_elmo.cli"]
     result = subprocess.run(
         command + common + ["--batch-size", "4", "--output-dir", str(tmp_path / "ddp"),
