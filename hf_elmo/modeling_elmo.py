@@ -541,8 +541,9 @@ class ElmoModel(ElmoPreTrainedModel):
                 f"input_ids must be in [0, {config.n_characters - 1}], found values in [{low}, {high}]; were they "
                 "made by this model's tokenizer?"
             )
+        has_word = (input_ids > 0).any(dim=-1)  # padding positions are all-zero rows
         if attention_mask is None:
-            mask = (input_ids > 0).any(dim=-1)
+            mask = has_word
         else:
             if not isinstance(attention_mask, torch.Tensor) or attention_mask.shape != input_ids.shape[:2]:
                 got = tuple(attention_mask.shape) if isinstance(attention_mask, torch.Tensor) else type(attention_mask)
@@ -553,6 +554,12 @@ class ElmoModel(ElmoPreTrainedModel):
         lengths = mask.sum(dim=1, keepdim=True)
         if not torch.equal(mask, torch.arange(mask.shape[1], device=mask.device) < lengths):
             raise ValueError("ELMo needs right-padded input: every attention_mask row must be ones then zeros.")
+        if attention_mask is not None and not torch.equal(mask & has_word, mask):
+            row, position = (mask & ~has_word).nonzero()[0].tolist()
+            raise ValueError(
+                f"attention_mask is 1 at row {row}, position {position}, whose input_ids are all zeros (padding): the "
+                "LSTM would read the padding as a word. Pass the tokenizer's attention_mask."
+            )
         self._check_word_ids(input_word_ids, input_ids.shape[:2])
         if state is not None:
             self._check_state(state, input_ids)

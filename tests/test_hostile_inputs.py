@@ -284,3 +284,176 @@ def test_refused_with_one_line_and_nothing_changed(name, workspace, capsys):
     for path in case.untouched:
         assert after[path] == before[path], path
     assert after == before
+
+
+# --- sizes that would exhaust memory: refused from the configuration and the weight files' headers -----------------
+
+MEMORY_CASES = {
+    # name: (what to change in a copy of M / B / options.json, command, message)
+    "options.json lstm.dim 10**9": (
+        ("d/options.json", {"lstm.dim": 10**9}),
+        "convert --options d/options.json --weights d/lm_weights.hdf5 --output-dir out",
+        r"d/options\.json: ElmoConfig describes 5\.92e\+11 parameters, more than the limit of 2\*\*31",
+    ),
+    "config.json cell_dim 10**7": (
+        ("M/config.json", {"cell_dim": 10**7}),
+        f"{EMBED} --model M",
+        r"M: config\.json: ElmoConfig describes .* parameters, more than the limit of 2\*\*31 \(num_layers x cell_dim",
+    ),
+    "config.json projection_dim 10**7": (
+        ("M/config.json", {"projection_dim": 10**7}),
+        f"{EMBED} --model M",
+        r"M: config\.json: ElmoConfig describes .* parameters, more than the limit",
+    ),
+    "config.json n_characters 10**9": (
+        ("M/config.json", {"n_characters": 10**9}),
+        f"{EMBED} --model M",
+        r"more than the limit of 2\*\*31 \(n_characters x char_embedding_dim: 4e\+09\)",
+    ),
+    "config.json cell_dim 40960 (within the limit, not the weights)": (
+        ("M/config.json", {"cell_dim": 40960}),
+        f"{EMBED} --model M",
+        r"^error: M: the weights \(model\.safetensors\) hold 'encoder\.forward_layers\.0\.input_linearity\.weight' of "
+        r"shape \(256, 16\), but config\.json implies \(163840, 16\)",
+    ),
+    "config.json num_layers 10**6": (
+        ("M/config.json", {"num_layers": 10**6}),
+        f"{EMBED} --model M",
+        r"ElmoConfig\.num_layers describes 1,000,000 layers, more than the limit of 1,000",
+    ),
+    "config.json n_highway 10**7": (
+        ("M/config.json", {"n_highway": 10**7}),
+        "export --model M --output-dir out",
+        r"ElmoConfig\.n_highway describes 10,000,000 layers, more than the limit of 1,000",
+    ),
+    "config.json vocab_size 10**8": (
+        ("B/config.json", {"vocab_size": 10**8}),
+        "perplexity --model B corpus.txt",
+        r"B: the model's softmax has 100,000,000 words",
+    ),
+}
+
+# Runs every case in one process whose address space is limited, so that a regression fails with MemoryError
+# instead of taking the machine down.
+_LIMITED_RUNS = """
+import contextlib, io, json, os, resource, sys
+resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))
+from hf_elmo.cli import main
+results = {}
+for name, (folder, command) in json.loads(sys.argv[1]).items():
+    os.chdir(folder)
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        try:
+            code = main(command.split())
+        except BaseException as error:
+            code, err = None, io.StringIO(f"{type(error).__name__}: {error}")
+    results[name] = [code, err.getvalue()]
+print(json.dumps(results))
+"""
+
+
+@pytest.fixture(scope="module")
+def memory_results(tmp_path_factory, converted_dirs, bilm_dir):
+    import subprocess
+    import sys
+
+    commands = {}
+    for index, (name, ((path, changes), command, _)) in enumerate(MEMORY_CASES.items()):
+        root = tmp_path_factory.mktemp(f"memory{index}")
+        (root / "d").mkdir()
+        for file in ("options.json", "lm_weights.hdf5"):
+            shutil.copy(FIXTURES / "allennlp" / file, root / "d" / file)
+        shutil.copytree(converted_dirs["allennlp"], root / "M")
+        shutil.copytree(bilm_dir, root / "B")
+        (root / "in.txt").write_text("The cat sat .\n", encoding="utf-8")
+        (root / "corpus.txt").write_text(CORPUS, encoding="utf-8")
+        edit_json(path, **changes)(root)
+        commands[name] = (root, command)
+    argument = json.dumps({name: [str(root), command] for name, (root, command) in commands.items()})
+    done = subprocess.run([sys.executable, "-c", _LIMITED_RUNS, argument], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    results = json.loads(done.stdout.strip().splitlines()[-1])
+    for name, (root, _) in commands.items():
+        results[name].append(sorted(p.name for p in root.iterdir()))
+    return results
+
+
+@pytest.mark.parametrize("name", MEMORY_CASES)
+def test_sizes_are_checked_before_anything_is_allocated(name, memory_results):
+    code, err, left = memory_results[name]
+    lines = [line for line in err.split("\n") if line.strip() and "\r" not in line]
+    assert code == 2 and len(lines) == 1 and "Traceback" not in err, err
+    assert re.search(MEMORY_CASES[name][2], lines[0]), lines[0]
+    assert left == ["B", "M", "corpus.txt", "d", "in.txt"]  # no output
+
+
+# --- the same through the Python API ---------------------------------------------------------------------------------
+
+
+def padded_batch(root):
+    return ElmoTokenizer()(["The cat sat .", "A"], padding=True, return_tensors="pt")
+
+
+def mask_over_padding(root):
+    import torch
+
+    from hf_elmo import ElmoModel
+
+    batch = padded_batch(root)
+    ElmoModel.from_pretrained(root / "M")(batch["input_ids"], attention_mask=torch.ones_like(batch["attention_mask"]))
+
+
+def load(model_class, folder):
+    def run(root):
+        import hf_elmo
+
+        getattr(hf_elmo, model_class).from_pretrained(root / folder)
+
+    return run
+
+
+API_CASES = {
+    "attention_mask of 1 over padding rows": (
+        [],
+        mask_over_padding,
+        r"attention_mask is 1 at row 1, position 3, whose input_ids are all zeros \(padding\)",
+    ),
+    "from_pretrained with a missing tensor": (
+        [edit_weights("M", lambda t: t.pop("char_encoder.highways.1.bias"))],
+        load("ElmoModel", "M"),
+        r"M: the weights \(model\.safetensors\) lack 1 tensor\(s\) .*'char_encoder\.highways\.1\.bias' \(248,\)",
+    ),
+    "a task head from a folder with a missing biLM tensor": (
+        [edit_weights("M", lambda t: t.pop("encoder.backward_layers.0.state_linearity.bias"))],
+        load("ElmoForTokenClassification", "M"),
+        r"lack 1 tensor\(s\) .*'encoder\.backward_layers\.0\.state_linearity\.bias'",
+    ),
+    "a saved biLM without its softmax": (
+        [lambda root: save_file({k: v for k, v in load_file(root / "B/model.safetensors").items() if "softmax" not in k},
+                                root / "B/model.safetensors", metadata={"format": "pt"})],
+        load("ElmoForBiLM", "B"),
+        r"B: the weights \(model\.safetensors\) lack 2 tensor\(s\) .*'softmax\.",
+    ),
+    "from_pretrained with a NaN in config.json": (
+        [edit_json("M/config.json", cell_clip=float("nan"))],
+        load("ElmoModel", "M"),
+        r"M: config\.json: ElmoConfig\.cell_clip must be finite, got nan\.",
+    ),
+    "ElmoModel from the folder of another model type": (
+        [edit_json("M/config.json", model_type="bert")],
+        load("ElmoModel", "M"),
+        r"model_type 'bert', not 'elmo'",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", API_CASES)
+def test_api_refuses_with_a_clear_value_error(name, workspace):
+    setup, call, message = API_CASES[name]
+    for prepare in setup:
+        prepare(workspace)
+    before = snapshot(workspace)
+    with pytest.raises(ValueError, match=message):
+        call(workspace)
+    assert snapshot(workspace) == before
