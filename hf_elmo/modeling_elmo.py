@@ -24,6 +24,7 @@ from transformers.utils import ModelOutput, can_return_tuple
 from .configuration_elmo import PROBLEM_TYPES, ElmoConfig
 from .cpu_threads import can_run_concurrently, run_concurrently
 from .fast_lstm import lstm_direction
+from .gpu_lstm import CapturedLayers, LayerSettings, bidirectional_layer, default_kernels
 from .hub_elmo import push_to_hub_with_model_card
 from .onednn_linear import linear
 
@@ -119,15 +120,18 @@ class ElmoCharacterEncoder(nn.Module):
         )
         self.projection = nn.Linear(config.input_word_dim + config.num_filters, config.projection_dim)
         self.activation = torch.tanh if config.activation == "tanh" else F.relu
+        # Whether to compute each distinct word once (`None`: on CPUs, where it saves work; GPUs would wait for
+        # the host to sort and group the words).
+        self.deduplicate: bool | None = None
 
     def forward(self, char_ids: torch.LongTensor, word_ids: torch.LongTensor | None = None) -> torch.Tensor:
         """`(..., C)` character ids (and `(...)` word ids with word embeddings) -> `(..., P)`."""
+        deduplicate = self.deduplicate if self.deduplicate is not None else not char_ids.is_cuda
+        if not deduplicate:
+            return self._forward_every_token(char_ids, word_ids)
         batch_shape, num_chars = char_ids.shape[:-1], char_ids.shape[-1]
         words, word_index = torch.unique(char_ids.reshape(-1, num_chars), dim=0, return_inverse=True)
-        # Slots up to the last one that differs from the final slot; 0 when all slots hold one character.
-        differs = words != words[:, -1:]
-        spans = torch.where(differs, torch.arange(1, num_chars + 1, device=words.device), 0).amax(dim=1)
-        spans, order = spans.sort()
+        spans, order = _spans(words).sort()
         words, spans = words[order], spans.tolist()
         if can_run_concurrently(words) and len(spans) >= 2 * self.MIN_WORDS_PER_THREAD:
             # Every other word to each thread: both get as many short and long words.
@@ -147,6 +151,19 @@ class ElmoCharacterEncoder(nn.Module):
             per_token = linear(per_token, self.projection.weight, self.projection.bias)
         return per_token.reshape(*batch_shape, -1)
 
+    def _forward_every_token(self, char_ids: torch.LongTensor, word_ids: torch.LongTensor | None) -> torch.Tensor:
+        """`forward` without looking for repeated words, for GPUs: the same number of operations whatever the input,
+        and one synchronisation with the host (the longest span) instead of a sort and a list of spans."""
+        batch_shape, num_chars = char_ids.shape[:-1], char_ids.shape[-1]
+        words = char_ids.reshape(-1, num_chars)
+        longest = int(_spans(words).max())
+        features = self._max_over_windows_of_group(words, longest, self._run_values(words))
+        for highway in self.highways:
+            features = highway(features)
+        if self.word_embedding is not None:
+            features = torch.cat([self.word_embedding(word_ids.reshape(-1)), features], dim=-1)
+        return linear(features, self.projection.weight, self.projection.bias).reshape(*batch_shape, -1)
+
     def _embed_sorted_words(self, words: torch.LongTensor, spans: list[int]) -> torch.Tensor:
         """`(U, C)` distinct words sorted by span, with their spans -> their token embeddings `(U, P)`, or their
         highway outputs `(U, F)` when word embeddings join them before the projection."""
@@ -159,29 +176,48 @@ class ElmoCharacterEncoder(nn.Module):
 
     def _max_over_windows(self, words: torch.LongTensor, spans: list[int]) -> torch.Tensor:
         """`(U, C)` words sorted by span, with their spans -> activated CNN features `(U, F)`."""
+        run_values = self._run_values(words)
+        return torch.cat(
+            [
+                self._max_over_windows_of_group(words[start:end], span, [v[start:end] for v in run_values])
+                for start, end, span in _span_groups(spans, self.SPAN_GRANULARITY)
+            ]
+        )
+
+    def _run_values(self, words: torch.LongTensor) -> list[torch.Tensor]:
+        """A window inside a word's final run of one character: the kernel summed over its width times the run's
+        character, `(U, n)` per filter."""
+        final_char = self.char_embedding(words[:, -1])  # (U, e)
+        return [linear(final_char, conv.weight.sum(dim=-1)) for conv in self.convolutions]
+
+    def _max_over_windows_of_group(
+        self, words: torch.LongTensor, span: int, run_values: list[torch.Tensor]
+    ) -> torch.Tensor:
+        """`(u, C)` words whose spans are at most `span` -> activated CNN features `(u, F)`."""
         num_chars = words.shape[1]
         max_width = max(conv.kernel_size[0] for conv in self.convolutions)
-        # A window inside the final run: the kernel summed over its width times the run's character.
-        final_char = self.char_embedding(words[:, -1])  # (U, e)
-        run_values = [linear(final_char, conv.weight.sum(dim=-1)) for conv in self.convolutions]  # (U, n) each
-        group_features = []
-        for start, end, span in _span_groups(spans, self.SPAN_GRANULARITY):
-            chars = self.char_embedding(words[start:end, : min(span + max_width - 1, num_chars)])  # (u, L, e)
-            per_filter = []
-            for conv, run_value in zip(self.convolutions, run_values):
-                width = conv.kernel_size[0]
-                num_windows = min(span, num_chars - width + 1)
-                value = run_value[start:end]
-                if num_windows > 0:
-                    windows = chars[:, : num_windows + width - 1].unfold(1, width, 1)  # (u, windows, e, width)
-                    window_max = linear(windows.flatten(2), conv.weight.flatten(1)).amax(dim=1)
-                    # Windows from `span` on lie inside the final run; if the word has any, their value counts.
-                    value = window_max if num_windows == num_chars - width + 1 else torch.maximum(window_max, value)
-                per_filter.append(value)
-            group_features.append(torch.cat(per_filter, dim=-1))
+        chars = self.char_embedding(words[:, : min(span + max_width - 1, num_chars)])  # (u, L, e)
+        per_filter = []
+        for conv, value in zip(self.convolutions, run_values):
+            width = conv.kernel_size[0]
+            num_windows = min(span, num_chars - width + 1)
+            if num_windows > 0:
+                windows = chars[:, : num_windows + width - 1].unfold(1, width, 1)  # (u, windows, e, width)
+                window_max = linear(windows.flatten(2), conv.weight.flatten(1)).amax(dim=1)
+                # Windows from `span` on lie inside the final run; if the word has any, their value counts.
+                value = window_max if num_windows == num_chars - width + 1 else torch.maximum(window_max, value)
+            per_filter.append(value)
         bias = torch.cat([conv.bias for conv in self.convolutions])
         # The bias and the activation commute with the max: rounding and both activations are monotonic.
-        return self.activation(torch.cat(group_features) + bias)
+        return self.activation(torch.cat(per_filter, dim=-1) + bias)
+
+
+def _spans(words: torch.LongTensor) -> torch.LongTensor:
+    """`(U, C)` character ids -> `(U,)` slots up to the last one that differs from the final slot (0 when all
+    slots hold one character): windows beyond a word's span see only its final run."""
+    num_chars = words.shape[1]
+    differs = words != words[:, -1:]
+    return torch.where(differs, torch.arange(1, num_chars + 1, device=words.device), 0).amax(dim=1)
 
 
 def _span_groups(spans: list[int], granularity: int) -> list[tuple[int, int, int]]:
@@ -251,7 +287,13 @@ class ElmoLstmLayer(nn.Module):
 
 
 class ElmoBiLstm(nn.Module):
-    """Two independent stacks of `ElmoLstmLayer`; the directions meet only in the outputs."""
+    """Two independent stacks of `ElmoLstmLayer`; the directions meet only in the outputs.
+
+    Two implementations of the same computation: on CPUs the rows are sorted by length and each step
+    multiplies only the rows still running (`fast_lstm.py`); on GPUs both directions of a layer step together
+    over the whole batch with masks, so that shapes are static and a layer's time loops can be replayed as CUDA
+    graphs (`gpu_lstm.py`). `static_shapes` picks one (`None`: by device).
+    """
 
     def __init__(self, config: ElmoConfig):
         super().__init__()
@@ -259,12 +301,74 @@ class ElmoBiLstm(nn.Module):
         self.dropout = nn.Dropout(config.dropout)
         self.forward_layers = nn.ModuleList(ElmoLstmLayer(config) for _ in range(config.num_layers))
         self.backward_layers = nn.ModuleList(ElmoLstmLayer(config) for _ in range(config.num_layers))
+        self.static_shapes: bool | None = None
+        self.elementwise_kernels: str | None = None  # "triton" or "torch"; None: Triton on CUDA
+        self.use_cuda_graphs = True
+        self.captured = CapturedLayers()
+
+    def _apply(self, fn, recurse=True):
+        self.captured.clear()  # graphs read the parameters at the addresses they had when captured
+        return super()._apply(fn, recurse)
 
     def forward(
         self, token_embeddings: torch.Tensor, mask: torch.BoolTensor, state: ElmoState
     ) -> tuple[list[torch.Tensor], ElmoState]:
         """`(B, T, P)` embeddings, `(B, T)` right-padded mask -> `num_layers` outputs `(B, T, 2P)` (0 at
         padding) and the final state."""
+        static_shapes = self.static_shapes if self.static_shapes is not None else token_embeddings.is_cuda
+        if static_shapes:
+            return self._forward_static(token_embeddings, mask, state)
+        return self._forward_sorted(token_embeddings, mask, state)
+
+    def _forward_static(
+        self, token_embeddings: torch.Tensor, mask: torch.BoolTensor, state: ElmoState
+    ) -> tuple[list[torch.Tensor], ElmoState]:
+        batch_size, num_steps, projection_dim = token_embeddings.shape
+        device = token_embeddings.device
+        first = self.forward_layers[0]
+        if torch.is_autocast_enabled(device.type):
+            dtype = torch.get_autocast_dtype(device.type)
+        else:
+            dtype = first.state_linearity.weight.dtype
+        # Step order: direction 1 runs over reversed time, so step s of both directions is one batched step.
+        time_major = token_embeddings.transpose(0, 1)
+        inputs = torch.stack([time_major, time_major.flip(0)])  # (2, T, B, P)
+        step_mask = torch.zeros(2, num_steps + 1, batch_size, dtype=torch.uint8, device=device)
+        step_mask[0, :num_steps] = mask.t()
+        step_mask[1, :num_steps] = mask.t().flip(0)
+        hidden, memory = state
+        kernels = self.elementwise_kernels or default_kernels(device)
+        captured = self.captured if self.use_cuda_graphs else None
+        layer_outputs, final_hidden, final_memory = [], [], []
+        for index, (forward_layer, backward_layer) in enumerate(zip(self.forward_layers, self.backward_layers)):
+            settings = LayerSettings(
+                forward_layer.cell_clip, forward_layer.proj_clip, forward_layer.forget_bias or 0.0, dtype, kernels
+            )
+            weights = tuple(
+                weight
+                for name in ("input_linearity.weight", "state_linearity.bias", "state_linearity.weight",
+                             "state_projection.weight")
+                for weight in (forward_layer.get_parameter(name), backward_layer.get_parameter(name))
+            )  # fmt: skip
+            # bilm-tf wraps every cell, residual included, in input dropout.
+            layer_in = self.dropout(inputs)
+            hidden0 = hidden[index].view(batch_size, 2, projection_dim).transpose(0, 1)
+            memory0 = memory[index].view(batch_size, 2, -1).transpose(0, 1)
+            outputs, layer_hidden, layer_memory = bidirectional_layer(
+                layer_in, step_mask, hidden0, memory0, weights, settings, captured, index
+            )
+            if self.use_skip_connections and index > 0:
+                outputs = outputs + layer_in
+            inputs = outputs
+            layer_outputs.append(torch.cat([outputs[0], outputs[1].flip(0)], dim=-1).transpose(0, 1).contiguous())
+            final_hidden.append(layer_hidden.transpose(0, 1).reshape(batch_size, -1))
+            final_memory.append(layer_memory.transpose(0, 1).reshape(batch_size, -1))
+        final_state = (torch.stack(final_hidden).to(hidden.dtype), torch.stack(final_memory).to(memory.dtype))
+        return layer_outputs, final_state
+
+    def _forward_sorted(
+        self, token_embeddings: torch.Tensor, mask: torch.BoolTensor, state: ElmoState
+    ) -> tuple[list[torch.Tensor], ElmoState]:
         lengths = mask.sum(dim=1)
         lengths, order = lengths.sort(descending=True, stable=True)
         steps = torch.arange(mask.shape[1], device=mask.device)
@@ -535,12 +639,6 @@ class ElmoModel(ElmoPreTrainedModel):
                 f"input_ids is empty: shape {tuple(input_ids.shape)} has no positions; every sentence, even an "
                 "empty one, needs its <S> and </S> rows (tokenize with add_special_tokens=True)."
             )
-        low, high = int(input_ids.min()), int(input_ids.max())
-        if low < 0 or high >= config.n_characters:
-            raise ValueError(
-                f"input_ids must be in [0, {config.n_characters - 1}], found values in [{low}, {high}]; were they "
-                "made by this model's tokenizer?"
-            )
         has_word = (input_ids > 0).any(dim=-1)  # padding positions are all-zero rows
         if attention_mask is None:
             mask = has_word
@@ -552,9 +650,20 @@ class ElmoModel(ElmoPreTrainedModel):
                 )
             mask = attention_mask.bool()
         lengths = mask.sum(dim=1, keepdim=True)
-        if not torch.equal(mask, torch.arange(mask.shape[1], device=mask.device) < lengths):
+        ragged = (mask != (torch.arange(mask.shape[1], device=mask.device) < lengths)).any()
+        over_padding = (mask & ~has_word).any()  # a mask of 1 over an all-zero row: padding read as a word
+        # One transfer for all value checks: on a GPU each transfer makes the host wait for the device.
+        low, high, ragged, over_padding = torch.stack(
+            [input_ids.min().long(), input_ids.max().long(), ragged.long(), over_padding.long()]
+        ).tolist()
+        if low < 0 or high >= config.n_characters:
+            raise ValueError(
+                f"input_ids must be in [0, {config.n_characters - 1}], found values in [{low}, {high}]; were they "
+                "made by this model's tokenizer?"
+            )
+        if ragged:
             raise ValueError("ELMo needs right-padded input: every attention_mask row must be ones then zeros.")
-        if attention_mask is not None and not torch.equal(mask & has_word, mask):
+        if over_padding:
             row, position = (mask & ~has_word).nonzero()[0].tolist()
             raise ValueError(
                 f"attention_mask is 1 at row {row}, position {position}, whose input_ids are all zeros (padding): the "
@@ -774,23 +883,24 @@ class ElmoForBiLM(ElmoPreTrainedModel):
         loss = forward_loss = backward_loss = None
         if labels is not None:
             self._check_labels(labels, top.shape[:2])
-            forward_targets, backward_targets = labels[..., 0], labels[..., 1]
-            forward_real, backward_real = forward_targets != -100, backward_targets != -100
-            hidden = torch.cat([forward_hidden[forward_real], backward_hidden[backward_real]])
-            targets = torch.cat([forward_targets[forward_real], backward_targets[backward_real]]).long()
+            hidden = torch.cat([forward_hidden.flatten(0, 1), backward_hidden.flatten(0, 1)])  # (2 B T, P)
+            targets = torch.cat([labels[..., 0].flatten(), labels[..., 1].flatten()]).long()
+            has_target = targets != -100
+            # Every position is scored and the ones without a target are dropped from the sums: shapes then do
+            # not depend on the data, so a GPU never waits for the host to count targets.
+            targets = targets.masked_fill(~has_target, 0)
             if self.training and self.uses_sampled_softmax():
                 losses = sampled_softmax_loss(
                     hidden, targets, self.softmax.weight, self.softmax.bias, self.config.num_softmax_samples
                 )
             else:
                 losses = full_softmax_loss(hidden, targets, self.softmax.weight, self.softmax.bias)
-            num_forward = int(forward_real.sum())
-            forward_sum, backward_sum = losses[:num_forward].sum(), losses[num_forward:].sum()
-            forward_loss = forward_sum / max(num_forward, 1)
-            backward_loss = backward_sum / max(len(losses) - num_forward, 1)
+            sums = torch.where(has_target, losses, 0.0).view(2, -1).sum(dim=1)
+            counts = has_target.view(2, -1).sum(dim=1)
+            forward_loss, backward_loss = sums / counts.clamp(min=1)
             if num_items_in_batch is None:
-                num_items_in_batch = max(len(losses), 1)
-            loss = (forward_sum + backward_sum) / num_items_in_batch
+                num_items_in_batch = counts.sum().clamp(min=1)
+            loss = sums.sum() / num_items_in_batch
 
         forward_logits = backward_logits = None
         if return_logits:

@@ -16,8 +16,10 @@ The log-uniform distribution assumes word ids sorted by descending frequency, wh
 vocabulary files.
 """
 
+import functools
 import math
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -67,8 +69,89 @@ def sample_log_uniform_candidates(
     return torch.cat(sampled), num_tries
 
 
-def expected_count(probability: torch.Tensor, num_samples: int, num_tries: int) -> torch.Tensor:
+# A device sample draws at most this many candidates at once (float64 and int64 each: 64 MiB).
+_MAX_DEVICE_DRAWS = 1 << 22
+
+
+@functools.lru_cache(maxsize=64)
+def _draws_for_unique_sample(num_samples: int, vocab_size: int) -> int | None:
+    """Enough draws from `Q` to see `num_samples` distinct words but with probability below `exp(-50)` (2e-22),
+    or None when that is more than `_MAX_DEVICE_DRAWS`.
+
+    Whether each word is among `m` draws are negatively associated events, so Chernoff's bounds hold for their
+    count `X` (mean `mu = sum_k 1 - (1 - Q(k)) ** m`) and for the count of words not drawn, `V - X` (mean
+    `nu = V - mu`): `P(X < n) <= exp(-(mu - n) ** 2 / (2 mu))`, and with `a = V - n + 1 = nu (1 + d)`,
+    `P(V - X >= a) <= exp(-d ** 2 nu / (2 + d))`, and Markov's `P(V - X >= a) <= nu / a`. The last two are the
+    tight ones when the sample is most of the vocabulary. Returns the smallest `m` (to 0.1%) for which either bound is below `exp(-50)`.
+    """
+    log_q = np.log1p(-np.log1p(1.0 / np.arange(1.0, vocab_size + 1.0)) / math.log(vocab_size + 1.0))
+    not_drawn_needed = vocab_size - num_samples + 1
+
+    def enough(draws: int) -> bool:
+        not_drawn = float(np.exp(draws * log_q).sum())
+        drawn = vocab_size - not_drawn
+        if drawn > num_samples and (drawn - num_samples) ** 2 / (2 * drawn) >= 50:
+            return True
+        if not_drawn * math.exp(50) <= not_drawn_needed:  # Markov: P(V - X >= a) <= nu / a
+            return True
+        if not_drawn < not_drawn_needed:
+            excess = not_drawn_needed / not_drawn - 1
+            return (not_drawn_needed - not_drawn) * excess / (2 + excess) >= 50
+        return False
+
+    low, high = num_samples, num_samples
+    while not enough(high):
+        if high > _MAX_DEVICE_DRAWS:
+            return None
+        low, high = high, 2 * high
+    while high - low > max(1, low // 1000):
+        middle = (low + high) // 2
+        low, high = (low, middle) if enough(middle) else (middle, high)
+    return high if high <= _MAX_DEVICE_DRAWS else None
+
+
+def sample_log_uniform_candidates_on_device(
+    num_samples: int, vocab_size: int, device: torch.device, generator: torch.Generator | None = None
+) -> tuple[torch.LongTensor, torch.LongTensor] | None:
+    """`sample_log_uniform_candidates` computed on `device` without waiting for it: a fixed number of draws that
+    holds `num_samples` distinct words but with probability below 2e-22 (see `_draws_for_unique_sample`), of
+    which the first `num_samples` distinct ones, in order of first appearance, are the sample, as a sequential
+    sampler stopping there would give.
+
+    Returns:
+        `(sampled, num_tries)` on `device`: `(num_samples,)` word ids and the number of draws up to the last of
+        them, a 0-d tensor; or None when a sample would need too many draws (then draw on the CPU).
+    """
+    if not 0 < num_samples <= vocab_size:
+        raise ValueError(f"num_samples must be in [1, vocab_size={vocab_size}], got {num_samples}.")
+    num_draws = _draws_for_unique_sample(num_samples, vocab_size)
+    if num_draws is None:
+        return None
+    uniform = torch.rand(num_draws, dtype=torch.float64, device=device, generator=generator)
+    draws = (torch.exp(uniform * math.log(vocab_size + 1.0)).long() - 1).clamp_(0, vocab_size - 1)
+    return first_distinct(draws, num_samples, vocab_size)
+
+
+def first_distinct(
+    draws: torch.LongTensor, num_samples: int, vocab_size: int
+) -> tuple[torch.LongTensor, torch.LongTensor]:
+    """The first `num_samples` distinct values of `draws` `(M,)` (ids in `[0, vocab_size)`), in order of first
+    appearance, and `1 +` the position where the last of them first appears (0-d tensor), computed without
+    a loop: each id's first position by a scatter-min, then sorted. `draws` must hold that many distinct ids."""
+    positions = torch.arange(len(draws), device=draws.device)
+    first_draw = torch.full((vocab_size,), len(draws), device=draws.device)
+    first_draw, words = first_draw.scatter_reduce_(0, draws, positions, "amin").sort(stable=True)
+    return words[:num_samples], first_draw[num_samples - 1] + 1
+
+
+def expected_count(
+    probability: torch.Tensor, num_samples: int, num_tries: int | torch.Tensor
+) -> torch.Tensor:
     """Expected occurrences of a word of probability `Q` in a unique sample that took `num_tries` draws."""
+    if isinstance(num_tries, torch.Tensor):
+        return torch.where(
+            num_tries == num_samples, probability * num_samples, -torch.expm1(num_tries * torch.log1p(-probability))
+        )
     if num_tries == num_samples:
         return probability * num_samples
     return -torch.expm1(num_tries * torch.log1p(-probability))
@@ -92,15 +175,20 @@ def sampled_softmax_loss(
         weight: `(V, P)` and bias `(V,)`: the full softmax.
         num_samples: distinct negative candidates shared by all `N` targets.
         sampled, num_tries: a sample from `sample_log_uniform_candidates` to use instead of drawing one.
-        generator: random generator of the draw (default: torch's global CPU generator).
+        generator: random generator of the draw (default: torch's global generator of the device that draws: the
+            CPU's for CPU tensors and for a CPU `generator`, else `hidden`'s device, which then never waits).
 
     Returns:
         `(N,)` losses, in float32 or float64 (the precision of `hidden`, at least float32).
     """
     vocab_size = weight.shape[0]
+    device = hidden.device
+    if sampled is None and device.type != "cpu" and (generator is None or generator.device == device):
+        drawn = sample_log_uniform_candidates_on_device(num_samples, vocab_size, device, generator)
+        if drawn is not None:
+            sampled, num_tries = drawn
     if sampled is None:
         sampled, num_tries = sample_log_uniform_candidates(num_samples, vocab_size, generator)
-    device = hidden.device
     sampled = sampled.to(device)
     true_log_q = torch.log(expected_count(log_uniform_probability(targets, vocab_size), num_samples, num_tries))
     sampled_log_q = torch.log(expected_count(log_uniform_probability(sampled, vocab_size), num_samples, num_tries))
@@ -129,5 +217,6 @@ __all__ = [
     "full_softmax_loss",
     "log_uniform_probability",
     "sample_log_uniform_candidates",
+    "sample_log_uniform_candidates_on_device",
     "sampled_softmax_loss",
 ]

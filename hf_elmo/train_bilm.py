@@ -543,6 +543,11 @@ def _training_arguments(options: BiLMTrainingOptions, has_eval: bool) -> Trainin
         remove_unused_columns=False,
         label_names=["labels"],
         dataloader_num_workers=options.dataloader_workers,
+        # Batches go to the GPU from pinned memory without waiting, and no per-step check of the loss makes the
+        # host wait for the GPU (a NaN loss then shows in the logged mean instead of being left out of it).
+        dataloader_pin_memory=True,
+        accelerator_config={"non_blocking": True},
+        logging_nan_inf_filter=False,
         ddp_find_unused_parameters=False,
         disable_tqdm=options.disable_progress_bar,
     )

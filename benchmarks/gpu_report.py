@@ -1,0 +1,382 @@
+"""One report of ELMo on a CUDA GPU: exactness, training and inference throughput, GPU-busy share.
+
+    python benchmarks/gpu_report.py                 # everything, under 8 minutes on one H100
+    python benchmarks/gpu_report.py --quick         # fewer shapes and steps, for a first look
+
+Sections, each printed as a table (and all of them again at the end):
+1. Exactness: the GPU path in float32 against a float64 CPU run of the straightforward reference, all layers and
+   the gradient of every parameter; both converted fixture models against the original implementations' outputs
+   (10 batches, state carried); bfloat16 autocast's cosine to float64.
+2. Training: tokens/s per direction (batch x 20 positions / median step time) of `ElmoForBiLM` with the sampled
+   softmax (8,192 negatives of 100,000 words), dropout 0.1, clipping and Adagrad, for the small and original
+   sizes, batches 128 / 512 / 2,048, float32 and bfloat16 autocast; the GPU path ("static") against the
+   length-sorted path made for CPUs ("sorted") and the straightforward reference ("reference").
+3. Inference: words/s of `ElmoModel` (all layers), float32 and bfloat16 weights.
+4. Profile of a training step at batch 128 (original size): the share of the step in which a kernel runs,
+   kernels per step and launch calls per step, for the benchmark loop and for `Trainer` (`hf_elmo.train_bilm`
+   on a generated corpus).
+"""
+
+import argparse
+import contextlib
+import copy
+import math
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from bench_inference import machine_description, random_model, random_sentences  # noqa: E402
+from bench_training import make_batch  # noqa: E402
+from reference_modeling import reference_from  # noqa: E402
+
+from hf_elmo import ElmoConfig, ElmoForBiLM, ElmoModel, ElmoTokenizer  # noqa: E402
+
+DEVICE = "cuda"
+TABLES: list[str] = []
+
+
+def table(title: str, header: list[str], rows: list[list]) -> str:
+    widths = [max(len(str(x)) for x in column) for column in zip(header, *rows)]
+    lines = [title, "  ".join(h.rjust(w) for h, w in zip(header, widths))]
+    lines += ["  ".join(str(x).rjust(w) for x, w in zip(row, widths)) for row in rows]
+    text = "\n".join(lines) + "\n"
+    print(text, flush=True)
+    TABLES.append(text)
+    return text
+
+
+def set_path(model, path: str):
+    """`static` (the GPU path), `sorted` (the CPU path) on an `ElmoModel` or `ElmoForBiLM`."""
+    elmo = model.elmo if hasattr(model, "elmo") else model
+    elmo.encoder.static_shapes = path == "static"
+    elmo.char_encoder.deduplicate = path == "sorted"
+    return model
+
+
+class ReferenceEncoder(torch.nn.Module):
+    """The straightforward path behind the interface `ElmoForBiLM` calls."""
+
+    def __init__(self, encoder):
+        super().__init__()
+        self.reference = reference_from(encoder)
+
+    def forward(self, input_ids, attention_mask=None, output_hidden_states=None):
+        layers, _ = self.reference(input_ids, attention_mask)
+        return SimpleNamespace(last_hidden_state=layers[-1], hidden_states=tuple(layers))
+
+
+# --- 1. exactness ---------------------------------------------------------------------------------------------
+
+
+def exactness(quick: bool):
+    from conftest import FIXTURE_SETS, fixture_batches
+    from hf_elmo.convert_original_elmo import convert
+    from transformers import AutoModel
+
+    rows = []
+    config = ElmoConfig.from_preset("small")
+    cpu_model = random_model(config, "cpu", torch.float64)
+    sentences = random_sentences(16, 12, seed=1)
+    sentences = [s[: 3 + (i * 5) % 10] for i, s in enumerate(sentences)]  # unequal lengths: padding
+    batch = ElmoTokenizer()(sentences, is_split_into_words=True, padding=True, return_tensors="pt")
+    reference = reference_from(cpu_model).double()
+    truth_layers, _ = reference(batch["input_ids"], batch["attention_mask"])
+    weights = [torch.randn(t.shape, dtype=torch.float64, generator=torch.Generator().manual_seed(2)) for t in truth_layers]
+    sum((w * t).sum() for w, t in zip(weights, truth_layers)).backward()
+    truth_grads = {n: p.grad for n, p in reference.named_parameters()}
+    gpu_batch = {k: v.to(DEVICE) for k, v in batch.items()}
+    for path in ("static", "sorted", "reference"):
+        model = copy.deepcopy(cpu_model).float().to(DEVICE)
+        if path == "reference":
+            model = reference_from(model)
+            layers, _ = model(gpu_batch["input_ids"], gpu_batch["attention_mask"])
+        else:
+            set_path(model, path)
+            layers = model(**gpu_batch, output_hidden_states=True).hidden_states
+        value_error = max(float((a.double().cpu() - b).abs().max()) for a, b in zip(layers, truth_layers))
+        sum((w.to(DEVICE).float() * t).sum() for w, t in zip(weights, layers)).backward()
+        grad_error = max(
+            float((p.grad.double().cpu() - truth_grads[n]).abs().max() / truth_grads[n].abs().max())
+            for n, p in model.named_parameters()
+        )
+        rows.append([f"small, random weights, {path}, float32", f"{value_error:.1e}", f"{grad_error:.1e}"])
+    model = set_path(copy.deepcopy(cpu_model).float().to(DEVICE), "static")
+    with torch.autocast(DEVICE, dtype=torch.bfloat16), torch.no_grad():
+        layers = model(**gpu_batch, output_hidden_states=True).hidden_states
+    mask = batch["attention_mask"].bool()
+    cosines = [
+        float(torch.nn.functional.cosine_similarity(a.double().cpu()[mask], b.detach()[mask], dim=-1).mean())
+        for a, b in zip(layers, truth_layers)
+    ]
+    rows.append(["small, bfloat16 autocast, static: mean cosine per layer", " / ".join(f"{c:.5f}" for c in cosines), ""])
+    with tempfile.TemporaryDirectory() as folder:
+        for name, (fixture, _) in FIXTURE_SETS.items():
+            convert(fixture / "options.json", fixture / "lm_weights.hdf5", Path(folder) / name)
+            for path in ("static", "sorted"):
+                model = set_path(AutoModel.from_pretrained(Path(folder) / name).to(DEVICE).eval(), path)
+                state, worst = None, 0.0
+                tokenizer = ElmoTokenizer()
+                with torch.no_grad():
+                    for words, expected in fixture_batches(name):
+                        encoded = tokenizer(words, is_split_into_words=True, padding=True, return_tensors="pt")
+                        out = model(**{k: v.to(DEVICE) for k, v in encoded.items()}, state=state, use_cache=True)
+                        state = out.state
+                        for row, row_expected in enumerate(expected):
+                            actual = out.last_hidden_state[row, 1 : len(words[row]) + 1].cpu().numpy()
+                            worst = max(worst, float(np.abs(actual - row_expected).max()))
+                rows.append([f"fixture {name}, {path}: vs the original's outputs", f"{worst:.1e}", ""])
+    table("1. Exactness on the GPU (max abs difference; gradients: max abs / max abs of float64)",
+          ["what", "values", "gradients"], rows)  # fmt: skip
+
+
+# --- 2. training ----------------------------------------------------------------------------------------------
+
+
+def training_model(size: str, path: str, vocab_size: int = 100_000, samples: int = 8192):
+    torch.manual_seed(0)
+    config = ElmoConfig.from_preset(size, vocab_size=vocab_size, num_softmax_samples=samples, dropout=0.1)
+    with torch.device(DEVICE):
+        model = ElmoForBiLM(config).train()
+    if path == "reference":
+        model.elmo = ReferenceEncoder(model.elmo).train()
+    else:
+        set_path(model, path)
+    optimizer = torch.optim.Adagrad(model.parameters(), lr=0.2, initial_accumulator_value=1.0 / 20**2)
+    return model, optimizer
+
+
+def train_step(model, optimizer, batch, dtype):
+    with torch.autocast(DEVICE, dtype=torch.bfloat16, enabled=dtype == "bfloat16"):
+        loss = model(**batch).loss
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 10.0 / 20)
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+
+
+def time_steps(step, steps: int, warmup: int) -> float:
+    """Median seconds per step, each timed between synchronisations."""
+    for _ in range(warmup):
+        step()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(steps):
+        start = time.perf_counter()
+        step()
+        torch.cuda.synchronize()
+        times.append(time.perf_counter() - start)
+    return sorted(times)[len(times) // 2]
+
+
+def training(quick: bool, deadline: float):
+    rows = []
+    batches = [128, 512] if quick else [128, 512, 2048]
+    for size in ("small", "original"):
+        for batch_size in batches:
+            batch = make_batch(batch_size, 20, 100_000, DEVICE)
+            for dtype in ("bfloat16", "float32"):
+                for path in ("static", "sorted", "reference"):
+                    if time.monotonic() > deadline:
+                        rows.append([size, batch_size, dtype, path, "skipped (time)", ""])
+                        continue
+                    if path != "static" and batch_size == 2048 and size == "original":
+                        rows.append([size, batch_size, dtype, path, "not run (time)", ""])
+                        continue
+                    model, optimizer = training_model(size, path)
+                    seconds = time_steps(lambda: train_step(model, optimizer, batch, dtype), 3 if quick else 6, 3)
+                    rows.append([size, batch_size, dtype, path, f"{batch_size * 20 / seconds:,.0f}", f"{seconds * 1e3:.1f}"])
+                    del model, optimizer
+                    torch.cuda.empty_cache()
+    table("2. Training throughput (tokens/s per direction, as bilm-tf counts; median ms per step)",
+          ["size", "batch", "dtype", "path", "tokens/s", "ms/step"], rows)  # fmt: skip
+
+
+# --- 3. inference ---------------------------------------------------------------------------------------------
+
+
+def inference(quick: bool, deadline: float):
+    rows = []
+    config = ElmoConfig.from_preset("original")
+    for dtype, batches in ((torch.float32, [32, 256, 1024]), (torch.bfloat16, [32, 256, 1024, 4096])):
+        for path in ("static", "sorted"):
+            model = set_path(random_model(config, DEVICE, dtype), path)
+            for batch_size in batches:
+                if time.monotonic() > deadline:
+                    rows.append([str(dtype).split(".")[1], path, batch_size, "skipped (time)", ""])
+                    continue
+                encoded = ElmoTokenizer()(random_sentences(batch_size, 20), is_split_into_words=True, padding=True,
+                                          return_tensors="pt")  # fmt: skip
+                encoded = {k: v.to(DEVICE) for k, v in encoded.items()}
+
+                def run():
+                    with torch.inference_mode():
+                        model(**encoded, output_hidden_states=True)
+
+                seconds = time_steps(run, 5 if quick else 10, 3)
+                rows.append([str(dtype).split(".")[1], path, batch_size, f"{batch_size * 20 / seconds:,.0f}", f"{seconds * 1e3:.1f}"])  # fmt: skip
+            del model
+            torch.cuda.empty_cache()
+    table("3. Inference, original size, all layers (words/s, boundaries not counted; median ms per batch)",
+          ["weights", "path", "batch", "words/s", "ms/batch"], rows)  # fmt: skip
+
+
+# --- 4. profile -------------------------------------------------------------------------------------------------
+
+_LAUNCH_CALLS = ("cudaLaunchKernel", "cuLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernelEx", "cudaGraphLaunch")
+
+
+def busy_share(profiler, wall_seconds: float, steps: int) -> tuple[float, float, float]:
+    """(share of the wall time in which some kernel runs, kernels per step, launch calls per step)."""
+    intervals, launches = [], 0
+    for event in profiler.events():
+        if event.device_type == torch.autograd.DeviceType.CUDA:
+            intervals.append((event.time_range.start, event.time_range.end))
+        elif event.name in _LAUNCH_CALLS:
+            launches += 1
+    intervals.sort()
+    busy, end = 0.0, -math.inf
+    for start, stop in intervals:
+        if stop > end:
+            busy += stop - max(start, end)
+            end = stop
+    return busy / 1e6 / wall_seconds, len(intervals) / steps, launches / steps
+
+
+def profile_steps(step, steps: int) -> tuple[float, float, float]:
+    from torch.profiler import ProfilerActivity, profile
+
+    for _ in range(4):
+        step()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as profiler:
+        start = time.perf_counter()
+        for _ in range(steps):
+            step()
+        torch.cuda.synchronize()
+        wall = time.perf_counter() - start
+    return busy_share(profiler, wall, steps)
+
+
+def trainer_profile(dtype: str, steps: int = 30) -> list:
+    """`hf_elmo.train_bilm` on a generated corpus (original size, 100,000 words, batch 128): tokens/s over steps
+    after the first ten, and a profiled window of five steps."""
+    from torch.profiler import ProfilerActivity, profile
+    from transformers import TrainerCallback
+
+    from hf_elmo import train_bilm as training_module
+
+    rng = np.random.default_rng(0)
+    with tempfile.TemporaryDirectory() as folder:
+        folder = Path(folder)
+        words = [f"w{i}" for i in range(100_000 - 3)]
+        (folder / "vocab.txt").write_text("\n".join(["<S>", "</S>", "<UNK>", *words]) + "\n")
+        ids = np.minimum(rng.zipf(1.2, size=(20_000, 18)) - 1, len(words) - 1)
+        (folder / "corpus.txt").write_text("\n".join(" ".join(words[i] for i in row) for row in ids) + "\n")
+
+        class Timing(TrainerCallback):
+            def __init__(self):
+                self.times, self.profiler, self.profile = [], None, None
+
+            def on_step_end(self, args, state, control, **kwargs):
+                self.times.append(time.perf_counter())
+                if state.global_step == 12:
+                    torch.cuda.synchronize()
+                    self.profiler = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA])
+                    self.profiler.__enter__()
+                    self.profile_start = time.perf_counter()
+                elif state.global_step == 17:
+                    torch.cuda.synchronize()
+                    wall = time.perf_counter() - self.profile_start
+                    self.profiler.__exit__(None, None, None)
+                    self.profile = busy_share(self.profiler, wall, 5)
+
+        timing = Timing()
+        original_trainer = training_module.ElmoTrainer
+
+        class TimedTrainer(original_trainer):
+            def __init__(self, *args, callbacks=None, **kwargs):
+                super().__init__(*args, callbacks=[*(callbacks or []), timing], **kwargs)
+
+        training_module.ElmoTrainer = TimedTrainer
+        try:
+            training_module.train_bilm(
+                output_dir=str(folder / "out"), train_files=[str(folder / "corpus.txt")], vocab=str(folder / "vocab.txt"),
+                config="original", max_steps=steps, save_steps=10_000, logging_steps=10_000, bf16=dtype == "bfloat16",
+                disable_progress_bar=True, dataloader_workers=2,
+            )  # fmt: skip
+        finally:
+            training_module.ElmoTrainer = original_trainer
+    times = np.diff(timing.times[10:])
+    tokens_per_second = 128 * 20 / float(np.median(times))
+    share, kernels, launches = timing.profile
+    return [f"Trainer (hf_elmo.train_bilm), {dtype}", f"{tokens_per_second:,.0f}", f"{share:.0%}", f"{kernels:,.0f}", f"{launches:,.0f}"]  # fmt: skip
+
+
+def profiles(quick: bool, deadline: float):
+    rows = []
+    batch = make_batch(128, 20, 100_000, DEVICE)
+    for dtype in ("bfloat16", "float32"):
+        for path in ("static", "sorted"):
+            model, optimizer = training_model("original", path)
+            step = lambda: train_step(model, optimizer, batch, dtype)  # noqa: E731
+            seconds = time_steps(step, 5, 3)
+            share, kernels, launches = profile_steps(step, 5)
+            rows.append([f"benchmark loop, {path}, {dtype}", f"{128 * 20 / seconds:,.0f}", f"{share:.0%}", f"{kernels:,.0f}", f"{launches:,.0f}"])  # fmt: skip
+            del model, optimizer
+            torch.cuda.empty_cache()
+    for dtype in ("bfloat16", "float32"):
+        if time.monotonic() > deadline:
+            rows.append([f"Trainer, {dtype}", "skipped (time)", "", "", ""])
+            continue
+        rows.append(trainer_profile(dtype))
+    table("4. A training step at batch 128 x 20, original size (GPU busy: share of the wall time with a kernel running)",
+          ["what", "tokens/s", "GPU busy", "kernels/step", "launch calls/step"], rows)  # fmt: skip
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--sections", nargs="+", default=["exactness", "training", "inference", "profile"])
+    parser.add_argument("--minutes", type=float, default=7.5, help="skip what would start after this")
+    args = parser.parse_args()
+    if not torch.cuda.is_available():
+        sys.exit("gpu_report.py needs a CUDA GPU.")
+    start = time.monotonic()
+    deadline = start + 60 * args.minutes
+    print(f"machine: {machine_description(DEVICE)}")
+    import transformers
+    import triton
+
+    print(f"transformers {transformers.__version__}, triton {triton.__version__}; TF32 for float32 products: "
+          f"{torch.backends.cuda.matmul.allow_tf32} (matmul), {torch.backends.cudnn.allow_tf32} (cuDNN)\n")  # fmt: skip
+    sections = {"exactness": exactness, "training": training, "inference": inference, "profile": profiles}
+    for name in args.sections:
+        section_start = time.monotonic()
+        try:
+            if name == "exactness":
+                sections[name](args.quick)
+            else:
+                sections[name](args.quick, deadline)
+        except Exception as error:  # a report still prints what the other sections found
+            import traceback
+
+            traceback.print_exc()
+            TABLES.append(f"{name}: failed: {type(error).__name__}: {error}\n")
+        print(f"[{name}: {time.monotonic() - section_start:.0f} s]", flush=True)
+    print("=" * 100)
+    print(f"machine: {machine_description(DEVICE)}; total {time.monotonic() - start:.0f} s\n")
+    print("\n".join(TABLES))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,461 @@
+"""One bidirectional LSTM layer of ELMo as a static-shape time loop: the path for GPUs.
+
+Both directions of a layer step together: at step `s` the forward LSTM reads position `s` and the backward
+LSTM position `T - 1 - s`, so a step is one batched product for the two directions' `W_h h`, one fused
+elementwise kernel (gates, clipped cell, `o * tanh(c)`), one batched product for the projections and one
+fused kernel for the clipped state and the outputs. Tensors are kept in this *step order*: direction 1's
+time axis is reversed, which is also the order the next layer's backward LSTM reads, so nothing is flipped
+between layers. Rows are never dropped from the batch: a row whose mask is 0 at a step keeps its state and
+outputs 0, which makes every shape depend only on `(T, B)`. That lets a layer's whole forward and backward
+time loops be captured once as CUDA graphs and replayed with one launch each (`CapturedLayers`), instead of
+some 80 launches per layer and direction from Python.
+
+The elementwise kernels are Triton kernels on CUDA (`gpu_lstm_kernels.py`) and PyTorch operations elsewhere
+(the `_torch` functions below, same arithmetic): the CPU test suite runs both against the straightforward
+reference. Matrix products follow PyTorch's settings: float32 products stay float32 unless the user allows
+TF32 (`torch.backends.cuda.matmul.allow_tf32 = True`).
+"""
+
+import weakref
+from dataclasses import dataclass
+
+import torch
+
+try:  # Triton ships with PyTorch's CUDA builds; the CPU fallback needs none.
+    from . import gpu_lstm_kernels as _triton_kernels
+except ImportError:  # pragma: no cover - depends on the installation
+    _triton_kernels = None
+
+
+@dataclass(frozen=True)
+class LayerSettings:
+    """What a layer's computation depends on besides its tensors."""
+
+    cell_clip: float | None
+    proj_clip: float | None
+    forget_bias: float
+    dtype: torch.dtype
+    """The dtype of the products (the autocast dtype under autocast); the cell state is kept in float32 (float64
+    for float64)."""
+    kernels: str
+    """`"triton"` or `"torch"`: which implementation of the elementwise steps."""
+
+
+def default_kernels(device: torch.device) -> str:
+    """Triton on CUDA (or on CPU under `TRITON_INTERPRET=1`) when it is installed, else PyTorch operations."""
+    if _triton_kernels is None:
+        return "torch"
+    return "triton" if (device.type == "cpu") == _triton_kernels.INTERPRETED else "torch"
+
+
+def _memory_dtype(dtype: torch.dtype) -> torch.dtype:
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+# --- the elementwise steps in PyTorch operations (the Triton kernels compute the same) -------------------------
+
+
+def _cell_forward_torch(gates, memory_in, memory_out, mask, cell_output, activations, cell_tanh, cell_passed, cell_clip):
+    """One step's gates `(2, B, 4D)` (pre-activation, blocks `[input, forget, cell, output]`) and cell state
+    `memory_in` `(2, B, D)` -> the new cell state into `memory_out` and `o * tanh(c)` into `cell_output`
+    (0 where `mask` `(2, B)` is 0; the state is then kept). With `activations` `(2, B, 4D)`, also saves the
+    activated gates, `tanh(c)` `(2, B, D)` and where the cell clip passed values (`cell_passed`, int8)."""
+    compute = _memory_dtype(memory_in.dtype)
+    i, f, g, o = gates.to(compute).chunk(4, dim=-1)
+    i, f, g, o = torch.sigmoid(i), torch.sigmoid(f), torch.tanh(g), torch.sigmoid(o)
+    previous = memory_in.to(compute)
+    memory = f * previous + i * g
+    if cell_clip is not None:
+        passed = memory.abs() <= cell_clip
+        memory = memory.clamp(-cell_clip, cell_clip)
+    t = torch.tanh(memory)
+    keep = mask.bool()[..., None]
+    memory_out.copy_(torch.where(keep, memory, previous))
+    cell_output.copy_(torch.where(keep, o * t, 0.0))
+    if activations is not None:
+        activations.copy_(torch.cat([i, f, g, o], dim=-1))
+        cell_tanh.copy_(t)
+        if cell_clip is not None:
+            cell_passed.copy_(passed)
+
+
+def _hidden_forward_torch(projected, hidden_in, hidden_out, output, mask, hidden_passed, proj_clip):
+    """One step's projection `W_p (o * tanh c)` `(2, B, P)` -> the clipped state into `hidden_out` (where `mask`
+    is 1, else `hidden_in`) and into `output` (0 where `mask` is 0); `hidden_passed` (int8): where the clip
+    passed values."""
+    hidden = projected
+    if proj_clip is not None:
+        if hidden_passed is not None:
+            hidden_passed.copy_(hidden.abs() <= proj_clip)
+        hidden = hidden.clamp(-proj_clip, proj_clip)
+    keep = mask.bool()[..., None]
+    hidden_out.copy_(torch.where(keep, hidden, hidden_in))
+    output.copy_(torch.where(keep, hidden, 0.0))
+
+
+def _hidden_backward_torch(grad_from_next, mask_next, grad_hidden, grad_output, hidden_passed, mask, grad_projected):
+    """Gradient of a step's state: `grad_from_next` `(2, B, P)` (through the next step's gates, used where
+    `mask_next` is 1) or the carried `grad_hidden` (updated in place), plus `grad_output` of the step's output;
+    -> `grad_projected`, the gradient of the step's unclipped projection (0 where `mask` is 0)."""
+    compute = _memory_dtype(grad_hidden.dtype)
+    grad = torch.where(mask_next.bool()[..., None], grad_from_next.to(compute), grad_hidden.to(compute))
+    grad_hidden.copy_(grad)
+    grad = grad + grad_output.to(compute)
+    if hidden_passed is not None:
+        grad = grad * hidden_passed
+    grad_projected.copy_(torch.where(mask.bool()[..., None], grad, 0.0))
+
+
+def _cell_backward_torch(grad_cell_output, grad_memory, activations, cell_tanh, memory_in, cell_passed, mask, grad_gates):
+    """Gradient of `o * tanh(c)` `(2, B, D)` and the carried cell gradient `grad_memory` (updated in place) ->
+    the gates' pre-activation gradient `grad_gates` `(2, B, 4D)` (0 where `mask` is 0)."""
+    compute = _memory_dtype(grad_memory.dtype)
+    i, f, g, o = activations.to(compute).chunk(4, dim=-1)
+    t, previous, carried = cell_tanh.to(compute), memory_in.to(compute), grad_memory.to(compute)
+    grad_cell_output = grad_cell_output.to(compute)
+    grad_cell = carried + grad_cell_output * o * (1 - t * t)
+    if cell_passed is not None:
+        grad_cell = grad_cell * cell_passed
+    grads = torch.cat(
+        [grad_cell * g * i * (1 - i), grad_cell * previous * f * (1 - f), grad_cell * i * (1 - g * g),
+         grad_cell_output * t * o * (1 - o)],
+        dim=-1,
+    )  # fmt: skip
+    ran = mask.bool()[..., None]
+    grad_gates.copy_(torch.where(ran, grads, 0.0))
+    grad_memory.copy_(torch.where(ran, grad_cell * f, carried))
+
+
+_TORCH_STEPS = (_cell_forward_torch, _hidden_forward_torch, _hidden_backward_torch, _cell_backward_torch)
+
+
+def _steps(kernels: str):
+    if kernels == "triton":
+        k = _triton_kernels
+        return k.cell_forward, k.hidden_forward, k.hidden_backward, k.cell_backward
+    return _TORCH_STEPS
+
+
+# --- one layer, both directions: the time loops -----------------------------------------------------------------
+
+
+def _stacked(forward_weight: torch.Tensor, backward_weight: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    return torch.stack([forward_weight, backward_weight]).to(dtype)
+
+
+def _layer_forward(inputs, mask, hidden0, memory0, params, settings: LayerSettings, save: bool):
+    """Runs one layer over step-ordered inputs.
+
+    Args:
+        inputs: `(2, T, B, P)` in step order (direction 1 reversed in time), in `settings.dtype`.
+        mask: `(2, T + 1, B)` uint8 in step order, 1 where a row is real; the extra last step is all 0.
+        hidden0: `(2, B, P)` and memory0 `(2, B, D)`: each row's state before its first step.
+        params: per direction `(W_x, b, W_h, W_p)` pairs, as `ElmoLstmLayer` holds them: `W_x` `(4D, P)`, `b`
+            `(4D,)`, `W_h` `(4D, P)`, `W_p` `(P, D)`, each a `(forward, backward)` tuple.
+        save: keep what the backward pass needs.
+
+    Returns:
+        `(outputs (2, T, B, P), final hidden (2, B, P), final memory (2, B, D), saved)`; `saved` is a dict of the
+        per-step tensors, or None.
+    """
+    cell_forward, hidden_forward, _, _ = _steps(settings.kernels)
+    dtype = settings.dtype
+    input_weight, bias, state_weight, projection_weight = (_stacked(*pair, dtype) for pair in params)
+    _, num_steps, batch_size, projection_dim = inputs.shape
+    cell_dim = state_weight.shape[1] // 4
+    if settings.forget_bias:  # TensorFlow's LSTMCell adds it at run time
+        bias = bias.clone()
+        bias[:, cell_dim : 2 * cell_dim] += settings.forget_bias
+    # The input products of all steps are one batched product; only W_h h is sequential.
+    gate_inputs = torch.baddbmm(
+        bias[:, None, :], inputs.reshape(2, num_steps * batch_size, projection_dim), input_weight.transpose(1, 2)
+    ).view(2, num_steps, batch_size, 4 * cell_dim)
+    memory_dtype = _memory_dtype(dtype)
+    outputs = inputs.new_empty(2, num_steps, batch_size, projection_dim)
+    # Step s reads slot s and writes slot s + 1: with `save`, every step's state stays for the backward pass.
+    slots = num_steps + 1 if save else 2
+    hidden = inputs.new_empty(2, slots, batch_size, projection_dim)
+    memory = inputs.new_empty(2, slots, batch_size, cell_dim, dtype=memory_dtype)
+    hidden[:, 0] = hidden0
+    memory[:, 0] = memory0
+    saved = None
+    if save:
+        saved = {
+            "activations": inputs.new_empty(2, num_steps, batch_size, 4 * cell_dim),
+            "cell_tanh": inputs.new_empty(2, num_steps, batch_size, cell_dim),
+            "cell_output": inputs.new_empty(2, num_steps, batch_size, cell_dim),
+            "cell_passed": None,
+            "hidden_passed": None,
+        }
+        if settings.cell_clip is not None:
+            saved["cell_passed"] = inputs.new_empty(2, num_steps, batch_size, cell_dim, dtype=torch.int8)
+        if settings.proj_clip is not None:
+            saved["hidden_passed"] = inputs.new_empty(2, num_steps, batch_size, projection_dim, dtype=torch.int8)
+    else:
+        cell_output = inputs.new_empty(2, batch_size, cell_dim)
+    state_weight_t, projection_weight_t = state_weight.transpose(1, 2), projection_weight.transpose(1, 2)
+    for s in range(num_steps):
+        now, after = (s, s + 1) if save else (s % 2, (s + 1) % 2)
+        gates = torch.baddbmm(gate_inputs[:, s], hidden[:, now], state_weight_t)
+        if save:
+            step_saved = [saved[k][:, s] if saved[k] is not None else None for k in ("activations", "cell_tanh")]
+            step_saved.append(saved["cell_passed"][:, s] if saved["cell_passed"] is not None else None)
+            cell_output = saved["cell_output"][:, s]
+        else:
+            step_saved = [None, None, None]
+        cell_forward(gates, memory[:, now], memory[:, after], mask[:, s], cell_output, *step_saved, settings.cell_clip)
+        projected = torch.bmm(cell_output, projection_weight_t)
+        hidden_passed = saved["hidden_passed"][:, s] if save and saved["hidden_passed"] is not None else None
+        hidden_forward(projected, hidden[:, now], hidden[:, after], outputs[:, s], mask[:, s], hidden_passed,
+                       settings.proj_clip)  # fmt: skip
+    last = num_steps if save else num_steps % 2
+    if save:
+        saved.update(hidden=hidden, memory=memory, inputs=inputs)
+    return outputs, hidden[:, last], memory[:, last], saved
+
+
+def _layer_backward(grad_outputs, grad_hidden_final, grad_memory_final, mask, params, saved, settings: LayerSettings):
+    """Gradients of `_layer_forward`: `(grad_inputs (2, T, B, P), grad_hidden0 (2, B, P), grad_memory0 (2, B, D),
+    and per direction pair the gradients of W_x (2, 4D, P), b (2, 4D), W_h (2, 4D, P), W_p (2, P, D))`."""
+    _, _, hidden_backward, cell_backward = _steps(settings.kernels)
+    dtype = settings.dtype
+    input_weight, _, state_weight, projection_weight = (_stacked(*pair, dtype) for pair in params)
+    _, num_steps, batch_size, projection_dim = grad_outputs.shape
+    cell_dim = state_weight.shape[1] // 4
+    memory_dtype = _memory_dtype(dtype)
+    hidden, memory, activations, cell_tanh = saved["hidden"], saved["memory"], saved["activations"], saved["cell_tanh"]
+    grad_outputs = grad_outputs.to(dtype)
+    grad_hidden = grad_hidden_final.to(memory_dtype, copy=True)
+    grad_memory = grad_memory_final.to(memory_dtype, copy=True)
+    grad_gates = grad_outputs.new_empty(2, num_steps, batch_size, 4 * cell_dim)
+    grad_projected = grad_outputs.new_empty(2, num_steps, batch_size, projection_dim)
+    grad_from_next = grad_hidden.new_zeros(2, batch_size, projection_dim)  # read only where the next step ran
+    for s in range(num_steps - 1, -1, -1):
+        hidden_passed = saved["hidden_passed"][:, s] if saved["hidden_passed"] is not None else None
+        hidden_backward(grad_from_next, mask[:, s + 1], grad_hidden, grad_outputs[:, s], hidden_passed, mask[:, s],
+                        grad_projected[:, s])  # fmt: skip
+        grad_cell_output = torch.bmm(grad_projected[:, s], projection_weight)
+        cell_passed = saved["cell_passed"][:, s] if saved["cell_passed"] is not None else None
+        cell_backward(grad_cell_output, grad_memory, activations[:, s], cell_tanh[:, s], memory[:, s], cell_passed,
+                      mask[:, s], grad_gates[:, s])  # fmt: skip
+        grad_from_next = torch.bmm(grad_gates[:, s], state_weight)
+    grad_hidden0 = torch.where(mask[:, 0, :, None].bool(), grad_from_next.to(memory_dtype), grad_hidden)
+    flat_gates = grad_gates.view(2, num_steps * batch_size, 4 * cell_dim)
+    flat_gates_t = flat_gates.transpose(1, 2)
+    inputs = saved["inputs"]
+    grad_inputs = torch.bmm(flat_gates, input_weight).view(2, num_steps, batch_size, projection_dim)
+    grad_input_weight = torch.bmm(flat_gates_t, inputs.reshape(2, num_steps * batch_size, projection_dim))
+    grad_bias = flat_gates.sum(dim=1, dtype=memory_dtype)
+    grad_state_weight = torch.bmm(flat_gates_t, hidden[:, :num_steps].reshape(2, num_steps * batch_size, -1))
+    grad_projection_weight = torch.bmm(
+        grad_projected.view(2, num_steps * batch_size, projection_dim).transpose(1, 2),
+        saved["cell_output"].view(2, num_steps * batch_size, cell_dim),
+    )
+    return grad_inputs, grad_hidden0, grad_memory, (grad_input_weight, grad_bias, grad_state_weight, grad_projection_weight)
+
+
+# --- running a layer: directly, or by replaying captured CUDA graphs -----------------------------------------
+
+
+class _EagerLayer:
+    """Runs the time loops operation by operation (any device)."""
+
+    def __init__(self, settings: LayerSettings):
+        self.settings = settings
+
+    def forward(self, inputs, mask, hidden0, memory0, params, save):
+        return _layer_forward(inputs, mask, hidden0, memory0, params, self.settings, save)
+
+    def backward(self, grad_outputs, grad_hidden, grad_memory, mask, params, saved):
+        return _layer_backward(grad_outputs, grad_hidden, grad_memory, mask, params, saved, self.settings)
+
+
+class _CapturedLayer:
+    """The time loops of one layer at one `(T, B)`, captured once as CUDA graphs and replayed.
+
+    The graphs read the parameters where they are (an optimizer updates them in place); inputs and incoming
+    gradients are copied into the graphs' own buffers, outputs copied out of them. The tensors saved for the
+    backward pass live in the graph's buffers, so a second forward pass before the first one's backward pass
+    would overwrite them: `pending` tells when one is outstanding, and the caller then runs directly instead.
+    """
+
+    def __init__(self, inputs, mask, hidden0, memory0, params, settings: LayerSettings, save: bool):
+        self.settings, self.save = settings, save
+        self.pending = None  # weak reference to the token of a forward pass whose backward has not run
+        self.inputs, self.mask = inputs.clone(), mask.clone()
+        self.hidden0, self.memory0 = hidden0.clone(), memory0.clone()
+        side = torch.cuda.Stream(device=inputs.device)
+        side.wait_stream(torch.cuda.current_stream(inputs.device))
+        with torch.cuda.stream(side):  # compiles the kernels and creates library handles outside the capture
+            outputs, hidden, memory, saved = self._forward(params)
+            if save:
+                _layer_backward(torch.zeros_like(outputs), torch.zeros_like(hidden), torch.zeros_like(memory),
+                                self.mask, params, saved, settings)  # fmt: skip
+        torch.cuda.current_stream(inputs.device).wait_stream(side)
+        del outputs, hidden, memory, saved
+        pool = torch.cuda.graph_pool_handle()
+        self.forward_graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self.forward_graph, pool=pool, capture_error_mode="thread_local"):
+            self.outputs, self.hidden, self.memory, self.saved = self._forward(params)
+        if save:
+            self.grad_outputs = torch.zeros_like(self.outputs)
+            self.grad_hidden, self.grad_memory = torch.zeros_like(self.hidden), torch.zeros_like(self.memory)
+            self.backward_graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(self.backward_graph, pool=pool, capture_error_mode="thread_local"):
+                self.grads = _layer_backward(self.grad_outputs, self.grad_hidden, self.grad_memory, self.mask,
+                                             params, self.saved, settings)  # fmt: skip
+
+    def _forward(self, params):
+        return _layer_forward(self.inputs, self.mask, self.hidden0, self.memory0, params, self.settings, self.save)
+
+    def forward(self, inputs, mask, hidden0, memory0, params, save):
+        for static, given in ((self.inputs, inputs), (self.mask, mask), (self.hidden0, hidden0), (self.memory0, memory0)):
+            static.copy_(given)
+        self.forward_graph.replay()
+        return self.outputs.clone(), self.hidden.clone(), self.memory.clone(), self.saved
+
+    def backward(self, grad_outputs, grad_hidden, grad_memory, mask, params, saved):
+        for static, given in ((self.grad_outputs, grad_outputs), (self.grad_hidden, grad_hidden),
+                              (self.grad_memory, grad_memory)):  # fmt: skip
+            static.copy_(given)
+        self.backward_graph.replay()
+        grad_inputs, grad_hidden0, grad_memory0, weight_grads = self.grads
+        # Copies: autograd may keep a returned gradient as a parameter's .grad, which the next replay would overwrite.
+        return grad_inputs.clone(), grad_hidden0.clone(), grad_memory0.clone(), tuple(g.clone() for g in weight_grads)
+
+
+class _Token:
+    """Marks one forward pass through a captured layer until its backward pass has run."""
+
+
+class CapturedLayers:
+    """Per layer of a model, CUDA graphs of the shapes it runs: a shape is captured the second time it is seen
+    (one-off shapes run directly), up to `max_shapes` per layer; further shapes run directly. Training runs one
+    shape; inference with shapes that keep changing runs mostly directly, which a GPU does fast enough."""
+
+    def __init__(self, max_shapes: int = 4):
+        self.max_shapes = max_shapes
+        self.layers: dict[int, dict] = {}
+        self.seen: dict[tuple, int] = {}
+
+    def clear(self):
+        self.layers.clear()
+        self.seen.clear()
+
+    def runner(self, layer: int, inputs, mask, hidden0, memory0, params, settings: LayerSettings, save: bool):
+        flat = [p for pair in params for p in pair]
+        key = (
+            layer, tuple(inputs.shape), inputs.device, settings, save, tuple(p.data_ptr() for p in flat),
+            tuple(p.dtype for p in flat), torch.backends.cuda.matmul.allow_tf32,
+            torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction,
+        )  # fmt: skip
+        captured = self.layers.setdefault(layer, {})
+        runner = captured.get(key)
+        if runner is not None:
+            busy = save and runner.pending is not None and runner.pending() is not None
+            return _EagerLayer(settings) if busy else runner
+        if len(self.seen) > 10_000:  # shapes that never recur (inference over varied batches)
+            self.seen.clear()
+        self.seen[key] = self.seen.get(key, 0) + 1
+        if self.seen[key] < 2 or len(captured) >= self.max_shapes or torch.cuda.is_current_stream_capturing():
+            return _EagerLayer(settings)
+        runner = captured[key] = _CapturedLayer(inputs, mask, hidden0, memory0, params, settings, save)
+        return runner
+
+    def __getstate__(self):
+        return {"max_shapes": self.max_shapes}
+
+    def __setstate__(self, state):
+        self.__init__(state["max_shapes"])
+
+    def __deepcopy__(self, memo):
+        return CapturedLayers(self.max_shapes)  # graphs belong to the parameters they were captured with
+
+
+class _BidirectionalLayer(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, runner, settings, inputs, mask, hidden0, memory0, *weights):
+        params = _pairs(weights)
+        outputs, hidden, memory, saved = runner.forward(inputs, mask, hidden0, memory0, params, save=True)
+        ctx.runner, ctx.settings, ctx.saved, ctx.mask = runner, settings, saved, mask
+        ctx.dtypes = (inputs.dtype, hidden0.dtype, memory0.dtype, *(w.dtype for w in weights))
+        ctx.save_for_backward(*weights)
+        if isinstance(runner, _CapturedLayer):
+            ctx.token = _Token()
+            runner.pending = weakref.ref(ctx.token)
+        return outputs, hidden, memory
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad_outputs, grad_hidden, grad_memory):
+        weights = ctx.saved_tensors
+        runner = ctx.runner
+        autocast_off = torch.autocast(weights[0].device.type, enabled=False)
+        if isinstance(runner, _CapturedLayer):
+            if runner.pending is None or runner.pending() is not ctx.token:
+                raise RuntimeError(
+                    "This LSTM layer ran forward again since the pass being differentiated; its saved tensors are "
+                    "gone. Run backward once per forward pass, or turn CUDA graphs off (config.use_cuda_graphs)."
+                )
+            runner.pending = None
+        with autocast_off:
+            grad_inputs, grad_hidden0, grad_memory0, weight_grads = runner.backward(
+                grad_outputs, grad_hidden, grad_memory, ctx.mask, _pairs(weights), ctx.saved
+            )
+        ctx.saved = None
+        per_weight = [g[direction] for g in weight_grads for direction in (0, 1)]
+        grads = (grad_inputs, grad_hidden0, grad_memory0, *per_weight)
+        input_grads = [g.to(dtype) for g, dtype in zip(grads, ctx.dtypes)]
+        input_grads.insert(1, None)  # the mask
+        return (None, None, *input_grads)
+
+
+def _pairs(weights):
+    """`(W_x f, W_x b, b f, b b, W_h f, W_h b, W_p f, W_p b)` -> four `(forward, backward)` pairs."""
+    return tuple(zip(weights[0::2], weights[1::2]))
+
+
+def bidirectional_layer(
+    inputs: torch.Tensor,
+    mask: torch.Tensor,
+    hidden0: torch.Tensor,
+    memory0: torch.Tensor,
+    weights: tuple[torch.Tensor, ...],
+    settings: LayerSettings,
+    captured: CapturedLayers | None = None,
+    layer_index: int = 0,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Both directions of one LSTM layer over step-ordered inputs, with autograd.
+
+    Args:
+        inputs: `(2, T, B, P)`: direction 0 in time order, direction 1 reversed in time (step order).
+        mask: `(2, T + 1, B)` uint8, 1 at real positions, in step order; the last step all 0.
+        hidden0, memory0: `(2, B, P)` and `(2, B, D)`, the states the rows start from.
+        weights: `(W_x, W_x, b, b, W_h, W_h, W_p, W_p)` of the forward then backward direction (`ElmoLstmLayer`'s
+            `input_linearity.weight`, `state_linearity.bias`, `state_linearity.weight`, `state_projection.weight`).
+        settings: clips, forget bias, product dtype and elementwise implementation.
+        captured: where CUDA graphs of this model's layers are kept (None: never capture); `layer_index` names
+            the layer in it.
+
+    Returns:
+        outputs `(2, T, B, P)` in step order (0 at padding), final hidden `(2, B, P)` and memory `(2, B, D)`, in
+        the dtypes of `inputs`, `hidden0` and `memory0`.
+    """
+    in_dtypes = (inputs.dtype, hidden0.dtype, memory0.dtype)
+    dtype = settings.dtype
+    with torch.autocast(inputs.device.type, enabled=False):  # the dtypes are chosen here, once
+        inputs, hidden0 = inputs.to(dtype), hidden0.to(dtype)
+        memory0 = memory0.to(_memory_dtype(dtype))
+        save = torch.is_grad_enabled() and any(t.requires_grad for t in (inputs, hidden0, memory0, *weights))
+        params = _pairs(weights)
+        runner = _EagerLayer(settings)
+        if captured is not None and inputs.is_cuda:
+            with torch.no_grad():
+                runner = captured.runner(layer_index, inputs, mask, hidden0, memory0, params, settings, save)
+        if save:
+            outputs, hidden, memory = _BidirectionalLayer.apply(
+                runner, settings, inputs, mask, hidden0, memory0, *weights
+            )
+        else:
+            outputs, hidden, memory, _ = runner.forward(inputs, mask, hidden0, memory0, params, save=False)
+        return outputs.to(in_dtypes[0]), hidden.to(in_dtypes[1]), memory.to(in_dtypes[2])
