@@ -4,6 +4,7 @@ import argparse
 import sys
 
 from . import convert_original_elmo, data_bilm, embed_elmo, export_original_elmo, perplexity_bilm, train_bilm
+from .safe_output import signals_as_interrupts
 
 # name -> (module with add_arguments(parser) and run(args) -> exit code, one-line help)
 COMMANDS = {
@@ -27,7 +28,13 @@ def main(argv=None) -> int:
         module.add_arguments(command)
         command.set_defaults(run=module.run)
     args = parser.parse_args(argv)
-    return args.run(args)
+    with signals_as_interrupts():
+        try:
+            return args.run(args)
+        except KeyboardInterrupt as interrupt:  # Ctrl-C, or SIGTERM / SIGHUP: what was being written is removed
+            print(f"interrupted by {interrupt.args[0] if interrupt.args else 'SIGINT'}: the output in progress was "
+                  "not written", file=sys.stderr)
+            return 130
 
 
 if __name__ == "__main__":

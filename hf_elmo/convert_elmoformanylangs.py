@@ -35,15 +35,14 @@ import torch
 from .configuration_elmo import ElmoConfig
 from .convert_original_elmo import (
     ElmoConversionError,
-    check_output,
     checked_filters,
     config_or_error,
     json_field,
     read_json_object,
     read_utf8,
-    save_atomically,
 )
 from .modeling_elmo import ElmoModel
+from .safe_output import MODEL_FOLDER, check_output, write_output
 from .tokenization_elmo import (
     VOCAB_BEGINNING_OF_WORD,
     VOCAB_BOS_TOKEN,
@@ -277,14 +276,15 @@ def load_elmoformanylangs(model_dir, model_config=None) -> tuple[ElmoModel, Elmo
 
 def convert_elmoformanylangs(model_dir, output_dir, model_config=None, force: bool = False) -> Path:
     """Converts and writes `config.json`, `model.safetensors`, tokenizer files and remote code to `output_dir`."""
-    check_output(output_dir, force)
+    inputs = [model_dir, model_config]
+    check_output(output_dir, MODEL_FOLDER, inputs, force)
     model, tokenizer = load_elmoformanylangs(model_dir, model_config)
 
     def write(folder):
         model.save_pretrained(folder)
         tokenizer.save_pretrained(folder)
 
-    return save_atomically(output_dir, write, force=force)
+    return write_output(output_dir, write, MODEL_FOLDER, inputs, force)
 
 
 __all__ = ["DEFAULT_MODEL_CONFIG", "convert_elmoformanylangs", "load_elmoformanylangs"]

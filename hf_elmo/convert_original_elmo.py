@@ -22,9 +22,7 @@ import argparse
 import json
 import math
 import os
-import shutil
 import sys
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,14 +33,11 @@ from transformers.utils import logging as hf_logging
 
 from .configuration_elmo import ElmoConfig
 from .modeling_elmo import ElmoModel
+from .safe_output import MODEL_FOLDER, ElmoConversionError, check_output, write_output
 from .tokenization_elmo import ElmoTokenizer
 
 TF_FORGET_BIAS = 1.0
 CELL_PATH = "RNN_{direction}/RNN/MultiRNNCell/Cell{layer}/LSTMCell"
-
-
-class ElmoConversionError(ValueError):
-    """A problem with the files to convert; the message is one line naming the file and the field."""
 
 
 def json_field(options: dict, path: str, source: str, default=KeyError):
@@ -390,55 +385,6 @@ def load_original_elmo(options_path, weights_path) -> ElmoModel:
     return model.eval()
 
 
-def check_output(path, force: bool = False, folder: bool = True) -> Path:
-    """Refuses an output that would replace user data: a non-empty folder / an existing file, unless `force`."""
-    path = Path(path)
-    if folder and path.exists() and not path.is_dir():
-        raise ElmoConversionError(f"{path}: exists and is not a folder")
-    if folder and path.is_dir() and any(path.iterdir()) and not force:
-        raise ElmoConversionError(f"{path}: folder is not empty (use --force to replace it)")
-    if not folder and path.is_dir():
-        raise ElmoConversionError(f"{path}: is a folder, expected a file name")
-    if not folder and path.exists() and not force:
-        raise ElmoConversionError(f"{path}: file exists (use --force to replace it)")
-    return path
-
-
-def save_atomically(output_path, write, force: bool = False, folder: bool = True) -> Path:
-    """Calls `write(tmp)` on a fresh folder beside `output_path`, then renames it to `output_path`.
-
-    With `folder=False`, `tmp` is a file name inside that fresh folder and the file is what gets renamed. A failure
-    or an interruption leaves `output_path` as it was (a kill -9 can leave the hidden `.NAME.tmp-*` folder); an
-    existing non-empty folder / existing file is refused unless `force`.
-    """
-    output_path = check_output(output_path, force, folder)
-    output_path.parent.mkdir(parents=True, exist_ok=True)
-    tmp_dir = Path(tempfile.mkdtemp(prefix=f".{output_path.name}.tmp-", dir=output_path.parent))
-    try:
-        if not folder:
-            write(tmp_dir / output_path.name)
-            if force:
-                os.replace(tmp_dir / output_path.name, output_path)
-            else:  # a link, unlike a rename, fails if another process created the file meanwhile
-                try:
-                    os.link(tmp_dir / output_path.name, output_path)
-                except FileExistsError:
-                    raise ElmoConversionError(f"{output_path}: file exists (use --force to replace it)") from None
-        else:
-            write(tmp_dir)
-            if output_path.exists():
-                old = output_path.with_name(f".{output_path.name}.old-{os.getpid()}")
-                output_path.rename(old)
-                tmp_dir.rename(output_path)
-                shutil.rmtree(old)
-            else:
-                tmp_dir.rename(output_path)
-    finally:
-        if tmp_dir.exists():
-            shutil.rmtree(tmp_dir, ignore_errors=True)
-    return output_path
-
-
 def load_model_folder(folder) -> ElmoModel:
     """`ElmoModel.from_pretrained(folder)` in eval mode, with a one-line `ElmoConversionError` for a missing or
     damaged folder, and refusing a checkpoint that lacks some of the model's weights (transformers would fill
@@ -468,14 +414,15 @@ def load_model_folder(folder) -> ElmoModel:
 
 def convert(options_path, weights_path, output_dir, force: bool = False) -> Path:
     """Converts and writes `config.json`, `model.safetensors`, tokenizer files and remote code to `output_dir`."""
-    check_output(output_dir, force)  # before reading large weight files
+    inputs = [options_path, weights_path]
+    check_output(output_dir, MODEL_FOLDER, inputs, force)  # before reading large weight files
     model = load_original_elmo(options_path, weights_path)
 
     def write(folder):
         model.save_pretrained(folder)
         ElmoTokenizer().save_pretrained(folder)
 
-    return save_atomically(output_dir, write, force=force)
+    return write_output(output_dir, write, MODEL_FOLDER, inputs, force)
 
 
 def add_arguments(parser: argparse.ArgumentParser):
@@ -491,7 +438,7 @@ def add_arguments(parser: argparse.ArgumentParser):
     parser.add_argument("--model-dir", help="ELMoForManyLangs model folder (char.dic, word.dic, *.pkl, config.json)")
     parser.add_argument("--model-config", help="its model configuration, if the folder lacks the one config.json names")
     parser.add_argument("--output-dir", required=True, help="folder to write (must be empty or absent)")
-    parser.add_argument("--force", action="store_true", help="replace a non-empty output folder")
+    parser.add_argument("--force", action="store_true", help="replace an earlier converted model in that folder")
 
 
 def _convert_from_args(args: argparse.Namespace) -> Path:

@@ -27,10 +27,12 @@ import sys
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 import torch
 
+from .safe_output import VOCABULARY_FILE, check_output, write_output
 from .tokenization_elmo import (
     BOS_TOKEN,
     EOS_TOKEN,
@@ -326,6 +328,7 @@ class DataCollatorForBiLM:
 def add_arguments(parser: argparse.ArgumentParser):
     parser.add_argument("files", nargs="+", help="text files, one sentence per line")
     parser.add_argument("--output", required=True, help="vocabulary file to write")
+    parser.add_argument("--force", action="store_true", help="replace an earlier vocabulary file")
     parser.add_argument("--min-count", type=int, default=1, help="keep words seen at least this often")
     parser.add_argument("--max-size", type=int, help="at most this many entries, <S>, </S>, <UNK> included")
     parser.add_argument("--split", choices=SPLITS, default="whitespace", help=SPLIT_HELP)
@@ -333,8 +336,9 @@ def add_arguments(parser: argparse.ArgumentParser):
 
 def run(args: argparse.Namespace) -> int:
     try:
+        check_output(args.output, VOCABULARY_FILE, args.files, args.force)
         words = build_word_vocabulary(args.files, args.split, ElmoTokenizer(), args.min_count, args.max_size)
-        write_word_vocabulary(words, args.output)
+        write_output(args.output, partial(write_word_vocabulary, words), VOCABULARY_FILE, args.files, args.force)
     except (ValueError, FileNotFoundError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

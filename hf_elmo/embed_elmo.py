@@ -24,28 +24,22 @@ the original command:
 * **Memory** holds one window of lines and one batch of vectors, plus the map of distinct lines (about the size
   of the distinct input text; `--forget-sentences` drops it, and with it the sharing of repeated lines).
 * **Safe output**: everything is written to a hidden temporary file beside the output, renamed when complete,
-  so an interrupted run leaves no output file; an existing output is kept unless `--force`.
+  so an interrupted run leaves no output file; an existing output is kept unless `--force`, which replaces only an
+  HDF5 file (see `safe_output`).
 """
 
 import argparse
 import json
 import math
-import signal
 import sys
-import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from .convert_original_elmo import (
-    ElmoConversionError,
-    check_output,
-    load_model_folder,
-    load_original_elmo,
-    save_atomically,
-)
+from .convert_original_elmo import ElmoConversionError, load_model_folder, load_original_elmo
+from .safe_output import HDF5_FILE, check_output, write_output
 from .tokenization_elmo import ElmoTokenizer
 
 WINDOW_BATCHES = 16
@@ -180,8 +174,10 @@ def embed_file(
     forget_sentences: bool = False,
     force: bool = False,
     progress: bool = True,
+    inputs: Iterable = (),
 ) -> int:
-    """Writes the HDF5 file described in the module docstring; returns the number of lines embedded."""
+    """Writes the HDF5 file described in the module docstring; returns the number of lines embedded. `inputs` are the
+    other files the run reads (the model's), which the output must not be, hold or lie inside."""
     import h5py
     from tqdm.auto import tqdm
 
@@ -223,14 +219,10 @@ def embed_file(
                 index_dataset[0] = json.dumps(key_of_line)
 
     try:
-        save_atomically(output_path, write, force=force, folder=False)
+        write_output(output_path, write, HDF5_FILE, [input_path, *inputs], force)
     finally:
         bar.close()
     return embedded[0]
-
-
-def _raise_keyboard_interrupt(signum, frame):
-    raise KeyboardInterrupt
 
 
 def add_arguments(parser: argparse.ArgumentParser):
@@ -300,11 +292,9 @@ def _device(name: str | None) -> torch.device:
 
 
 def run(args: argparse.Namespace) -> int:
-    in_main_thread = threading.current_thread() is threading.main_thread()
-    if in_main_thread:  # a kill cleans up as Ctrl-C does
-        previous_handler = signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
     try:
-        check_output(args.output, args.force, folder=False)  # before loading a large model
+        inputs = [args.input, args.model, args.options, args.weights]
+        check_output(args.output, HDF5_FILE, inputs, args.force)  # before loading a large model
         if str(args.input) != "-" and Path(args.input).is_dir():
             raise ElmoConversionError(f"{args.input}: is a folder, expected the input text file")
         if str(args.input) != "-" and not Path(args.input).exists():
@@ -329,15 +319,10 @@ def run(args: argparse.Namespace) -> int:
             forget_sentences=args.forget_sentences,
             force=args.force,
             progress=not args.quiet,
+            inputs=inputs[1:],
         )
     except ElmoConversionError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print(f"interrupted: {args.output} not written", file=sys.stderr)
-        return 130
-    finally:
-        if in_main_thread:
-            signal.signal(signal.SIGTERM, previous_handler)
     print(f"{count} sentences embedded to {args.output}", file=sys.stderr)
     return 0

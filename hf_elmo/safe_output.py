@@ -1,11 +1,171 @@
-"""Signals during writes: SIGINT, SIGTERM and SIGHUP end a command the way Ctrl-C does, so that its cleanup runs and
-nothing half-written is left; the few steps that move a complete output into place run with them held back."""
+"""How every command writes: one rule for outputs, atomic writing, and signals that leave nothing half-written.
+
+* An output that is, holds or lies inside one of the command's inputs is refused, as is a symbolic link, a folder
+  that is (or holds) the working folder, and anything that is not a regular file where a file is to be written.
+* An existing output is replaced only with `--force`, and only if it is an earlier output of the same kind (an HDF5
+  file for `embed`, a model folder for `convert`, ...): a folder holding anything else (notes, subfolders) is refused.
+* The output is written beside its final place under a hidden temporary name and renamed when complete; the renames
+  run with SIGINT, SIGTERM and SIGHUP held back, and those signals otherwise end a command the way Ctrl-C does, so
+  that its cleanup runs (only a kill -9 can leave a hidden `.NAME.tmp-*` or `.NAME.old-*` behind).
+"""
 
 import contextlib
+import json
+import os
+import re
+import secrets
+import shutil
 import signal
 import threading
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+class ElmoConversionError(ValueError):
+    """A problem with a command's input or output; the message is one line naming the file and the field."""
+
+
+@dataclass(frozen=True)
+class OutputKind:
+    """What a command writes, and how an earlier output of the same command is recognised: the only thing `--force`
+    replaces. `is_earlier_output` gets the existing file, or each entry of the existing folder."""
+
+    what: str
+    folder: bool
+    is_earlier_output: Callable[[Path], bool]
+
+
+def _is_model_folder_file(path: Path) -> bool:
+    # save_pretrained copies the package's modules as remote code; the rest are transformers' and the tokenizer's.
+    names = {
+        "config.json", "generation_config.json", "model.safetensors", "model.safetensors.index.json",
+        "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json", "char_vocab.json",
+        "input_word_vocab.json", "vocab.txt",
+    }  # fmt: skip
+    ours = path.name in names or re.fullmatch(r"model-\d{5}-of-\d{5}\.safetensors", path.name) is not None
+    ours = ours or (path.suffix == ".py" and (Path(__file__).parent / path.name).is_file())
+    if ours and path.name == "config.json":
+        try:
+            return json.loads(path.read_text(encoding="utf-8")).get("model_type") == "elmo"
+        except (OSError, UnicodeDecodeError, ValueError, AttributeError):
+            return False
+    return ours
+
+
+def _starts_with(prefix: bytes) -> Callable[[Path], bool]:
+    def check(path: Path) -> bool:
+        with open(path, "rb") as f:
+            return f.read(len(prefix)) == prefix
+
+    return check
+
+
+MODEL_FOLDER = OutputKind("a model folder (config.json of an ELMo, weights, tokenizer, code)", True, _is_model_folder_file)
+ORIGINAL_FOLDER = OutputKind(
+    "an original-format folder (options.json, weights.hdf5)", True, lambda p: p.name in ("options.json", "weights.hdf5")
+)
+HDF5_FILE = OutputKind("an HDF5 file", False, _starts_with(b"\x89HDF\r\n\x1a\n"))
+VOCABULARY_FILE = OutputKind("a word vocabulary (<S>, </S>, <UNK> first)", False, _starts_with(b"<S>\n</S>\n<UNK>\n"))
+
+
+def check_not_an_input(path, inputs: Iterable) -> Path:
+    """Refuses an output that is, holds or lies inside one of `inputs` (files or folders; `None` and `-` skipped)."""
+    path = Path(path)
+    resolved = Path(os.path.realpath(path))
+    for given in inputs:
+        if given is None or str(given) == "-" or not os.path.exists(given):
+            continue
+        source = Path(os.path.realpath(given))
+        if resolved == source or (path.exists() and os.path.samefile(path, given)):
+            raise ElmoConversionError(f"{path}: is the input {given}; write the output elsewhere")
+        if source.is_relative_to(resolved):
+            raise ElmoConversionError(f"{path}: holds the input {given}; write the output elsewhere")
+        if resolved.is_relative_to(source):
+            raise ElmoConversionError(f"{path}: is inside the input {given}; write the output elsewhere")
+    return path
+
+
+def check_output(path, kind: OutputKind, inputs: Iterable = (), force: bool = False) -> Path:
+    """Applies the output rule of the module docstring to `path`; returns it as a `Path`."""
+    path = Path(path)
+    noun = "folder" if kind.folder else "file"
+    if path.is_symlink():
+        raise ElmoConversionError(f"{path}: is a symbolic link; give the {noun} itself or a new name")
+    if kind.folder and Path.cwd().resolve().is_relative_to(path.resolve()):
+        raise ElmoConversionError(f"{path}: is (or holds) the current folder; name another output folder")
+    check_not_an_input(path, inputs)
+    if not kind.folder and path.is_dir():
+        raise ElmoConversionError(f"{path}: is a folder, expected a file name")
+    if kind.folder and path.exists() and not path.is_dir():
+        raise ElmoConversionError(f"{path}: exists and is not a folder")
+    if not os.path.lexists(path) or (kind.folder and not any(path.iterdir())):
+        return path
+    if not kind.folder and not path.is_file():
+        raise ElmoConversionError(f"{path}: exists and is not a regular file; name a new file")
+    if not force:
+        what = "folder is not empty" if kind.folder else "file exists"
+        raise ElmoConversionError(f"{path}: {what} (use --force to replace it)")
+    if not kind.folder:
+        if not kind.is_earlier_output(path):
+            raise ElmoConversionError(f"{path}: is not {kind.what}; --force replaces only that: name a new file")
+        return path
+    for entry in sorted(path.iterdir()):
+        if entry.is_symlink() or not entry.is_file() or not kind.is_earlier_output(entry):
+            raise ElmoConversionError(
+                f"{path}: holds {entry.name!r}, which is not part of {kind.what}; --force replaces only such a "
+                "folder: move it away or name another folder"
+            )
+    return path
+
+
+def _fresh_folder(parent: Path, prefix: str) -> Path:
+    """A new empty folder in `parent` with the permissions any new folder gets (not tempfile's 0700)."""
+    while True:
+        folder = parent / f"{prefix}{secrets.token_hex(4)}"
+        try:
+            folder.mkdir()
+            return folder
+        except FileExistsError:
+            continue
+
+
+def write_output(path, write: Callable[[Path], object], kind: OutputKind, inputs: Iterable = (), force: bool = False):
+    """Checks `path` (`check_output`), calls `write(target)` on a fresh hidden folder beside it (`target` is that folder,
+    or the file name inside it for a file output), then moves the result into place. Returns `path` as a `Path`."""
+    inputs = list(inputs)
+    path = check_output(path, kind, inputs, force)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        staging = _fresh_folder(path.parent, f".{path.name}.tmp-")
+    except OSError as error:
+        raise ElmoConversionError(f"{path}: cannot write there ({error.strerror or error})") from None
+    try:
+        target = staging if kind.folder else staging / path.name
+        write(target)
+        check_output(path, kind, inputs, force)  # what may have appeared there meanwhile
+        with deferred_signals():
+            if not kind.folder and force:
+                os.replace(target, path)
+            elif not kind.folder:  # a link, unlike a rename, fails if another process created the file meanwhile
+                try:
+                    os.link(target, path)
+                except FileExistsError:
+                    raise ElmoConversionError(f"{path}: file exists (use --force to replace it)") from None
+            elif path.exists():
+                earlier = path.with_name(f".{path.name}.old-{os.getpid()}")
+                path.rename(earlier)
+                staging.rename(path)
+                shutil.rmtree(earlier)
+            else:
+                staging.rename(path)
+    except OSError as error:
+        raise ElmoConversionError(f"{path}: not written ({error.strerror or error})") from None
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return path
 
 
 def _raise_keyboard_interrupt(signum, frame):
@@ -14,8 +174,8 @@ def _raise_keyboard_interrupt(signum, frame):
 
 @contextlib.contextmanager
 def signals_as_interrupts():
-    """SIGTERM and SIGHUP raise `KeyboardInterrupt` (as SIGINT does) while the block runs; only in the main thread,
-    the one Python delivers signals to."""
+    """SIGTERM and SIGHUP raise `KeyboardInterrupt` (as SIGINT does) while the block runs, so that the cleanup of
+    whatever is being written runs; only in the main thread, the one Python delivers signals to."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -29,10 +189,9 @@ def signals_as_interrupts():
 
 @contextlib.contextmanager
 def deferred_signals():
-    """Holds SIGINT, SIGTERM and SIGHUP back while the block runs (a few renames that must all happen or none); one
-    that arrives meanwhile takes effect when the block ends. Python runs signal handlers in the main thread between
-    two bytecodes, so replacing them (not the thread's signal mask, which other threads do not share) is what holds
-    them back."""
+    """Holds SIGINT, SIGTERM and SIGHUP back while the block runs (renames that must all happen or none); one that
+    arrives meanwhile takes effect when the block ends. Python runs signal handlers in the main thread between two
+    bytecodes, so replacing them (not the thread's signal mask, which other threads do not share) holds them back."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return

@@ -48,7 +48,7 @@ from .data_bilm import (
     load_bilm_dataset,
 )
 from .modeling_elmo import ElmoForBiLM
-from .safe_output import deferred_signals
+from .safe_output import check_not_an_input, deferred_signals
 from .tokenization_elmo import WORD_VOCABULARY_FILE, WORD_VOCABULARY_SPECIALS, ElmoTokenizer, read_word_vocabulary
 
 OPTIONS_FILE = "bilm_training_options.json"
@@ -215,7 +215,9 @@ def _check_same_architecture(config: ElmoConfig, checkpoint: ElmoConfig, config_
 
 
 def _prepare_output_dir(options: BiLMTrainingOptions) -> Path:
-    output_dir = Path(options.output_dir)
+    config_file = options.config if options.config not in ELMO_PRESETS else None
+    inputs = [*options.train_files, *options.eval_files, options.vocab, config_file, options.init_from]
+    output_dir = check_not_an_input(options.output_dir, inputs)
     saved = output_dir / OPTIONS_FILE
     if options.resume:
         if not saved.is_file() or not _checkpoints(output_dir):

@@ -131,7 +131,118 @@ class Case:
 TRAIN = "train --train-files corpus.txt --config B --output-dir run --disable-progress-bar --data-cache-dir cache"
 EMBED = "embed in.txt out.h5 --top --quiet"
 
+def converted_earlier(folder):
+    def convert(root):
+        shutil.copytree(root / "M", root / folder)
+
+    return convert
+
+
+def symlink(link, target):
+    def create(root):
+        (root / link).symlink_to(target)
+
+    return create
+
+
+CONVERT = "convert --options d/options.json --weights d/lm_weights.hdf5"
+
 CASES = {
+    # --- data loss: outputs that are, hold or lie inside an input; --force over what the command did not write ---
+    "convert into the folder of its inputs, --force": Case(
+        f"{CONVERT} --output-dir d --force",
+        r"^error: d: holds the input d/options\.json; write the output elsewhere$",
+        untouched=("d/options.json", "d/lm_weights.hdf5"),
+    ),
+    "export over the model it exports, --force": Case(
+        "export --model M --output-dir M --force", r"^error: M: is the input M; write the output elsewhere$",
+        untouched=("M/config.json", "M/model.safetensors"),
+    ),
+    "export into the model folder it reads": Case(
+        "export --model M --output-dir M/original", r"^error: M/original: is inside the input M;"
+    ),
+    "convert --force over a folder with other files": Case(
+        f"{CONVERT} --output-dir out --force",
+        r"^error: out: holds 'notes\.txt', which is not part of a model folder .*--force replaces only such a folder",
+        [converted_earlier("out"), write("out/notes.txt", "mine")],
+        ("out/notes.txt", "out/model.safetensors"),
+    ),
+    "convert --force over a folder with a subfolder": Case(
+        f"{CONVERT} --output-dir out --force",
+        r"^error: out: holds 'sub', which is not part of a model folder",
+        [converted_earlier("out"), write("out/sub/a.txt", "mine")],
+        ("out/sub/a.txt",),
+    ),
+    "convert --force over the folder of another model type": Case(
+        f"{CONVERT} --output-dir out --force",
+        r"^error: out: holds 'config\.json', which is not part of a model folder",
+        [converted_earlier("out"), edit_json("out/config.json", model_type="bert")],
+    ),
+    "export --force over a folder with other files": Case(
+        "export --model M --output-dir out --force",
+        r"^error: out: holds 'weights\.txt', which is not part of an original-format folder",
+        [write("out/options.json", "{}"), write("out/weights.txt", "mine")],
+    ),
+    "embed over its input, --force": Case(
+        f"{EMBED} --model M --force".replace("out.h5", "in.txt"),
+        r"^error: in\.txt: is the input in\.txt; write the output elsewhere$",
+        untouched=("in.txt",),
+    ),
+    "embed into the model folder": Case(
+        f"{EMBED} --model M".replace("out.h5", "M/out.h5"), r"^error: M/out\.h5: is inside the input M;"
+    ),
+    "embed over a pipe (not a regular file), --force": Case(
+        f"{EMBED} --model M --force".replace("out.h5", "pipe"),
+        r"^error: pipe: exists and is not a regular file; name a new file$",
+        [lambda root: os.mkfifo(root / "pipe")],
+    ),
+    "embed --force over a file that is not HDF5": Case(
+        f"{EMBED} --model M --force".replace("out.h5", "notes.txt"),
+        r"^error: notes\.txt: is not an HDF5 file; --force replaces only that",
+        [write("notes.txt", "mine")],
+        ("notes.txt",),
+    ),
+    "embed to a symbolic link": Case(
+        f"{EMBED} --model M --force".replace("out.h5", "link.h5"),
+        r"^error: link\.h5: is a symbolic link; give the file itself or a new name$",
+        [symlink("link.h5", "in.txt")],
+        ("in.txt",),
+    ),
+    "convert to a symbolic link to a folder": Case(
+        f"{CONVERT} --output-dir link --force",
+        r"^error: link: is a symbolic link; give the folder itself or a new name$",
+        [converted_earlier("out"), symlink("link", "out")],
+    ),
+    "convert into the current folder, --force": Case(
+        f"{CONVERT} --output-dir . --force", r"^error: \.: is \(or holds\) the current folder; name another"
+    ),
+    "convert where nothing can be written": Case(
+        f"{CONVERT} --output-dir /proc/elmo-out", r"^error: /proc/elmo-out: cannot write there \("
+    ),
+    "vocab over an existing vocabulary, without --force": Case(
+        "vocab corpus.txt --output v.txt",
+        r"^error: v\.txt: file exists \(use --force to replace it\)$",
+        [write("v.txt", "<S>\n</S>\n<UNK>\nmine\n")],
+        ("v.txt",),
+    ),
+    "vocab over its corpus, --force": Case(
+        "vocab corpus.txt --output corpus.txt --force",
+        r"^error: corpus\.txt: is the input corpus\.txt; write the output elsewhere$",
+        untouched=("corpus.txt",),
+    ),
+    "vocab --force over a file that is not a vocabulary": Case(
+        "vocab corpus.txt --output notes.txt --force",
+        r"^error: notes\.txt: is not a word vocabulary", [write("notes.txt", "mine")],
+    ),
+    "vocab into a folder": Case("vocab corpus.txt --output d", r"^error: d: is a folder, expected a file name$"),
+    "train into the folder of its corpus": Case(
+        "train --train-files corpus.txt --output-dir . --data-cache-dir cache",
+        r"^error: \.: holds the input corpus\.txt; write the output elsewhere$",
+    ),
+    "train inside the model it starts from": Case(
+        "train --train-files corpus.txt --init-from M --output-dir M/adapted --data-cache-dir cache",
+        r"^error: M/adapted: is inside the input M;",
+    ),
     # --- silent wrong answers: NaN, zero sizes, options that do not describe the weights ---
     "convert: NaN cell_clip in options.json": Case(
         "convert --options d/options.json --weights d/lm_weights.hdf5 --output-dir out",
@@ -457,3 +568,102 @@ def test_api_refuses_with_a_clear_value_error(name, workspace):
     with pytest.raises(ValueError, match=message):
         call(workspace)
     assert snapshot(workspace) == before
+
+
+# --- signals: SIGINT, SIGTERM and SIGHUP while an output is being written leave nothing half-written ---------------
+
+# The command runs in a child process that sends itself the signal from inside the write, at a chosen call.
+_SIGNALLED_RUN = """
+import importlib, os, signal, sys
+module, name, attribute, call, number, argv = sys.argv[1:7]
+owner = getattr(importlib.import_module(module), name) if name else importlib.import_module(module)
+original, calls = getattr(owner, attribute), [0]
+def signalled(*args, **kwargs):
+    calls[0] += 1
+    if calls[0] == int(call):
+        os.kill(os.getpid(), int(number))
+    return original(*args, **kwargs)
+setattr(owner, attribute, signalled)
+from hf_elmo.cli import main
+sys.exit(main(argv.split()))
+"""
+
+SIGNAL_CASES = {
+    # name: (where the signal is sent from: module, class, method, on which call; the signal; the command)
+    "convert, SIGINT after the weights are written": (
+        ("hf_elmo.tokenization_elmo", "ElmoTokenizer", "save_pretrained", 1), "SIGINT",
+        f"{CONVERT} --output-dir out",
+    ),
+    "export --force over an earlier export, SIGHUP between two datasets": (
+        ("h5py", "Group", "create_dataset", 3), "SIGHUP", "export --model M --output-dir earlier --force"
+    ),
+    "embed, SIGHUP after some datasets": (
+        ("hf_elmo.embed_elmo", "Embedder", "__call__", 2), "SIGHUP", f"{EMBED} --model M --batch-size 1"
+    ),
+    "vocab, SIGTERM": (("hf_elmo.data_bilm", "", "write_word_vocabulary", 1), "SIGTERM", "vocab corpus.txt --output v.txt"),
+}
+
+
+@pytest.mark.parametrize("name", SIGNAL_CASES)
+def test_signal_while_writing_leaves_nothing(name, workspace):
+    import signal
+    import subprocess
+    import sys
+
+    (module, owner, attribute, call), signal_name, command = SIGNAL_CASES[name]
+    (workspace / "earlier").mkdir()
+    for file in ("options.json", "weights.hdf5"):
+        (workspace / "earlier" / file).write_text("an earlier export")
+    before = snapshot(workspace)
+    number = str(int(getattr(signal, signal_name)))
+    done = subprocess.run(
+        [sys.executable, "-c", _SIGNALLED_RUN, module, owner, attribute, str(call), number, command],
+        cwd=workspace, capture_output=True, timeout=300,
+    )
+    stderr = done.stderr.decode()  # not text=True, which would turn the progress bars' \r into line ends
+    lines = [line for line in stderr.split("\n") if line.strip() and "\r" not in line]
+    assert done.returncode == 130 and "Traceback" not in stderr, stderr
+    assert lines == [f"interrupted by {signal_name}: the output in progress was not written"], stderr
+    assert snapshot(workspace) == before
+
+
+def test_sigterm_while_a_checkpoint_is_written_keeps_the_earlier_ones(workspace):
+    import signal
+    import subprocess
+    import sys
+
+    command = (f"{TRAIN} --batch-size 1 --max-steps 6 --save-steps 2 --num-softmax-samples 0 --logging-steps 100 "
+               "--window 12")
+    done = subprocess.run(
+        [sys.executable, "-c", _SIGNALLED_RUN, "hf_elmo.train_bilm", "ElmoTrainer", "_save_rng_state", "2",
+         str(int(signal.SIGTERM)), command],
+        cwd=workspace, capture_output=True, timeout=300,
+    )
+    stderr = done.stderr.decode()
+    assert done.returncode == 130 and "Traceback" not in stderr, stderr
+    assert stderr.strip().split("\n")[-1] == "interrupted by SIGTERM: the output in progress was not written"
+    assert sorted(p.name for p in (workspace / "run").iterdir()) == ["bilm_training_options.json", "checkpoint-2"]
+
+
+def test_outputs_get_the_permissions_of_any_new_file(workspace):
+    umask = os.umask(0o022)
+    try:
+        assert cli_main(f"{CONVERT} --output-dir converted".split()) == 0
+        assert cli_main("export --model M --output-dir exported".split()) == 0
+        assert cli_main(f"{EMBED} --model M".split()) == 0
+        assert cli_main("vocab corpus.txt --output v.txt".split()) == 0
+    finally:
+        os.umask(umask)
+    for path, mode in [("converted", 0o755), ("exported", 0o755), ("out.h5", 0o644), ("v.txt", 0o644),
+                       ("converted/config.json", 0o644), ("exported/weights.hdf5", 0o644)]:
+        assert stat.S_IMODE((workspace / path).stat().st_mode) == mode, path
+
+
+def test_force_replaces_an_earlier_output_of_each_command(workspace, capsys):
+    for command in (f"{CONVERT} --output-dir out", "export --model M --output-dir exported", f"{EMBED} --model M",
+                    "vocab corpus.txt --output v.txt"):
+        assert cli_main(command.split()) == 0
+        before = snapshot(workspace)
+        assert cli_main(command.split()) == 2 and "(use --force to replace it)" in capsys.readouterr().err
+        assert cli_main([*command.split(), "--force"]) == 0
+        assert snapshot(workspace).keys() == before.keys()  # replaced, nothing left beside it
