@@ -21,6 +21,7 @@ from types import SimpleNamespace
 import numpy as np
 import torch
 
+from hf_elmo.adagrad import Adagrad  # noqa: E402
 from hf_elmo import ElmoConfig, ElmoForBiLM, ElmoTokenizer
 
 from bench_inference import machine_description, speedup
@@ -87,7 +88,7 @@ def main():
         models["reference"] = copy.deepcopy(models["fast"])
         models["reference"].elmo = ReferenceEncoder(models["fast"].elmo).train()
     optimizers = {
-        name: torch.optim.Adagrad(model.parameters(), lr=0.2, initial_accumulator_value=1.0 / args.words**2)
+        name: Adagrad(model.parameters(), lr=0.2, initial_accumulator_value=1.0 / args.words**2)
         for name, model in models.items()
     }
     batch = make_batch(args.batch_size, args.words, args.vocab_size, args.device)

@@ -39,10 +39,14 @@ from bench_inference import machine_description, random_model, random_sentences 
 from bench_training import make_batch  # noqa: E402
 from reference_modeling import reference_from  # noqa: E402
 
+from hf_elmo.adagrad import Adagrad  # noqa: E402
 from hf_elmo import ElmoConfig, ElmoForBiLM, ElmoModel, ElmoTokenizer  # noqa: E402
 
 DEVICE = "cuda"
 TABLES: list[str] = []
+KERNEL_TABLES = 0  # --kernels N: also print the N costliest operations of each profiled step
+PATHS = ["static", "sorted", "reference"]
+BATCHES = None
 
 
 def table(title: str, header: list[str], rows: list[list]) -> str:
@@ -151,7 +155,7 @@ def training_model(size: str, path: str, vocab_size: int = 100_000, samples: int
         model.elmo = ReferenceEncoder(model.elmo).train()
     else:
         set_path(model, path)
-    optimizer = torch.optim.Adagrad(model.parameters(), lr=0.2, initial_accumulator_value=1.0 / 20**2)
+    optimizer = Adagrad(model.parameters(), lr=0.2, initial_accumulator_value=1.0 / 20**2)
     return model, optimizer
 
 
@@ -180,12 +184,12 @@ def time_steps(step, steps: int, warmup: int) -> float:
 
 def training(quick: bool, deadline: float):
     rows = []
-    batches = [128, 512] if quick else [128, 512, 2048]
+    batches = BATCHES or ([128, 512] if quick else [128, 512, 2048])
     for size in ("small", "original"):
         for batch_size in batches:
             batch = make_batch(batch_size, 20, 100_000, DEVICE)
             for dtype in ("bfloat16", "float32"):
-                for path in ("static", "sorted", "reference"):
+                for path in PATHS:
                     if time.monotonic() > deadline:
                         rows.append([size, batch_size, dtype, path, "skipped (time)", ""])
                         continue
@@ -252,7 +256,7 @@ def busy_share(profiler, wall_seconds: float, steps: int) -> tuple[float, float,
     return busy / 1e6 / wall_seconds, len(intervals) / steps, launches / steps
 
 
-def profile_steps(step, steps: int) -> tuple[float, float, float]:
+def profile_steps(step, steps: int, label: str = "") -> tuple[float, float, float]:
     from torch.profiler import ProfilerActivity, profile
 
     for _ in range(4):
@@ -264,6 +268,12 @@ def profile_steps(step, steps: int) -> tuple[float, float, float]:
             step()
         torch.cuda.synchronize()
         wall = time.perf_counter() - start
+    if KERNEL_TABLES:
+        print(f"--- {label}: kernels by GPU time over {steps} steps")
+        print(profiler.key_averages().table(sort_by="cuda_time_total", row_limit=KERNEL_TABLES, max_name_column_width=90))
+        out = os.environ.get("OUT")
+        if out:
+            profiler.export_chrome_trace(os.path.join(out, f"trace-{label.replace(' ', '-')}.json"))
     return busy_share(profiler, wall, steps)
 
 
@@ -326,11 +336,11 @@ def profiles(quick: bool, deadline: float):
     rows = []
     batch = make_batch(128, 20, 100_000, DEVICE)
     for dtype in ("bfloat16", "float32"):
-        for path in ("static", "sorted"):
+        for path in [p for p in PATHS if p != "reference"]:
             model, optimizer = training_model("original", path)
             step = lambda: train_step(model, optimizer, batch, dtype)  # noqa: E731
             seconds = time_steps(step, 5, 3)
-            share, kernels, launches = profile_steps(step, 5)
+            share, kernels, launches = profile_steps(step, 5, f"{path} {dtype}")
             rows.append([f"benchmark loop, {path}, {dtype}", f"{128 * 20 / seconds:,.0f}", f"{share:.0%}", f"{kernels:,.0f}", f"{launches:,.0f}"])  # fmt: skip
             del model, optimizer
             torch.cuda.empty_cache()
@@ -348,7 +358,12 @@ def main():
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--sections", nargs="+", default=["exactness", "training", "inference", "profile"])
     parser.add_argument("--minutes", type=float, default=7.5, help="skip what would start after this")
+    parser.add_argument("--kernels", type=int, default=0, help="print the N costliest operations of profiled steps")
+    parser.add_argument("--paths", nargs="+", default=["static", "sorted", "reference"])
+    parser.add_argument("--batches", nargs="+", type=int)
     args = parser.parse_args()
+    global KERNEL_TABLES, PATHS, BATCHES
+    KERNEL_TABLES, PATHS, BATCHES = args.kernels, args.paths, args.batches
     if not torch.cuda.is_available():
         sys.exit("gpu_report.py needs a CUDA GPU.")
     start = time.monotonic()

@@ -21,6 +21,8 @@ from dataclasses import dataclass
 
 import torch
 
+from .cuda_graphs import CaptureCache, capture_graph
+
 try:  # Triton ships with PyTorch's CUDA builds; the CPU fallback needs none.
     from . import gpu_lstm_kernels as _triton_kernels
 except ImportError:  # pragma: no cover - depends on the installation
@@ -143,6 +145,34 @@ def _stacked(forward_weight: torch.Tensor, backward_weight: torch.Tensor, dtype:
     return torch.stack([forward_weight, backward_weight]).to(dtype)
 
 
+def _k_splits(rows: int, cols: int, depth: int) -> int:
+    """How many slices to cut the K axis of a `(2, rows, depth) @ (2, depth, cols)` product into: a step's product
+    has few output tiles (e.g. 128 x 512 from K = 16,384), which alone would leave most of a GPU idle."""
+    tiles = 2 * -(-rows // 128) * -(-cols // 128)
+    splits = 1
+    while tiles * splits < 264 and depth % (2 * splits) == 0 and depth // (2 * splits) >= 512:
+        splits *= 2
+    return splits
+
+
+def _step_bmm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """`torch.bmm(a, b)` for one step's `(2, M, K) @ (2, K, N)`, split along K into slices multiplied side by side
+    and then summed when the output is too small to fill a GPU (`_k_splits`): for float32 on an H100, the
+    backward product of a step of the original model (128 x 16,384 times 16,384 x 512) took 570 us unsplit."""
+    _, rows, depth = a.shape
+    cols = b.shape[-1]
+    # Only float32 products: for 16-bit ones the library already picks kernels that fill the GPU.
+    splits = _k_splits(rows, cols, depth) if a.is_cuda and a.dtype == torch.float32 else 1
+    if splits == 1:
+        return torch.bmm(a, b)
+    chunk = depth // splits
+    result = a.new_empty(2, rows, cols)
+    for d in range(2):
+        slices = torch.bmm(a[d].view(rows, splits, chunk).transpose(0, 1), b[d].view(splits, chunk, cols))
+        torch.sum(slices, dim=0, out=result[d])
+    return result
+
+
 def _layer_forward(inputs, mask, hidden0, memory0, params, settings: LayerSettings, save: bool):
     """Runs one layer over step-ordered inputs.
 
@@ -204,22 +234,23 @@ def _layer_forward(inputs, mask, hidden0, memory0, params, settings: LayerSettin
         else:
             step_saved = [None, None, None]
         cell_forward(gates, memory[:, now], memory[:, after], mask[:, s], cell_output, *step_saved, settings.cell_clip)
-        projected = torch.bmm(cell_output, projection_weight_t)
+        projected = _step_bmm(cell_output, projection_weight_t)
         hidden_passed = saved["hidden_passed"][:, s] if save and saved["hidden_passed"] is not None else None
         hidden_forward(projected, hidden[:, now], hidden[:, after], outputs[:, s], mask[:, s], hidden_passed,
                        settings.proj_clip)  # fmt: skip
     last = num_steps if save else num_steps % 2
     if save:
-        saved.update(hidden=hidden, memory=memory, inputs=inputs)
+        weights = (input_weight, state_weight, projection_weight)
+        saved.update(hidden=hidden, memory=memory, inputs=inputs, weights=weights)
     return outputs, hidden[:, last], memory[:, last], saved
 
 
-def _layer_backward(grad_outputs, grad_hidden_final, grad_memory_final, mask, params, saved, settings: LayerSettings):
+def _layer_backward(grad_outputs, grad_hidden_final, grad_memory_final, mask, saved, settings: LayerSettings):
     """Gradients of `_layer_forward`: `(grad_inputs (2, T, B, P), grad_hidden0 (2, B, P), grad_memory0 (2, B, D),
     and per direction pair the gradients of W_x (2, 4D, P), b (2, 4D), W_h (2, 4D, P), W_p (2, P, D))`."""
     _, _, hidden_backward, cell_backward = _steps(settings.kernels)
     dtype = settings.dtype
-    input_weight, _, state_weight, projection_weight = (_stacked(*pair, dtype) for pair in params)
+    input_weight, state_weight, projection_weight = saved["weights"]
     _, num_steps, batch_size, projection_dim = grad_outputs.shape
     cell_dim = state_weight.shape[1] // 4
     memory_dtype = _memory_dtype(dtype)
@@ -238,7 +269,7 @@ def _layer_backward(grad_outputs, grad_hidden_final, grad_memory_final, mask, pa
         cell_passed = saved["cell_passed"][:, s] if saved["cell_passed"] is not None else None
         cell_backward(grad_cell_output, grad_memory, activations[:, s], cell_tanh[:, s], memory[:, s], cell_passed,
                       mask[:, s], grad_gates[:, s])  # fmt: skip
-        grad_from_next = torch.bmm(grad_gates[:, s], state_weight)
+        grad_from_next = _step_bmm(grad_gates[:, s], state_weight)
     grad_hidden0 = torch.where(mask[:, 0, :, None].bool(), grad_from_next.to(memory_dtype), grad_hidden)
     flat_gates = grad_gates.view(2, num_steps * batch_size, 4 * cell_dim)
     flat_gates_t = flat_gates.transpose(1, 2)
@@ -266,8 +297,8 @@ class _EagerLayer:
     def forward(self, inputs, mask, hidden0, memory0, params, save):
         return _layer_forward(inputs, mask, hidden0, memory0, params, self.settings, save)
 
-    def backward(self, grad_outputs, grad_hidden, grad_memory, mask, params, saved):
-        return _layer_backward(grad_outputs, grad_hidden, grad_memory, mask, params, saved, self.settings)
+    def backward(self, grad_outputs, grad_hidden, grad_memory, mask, saved):
+        return _layer_backward(grad_outputs, grad_hidden, grad_memory, mask, saved, self.settings)
 
 
 class _CapturedLayer:
@@ -284,26 +315,25 @@ class _CapturedLayer:
         self.pending = None  # weak reference to the token of a forward pass whose backward has not run
         self.inputs, self.mask = inputs.clone(), mask.clone()
         self.hidden0, self.memory0 = hidden0.clone(), memory0.clone()
-        side = torch.cuda.Stream(device=inputs.device)
-        side.wait_stream(torch.cuda.current_stream(inputs.device))
-        with torch.cuda.stream(side):  # compiles the kernels and creates library handles outside the capture
+
+        def warmup():
             outputs, hidden, memory, saved = self._forward(params)
             if save:
                 _layer_backward(torch.zeros_like(outputs), torch.zeros_like(hidden), torch.zeros_like(memory),
-                                self.mask, params, saved, settings)  # fmt: skip
-        torch.cuda.current_stream(inputs.device).wait_stream(side)
-        del outputs, hidden, memory, saved
+                                self.mask, saved, settings)  # fmt: skip
+
         pool = torch.cuda.graph_pool_handle()
-        self.forward_graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.forward_graph, pool=pool, capture_error_mode="thread_local"):
-            self.outputs, self.hidden, self.memory, self.saved = self._forward(params)
+        self.forward_graph, forward = capture_graph(lambda: self._forward(params), pool, warmup)
+        self.outputs, self.hidden, self.memory, self.saved = forward
         if save:
             self.grad_outputs = torch.zeros_like(self.outputs)
             self.grad_hidden, self.grad_memory = torch.zeros_like(self.hidden), torch.zeros_like(self.memory)
-            self.backward_graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(self.backward_graph, pool=pool, capture_error_mode="thread_local"):
-                self.grads = _layer_backward(self.grad_outputs, self.grad_hidden, self.grad_memory, self.mask,
-                                             params, self.saved, settings)  # fmt: skip
+            self.backward_graph, self.grads = capture_graph(
+                lambda: _layer_backward(self.grad_outputs, self.grad_hidden, self.grad_memory, self.mask, self.saved,
+                                        settings),  # fmt: skip
+                pool,
+                warmup=lambda: None,
+            )
 
     def _forward(self, params):
         return _layer_forward(self.inputs, self.mask, self.hidden0, self.memory0, params, self.settings, self.save)
@@ -314,33 +344,25 @@ class _CapturedLayer:
         self.forward_graph.replay()
         return self.outputs.clone(), self.hidden.clone(), self.memory.clone(), self.saved
 
-    def backward(self, grad_outputs, grad_hidden, grad_memory, mask, params, saved):
+    def backward(self, grad_outputs, grad_hidden, grad_memory, mask, saved):
         for static, given in ((self.grad_outputs, grad_outputs), (self.grad_hidden, grad_hidden),
                               (self.grad_memory, grad_memory)):  # fmt: skip
             static.copy_(given)
         self.backward_graph.replay()
-        grad_inputs, grad_hidden0, grad_memory0, weight_grads = self.grads
-        # Copies: autograd may keep a returned gradient as a parameter's .grad, which the next replay would overwrite.
-        return grad_inputs.clone(), grad_hidden0.clone(), grad_memory0.clone(), tuple(g.clone() for g in weight_grads)
+        # Handed out as they are: the caller copies them (into its dtypes) before the next replay can overwrite them.
+        return self.grads
 
 
 class _Token:
     """Marks one forward pass through a captured layer until its backward pass has run."""
 
 
-class CapturedLayers:
-    """Per layer of a model, CUDA graphs of the shapes it runs: a shape is captured the second time it is seen
-    (one-off shapes run directly), up to `max_shapes` per layer; further shapes run directly. Training runs one
-    shape; inference with shapes that keep changing runs mostly directly, which a GPU does fast enough."""
+class CapturedLayers(CaptureCache):
+    """Per layer of a model, CUDA graphs of the shapes it runs (see `CaptureCache`): training runs one shape;
+    inference with shapes that keep changing runs mostly directly, which a GPU does fast enough."""
 
-    def __init__(self, max_shapes: int = 4):
-        self.max_shapes = max_shapes
-        self.layers: dict[int, dict] = {}
-        self.seen: dict[tuple, int] = {}
-
-    def clear(self):
-        self.layers.clear()
-        self.seen.clear()
+    def __init__(self, max_entries: int = 8):
+        super().__init__(max_entries)
 
     def runner(self, layer: int, inputs, mask, hidden0, memory0, params, settings: LayerSettings, save: bool):
         flat = [p for pair in params for p in pair]
@@ -349,27 +371,15 @@ class CapturedLayers:
             tuple(p.dtype for p in flat), torch.backends.cuda.matmul.allow_tf32,
             torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction,
         )  # fmt: skip
-        captured = self.layers.setdefault(layer, {})
-        runner = captured.get(key)
-        if runner is not None:
-            busy = save and runner.pending is not None and runner.pending() is not None
-            return _EagerLayer(settings) if busy else runner
-        if len(self.seen) > 10_000:  # shapes that never recur (inference over varied batches)
-            self.seen.clear()
-        self.seen[key] = self.seen.get(key, 0) + 1
-        if self.seen[key] < 2 or len(captured) >= self.max_shapes or torch.cuda.is_current_stream_capturing():
+        runner = self.get_or_capture(
+            key, lambda: _CapturedLayer(inputs, mask, hidden0, memory0, params, settings, save)
+        )
+        if runner is None or (save and runner.pending is not None and runner.pending() is not None):
             return _EagerLayer(settings)
-        runner = captured[key] = _CapturedLayer(inputs, mask, hidden0, memory0, params, settings, save)
         return runner
 
-    def __getstate__(self):
-        return {"max_shapes": self.max_shapes}
-
-    def __setstate__(self, state):
-        self.__init__(state["max_shapes"])
-
     def __deepcopy__(self, memo):
-        return CapturedLayers(self.max_shapes)  # graphs belong to the parameters they were captured with
+        return CapturedLayers(self.max_entries)
 
 
 class _BidirectionalLayer(torch.autograd.Function):
@@ -400,12 +410,14 @@ class _BidirectionalLayer(torch.autograd.Function):
             runner.pending = None
         with autocast_off:
             grad_inputs, grad_hidden0, grad_memory0, weight_grads = runner.backward(
-                grad_outputs, grad_hidden, grad_memory, ctx.mask, _pairs(weights), ctx.saved
+                grad_outputs, grad_hidden, grad_memory, ctx.mask, ctx.saved
             )
         ctx.saved = None
         per_weight = [g[direction] for g in weight_grads for direction in (0, 1)]
         grads = (grad_inputs, grad_hidden0, grad_memory0, *per_weight)
-        input_grads = [g.to(dtype) for g, dtype in zip(grads, ctx.dtypes)]
+        # New tensors, also where the dtype stays: autograd may keep a returned gradient as a parameter's .grad, and
+        # a captured layer's next replay overwrites its own.
+        input_grads = [g.to(dtype, copy=True) for g, dtype in zip(grads, ctx.dtypes)]
         input_grads.insert(1, None)  # the mask
         return (None, None, *input_grads)
 

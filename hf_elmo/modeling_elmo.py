@@ -23,6 +23,7 @@ from transformers.utils import ModelOutput, can_return_tuple
 
 from .configuration_elmo import PROBLEM_TYPES, ElmoConfig
 from .cpu_threads import can_run_concurrently, run_concurrently
+from .cuda_graphs import CaptureCache, CapturedFunction
 from .fast_lstm import lstm_direction
 from .gpu_lstm import CapturedLayers, LayerSettings, bidirectional_layer, default_kernels
 from .hub_elmo import push_to_hub_with_model_card
@@ -152,11 +153,13 @@ class ElmoCharacterEncoder(nn.Module):
         return per_token.reshape(*batch_shape, -1)
 
     def _forward_every_token(self, char_ids: torch.LongTensor, word_ids: torch.LongTensor | None) -> torch.Tensor:
-        """`forward` without looking for repeated words, for GPUs: the same number of operations whatever the input,
-        and one synchronisation with the host (the longest span) instead of a sort and a list of spans."""
+        """`forward` without looking for repeated words, for GPUs: the same operations whatever the input, and one
+        synchronisation with the host (the longest span) instead of a sort and a list of spans."""
         batch_shape, num_chars = char_ids.shape[:-1], char_ids.shape[-1]
         words = char_ids.reshape(-1, num_chars)
-        longest = int(_spans(words).max())
+        # While a CUDA graph is captured the span cannot be read: every window, which the graph can replay anyway.
+        capturing = words.is_cuda and torch.cuda.is_current_stream_capturing()
+        longest = num_chars if capturing else int(_spans(words).max())
         features = self._max_over_windows_of_group(words, longest, self._run_values(words))
         for highway in self.highways:
             features = highway(features)
@@ -203,9 +206,14 @@ class ElmoCharacterEncoder(nn.Module):
             num_windows = min(span, num_chars - width + 1)
             if num_windows > 0:
                 windows = chars[:, : num_windows + width - 1].unfold(1, width, 1)  # (u, windows, e, width)
-                window_max = linear(windows.flatten(2), conv.weight.flatten(1)).amax(dim=1)
+                # max, not amax: its backward is one scatter (ties are identical windows, which give the weights
+                # the same gradient whichever of them takes it).
+                window_max = linear(windows.flatten(2), conv.weight.flatten(1)).max(dim=1).values
                 # Windows from `span` on lie inside the final run; if the word has any, their value counts.
-                value = window_max if num_windows == num_chars - width + 1 else torch.maximum(window_max, value)
+                if num_windows < num_chars - width + 1:
+                    # `where`, not `maximum`: cheaper backward, and a tie gives the weights the same gradient either way.
+                    window_max = torch.where(window_max > value, window_max, value)
+                value = window_max
             per_filter.append(value)
         bias = torch.cat([conv.bias for conv in self.convolutions])
         # The bias and the activation commute with the max: rounding and both activations are monotonic.
@@ -360,7 +368,10 @@ class ElmoBiLstm(nn.Module):
             if self.use_skip_connections and index > 0:
                 outputs = outputs + layer_in
             inputs = outputs
-            layer_outputs.append(torch.cat([outputs[0], outputs[1].flip(0)], dim=-1).transpose(0, 1).contiguous())
+            layer_output = outputs.new_empty(batch_size, num_steps, 2 * projection_dim)  # (B, T, [forward | backward])
+            layer_output[..., :projection_dim] = outputs[0].transpose(0, 1)
+            layer_output[..., projection_dim:] = outputs[1].flip(0).transpose(0, 1)
+            layer_outputs.append(layer_output)
             final_hidden.append(layer_hidden.transpose(0, 1).reshape(batch_size, -1))
             final_memory.append(layer_memory.transpose(0, 1).reshape(batch_size, -1))
         final_state = (torch.stack(final_hidden).to(hidden.dtype), torch.stack(final_memory).to(memory.dtype))
@@ -744,6 +755,13 @@ class ElmoModel(ElmoPreTrainedModel):
         output_hidden_states = (
             output_hidden_states if output_hidden_states is not None else self.config.output_hidden_states
         )
+        return self._forward_checked(input_ids, mask, state, use_cache, output_hidden_states, input_word_ids)
+
+    def _forward_checked(
+        self, input_ids, mask, state, use_cache, output_hidden_states, input_word_ids=None
+    ) -> ElmoModelOutput:
+        """`forward` after `_check_inputs`: no host synchronisation on a GPU beyond the character CNN's (none while
+        a CUDA graph is being captured)."""
         word_ids = input_word_ids.long() if input_word_ids is not None else None
         token_embeddings = self.char_encoder(input_ids.long(), word_ids)
         if state is None:
@@ -815,7 +833,16 @@ class ElmoForBiLM(ElmoPreTrainedModel):
         self.elmo = ElmoModel(config)
         self.dropout = nn.Dropout(config.dropout)
         self.softmax = ElmoWordSoftmax(config)
+        self._captured_steps = CaptureCache(max_entries=2)  # training steps by shape (`_captured_training_step`)
         self.post_init()
+
+    # Beyond this many positions per batch (e.g. 512 rows of 20) a GPU stays busy with operations issued one by one,
+    # and a captured step would only hold its memory twice.
+    _MAX_CAPTURED_POSITIONS = 12_288
+
+    def _apply(self, fn, recurse=True):
+        self._captured_steps.clear()  # graphs read the parameters at the addresses they had when captured
+        return super()._apply(fn, recurse)
 
     @torch.no_grad()
     def _init_weights(self, module: nn.Module):
@@ -852,6 +879,65 @@ class ElmoForBiLM(ElmoPreTrainedModel):
                 f"{labels[bad][0].item()}; was the vocabulary used for the data the one of this model?"
             )
 
+    def _loss_sums(self, top: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """`(B, T, 2P)` top layer (after dropout) and `(B, T, 2)` labels -> the summed cross-entropy `(2,)` and the
+        number of targets `(2,)` of the forward and the backward LM."""
+        forward_hidden, backward_hidden = top.chunk(2, dim=-1)
+        hidden = torch.cat([forward_hidden.flatten(0, 1), backward_hidden.flatten(0, 1)])  # (2 B T, P)
+        targets = torch.cat([labels[..., 0].flatten(), labels[..., 1].flatten()]).long()
+        has_target = targets != -100
+        # Every position is scored and the ones without a target are dropped from the sums: shapes then do not
+        # depend on the data, so a GPU never waits for the host to count targets.
+        targets = targets.masked_fill(~has_target, 0)
+        if self.training and self.uses_sampled_softmax():
+            losses = sampled_softmax_loss(
+                hidden, targets, self.softmax.weight, self.softmax.bias, self.config.num_softmax_samples
+            )
+        else:
+            losses = full_softmax_loss(hidden, targets, self.softmax.weight, self.softmax.bias)
+        sums = torch.where(has_target, losses, 0.0).view(2, -1).sum(dim=1)
+        return sums, has_target.view(2, -1).sum(dim=1)
+
+    def _training_step_sums(self, input_ids, mask, labels):
+        outputs = self.elmo._forward_checked(input_ids, mask, None, False, False)
+        return self._loss_sums(self.dropout(outputs.last_hidden_state), labels)
+
+    def _captured_training_step(self, input_ids, attention_mask, labels):
+        """`_loss_sums` of a training batch replayed from CUDA graphs (`cuda_graphs.py`): a step of a GPU-sized batch
+        is otherwise a few thousand operations that the host issues more slowly than the GPU runs them. None where
+        that does not apply (CPU, evaluation, states or word embeddings, graphs turned off, a batch large enough to
+        keep the GPU busy without them) or when this shape is seen for the first time."""
+        elmo = self.elmo
+        if not (
+            self.training
+            and isinstance(input_ids, torch.Tensor)
+            and input_ids.is_cuda
+            and elmo.encoder.use_cuda_graphs
+            and not self.config.input_word_dim
+            and input_ids.shape[0] * input_ids.shape[1] <= self._MAX_CAPTURED_POSITIONS
+            and not torch.cuda.is_current_stream_capturing()
+        ):
+            return None
+        mask = elmo._check_inputs(input_ids, attention_mask, None)
+        autocast = torch.is_autocast_enabled("cuda")
+        params = [p for p in self.parameters() if p.requires_grad]
+        key = (
+            tuple(input_ids.shape), input_ids.dtype, labels.dtype, input_ids.device, autocast,
+            torch.get_autocast_dtype("cuda"), tuple(p.data_ptr() for p in params), self.dropout.p,
+            elmo.encoder.dropout.p, torch.backends.cuda.matmul.allow_tf32,
+        )  # fmt: skip
+        def capture():
+            # The autocast cache would hand the graph casts of the weights made before it, never updated.
+            with torch.autocast("cuda", dtype=torch.get_autocast_dtype("cuda"), enabled=autocast, cache_enabled=False):
+                return CapturedFunction(self._training_step_sums, (input_ids, mask, labels), params)
+
+        captured = self._captured_steps.get_or_capture(key, capture)
+        if captured is None:
+            return None
+        if captured.busy:
+            return None
+        return captured.replay(input_ids, mask, labels)
+
     @can_return_tuple
     def forward(
         self,
@@ -876,27 +962,23 @@ class ElmoForBiLM(ElmoPreTrainedModel):
             num_items_in_batch (`int` or `torch.Tensor`, *optional*): divide the summed cross-entropy by this many
                 targets (both directions counted) instead of this batch's count; passed by `Trainer`.
         """
-        outputs = self.elmo(input_ids, attention_mask=attention_mask, output_hidden_states=output_hidden_states)
-        top = self.dropout(outputs.last_hidden_state)
-        forward_hidden, backward_hidden = top.chunk(2, dim=-1)
+        if labels is not None and isinstance(input_ids, torch.Tensor):
+            # Before the model runs: on a GPU the check waits for the device, which is idle only now.
+            self._check_labels(labels, input_ids.shape[:2])
+        captured = None
+        if labels is not None and not (return_logits or output_hidden_states):
+            captured = self._captured_training_step(input_ids, attention_mask, labels)
+        if captured is not None:
+            sums, counts = captured
+            outputs = ElmoModelOutput()
+        else:
+            outputs = self.elmo(input_ids, attention_mask=attention_mask, output_hidden_states=output_hidden_states)
+            top = self.dropout(outputs.last_hidden_state)
+            if labels is not None:
+                sums, counts = self._loss_sums(top, labels)
 
         loss = forward_loss = backward_loss = None
         if labels is not None:
-            self._check_labels(labels, top.shape[:2])
-            hidden = torch.cat([forward_hidden.flatten(0, 1), backward_hidden.flatten(0, 1)])  # (2 B T, P)
-            targets = torch.cat([labels[..., 0].flatten(), labels[..., 1].flatten()]).long()
-            has_target = targets != -100
-            # Every position is scored and the ones without a target are dropped from the sums: shapes then do
-            # not depend on the data, so a GPU never waits for the host to count targets.
-            targets = targets.masked_fill(~has_target, 0)
-            if self.training and self.uses_sampled_softmax():
-                losses = sampled_softmax_loss(
-                    hidden, targets, self.softmax.weight, self.softmax.bias, self.config.num_softmax_samples
-                )
-            else:
-                losses = full_softmax_loss(hidden, targets, self.softmax.weight, self.softmax.bias)
-            sums = torch.where(has_target, losses, 0.0).view(2, -1).sum(dim=1)
-            counts = has_target.view(2, -1).sum(dim=1)
             forward_loss, backward_loss = sums / counts.clamp(min=1)
             if num_items_in_batch is None:
                 num_items_in_batch = counts.sum().clamp(min=1)
@@ -904,6 +986,7 @@ class ElmoForBiLM(ElmoPreTrainedModel):
 
         forward_logits = backward_logits = None
         if return_logits:
+            forward_hidden, backward_hidden = top.chunk(2, dim=-1)
             forward_logits, backward_logits = self.softmax(forward_hidden), self.softmax(backward_hidden)
         return ElmoBiLMOutput(
             loss=loss,
@@ -1316,6 +1399,65 @@ class ElmoForTokenClassification(ElmoTaskPreTrainedModel):
                 f"Labels must be -100 or in [0, {num_labels - 1}] (num_labels={num_labels}), got values "
                 f"{sorted(set(labels[labelled].tolist()))}."
             )
+
+    def _loss_sums(self, top: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """`(B, T, 2P)` top layer (after dropout) and `(B, T, 2)` labels -> the summed cross-entropy `(2,)` and the
+        number of targets `(2,)` of the forward and the backward LM."""
+        forward_hidden, backward_hidden = top.chunk(2, dim=-1)
+        hidden = torch.cat([forward_hidden.flatten(0, 1), backward_hidden.flatten(0, 1)])  # (2 B T, P)
+        targets = torch.cat([labels[..., 0].flatten(), labels[..., 1].flatten()]).long()
+        has_target = targets != -100
+        # Every position is scored and the ones without a target are dropped from the sums: shapes then do not
+        # depend on the data, so a GPU never waits for the host to count targets.
+        targets = targets.masked_fill(~has_target, 0)
+        if self.training and self.uses_sampled_softmax():
+            losses = sampled_softmax_loss(
+                hidden, targets, self.softmax.weight, self.softmax.bias, self.config.num_softmax_samples
+            )
+        else:
+            losses = full_softmax_loss(hidden, targets, self.softmax.weight, self.softmax.bias)
+        sums = torch.where(has_target, losses, 0.0).view(2, -1).sum(dim=1)
+        return sums, has_target.view(2, -1).sum(dim=1)
+
+    def _training_step_sums(self, input_ids, mask, labels):
+        outputs = self.elmo._forward_checked(input_ids, mask, None, False, False)
+        return self._loss_sums(self.dropout(outputs.last_hidden_state), labels)
+
+    def _captured_training_step(self, input_ids, attention_mask, labels):
+        """`_loss_sums` of a training batch replayed from CUDA graphs (`cuda_graphs.py`): a step of a GPU-sized batch
+        is otherwise a few thousand operations that the host issues more slowly than the GPU runs them. None where
+        that does not apply (CPU, evaluation, states or word embeddings, graphs turned off, a batch large enough to
+        keep the GPU busy without them) or when this shape is seen for the first time."""
+        elmo = self.elmo
+        if not (
+            self.training
+            and isinstance(input_ids, torch.Tensor)
+            and input_ids.is_cuda
+            and elmo.encoder.use_cuda_graphs
+            and not self.config.input_word_dim
+            and input_ids.shape[0] * input_ids.shape[1] <= self._MAX_CAPTURED_POSITIONS
+            and not torch.cuda.is_current_stream_capturing()
+        ):
+            return None
+        mask = elmo._check_inputs(input_ids, attention_mask, None)
+        autocast = torch.is_autocast_enabled("cuda")
+        params = [p for p in self.parameters() if p.requires_grad]
+        key = (
+            tuple(input_ids.shape), input_ids.dtype, labels.dtype, input_ids.device, autocast,
+            torch.get_autocast_dtype("cuda"), tuple(p.data_ptr() for p in params), self.dropout.p,
+            elmo.encoder.dropout.p, torch.backends.cuda.matmul.allow_tf32,
+        )  # fmt: skip
+        def capture():
+            # The autocast cache would hand the graph casts of the weights made before it, never updated.
+            with torch.autocast("cuda", dtype=torch.get_autocast_dtype("cuda"), enabled=autocast, cache_enabled=False):
+                return CapturedFunction(self._training_step_sums, (input_ids, mask, labels), params)
+
+        captured = self._captured_steps.get_or_capture(key, capture)
+        if captured is None:
+            return None
+        if captured.busy:
+            return None
+        return captured.replay(input_ids, mask, labels)
 
     @can_return_tuple
     def forward(

@@ -193,15 +193,26 @@ def sampled_softmax_loss(
     true_log_q = torch.log(expected_count(log_uniform_probability(targets, vocab_size), num_samples, num_tries))
     sampled_log_q = torch.log(expected_count(log_uniform_probability(sampled, vocab_size), num_samples, num_tries))
 
-    true_logits = (hidden * weight[targets]).sum(-1) + bias[targets]
-    sampled_logits = hidden @ weight[sampled].T + bias[sampled]
+    # Rows gathered with `index_select`, whose backward is one scatter-add into the weight's gradient (indexing's
+    # sorts the indices first, `embedding`'s waits for the GPU to count them).
+    true_logits = (hidden * weight.index_select(0, targets)).sum(-1) + bias.index_select(0, targets)
+    # The log-Q correction goes into the product's bias: one pass over the (N, S) logits less.
+    sampled_bias = bias.index_select(0, sampled) - sampled_log_q
+    sampled_logits = torch.addmm(sampled_bias.to(hidden.dtype), hidden, weight.index_select(0, sampled).t())
+    # Accidental hits: the sampled word equal to a row's target, at most one per row (the sample is distinct),
+    # is removed from that row's softmax.
+    position_in_sample = torch.full((vocab_size,), num_samples, device=device)
+    position_in_sample[sampled] = torch.arange(num_samples, device=device)
+    hit = position_in_sample[targets]  # num_samples where the target was not sampled
+    has_hit = hit < num_samples
+    hit = hit.clamp(max=num_samples - 1)[:, None]
+    kept = sampled_logits.gather(1, hit)
+    sampled_logits = sampled_logits.scatter(1, hit, torch.where(has_hit[:, None], float("-inf"), kept))
     # The softmax runs in at least float32 even under bf16 autocast.
     compute_dtype = torch.promote_types(true_logits.dtype, torch.float32)
     true_logits = true_logits.to(compute_dtype) - true_log_q.to(compute_dtype)
-    sampled_logits = sampled_logits.to(compute_dtype) - sampled_log_q.to(compute_dtype)
-    sampled_logits = sampled_logits.masked_fill(targets[:, None] == sampled[None, :], float("-inf"))
-    logits = torch.cat([true_logits[:, None], sampled_logits], dim=1)
-    return torch.logsumexp(logits, dim=1) - true_logits
+    sampled_total = torch.logsumexp(sampled_logits.to(compute_dtype), dim=1)
+    return torch.logaddexp(true_logits, sampled_total) - true_logits
 
 
 def full_softmax_loss(

@@ -37,6 +37,7 @@ from transformers import Trainer, TrainerCallback, TrainingArguments, set_seed
 from transformers.trainer import TRAINER_STATE_NAME
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
+from .adagrad import Adagrad
 from .configuration_elmo import ELMO_PRESETS, ElmoConfig
 from .data_bilm import (
     SPLIT_HELP,
@@ -610,7 +611,7 @@ def _train(options, output_dir, tokenizer, config, args, resume_from) -> dict:
     optimizer = None
     if options.optimizer == "adagrad":
         optimizer = (
-            torch.optim.Adagrad,
+            Adagrad,
             {
                 "lr": options.learning_rate,
                 "initial_accumulator_value": options.adagrad_initial_accumulator / options.window**2,

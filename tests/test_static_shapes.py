@@ -295,3 +295,59 @@ def test_graphs_accumulate_gradients_and_survive_two_forward_passes():
         results[graphs] = {name: p.grad.clone() for name, p in model.named_parameters()}
     for name in results[False]:
         assert torch.allclose(results[True][name], results[False][name], rtol=1e-5, atol=1e-6), name
+
+
+def _bilm_batch(vocab_size=30, seed=0):
+    from hf_elmo import ElmoForBiLM  # noqa: F401
+
+    batch = encode(SENTENCES)
+    generator = torch.Generator().manual_seed(seed)
+    labels = torch.randint(0, vocab_size, (*batch["attention_mask"].shape, 2), generator=generator)
+    labels[~batch["attention_mask"].bool()] = -100
+    labels[:, 0, 1] = -100
+    return {**on("cuda", batch), "labels": labels.cuda()}
+
+
+def _bilm_step(model, batch, graphs):
+    model.elmo.encoder.use_cuda_graphs = graphs
+    model.zero_grad(set_to_none=True)
+    out = model(**batch)
+    out.loss.backward()
+    return out.loss.detach(), {name: p.grad.clone() for name, p in model.named_parameters()}
+
+
+@needs_cuda
+@pytest.mark.parametrize("autocast", [False, True])
+def test_captured_training_step_equals_direct_step(autocast):
+    """The whole training forward and backward of `ElmoForBiLM`, replayed from CUDA graphs, gives the loss and
+    gradients of the step run operation by operation (full softmax and no dropout: nothing random)."""
+    from hf_elmo import ElmoForBiLM
+
+    config = small_config(vocab_size=30, num_softmax_samples=0, dropout=0.0)
+    torch.manual_seed(0)
+    model = ElmoForBiLM(config).cuda().train()
+    static(model.elmo, device="cuda", graphs=True)
+    batch = _bilm_batch()
+    with torch.autocast("cuda", dtype=torch.bfloat16, enabled=autocast):
+        direct_loss, direct = _bilm_step(model, batch, graphs=False)
+        for _ in range(3):  # the second call captures, the third replays
+            loss, replayed = _bilm_step(model, batch, graphs=True)
+    assert model._captured_steps.entries, "the step was not captured"
+    tolerance = {"rtol": 2e-2, "atol": 1e-3} if autocast else {"rtol": 1e-5, "atol": 1e-6}
+    assert torch.allclose(loss, direct_loss, **tolerance)
+    for name in direct:
+        assert torch.allclose(replayed[name], direct[name], **tolerance), name
+
+
+@needs_cuda
+def test_captured_training_step_draws_new_random_numbers():
+    """Dropout and the sampled softmax draw anew at every replay."""
+    from hf_elmo import ElmoForBiLM
+
+    config = small_config(vocab_size=30, num_softmax_samples=8, dropout=0.5)
+    model = ElmoForBiLM(config).cuda().train()
+    static(model.elmo, device="cuda", graphs=True)
+    batch = _bilm_batch()
+    losses = [_bilm_step(model, batch, graphs=True)[0] for _ in range(5)]
+    assert model._captured_steps.entries
+    assert len({float(loss) for loss in losses[2:]}) == 3

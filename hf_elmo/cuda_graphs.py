@@ -1,0 +1,150 @@
+"""Replaying a function and its gradient as CUDA graphs, so that the host issues two launches instead of hundreds.
+
+`CapturedFunction` captures `fn(*inputs) -> tuple of tensors` once on the GPU, and the gradients of its outputs
+with respect to given parameters once more, each as a CUDA graph; `replay` runs them under autograd like the
+function itself. What a replay needs from the caller: tensors of the captured shapes, dtypes and devices;
+parameters still at the addresses they had (an optimizer's in-place update keeps them there); and no other
+forward pass through the same captured function before the backward pass of the last one (its saved tensors live
+in the graph's memory): `busy` says when one is outstanding, so that the caller runs the function directly
+instead. Random numbers (dropout, sampling) are drawn anew at each replay.
+"""
+
+import weakref
+from collections.abc import Callable
+
+import torch
+
+
+def capture_graph(fn: Callable, pool, warmup: Callable | None = None):
+    """Runs `warmup()` (default: `fn()`) once on a side stream (compiles kernels and creates library handles
+    outside the capture), then captures `fn()` as a CUDA graph in memory `pool`: `(graph, fn's result)`."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        (warmup or fn)()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, pool=pool, capture_error_mode="thread_local"):
+        result = fn()
+    return graph, result
+
+
+class CapturedFunction:
+    """`fn(*inputs)` and the gradient of its outputs with respect to `params`, as two CUDA graphs.
+
+    `fn` must return a tuple of tensors, must not wait for the GPU (no `.item()`, no shapes that depend on
+    values) and must read no tensors other than `inputs` and `params` that could change between calls.
+    """
+
+    def __init__(self, fn: Callable, inputs: tuple[torch.Tensor, ...], params: list[torch.Tensor]):
+        self.params = params
+        self.inputs = tuple(t.detach().clone() for t in inputs)
+        self.pending = None  # weak reference to the token of a forward pass whose backward pass has not run
+        pool = torch.cuda.graph_pool_handle()
+
+        def warmup():
+            outputs = fn(*self.inputs)
+            differentiable = [o for o in outputs if o.requires_grad]
+            torch.autograd.grad(differentiable, params, [torch.ones_like(o) for o in differentiable], allow_unused=True)
+
+        self.forward_graph, self.outputs = capture_graph(lambda: fn(*self.inputs), pool, warmup)
+        self.differentiable = [k for k, o in enumerate(self.outputs) if o.requires_grad]
+        self.grad_outputs = [torch.zeros_like(self.outputs[k]) for k in self.differentiable]
+
+        def gradients():
+            return torch.autograd.grad(
+                [self.outputs[k] for k in self.differentiable], params, self.grad_outputs, allow_unused=True
+            )
+
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=pool, capture_error_mode="thread_local"):
+            self.grads = gradients()
+        self.backward_graph = graph
+
+    @property
+    def busy(self) -> bool:
+        return self.pending is not None and self.pending() is not None
+
+    def replay(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """`fn(*inputs)`, differentiable with respect to the parameters."""
+        return _Replay.apply(self, len(inputs), *inputs, *self.params)
+
+
+class _Token:
+    """Marks a forward replay until its backward replay has run."""
+
+
+class _Replay(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, captured: CapturedFunction, num_inputs: int, *tensors):
+        for static, given in zip(captured.inputs, tensors[:num_inputs]):
+            static.copy_(given)
+        captured.forward_graph.replay()
+        ctx.captured, ctx.num_inputs = captured, num_inputs
+        ctx.token = _Token()
+        captured.pending = weakref.ref(ctx.token)
+        outputs = tuple(o.clone() for o in captured.outputs)
+        for k, output in enumerate(outputs):
+            if k not in captured.differentiable:
+                ctx.mark_non_differentiable(output)
+        return outputs
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, *grad_outputs):
+        captured = ctx.captured
+        if captured.pending is None or captured.pending() is not ctx.token:
+            raise RuntimeError(
+                "This captured computation ran forward again since the pass being differentiated; its saved "
+                "tensors are gone. Run backward once per forward pass, or turn CUDA graphs off."
+            )
+        captured.pending = None
+        for static, k in zip(captured.grad_outputs, captured.differentiable):
+            if grad_outputs[k] is None:
+                static.zero_()
+            else:
+                static.copy_(grad_outputs[k])
+        captured.backward_graph.replay()
+        # Copies: autograd may keep a returned gradient as a parameter's .grad, which the next replay would overwrite.
+        grads = tuple(None if g is None else g.clone() for g in captured.grads)
+        return (None, None, *([None] * ctx.num_inputs), *grads)
+
+
+class CaptureCache:
+    """Captured computations by key: a key is captured the second time it is asked for (one-off shapes run
+    directly), up to `max_entries`; further keys run directly. Copies and pickles of a model get an empty cache
+    (graphs belong to the tensors they were captured with)."""
+
+    def __init__(self, max_entries: int):
+        self.max_entries = max_entries
+        self.entries: dict = {}
+        self.seen: dict = {}
+
+    def get_or_capture(self, key, capture: Callable):
+        """The entry for `key`, captured now by `capture()` if it is due; None where the caller runs directly (also
+        while an enclosing computation is being captured, which cannot replay a graph)."""
+        if torch.cuda.is_current_stream_capturing():
+            return None
+        entry = self.entries.get(key)
+        if entry is not None:
+            return entry
+        if len(self.seen) > 10_000:  # keys that never recur (inference over varied batches)
+            self.seen.clear()
+        self.seen[key] = self.seen.get(key, 0) + 1
+        if self.seen[key] < 2 or len(self.entries) >= self.max_entries:
+            return None
+        entry = self.entries[key] = capture()
+        return entry
+
+    def clear(self):
+        self.entries.clear()
+        self.seen.clear()
+
+    def __getstate__(self):
+        return {"max_entries": self.max_entries}
+
+    def __setstate__(self, state):
+        self.__init__(state["max_entries"])
+
+    def __deepcopy__(self, memo):
+        return CaptureCache(self.max_entries)
