@@ -13,7 +13,9 @@ The file reads like the output of AllenNLP's `allennlp elmo` command, so existin
 Lines are split on whitespace (`str.split`), or with `--raw` by the tokenizer's word splitter. Differences from
 the original command:
 
-* **Stateless**: a line's vectors depend only on the line, not on the lines before it or its batch. Lines are
+* **Stateless**: a line's vectors depend only on the line, not on the lines before it or its batch (up to float
+  rounding: another `--batch-size` pads and sums differently, so bit-for-bit equality across batch sizes is not
+  promised). Lines are
   sorted by length within a window of `--batch-size * 16` lines to pad little. A repeated line is computed once
   and its dataset is an HDF5 hard link to the first one (identical vectors, no extra space); the map gives the
   first key (AllenNLP's gave the last, which held different vectors). `--carry-state` restores the original
