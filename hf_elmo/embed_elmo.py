@@ -31,6 +31,7 @@ the original command:
 """
 
 import argparse
+import codecs
 import json
 import math
 import sys
@@ -51,8 +52,9 @@ DTYPES = {"float32": torch.float32, "float64": torch.float64, "float16": torch.f
 
 
 def read_lines(path) -> Iterator[str]:
-    """The lines of a UTF-8 file (`-`: standard input) without their line ends; `\\n`, `\\r\\n` and `\\r` all end
-    a line, as in Python's text mode. Invalid UTF-8 is an `ElmoConversionError` naming the line."""
+    """The lines of a UTF-8 file (`-`: standard input) without their line ends; `\n`, `\r\n` and `\r` all end
+    a line, as in Python's text mode, and a byte-order mark at the start is not part of the first line. Invalid
+    UTF-8 is an `ElmoConversionError` naming the line."""
     stream = sys.stdin.buffer if str(path) == "-" else None
     if stream is None:
         try:
@@ -61,9 +63,10 @@ def read_lines(path) -> Iterator[str]:
             raise ElmoConversionError(f"{path}: cannot read input ({error.strerror})") from None
     number = 0
     with stream:
-        for chunk in stream:  # split at b"\n" only
-            chunk = chunk[:-2] if chunk.endswith(b"\r\n") else chunk.rstrip(b"\n")
-            for piece in chunk.split(b"\r"):
+        for chunk in stream:  # split at b"\n" only; splitlines splits at \n, \r\n and \r (bytes: nothing else)
+            if number == 0:
+                chunk = chunk.removeprefix(codecs.BOM_UTF8)
+            for piece in chunk.splitlines():
                 number += 1
                 try:
                     yield piece.decode("utf-8")

@@ -667,3 +667,23 @@ def test_force_replaces_an_earlier_output_of_each_command(workspace, capsys):
         assert cli_main(command.split()) == 2 and "(use --force to replace it)" in capsys.readouterr().err
         assert cli_main([*command.split(), "--force"]) == 0
         assert snapshot(workspace).keys() == before.keys()  # replaced, nothing left beside it
+
+
+def embedded(path):
+    with h5py.File(path, "r") as f:
+        return {name: f[name].asstr()[0] if name == "sentence_to_index" else f[name][...].tobytes() for name in f}
+
+
+@pytest.mark.parametrize(
+    "variant",
+    [b"\xef\xbb\xbfThe cat sat .\nA dog .\n", b"The cat sat .\nA dog .\r", b"The cat sat .\r\nA dog .\r\n"],
+    ids=["byte-order mark", "lone CR at the end", "CRLF"],
+)
+def test_embed_reads_text_files_as_text_mode_does(variant, workspace):
+    # The plain file: two lines, two datasets and the map of the lines to their keys.
+    assert cli_main(f"{EMBED} --model M".split()) == 0
+    (workspace / "variant.txt").write_bytes(variant)
+    assert cli_main(f"{EMBED} --model M".replace("in.txt", "variant.txt").replace("out.h5", "variant.h5").split()) == 0
+    expected = embedded(workspace / "out.h5")
+    assert sorted(expected) == ["0", "1", "sentence_to_index"]
+    assert embedded(workspace / "variant.h5") == expected
