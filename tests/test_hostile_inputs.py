@@ -687,3 +687,15 @@ def test_embed_reads_text_files_as_text_mode_does(variant, workspace):
     expected = embedded(workspace / "out.h5")
     assert sorted(expected) == ["0", "1", "sentence_to_index"]
     assert embedded(workspace / "variant.h5") == expected
+
+
+def test_a_byte_order_mark_is_not_part_of_a_training_word(workspace):
+    from hf_elmo.data_bilm import build_word_vocabulary, load_bilm_dataset
+
+    (workspace / "bom.txt").write_bytes(b"\xef\xbb\xbf" + CORPUS.encode())
+    words = build_word_vocabulary(["bom.txt"])
+    assert words == build_word_vocabulary(["corpus.txt"]) and "\ufeffthe" not in words
+    tokenizer = ElmoTokenizer()
+    tokenizer.set_word_vocabulary(words)
+    with_mark, without = (load_bilm_dataset([name], tokenizer, cache_dir="cache") for name in ("bom.txt", "corpus.txt"))
+    assert with_mark[0]["input_ids"].tolist() == without[0]["input_ids"].tolist()
