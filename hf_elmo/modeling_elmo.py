@@ -545,6 +545,11 @@ class ElmoPreTrainedModel(PreTrainedModel):
         for tensor in (*model.parameters(), *model.buffers()):
             if tensor.data_ptr() % 64:
                 tensor.data = tensor.data.clone()
+        # A NaN or infinite weight makes every output NaN without a word: refused (one transfer for all tensors).
+        named = [(name, t) for name, t in model.named_parameters() if t.is_floating_point() and t.device.type != "meta"]
+        if named and not torch.stack([torch.isfinite(t).all() for _, t in named]).all():
+            name = next(name for name, t in named if not torch.isfinite(t).all())
+            raise ValueError(f"{pretrained_model_name_or_path}: the weights hold NaN or infinite values in '{name}'")
         return loaded
 
     def push_to_hub(self, repo_id: str, **kwargs):

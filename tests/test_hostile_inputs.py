@@ -546,6 +546,11 @@ API_CASES = {
         load("ElmoForBiLM", "B"),
         r"B: the weights \(model\.safetensors\) lack 2 tensor\(s\) .*'softmax\.",
     ),
+    "from_pretrained of weights holding a NaN": (
+        [edit_weights("M", lambda t: t["encoder.forward_layers.0.state_linearity.bias"].__setitem__(3, float("nan")))],
+        load("ElmoModel", "M"),
+        r"M: the weights hold NaN or infinite values in 'encoder\.forward_layers\.0\.state_linearity\.bias'",
+    ),
     "from_pretrained with a NaN in config.json": (
         [edit_json("M/config.json", cell_clip=float("nan"))],
         load("ElmoModel", "M"),
@@ -699,3 +704,8 @@ def test_a_byte_order_mark_is_not_part_of_a_training_word(workspace):
     tokenizer.set_word_vocabulary(words)
     with_mark, without = (load_bilm_dataset([name], tokenizer, cache_dir="cache") for name in ("bom.txt", "corpus.txt"))
     assert with_mark[0]["input_ids"].tolist() == without[0]["input_ids"].tolist()
+
+
+def test_embed_quiet_reports_the_lines_it_embedded(workspace, capsys):
+    assert cli_main(f"{EMBED} --model M".split()) == 0
+    assert capsys.readouterr().err.strip().split("\n")[-1] == "2 sentences embedded to out.h5"
