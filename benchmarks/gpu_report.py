@@ -47,6 +47,7 @@ TABLES: list[str] = []
 KERNEL_TABLES = 0  # --kernels N: also print the N costliest operations of each profiled step
 PATHS = ["static", "sorted", "reference"]
 BATCHES = None
+PROFILE_BATCHES = [128]
 
 
 def table(title: str, header: list[str], rows: list[list]) -> str:
@@ -334,22 +335,23 @@ def trainer_profile(dtype: str, steps: int = 30) -> list:
 
 def profiles(quick: bool, deadline: float):
     rows = []
-    batch = make_batch(128, 20, 100_000, DEVICE)
-    for dtype in ("bfloat16", "float32"):
-        for path in [p for p in PATHS if p != "reference"]:
-            model, optimizer = training_model("original", path)
-            step = lambda: train_step(model, optimizer, batch, dtype)  # noqa: E731
-            seconds = time_steps(step, 5, 3)
-            share, kernels, launches = profile_steps(step, 5, f"{path} {dtype}")
-            rows.append([f"benchmark loop, {path}, {dtype}", f"{128 * 20 / seconds:,.0f}", f"{share:.0%}", f"{kernels:,.0f}", f"{launches:,.0f}"])  # fmt: skip
-            del model, optimizer
-            torch.cuda.empty_cache()
+    for batch_size in PROFILE_BATCHES:
+        batch = make_batch(batch_size, 20, 100_000, DEVICE)
+        for dtype in ("bfloat16", "float32"):
+            for path in [p for p in PATHS if p != "reference"]:
+                model, optimizer = training_model("original", path)
+                step = lambda: train_step(model, optimizer, batch, dtype)  # noqa: E731
+                seconds = time_steps(step, 5, 3)
+                share, kernels, launches = profile_steps(step, 5, f"{path} {dtype} {batch_size}")
+                rows.append([f"benchmark loop, batch {batch_size}, {path}, {dtype}", f"{batch_size * 20 / seconds:,.0f}", f"{share:.0%}", f"{kernels:,.0f}", f"{launches:,.0f}"])  # fmt: skip
+                del model, optimizer
+                torch.cuda.empty_cache()
     for dtype in ("bfloat16", "float32"):
         if time.monotonic() > deadline:
             rows.append([f"Trainer, {dtype}", "skipped (time)", "", "", ""])
             continue
         rows.append(trainer_profile(dtype))
-    table("4. A training step at batch 128 x 20, original size (GPU busy: share of the wall time with a kernel running)",
+    table("4. A training step, rows of 20 positions, original size (GPU busy: share of the wall time with a kernel running)",
           ["what", "tokens/s", "GPU busy", "kernels/step", "launch calls/step"], rows)  # fmt: skip
 
 
@@ -360,10 +362,11 @@ def main():
     parser.add_argument("--minutes", type=float, default=7.5, help="skip what would start after this")
     parser.add_argument("--kernels", type=int, default=0, help="print the N costliest operations of profiled steps")
     parser.add_argument("--paths", nargs="+", default=["static", "sorted", "reference"])
-    parser.add_argument("--batches", nargs="+", type=int)
+    parser.add_argument("--batches", nargs="+", type=int, help="training batch sizes (default 128 512 2048)")
+    parser.add_argument("--profile-batches", nargs="+", type=int, default=[128])
     args = parser.parse_args()
-    global KERNEL_TABLES, PATHS, BATCHES
-    KERNEL_TABLES, PATHS, BATCHES = args.kernels, args.paths, args.batches
+    global KERNEL_TABLES, PATHS, BATCHES, PROFILE_BATCHES
+    KERNEL_TABLES, PATHS, BATCHES, PROFILE_BATCHES = args.kernels, args.paths, args.batches, args.profile_batches
     if not torch.cuda.is_available():
         sys.exit("gpu_report.py needs a CUDA GPU.")
     start = time.monotonic()

@@ -47,6 +47,9 @@ class Adagrad(torch.optim.Adagrad):
     """`torch.optim.Adagrad` whose step on CUDA tensors is one Triton kernel per parameter (see the module
     docstring); same arguments and state."""
 
+    # Tests set this to run the kernel on CPU tensors under Triton's interpreter.
+    _FUSE_ON_CPU = False
+
     def __init__(self, *args, **kwargs):
         self._uncounted_steps: dict[torch.Tensor, int] = {}
         super().__init__(*args, **kwargs)
@@ -59,7 +62,7 @@ class Adagrad(torch.optim.Adagrad):
         for param in group["params"]:
             if param.grad is None:
                 continue
-            on_device = param.is_cuda != _INTERPRETED
+            on_device = param.is_cuda if not _INTERPRETED else (param.is_cpu and self._FUSE_ON_CPU)
             state = self.state[param]
             if (
                 not on_device

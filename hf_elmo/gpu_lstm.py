@@ -44,10 +44,11 @@ class LayerSettings:
 
 
 def default_kernels(device: torch.device) -> str:
-    """Triton on CUDA (or on CPU under `TRITON_INTERPRET=1`) when it is installed, else PyTorch operations."""
-    if _triton_kernels is None:
+    """Triton on CUDA when it is installed, else PyTorch operations. (Interpreted on CPU tensors, when Triton's
+    interpreter is on, the kernels run only where asked for: `ElmoBiLstm.elementwise_kernels = "triton"`.)"""
+    if _triton_kernels is None or _triton_kernels.INTERPRETED:
         return "torch"
-    return "triton" if (device.type == "cpu") == _triton_kernels.INTERPRETED else "torch"
+    return "triton" if device.type == "cuda" else "torch"
 
 
 def _memory_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -57,13 +58,16 @@ def _memory_dtype(dtype: torch.dtype) -> torch.dtype:
 # --- the elementwise steps in PyTorch operations (the Triton kernels compute the same) -------------------------
 
 
-def _cell_forward_torch(gates, memory_in, memory_out, mask, cell_output, activations, cell_tanh, cell_passed, cell_clip):
-    """One step's gates `(2, B, 4D)` (pre-activation, blocks `[input, forget, cell, output]`) and cell state
-    `memory_in` `(2, B, D)` -> the new cell state into `memory_out` and `o * tanh(c)` into `cell_output`
-    (0 where `mask` `(2, B)` is 0; the state is then kept). With `activations` `(2, B, 4D)`, also saves the
-    activated gates, `tanh(c)` `(2, B, D)` and where the cell clip passed values (`cell_passed`, int8)."""
+def _cell_forward_torch(
+    gate_inputs, gates, memory_in, memory_out, mask, cell_output, activations, cell_tanh, cell_passed, cell_clip
+):
+    """One step's gates, `gate_inputs + gates` `(2, B, 4D)` (`W_x x + b` and `W_h h`, pre-activation, blocks
+    `[input, forget, cell, output]`) and cell state `memory_in` `(2, B, D)` -> the new cell state into
+    `memory_out` and `o * tanh(c)` into `cell_output` (0 where `mask` `(2, B)` is 0; the state is then kept).
+    With `activations` `(2, B, 4D)`, also saves the activated gates, `tanh(c)` `(2, B, D)` and where the cell clip
+    passed values (`cell_passed`, int8)."""
     compute = _memory_dtype(memory_in.dtype)
-    i, f, g, o = gates.to(compute).chunk(4, dim=-1)
+    i, f, g, o = (gate_inputs.to(compute) + gates.to(compute)).chunk(4, dim=-1)
     i, f, g, o = torch.sigmoid(i), torch.sigmoid(f), torch.tanh(g), torch.sigmoid(o)
     previous = memory_in.to(compute)
     memory = f * previous + i * g
@@ -142,7 +146,10 @@ def _steps(kernels: str):
 
 
 def _stacked(forward_weight: torch.Tensor, backward_weight: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    return torch.stack([forward_weight, backward_weight]).to(dtype)
+    """The two directions' weights as one `(2, ...)` tensor in `dtype` (stacked and cast in one pass)."""
+    stacked = forward_weight.new_empty(2, *forward_weight.shape, dtype=dtype)
+    stacked[0], stacked[1] = forward_weight, backward_weight
+    return stacked
 
 
 def _k_splits(rows: int, cols: int, depth: int) -> int:
@@ -226,14 +233,16 @@ def _layer_forward(inputs, mask, hidden0, memory0, params, settings: LayerSettin
     state_weight_t, projection_weight_t = state_weight.transpose(1, 2), projection_weight.transpose(1, 2)
     for s in range(num_steps):
         now, after = (s, s + 1) if save else (s % 2, (s + 1) % 2)
-        gates = torch.baddbmm(gate_inputs[:, s], hidden[:, now], state_weight_t)
+        # The gate inputs are added in the elementwise step: as the product's addend they would be copied first.
+        gates = torch.bmm(hidden[:, now], state_weight_t)
         if save:
             step_saved = [saved[k][:, s] if saved[k] is not None else None for k in ("activations", "cell_tanh")]
             step_saved.append(saved["cell_passed"][:, s] if saved["cell_passed"] is not None else None)
             cell_output = saved["cell_output"][:, s]
         else:
             step_saved = [None, None, None]
-        cell_forward(gates, memory[:, now], memory[:, after], mask[:, s], cell_output, *step_saved, settings.cell_clip)
+        cell_forward(gate_inputs[:, s], gates, memory[:, now], memory[:, after], mask[:, s], cell_output, *step_saved,
+                     settings.cell_clip)  # fmt: skip
         projected = _step_bmm(cell_output, projection_weight_t)
         hidden_passed = saved["hidden_passed"][:, s] if save and saved["hidden_passed"] is not None else None
         hidden_forward(projected, hidden[:, now], hidden[:, after], outputs[:, s], mask[:, s], hidden_passed,

@@ -37,10 +37,10 @@ def _tanh(x):
 
 @triton.jit
 def _cell_forward_kernel(
-    gates_ptr, memory_in_ptr, memory_out_ptr, mask_ptr, cell_output_ptr,
+    gate_inputs_ptr, gates_ptr, memory_in_ptr, memory_out_ptr, mask_ptr, cell_output_ptr,
     activations_ptr, cell_tanh_ptr, cell_passed_ptr,
     rows, dim,
-    s_gates_d, s_gates_b, s_mem_in_d, s_mem_in_b, s_mem_out_d, s_mem_out_b, s_mask_d, s_mask_b,
+    s_gin_d, s_gin_b, s_gates_d, s_gates_b, s_mem_in_d, s_mem_in_b, s_mem_out_d, s_mem_out_b, s_mask_d, s_mask_b,
     s_out_d, s_out_b, s_act_d, s_act_b, s_tanh_d, s_tanh_b, s_passed_d, s_passed_b,
     cell_clip,
     HAS_CLIP: tl.constexpr, SAVE: tl.constexpr, COMPUTE: tl.constexpr, BLOCK: tl.constexpr,
@@ -50,11 +50,13 @@ def _cell_forward_kernel(
     b = row % rows
     cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     valid = cols < dim
+    gate_inputs = gate_inputs_ptr + d * s_gin_d + b * s_gin_b + cols
     gates = gates_ptr + d * s_gates_d + b * s_gates_b + cols
-    i = _sigmoid(tl.load(gates, mask=valid, other=0.0).to(COMPUTE))
-    f = _sigmoid(tl.load(gates + dim, mask=valid, other=0.0).to(COMPUTE))
-    g = _tanh(tl.load(gates + 2 * dim, mask=valid, other=0.0).to(COMPUTE))
-    o = _sigmoid(tl.load(gates + 3 * dim, mask=valid, other=0.0).to(COMPUTE))
+    i = tl.load(gate_inputs, mask=valid, other=0.0).to(COMPUTE) + tl.load(gates, mask=valid, other=0.0).to(COMPUTE)
+    f = tl.load(gate_inputs + dim, mask=valid, other=0.0).to(COMPUTE) + tl.load(gates + dim, mask=valid, other=0.0).to(COMPUTE)
+    g = tl.load(gate_inputs + 2 * dim, mask=valid, other=0.0).to(COMPUTE) + tl.load(gates + 2 * dim, mask=valid, other=0.0).to(COMPUTE)
+    o = tl.load(gate_inputs + 3 * dim, mask=valid, other=0.0).to(COMPUTE) + tl.load(gates + 3 * dim, mask=valid, other=0.0).to(COMPUTE)
+    i, f, g, o = _sigmoid(i), _sigmoid(f), _tanh(g), _sigmoid(o)
     memory_in = tl.load(memory_in_ptr + d * s_mem_in_d + b * s_mem_in_b + cols, mask=valid, other=0.0).to(COMPUTE)
     keep = tl.load(mask_ptr + d * s_mask_d + b * s_mask_b) != 0
     memory = f * memory_in + i * g
@@ -189,15 +191,17 @@ def _strides(*tensors):
     return [s for t in tensors for s in t.stride()[:2]]
 
 
-def cell_forward(gates, memory_in, memory_out, mask, cell_output, activations, cell_tanh, cell_passed, cell_clip):
+def cell_forward(
+    gate_inputs, gates, memory_in, memory_out, mask, cell_output, activations, cell_tanh, cell_passed, cell_clip
+):
     """See `gpu_lstm._cell_forward_torch`."""
     save = activations is not None
     dim = memory_in.shape[-1]
     saved = (activations, cell_tanh, cell_passed if cell_passed is not None else cell_tanh) if save else (gates,) * 3
     _cell_forward_kernel[_grid(gates, dim)](
-        gates, memory_in, memory_out, mask, cell_output, *saved,
+        gate_inputs, gates, memory_in, memory_out, mask, cell_output, *saved,
         gates.shape[1], dim,
-        *_strides(gates, memory_in, memory_out), *mask.stride(), *_strides(cell_output, *saved),
+        *_strides(gate_inputs, gates, memory_in, memory_out), *mask.stride(), *_strides(cell_output, *saved),
         0.0 if cell_clip is None else cell_clip,
         HAS_CLIP=cell_clip is not None, SAVE=save, COMPUTE=_compute_type(memory_in), BLOCK=_BLOCK,
     )  # fmt: skip

@@ -23,6 +23,11 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+try:  # Triton ships with PyTorch's CUDA builds; without it the sampled softmax uses PyTorch operations.
+    from . import gpu_softmax_kernels as _softmax_kernels
+except ImportError:  # pragma: no cover - depends on the installation
+    _softmax_kernels = None
+
 
 def log_uniform_probability(word_ids: torch.Tensor, vocab_size: int) -> torch.Tensor:
     """`Q(k) = log((k + 2) / (k + 1)) / log(V + 1)` in float64, same shape as `word_ids`."""
@@ -204,15 +209,45 @@ def sampled_softmax_loss(
     position_in_sample = torch.full((vocab_size,), num_samples, device=device)
     position_in_sample[sampled] = torch.arange(num_samples, device=device)
     hit = position_in_sample[targets]  # num_samples where the target was not sampled
-    has_hit = hit < num_samples
-    hit = hit.clamp(max=num_samples - 1)[:, None]
-    kept = sampled_logits.gather(1, hit)
-    sampled_logits = sampled_logits.scatter(1, hit, torch.where(has_hit[:, None], float("-inf"), kept))
     # The softmax runs in at least float32 even under bf16 autocast.
     compute_dtype = torch.promote_types(true_logits.dtype, torch.float32)
     true_logits = true_logits.to(compute_dtype) - true_log_q.to(compute_dtype)
-    sampled_total = torch.logsumexp(sampled_logits.to(compute_dtype), dim=1)
+    sampled_total = logsumexp_without(sampled_logits, hit).to(compute_dtype)
     return torch.logaddexp(true_logits, sampled_total) - true_logits
+
+
+def logsumexp_without(logits: torch.Tensor, skip: torch.LongTensor, fused: bool | None = None) -> torch.Tensor:
+    """`(N, S)` logits, `(N,)` a column per row to leave out (`S`: none) -> `(N,)` log-sum-exp of the others, in at
+    least float32. `fused`: one Triton pass forward and one backward (`gpu_softmax_kernels.py`), by default for
+    16- and 32-bit CUDA tensors (CPU tensors only under Triton's interpreter, where asked for)."""
+    if fused is None:
+        fused = (
+            _softmax_kernels is not None
+            and not _softmax_kernels.INTERPRETED
+            and logits.is_cuda
+            and logits.dtype != torch.float64
+        )
+    if fused:
+        return _LogSumExpWithout.apply(logits.contiguous(), skip.contiguous())
+    columns = logits.shape[1]
+    has_skip = (skip < columns)[:, None]
+    skip = skip.clamp(max=columns - 1)[:, None]
+    logits = logits.scatter(1, skip, torch.where(has_skip, float("-inf"), logits.gather(1, skip)))
+    return torch.logsumexp(logits.to(torch.promote_types(logits.dtype, torch.float32)), dim=1)
+
+
+class _LogSumExpWithout(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, logits, skip):
+        result = _softmax_kernels.logsumexp_forward(logits, skip)
+        ctx.save_for_backward(logits, skip, result)
+        return result
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad):
+        logits, skip, result = ctx.saved_tensors
+        return _softmax_kernels.logsumexp_backward(logits, skip, result, grad), None
 
 
 def full_softmax_loss(
@@ -227,6 +262,7 @@ __all__ = [
     "expected_count",
     "full_softmax_loss",
     "log_uniform_probability",
+    "logsumexp_without",
     "sample_log_uniform_candidates",
     "sample_log_uniform_candidates_on_device",
     "sampled_softmax_loss",

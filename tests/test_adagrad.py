@@ -13,6 +13,12 @@ fused_here = pytest.mark.skipif(
 )
 
 
+@pytest.fixture(autouse=True)
+def kernel_on_cpu(monkeypatch):
+    """Without a GPU the kernel runs interpreted on CPU tensors (only where a test asks for it)."""
+    monkeypatch.setattr(Adagrad, "_FUSE_ON_CPU", DEVICE == "cpu")
+
+
 def parameters(seed=0):
     generator = torch.Generator().manual_seed(seed)
     shapes = [(37, 5), (4097,), (3, 2, 7), (1,)]  # one larger than a block, odd sizes

@@ -266,7 +266,7 @@ def test_graph_replay_equals_direct_run():
     direct = _training_step(model, batch, graphs=False)
     for _ in range(3):  # the second call captures, the third replays
         replayed = _training_step(model, batch, graphs=True)
-    assert model.encoder.captured.layers, "nothing was captured"
+    assert model.encoder.captured.entries, "nothing was captured"
     for name in direct:
         assert torch.allclose(replayed[name], direct[name], rtol=1e-5, atol=1e-7), name
     with torch.no_grad():
@@ -351,3 +351,29 @@ def test_captured_training_step_draws_new_random_numbers():
     losses = [_bilm_step(model, batch, graphs=True)[0] for _ in range(5)]
     assert model._captured_steps.entries
     assert len({float(loss) for loss in losses[2:]}) == 3
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_fused_logsumexp_without_a_column_equals_pytorch(dtype):
+    """The sampled softmax's fused log-sum-exp (one column left out per row; some rows leave none out, one row
+    has a single other column) and its gradient, against PyTorch's operations in float64."""
+    from hf_elmo import sampled_softmax
+
+    if sampled_softmax._softmax_kernels is None or not (TRITON_ON_CPU or torch.cuda.is_available()):
+        pytest.skip("Triton is not installed")
+    generator = torch.Generator().manual_seed(0)
+    rows, columns = 6, 2500  # more than one block of columns
+    logits = (torch.randn(rows, columns, generator=generator) * 4).to(dtype).to(TRITON_DEVICE).requires_grad_()
+    skip = torch.tensor([0, 7, columns, columns - 1, 1234, columns], device=TRITON_DEVICE)
+    fused = sampled_softmax.logsumexp_without(logits, skip, fused=True)
+    weights = torch.randn(rows, generator=generator).to(TRITON_DEVICE)
+    (fused * weights).sum().backward()
+    exact_logits = logits.detach().double().requires_grad_()
+    keep = torch.ones(rows, columns, dtype=torch.bool, device=TRITON_DEVICE)
+    keep[torch.arange(rows, device=TRITON_DEVICE)[skip < columns], skip[skip < columns]] = False
+    exact = torch.logsumexp(exact_logits.masked_fill(~keep, float("-inf")), dim=1)
+    (exact * weights.double()).sum().backward()
+    assert fused.dtype == torch.float32
+    assert (fused.double() - exact).abs().max() <= 1e-5 * exact.abs().max()
+    assert (logits.grad.double() - exact_logits.grad).abs().max() <= (2e-2 if dtype == torch.bfloat16 else 1e-6)
+    assert torch.all(logits.grad[~keep] == 0)
