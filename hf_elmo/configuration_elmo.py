@@ -274,7 +274,9 @@ class ElmoConfig(PreTrainedConfig):
         }
         for name, count in layers.items():
             if count > MAX_LAYERS:
-                raise ValueError(f"ElmoConfig.{name} describes {count:,} layers, more than the limit of {MAX_LAYERS:,}.")
+                raise ValueError(
+                    f"ElmoConfig.{name} describes {count:,} layers, more than the limit of {MAX_LAYERS:,}."
+                )
         counts = self.parameter_counts()
         if sum(counts.values()) > MAX_PARAMETERS:
             largest = max(counts, key=counts.get)

@@ -63,7 +63,9 @@ def _starts_with(prefix: bytes) -> Callable[[Path], bool]:
     return check
 
 
-MODEL_FOLDER = OutputKind("a model folder (config.json of an ELMo, weights, tokenizer, code)", True, _is_model_folder_file)
+MODEL_FOLDER = OutputKind(
+    "a model folder (config.json of an ELMo, weights, tokenizer, code)", True, _is_model_folder_file
+)
 ORIGINAL_FOLDER = OutputKind(
     "an original-format folder (options.json, weights.hdf5)", True, lambda p: p.name in ("options.json", "weights.hdf5")
 )
@@ -133,8 +135,8 @@ def _fresh_folder(parent: Path, prefix: str) -> Path:
 
 
 def write_output(path, write: Callable[[Path], object], kind: OutputKind, inputs: Iterable = (), force: bool = False):
-    """Checks `path` (`check_output`), calls `write(target)` on a fresh hidden folder beside it (`target` is that folder,
-    or the file name inside it for a file output), then moves the result into place. Returns `path` as a `Path`."""
+    """Checks `path` (`check_output`), calls `write(target)` on a fresh hidden folder beside it (`target` is that
+    folder, or the file name inside it for a file output), then moves the result into place. Returns `path`."""
     inputs = list(inputs)
     path = check_output(path, kind, inputs, force)
     try:

@@ -150,7 +150,8 @@ class BiLMTrainingOptions:
             raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {self.optimizer!r}.")
         if self.streaming and self.max_steps <= 0:
             raise ValueError("Streaming data has no known length: give max_steps (--max-steps) as well.")
-        for name in ("batch_size", "gradient_accumulation_steps", "logging_steps", "eval_steps", "save_steps", "min_count"):
+        at_least_one = ("batch_size", "gradient_accumulation_steps", "logging_steps", "eval_steps", "save_steps")
+        for name in (*at_least_one, "min_count"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}.")
         for name in ("warmup_steps", "num_softmax_samples", "dataloader_workers"):

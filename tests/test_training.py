@@ -295,15 +295,15 @@ def test_resume_skips_an_incomplete_checkpoint_and_says_so(corpus, tmp_path, cap
     assert_same_weights(uninterrupted, tmp_path / "run")
     for checkpoint in (tmp_path / "run").glob("checkpoint-*"):
         (checkpoint / "rng_state.pth").unlink()
-    with pytest.raises(ValueError, match=r"holds no complete checkpoint .*\(incomplete: checkpoint-6 \(no rng_state\.pth\); "
-                                         r"checkpoint-4 \(no rng_state\.pth\); checkpoint-2 \(no rng_state\.pth\)\)"):
+    skipped = r"checkpoint-6 \(no rng_state\.pth\); checkpoint-4 \(no rng_state\.pth\); checkpoint-2 \(no rng_state\.pth\)"
+    with pytest.raises(ValueError, match=rf"holds no complete checkpoint .*\(incomplete: {skipped}\)"):
         train_bilm(**{**run, "max_steps": 8}, resume=True)
 
 
 def test_damaged_checkpoint_is_one_line(corpus, tmp_path, capsys):
     run = short_run(corpus, tmp_path / "run", max_steps=2)
     train_bilm(**run)
-    (tmp_path / "run/checkpoint-2/optimizer.pt").write_bytes(b"\x80\x04not a pickle")
+    (tmp_path / "run/checkpoint-2/optimizer.pt").write_bytes(b"not a pickle")
     arguments = ["train", "--train-files", str(corpus / "small.txt"), "--config", str(corpus / "tiny.json"),
                  "--split", "pretokenizer", "--window", "22", "--min-count", "2", "--batch-size", "8",
                  "--logging-steps", "10", "--data-cache-dir", str(corpus / "cache"), "--disable-progress-bar",
