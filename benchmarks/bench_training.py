@@ -11,12 +11,10 @@ bilm-tf prints (batch_size x unroll_steps per direction). Prints the machine and
 """
 
 import argparse
-import copy
 import random
 import resource
 import string
 import time
-from types import SimpleNamespace
 
 import numpy as np
 import torch
@@ -24,8 +22,7 @@ import torch
 from hf_elmo.adagrad import Adagrad  # noqa: E402
 from hf_elmo import ElmoConfig, ElmoForBiLM, ElmoTokenizer
 
-from bench_inference import machine_description, speedup
-from reference_modeling import reference_from  # tests/ is on the path through bench_inference
+from bench_inference import machine_description, reference_copy, speedup
 
 
 def make_batch(batch_size: int, words: int, vocab_size: int, device: str, seed: int = 0) -> dict:
@@ -47,18 +44,6 @@ def peak_memory_mib(device: str) -> float:
     if device.startswith("cuda"):
         return torch.cuda.max_memory_allocated(device) / 2**20
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**10  # KiB on Linux
-
-
-class ReferenceEncoder(torch.nn.Module):
-    """The straightforward path (`tests/reference_modeling.py`) behind the interface `ElmoForBiLM` calls."""
-
-    def __init__(self, encoder):
-        super().__init__()
-        self.reference = reference_from(encoder)
-
-    def forward(self, input_ids, attention_mask=None, output_hidden_states=None):
-        layers, _ = self.reference(input_ids, attention_mask)
-        return SimpleNamespace(last_hidden_state=layers[-1], hidden_states=tuple(layers) if output_hidden_states else None)
 
 
 def main():
@@ -85,8 +70,7 @@ def main():
     )
     models = {"fast": ElmoForBiLM(config).to(args.device).train()}
     if args.compare:
-        models["reference"] = copy.deepcopy(models["fast"])
-        models["reference"].elmo = ReferenceEncoder(models["fast"].elmo).train()
+        models["reference"] = reference_copy(models["fast"])
     optimizers = {
         name: Adagrad(model.parameters(), lr=0.2, initial_accumulator_value=1.0 / args.words**2)
         for name, model in models.items()

@@ -37,7 +37,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from bench_inference import machine_description, random_model, random_sentences  # noqa: E402
 from bench_training import make_batch  # noqa: E402
-from reference_modeling import reference_from  # noqa: E402
+from conftest import reference_from  # noqa: E402
 
 from hf_elmo.adagrad import Adagrad  # noqa: E402
 from hf_elmo import ElmoConfig, ElmoForBiLM, ElmoModel, ElmoTokenizer  # noqa: E402

@@ -16,6 +16,7 @@ ELMO_PRESETS = {
 }
 
 ACTIVATIONS = ("relu", "tanh")
+IMPLEMENTATIONS = ("fast", "reference")
 
 # Every class a saved folder can be loaded as with `trust_remote_code=True` (file.Class, flattened by
 # `save_pretrained`); transformers itself would only list the saved object's class.
@@ -24,8 +25,8 @@ AUTO_MAP = {
     "AutoModel": "modeling_elmo.ElmoModel",
     "AutoModelForPreTraining": "modeling_elmo.ElmoForBiLM",
     "AutoTokenizer": ["tokenization_elmo.ElmoTokenizer", None],
-    "AutoModelForSequenceClassification": "modeling_elmo.ElmoForSequenceClassification",
-    "AutoModelForTokenClassification": "modeling_elmo.ElmoForTokenClassification",
+    "AutoModelForSequenceClassification": "modeling_elmo_heads.ElmoForSequenceClassification",
+    "AutoModelForTokenClassification": "modeling_elmo_heads.ElmoForTokenClassification",
 }
 
 # Stated limits on what a configuration may describe, so that a hostile or mistyped config.json cannot exhaust memory
@@ -34,6 +35,24 @@ MAX_PARAMETERS = 2**31
 """Parameters (8 GiB in float32) an `ElmoConfig` may describe."""
 MAX_LAYERS = 1000
 """Layers of each kind (LSTM layers, highway layers, convolutions, task-encoder layers) an `ElmoConfig` may describe."""
+ARCHITECTURE_FIELDS = (
+    "char_embedding_dim",
+    "filters",
+    "n_highway",
+    "activation",
+    "n_characters",
+    "max_characters_per_token",
+    "cell_dim",
+    "projection_dim",
+    "num_layers",
+    "cell_clip",
+    "proj_clip",
+    "use_skip_connections",
+)
+"""The fields that define the network: weights fit a config only if it agrees with theirs on all of them."""
+WEIGHT_FORMAT_FIELDS = ("forget_bias", "char_vocabulary", "input_word_vocab_size", "input_word_dim")
+"""The fields that say how a checkpoint's weights are to be read (converted weights' run-time forget bias, an
+ELMoForManyLangs model's character vocabulary and word embeddings)."""
 
 PROBLEM_TYPES = ("regression", "single_label_classification", "multi_label_classification")
 ELMO_PLACEMENTS = ("input", "output")
@@ -76,6 +95,11 @@ class ElmoConfig(PreTrainedConfig):
             (ELMoForManyLangs models); 0: characters only.
         input_word_dim (`int`, defaults to 0): size of those word embeddings, concatenated before the CNN features
             and projected with them.
+        implementation (`str`, defaults to `"fast"`): how the model computes, with the same results up to float
+            rounding: `"fast"` (distinct words once, the LSTM over length-sorted rows on CPUs and over static shapes
+            on GPUs) or `"reference"` (the straightforward computation, the readable specification the fast paths
+            are tested against; several times slower). Read at each call: `model.config.implementation =
+            "reference"` switches a model.
 
     Task heads (`ElmoForSequenceClassification`, `ElmoForTokenClassification`; the biLM ignores these):
         freeze_elmo (`bool`, defaults to `True`): keep the biLM fixed (no gradients, eval mode); `False` fine-tunes it.
@@ -133,6 +157,7 @@ class ElmoConfig(PreTrainedConfig):
     char_vocabulary: bool = False
     input_word_vocab_size: int = 0
     input_word_dim: int = 0
+    implementation: str = "fast"
     num_softmax_samples: int = 8192
     tie_word_embeddings: bool = False
 
@@ -224,6 +249,10 @@ class ElmoConfig(PreTrainedConfig):
             raise ValueError(f"ElmoConfig.n_highway must be >= 0, got {self.n_highway}.")
         if self.activation not in ACTIVATIONS:
             raise ValueError(f"ElmoConfig.activation must be one of {ACTIVATIONS}, got {self.activation!r}.")
+        if self.implementation not in IMPLEMENTATIONS:
+            raise ValueError(
+                f"ElmoConfig.implementation must be one of {IMPLEMENTATIONS}, got {self.implementation!r}."
+            )
         if not self.filters:
             raise ValueError("ElmoConfig.filters must list at least one [width, number] pair.")
         for f in self.filters:
@@ -334,6 +363,11 @@ class ElmoConfig(PreTrainedConfig):
                 "ElmoConfig.word_vectors_size and word_vectors_dim must both be positive (word vectors) or both 0, "
                 f"got {self.word_vectors_size} and {self.word_vectors_dim}."
             )
+        if self.word_vectors_size and self.char_vocabulary:
+            raise ValueError(
+                "ElmoConfig.word_vectors_size: word vectors are found from the UTF-8 byte rows of the words, but this "
+                "model reads a character vocabulary (a conversion from ELMoForManyLangs); use word_vectors_size=0."
+            )
         if self.classifier_pooling not in POOLINGS:
             raise ValueError(
                 f"ElmoConfig.classifier_pooling must be one of {POOLINGS}, got {self.classifier_pooling!r}."
@@ -346,4 +380,4 @@ def _is_torch_dtype_name(name: str) -> bool:
     return isinstance(getattr(torch, name, None), torch.dtype)
 
 
-__all__ = ["ElmoConfig", "ELMO_PRESETS"]
+__all__ = ["ARCHITECTURE_FIELDS", "ELMO_PRESETS", "ElmoConfig", "WEIGHT_FORMAT_FIELDS"]

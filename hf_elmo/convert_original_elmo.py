@@ -19,63 +19,33 @@ Mapping (see the spec of the reference implementations):
 """
 
 import argparse
-import json
 import math
 import os
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
-from transformers.utils import logging as hf_logging
 
 from .configuration_elmo import ElmoConfig
+from .convert_elmoformanylangs import convert_elmoformanylangs
+from .file_io import (
+    MODEL_FOLDER,
+    ElmoConversionError,
+    ElmoInputError,
+    check_output,
+    checked_config,
+    checked_filters,
+    json_field,
+    read_json_object,
+    write_output,
+)
 from .modeling_elmo import ElmoModel
-from .safe_output import MODEL_FOLDER, ElmoConversionError, check_output, write_output
 from .tokenization_elmo import ElmoTokenizer
 
 TF_FORGET_BIAS = 1.0
 CELL_PATH = "RNN_{direction}/RNN/MultiRNNCell/Cell{layer}/LSTMCell"
-
-
-def json_field(options: dict, path: str, source: str, default=KeyError):
-    """`options["a"]["b"]` for the `path` `"a.b"`; `default` if given and missing, else a one-line error."""
-    value = options
-    for key in path.split("."):
-        if not isinstance(value, dict) or key not in value:
-            if default is not KeyError:
-                return default
-            raise ElmoConversionError(f"{source}: missing field '{path}'")
-        value = value[key]
-    return value
-
-
-def read_utf8(path: str | os.PathLike, what: str) -> str:
-    """The text of a UTF-8 file, with a one-line error naming the file (`what` it is) if it cannot be read."""
-    try:
-        return Path(path).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ElmoConversionError(f"{path}: no such {what}") from None
-    except IsADirectoryError:
-        raise ElmoConversionError(f"{path}: is a folder, expected the {what}") from None
-    except (OSError, UnicodeDecodeError) as error:
-        raise ElmoConversionError(f"{path}: cannot read {what} ({error})") from None
-
-
-def read_json_object(path: str | os.PathLike, what: str) -> dict:
-    """Reads a JSON object, with one-line errors naming the file (`what` it is) for a missing file or bad JSON."""
-    text = read_utf8(path, what)
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as error:
-        raise ElmoConversionError(
-            f"{path}: not valid JSON (line {error.lineno}, column {error.colno}: {error.msg})"
-        ) from None
-    if not isinstance(value, dict):
-        raise ElmoConversionError(f"{path}: expected a JSON object ({what}), got {type(value).__name__}")
-    return value
 
 
 def load_options(path: str | os.PathLike) -> dict:
@@ -90,30 +60,31 @@ def config_from_options(options: dict, source: str = "options.json") -> ElmoConf
         value = json_field(options, path, source, default)
         if value is None or (kind is float and isinstance(value, (int, float)) and not isinstance(value, bool)):
             if value is not None and not math.isfinite(value):
-                raise ElmoConversionError(f"{source}: field '{path}' must be a finite number, got {value!r}")
+                raise ElmoInputError(f"{source}: field '{path}' must be a finite number, got {value!r}")
             return value
         if kind is int and isinstance(value, int) and not isinstance(value, bool):
             return value
-        raise ElmoConversionError(f"{source}: field '{path}' must be a {kind.__name__}, got {value!r}")
+        raise ElmoInputError(f"{source}: field '{path}' must be a {kind.__name__}, got {value!r}")
 
     activation = json_field(options, "char_cnn.activation", source)
     if activation not in ("relu", "tanh"):
-        raise ElmoConversionError(f"{source}: char_cnn.activation must be 'relu' or 'tanh', got {activation!r}")
+        raise ElmoInputError(f"{source}: char_cnn.activation must be 'relu' or 'tanh', got {activation!r}")
     filters = checked_filters(json_field(options, "char_cnn.filters", source), "char_cnn.filters", source)
     max_chars = number("char_cnn.max_characters_per_token", default=50)
     if max_chars != 50:
-        raise ElmoConversionError(f"{source}: char_cnn.max_characters_per_token must be 50, got {max_chars}")
+        raise ElmoInputError(f"{source}: char_cnn.max_characters_per_token must be 50, got {max_chars}")
     # bilm-tf trains with 261 characters and infers with 262; the weight file is the same.
     n_characters = number("char_cnn.n_characters", default=262)
     if n_characters not in (261, 262):
-        raise ElmoConversionError(
+        raise ElmoInputError(
             f"{source}: char_cnn.n_characters must be 261 or 262 (UTF-8 bytes and the special characters), "
             f"got {n_characters}"
         )
     skip = json_field(options, "lstm.use_skip_connections", source, default=False)
     if not isinstance(skip, bool):
-        raise ElmoConversionError(f"{source}: lstm.use_skip_connections must be true or false, got {skip!r}")
-    return config_or_error(
+        raise ElmoInputError(f"{source}: lstm.use_skip_connections must be true or false, got {skip!r}")
+    return checked_config(
+        ElmoConfig,
         source,
         char_embedding_dim=number("char_cnn.embedding.dim"),
         filters=filters,
@@ -130,24 +101,6 @@ def config_from_options(options: dict, source: str = "options.json") -> ElmoConf
     )
 
 
-def checked_filters(filters, path: str, source: str) -> list:
-    """`filters` if it is a non-empty list of `[width, number]` pairs of positive ints, else a one-line error."""
-    if not isinstance(filters, list) or not filters or not all(
-        isinstance(f, list) and len(f) == 2 and all(type(v) is int and v > 0 for v in f) for f in filters
-    ):
-        raise ElmoConversionError(f"{source}: {path} must be a list of [width, number] pairs, got {filters!r}")
-    return filters
-
-
-def config_or_error(source: str, **values) -> ElmoConfig:
-    """`ElmoConfig(**values)`, a validator's complaint made a one-line `ElmoConversionError` naming `source`."""
-    try:
-        return ElmoConfig(**values)
-    except Exception as error:
-        message = str(error.__cause__ or error).strip().splitlines()[-1].strip()  # the validator's own error
-        raise ElmoConversionError(f"{source}: {message}") from None
-
-
 class _WeightReader:
     """Reads datasets from the HDF5 file, checking each against the shape the options imply."""
 
@@ -159,19 +112,19 @@ class _WeightReader:
     def read(self, name: str, shape: tuple, why: str) -> torch.Tensor:
         dataset = self.h5file.get(name)
         if dataset is None or not hasattr(dataset, "shape"):
-            raise ElmoConversionError(f"{self.source}: missing dataset '{name}' ({why})")
+            raise ElmoInputError(f"{self.source}: missing dataset '{name}' ({why})")
         if tuple(dataset.shape) != tuple(shape):
-            raise ElmoConversionError(
+            raise ElmoInputError(
                 f"{self.source}: dataset '{name}' has shape {tuple(dataset.shape)}, expected {tuple(shape)} ({why})"
             )
         if dataset.dtype.kind != "f":
-            raise ElmoConversionError(f"{self.source}: dataset '{name}' has dtype {dataset.dtype}, expected float")
+            raise ElmoInputError(f"{self.source}: dataset '{name}' has dtype {dataset.dtype}, expected float")
         try:
             array = np.asarray(dataset[...], dtype=np.float32)
         except OSError as error:
-            raise ElmoConversionError(f"{self.source}: cannot read dataset '{name}' ({error})") from None
+            raise ElmoInputError(f"{self.source}: cannot read dataset '{name}' ({error})") from None
         if not np.isfinite(array).all():
-            raise ElmoConversionError(f"{self.source}: dataset '{name}' contains NaN or infinite values")
+            raise ElmoInputError(f"{self.source}: dataset '{name}' contains NaN or infinite values")
         self.used.add(name)
         return torch.from_numpy(array)
 
@@ -312,7 +265,7 @@ def state_dict_from_hdf5(h5file, config: ElmoConfig, source: str = "weights.hdf5
     unused = [name for name in in_file if name not in expected and name not in UNUSED_DATASETS]
     if unused:
         more = f" (and {len(unused) - 1} more)" if len(unused) > 1 else ""
-        raise ElmoConversionError(
+        raise ElmoInputError(
             f"{source}: dataset '{unused[0]}'{more} is not part of the model the options describe (lstm.n_layers = "
             f"{config.num_layers}, char_cnn.n_highway = {config.n_highway}, {len(config.filters)} filters): the "
             "options and the weights do not belong together"
@@ -339,7 +292,7 @@ def hdf5_datasets_from_state_dict(state: dict[str, torch.Tensor], config: ElmoCo
 def options_from_config(config: ElmoConfig) -> dict:
     """The inverse of `config_from_options`: an original `options.json` dictionary."""
     if config.char_vocabulary or config.input_word_dim:
-        raise ElmoConversionError(
+        raise ElmoInputError(
             "the original options.json / weights.hdf5 format has UTF-8 byte characters only: this model reads a "
             "character vocabulary or word embeddings (an ELMoForManyLangs conversion) and cannot be exported"
         )
@@ -370,45 +323,18 @@ def load_original_elmo(options_path, weights_path) -> ElmoModel:
     config = config_from_options(load_options(options_path), source=str(options_path))
     weights_path = Path(weights_path)
     if weights_path.is_dir():
-        raise ElmoConversionError(f"{weights_path}: is a folder, expected the weight file (weights.hdf5)")
+        raise ElmoInputError(f"{weights_path}: is a folder, expected the weight file (weights.hdf5)")
     if not weights_path.is_file():
-        raise ElmoConversionError(f"{weights_path}: no such weight file")
+        raise ElmoInputError(f"{weights_path}: no such weight file")
     try:
         h5file = h5py.File(weights_path, "r")
     except OSError as error:
-        raise ElmoConversionError(f"{weights_path}: not an HDF5 file or corrupted ({error})") from None
+        raise ElmoInputError(f"{weights_path}: not an HDF5 file or corrupted ({error})") from None
     with h5file:
         state = state_dict_from_hdf5(h5file, config, source=str(weights_path))
     with torch.device("meta"):
         model = ElmoModel(config)
     model.load_state_dict(state, strict=True, assign=True)
-    return model.eval()
-
-
-def load_model_folder(folder) -> ElmoModel:
-    """`ElmoModel.from_pretrained(folder)` in eval mode, with a one-line `ElmoConversionError` for a missing or
-    damaged folder, and refusing a checkpoint that lacks some of the model's weights (transformers would fill
-    them with random values)."""
-    folder = Path(folder)
-    if not (folder / "config.json").is_file():
-        raise ElmoConversionError(
-            f"{folder}: no config.json (expected a folder written by hf-elmo convert or save_pretrained)"
-        )
-    bars = hf_logging.is_progress_bar_enabled()
-    hf_logging.disable_progress_bar()  # a bar per load is noise in a command's output
-    try:
-        model, info = ElmoModel.from_pretrained(folder, output_loading_info=True)
-    except Exception as error:  # transformers, safetensors and json each raise their own kinds
-        message = " ".join(str(error).split()) or type(error).__name__
-        if message.startswith(f"{folder}: "):  # the model's own checks name the folder already
-            raise ElmoConversionError(message) from None
-        raise ElmoConversionError(f"{folder}: cannot load the model ({message})") from None
-    finally:
-        if bars:
-            hf_logging.enable_progress_bar()
-    problems = info.get("missing_keys") or info.get("mismatched_keys")
-    if problems:
-        raise ElmoConversionError(f"{folder}: the weights lack or mis-size {sorted(map(str, problems))[:5]}")
     return model.eval()
 
 
@@ -444,30 +370,25 @@ def add_arguments(parser: argparse.ArgumentParser):
 def _convert_from_args(args: argparse.Namespace) -> Path:
     if args.format == "elmoformanylangs":
         if args.model_dir is None or args.options or args.weights:
-            raise ElmoConversionError("--format elmoformanylangs takes --model-dir (not --options / --weights)")
-        from .convert_elmoformanylangs import convert_elmoformanylangs
-
+            raise ElmoInputError("--format elmoformanylangs takes --model-dir (not --options / --weights)")
         return convert_elmoformanylangs(args.model_dir, args.output_dir, args.model_config, force=args.force)
     if args.options is None or args.weights is None or args.model_dir or args.model_config:
-        raise ElmoConversionError("--format original takes --options and --weights (not --model-dir / --model-config)")
+        raise ElmoInputError("--format original takes --options and --weights (not --model-dir / --model-config)")
     return convert(args.options, args.weights, args.output_dir, force=args.force)
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        output_dir = _convert_from_args(args)
-    except ElmoConversionError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    print(f"Converted ELMo written to {output_dir}")
+    print(f"Converted ELMo written to {_convert_from_args(args)}")
     return 0
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    add_arguments(parser)
-    return run(parser.parse_args(argv))
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+__all__ = [
+    "ElmoConversionError",
+    "config_from_options",
+    "convert",
+    "hdf5_datasets_from_state_dict",
+    "load_original_elmo",
+    "options_from_config",
+    "state_dict_from_hdf5",
+    "weight_links",
+]

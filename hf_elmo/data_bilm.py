@@ -23,8 +23,6 @@ sentences were packed together.
 import argparse
 import codecs
 import os
-import sys
-from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -32,16 +30,10 @@ from functools import partial
 import numpy as np
 import torch
 
-from .safe_output import VOCABULARY_FILE, check_output, write_output
-from .tokenization_elmo import (
-    BOS_TOKEN,
-    EOS_TOKEN,
-    MAX_WORD_LENGTH,
-    WORD_VOCABULARY_SPECIALS,
-    ElmoTokenizer,
-    words_to_char_ids,
-    write_word_vocabulary,
-)
+from .character_rows import BOS_TOKEN, EOS_TOKEN, MAX_WORD_LENGTH, pad_rows, words_to_char_ids
+from .file_io import VOCABULARY_FILE, check_output, write_output
+from .tokenization_elmo import ElmoTokenizer
+from .word_vocabulary import count_word_vocabulary, write_word_vocabulary
 
 SPLITS = ("whitespace", "pretokenizer")
 SPLIT_HELP = "whitespace: text is tokenised already; pretokenizer: raw text through the tokenizer's splitter"
@@ -90,7 +82,7 @@ def check_text_files(files: Sequence[str | os.PathLike], role: str = "data") -> 
 
 
 def _first_invalid_line(path) -> str:
-    """Where the first invalid UTF-8 of a file is, counting lines as text mode does (`\n`, `\r\n`, `\r`)."""
+    """Where the first invalid UTF-8 of a file is, counting lines as text mode does (LF, CRLF and CR end a line)."""
     number = 0
     with open(path, "rb") as f:
         for chunk in f:
@@ -127,27 +119,11 @@ def build_word_vocabulary(
     min_count: int = 1,
     max_size: int | None = None,
 ) -> list[str]:
-    """Count the words of a corpus and return a vocabulary in the original format.
-
-    Returns:
-        `["<S>", "</S>", "<UNK>"]` followed by the words seen at least `min_count` times, most frequent first
-        (ties in alphabetical order), cut to `max_size` entries in all. Save it with
-        `tokenization_elmo.write_word_vocabulary`.
-    """
+    """The vocabulary of the corpus in `files` (`word_vocabulary.count_word_vocabulary`): `<S>`, `</S>`, `<UNK>`,
+    then the words seen at least `min_count` times, most frequent first, at most `max_size` entries in all. Save it
+    with `word_vocabulary.write_word_vocabulary`."""
     files = check_text_files(files, "corpus")
-    if min_count < 1:
-        raise ValueError(f"min_count must be >= 1, got {min_count}.")
-    if max_size is not None and max_size <= len(WORD_VOCABULARY_SPECIALS):
-        raise ValueError(f"max_size must leave room for words after {WORD_VOCABULARY_SPECIALS}, got {max_size}.")
-    counts = Counter()
-    for words in iter_sentences(files, split, tokenizer):
-        counts.update(words)
-    for special in WORD_VOCABULARY_SPECIALS:
-        counts.pop(special, None)
-    words = sorted((w for w, c in counts.items() if c >= min_count), key=lambda w: (-counts[w], w))
-    if max_size is not None:
-        words = words[: max_size - len(WORD_VOCABULARY_SPECIALS)]
-    return [*WORD_VOCABULARY_SPECIALS, *words]
+    return count_word_vocabulary(iter_sentences(files, split, tokenizer), min_count, max_size)
 
 
 def pack_sentences(
@@ -308,13 +284,9 @@ class DataCollatorForBiLM:
         positions = max(i.shape[0] for i in ids)
         if self.pad_to_multiple_of:
             positions = -(-positions // self.pad_to_multiple_of) * self.pad_to_multiple_of
-        batch_ids = np.zeros((len(ids), positions, MAX_WORD_LENGTH), dtype=np.int64)
-        batch_labels = np.full((len(ids), positions, 2), IGNORE_INDEX, dtype=np.int64)
-        mask = np.zeros((len(ids), positions), dtype=np.int64)
-        for row, (i, l) in enumerate(zip(ids, labels)):
-            batch_ids[row, : len(i)] = i
-            batch_labels[row, : len(l)] = l
-            mask[row, : len(i)] = 1
+        batch_ids = pad_rows(ids, positions)
+        batch_labels = pad_rows(labels, positions, fill=IGNORE_INDEX)
+        mask = (np.arange(positions)[None, :] < np.array([len(i) for i in ids])[:, None]).astype(np.int64)
         return {
             "input_ids": torch.from_numpy(batch_ids),
             "attention_mask": torch.from_numpy(mask),
@@ -335,13 +307,9 @@ def add_arguments(parser: argparse.ArgumentParser):
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        check_output(args.output, VOCABULARY_FILE, args.files, args.force)
-        words = build_word_vocabulary(args.files, args.split, ElmoTokenizer(), args.min_count, args.max_size)
-        write_output(args.output, partial(write_word_vocabulary, words), VOCABULARY_FILE, args.files, args.force)
-    except (ValueError, FileNotFoundError) as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+    check_output(args.output, VOCABULARY_FILE, args.files, args.force)
+    words = build_word_vocabulary(args.files, args.split, ElmoTokenizer(), args.min_count, args.max_size)
+    write_output(args.output, partial(write_word_vocabulary, words), VOCABULARY_FILE, args.files, args.force)
     print(f"{len(words):,} entries written to {args.output}")
     return 0
 

@@ -27,7 +27,7 @@ the original command:
   of the distinct input text; `--forget-sentences` drops it, and with it the sharing of repeated lines).
 * **Safe output**: everything is written to a hidden temporary file beside the output, renamed when complete,
   so an interrupted run leaves no output file; an existing output is kept unless `--force`, which replaces only an
-  HDF5 file (see `safe_output`).
+  HDF5 file (see `file_io`).
 """
 
 import argparse
@@ -41,8 +41,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .convert_original_elmo import ElmoConversionError, load_model_folder, load_original_elmo
-from .safe_output import HDF5_FILE, check_output, write_output
+from .convert_original_elmo import load_original_elmo
+from .file_io import HDF5_FILE, ElmoInputError, check_output, write_output
+from .model_io import load_model_folder
+from .modeling_elmo import ElmoModel
 from .tokenization_elmo import ElmoTokenizer
 
 WINDOW_BATCHES = 16
@@ -54,13 +56,13 @@ DTYPES = {"float32": torch.float32, "float64": torch.float64, "float16": torch.f
 def read_lines(path) -> Iterator[str]:
     """The lines of a UTF-8 file (`-`: standard input) without their line ends; `\n`, `\r\n` and `\r` all end
     a line, as in Python's text mode, and a byte-order mark at the start is not part of the first line. Invalid
-    UTF-8 is an `ElmoConversionError` naming the line."""
+    UTF-8 is an `ElmoInputError` naming the line."""
     stream = sys.stdin.buffer if str(path) == "-" else None
     if stream is None:
         try:
             stream = open(path, "rb")
         except OSError as error:
-            raise ElmoConversionError(f"{path}: cannot read input ({error.strerror})") from None
+            raise ElmoInputError(f"{path}: cannot read input ({error.strerror})") from None
     number = 0
     with stream:
         for chunk in stream:  # split at b"\n" only; splitlines splits at \n, \r\n and \r (bytes: nothing else)
@@ -71,7 +73,7 @@ def read_lines(path) -> Iterator[str]:
                 try:
                     yield piece.decode("utf-8")
                 except UnicodeDecodeError as error:
-                    raise ElmoConversionError(
+                    raise ElmoInputError(
                         f"{path}: line {number} is not valid UTF-8 (byte {error.start + 1}: {error.reason})"
                     ) from None
 
@@ -96,12 +98,12 @@ class LayerSelector:
         self.mode = mode
         if mode == "mix":
             if len(mix_weights) != num_layers + 1:
-                raise ElmoConversionError(
+                raise ElmoInputError(
                     f"--scalar-mix-weights needs {num_layers + 1} values (one per layer of this model), "
                     f"got {len(mix_weights)}"
                 )
             if not all(math.isfinite(w) for w in mix_weights):
-                raise ElmoConversionError(f"--scalar-mix-weights must be finite numbers, got {mix_weights}")
+                raise ElmoInputError(f"--scalar-mix-weights must be finite numbers, got {mix_weights}")
             self.mix = torch.softmax(torch.tensor(mix_weights, dtype=torch.float64), dim=0)
 
     def __call__(self, layers: tuple[torch.Tensor, ...]) -> torch.Tensor:
@@ -187,7 +189,7 @@ def embed_file(
     from tqdm.auto import tqdm
 
     if batch_size < 1:
-        raise ElmoConversionError(f"--batch-size must be >= 1, got {batch_size}")
+        raise ElmoInputError(f"--batch-size must be >= 1, got {batch_size}")
     split = embedder.tokenizer.split_words if raw else str.split
     lines = ((index, text.strip(), split(text)) for index, text in enumerate(read_lines(input_path)))
     bar = tqdm(total=count_lines(input_path) if progress else None, unit=" sentences", disable=not progress)
@@ -271,16 +273,16 @@ def add_arguments(parser: argparse.ArgumentParser):
 def _load(args):
     if args.model is not None:
         if args.weights is not None:
-            raise ElmoConversionError("--weights goes with --options, not with --model")
-        model = load_model_folder(args.model)
+            raise ElmoInputError("--weights goes with --options, not with --model")
+        model = load_model_folder(ElmoModel, args.model)
         try:
             tokenizer = ElmoTokenizer.from_pretrained(args.model)
         except Exception as error:  # json, OSError, ValueError from the tokenizer files
             message = " ".join(str(error).split()) or type(error).__name__
-            raise ElmoConversionError(f"{args.model}: cannot load the tokenizer ({message})") from None
+            raise ElmoInputError(f"{args.model}: cannot load the tokenizer ({message})") from None
         return model, tokenizer
     if args.weights is None:
-        raise ElmoConversionError("--options needs --weights")
+        raise ElmoInputError("--options needs --weights")
     return load_original_elmo(args.options, args.weights), ElmoTokenizer()
 
 
@@ -290,44 +292,40 @@ def _device(name: str | None) -> torch.device:
     try:
         device = torch.device(name)
     except RuntimeError:
-        raise ElmoConversionError(f"--device: unknown device {name!r} (e.g. cpu, cuda, cuda:1)") from None
+        raise ElmoInputError(f"--device: unknown device {name!r} (e.g. cpu, cuda, cuda:1)") from None
     if device.type == "cuda" and not torch.cuda.is_available():
-        raise ElmoConversionError(f"--device {name}: CUDA is not available on this machine")
+        raise ElmoInputError(f"--device {name}: CUDA is not available on this machine")
     return device
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        inputs = [args.input, args.model, args.options, args.weights]
-        check_output(args.output, HDF5_FILE, inputs, args.force)  # before loading a large model
-        if str(args.input) != "-" and Path(args.input).is_dir():
-            raise ElmoConversionError(f"{args.input}: is a folder, expected the input text file")
-        if str(args.input) != "-" and not Path(args.input).exists():
-            raise ElmoConversionError(f"{args.input}: no such input file")
-        device = _device(args.device)
-        model, tokenizer = _load(args)
-        model.to(device=device, dtype=DTYPES[args.dtype])
-        mode = "mix" if args.scalar_mix_weights is not None else args.layers
-        embedder = Embedder(
-            model,
-            tokenizer,
-            LayerSelector(mode, model.config.num_layers, args.scalar_mix_weights),
-            torch.float64 if args.dtype == "float64" else torch.float32,
-        )
-        count = embed_file(
-            embedder,
-            args.input,
-            args.output,
-            batch_size=args.batch_size,
-            raw=args.raw,
-            carry_state=args.carry_state,
-            forget_sentences=args.forget_sentences,
-            force=args.force,
-            progress=not args.quiet,
-            inputs=inputs[1:],
-        )
-    except ElmoConversionError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+    inputs = [args.input, args.model, args.options, args.weights]
+    check_output(args.output, HDF5_FILE, inputs, args.force)  # before loading a large model
+    if str(args.input) != "-" and Path(args.input).is_dir():
+        raise ElmoInputError(f"{args.input}: is a folder, expected the input text file")
+    if str(args.input) != "-" and not Path(args.input).exists():
+        raise ElmoInputError(f"{args.input}: no such input file")
+    device = _device(args.device)
+    model, tokenizer = _load(args)
+    model.to(device=device, dtype=DTYPES[args.dtype])
+    mode = "mix" if args.scalar_mix_weights is not None else args.layers
+    embedder = Embedder(
+        model,
+        tokenizer,
+        LayerSelector(mode, model.config.num_layers, args.scalar_mix_weights),
+        torch.float64 if args.dtype == "float64" else torch.float32,
+    )
+    count = embed_file(
+        embedder,
+        args.input,
+        args.output,
+        batch_size=args.batch_size,
+        raw=args.raw,
+        carry_state=args.carry_state,
+        forget_sentences=args.forget_sentences,
+        force=args.force,
+        progress=not args.quiet,
+        inputs=inputs[1:],
+    )
     print(f"{count} sentences embedded to {args.output}", file=sys.stderr)
     return 0

@@ -12,16 +12,12 @@ that format and are refused.
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
-from .convert_original_elmo import (
-    ElmoConversionError,
-    hdf5_datasets_from_state_dict,
-    load_model_folder,
-    options_from_config,
-)
-from .safe_output import ORIGINAL_FOLDER, check_output, write_output
+from .convert_original_elmo import hdf5_datasets_from_state_dict, options_from_config
+from .file_io import ORIGINAL_FOLDER, check_output, write_output
+from .model_io import load_model_folder
+from .modeling_elmo import ElmoModel
 
 
 def export(model_dir, output_dir, force: bool = False) -> Path:
@@ -29,7 +25,7 @@ def export(model_dir, output_dir, force: bool = False) -> Path:
     import h5py
 
     check_output(output_dir, ORIGINAL_FOLDER, [model_dir], force)
-    model = load_model_folder(model_dir)
+    model = load_model_folder(ElmoModel, model_dir)
     options = options_from_config(model.config)
     datasets = hdf5_datasets_from_state_dict(model.state_dict(), model.config)
 
@@ -50,10 +46,8 @@ def add_arguments(parser: argparse.ArgumentParser):
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        output_dir = export(args.model, args.output_dir, force=args.force)
-    except ElmoConversionError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    print(f"options.json and weights.hdf5 written to {output_dir}")
+    print(f"options.json and weights.hdf5 written to {export(args.model, args.output_dir, force=args.force)}")
     return 0
+
+
+__all__ = ["export"]

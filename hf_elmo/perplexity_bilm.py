@@ -9,13 +9,11 @@ geometric mean, `exp` of the mean of the two losses (39.7 for its released model
 import argparse
 import itertools
 import math
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 import torch
-from huggingface_hub.errors import StrictDataclassError
 
 from .configuration_elmo import ElmoConfig
 from .data_bilm import (
@@ -28,7 +26,9 @@ from .data_bilm import (
     pack_sentences,
 )
 from .modeling_elmo import ElmoForBiLM
-from .tokenization_elmo import BOS_WORD_INDEX, EOS_TOKEN, ElmoTokenizer
+from .character_rows import EOS_TOKEN
+from .tokenization_elmo import ElmoTokenizer
+from .word_vocabulary import BOS_WORD_INDEX
 
 
 def _batches(files, tokenizer, window, split, batch_size):
@@ -148,13 +148,8 @@ def add_arguments(parser: argparse.ArgumentParser):
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        model, tokenizer = load_bilm(args.model, args.device)
-        result = compute_perplexity(model, tokenizer, args.files, args.window, args.split, args.batch_size)
-    except (ValueError, OSError, StrictDataclassError) as error:
-        # a config validator's ValueError comes wrapped by huggingface_hub
-        print(f"error: {error.__cause__ if isinstance(error, StrictDataclassError) else error}", file=sys.stderr)
-        return 2
+    model, tokenizer = load_bilm(args.model, args.device)
+    result = compute_perplexity(model, tokenizer, args.files, args.window, args.split, args.batch_size)
     print(f"targets per direction  {result['targets']:,}")
     print(f"forward perplexity     {result['forward']:.2f}")
     print(f"backward perplexity    {result['backward']:.2f}")

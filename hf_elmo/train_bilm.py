@@ -25,20 +25,19 @@ import math
 import os
 import pickle
 import shutil
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import torch
-from huggingface_hub.errors import StrictDataclassError
 from transformers import Trainer, TrainerCallback, TrainingArguments, set_seed
 from transformers.trainer import TRAINER_STATE_NAME
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from .adagrad import Adagrad
-from .configuration_elmo import ELMO_PRESETS, ElmoConfig
+from .configuration_elmo import ARCHITECTURE_FIELDS, ELMO_PRESETS, WEIGHT_FORMAT_FIELDS, ElmoConfig
+from .convert_original_elmo import config_from_options
 from .data_bilm import (
     SPLIT_HELP,
     SPLITS,
@@ -49,8 +48,9 @@ from .data_bilm import (
     load_bilm_dataset,
 )
 from .modeling_elmo import ElmoForBiLM
-from .safe_output import check_not_an_input, deferred_signals
-from .tokenization_elmo import WORD_VOCABULARY_FILE, WORD_VOCABULARY_SPECIALS, ElmoTokenizer, read_word_vocabulary
+from .file_io import check_not_an_input, deferred_signals
+from .tokenization_elmo import ElmoTokenizer
+from .word_vocabulary import WORD_VOCABULARY_FILE, WORD_VOCABULARY_SPECIALS, read_word_vocabulary
 
 OPTIONS_FILE = "bilm_training_options.json"
 STAGING_DIR = ".staging"
@@ -68,73 +68,73 @@ RESUMABLE_CHANGES = {
     "save_steps", "save_total_limit", "dataloader_workers", "max_minutes", "max_steps", "epochs",
 }
 
-# Fields that define the network; a --config must agree with --init-from weights on all of them.
-# Fields of a checkpoint's config that say how its weights are to be read; taken from --init-from.
-WEIGHT_FORMAT_FIELDS = ("forget_bias", "char_vocabulary", "input_word_vocab_size", "input_word_dim")
-ARCHITECTURE_FIELDS = (
-    "char_embedding_dim",
-    "filters",
-    "n_highway",
-    "activation",
-    "n_characters",
-    "max_characters_per_token",
-    "cell_dim",
-    "projection_dim",
-    "num_layers",
-    "cell_clip",
-    "proj_clip",
-    "use_skip_connections",
-)
-
 OPTIMIZERS = ("adagrad", "adamw")
+
+
+def _option(default=dataclasses.MISSING, help: str = "", **argparse_options):
+    """A field of `BiLMTrainingOptions` with its command-line help: `HfArgumentParser` makes `--name` of each field,
+    with the field's type and default."""
+    metadata = {"help": help, **argparse_options}
+    if isinstance(default, list):
+        return field(default_factory=lambda: list(default), metadata=metadata)
+    return field(default=default, metadata=metadata)
 
 
 @dataclass
 class BiLMTrainingOptions:
-    """Everything `train_bilm` needs; the defaults are the original recipe (see the module docstring)."""
+    """Everything `train_bilm` needs, and the options of `hf-elmo train`; the defaults are the original recipe (see
+    the module docstring)."""
 
-    output_dir: str
-    train_files: list[str]
-    eval_files: list[str] = field(default_factory=list)
-    vocab: str | None = None
-    """Vocabulary file (one word per line, `<S>`, `</S>`, `<UNK>` first). Default: the `--init-from` model's, else
-    built from the training files with `min_count` and `max_vocab_size`."""
-    config: str | None = None
-    """`small`, `medium`, `original`, a config.json / folder, or a bilm-tf options.json. Default: the `--init-from`
-    model's, else `small`."""
-    init_from: str | None = None
-    """Folder of an `ElmoModel` (e.g. converted released weights) or `ElmoForBiLM` to continue from."""
-    resume: bool = False
-    split: str = "whitespace"
-    streaming: bool = False
-    data_cache_dir: str | None = None
-    """Where `datasets` keeps the packed windows (default: its cache, `HF_DATASETS_CACHE`)."""
-    min_count: int = 1
-    max_vocab_size: int | None = None
-    window: int = 20
-    batch_size: int = 128
-    gradient_accumulation_steps: int = 1
-    optimizer: str = "adagrad"
-    learning_rate: float = 0.2
-    adagrad_initial_accumulator: float = 1.0
-    max_grad_norm: float = 10.0
-    lr_scheduler: str = "constant"
-    warmup_steps: int = 0
-    dropout: float = 0.1
-    num_softmax_samples: int = 8192
-    epochs: float = 10.0
-    max_steps: int = -1
-    logging_steps: int = 100
-    eval_steps: int = 1250
-    save_steps: int = 1250
-    save_total_limit: int = 2
-    max_minutes: float | None = None
-    """Stop (and save) after this many minutes of training, whatever the step count."""
-    seed: int = 42
-    bf16: bool = False
-    dataloader_workers: int = 0
-    report_to: str = "none"
-    disable_progress_bar: bool = False
+    # data
+    output_dir: str = _option(help="folder of the run: checkpoints, then the trained biLM")
+    train_files: list[str] = _option(help="text files, one sentence per line")
+    eval_files: list[str] = _option([], help="held-out text files for periodic perplexity")
+    vocab: str | None = _option(
+        None,
+        help="vocabulary file (one word per line, <S>, </S>, <UNK> first); default: the --init-from model's, else "
+        "built from the training files with --min-count and --max-vocab-size",
+    )
+    min_count: int = _option(1, help="when building the vocabulary: keep words seen at least this often")
+    max_vocab_size: int | None = _option(None, help="when building the vocabulary: at most this many entries")
+    split: str = _option("whitespace", help=SPLIT_HELP, choices=SPLITS)
+    window: int = _option(20, help="positions per example, <S> and </S> included")
+    streaming: bool = _option(False, help="read the corpus lazily (needs --max-steps)")
+    data_cache_dir: str | None = _option(
+        None, help="where the datasets library keeps the packed windows (default: its cache, HF_DATASETS_CACHE)"
+    )
+    # model
+    config: str | None = _option(
+        None,
+        help=f"{'|'.join(ELMO_PRESETS)}|PATH (config.json, model folder or bilm-tf options.json); default: the "
+        "--init-from model's, else small",
+    )
+    init_from: str | None = _option(
+        None, help="folder of an ElmoModel (e.g. converted released weights) or ElmoForBiLM to continue from"
+    )
+    dropout: float = _option(0.1)
+    num_softmax_samples: int = _option(8192, help="negatives of the sampled softmax; 0: full softmax")
+    # optimisation
+    resume: bool = _option(False, help="continue from the last checkpoint in --output-dir")
+    batch_size: int = _option(128, help="windows per process and step")
+    gradient_accumulation_steps: int = _option(1)
+    optimizer: str = _option("adagrad", choices=OPTIMIZERS)
+    learning_rate: float = _option(0.2)
+    adagrad_initial_accumulator: float = _option(1.0)
+    max_grad_norm: float = _option(10.0, help="global norm clip of the gradient of window x loss, as in the original")
+    lr_scheduler: str = _option("constant", help="a transformers scheduler name")
+    warmup_steps: int = _option(0)
+    epochs: float = _option(10.0)
+    max_steps: int = _option(-1, help="overrides --epochs when > 0")
+    logging_steps: int = _option(100)
+    eval_steps: int = _option(1250)
+    save_steps: int = _option(1250)
+    save_total_limit: int = _option(2)
+    max_minutes: float | None = _option(None, help="stop (and save) after this many minutes of training")
+    seed: int = _option(42)
+    bf16: bool = _option(False, help="bfloat16 autocast (GPU, or CPU)")
+    dataloader_workers: int = _option(0)
+    report_to: str = _option("none", help="none, tensorboard, wandb, ...")
+    disable_progress_bar: bool = _option(False)
 
     def __post_init__(self):
         if isinstance(self.train_files, (str, os.PathLike)):
@@ -198,8 +198,6 @@ def load_config(spec: str) -> ElmoConfig:
     except (json.JSONDecodeError, UnicodeDecodeError) as error:
         raise ValueError(f"--config {spec!r} is not a JSON file: {error}.") from None
     if "lstm" in values and "char_cnn" in values:
-        from .convert_original_elmo import config_from_options
-
         return config_from_options(values, source=str(path))
     return ElmoConfig.from_json_file(path)
 
@@ -653,63 +651,13 @@ def _train(options, output_dir, tokenizer, config, args, resume_from) -> dict:
     return metrics
 
 
-def add_arguments(parser: argparse.ArgumentParser):
-    defaults = BiLMTrainingOptions(output_dir="", train_files=[])
-    data = parser.add_argument_group("data")
-    data.add_argument("--train-files", nargs="+", required=True, help="text files, one sentence per line")
-    data.add_argument("--eval-files", nargs="+", default=[], help="held-out text files for periodic perplexity")
-    data.add_argument("--vocab", help="vocabulary file (default: --init-from's, else built from --train-files)")
-    data.add_argument("--min-count", type=int, default=defaults.min_count, help="when building the vocabulary")
-    data.add_argument("--max-vocab-size", type=int, help="when building the vocabulary (specials included)")
-    data.add_argument("--split", choices=SPLITS, default=defaults.split, help=SPLIT_HELP)
-    data.add_argument("--window", type=int, default=defaults.window, help="positions per example, <S> and </S> included")
-    data.add_argument("--streaming", action="store_true", help="read the corpus lazily (needs --max-steps)")
-    data.add_argument("--data-cache-dir", help="where the datasets library keeps the packed windows")
-
-    model = parser.add_argument_group("model")
-    model.add_argument(
-        "--config", help=f"{'|'.join(ELMO_PRESETS)}|PATH (config.json, model folder or bilm-tf options.json)"
-    )
-    model.add_argument("--init-from", help="model folder to continue from (e.g. converted released weights)")
-    model.add_argument("--dropout", type=float, default=defaults.dropout)
-    model.add_argument("--num-softmax-samples", type=int, default=defaults.num_softmax_samples,
-                       help="negatives of the sampled softmax; 0: full softmax")
-
-    run = parser.add_argument_group("optimisation (defaults: the original recipe)")
-    run.add_argument("--output-dir", required=True)
-    run.add_argument("--resume", action="store_true", help="continue from the last checkpoint in --output-dir")
-    run.add_argument("--batch-size", type=int, default=defaults.batch_size, help="windows per process and step")
-    run.add_argument("--gradient-accumulation-steps", type=int, default=defaults.gradient_accumulation_steps)
-    run.add_argument("--optimizer", choices=OPTIMIZERS, default=defaults.optimizer)
-    run.add_argument("--learning-rate", type=float, default=defaults.learning_rate)
-    run.add_argument("--adagrad-initial-accumulator", type=float, default=defaults.adagrad_initial_accumulator)
-    run.add_argument("--max-grad-norm", type=float, default=defaults.max_grad_norm,
-                     help="global norm clip of the gradient of window x loss, as in the original")
-    run.add_argument("--lr-scheduler", default=defaults.lr_scheduler, help="a transformers scheduler name")
-    run.add_argument("--warmup-steps", type=int, default=defaults.warmup_steps)
-    run.add_argument("--epochs", type=float, default=defaults.epochs)
-    run.add_argument("--max-steps", type=int, default=defaults.max_steps, help="overrides --epochs when > 0")
-    run.add_argument("--logging-steps", type=int, default=defaults.logging_steps)
-    run.add_argument("--eval-steps", type=int, default=defaults.eval_steps)
-    run.add_argument("--save-steps", type=int, default=defaults.save_steps)
-    run.add_argument("--save-total-limit", type=int, default=defaults.save_total_limit)
-    run.add_argument("--max-minutes", type=float, help="stop (and save) after this many minutes of training")
-    run.add_argument("--seed", type=int, default=defaults.seed)
-    run.add_argument("--bf16", action="store_true", help="bfloat16 autocast (GPU, or CPU)")
-    run.add_argument("--dataloader-workers", type=int, default=defaults.dataloader_workers)
-    run.add_argument("--report-to", default=defaults.report_to, help="none, tensorboard, wandb, ...")
-    run.add_argument("--disable-progress-bar", action="store_true")
+COMMAND_OPTIONS = BiLMTrainingOptions
+"""`hf-elmo train` takes the fields of this dataclass as its options (`cli` builds them with `HfArgumentParser`)."""
 
 
 def run(args: argparse.Namespace) -> int:
     names = {f.name for f in dataclasses.fields(BiLMTrainingOptions)}
-    try:
-        options = BiLMTrainingOptions(**{k: v for k, v in vars(args).items() if k in names})
-        train_bilm(options)
-    except (ValueError, OSError, StrictDataclassError) as error:
-        # a config validator's ValueError comes wrapped by huggingface_hub
-        print(f"error: {error.__cause__ if isinstance(error, StrictDataclassError) else error}", file=sys.stderr)
-        return 2
+    train_bilm(BiLMTrainingOptions(**{k: v for k, v in vars(args).items() if k in names}))
     return 0
 
 

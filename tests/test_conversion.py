@@ -49,13 +49,17 @@ def test_remote_code_loads_without_the_package(converted_dirs, tmp_path):
     script = textwrap.dedent(
         f"""
         import numpy, torch
-        from transformers import AutoModel, AutoTokenizer
+        from transformers import AutoModel, AutoModelForTokenClassification, AutoTokenizer
         model = AutoModel.from_pretrained({str(folder)!r}, trust_remote_code=True).eval()
         tokenizer = AutoTokenizer.from_pretrained({str(folder)!r}, trust_remote_code=True)
         assert type(model).__module__.startswith("transformers_modules"), type(model).__module__
         batch = tokenizer({WORDS!r}, is_split_into_words=True, padding=True, return_tensors="pt")
         with torch.no_grad():
             layers = torch.stack(model(**batch, output_hidden_states=True).hidden_states)
+        # the heads' code is in the converted folder too
+        tagger = AutoModelForTokenClassification.from_pretrained({str(folder)!r}, trust_remote_code=True, num_labels=3)
+        with torch.no_grad():
+            assert tagger.eval()(**batch).logits.shape == (*batch["attention_mask"].shape, 3)
         numpy.save({str(tmp_path / "out.npy")!r}, layers.numpy())
         """
     )

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from hf_elmo import ElmoConfig, ElmoModel, ElmoTokenizer
+from hf_elmo.configuration_elmo import ARCHITECTURE_FIELDS
 from hf_elmo.cli import main as cli_main
 from hf_elmo.convert_original_elmo import config_from_options, load_original_elmo
 
@@ -63,20 +64,7 @@ def test_fine_tuned_model_round_trips_exactly(converted_dirs, tmp_path):
     model.save_pretrained(tmp_path / "tuned")
     assert export(tmp_path / "tuned", tmp_path / "original") == 0
     again = load_original_elmo(tmp_path / "original/options.json", tmp_path / "original/weights.hdf5")
-    fields = (
-        "char_embedding_dim",
-        "filters",
-        "n_highway",
-        "activation",
-        "n_characters",
-        "cell_dim",
-        "projection_dim",
-        "num_layers",
-        "cell_clip",
-        "proj_clip",
-        "use_skip_connections",
-        "forget_bias",
-    )
+    fields = (*ARCHITECTURE_FIELDS, "forget_bias")
     assert [getattr(again.config, f) for f in fields] == [getattr(model.config, f) for f in fields]
     for key, value in model.state_dict().items():
         assert torch.equal(again.state_dict()[key], value), key

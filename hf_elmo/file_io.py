@@ -1,12 +1,20 @@
-"""How every command writes: one rule for outputs, atomic writing, and signals that leave nothing half-written.
+"""Reading the files the commands are given, and writing their outputs by one rule, so that nothing is lost or left
+half-written.
+
+Every problem with an input (a missing file, bad JSON, a field of the wrong type, an output that would replace
+user data) is an `ElmoInputError`: a `ValueError` whose message is one line naming the file and what is wrong.
+`hf_elmo.cli.main` prints it as `error: ...`.
+
+The output rule (`check_output`, `write_output`), the same for every command that writes:
 
 * An output that is, holds or lies inside one of the command's inputs is refused, as is a symbolic link, a folder
   that is (or holds) the working folder, and anything that is not a regular file where a file is to be written.
 * An existing output is replaced only with `--force`, and only if it is an earlier output of the same kind (an HDF5
   file for `embed`, a model folder for `convert`, ...): a folder holding anything else (notes, subfolders) is refused.
 * The output is written beside its final place under a hidden temporary name and renamed when complete; the renames
-  run with SIGINT, SIGTERM and SIGHUP held back, and those signals otherwise end a command the way Ctrl-C does, so
-  that its cleanup runs (only a kill -9 can leave a hidden `.NAME.tmp-*` or `.NAME.old-*` behind).
+  run with SIGINT, SIGTERM and SIGHUP held back (`deferred_signals`), and those signals otherwise end a command the
+  way Ctrl-C does (`signals_as_interrupts`, around every command), so that its cleanup runs: only a kill -9 can leave
+  a hidden `.NAME.tmp-*` or `.NAME.old-*` behind.
 """
 
 import contextlib
@@ -21,11 +29,83 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
-
-class ElmoConversionError(ValueError):
+class ElmoInputError(ValueError):
     """A problem with a command's input or output; the message is one line naming the file and the field."""
+
+
+ElmoConversionError = ElmoInputError  # the earlier name, raised by the converters
+
+
+def read_utf8(path: str | os.PathLike, what: str) -> str:
+    """The text of a UTF-8 file, with a one-line error naming the file (`what` it is) if it cannot be read."""
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ElmoInputError(f"{path}: no such {what}") from None
+    except IsADirectoryError:
+        raise ElmoInputError(f"{path}: is a folder, expected the {what}") from None
+    except (OSError, UnicodeDecodeError) as error:
+        raise ElmoInputError(f"{path}: cannot read {what} ({error})") from None
+
+
+def read_json_object(path: str | os.PathLike, what: str) -> dict:
+    """Reads a JSON object, with one-line errors naming the file (`what` it is) for a missing file or bad JSON."""
+    text = read_utf8(path, what)
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as error:
+        where = f"line {error.lineno}, column {error.colno}"
+        raise ElmoInputError(f"{path}: not valid JSON ({where}: {error.msg})") from None
+    if not isinstance(value, dict):
+        raise ElmoInputError(f"{path}: expected a JSON object ({what}), got {type(value).__name__}")
+    return value
+
+
+def json_field(options: dict, path: str, source: str, default=KeyError):
+    """`options["a"]["b"]` for the `path` `"a.b"`; `default` if given and missing, else a one-line error."""
+    value = options
+    for key in path.split("."):
+        if not isinstance(value, dict) or key not in value:
+            if default is not KeyError:
+                return default
+            raise ElmoInputError(f"{source}: missing field '{path}'")
+        value = value[key]
+    return value
+
+
+def checked_filters(filters, path: str, source: str) -> list:
+    """`filters` if it is a non-empty list of `[width, number]` pairs of positive ints, else a one-line error."""
+    if not isinstance(filters, list) or not filters or not all(
+        isinstance(f, list) and len(f) == 2 and all(type(v) is int and v > 0 for v in f) for f in filters
+    ):
+        raise ElmoInputError(f"{source}: {path} must be a list of [width, number] pairs, got {filters!r}")
+    return filters
+
+
+def checked_config(config_class, source: str, **values):
+    """`config_class(**values)`, its validator's complaint made a one-line `ElmoInputError` naming `source`."""
+    try:
+        return config_class(**values)
+    except Exception as error:
+        message = str(error.__cause__ or error).strip().splitlines()[-1].strip()  # the validator's own error
+        raise ElmoInputError(f"{source}: {message}") from None
+
+
+def write_atomically(path: str | os.PathLike, text: str) -> str:
+    """Writes a UTF-8 text file under a temporary name beside `path`, then renames it over `path` (a file inside a
+    folder being written, such as the files of `save_pretrained`; commands' outputs go through `write_output`)."""
+    path = Path(path)
+    temporary = path.with_name(f".{path.name}.tmp-{secrets.token_hex(4)}")
+    try:
+        temporary.write_text(text, encoding="utf-8")
+        os.replace(temporary, path)
+    finally:
+        temporary.unlink(missing_ok=True)
+    return os.fspath(path)
+
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 @dataclass(frozen=True)
@@ -82,11 +162,11 @@ def check_not_an_input(path, inputs: Iterable) -> Path:
             continue
         source = Path(os.path.realpath(given))
         if resolved == source or (path.exists() and os.path.samefile(path, given)):
-            raise ElmoConversionError(f"{path}: is the input {given}; write the output elsewhere")
+            raise ElmoInputError(f"{path}: is the input {given}; write the output elsewhere")
         if source.is_relative_to(resolved):
-            raise ElmoConversionError(f"{path}: holds the input {given}; write the output elsewhere")
+            raise ElmoInputError(f"{path}: holds the input {given}; write the output elsewhere")
         if resolved.is_relative_to(source):
-            raise ElmoConversionError(f"{path}: is inside the input {given}; write the output elsewhere")
+            raise ElmoInputError(f"{path}: is inside the input {given}; write the output elsewhere")
     return path
 
 
@@ -95,28 +175,28 @@ def check_output(path, kind: OutputKind, inputs: Iterable = (), force: bool = Fa
     path = Path(path)
     noun = "folder" if kind.folder else "file"
     if path.is_symlink():
-        raise ElmoConversionError(f"{path}: is a symbolic link; give the {noun} itself or a new name")
+        raise ElmoInputError(f"{path}: is a symbolic link; give the {noun} itself or a new name")
     if kind.folder and Path.cwd().resolve().is_relative_to(path.resolve()):
-        raise ElmoConversionError(f"{path}: is (or holds) the current folder; name another output folder")
+        raise ElmoInputError(f"{path}: is (or holds) the current folder; name another output folder")
     check_not_an_input(path, inputs)
     if not kind.folder and path.is_dir():
-        raise ElmoConversionError(f"{path}: is a folder, expected a file name")
+        raise ElmoInputError(f"{path}: is a folder, expected a file name")
     if kind.folder and path.exists() and not path.is_dir():
-        raise ElmoConversionError(f"{path}: exists and is not a folder")
+        raise ElmoInputError(f"{path}: exists and is not a folder")
     if not os.path.lexists(path) or (kind.folder and not any(path.iterdir())):
         return path
     if not kind.folder and not path.is_file():
-        raise ElmoConversionError(f"{path}: exists and is not a regular file; name a new file")
+        raise ElmoInputError(f"{path}: exists and is not a regular file; name a new file")
     if not force:
         what = "folder is not empty" if kind.folder else "file exists"
-        raise ElmoConversionError(f"{path}: {what} (use --force to replace it)")
+        raise ElmoInputError(f"{path}: {what} (use --force to replace it)")
     if not kind.folder:
         if not kind.is_earlier_output(path):
-            raise ElmoConversionError(f"{path}: is not {kind.what}; --force replaces only that: name a new file")
+            raise ElmoInputError(f"{path}: is not {kind.what}; --force replaces only that: name a new file")
         return path
     for entry in sorted(path.iterdir()):
         if entry.is_symlink() or not entry.is_file() or not kind.is_earlier_output(entry):
-            raise ElmoConversionError(
+            raise ElmoInputError(
                 f"{path}: holds {entry.name!r}, which is not part of {kind.what}; --force replaces only such a "
                 "folder: move it away or name another folder"
             )
@@ -143,7 +223,7 @@ def write_output(path, write: Callable[[Path], object], kind: OutputKind, inputs
         path.parent.mkdir(parents=True, exist_ok=True)
         staging = _fresh_folder(path.parent, f".{path.name}.tmp-")
     except OSError as error:
-        raise ElmoConversionError(f"{path}: cannot write there ({error.strerror or error})") from None
+        raise ElmoInputError(f"{path}: cannot write there ({error.strerror or error})") from None
     try:
         target = staging if kind.folder else staging / path.name
         write(target)
@@ -155,7 +235,7 @@ def write_output(path, write: Callable[[Path], object], kind: OutputKind, inputs
                 try:
                     os.link(target, path)
                 except FileExistsError:
-                    raise ElmoConversionError(f"{path}: file exists (use --force to replace it)") from None
+                    raise ElmoInputError(f"{path}: file exists (use --force to replace it)") from None
             elif path.exists():
                 earlier = path.with_name(f".{path.name}.old-{os.getpid()}")
                 path.rename(earlier)
@@ -164,7 +244,7 @@ def write_output(path, write: Callable[[Path], object], kind: OutputKind, inputs
             else:
                 staging.rename(path)
     except OSError as error:
-        raise ElmoConversionError(f"{path}: not written ({error.strerror or error})") from None
+        raise ElmoInputError(f"{path}: not written ({error.strerror or error})") from None
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return path
@@ -206,3 +286,24 @@ def deferred_signals():
             signal.signal(number, handler)
         if received:
             signal.raise_signal(received[0])
+
+
+__all__ = [
+    "HDF5_FILE",
+    "MODEL_FOLDER",
+    "ORIGINAL_FOLDER",
+    "VOCABULARY_FILE",
+    "ElmoInputError",
+    "OutputKind",
+    "check_not_an_input",
+    "check_output",
+    "checked_config",
+    "checked_filters",
+    "deferred_signals",
+    "json_field",
+    "read_json_object",
+    "read_utf8",
+    "signals_as_interrupts",
+    "write_atomically",
+    "write_output",
+]

@@ -1,0 +1,67 @@
+"""Raw text -> words, in the Penn-Treebank style of the corpus ELMo was trained on (a `tokenizers` `Split`)."""
+
+from tokenizers import Regex
+from tokenizers import pre_tokenizers
+
+_WORD_CHARS = r"\p{L}\p{M}\p{N}_"
+_CLITICS = r"(?:s|m|d|ll|re|ve)"
+_APOSTROPHE = r"['’]"
+
+PRE_TOKENIZER_PATTERN = "|".join(
+    [
+        # sentence-boundary literals stay whole (they map to the boundary rows)
+        r"</?S>",
+        # dotted abbreviations: U.S., e.g., U.S.A.
+        r"(?:\p{L}\.){2,}",
+        # numbers with inner separators: 3.14, 1,000, 10:30, 1/2
+        r"\p{N}+(?:[.,:/]\p{N}+)+",
+        # the stem before n't: do|n't, ca|n't, wo|n't
+        rf"[{_WORD_CHARS}]+?(?=(?i:n{_APOSTROPHE}t)(?![{_WORD_CHARS}]))",
+        rf"(?i:n{_APOSTROPHE}t)(?![{_WORD_CHARS}])",
+        # clitics split off their word: 's 'm 'd 'll 're 've
+        rf"{_APOSTROPHE}(?i:{_CLITICS})(?![{_WORD_CHARS}])",
+        # words, keeping inner hyphens and non-clitic apostrophes: well-known, O'Neill, rock'n'roll
+        rf"[{_WORD_CHARS}]+(?:(?:{_APOSTROPHE}(?!(?i:{_CLITICS})(?![{_WORD_CHARS}]))|-)[{_WORD_CHARS}]+)*",
+        # ellipses and dashes
+        r"\.{2,}|-{2,}",
+        # any other character (punctuation, symbols, emoji) on its own
+        rf"[^{_WORD_CHARS}\s]",
+    ]
+)
+"""Regex of one word for the `Split` pre-tokenizer (Oniguruma syntax, alternatives tried in order).
+
+It approximates the Penn-Treebank tokenisation of the 1B Word Benchmark that ELMo was trained on:
+`don't -> do n't`, `can't -> ca n't`, `It's -> It 's`, `we're -> we 're`, `I'll / I've / I'd / I'm`
+split before the apostrophe, punctuation and symbols split off one character at a time (except
+`...` and `--`), while dotted abbreviations (`U.S.`, `e.g.`), numbers such as `3.14` / `1,000` /
+`10:30`, hyphenated words and non-clitic apostrophes (`O'Neill`) stay whole. Not handled: a period
+after a non-dotted abbreviation (`Mr.` -> `Mr .`), `cannot`/`gonna` splitting and PTB quote
+rewriting (`"` stays `"`, not `` `` `` / `''`).
+"""
+
+
+def build_pre_tokenizer() -> pre_tokenizers.PreTokenizer:
+    """Whitespace split followed by the PTB-style `Split` on `PRE_TOKENIZER_PATTERN`."""
+    return pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.WhitespaceSplit(),
+            # "isolated": every match is its own word and nothing is dropped, because the last
+            # alternative matches any single non-space character the others leave.
+            pre_tokenizers.Split(Regex(PRE_TOKENIZER_PATTERN), behavior="isolated"),
+        ]
+    )
+
+
+def split_words(pre_tokenizer: pre_tokenizers.PreTokenizer, text: str) -> list[str]:
+    """The words of `text` by `pre_tokenizer`. Lone surrogates are dropped first: they cannot reach the Rust
+    pre-tokenizer (and would vanish from the character ids anyway)."""
+    if not isinstance(text, str):
+        raise TypeError(f"split_words expects a str, got {type(text).__name__}")
+    try:
+        pieces = pre_tokenizer.pre_tokenize_str(text)
+    except UnicodeEncodeError:
+        pieces = pre_tokenizer.pre_tokenize_str(text.encode("utf-8", "ignore").decode("utf-8"))
+    return [piece for piece, _ in pieces]
+
+
+__all__ = ["PRE_TOKENIZER_PATTERN", "build_pre_tokenizer", "split_words"]
