@@ -40,12 +40,16 @@ SPLIT_HELP = "whitespace: text is tokenised already; pretokenizer: raw text thro
 IGNORE_INDEX = -100
 
 
-def split_line(line: str, split: str, tokenizer: ElmoTokenizer | None = None) -> list[str]:
-    """The words of one line: `line.split()` or `tokenizer.split_words(line)`."""
+def split_line(line: str, split: str, tokenizer: ElmoTokenizer | None = None, where: str | None = None) -> list[str]:
+    """The words of one line: `line.split()` or `tokenizer.split_words(line)`; `where` (e.g. `"file, line 12"`)
+    names the line in the splitter's errors."""
     if split == "whitespace":
         return line.split()
     if split == "pretokenizer":
-        return tokenizer.split_words(line)
+        try:
+            return tokenizer.split_words(line)
+        except ValueError as error:
+            raise ValueError(f"{where or 'a line'}: {error}") from None
     raise ValueError(f"split must be one of {SPLITS}, got {split!r}.")
 
 
@@ -107,9 +111,10 @@ def iter_sentences(
     for path in files:
         with open(path, encoding="utf-8-sig") as f:
             for number, line in enumerate(f, start=1):
-                words = split_line(line, split, tokenizer)
+                where = f"{path}, line {number}"
+                words = split_line(line, split, tokenizer, where)
                 if words:
-                    yield (f"{path}, line {number}", words) if locations else words
+                    yield (where, words) if locations else words
 
 
 def build_word_vocabulary(
@@ -181,7 +186,7 @@ def encode_windows(windows: Sequence[Sequence[list[str]]], tokenizer: ElmoTokeni
 
 
 def _encode_lines(batch, indices, tokenizer, window, split, source):
-    words = [split_line(line, split, tokenizer) for line in batch["text"]]
+    words = [split_line(line, split, tokenizer, f"{source}, line {i + 1}") for line, i in zip(batch["text"], indices)]
     kept = [i for i, w in enumerate(words) if w]
     windows = list(
         pack_sentences((words[i] for i in kept), window, (f"{source}, line {indices[i] + 1}" for i in kept))

@@ -190,8 +190,15 @@ def embed_file(
 
     if batch_size < 1:
         raise ElmoInputError(f"--batch-size must be >= 1, got {batch_size}")
-    split = embedder.tokenizer.split_words if raw else str.split
-    lines = ((index, text.strip(), split(text)) for index, text in enumerate(read_lines(input_path)))
+    def split(index: int, text: str) -> list[str]:
+        if not raw:
+            return text.split()
+        try:
+            return embedder.tokenizer.split_words(text)
+        except ValueError as error:
+            raise ElmoInputError(f"{input_path}: line {index + 1}: {error}") from None
+
+    lines = ((index, text.strip(), split(index, text)) for index, text in enumerate(read_lines(input_path)))
     bar = tqdm(total=count_lines(input_path) if progress else None, unit=" sentences", disable=not progress)
 
     embedded = [0]  # lines written; the bar counts nothing when disabled
@@ -274,13 +281,14 @@ def _load(args):
     if args.model is not None:
         if args.weights is not None:
             raise ElmoInputError("--weights goes with --options, not with --model")
-        model = load_model_folder(ElmoModel, args.model)
-        try:
+        try:  # the small files first
             tokenizer = ElmoTokenizer.from_pretrained(args.model)
         except Exception as error:  # json, OSError, ValueError from the tokenizer files
             message = " ".join(str(error).split()) or type(error).__name__
+            if message.startswith(f"{args.model}: "):  # the tokenizer's own checks name the folder already
+                raise ElmoInputError(message) from None
             raise ElmoInputError(f"{args.model}: cannot load the tokenizer ({message})") from None
-        return model, tokenizer
+        return load_model_folder(ElmoModel, args.model), tokenizer
     if args.weights is None:
         raise ElmoInputError("--options needs --weights")
     return load_original_elmo(args.options, args.weights), ElmoTokenizer()

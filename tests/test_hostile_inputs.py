@@ -132,6 +132,9 @@ class Case:
     untouched: tuple = ()  # besides: the whole working folder is compared
 
 
+# A valid character vocabulary, for a byte-level tokenizer's boundary words <S> and </S>.
+BYTE_FOLDER_CHARACTERS = {c: i + 1 for i, c in enumerate(["<bow>", "<eow>", "<pad>", "<oov>", "<S>", "</S>", *"Thecat"])}
+
 TRAIN = "train --train-files corpus.txt --config B --output-dir run --disable-progress-bar --data-cache-dir cache"
 EMBED = "embed in.txt out.h5 --top --quiet"
 
@@ -317,7 +320,33 @@ CASES = {
         [alphabetical_vocabulary],
         ("v.txt",),
     ),
+    "embed: a char_vocab.json dropped into a folder of a model that reads UTF-8 bytes": Case(
+        f"{EMBED} --model M",
+        r"^error: M: the tokenizer files hold char_vocab\.json but the model reads UTF-8 bytes \(config\.json "
+        r"char_vocabulary: false\)",
+        [lambda root: (root / "M/char_vocab.json").write_text(json.dumps(BYTE_FOLDER_CHARACTERS))],
+    ),
     # --- stack traces and unclear messages ---
+    "embed: a corrupt tokenizer_config.json": Case(
+        f"{EMBED} --model M",
+        r"^error: M: tokenizer_config\.json is not valid JSON \(line 1, column 2: Expecting property name",
+        [write("M/tokenizer_config.json", "{bad")],
+    ),
+    "perplexity: a corrupt tokenizer_config.json": Case(
+        "perplexity --model B corpus.txt",
+        r"^error: B: tokenizer_config\.json is not valid JSON",
+        [write("B/tokenizer_config.json", "{bad")],
+    ),
+    "embed --raw: a 10 MB word": Case(
+        f"{EMBED} --model M --raw",
+        r"^error: in\.txt: line 2: the text has more than 100,000 characters without whitespace \(from character 2\)",
+        [write("in.txt", "The cat .\nA " + "a" * 10**7 + " dog\n")],
+    ),
+    "train --split pretokenizer: a 10 MB word": Case(
+        f"{TRAIN} --split pretokenizer",
+        r"^error: corpus\.txt, line 3: the text has more than 100,000 characters without whitespace",
+        [write("corpus.txt", "the cat\nsat .\n" + "x" * 200_001 + "\n")],
+    ),
     "train: invalid UTF-8 in the corpus": Case(
         f"{TRAIN}",
         r"Training file 'corpus\.txt': line 2 is not valid UTF-8 \(byte 5: invalid start byte\)",
@@ -562,6 +591,11 @@ API_CASES = {
         load("ElmoModel", "M"),
         r"M: config\.json: ElmoConfig\.cell_clip must be finite, got nan\.",
     ),
+    "the tokenizer on raw text with a 10 MB word": (
+        [],
+        lambda root: ElmoTokenizer()("The cat " + "a" * 10**7),
+        r"^the text has more than 100,000 characters without whitespace \(from character 8\)",
+    ),
     "ElmoModel from the folder of another model type": (
         [edit_json("M/config.json", model_type="bert")],
         load("ElmoModel", "M"),
@@ -717,3 +751,31 @@ def test_a_byte_order_mark_is_not_part_of_a_training_word(workspace):
 def test_embed_quiet_reports_the_lines_it_embedded(workspace, capsys):
     assert cli_main(f"{EMBED} --model M".split()) == 0
     assert capsys.readouterr().err.strip().split("\n")[-1] == "2 sentences embedded to out.h5"
+
+
+def test_the_word_splitter_takes_runs_up_to_its_limit():
+    from hf_elmo.pre_tokenizer import MAX_RUN_LENGTH
+
+    tokenizer = ElmoTokenizer()
+    # The patterns that make the regex engine work hardest, at the limit: each gives its words, no panic.
+    for run, words in [("a", 1), ("a'", 2), ("\U0001d400", 1), ("1.", 2), ("n't", 1), ("-", 1)]:
+        text = run * (MAX_RUN_LENGTH // len(run))
+        assert len(tokenizer.split_words(f"x {text} y")) == words + 2
+    # Separated by whitespace, any length is fine; a Python-only separator (\x1c) does not separate.
+    assert len(tokenizer.split_words(("a" * 60_000 + "\u3000") * 3)) == 3
+    with pytest.raises(ValueError, match="without whitespace"):
+        tokenizer.split_words(("a" * 60_000 + "\x1c") * 3)
+
+
+def test_a_panic_of_the_regex_engine_is_a_value_error():
+    from hf_elmo.pre_tokenizer import split_words
+
+    class PanicException(BaseException):  # what pyo3 raises for a Rust panic: not an Exception
+        pass
+
+    class Panicking:
+        def pre_tokenize_str(self, text):
+            raise PanicException("Onig: Regex search error: retry-limit-in-match over")
+
+    with pytest.raises(ValueError, match=r"the word splitter failed on this text \(Onig: .*retry-limit-in-match over\)"):
+        split_words(Panicking(), "text")
