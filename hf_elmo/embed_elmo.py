@@ -281,14 +281,15 @@ def _load(args):
     if args.model is not None:
         if args.weights is not None:
             raise ElmoInputError("--weights goes with --options, not with --model")
-        try:  # the small files first
+        model = load_model_folder(ElmoModel, args.model)
+        try:
             tokenizer = ElmoTokenizer.from_pretrained(args.model)
         except Exception as error:  # json, OSError, ValueError from the tokenizer files
             message = " ".join(str(error).split()) or type(error).__name__
             if message.startswith(f"{args.model}: "):  # the tokenizer's own checks name the folder already
                 raise ElmoInputError(message) from None
             raise ElmoInputError(f"{args.model}: cannot load the tokenizer ({message})") from None
-        return load_model_folder(ElmoModel, args.model), tokenizer
+        return model, tokenizer
     if args.weights is None:
         raise ElmoInputError("--options needs --weights")
     return load_original_elmo(args.options, args.weights), ElmoTokenizer()
