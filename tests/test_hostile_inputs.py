@@ -480,12 +480,14 @@ MEMORY_CASES = {
     ),
 }
 
-# Runs every case in one process whose address space is limited, so that a regression fails with MemoryError
-# instead of taking the machine down.
+# Runs every case in one process whose address space may grow by at most 2 GiB once the libraries are loaded, so that
+# a regression fails with an allocation error instead of taking the machine down. No GPU is visible to it: the cases
+# fail before any device work, and a CUDA context alone would not fit.
 _LIMITED_RUNS = """
 import contextlib, io, json, os, resource, sys
-resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))
 from hf_elmo.cli import main
+loaded = int(next(line for line in open("/proc/self/status") if line.startswith("VmSize:")).split()[1]) << 10
+resource.setrlimit(resource.RLIMIT_AS, (loaded + (2 << 30), loaded + (2 << 30)))
 results = {}
 for name, (folder, command) in json.loads(sys.argv[1]).items():
     os.chdir(folder)
@@ -518,7 +520,10 @@ def memory_results(tmp_path_factory, converted_dirs, bilm_dir):
         edit_json(path, **changes)(root)
         commands[name] = (root, command)
     argument = json.dumps({name: [str(root), command] for name, (root, command) in commands.items()})
-    done = subprocess.run([sys.executable, "-c", _LIMITED_RUNS, argument], capture_output=True, text=True, timeout=600)
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
+    done = subprocess.run(
+        [sys.executable, "-c", _LIMITED_RUNS, argument], capture_output=True, text=True, timeout=600, env=env
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     results = json.loads(done.stdout.strip().splitlines()[-1])
     for name, (root, _) in commands.items():
@@ -727,10 +732,11 @@ def embedded(path):
     ids=["byte-order mark", "lone CR at the end", "CRLF"],
 )
 def test_embed_reads_text_files_as_text_mode_does(variant, workspace):
-    # The plain file: two lines, two datasets and the map of the lines to their keys.
-    assert cli_main(f"{EMBED} --model M".split()) == 0
+    # The plain file: two lines, two datasets and the map of the lines to their keys (on the CPU, bit for bit).
+    assert cli_main(f"{EMBED} --model M --device cpu".split()) == 0
     (workspace / "variant.txt").write_bytes(variant)
-    assert cli_main(f"{EMBED} --model M".replace("in.txt", "variant.txt").replace("out.h5", "variant.h5").split()) == 0
+    command = f"{EMBED} --model M --device cpu".replace("in.txt", "variant.txt").replace("out.h5", "variant.h5")
+    assert cli_main(command.split()) == 0
     expected = embedded(workspace / "out.h5")
     assert sorted(expected) == ["0", "1", "sentence_to_index"]
     assert embedded(workspace / "variant.h5") == expected
