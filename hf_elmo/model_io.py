@@ -130,11 +130,10 @@ def load_pretrained(load, cls, pretrained_model_name_or_path, *model_args, use_s
 
 
 def _check_finite(model, where):
-    """A NaN or infinite weight makes every output NaN without a word: refused (one transfer for all tensors)."""
-    named = [(name, t) for name, t in model.named_parameters() if t.is_floating_point() and t.device.type != "meta"]
-    if named and not torch.stack([torch.isfinite(t).all() for _, t in named]).all():
-        name = next(name for name, t in named if not torch.isfinite(t).all())
-        raise ValueError(f"{where}: the weights hold NaN or infinite values in '{name}'")
+    """A NaN or infinite weight makes every output NaN without a word: refused."""
+    for name, tensor in model.named_parameters():
+        if tensor.is_floating_point() and tensor.device.type != "meta" and not torch.isfinite(tensor).all():
+            raise ValueError(f"{where}: the weights hold NaN or infinite values in '{name}'")
 
 
 def _refuse_pickle_checkpoints(path: str, subfolder: str):
