@@ -1,7 +1,11 @@
-"""Careless and hostile inputs through the command line: each one is refused with one line, `error: ...`, naming the
-problem (file, field or line), and leaves every file as it was (nothing written, nothing replaced, nothing left
-behind). Each case is a row: how to prepare the working folder, the command, the message expected, and the files
-that must be untouched (the whole working folder is compared as well)."""
+"""Careless and hostile inputs: each one is refused with one line, `error: ...`, naming the problem (file, field or
+line), and leaves every file as it was (nothing written, nothing replaced, nothing left behind).
+
+The tables: `CASES`, through the command line (how to prepare the working folder, the command, the message, the
+files that must be untouched; the whole working folder is compared as well); `MEMORY_CASES`, sizes that would exhaust
+memory, run in a process whose address space is limited; `API_CASES`, through Python; `SIGNAL_CASES`, SIGINT, SIGTERM
+and SIGHUP while an output is being written. The tests after them check what these refusals must not break.
+"""
 
 import hashlib
 import json
@@ -124,20 +128,6 @@ def alphabetical_vocabulary(root):
     (root / "v.txt").write_text("\n".join(["<S>", "</S>", "<UNK>", *words]) + "\n", encoding="utf-8")
 
 
-@dataclass
-class Case:
-    command: str
-    message: str
-    setup: list = field(default_factory=list)
-    untouched: tuple = ()  # besides: the whole working folder is compared
-
-
-# A valid character vocabulary, for a byte-level tokenizer's boundary words <S> and </S>.
-BYTE_FOLDER_CHARACTERS = {c: i + 1 for i, c in enumerate(["<bow>", "<eow>", "<pad>", "<oov>", "<S>", "</S>", *"Thecat"])}
-
-TRAIN = "train --train-files corpus.txt --config B --output-dir run --disable-progress-bar --data-cache-dir cache"
-EMBED = "embed in.txt out.h5 --top --quiet"
-
 def converted_earlier(folder):
     def convert(root):
         shutil.copytree(root / "M", root / folder)
@@ -152,6 +142,21 @@ def symlink(link, target):
     return create
 
 
+@dataclass
+class Case:
+    command: str
+    message: str
+    setup: list = field(default_factory=list)
+    untouched: tuple = ()  # besides: the whole working folder is compared
+
+
+# A valid character vocabulary for a byte-level tokenizer (whose boundary words are <S> and </S>).
+BYTE_FOLDER_CHARACTERS = {
+    c: i + 1 for i, c in enumerate(["<bow>", "<eow>", "<pad>", "<oov>", "<S>", "</S>", *"Thecat"])
+}
+
+TRAIN = "train --train-files corpus.txt --config B --output-dir run --disable-progress-bar --data-cache-dir cache"
+EMBED = "embed in.txt out.h5 --top --quiet"
 CONVERT = "convert --options d/options.json --weights d/lm_weights.hdf5"
 
 CASES = {
@@ -783,5 +788,5 @@ def test_a_panic_of_the_regex_engine_is_a_value_error():
         def pre_tokenize_str(self, text):
             raise PanicException("Onig: Regex search error: retry-limit-in-match over")
 
-    with pytest.raises(ValueError, match=r"the word splitter failed on this text \(Onig: .*retry-limit-in-match over\)"):
+    with pytest.raises(ValueError, match=r"the word splitter failed on this text \(Onig: .*retry-limit-in-match"):
         split_words(Panicking(), "text")
