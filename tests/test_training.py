@@ -295,7 +295,7 @@ def test_resume_skips_an_incomplete_checkpoint_and_says_so(corpus, tmp_path, cap
     assert_same_weights(uninterrupted, tmp_path / "run")
     for checkpoint in (tmp_path / "run").glob("checkpoint-*"):
         (checkpoint / "rng_state.pth").unlink()
-    skipped = r"checkpoint-6 \(no rng_state\.pth\); checkpoint-4 \(no rng_state\.pth\); checkpoint-2 \(no rng_state\.pth\)"
+    skipped = "; ".join(rf"checkpoint-{step} \(no rng_state\.pth\)" for step in (6, 4, 2))
     with pytest.raises(ValueError, match=rf"holds no complete checkpoint .*\(incomplete: {skipped}\)"):
         train_bilm(**{**run, "max_steps": 8}, resume=True)
 
