@@ -48,7 +48,7 @@ from .data_bilm import (
     load_bilm_dataset,
 )
 from .modeling_elmo import ElmoForBiLM
-from .file_io import check_not_an_input, deferred_signals
+from .file_io import check_not_an_input, deferred_signals, read_json_object, write_atomically
 from .tokenization_elmo import ElmoTokenizer
 from .word_vocabulary import WORD_VOCABULARY_FILE, WORD_VOCABULARY_SPECIALS, read_word_vocabulary
 
@@ -222,7 +222,7 @@ def _prepare_output_dir(options: BiLMTrainingOptions) -> Path:
     if options.resume:
         if not saved.is_file() or not _checkpoints(output_dir):
             raise ValueError(f"--resume: {output_dir} holds no checkpoint of an earlier run to continue from.")
-        earlier = json.loads(saved.read_text(encoding="utf-8"))
+        earlier = read_json_object(saved, "options file of the earlier run")
         current = dataclasses.asdict(options)
         different = [
             f"{k}: was {earlier.get(k)!r}, now {v!r}"
@@ -575,8 +575,10 @@ def train_bilm(options: BiLMTrainingOptions | None = None, **kwargs) -> dict:
     try:
         return _train(options, output_dir, tokenizer, config, args, resume_from)
     except BaseException:
-        if not options.resume and args.process_index == 0:
-            _remove_run_leftovers(output_dir, created)
+        if args.process_index == 0:
+            shutil.rmtree(output_dir / STAGING_DIR, ignore_errors=True)
+            if not options.resume:
+                _remove_run_leftovers(output_dir, created)
         raise
 
 
@@ -598,7 +600,7 @@ def _train(options, output_dir, tokenizer, config, args, resume_from) -> dict:
     if args.process_index == 0 and not options.resume:
         # What --resume checks: a resumed run must be the same run.
         output_dir.mkdir(parents=True, exist_ok=True)
-        (output_dir / OPTIONS_FILE).write_text(json.dumps(dataclasses.asdict(options), indent=2) + "\n")
+        write_atomically(output_dir / OPTIONS_FILE, json.dumps(dataclasses.asdict(options), indent=2) + "\n")
     softmax = "full softmax"
     if model.uses_sampled_softmax():
         softmax = f"sampled softmax ({config.num_softmax_samples} negatives)"
@@ -629,6 +631,9 @@ def _train(options, output_dir, tokenizer, config, args, resume_from) -> dict:
     result = trainer.train(resume_from_checkpoint=None if resume_from is None else str(resume_from))
     # The final model, like each checkpoint, is written aside and moved into place when complete.
     staging = output_dir / STAGING_DIR
+    if trainer.is_world_process_zero():
+        shutil.rmtree(staging, ignore_errors=True)  # what an interrupted save may have left
+    trainer.accelerator.wait_for_everyone()
     trainer.save_model(str(staging))
     if trainer.is_world_process_zero():
         tokenizer.save_pretrained(staging)
