@@ -1,12 +1,14 @@
 """The `hf-elmo` command: `hf-elmo COMMAND --help` for each command.
 
 Every command reports a problem with what it was given as one line, `error: ...`, and exits with status 2: the
-commands raise `ValueError` (`file_io.ElmoInputError` for files and fields) or `OSError` for it, caught here.
+commands raise `ValueError` (`file_io.ElmoInputError` for files and fields) or `OSError` for it, caught here. SIGTERM
+and SIGHUP stop a command as Ctrl-C does (exit status 130), after it removed what it was writing (`file_io`).
 """
 
 import argparse
 import sys
 
+from huggingface_hub.errors import StrictDataclassError
 from transformers import HfArgumentParser
 
 from . import (
@@ -18,6 +20,7 @@ from . import (
     train_bilm,
     warm_state,
 )
+from .file_io import signals_as_interrupts
 
 # name -> (module with run(args) -> exit code and either add_arguments(parser) or COMMAND_OPTIONS, a dataclass whose
 # fields are the options, one-line help)
@@ -49,11 +52,19 @@ def main(argv=None) -> int:
             module.add_arguments(command)
         command.set_defaults(run=module.run)
     args = parser.parse_args(argv)
-    try:
-        return args.run(args)
-    except (ValueError, OSError) as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+    with signals_as_interrupts():
+        try:
+            return args.run(args)
+        except (ValueError, OSError) as error:
+            print(f"error: {error}", file=sys.stderr)
+            return 2
+        except StrictDataclassError as error:  # a config validator's ValueError, wrapped by huggingface_hub
+            print(f"error: {error.__cause__ or error}", file=sys.stderr)
+            return 2
+        except KeyboardInterrupt as interrupt:  # Ctrl-C, or SIGTERM / SIGHUP: what was being written is removed
+            name = interrupt.args[0] if interrupt.args else "SIGINT"
+            print(f"interrupted by {name}: the output in progress was not written", file=sys.stderr)
+            return 130
 
 
 if __name__ == "__main__":

@@ -1,5 +1,7 @@
 """ELMo configuration."""
 
+import math
+
 from huggingface_hub.dataclasses import strict
 from transformers import PreTrainedConfig
 
@@ -27,6 +29,12 @@ AUTO_MAP = {
     "AutoModelForTokenClassification": "modeling_elmo_heads.ElmoForTokenClassification",
 }
 
+# Stated limits on what a configuration may describe, so that a hostile or mistyped config.json cannot exhaust memory
+# or time while the model is built: the released "original" biLM with its softmax has 5e8 parameters and 2 layers.
+MAX_PARAMETERS = 2**31
+"""Parameters (8 GiB in float32) an `ElmoConfig` may describe."""
+MAX_LAYERS = 1000
+"""Layers of each kind (LSTM layers, highway layers, convolutions, task-encoder layers) an `ElmoConfig` may describe."""
 ARCHITECTURE_FIELDS = (
     "char_embedding_dim",
     "filters",
@@ -127,7 +135,9 @@ class ElmoConfig(PreTrainedConfig):
             (`ElmoForBiLM`); 0, or at least `vocab_size`, trains with the full softmax. Evaluation always uses
             the full softmax.
 
-    Use `ElmoConfig.from_preset("small" | "medium" | "original")` for the released sizes.
+    Use `ElmoConfig.from_preset("small" | "medium" | "original")` for the released sizes. A configuration is refused
+    (`ValueError`) if a float field is not finite, or if it describes more than `MAX_PARAMETERS` (2**31) parameters or
+    more than `MAX_LAYERS` (1,000) layers of one kind.
     """
 
     model_type = "elmo"
@@ -174,10 +184,24 @@ class ElmoConfig(PreTrainedConfig):
     classifier_pooling: str = "mean"
 
     def __post_init__(self, **kwargs):
+        for name, value in (("dtype", self.dtype), ("torch_dtype", kwargs.get("torch_dtype"))):
+            if isinstance(value, str) and value != "auto" and not _is_torch_dtype_name(value):
+                raise ValueError(f"ElmoConfig.{name} must name a torch dtype such as 'float32', got {value!r}.")
         self.filters = [list(f) for f in self.filters]
         self.elmo_placement = list(self.elmo_placement)
         kwargs.setdefault("auto_map", dict(AUTO_MAP))
         super().__post_init__(**kwargs)
+
+    @classmethod
+    def from_dict(cls, config_dict: dict, **kwargs) -> "ElmoConfig":
+        """`PreTrainedConfig.from_dict`, refusing the configuration of another kind of model (transformers only warns,
+        then builds an ELMo of default sizes that fails deep inside torch)."""
+        model_type = config_dict.get("model_type", cls.model_type)
+        if model_type != cls.model_type:
+            raise ValueError(
+                f"The configuration has model_type {model_type!r}, not {cls.model_type!r}: it is not an ELMo model."
+            )
+        return super().from_dict(config_dict, **kwargs)
 
     @classmethod
     def from_preset(cls, name: str, **kwargs) -> "ElmoConfig":
@@ -196,9 +220,33 @@ class ElmoConfig(PreTrainedConfig):
         """Width `2P` of every output layer."""
         return 2 * self.projection_dim
 
+    def parameter_counts(self) -> dict[str, int]:
+        """Number of parameters of each part the configuration describes (computed, nothing is allocated)."""
+        e, n_filters, P, D = self.char_embedding_dim, self.num_filters, self.projection_dim, self.cell_dim
+        H, words = self.task_encoder_hidden_size, self.word_vectors_size
+        task_input = (self.hidden_size if "input" in self.elmo_placement else 0) + self.word_vectors_dim
+        # nn.LSTM, both directions: 4H x (input + H) weights and two 4H biases per layer; later layers read 2H
+        task_encoder = 8 * H * (task_input + H + 2) + 8 * H * (3 * H + 2) * (self.task_encoder_num_layers - 1)
+        return {
+            "n_characters x char_embedding_dim": (self.n_characters - 1) * e,
+            "filters": sum(width * e * num + num for width, num in self.filters),
+            "n_highway x filters": self.n_highway * (2 * n_filters * n_filters + 2 * n_filters),
+            "input_word_vocab_size x input_word_dim": self.input_word_vocab_size * self.input_word_dim,
+            "filters x projection_dim": (self.input_word_dim + n_filters + 1) * P,
+            "num_layers x cell_dim x projection_dim": 2 * self.num_layers * (8 * D * P + 4 * D + D * P),
+            "vocab_size x projection_dim": self.vocab_size * (P + 1),
+            "word_vectors_size x word_vectors_dim": (words + 1) * self.word_vectors_dim + 2 * words,
+            "task_encoder_hidden_size": task_encoder,
+        }
+
     def validate_architecture(self):
         """Raises `ValueError` naming the field for values no ELMo can be built from."""
         super().validate_architecture()
+        for name in self.__dataclass_fields__:
+            value = getattr(self, name, None)
+            values = value if isinstance(value, (list, tuple)) else [value]
+            if any(isinstance(v, float) and not math.isfinite(v) for v in values):
+                raise ValueError(f"ElmoConfig.{name} must be finite, got {value}.")
         for name in ("char_embedding_dim", "cell_dim", "projection_dim", "num_layers"):
             if getattr(self, name) < 1:
                 raise ValueError(f"ElmoConfig.{name} must be >= 1, got {getattr(self, name)}.")
@@ -256,6 +304,24 @@ class ElmoConfig(PreTrainedConfig):
             raise ValueError(
                 f"ElmoConfig.input_word_vocab_size ({self.input_word_vocab_size}) and input_word_dim "
                 f"({self.input_word_dim}) must both be 0 (no word embeddings) or both be > 0."
+            )
+        layers = {
+            "num_layers": self.num_layers,
+            "n_highway": self.n_highway,
+            "filters": len(self.filters),
+            "task_encoder_num_layers": self.task_encoder_num_layers,
+        }
+        for name, count in layers.items():
+            if count > MAX_LAYERS:
+                raise ValueError(
+                    f"ElmoConfig.{name} describes {count:,} layers, more than the limit of {MAX_LAYERS:,}."
+                )
+        counts = self.parameter_counts()
+        if sum(counts.values()) > MAX_PARAMETERS:
+            largest = max(counts, key=counts.get)
+            raise ValueError(
+                f"ElmoConfig describes {sum(counts.values()):.3g} parameters, more than the limit of 2**31 "
+                f"({largest}: {counts[largest]:.3g}); check those sizes."
             )
 
     def validate_task_heads(self):
@@ -316,6 +382,12 @@ class ElmoConfig(PreTrainedConfig):
             raise ValueError(
                 f"ElmoConfig.classifier_pooling must be one of {POOLINGS}, got {self.classifier_pooling!r}."
             )
+
+
+def _is_torch_dtype_name(name: str) -> bool:
+    import torch
+
+    return isinstance(getattr(torch, name, None), torch.dtype)
 
 
 __all__ = ["ARCHITECTURE_FIELDS", "ELMO_PRESETS", "ElmoConfig", "WEIGHT_FORMAT_FIELDS"]

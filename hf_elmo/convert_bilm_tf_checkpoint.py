@@ -22,7 +22,7 @@ import torch
 
 from .configuration_elmo import ElmoConfig
 from .convert_original_elmo import config_from_options, load_options, weight_links
-from .file_io import ElmoInputError, check_output, save_atomically
+from .file_io import MODEL_FOLDER, ElmoInputError, check_output, write_output
 from .modeling_elmo import ElmoForBiLM
 from .tf_checkpoint import TFCheckpoint
 from .tokenization_elmo import ElmoTokenizer
@@ -157,7 +157,8 @@ def convert_bilm_tf_checkpoint(
     """Writes the `ElmoForBiLM` of a bilm-tf training checkpoint, with its tokenizer (and word vocabulary, when
     `vocab_path` is given), to `output_dir`; with `warm_state_text`, also a warm start state estimated from those
     text files. Nothing is written if anything fails."""
-    check_output(output_dir, force)
+    inputs = [checkpoint_path, options_path, vocab_path, *(warm_state_text or [])]
+    check_output(output_dir, MODEL_FOLDER, inputs, force)  # before reading large checkpoints
     model, words = load_bilm_tf_checkpoint(checkpoint_path, options_path, vocab_path)
     if warm_state_text:
         add_warm_state(model.elmo, warm_state_text, warm_state_sentences)
@@ -169,7 +170,7 @@ def convert_bilm_tf_checkpoint(
         model.save_pretrained(folder)
         tokenizer.save_pretrained(folder)
 
-    return save_atomically(output_dir, write, force=force)
+    return write_output(output_dir, write, MODEL_FOLDER, inputs, force)
 
 
 __all__ = ["checkpoint_name", "convert_bilm_tf_checkpoint", "load_bilm_tf_checkpoint"]

@@ -34,6 +34,7 @@ import torch
 
 from .configuration_elmo import ElmoConfig
 from .file_io import (
+    MODEL_FOLDER,
     ElmoInputError,
     check_output,
     checked_config,
@@ -41,7 +42,7 @@ from .file_io import (
     json_field,
     read_json_object,
     read_utf8,
-    save_atomically,
+    write_output,
 )
 from .modeling_elmo import ElmoModel
 from .character_rows import (
@@ -278,14 +279,15 @@ def load_elmoformanylangs(model_dir, model_config=None) -> tuple[ElmoModel, Elmo
 
 def convert_elmoformanylangs(model_dir, output_dir, model_config=None, force: bool = False) -> Path:
     """Converts and writes `config.json`, `model.safetensors`, tokenizer files and remote code to `output_dir`."""
-    check_output(output_dir, force)
+    inputs = [model_dir, model_config]
+    check_output(output_dir, MODEL_FOLDER, inputs, force)
     model, tokenizer = load_elmoformanylangs(model_dir, model_config)
 
     def write(folder):
         model.save_pretrained(folder)
         tokenizer.save_pretrained(folder)
 
-    return save_atomically(output_dir, write, force=force)
+    return write_output(output_dir, write, MODEL_FOLDER, inputs, force)
 
 
 __all__ = ["DEFAULT_MODEL_CONFIG", "convert_elmoformanylangs", "load_elmoformanylangs"]

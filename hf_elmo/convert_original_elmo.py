@@ -19,6 +19,7 @@ Mapping (see the spec of the reference implementations):
 """
 
 import argparse
+import math
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -30,6 +31,7 @@ import torch
 from .configuration_elmo import ElmoConfig
 from .convert_elmoformanylangs import convert_elmoformanylangs
 from .file_io import (
+    MODEL_FOLDER,
     ElmoConversionError,
     ElmoInputError,
     check_output,
@@ -37,7 +39,7 @@ from .file_io import (
     checked_filters,
     json_field,
     read_json_object,
-    save_atomically,
+    write_output,
 )
 from .modeling_elmo import ElmoModel
 from .tokenization_elmo import ElmoTokenizer
@@ -58,6 +60,8 @@ def config_from_options(options: dict, source: str = "options.json") -> ElmoConf
     def number(path, kind=int, default=KeyError):
         value = json_field(options, path, source, default)
         if value is None or (kind is float and isinstance(value, (int, float)) and not isinstance(value, bool)):
+            if value is not None and not math.isfinite(value):
+                raise ElmoInputError(f"{source}: field '{path}' must be a finite number, got {value!r}")
             return value
         if kind is int and isinstance(value, int) and not isinstance(value, bool):
             return value
@@ -69,7 +73,12 @@ def config_from_options(options: dict, source: str = "options.json") -> ElmoConf
     filters = checked_filters(json_field(options, "char_cnn.filters", source), "char_cnn.filters", source)
     max_chars = number("char_cnn.max_characters_per_token", default=50)
     # bilm-tf trains with 261 characters and infers with 262; the weight file is the same.
-    n_characters = max(number("char_cnn.n_characters", default=262), 262)
+    n_characters = number("char_cnn.n_characters", default=262)
+    if n_characters not in (261, 262):
+        raise ElmoInputError(
+            f"{source}: char_cnn.n_characters must be 261 or 262 (UTF-8 bytes and the special characters), "
+            f"got {n_characters}"
+        )
     skip = json_field(options, "lstm.use_skip_connections", source, default=False)
     if not isinstance(skip, bool):
         raise ElmoInputError(f"{source}: lstm.use_skip_connections must be true or false, got {skip!r}")
@@ -80,7 +89,7 @@ def config_from_options(options: dict, source: str = "options.json") -> ElmoConf
         filters=filters,
         n_highway=number("char_cnn.n_highway"),
         activation=activation,
-        n_characters=n_characters,
+        n_characters=262,
         max_characters_per_token=max_chars,
         cell_dim=number("lstm.dim"),
         projection_dim=number("lstm.projection_dim"),
@@ -239,11 +248,30 @@ def weight_links(config: ElmoConfig) -> list[WeightLink]:
     return links
 
 
+# Datasets a weight file may hold that ElmoModel has no use for: the LM's word softmax.
+UNUSED_DATASETS = ("softmax/W", "softmax/b")
+
+
 def state_dict_from_hdf5(h5file, config: ElmoConfig, source: str = "weights.hdf5") -> dict[str, torch.Tensor]:
-    """`ElmoModel` state dict from an open original weight file, every dataset checked against `config`."""
+    """`ElmoModel` state dict from an open original weight file, every dataset checked against `config`; a dataset
+    the options leave unused (more layers, highways or convolutions than they describe) is an error too."""
+    import h5py
+
     reader = _WeightReader(h5file, source)
+    links = weight_links(config)
+    expected = {name for link in links for name in link.datasets}
+    in_file = []
+    h5file.visititems(lambda name, item: in_file.append(name) if isinstance(item, h5py.Dataset) else None)
+    unused = [name for name in in_file if name not in expected and name not in UNUSED_DATASETS]
+    if unused:
+        more = f" (and {len(unused) - 1} more)" if len(unused) > 1 else ""
+        raise ElmoInputError(
+            f"{source}: dataset '{unused[0]}'{more} is not part of the model the options describe (lstm.n_layers = "
+            f"{config.num_layers}, char_cnn.n_highway = {config.n_highway}, {len(config.filters)} filters): the "
+            "options and the weights do not belong together"
+        )
     state = {}
-    for link in weight_links(config):
+    for link in links:
         if link.when_absent is not None and not any(name in h5file for name in link.datasets):
             tensors = link.when_absent()
         else:
@@ -294,6 +322,8 @@ def load_original_elmo(options_path, weights_path) -> ElmoModel:
 
     config = config_from_options(load_options(options_path), source=str(options_path))
     weights_path = Path(weights_path)
+    if weights_path.is_dir():
+        raise ElmoInputError(f"{weights_path}: is a folder, expected the weight file (weights.hdf5)")
     if not weights_path.is_file():
         raise ElmoInputError(f"{weights_path}: no such weight file")
     try:
@@ -313,7 +343,8 @@ def convert(
 ) -> Path:
     """Converts and writes `config.json`, `model.safetensors`, tokenizer files and remote code to `output_dir`;
     with `warm_state_text` (text files), also a warm start state estimated from them (`hf-elmo warm-state`)."""
-    check_output(output_dir, force)  # before reading large weight files
+    inputs = [options_path, weights_path, *(warm_state_text or [])]
+    check_output(output_dir, MODEL_FOLDER, inputs, force)  # before reading large weight files
     model = load_original_elmo(options_path, weights_path)
     if warm_state_text:
         add_warm_state(model, warm_state_text, warm_state_sentences)
@@ -322,7 +353,7 @@ def convert(
         model.save_pretrained(folder)
         ElmoTokenizer(max_characters_per_token=model.config.max_characters_per_token).save_pretrained(folder)
 
-    return save_atomically(output_dir, write, force=force)
+    return write_output(output_dir, write, MODEL_FOLDER, inputs, force)
 
 
 def add_arguments(parser: argparse.ArgumentParser):
@@ -348,7 +379,7 @@ def add_arguments(parser: argparse.ArgumentParser):
     )
     parser.add_argument("--warm-state-sentences", type=int, default=2000, help="sentences of --warm-state-text used")
     parser.add_argument("--output-dir", required=True, help="folder to write (must be empty or absent)")
-    parser.add_argument("--force", action="store_true", help="replace a non-empty output folder")
+    parser.add_argument("--force", action="store_true", help="replace an earlier converted model in that folder")
 
 
 def _convert_from_args(args: argparse.Namespace) -> Path:

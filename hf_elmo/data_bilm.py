@@ -21,14 +21,17 @@ sentences were packed together.
 """
 
 import argparse
+import codecs
 import os
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 import torch
 
 from .character_rows import BOS_TOKEN, EOS_TOKEN, MAX_WORD_LENGTH, pad_rows
+from .file_io import VOCABULARY_FILE, check_output, write_output
 from .tokenization_elmo import ElmoTokenizer
 from .word_vocabulary import count_word_vocabulary, write_word_vocabulary
 
@@ -37,12 +40,16 @@ SPLIT_HELP = "whitespace: text is tokenised already; pretokenizer: raw text thro
 IGNORE_INDEX = -100
 
 
-def split_line(line: str, split: str, tokenizer: ElmoTokenizer | None = None) -> list[str]:
-    """The words of one line: `line.split()` or `tokenizer.split_words(line)`."""
+def split_line(line: str, split: str, tokenizer: ElmoTokenizer | None = None, where: str | None = None) -> list[str]:
+    """The words of one line: `line.split()` or `tokenizer.split_words(line)`; `where` (e.g. `"file, line 12"`)
+    names the line in the splitter's errors."""
     if split == "whitespace":
         return line.split()
     if split == "pretokenizer":
-        return tokenizer.split_words(line)
+        try:
+            return tokenizer.split_words(line)
+        except ValueError as error:
+            raise ValueError(f"{where or 'a line'}: {error}") from None
     raise ValueError(f"split must be one of {SPLITS}, got {split!r}.")
 
 
@@ -54,7 +61,8 @@ def _check_split(split: str, tokenizer: ElmoTokenizer | None):
 
 
 def check_text_files(files: Sequence[str | os.PathLike], role: str = "data") -> list[str]:
-    """Paths as strings; raises if one is missing, not a file, or has no word at all."""
+    """Paths as strings; raises if one is missing, not a file, not UTF-8 text (naming the line), or has no word at
+    all. Reads every file once, in blocks."""
     if isinstance(files, (str, os.PathLike)):
         files = [files]
     files = [os.fspath(f) for f in files]
@@ -63,23 +71,50 @@ def check_text_files(files: Sequence[str | os.PathLike], role: str = "data") -> 
     for path in files:
         if not os.path.isfile(path):
             raise FileNotFoundError(f"{role.capitalize()} file {path!r} does not exist or is not a file.")
-        with open(path, encoding="utf-8", errors="replace") as f:
-            if not any(line.strip() for line in f):
-                raise ValueError(f"{role.capitalize()} file {path!r} is empty: it has no words.")
+        decoder, has_words = codecs.getincrementaldecoder("utf-8-sig")(), False
+        try:
+            with open(path, "rb") as f:
+                while block := f.read(1 << 20):
+                    text = decoder.decode(block)
+                    has_words = has_words or not (text.isspace() or not text)
+                decoder.decode(b"", final=True)
+        except UnicodeDecodeError:
+            raise ValueError(f"{role.capitalize()} file {path!r}: {_first_invalid_line(path)}.") from None
+        if not has_words:
+            raise ValueError(f"{role.capitalize()} file {path!r} is empty: it has no words.")
     return files
 
 
+def _first_invalid_line(path) -> str:
+    """Where the first invalid UTF-8 of a file is, counting lines as text mode does (LF, CRLF and CR end a line)."""
+    number = 0
+    with open(path, "rb") as f:
+        for chunk in f:
+            for line in chunk.splitlines():
+                number += 1
+                try:
+                    line.decode("utf-8")
+                except UnicodeDecodeError as error:
+                    return f"line {number} is not valid UTF-8 (byte {error.start + 1}: {error.reason})"
+    return "not valid UTF-8"  # a multi-byte character cut by the end of the file: the last line
+
+
 def iter_sentences(
-    files: Sequence[str | os.PathLike], split: str = "whitespace", tokenizer: ElmoTokenizer | None = None
-) -> Iterator[list[str]]:
-    """The word lists of the non-blank lines of `files`, in order."""
+    files: Sequence[str | os.PathLike],
+    split: str = "whitespace",
+    tokenizer: ElmoTokenizer | None = None,
+    locations: bool = False,
+) -> Iterator[list[str]] | Iterator[tuple[str, list[str]]]:
+    """The word lists of the non-blank lines of `files`, in order; with `locations`, `("file, line N", words)` pairs.
+    A byte-order mark at the start of a file is not part of its first word."""
     _check_split(split, tokenizer)
     for path in files:
-        with open(path, encoding="utf-8") as f:
-            for line in f:
-                words = split_line(line, split, tokenizer)
+        with open(path, encoding="utf-8-sig") as f:
+            for number, line in enumerate(f, start=1):
+                where = f"{path}, line {number}"
+                words = split_line(line, split, tokenizer, where)
                 if words:
-                    yield words
+                    yield (where, words) if locations else words
 
 
 def build_word_vocabulary(
@@ -92,7 +127,7 @@ def build_word_vocabulary(
     """The vocabulary of the corpus in `files` (`word_vocabulary.count_word_vocabulary`): `<S>`, `</S>`, `<UNK>`,
     then the words seen at least `min_count` times, most frequent first, at most `max_size` entries in all. Save it
     with `word_vocabulary.write_word_vocabulary`."""
-    files = check_text_files(files, "vocabulary")
+    files = check_text_files(files, "corpus")
     return count_word_vocabulary(iter_sentences(files, split, tokenizer), min_count, max_size)
 
 
@@ -152,7 +187,7 @@ def encode_windows(windows: Sequence[Sequence[list[str]]], tokenizer: ElmoTokeni
 
 
 def _encode_lines(batch, indices, tokenizer, window, split, source):
-    words = [split_line(line, split, tokenizer) for line in batch["text"]]
+    words = [split_line(line, split, tokenizer, f"{source}, line {i + 1}") for line, i in zip(batch["text"], indices)]
     kept = [i for i, w in enumerate(words) if w]
     windows = list(
         pack_sentences((words[i] for i in kept), window, (f"{source}, line {indices[i] + 1}" for i in kept))
@@ -209,6 +244,7 @@ def load_bilm_dataset(
             "text",
             data_files=[path],
             split="train",
+            encoding="utf-8-sig",  # a byte-order mark is not part of the first word
             streaming=streaming,
             cache_dir=None if cache_dir is None else os.fspath(cache_dir),
         )
@@ -271,14 +307,16 @@ class DataCollatorForBiLM:
 def add_arguments(parser: argparse.ArgumentParser):
     parser.add_argument("files", nargs="+", help="text files, one sentence per line")
     parser.add_argument("--output", required=True, help="vocabulary file to write")
+    parser.add_argument("--force", action="store_true", help="replace an earlier vocabulary file")
     parser.add_argument("--min-count", type=int, default=1, help="keep words seen at least this often")
     parser.add_argument("--max-size", type=int, help="at most this many entries, <S>, </S>, <UNK> included")
     parser.add_argument("--split", choices=SPLITS, default="whitespace", help=SPLIT_HELP)
 
 
 def run(args: argparse.Namespace) -> int:
+    check_output(args.output, VOCABULARY_FILE, args.files, args.force)
     words = build_word_vocabulary(args.files, args.split, ElmoTokenizer(), args.min_count, args.max_size)
-    write_word_vocabulary(words, args.output)
+    write_output(args.output, partial(write_word_vocabulary, words), VOCABULARY_FILE, args.files, args.force)
     print(f"{len(words):,} entries written to {args.output}")
     return 0
 

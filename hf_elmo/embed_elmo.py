@@ -14,7 +14,8 @@ Lines are split on whitespace (`str.split`), or with `--raw` by the tokenizer's 
 the original command:
 
 * **Stateless**: a line's vectors depend only on the line, not on the lines before it or its batch (every line
-  starts from the model's warm start state if it has one, else from zeros). Lines are
+  starts from the model's warm start state if it has one, else from zeros; up to float rounding: another
+  `--batch-size` pads and sums differently, so bit-for-bit equality across batch sizes is not promised). Lines are
   sorted by length within a window of `--batch-size * 16` lines to pad little. A repeated line is computed once
   and its dataset is an HDF5 hard link to the first one (identical vectors, no extra space); the map gives the
   first key (AllenNLP's gave the last, which held different vectors). `--carry-state` restores the original
@@ -25,22 +26,23 @@ the original command:
 * **Memory** holds one window of lines and one batch of vectors, plus the map of distinct lines (about the size
   of the distinct input text; `--forget-sentences` drops it, and with it the sharing of repeated lines).
 * **Safe output**: everything is written to a hidden temporary file beside the output, renamed when complete,
-  so an interrupted run leaves no output file; an existing output is kept unless `--force`.
+  so an interrupted run leaves no output file; an existing output is kept unless `--force`, which replaces only an
+  HDF5 file (see `file_io`).
 """
 
 import argparse
+import codecs
 import json
-import signal
+import math
 import sys
-import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from .convert_original_elmo import load_original_elmo
-from .file_io import ElmoInputError, check_output, save_atomically
+from .file_io import HDF5_FILE, ElmoInputError, check_output, write_output
 from .model_io import load_model_folder
 from .modeling_elmo import ElmoModel
 from .tokenization_elmo import ElmoTokenizer
@@ -52,8 +54,9 @@ DTYPES = {"float32": torch.float32, "float64": torch.float64, "float16": torch.f
 
 
 def read_lines(path) -> Iterator[str]:
-    """The lines of a UTF-8 file (`-`: standard input) without their line ends; `\\n`, `\\r\\n` and `\\r` all end
-    a line, as in Python's text mode. Invalid UTF-8 is an `ElmoInputError` naming the line."""
+    """The lines of a UTF-8 file (`-`: standard input) without their line ends; `\n`, `\r\n` and `\r` all end
+    a line, as in Python's text mode, and a byte-order mark at the start is not part of the first line. Invalid
+    UTF-8 is an `ElmoInputError` naming the line."""
     stream = sys.stdin.buffer if str(path) == "-" else None
     if stream is None:
         try:
@@ -62,9 +65,10 @@ def read_lines(path) -> Iterator[str]:
             raise ElmoInputError(f"{path}: cannot read input ({error.strerror})") from None
     number = 0
     with stream:
-        for chunk in stream:  # split at b"\n" only
-            chunk = chunk[:-2] if chunk.endswith(b"\r\n") else chunk.rstrip(b"\n")
-            for piece in chunk.split(b"\r"):
+        for chunk in stream:  # split at b"\n" only; splitlines splits at \n, \r\n and \r (bytes: nothing else)
+            if number == 0:
+                chunk = chunk.removeprefix(codecs.BOM_UTF8)
+            for piece in chunk.splitlines():
                 number += 1
                 try:
                     yield piece.decode("utf-8")
@@ -98,6 +102,8 @@ class LayerSelector:
                     f"--scalar-mix-weights needs {num_layers + 1} values (one per layer of this model), "
                     f"got {len(mix_weights)}"
                 )
+            if not all(math.isfinite(w) for w in mix_weights):
+                raise ElmoInputError(f"--scalar-mix-weights must be finite numbers, got {mix_weights}")
             self.mix = torch.softmax(torch.tensor(mix_weights, dtype=torch.float64), dim=0)
 
     def __call__(self, layers: tuple[torch.Tensor, ...]) -> torch.Tensor:
@@ -178,16 +184,27 @@ def embed_file(
     forget_sentences: bool = False,
     force: bool = False,
     progress: bool = True,
+    inputs: Iterable = (),
 ) -> int:
-    """Writes the HDF5 file described in the module docstring; returns the number of lines embedded."""
+    """Writes the HDF5 file described in the module docstring; returns the number of lines embedded. `inputs` are the
+    other files the run reads (the model's), which the output must not be, hold or lie inside."""
     import h5py
     from tqdm.auto import tqdm
 
     if batch_size < 1:
         raise ElmoInputError(f"--batch-size must be >= 1, got {batch_size}")
-    split = embedder.tokenizer.split_words if raw else str.split
-    lines = ((index, text.strip(), split(text)) for index, text in enumerate(read_lines(input_path)))
+    def split(index: int, text: str) -> list[str]:
+        if not raw:
+            return text.split()
+        try:
+            return embedder.tokenizer.split_words(text)
+        except ValueError as error:
+            raise ElmoInputError(f"{input_path}: line {index + 1}: {error}") from None
+
+    lines = ((index, text.strip(), split(index, text)) for index, text in enumerate(read_lines(input_path)))
     bar = tqdm(total=count_lines(input_path) if progress else None, unit=" sentences", disable=not progress)
+
+    embedded = [0]  # lines written; the bar counts nothing when disabled
 
     def write(path):
         key_of_line: dict[str, str] = {}
@@ -209,22 +226,20 @@ def embed_file(
                     for (index, _), vectors in zip(batch, embedder([words for _, words in batch], carry_state)):
                         h5file.create_dataset(str(index), data=vectors)
                     bar.update(len(batch))
+                    embedded[0] += len(batch)
                 for index, key in repeats:
                     h5file[str(index)] = h5file[key]  # a hard link: the same dataset under two names
                 bar.update(len(repeats))
+                embedded[0] += len(repeats)
             if not forget_sentences:
                 index_dataset = h5file.create_dataset("sentence_to_index", (1,), dtype=h5py.string_dtype())
                 index_dataset[0] = json.dumps(key_of_line)
 
     try:
-        save_atomically(output_path, write, force=force, folder=False)
+        write_output(output_path, write, HDF5_FILE, [input_path, *inputs], force)
     finally:
         bar.close()
-    return bar.n
-
-
-def _raise_keyboard_interrupt(signum, frame):
-    raise KeyboardInterrupt
+    return embedded[0]
 
 
 def add_arguments(parser: argparse.ArgumentParser):
@@ -274,6 +289,8 @@ def _load(args):
             tokenizer = ElmoTokenizer.from_pretrained(args.model)
         except Exception as error:  # json, OSError, ValueError from the tokenizer files
             message = " ".join(str(error).split()) or type(error).__name__
+            if message.startswith(f"{args.model}: "):  # the tokenizer's own checks name the folder already
+                raise ElmoInputError(message) from None
             raise ElmoInputError(f"{args.model}: cannot load the tokenizer ({message})") from None
         return model, tokenizer
     if args.weights is None:
@@ -295,39 +312,33 @@ def _device(name: str | None) -> torch.device:
 
 
 def run(args: argparse.Namespace) -> int:
-    in_main_thread = threading.current_thread() is threading.main_thread()
-    if in_main_thread:  # a kill cleans up as Ctrl-C does
-        previous_handler = signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
-    try:
-        check_output(args.output, args.force, folder=False)  # before loading a large model
-        if str(args.input) != "-" and (not Path(args.input).exists() or Path(args.input).is_dir()):
-            raise ElmoInputError(f"{args.input}: no such input file")
-        device = _device(args.device)
-        model, tokenizer = _load(args)
-        model.to(device=device, dtype=DTYPES[args.dtype])
-        mode = "mix" if args.scalar_mix_weights is not None else args.layers
-        embedder = Embedder(
-            model,
-            tokenizer,
-            LayerSelector(mode, model.config.num_layers, args.scalar_mix_weights),
-            torch.float64 if args.dtype == "float64" else torch.float32,
-        )
-        count = embed_file(
-            embedder,
-            args.input,
-            args.output,
-            batch_size=args.batch_size,
-            raw=args.raw,
-            carry_state=args.carry_state,
-            forget_sentences=args.forget_sentences,
-            force=args.force,
-            progress=not args.quiet,
-        )
-    except KeyboardInterrupt:
-        print(f"interrupted: {args.output} not written", file=sys.stderr)
-        return 130
-    finally:
-        if in_main_thread:
-            signal.signal(signal.SIGTERM, previous_handler)
+    inputs = [args.input, args.model, args.options, args.weights]
+    check_output(args.output, HDF5_FILE, inputs, args.force)  # before loading a large model
+    if str(args.input) != "-" and Path(args.input).is_dir():
+        raise ElmoInputError(f"{args.input}: is a folder, expected the input text file")
+    if str(args.input) != "-" and not Path(args.input).exists():
+        raise ElmoInputError(f"{args.input}: no such input file")
+    device = _device(args.device)
+    model, tokenizer = _load(args)
+    model.to(device=device, dtype=DTYPES[args.dtype])
+    mode = "mix" if args.scalar_mix_weights is not None else args.layers
+    embedder = Embedder(
+        model,
+        tokenizer,
+        LayerSelector(mode, model.config.num_layers, args.scalar_mix_weights),
+        torch.float64 if args.dtype == "float64" else torch.float32,
+    )
+    count = embed_file(
+        embedder,
+        args.input,
+        args.output,
+        batch_size=args.batch_size,
+        raw=args.raw,
+        carry_state=args.carry_state,
+        forget_sentences=args.forget_sentences,
+        force=args.force,
+        progress=not args.quiet,
+        inputs=inputs[1:],
+    )
     print(f"{count} sentences embedded to {args.output}", file=sys.stderr)
     return 0

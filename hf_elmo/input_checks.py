@@ -58,8 +58,9 @@ def check_inputs(
             f"input_ids is empty: shape {tuple(input_ids.shape)} has no positions; every sentence, even an "
             "empty one, needs its <S> and </S> rows (tokenize with add_special_tokens=True)."
         )
+    has_word = (input_ids > 0).any(dim=-1)  # padding positions are all-zero rows
     if attention_mask is None:
-        mask = (input_ids > 0).any(dim=-1)
+        mask = has_word
     else:
         if not isinstance(attention_mask, torch.Tensor) or attention_mask.shape != input_ids.shape[:2]:
             got = tuple(attention_mask.shape) if isinstance(attention_mask, torch.Tensor) else type(attention_mask)
@@ -75,6 +76,8 @@ def check_inputs(
         "high": input_ids.max(),
         "ragged": (mask != (torch.arange(mask.shape[1], device=mask.device) < lengths[:, None])).any(),
     }
+    if attention_mask is not None:  # a mask of 1 over an all-zero row: the LSTM would read padding as a word
+        values["over_padding"] = (mask & ~has_word).any()
     if input_word_ids is not None:
         values.update(word_low=input_word_ids.min(), word_high=input_word_ids.max())
     if framed:
@@ -88,6 +91,12 @@ def check_inputs(
         )
     if values["ragged"]:
         raise ValueError("ELMo needs right-padded input: every attention_mask row must be ones then zeros.")
+    if values.get("over_padding"):
+        row, position = (mask & ~has_word).nonzero()[0].tolist()
+        raise ValueError(
+            f"attention_mask is 1 at row {row}, position {position}, whose input_ids are all zeros (padding): the "
+            "LSTM would read the padding as a word. Pass the tokenizer's attention_mask."
+        )
     if input_word_ids is not None:
         vocab_size, low, high = config.input_word_vocab_size, values["word_low"], values["word_high"]
         if low < 0 or high >= vocab_size:

@@ -16,6 +16,7 @@ skip blank lines.
 """
 
 import argparse
+import itertools
 import math
 from collections.abc import Sequence
 from pathlib import Path
@@ -44,7 +45,8 @@ STARTS = ("zero", "warm")
 
 
 def _batches(files, tokenizer, window, split, batch_size):
-    windows = pack_sentences(iter_sentences(files, split, tokenizer), window)
+    sentences, located = itertools.tee(iter_sentences(files, split, tokenizer, locations=True))
+    windows = pack_sentences((words for _, words in sentences), window, (where for where, _ in located))
     collate = DataCollatorForBiLM()
     while True:
         chunk = [w for _, w in zip(range(batch_size), windows)]
@@ -196,6 +198,10 @@ def compute_perplexity(
         `{"forward": ..., "backward": ..., "geometric_mean": ..., "targets": n}`; `n` targets per direction.
     """
     _check_vocabulary(model, tokenizer)
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}.")
+    if window < 3:
+        raise ValueError(f"window must be >= 3 positions (<S>, one word, </S>), got {window}.")
     files = check_text_files(files, "evaluation")
     model.eval()
     device = model.device
@@ -248,8 +254,16 @@ def load_bilm(model_dir: str, device: str = "cpu") -> tuple[ElmoForBiLM, ElmoTok
             "without it; perplexity needs a biLM trained or adapted with `hf-elmo train`."
         )
     tokenizer = ElmoTokenizer.from_pretrained(model_dir)
-    model = ElmoForBiLM.from_pretrained(model_dir).to(device)
-    return model, tokenizer
+    words = tokenizer.word_vocabulary
+    if words is None or len(words) != config.vocab_size:  # before the softmax of config.vocab_size rows is built
+        raise ValueError(
+            f"{model_dir}: the model's softmax has {config.vocab_size:,} words (config.json vocab_size) but its "
+            f"vocabulary (vocab.txt) has {'none' if words is None else f'{len(words):,}'}."
+        )
+    model, info = ElmoForBiLM.from_pretrained(model_dir, output_loading_info=True)
+    if info["missing_keys"]:
+        raise ValueError(f"{model_dir}: the weights lack {sorted(info['missing_keys'])}; the softmax is needed.")
+    return model.to(device), tokenizer
 
 
 def add_arguments(parser: argparse.ArgumentParser):

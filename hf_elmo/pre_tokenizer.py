@@ -1,5 +1,7 @@
 """Raw text -> words, in the Penn-Treebank style of the corpus ELMo was trained on (a `tokenizers` `Split`)."""
 
+import re
+
 from tokenizers import Regex
 from tokenizers import pre_tokenizers
 
@@ -52,16 +54,36 @@ def build_pre_tokenizer() -> pre_tokenizers.PreTokenizer:
     )
 
 
+MAX_RUN_LENGTH = 100_000
+"""Characters without whitespace the splitter takes at once. The regex engine gives up (a Rust panic, which Python's
+`except Exception` does not catch) on runs of a few million; no word is anywhere near this long."""
+# The whitespace of WhitespaceSplit (Rust's char::is_whitespace: Unicode White_Space), which Python's \s is not.
+_LONG_RUN = re.compile(
+    "[^\t\n\x0b\x0c\r \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]{%d}" % (MAX_RUN_LENGTH + 1)
+)
+
+
 def split_words(pre_tokenizer: pre_tokenizers.PreTokenizer, text: str) -> list[str]:
     """The words of `text` by `pre_tokenizer`. Lone surrogates are dropped first: they cannot reach the Rust
-    pre-tokenizer (and would vanish from the character ids anyway)."""
+    pre-tokenizer (and would vanish from the character ids anyway). A run of more than `MAX_RUN_LENGTH` characters
+    without whitespace is a `ValueError`."""
     if not isinstance(text, str):
         raise TypeError(f"split_words expects a str, got {type(text).__name__}")
+    if len(text) > MAX_RUN_LENGTH and (run := _LONG_RUN.search(text)):
+        raise ValueError(
+            f"the text has more than {MAX_RUN_LENGTH:,} characters without whitespace (from character "
+            f"{run.start():,}), more than the word splitter takes: split it, or give the words (is_split_into_words)"
+        )
     try:
-        pieces = pre_tokenizer.pre_tokenize_str(text)
-    except UnicodeEncodeError:
-        pieces = pre_tokenizer.pre_tokenize_str(text.encode("utf-8", "ignore").decode("utf-8"))
+        try:
+            pieces = pre_tokenizer.pre_tokenize_str(text)
+        except UnicodeEncodeError:
+            pieces = pre_tokenizer.pre_tokenize_str(text.encode("utf-8", "ignore").decode("utf-8"))
+    except BaseException as error:  # a Rust panic arrives as pyo3's PanicException, a BaseException
+        if type(error).__name__ != "PanicException":
+            raise
+        raise ValueError(f"the word splitter failed on this text ({' '.join(str(error).split())})") from None
     return [piece for piece, _ in pieces]
 
 
-__all__ = ["PRE_TOKENIZER_PATTERN", "build_pre_tokenizer", "split_words"]
+__all__ = ["MAX_RUN_LENGTH", "PRE_TOKENIZER_PATTERN", "build_pre_tokenizer", "split_words"]

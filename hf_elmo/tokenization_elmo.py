@@ -11,12 +11,14 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping, Sequence
+from functools import partial
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 from transformers import PreTrainedTokenizer
 from transformers.tokenization_utils_base import TruncationStrategy
-from transformers.utils import PaddingStrategy, TensorType
+from transformers.utils import CONFIG_NAME, PaddingStrategy, TensorType, cached_file
 
 from . import character_rows, pre_tokenizer, word_vocabulary
 from .batch_encoding_elmo import ElmoBatchEncoding
@@ -91,6 +93,7 @@ def _nesting_depth(value: Any) -> int:
 
 
 _IDS_TO_TOKENS = {index: token for token, index in CHARACTER_TOKENS.items()}
+_HUB_KEYS = ("cache_dir", "force_download", "local_files_only", "token", "revision", "subfolder")
 _PER_POSITION = ("attention_mask", "token_type_ids", "special_tokens_mask", "input_word_ids")
 
 
@@ -186,6 +189,47 @@ class ElmoTokenizer(PreTrainedTokenizer):
         )
         if self.pad_token_id != PADDING_WORD_ID:
             raise ValueError(f"ElmoTokenizer needs a pad token with id 0, got {self.pad_token!r}")
+
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs):
+        """`PreTrainedTokenizer.from_pretrained`, with a file that is not valid JSON named, and refusing a tokenizer
+        that reads characters otherwise than the model of the same folder: a `char_vocab.json` dropped into a folder
+        of a model that reads UTF-8 bytes (it would switch the tokenizer to it), or one missing where the model reads
+        a character vocabulary (config.json's `char_vocabulary`)."""
+        hub = {key: kwargs[key] for key in _HUB_KEYS if key in kwargs}
+        locate = partial(cached_file, pretrained_model_name_or_path, _raise_exceptions_for_missing_entries=False, **hub)
+        try:
+            tokenizer = super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
+        except json.JSONDecodeError as error:
+            for name in ("tokenizer_config.json", "special_tokens_map.json", "added_tokens.json"):
+                path = locate(name)
+                try:
+                    if path is not None:
+                        json.loads(Path(path).read_text(encoding="utf-8"))
+                except (ValueError, OSError):
+                    break
+            else:
+                name = "a JSON file"
+            where = f"line {error.lineno}, column {error.colno}"
+            message = f"{pretrained_model_name_or_path}: {name} is not valid JSON ({where}: {error.msg})"
+            raise ValueError(message) from None
+        config_file = locate(CONFIG_NAME)
+        if config_file is not None:
+            try:
+                model_config = json.loads(Path(config_file).read_text(encoding="utf-8"))
+                model_reads_vocabulary = model_config.get("char_vocabulary")
+            except (ValueError, OSError, AttributeError):
+                model_reads_vocabulary = None  # the model's loading reports a damaged config.json
+            tokenizer_reads_vocabulary = tokenizer.char_vocabulary is not None
+            if model_reads_vocabulary is not None and bool(model_reads_vocabulary) != tokenizer_reads_vocabulary:
+                held = "hold" if tokenizer_reads_vocabulary else "lack"
+                reads = "a character vocabulary" if model_reads_vocabulary else "UTF-8 bytes"
+                raise ValueError(
+                    f"{pretrained_model_name_or_path}: the tokenizer files {held} char_vocab.json but the model reads "
+                    f"{reads} (config.json char_vocabulary: {str(bool(model_reads_vocabulary)).lower()}): tokenizer "
+                    "and model do not belong together"
+                )
+        return tokenizer
 
     @property
     def characters(self) -> CharacterVocabulary | Any:

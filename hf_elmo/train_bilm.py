@@ -25,18 +25,23 @@ default.
 """
 
 import argparse
+import contextlib
 import dataclasses
 import itertools
 import json
 import math
 import os
+import pickle
+import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import torch
 from transformers import Trainer, TrainerCallback, TrainingArguments, set_seed
-from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoint
+from transformers.trainer import TRAINER_STATE_NAME
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from .adagrad import Adagrad
 from .configuration_elmo import ARCHITECTURE_FIELDS, ELMO_PRESETS, WEIGHT_FORMAT_FIELDS, ElmoConfig
@@ -50,13 +55,25 @@ from .data_bilm import (
     iter_sentences,
     load_bilm_dataset,
 )
+from .file_io import check_not_an_input, deferred_signals, read_json_object, write_atomically
 from .modeling_elmo import ElmoForBiLM
 from .streams_bilm import DataCollatorForBiLMStreams, StreamWindowDataset
 from .tokenization_elmo import ElmoTokenizer
 from .warm_state import estimate_warm_state
-from .word_vocabulary import WORD_VOCABULARY_FILE, read_word_vocabulary
+from .word_vocabulary import WORD_VOCABULARY_FILE, WORD_VOCABULARY_SPECIALS, read_word_vocabulary
 
 OPTIONS_FILE = "bilm_training_options.json"
+STAGING_DIR = ".staging"
+"""Folder in the output folder where a checkpoint or the final model is written, then moved into place."""
+STREAM_STATE_FILE = "stream_state-{rank}.safetensors"
+"""The carried LSTM state of process `rank`'s rows, in every checkpoint of a `--stream` run."""
+# What a run leaves in its output folder before its first checkpoint (removed when it fails or is stopped; a new run
+# may start in a folder holding only these).
+LEFT_BEFORE_FIRST_CHECKPOINT = (OPTIONS_FILE, STAGING_DIR)
+# Files every checkpoint holds (besides the random state of each process), all read by --resume.
+CHECKPOINT_FILES = (
+    "config.json", "model.safetensors", "optimizer.pt", "scheduler.pt", TRAINER_STATE_NAME, WORD_VOCABULARY_FILE
+)
 # Options a resumed run may change: where things go, how often they are reported, how long to go on.
 RESUMABLE_CHANGES = {
     "output_dir", "resume", "data_cache_dir", "disable_progress_bar", "report_to", "logging_steps", "eval_steps",
@@ -156,9 +173,30 @@ class BiLMTrainingOptions:
             )
         if self.streaming and self.max_steps <= 0:
             raise ValueError("Streaming data has no known length: give max_steps (--max-steps) as well.")
-        for name in ("batch_size", "gradient_accumulation_steps", "logging_steps", "eval_steps", "save_steps"):
+        at_least_one = ("batch_size", "gradient_accumulation_steps", "logging_steps", "eval_steps", "save_steps")
+        for name in (*at_least_one, "min_count"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}.")
+        for name in ("warmup_steps", "num_softmax_samples", "dataloader_workers"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}.")
+        for field_ in dataclasses.fields(self):
+            value = getattr(self, field_.name)
+            if isinstance(value, float) and not math.isfinite(value):
+                raise ValueError(f"{field_.name} must be a finite number, got {value}.")
+        for name in ("learning_rate", "max_grad_norm"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be > 0, got {getattr(self, name)}.")
+        if self.adagrad_initial_accumulator < 0:
+            raise ValueError(f"adagrad_initial_accumulator must be >= 0, got {self.adagrad_initial_accumulator}.")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {self.dropout}.")
+        if self.window < 3:
+            raise ValueError(f"window must be >= 3 positions (<S>, one word, </S>), got {self.window}.")
+        if self.max_steps <= 0 and self.epochs <= 0:
+            raise ValueError(f"epochs must be > 0 (or max_steps given), got {self.epochs}: nothing would be trained.")
+        if self.max_minutes is not None and self.max_minutes <= 0:
+            raise ValueError(f"max_minutes must be > 0, got {self.max_minutes}.")
 
 
 def _log(message: str):
@@ -200,12 +238,14 @@ def _check_same_architecture(config: ElmoConfig, checkpoint: ElmoConfig, config_
 
 
 def _prepare_output_dir(options: BiLMTrainingOptions) -> Path:
-    output_dir = Path(options.output_dir)
+    config_file = options.config if options.config not in ELMO_PRESETS else None
+    inputs = [*options.train_files, *options.eval_files, options.vocab, config_file, options.init_from]
+    output_dir = check_not_an_input(options.output_dir, inputs)
     saved = output_dir / OPTIONS_FILE
     if options.resume:
-        if not saved.is_file() or get_last_checkpoint(output_dir) is None:
+        if not saved.is_file() or not _checkpoints(output_dir):
             raise ValueError(f"--resume: {output_dir} holds no checkpoint of an earlier run to continue from.")
-        earlier = json.loads(saved.read_text(encoding="utf-8"))
+        earlier = read_json_object(saved, "options file of the earlier run")
         current = dataclasses.asdict(options)
         different = [
             f"{k}: was {earlier.get(k)!r}, now {v!r}"
@@ -216,11 +256,63 @@ def _prepare_output_dir(options: BiLMTrainingOptions) -> Path:
             raise ValueError(
                 f"--resume must repeat the options of the run in {output_dir}; changed: " + "; ".join(different)
             )
-    elif output_dir.exists() and any(output_dir.iterdir()):
+    elif output_dir.exists() and {p.name for p in output_dir.iterdir()} - set(LEFT_BEFORE_FIRST_CHECKPOINT):
         raise ValueError(
             f"Output folder {output_dir} is not empty: pass --resume to continue the run in it, or choose another folder."
         )
     return output_dir
+
+
+def _checkpoint_problems(checkpoint: Path, world_size: int, stream: bool = False) -> list[str]:
+    """What a resume from `checkpoint` would lack: missing files, or a trainer state that cannot be read."""
+    rng_files = [f"rng_state_{rank}.pth" for rank in range(world_size)] if world_size > 1 else ["rng_state.pth"]
+    rng_files += [STREAM_STATE_FILE.format(rank=rank) for rank in range(world_size)] if stream else []
+    problems = [f"no {name}" for name in (*CHECKPOINT_FILES, *rng_files) if not (checkpoint / name).is_file()]
+    if not problems:
+        try:
+            json.loads((checkpoint / TRAINER_STATE_NAME).read_text(encoding="utf-8"))["global_step"]
+        except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as error:
+            problems.append(f"unreadable {TRAINER_STATE_NAME} ({error})")
+    return problems
+
+
+def _checkpoints(output_dir: Path) -> list[Path]:
+    """The `checkpoint-N` folders of a run, by step."""
+    found = [p for p in output_dir.glob(f"{PREFIX_CHECKPOINT_DIR}-*") if p.is_dir() and p.name.split("-")[-1].isdigit()]
+    return sorted(found, key=lambda p: int(p.name.split("-")[-1]))
+
+
+def _last_complete_checkpoint(output_dir: Path, world_size: int, stream: bool = False) -> Path:
+    """The checkpoint --resume continues from: the last one holding everything a resume reads; later incomplete ones
+    (written by an older version, or damaged since) are named in the log and left alone."""
+    skipped = []
+    for checkpoint in reversed(_checkpoints(output_dir)):
+        problems = _checkpoint_problems(checkpoint, world_size, stream)
+        if not problems:
+            if skipped:
+                _log(f"--resume: continuing from {checkpoint.name}; skipped incomplete " + "; ".join(skipped) + ".")
+            return checkpoint
+        skipped.append(f"{checkpoint.name} ({', '.join(problems)})")
+    raise ValueError(
+        f"--resume: {output_dir} holds no complete checkpoint of an earlier run to continue from"
+        + (f" (incomplete: {'; '.join(skipped)})" if skipped else "")
+        + "."
+    )
+
+
+def _remove_run_leftovers(output_dir: Path, created: bool):
+    """After a run failed or was stopped before its first checkpoint: remove what it wrote, so that the same command
+    can simply be run again."""
+    if _checkpoints(output_dir):
+        return
+    for name in LEFT_BEFORE_FIRST_CHECKPOINT:
+        path = output_dir / name
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        elif path.is_file():
+            path.unlink()
+    if created and output_dir.is_dir() and not any(output_dir.iterdir()):
+        output_dir.rmdir()
 
 
 def _tokenizer_and_config(options: BiLMTrainingOptions) -> tuple[ElmoTokenizer, ElmoConfig]:
@@ -256,8 +348,10 @@ def _tokenizer_and_config(options: BiLMTrainingOptions) -> tuple[ElmoTokenizer, 
         words = build_word_vocabulary(
             options.train_files, options.split, tokenizer, options.min_count, options.max_vocab_size
         )
-        source = f"built from the training files with min count {options.min_count}"
+        source = "built"
     tokenizer.set_word_vocabulary(words)
+    if source == "built":
+        source = f"built from the training files with min count {options.min_count}"
 
     if checkpoint_config is not None and checkpoint_config.vocab_size:
         if checkpoint_config.vocab_size != len(words):
@@ -270,12 +364,46 @@ def _tokenizer_and_config(options: BiLMTrainingOptions) -> tuple[ElmoTokenizer, 
                 f"The vocabulary ({source}) lists other words than the one of --init-from {options.init_from}, whose "
                 "softmax rows belong to its own words; use the checkpoint's vocab.txt."
             )
+    if source != "built" and 0 < options.num_softmax_samples < len(words):
+        _check_frequency_order(words, options, source)
     config.vocab_size = len(words)
     config.dropout = options.dropout
     config.num_softmax_samples = options.num_softmax_samples
     config.validate_architecture()
     _log(f"Word vocabulary: {len(words):,} words, {source}.")
     return tokenizer, config
+
+
+ORDER_SAMPLE_LINES = 100_000
+
+
+def _check_frequency_order(words: list[str], options: BiLMTrainingOptions, source: str):
+    """The sampled softmax draws word ids log-uniformly, i.e. as if id order were frequency order: a vocabulary in
+    another order (alphabetical, shuffled) trains with badly wrong negatives. Refused when the ids and the word counts
+    of the first lines of the training files are not clearly anti-correlated (a sorted vocabulary gives about -1, also
+    one sorted on another corpus of the language; alphabetical or shuffled ones about 0)."""
+    index = {word: i for i, word in enumerate(words)}
+    counts = np.zeros(len(words))
+    lines = itertools.islice(iter_sentences(options.train_files, options.split, ElmoTokenizer()), ORDER_SAMPLE_LINES)
+    for sentence in lines:
+        for word in sentence:
+            if word in index:
+                counts[index[word]] += 1
+    counts = counts[len(WORD_VOCABULARY_SPECIALS) :]
+    if counts.size < 3 or counts.min() == counts.max():
+        return
+    ranks = np.empty(counts.size)
+    ranks[np.argsort(counts, kind="stable")] = np.arange(counts.size)
+    values, inverse = np.unique(counts, return_inverse=True)
+    ranks = (np.bincount(inverse, ranks) / np.bincount(inverse))[inverse]  # ties share their mean rank
+    correlation = float(np.corrcoef(np.arange(counts.size), ranks)[0, 1])
+    if correlation > -0.2:
+        raise ValueError(
+            f"The vocabulary ({source}) is not ordered by frequency: the rank correlation of word id and count in the "
+            f"first lines of the training files is {correlation:+.2f} (about -1 when sorted). The sampled softmax "
+            "draws ids as if they were: sort the words, most frequent first (hf-elmo vocab does), or train with the "
+            "full softmax (--num-softmax-samples 0)."
+        )
 
 
 def _build_model(options: BiLMTrainingOptions, config: ElmoConfig) -> ElmoForBiLM:
@@ -321,25 +449,62 @@ class TimeLimitCallback(TrainerCallback):
             control.should_save = True
 
 
-class SaveTokenizerCallback(TrainerCallback):
-    """Writes the tokenizer (with its word vocabulary) into every checkpoint, so each one is a complete model folder.
+class ElmoTrainer(Trainer):
+    """`Trainer` that also reports exact (token-weighted) forward, backward and mean perplexity when evaluating, and
+    writes each checkpoint into a staging folder renamed when complete (tokenizer included, so that every checkpoint
+    is a complete model folder), so that an interrupted save leaves the earlier checkpoints as they were.
 
-    Not `Trainer(processing_class=...)`: that copies the tokenizer's character-level special ids into the config,
+    The tokenizer is not `Trainer(processing_class=...)`: that copies its character-level special ids into the config,
     where they would be read as word ids.
     """
 
-    def __init__(self, tokenizer: ElmoTokenizer):
-        self.tokenizer = tokenizer
-
-    def on_save(self, args, state, control, **kwargs):
-        if state.is_world_process_zero:
-            self.tokenizer.save_pretrained(Path(args.output_dir) / f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}")
-
-
-class ElmoTrainer(Trainer):
-    """`Trainer` that also reports exact (token-weighted) forward, backward and mean perplexity when evaluating."""
-
     _direction_sums: torch.Tensor | None = None
+    _staging: str | None = None
+
+    def __init__(self, *args, word_tokenizer: ElmoTokenizer | None = None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.word_tokenizer = word_tokenizer
+
+    def _get_output_dir(self, trial) -> str:
+        return self._staging or super()._get_output_dir(trial)
+
+    def _save_checkpoint(self, model, trial):
+        run_dir = Path(self._get_output_dir(trial))
+        name = f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
+        staging = run_dir / STAGING_DIR
+        if self.args.should_save and staging.exists():
+            shutil.rmtree(staging)
+        self.accelerator.wait_for_everyone()
+        self._staging = str(staging)
+        try:
+            super()._save_checkpoint(model, trial)  # into staging/name; every process adds its random state
+            if self.args.should_save and self.word_tokenizer is not None:
+                self.word_tokenizer.save_pretrained(staging / name)
+            self.accelerator.wait_for_everyone()
+            if self.args.should_save:
+                with deferred_signals():
+                    if (run_dir / name).exists():  # an incomplete one, from before a resume that skipped it
+                        shutil.rmtree(run_dir / name)
+                    (staging / name).rename(run_dir / name)
+                limit = self.args.save_total_limit
+                for old in _checkpoints(run_dir)[: -limit if limit and limit > 0 else 0]:
+                    shutil.rmtree(old)
+        finally:
+            self._staging = None
+            if self.args.should_save:
+                shutil.rmtree(staging, ignore_errors=True)
+
+    def _load_from_checkpoint(self, resume_from_checkpoint, model=None):
+        with _one_line_load_errors(resume_from_checkpoint, "model weights"):
+            super()._load_from_checkpoint(resume_from_checkpoint, model)
+
+    def _load_optimizer_and_scheduler(self, checkpoint):
+        with _one_line_load_errors(checkpoint, "optimizer or scheduler state"):
+            super()._load_optimizer_and_scheduler(checkpoint)
+
+    def _load_rng_state(self, checkpoint):
+        with _one_line_load_errors(checkpoint, "random state"):
+            super()._load_rng_state(checkpoint)
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         loss, outputs = super().compute_loss(model, inputs, return_outputs=True, num_items_in_batch=num_items_in_batch)
@@ -369,8 +534,15 @@ class ElmoTrainer(Trainer):
         return output
 
 
+@contextlib.contextmanager
+def _one_line_load_errors(checkpoint, what: str):
+    """A checkpoint file that cannot be read (damaged, tampered with: torch refuses unsafe pickles) as one line."""
+    try:
+        yield
+    except (pickle.UnpicklingError, EOFError, RuntimeError, OSError, KeyError, ValueError) as error:
+        message = " ".join(str(error).split())[:300] or type(error).__name__
+        raise ValueError(f"--resume: {checkpoint}: cannot read the {what} ({message}).") from None
 
-STREAM_STATE_FILE = "stream_state-{rank}.safetensors"
 
 
 class StreamTrainer(ElmoTrainer):
@@ -407,7 +579,8 @@ class StreamTrainer(ElmoTrainer):
                 f"--resume: {checkpoint} holds the stream states of {len(files)} processes, this run has "
                 f"{self.args.world_size}; resume --stream runs with the same number of processes."
             )
-        state = load_file(path)
+        with _one_line_load_errors(checkpoint, "stream state"):
+            state = load_file(path)
         self.carried = (state["hidden"].to(self.args.device), state["memory"].to(self.args.device))
 
 
@@ -458,12 +631,26 @@ def train_bilm(options: BiLMTrainingOptions | None = None, **kwargs) -> dict:
     """
     options = options if options is not None else BiLMTrainingOptions(**kwargs)
     output_dir = _prepare_output_dir(options)
+    created = not output_dir.exists()
     check_text_files(options.train_files, "training")
     if options.eval_files:
         check_text_files(options.eval_files, "evaluation")
     tokenizer, config = _tokenizer_and_config(options)
 
     args = _training_arguments(options, has_eval=bool(options.eval_files))
+    resume_from = _last_complete_checkpoint(output_dir, args.world_size, options.stream) if options.resume else None
+    try:
+        return _train(options, output_dir, tokenizer, config, args, resume_from)
+    except BaseException:
+        if args.process_index == 0:
+            shutil.rmtree(output_dir / STAGING_DIR, ignore_errors=True)
+            if not options.resume:
+                _remove_run_leftovers(output_dir, created)
+        raise
+
+
+def _train(options, output_dir, tokenizer, config, args, resume_from) -> dict:
+    model = _build_model(options, config)  # before the data: --init-from problems are found before any work
     cache_dir = options.data_cache_dir
     with args.main_process_first(desc="preparing the data"):
         if options.stream:
@@ -488,11 +675,10 @@ def train_bilm(options: BiLMTrainingOptions | None = None, **kwargs) -> dict:
     if options.streaming:
         train_dataset = train_dataset.shuffle(seed=options.seed, buffer_size=10_000)
 
-    model = _build_model(options, config)
     if args.process_index == 0 and not options.resume:
         # What --resume checks: a resumed run must be the same run.
         output_dir.mkdir(parents=True, exist_ok=True)
-        (output_dir / OPTIONS_FILE).write_text(json.dumps(dataclasses.asdict(options), indent=2) + "\n")
+        write_atomically(output_dir / OPTIONS_FILE, json.dumps(dataclasses.asdict(options), indent=2) + "\n")
     softmax = "full softmax"
     if model.uses_sampled_softmax():
         softmax = f"sampled softmax ({config.num_softmax_samples} negatives)"
@@ -520,22 +706,36 @@ def train_bilm(options: BiLMTrainingOptions | None = None, **kwargs) -> dict:
         train_dataset=train_dataset,
         eval_dataset=eval_dataset,
         optimizer_cls_and_kwargs=optimizer,
-        callbacks=[SaveTokenizerCallback(tokenizer)]
-        + ([TimeLimitCallback(options.max_minutes)] if options.max_minutes else []),
+        callbacks=[TimeLimitCallback(options.max_minutes)] if options.max_minutes else [],
+        word_tokenizer=tokenizer,
     )
-    if options.stream and options.resume:
-        trainer.load_carried_state(get_last_checkpoint(output_dir))
-    result = trainer.train(resume_from_checkpoint=True if options.resume else None)
+    if options.stream and resume_from is not None:
+        trainer.load_carried_state(resume_from)
+    result = trainer.train(resume_from_checkpoint=None if resume_from is None else str(resume_from))
     if options.stream:
         # Trained on carried states, the model starts best from a warm state, not from zeros.
         sentences = list(itertools.islice(iter_sentences(options.train_files, options.split, tokenizer), 2000))
         model.elmo.set_warm_state(estimate_warm_state(model.elmo, sentences, tokenizer))
         _log(f"Warm start state estimated from the first {len(sentences):,} training sentences.")
-    trainer.save_model(options.output_dir)
+    # The final model, like each checkpoint, is written aside and moved into place when complete.
+    staging = output_dir / STAGING_DIR
     if trainer.is_world_process_zero():
-        tokenizer.save_pretrained(output_dir)
-    metrics = {"train_loss": result.training_loss, "train_runtime": result.metrics["train_runtime"],
-               "steps": result.global_step}
+        shutil.rmtree(staging, ignore_errors=True)  # what an interrupted save may have left
+    trainer.accelerator.wait_for_everyone()
+    trainer.save_model(str(staging))
+    if trainer.is_world_process_zero():
+        tokenizer.save_pretrained(staging)
+    trainer.accelerator.wait_for_everyone()
+    if trainer.is_world_process_zero():
+        with deferred_signals():
+            for path in staging.iterdir():
+                os.replace(path, output_dir / path.name)
+        staging.rmdir()
+    metrics = {
+        "train_loss": result.training_loss,
+        "train_runtime": result.metrics["train_runtime"],
+        "steps": result.global_step,
+    }
     if eval_dataset is not None:
         last = trainer.state.log_history[-2] if len(trainer.state.log_history) > 1 else {}
         just_evaluated = "eval_perplexity" in last and last.get("step") == trainer.state.global_step

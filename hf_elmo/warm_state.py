@@ -28,7 +28,7 @@ import torch
 
 from .character_rows import BOS_TOKEN, EOS_TOKEN
 from .data_bilm import SPLIT_HELP, SPLITS, check_text_files, iter_sentences
-from .file_io import ElmoInputError, save_atomically
+from .file_io import ElmoInputError, replace_atomically
 from .model_io import load_model_folder
 from .modeling_elmo import ElmoModel, ElmoState
 from .tokenization_elmo import ElmoTokenizer
@@ -123,10 +123,8 @@ def store_warm_state(folder: str | os.PathLike, state: ElmoState):
     tensors[f"{prefix}warm_memory"] = state[1].to(dtype).contiguous()
     config = json.loads(config_path.read_text(encoding="utf-8"))
     config["warm_state"] = True
-    save_atomically(weights, lambda path: save_file(tensors, path, metadata=metadata), force=True, folder=False)
-    save_atomically(
-        config_path, lambda path: path.write_text(json.dumps(config, indent=2) + "\n"), force=True, folder=False
-    )
+    replace_atomically(weights, lambda path: save_file(tensors, path, metadata=metadata))
+    replace_atomically(config_path, lambda path: path.write_text(json.dumps(config, indent=2) + "\n"))
 
 
 def add_arguments(parser: argparse.ArgumentParser):

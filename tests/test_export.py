@@ -114,6 +114,12 @@ def test_export_needs_an_empty_output_folder(converted_dirs, tmp_path, capsys):
     (tmp_path / "out/notes.txt").write_text("mine")
     assert export(converted_dirs["allennlp"], tmp_path / "out") == 2
     assert "folder is not empty" in capsys.readouterr().err
+    assert export(converted_dirs["allennlp"], tmp_path / "out", "--force") == 2  # --force replaces only an export
+    assert "holds 'notes.txt', which is not part of an original-format folder" in capsys.readouterr().err
     assert [p.name for p in (tmp_path / "out").iterdir()] == ["notes.txt"]
+    (tmp_path / "out/notes.txt").unlink()
+    assert export(converted_dirs["allennlp"], tmp_path / "out") == 0
+    (tmp_path / "out/options.json").write_text("{}")
     assert export(converted_dirs["allennlp"], tmp_path / "out", "--force") == 0
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["options.json", "weights.hdf5"]
+    assert json.loads((tmp_path / "out/options.json").read_text())["lstm"]["dim"] == 64
