@@ -218,12 +218,13 @@ def test_continued_training_starts_from_the_checkpoint(checkpoint_dir, tmp_path,
     """`hf-elmo train --init-from` a converted checkpoint: its softmax and vocabulary are taken over, not re-made."""
     arguments = ["train", "--init-from", str(checkpoint_dir), "--train-files", str(CHECKPOINT / "heldout.txt"),
                  "--output-dir", str(tmp_path / "run"), "--max-steps", "1", "--batch-size", "2", "--window", "160",
-                 "--learning-rate", "0", "--disable-progress-bar", "--dropout", "0"]
+                 "--learning-rate", "1e-9", "--disable-progress-bar", "--dropout", "0"]
     assert cli_main(arguments) == 0
     assert "biLM and softmax continue from the checkpoint" in capsys.readouterr().out
     before = ElmoForBiLM.from_pretrained(checkpoint_dir).state_dict()
     after = ElmoForBiLM.from_pretrained(tmp_path / "run").state_dict()
-    assert before.keys() == after.keys() and all(torch.equal(before[k], after[k]) for k in before)
+    # One step of a negligible learning rate: the run began with the checkpoint's weights, softmax included.
+    assert before.keys() == after.keys() and max((before[k] - after[k]).abs().max() for k in before) < 1e-6
 
 
 def test_convert_command_with_vocabulary_and_warm_state(tmp_path, capsys):
