@@ -17,11 +17,18 @@ import random
 import string
 
 import torch
-from bench_inference import add_common_arguments, machine_description, measure, median, random_model, speedup
-from reference_modeling import reference_from  # tests/ is on the path through bench_inference
+from bench_inference import (
+    add_common_arguments,
+    machine_description,
+    measure,
+    median,
+    random_model,
+    reference_copy,
+    speedup,
+)
 
 from hf_elmo import ElmoConfig, ElmoModel
-from hf_elmo.tokenization_elmo import words_to_char_ids
+from hf_elmo.character_rows import words_to_char_ids
 
 
 def random_windows(batch_size: int, unroll: int, seed: int) -> torch.Tensor:
@@ -66,11 +73,8 @@ class TrainingPath:
         ids = self.batches[self.steps % len(self.batches)]
         self.steps += 1
         with torch.autocast(**self.autocast):
-            if isinstance(self.module, ElmoModel):
-                out = self.module(ids, state=self.state, use_cache=True, output_hidden_states=True)
-                layers, state = out.hidden_states, out.state
-            else:
-                layers, state = self.module(ids, None, self.state)
+            out = self.module(ids, state=self.state, use_cache=True, output_hidden_states=True)
+            layers, state = out.hidden_states, out.state
             loss = sum((layer.float() @ direction).mean() for layer, direction in zip(layers, self.directions))
         loss.backward()
         self.state = tuple(t.detach() for t in state)
@@ -82,7 +86,7 @@ def benchmark_size(config: ElmoConfig, args):
     model = random_model(config, args.device, torch.float32).train()
     modules = {"fast": model}
     if args.compare:
-        modules["reference"] = reference_from(model).train()
+        modules["reference"] = reference_copy(model).train()
     batches = [random_windows(args.batch_size, args.unroll, seed).to(args.device) for seed in range(4)]
     generator = torch.Generator().manual_seed(0)
     directions = [

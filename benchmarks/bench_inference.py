@@ -10,29 +10,32 @@ Each sentence is `--words` random words of 3-10 lowercase letters; all layers ar
 embedding text would. Prints the machine and a table: words/s, seconds per batch (median of `--repeats`)
 and peak memory above the loaded model during one batch (CUDA allocator peak on GPU; peak resident set
 size on Linux CPUs, which also counts allocator caching). `--compare` runs the straightforward reference
-path (`tests/reference_modeling.py`) on the same weights in the same process, alternating with the fast
-path, and prints the ratio of their median times.
+path (`config.implementation = "reference"`) on the same weights in the same process, alternating with the
+fast path, and prints the ratio of their median times.
 """
 
 import argparse
+import copy
 import ctypes
 import datetime
 import os
 import platform
 import random
 import string
-import sys
 import time
 from functools import partial
-from pathlib import Path
 
 import torch
 
 from hf_elmo import ElmoConfig, ElmoModel, ElmoTokenizer
-from hf_elmo.tokenization_elmo import words_to_char_ids
+from hf_elmo.character_rows import words_to_char_ids
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from reference_modeling import reference_from
+
+def reference_copy(model):
+    """A copy of `model` (same weights, dtype, device and mode) computing with the straightforward reference path."""
+    reference = copy.deepcopy(model)
+    reference.config.implementation = "reference"
+    return reference
 
 
 def machine_description(device: str) -> str:
@@ -208,14 +211,14 @@ def main():
         model = random_model(ElmoConfig.from_preset(size), args.device, dtype)
         paths = {"fast": model}
         if args.compare:
-            paths["reference"] = reference_from(model).eval()
+            paths["reference"] = reference_copy(model).eval()
         for batch_size in args.batch_sizes:
             batch = tokenizer(
                 random_sentences(batch_size, args.words), is_split_into_words=True, padding=True, return_tensors="pt"
             ).to(args.device)
             calls = {"fast": partial(model, **batch, output_hidden_states=True)}
             if args.compare:
-                calls["reference"] = partial(paths["reference"], batch["input_ids"], batch["attention_mask"])
+                calls["reference"] = partial(paths["reference"], **batch, output_hidden_states=True)
             with torch.inference_mode(), autocast:
                 times, peaks = measure(calls, args)
             for name, seconds in times.items():

@@ -20,13 +20,11 @@ layers, two LSTM layers of 512 cells projected to 64.
 """
 
 import argparse
-import copy
 import itertools
 import random
 import resource
 import string
 import time
-from types import SimpleNamespace
 
 import numpy as np
 import torch
@@ -35,8 +33,7 @@ from hf_elmo.adagrad import Adagrad  # noqa: E402
 from hf_elmo import ElmoConfig, ElmoForBiLM, ElmoTokenizer
 from hf_elmo.data_bilm import SPLITS, DataCollatorForBiLM, build_word_vocabulary, load_bilm_dataset
 
-from bench_inference import CLOCKS, machine_description, speedup
-from reference_modeling import reference_from  # tests/ is on the path through bench_inference
+from bench_inference import CLOCKS, machine_description, reference_copy, speedup
 
 
 MID_SIZE = {
@@ -91,18 +88,6 @@ def peak_memory_mib(device: str) -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**10  # KiB on Linux
 
 
-class ReferenceEncoder(torch.nn.Module):
-    """The straightforward path (`tests/reference_modeling.py`) behind the interface `ElmoForBiLM` calls."""
-
-    def __init__(self, encoder):
-        super().__init__()
-        self.reference = reference_from(encoder)
-
-    def forward(self, input_ids, attention_mask=None, output_hidden_states=None):
-        layers, _ = self.reference(input_ids, attention_mask)
-        return SimpleNamespace(last_hidden_state=layers[-1], hidden_states=tuple(layers) if output_hidden_states else None)
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", default="small", choices=["small", "medium", "original", "mid"])
@@ -136,8 +121,7 @@ def main():
     config = make_config(args.size, vocab_size=args.vocab_size, num_softmax_samples=args.num_samples, dropout=0.1)
     models = {"fast": ElmoForBiLM(config).to(args.device).train()}
     if args.compare:
-        models["reference"] = copy.deepcopy(models["fast"])
-        models["reference"].elmo = ReferenceEncoder(models["fast"].elmo).train()
+        models["reference"] = reference_copy(models["fast"])
     optimizers = {
         name: Adagrad(model.parameters(), lr=0.2, initial_accumulator_value=1.0 / args.words**2)
         for name, model in models.items()

@@ -26,7 +26,6 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from types import SimpleNamespace
 
 import numpy as np
 import torch
@@ -37,7 +36,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from bench_inference import machine_description, random_model, random_sentences  # noqa: E402
 from bench_training import make_batch  # noqa: E402
-from reference_modeling import reference_from  # noqa: E402
+from conftest import FIXTURE_SETS, fixture_batches, reference_from  # noqa: E402
 
 from hf_elmo.adagrad import Adagrad  # noqa: E402
 from hf_elmo import ElmoConfig, ElmoForBiLM, ElmoModel, ElmoTokenizer  # noqa: E402
@@ -68,23 +67,10 @@ def set_path(model, path: str):
     return model
 
 
-class ReferenceEncoder(torch.nn.Module):
-    """The straightforward path behind the interface `ElmoForBiLM` calls."""
-
-    def __init__(self, encoder):
-        super().__init__()
-        self.reference = reference_from(encoder)
-
-    def forward(self, input_ids, attention_mask=None, output_hidden_states=None):
-        layers, _ = self.reference(input_ids, attention_mask)
-        return SimpleNamespace(last_hidden_state=layers[-1], hidden_states=tuple(layers))
-
-
 # --- 1. exactness ---------------------------------------------------------------------------------------------
 
 
 def exactness(quick: bool):
-    from conftest import FIXTURE_SETS, fixture_batches
     from hf_elmo.convert_original_elmo import convert
     from transformers import AutoModel
 
@@ -153,7 +139,7 @@ def training_model(size: str, path: str, vocab_size: int = 100_000, samples: int
     with torch.device(DEVICE):
         model = ElmoForBiLM(config).train()
     if path == "reference":
-        model.elmo = ReferenceEncoder(model.elmo).train()
+        model.config.implementation = "reference"
     else:
         set_path(model, path)
     optimizer = Adagrad(model.parameters(), lr=0.2, initial_accumulator_value=1.0 / 20**2)

@@ -2,12 +2,12 @@
 
     python conversion/convert_original_elmo.py --options OPTIONS.json --weights WEIGHTS.hdf5 --output-dir OUT
 
-The same as `hf-elmo convert`; the implementation lives in `hf_elmo/convert_original_elmo.py`.
+The same as `hf-elmo convert`; the converter and its weight mapping are `hf_elmo/convert_original_elmo.py`.
 """
 
 import sys
 
-from hf_elmo.convert_original_elmo import main
+from hf_elmo.cli import main
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(["convert", *sys.argv[1:]]))

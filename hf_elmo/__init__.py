@@ -15,15 +15,9 @@ from transformers import (
 from transformers.pipelines import PIPELINE_REGISTRY
 
 from .configuration_elmo import ELMO_PRESETS, ElmoConfig
-from .modeling_elmo import (
-    ElmoBiLMOutput,
-    ElmoForBiLM,
-    ElmoForSequenceClassification,
-    ElmoForTokenClassification,
-    ElmoModel,
-    ElmoModelOutput,
-    ElmoPreTrainedModel,
-)
+from .cpu_backend import cpu_backend
+from .modeling_elmo import ElmoBiLMOutput, ElmoForBiLM, ElmoModel, ElmoModelOutput, ElmoPreTrainedModel
+from .modeling_elmo_heads import ElmoForSequenceClassification, ElmoForTokenClassification
 from .pipelines_elmo import ElmoTokenClassificationPipeline
 from .scalar_mix import ScalarMix
 from .tokenization_elmo import ElmoTokenizer
@@ -65,4 +59,5 @@ __all__ = [
     "ElmoTokenClassificationPipeline",
     "ElmoTokenizer",
     "ScalarMix",
+    "cpu_backend",
 ]

@@ -1,33 +1,70 @@
-"""The `hf-elmo` command: `hf-elmo COMMAND --help` for each command."""
+"""The `hf-elmo` command: `hf-elmo COMMAND --help` for each command.
+
+Every command reports a problem with what it was given as one line, `error: ...`, and exits with status 2: the
+commands raise `ValueError` (`file_io.ElmoInputError` for files and fields) or `OSError` for it, caught here. SIGTERM
+and SIGHUP stop a command as Ctrl-C does (exit status 130), after it removed what it was writing (`file_io`).
+"""
 
 import argparse
 import sys
 
-from . import convert_original_elmo, data_bilm, embed_elmo, export_original_elmo, perplexity_bilm, train_bilm
+from huggingface_hub.errors import StrictDataclassError
+from transformers import HfArgumentParser
 
-# name -> (module with add_arguments(parser) and run(args) -> exit code, one-line help)
+from . import (
+    convert_original_elmo,
+    data_bilm,
+    embed_elmo,
+    export_original_elmo,
+    perplexity_bilm,
+    train_bilm,
+    warm_state,
+)
+from .file_io import signals_as_interrupts
+
+# name -> (module with run(args) -> exit code and either add_arguments(parser) or COMMAND_OPTIONS, a dataclass whose
+# fields are the options, one-line help)
 COMMANDS = {
     "convert": (
         convert_original_elmo,
-        "convert an original options.json + weights.hdf5 (or an ELMoForManyLangs model) to a Hugging Face folder",
+        "convert an original options.json + weights.hdf5, a bilm-tf training checkpoint or an ELMoForManyLangs model "
+        "to a Hugging Face folder",
     ),
     "embed": (embed_elmo, "write the ELMo vectors of a text file, one sentence per line, to an HDF5 file"),
     "export": (export_original_elmo, "write a model folder back as an original options.json + weights.hdf5"),
     "vocab": (data_bilm, "count a corpus and write a word vocabulary in the original format"),
     "train": (train_bilm, "pre-train a biLM, or adapt one to a domain, with the transformers Trainer"),
     "perplexity": (perplexity_bilm, "forward, backward and mean perplexity of a trained biLM on text files"),
+    "warm-state": (warm_state, "estimate a warm start state from text and store it in a model folder"),
 }
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="hf-elmo", description="ELMo for Hugging Face transformers.")
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=HfArgumentParser)
     for name, (module, help_text) in COMMANDS.items():
-        command = commands.add_parser(name, help=help_text, description=help_text)
-        module.add_arguments(command)
+        options = getattr(module, "COMMAND_OPTIONS", None)
+        formatter = argparse.ArgumentDefaultsHelpFormatter if options else argparse.HelpFormatter
+        command = commands.add_parser(
+            name, help=help_text, description=help_text, dataclass_types=options, formatter_class=formatter
+        )
+        if options is None:
+            module.add_arguments(command)
         command.set_defaults(run=module.run)
     args = parser.parse_args(argv)
-    return args.run(args)
+    with signals_as_interrupts():
+        try:
+            return args.run(args)
+        except (ValueError, OSError) as error:
+            print(f"error: {error}", file=sys.stderr)
+            return 2
+        except StrictDataclassError as error:  # a config validator's ValueError, wrapped by huggingface_hub
+            print(f"error: {error.__cause__ or error}", file=sys.stderr)
+            return 2
+        except KeyboardInterrupt as interrupt:  # Ctrl-C, or SIGTERM / SIGHUP: what was being written is removed
+            name = interrupt.args[0] if interrupt.args else "SIGINT"
+            print(f"interrupted by {name}: the output in progress was not written", file=sys.stderr)
+            return 130
 
 
 if __name__ == "__main__":

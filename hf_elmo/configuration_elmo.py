@@ -1,5 +1,7 @@
 """ELMo configuration."""
 
+import math
+
 from huggingface_hub.dataclasses import strict
 from transformers import PreTrainedConfig
 
@@ -14,6 +16,7 @@ ELMO_PRESETS = {
 }
 
 ACTIVATIONS = ("relu", "tanh")
+IMPLEMENTATIONS = ("fast", "reference")
 
 # Every class a saved folder can be loaded as with `trust_remote_code=True` (file.Class, flattened by
 # `save_pretrained`); transformers itself would only list the saved object's class.
@@ -22,9 +25,34 @@ AUTO_MAP = {
     "AutoModel": "modeling_elmo.ElmoModel",
     "AutoModelForPreTraining": "modeling_elmo.ElmoForBiLM",
     "AutoTokenizer": ["tokenization_elmo.ElmoTokenizer", None],
-    "AutoModelForSequenceClassification": "modeling_elmo.ElmoForSequenceClassification",
-    "AutoModelForTokenClassification": "modeling_elmo.ElmoForTokenClassification",
+    "AutoModelForSequenceClassification": "modeling_elmo_heads.ElmoForSequenceClassification",
+    "AutoModelForTokenClassification": "modeling_elmo_heads.ElmoForTokenClassification",
 }
+
+# Stated limits on what a configuration may describe, so that a hostile or mistyped config.json cannot exhaust memory
+# or time while the model is built: the released "original" biLM with its softmax has 5e8 parameters and 2 layers.
+MAX_PARAMETERS = 2**31
+"""Parameters (8 GiB in float32) an `ElmoConfig` may describe."""
+MAX_LAYERS = 1000
+"""Layers of each kind (LSTM layers, highway layers, convolutions, task-encoder layers) an `ElmoConfig` may describe."""
+ARCHITECTURE_FIELDS = (
+    "char_embedding_dim",
+    "filters",
+    "n_highway",
+    "activation",
+    "n_characters",
+    "max_characters_per_token",
+    "cell_dim",
+    "projection_dim",
+    "num_layers",
+    "cell_clip",
+    "proj_clip",
+    "use_skip_connections",
+)
+"""The fields that define the network: weights fit a config only if it agrees with theirs on all of them."""
+WEIGHT_FORMAT_FIELDS = ("forget_bias", "char_vocabulary", "input_word_vocab_size", "input_word_dim", "warm_state")
+"""The fields that say how a checkpoint's weights are to be read (converted weights' run-time forget bias, an
+ELMoForManyLangs model's character vocabulary and word embeddings, a warm start state)."""
 
 PROBLEM_TYPES = ("regression", "single_label_classification", "multi_label_classification")
 ELMO_PLACEMENTS = ("input", "output")
@@ -44,7 +72,8 @@ class ElmoConfig(PreTrainedConfig):
         activation (`str`, defaults to `"relu"`): `"relu"` or `"tanh"`, applied after max-pooling the
             convolutions.
         n_characters (`int`, defaults to 262): character ids, id 0 being the all-zero padding.
-        max_characters_per_token (`int`, defaults to 50): character slots per word.
+        max_characters_per_token (`int`, defaults to 50): character slots per word (the tokenizer's
+            `max_characters_per_token`); 50 for every released model, bilm-tf's own tests train with 10.
         cell_dim (`int`, defaults to 4096): LSTM memory-cell size `D`.
         projection_dim (`int`, defaults to 512): size `P` of the token embedding and of each
             direction's projected LSTM state; every output layer is `2P` wide.
@@ -67,6 +96,14 @@ class ElmoConfig(PreTrainedConfig):
             (ELMoForManyLangs models); 0: characters only.
         input_word_dim (`int`, defaults to 0): size of those word embeddings, concatenated before the CNN features
             and projected with them.
+        warm_state (`bool`, defaults to `False`): the model holds a warm start state (`ElmoModel.set_warm_state`,
+            estimated by `hf-elmo warm-state`), the LSTM state every row starts from whenever no `state=` is passed;
+            `False`: rows start from zeros.
+        implementation (`str`, defaults to `"fast"`): how the model computes, with the same results up to float
+            rounding: `"fast"` (distinct words once, the LSTM over length-sorted rows on CPUs and over static shapes
+            on GPUs) or `"reference"` (the straightforward computation, the readable specification the fast paths
+            are tested against; several times slower). Read at each call: `model.config.implementation =
+            "reference"` switches a model.
 
     Task heads (`ElmoForSequenceClassification`, `ElmoForTokenClassification`; the biLM ignores these):
         freeze_elmo (`bool`, defaults to `True`): keep the biLM fixed (no gradients, eval mode); `False` fine-tunes it.
@@ -98,7 +135,9 @@ class ElmoConfig(PreTrainedConfig):
             (`ElmoForBiLM`); 0, or at least `vocab_size`, trains with the full softmax. Evaluation always uses
             the full softmax.
 
-    Use `ElmoConfig.from_preset("small" | "medium" | "original")` for the released sizes.
+    Use `ElmoConfig.from_preset("small" | "medium" | "original")` for the released sizes. A configuration is refused
+    (`ValueError`) if a float field is not finite, or if it describes more than `MAX_PARAMETERS` (2**31) parameters or
+    more than `MAX_LAYERS` (1,000) layers of one kind.
     """
 
     model_type = "elmo"
@@ -122,6 +161,8 @@ class ElmoConfig(PreTrainedConfig):
     char_vocabulary: bool = False
     input_word_vocab_size: int = 0
     input_word_dim: int = 0
+    warm_state: bool = False
+    implementation: str = "fast"
     num_softmax_samples: int = 8192
     tie_word_embeddings: bool = False
 
@@ -143,10 +184,24 @@ class ElmoConfig(PreTrainedConfig):
     classifier_pooling: str = "mean"
 
     def __post_init__(self, **kwargs):
+        for name, value in (("dtype", self.dtype), ("torch_dtype", kwargs.get("torch_dtype"))):
+            if isinstance(value, str) and value != "auto" and not _is_torch_dtype_name(value):
+                raise ValueError(f"ElmoConfig.{name} must name a torch dtype such as 'float32', got {value!r}.")
         self.filters = [list(f) for f in self.filters]
         self.elmo_placement = list(self.elmo_placement)
         kwargs.setdefault("auto_map", dict(AUTO_MAP))
         super().__post_init__(**kwargs)
+
+    @classmethod
+    def from_dict(cls, config_dict: dict, **kwargs) -> "ElmoConfig":
+        """`PreTrainedConfig.from_dict`, refusing the configuration of another kind of model (transformers only warns,
+        then builds an ELMo of default sizes that fails deep inside torch)."""
+        model_type = config_dict.get("model_type", cls.model_type)
+        if model_type != cls.model_type:
+            raise ValueError(
+                f"The configuration has model_type {model_type!r}, not {cls.model_type!r}: it is not an ELMo model."
+            )
+        return super().from_dict(config_dict, **kwargs)
 
     @classmethod
     def from_preset(cls, name: str, **kwargs) -> "ElmoConfig":
@@ -165,9 +220,33 @@ class ElmoConfig(PreTrainedConfig):
         """Width `2P` of every output layer."""
         return 2 * self.projection_dim
 
+    def parameter_counts(self) -> dict[str, int]:
+        """Number of parameters of each part the configuration describes (computed, nothing is allocated)."""
+        e, n_filters, P, D = self.char_embedding_dim, self.num_filters, self.projection_dim, self.cell_dim
+        H, words = self.task_encoder_hidden_size, self.word_vectors_size
+        task_input = (self.hidden_size if "input" in self.elmo_placement else 0) + self.word_vectors_dim
+        # nn.LSTM, both directions: 4H x (input + H) weights and two 4H biases per layer; later layers read 2H
+        task_encoder = 8 * H * (task_input + H + 2) + 8 * H * (3 * H + 2) * (self.task_encoder_num_layers - 1)
+        return {
+            "n_characters x char_embedding_dim": (self.n_characters - 1) * e,
+            "filters": sum(width * e * num + num for width, num in self.filters),
+            "n_highway x filters": self.n_highway * (2 * n_filters * n_filters + 2 * n_filters),
+            "input_word_vocab_size x input_word_dim": self.input_word_vocab_size * self.input_word_dim,
+            "filters x projection_dim": (self.input_word_dim + n_filters + 1) * P,
+            "num_layers x cell_dim x projection_dim": 2 * self.num_layers * (8 * D * P + 4 * D + D * P),
+            "vocab_size x projection_dim": self.vocab_size * (P + 1),
+            "word_vectors_size x word_vectors_dim": (words + 1) * self.word_vectors_dim + 2 * words,
+            "task_encoder_hidden_size": task_encoder,
+        }
+
     def validate_architecture(self):
         """Raises `ValueError` naming the field for values no ELMo can be built from."""
         super().validate_architecture()
+        for name in self.__dataclass_fields__:
+            value = getattr(self, name, None)
+            values = value if isinstance(value, (list, tuple)) else [value]
+            if any(isinstance(v, float) and not math.isfinite(v) for v in values):
+                raise ValueError(f"ElmoConfig.{name} must be finite, got {value}.")
         for name in ("char_embedding_dim", "cell_dim", "projection_dim", "num_layers"):
             if getattr(self, name) < 1:
                 raise ValueError(f"ElmoConfig.{name} must be >= 1, got {getattr(self, name)}.")
@@ -175,6 +254,15 @@ class ElmoConfig(PreTrainedConfig):
             raise ValueError(f"ElmoConfig.n_highway must be >= 0, got {self.n_highway}.")
         if self.activation not in ACTIVATIONS:
             raise ValueError(f"ElmoConfig.activation must be one of {ACTIVATIONS}, got {self.activation!r}.")
+        if self.implementation not in IMPLEMENTATIONS:
+            raise ValueError(
+                f"ElmoConfig.implementation must be one of {IMPLEMENTATIONS}, got {self.implementation!r}."
+            )
+        if self.max_characters_per_token < 3:
+            raise ValueError(
+                "ElmoConfig.max_characters_per_token must be >= 3 (begin of word, a character, end of word), got "
+                f"{self.max_characters_per_token}."
+            )
         if not self.filters:
             raise ValueError("ElmoConfig.filters must list at least one [width, number] pair.")
         for f in self.filters:
@@ -192,10 +280,10 @@ class ElmoConfig(PreTrainedConfig):
             raise ValueError(
                 f"ElmoConfig.n_characters must be >= 262 (UTF-8 bytes + specials), got {self.n_characters}."
             )
-        if self.max_characters_per_token != 50:
+        if self.char_vocabulary and self.max_characters_per_token != 50:
             raise ValueError(
-                f"ElmoConfig.max_characters_per_token must be 50 (fixed by the character mapper), "
-                f"got {self.max_characters_per_token}."
+                "ElmoConfig.max_characters_per_token must be 50 with a character vocabulary (ELMoForManyLangs), got "
+                f"{self.max_characters_per_token}."
             )
         for name in ("cell_clip", "proj_clip"):
             value = getattr(self, name)
@@ -216,6 +304,24 @@ class ElmoConfig(PreTrainedConfig):
             raise ValueError(
                 f"ElmoConfig.input_word_vocab_size ({self.input_word_vocab_size}) and input_word_dim "
                 f"({self.input_word_dim}) must both be 0 (no word embeddings) or both be > 0."
+            )
+        layers = {
+            "num_layers": self.num_layers,
+            "n_highway": self.n_highway,
+            "filters": len(self.filters),
+            "task_encoder_num_layers": self.task_encoder_num_layers,
+        }
+        for name, count in layers.items():
+            if count > MAX_LAYERS:
+                raise ValueError(
+                    f"ElmoConfig.{name} describes {count:,} layers, more than the limit of {MAX_LAYERS:,}."
+                )
+        counts = self.parameter_counts()
+        if sum(counts.values()) > MAX_PARAMETERS:
+            largest = max(counts, key=counts.get)
+            raise ValueError(
+                f"ElmoConfig describes {sum(counts.values()):.3g} parameters, more than the limit of 2**31 "
+                f"({largest}: {counts[largest]:.3g}); check those sizes."
             )
 
     def validate_task_heads(self):
@@ -267,10 +373,21 @@ class ElmoConfig(PreTrainedConfig):
                 "ElmoConfig.word_vectors_size and word_vectors_dim must both be positive (word vectors) or both 0, "
                 f"got {self.word_vectors_size} and {self.word_vectors_dim}."
             )
+        if self.word_vectors_size and self.char_vocabulary:
+            raise ValueError(
+                "ElmoConfig.word_vectors_size: word vectors are found from the UTF-8 byte rows of the words, but this "
+                "model reads a character vocabulary (a conversion from ELMoForManyLangs); use word_vectors_size=0."
+            )
         if self.classifier_pooling not in POOLINGS:
             raise ValueError(
                 f"ElmoConfig.classifier_pooling must be one of {POOLINGS}, got {self.classifier_pooling!r}."
             )
 
 
-__all__ = ["ElmoConfig", "ELMO_PRESETS"]
+def _is_torch_dtype_name(name: str) -> bool:
+    import torch
+
+    return isinstance(getattr(torch, name, None), torch.dtype)
+
+
+__all__ = ["ARCHITECTURE_FIELDS", "ELMO_PRESETS", "ElmoConfig", "WEIGHT_FORMAT_FIELDS"]

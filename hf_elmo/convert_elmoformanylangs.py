@@ -33,26 +33,27 @@ from pathlib import Path
 import torch
 
 from .configuration_elmo import ElmoConfig
-from .convert_original_elmo import (
-    ElmoConversionError,
+from .file_io import (
+    MODEL_FOLDER,
+    ElmoInputError,
     check_output,
+    checked_config,
     checked_filters,
-    config_or_error,
     json_field,
     read_json_object,
     read_utf8,
-    save_atomically,
+    write_output,
 )
 from .modeling_elmo import ElmoModel
-from .tokenization_elmo import (
+from .character_rows import (
     VOCAB_BEGINNING_OF_WORD,
     VOCAB_BOS_TOKEN,
     VOCAB_END_OF_WORD,
     VOCAB_EOS_TOKEN,
     VOCAB_PADDING,
     VOCAB_UNKNOWN,
-    ElmoTokenizer,
 )
+from .tokenization_elmo import ElmoTokenizer
 
 DEFAULT_MODEL_CONFIG = {
     "encoder": {"name": "elmo", "projection_dim": 512, "cell_clip": 3, "proj_clip": 3, "dim": 4096, "n_layers": 2},
@@ -89,14 +90,14 @@ def find_model_config(model_dir: Path, model_config=None) -> tuple[dict, str]:
     training = read_json_object(model_dir / "config.json", "training arguments file")
     config_path = training.get("config_path")
     if not isinstance(config_path, str) or not config_path:
-        raise ElmoConversionError(f"{model_dir / 'config.json'}: missing field 'config_path' (use --model-config)")
+        raise ElmoInputError(f"{model_dir / 'config.json'}: missing field 'config_path' (use --model-config)")
     name = config_path.replace("\\", "/").rsplit("/", 1)[-1]
     for candidate in (model_dir / config_path, model_dir / name):
         if candidate.is_file():
             return read_json_object(candidate, "model configuration file"), str(candidate)
     if name in DEFAULT_MODEL_CONFIG_NAMES:
         return DEFAULT_MODEL_CONFIG, f"the built-in {name}"
-    raise ElmoConversionError(
+    raise ElmoInputError(
         f"{model_dir / 'config.json'}: the model configuration {config_path!r} is neither in {model_dir} nor one of "
         f"the defaults {list(DEFAULT_MODEL_CONFIG_NAMES)} (pass it with --model-config)"
     )
@@ -108,21 +109,22 @@ def config_from_model_config(model_config: dict, source: str, char_rows: int, wo
     def field(path: str, kinds=(int,), default=KeyError):
         value = json_field(model_config, path, source, default)
         if value is not default and (isinstance(value, bool) or not isinstance(value, kinds)):
-            raise ElmoConversionError(
+            raise ElmoInputError(
                 f"{source}: field '{path}' is {value!r}, expected {'/'.join(k.__name__ for k in kinds)}"
             )
         return value
 
     for path, expected in (("encoder.name", "elmo"), ("token_embedder.name", "cnn")):
         if field(path, (str,)) != expected:
-            raise ElmoConversionError(
+            raise ElmoInputError(
                 f"{source}: {path} is {field(path, (str,))!r}; only {expected!r} models are supported"
             )
     if field("token_embedder.char_dim") <= 0:
-        raise ElmoConversionError(f"{source}: token_embedder.char_dim is 0 (a word-only model), which is not supported")
+        raise ElmoInputError(f"{source}: token_embedder.char_dim is 0 (a word-only model), which is not supported")
     filters = checked_filters(field("token_embedder.filters", (list,)), "token_embedder.filters", source)
     clip = lambda path: field(path, (int, float, type(None)), default=None) or None  # noqa: E731  (0 / null: none)
-    return config_or_error(
+    return checked_config(
+        ElmoConfig,
         source,
         char_embedding_dim=field("token_embedder.char_dim"),
         filters=filters,
@@ -156,26 +158,26 @@ def read_dictionary(path: Path, specials: tuple[str, ...]) -> dict[str, int]:
             token, index = fields
             entries[token] = int(index)
         except ValueError:
-            raise ElmoConversionError(
+            raise ElmoInputError(
                 f"{path}: line {number} is {line!r}, expected an entry, a tab and an id"
             ) from None
     missing = [token for token in specials if token not in entries]
     if missing:
-        raise ElmoConversionError(f"{path}: lacks the special entries {missing}")
+        raise ElmoInputError(f"{path}: lacks the special entries {missing}")
     return entries
 
 
 def load_checkpoint(path: Path) -> dict[str, torch.Tensor]:
     """A `torch.save`d state dict, on the CPU, through the restricted `weights_only` unpickler."""
     if not path.is_file():
-        raise ElmoConversionError(f"{path}: no such file")
+        raise ElmoInputError(f"{path}: no such file")
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except (RuntimeError, EOFError, OSError, ValueError, pickle.UnpicklingError) as error:
         message = " ".join(str(error).split())[:300] or type(error).__name__
-        raise ElmoConversionError(f"{path}: not a readable torch checkpoint or corrupted ({message})") from None
+        raise ElmoInputError(f"{path}: not a readable torch checkpoint or corrupted ({message})") from None
     if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
-        raise ElmoConversionError(f"{path}: expected a state dict of tensors, got {type(state).__name__}")
+        raise ElmoInputError(f"{path}: expected a state dict of tensors, got {type(state).__name__}")
     return state
 
 
@@ -183,19 +185,19 @@ def _take(state: dict, path: Path, expected: dict[str, tuple], source: str) -> d
     """Checks that `state` has exactly the `expected` keys and shapes (their strict load) and finite floats."""
     missing, unexpected = sorted(set(expected) - set(state)), sorted(set(state) - set(expected))
     if missing or unexpected:
-        raise ElmoConversionError(
+        raise ElmoInputError(
             f"{path}: keys do not match the model configuration ({source}; another one can be given with "
             f"--model-config): missing {missing[:4]}, unexpected {unexpected[:4]}"
         )
     for key, shape in expected.items():
         tensor = state[key]
         if tuple(tensor.shape) != shape:
-            raise ElmoConversionError(
+            raise ElmoInputError(
                 f"{path}: '{key}' has shape {tuple(tensor.shape)}, expected {shape} from the model configuration "
                 f"({source}; another one can be given with --model-config)"
             )
         if not tensor.is_floating_point() or not torch.isfinite(tensor).all():
-            raise ElmoConversionError(f"{path}: '{key}' must hold finite floats")
+            raise ElmoInputError(f"{path}: '{key}' must hold finite floats")
     return {key: state[key].float() for key in expected}
 
 
@@ -203,14 +205,14 @@ def load_elmoformanylangs(model_dir, model_config=None) -> tuple[ElmoModel, Elmo
     """The converted model (eval mode) and its tokenizer."""
     model_dir = Path(model_dir)
     if not model_dir.is_dir():
-        raise ElmoConversionError(f"{model_dir}: no such model folder")
+        raise ElmoInputError(f"{model_dir}: no such model folder")
     options, source = find_model_config(model_dir, model_config)
     embedder_path, encoder_path = model_dir / "token_embedder.pkl", model_dir / "encoder.pkl"
     embedder, encoder = load_checkpoint(embedder_path), load_checkpoint(encoder_path)
     char_table = embedder.get("char_emb_layer.embedding.weight")
     word_table = embedder.get("word_emb_layer.embedding.weight")
     if char_table is None or char_table.dim() != 2:
-        raise ElmoConversionError(f"{embedder_path}: no 2-D 'char_emb_layer.embedding.weight'")
+        raise ElmoInputError(f"{embedder_path}: no 2-D 'char_emb_layer.embedding.weight'")
     config = config_from_model_config(
         options, source, char_table.shape[0], word_table.shape[0] if word_table is not None and word_table.dim() else 0
     )
@@ -248,7 +250,7 @@ def load_elmoformanylangs(model_dir, model_config=None) -> tuple[ElmoModel, Elmo
         ("word.dic", words, config.input_word_vocab_size),
     ):
         if vocabulary is not None and not all(0 <= index < rows for index in vocabulary.values()):
-            raise ElmoConversionError(
+            raise ElmoInputError(
                 f"{model_dir / name}: ids must be in [0, {rows - 1}] (rows of the embedding table), found "
                 f"[{min(vocabulary.values())}, {max(vocabulary.values())}]"
             )
@@ -277,14 +279,15 @@ def load_elmoformanylangs(model_dir, model_config=None) -> tuple[ElmoModel, Elmo
 
 def convert_elmoformanylangs(model_dir, output_dir, model_config=None, force: bool = False) -> Path:
     """Converts and writes `config.json`, `model.safetensors`, tokenizer files and remote code to `output_dir`."""
-    check_output(output_dir, force)
+    inputs = [model_dir, model_config]
+    check_output(output_dir, MODEL_FOLDER, inputs, force)
     model, tokenizer = load_elmoformanylangs(model_dir, model_config)
 
     def write(folder):
         model.save_pretrained(folder)
         tokenizer.save_pretrained(folder)
 
-    return save_atomically(output_dir, write, force=force)
+    return write_output(output_dir, write, MODEL_FOLDER, inputs, force)
 
 
 __all__ = ["DEFAULT_MODEL_CONFIG", "convert_elmoformanylangs", "load_elmoformanylangs"]

@@ -19,65 +19,34 @@ Mapping (see the spec of the reference implementations):
 """
 
 import argparse
-import json
+import math
 import os
-import shutil
-import sys
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
-from transformers.utils import logging as hf_logging
 
 from .configuration_elmo import ElmoConfig
+from .convert_elmoformanylangs import convert_elmoformanylangs
+from .file_io import (
+    MODEL_FOLDER,
+    ElmoConversionError,
+    ElmoInputError,
+    check_output,
+    checked_config,
+    checked_filters,
+    json_field,
+    read_json_object,
+    write_output,
+)
 from .modeling_elmo import ElmoModel
 from .tokenization_elmo import ElmoTokenizer
+from .warm_state import add_warm_state
 
 TF_FORGET_BIAS = 1.0
 CELL_PATH = "RNN_{direction}/RNN/MultiRNNCell/Cell{layer}/LSTMCell"
-
-
-class ElmoConversionError(ValueError):
-    """A problem with the files to convert; the message is one line naming the file and the field."""
-
-
-def json_field(options: dict, path: str, source: str, default=KeyError):
-    """`options["a"]["b"]` for the `path` `"a.b"`; `default` if given and missing, else a one-line error."""
-    value = options
-    for key in path.split("."):
-        if not isinstance(value, dict) or key not in value:
-            if default is not KeyError:
-                return default
-            raise ElmoConversionError(f"{source}: missing field '{path}'")
-        value = value[key]
-    return value
-
-
-def read_utf8(path: str | os.PathLike, what: str) -> str:
-    """The text of a UTF-8 file, with a one-line error naming the file (`what` it is) if it cannot be read."""
-    try:
-        return Path(path).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ElmoConversionError(f"{path}: no such {what}") from None
-    except (OSError, UnicodeDecodeError) as error:
-        raise ElmoConversionError(f"{path}: cannot read {what} ({error})") from None
-
-
-def read_json_object(path: str | os.PathLike, what: str) -> dict:
-    """Reads a JSON object, with one-line errors naming the file (`what` it is) for a missing file or bad JSON."""
-    text = read_utf8(path, what)
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as error:
-        raise ElmoConversionError(
-            f"{path}: not valid JSON (line {error.lineno}, column {error.colno}: {error.msg})"
-        ) from None
-    if not isinstance(value, dict):
-        raise ElmoConversionError(f"{path}: expected a JSON object ({what}), got {type(value).__name__}")
-    return value
 
 
 def load_options(path: str | os.PathLike) -> dict:
@@ -91,30 +60,37 @@ def config_from_options(options: dict, source: str = "options.json") -> ElmoConf
     def number(path, kind=int, default=KeyError):
         value = json_field(options, path, source, default)
         if value is None or (kind is float and isinstance(value, (int, float)) and not isinstance(value, bool)):
+            if value is not None and not math.isfinite(value):
+                raise ElmoInputError(f"{source}: field '{path}' must be a finite number, got {value!r}")
             return value
         if kind is int and isinstance(value, int) and not isinstance(value, bool):
             return value
-        raise ElmoConversionError(f"{source}: field '{path}' must be a {kind.__name__}, got {value!r}")
+        raise ElmoInputError(f"{source}: field '{path}' must be a {kind.__name__}, got {value!r}")
 
     activation = json_field(options, "char_cnn.activation", source)
     if activation not in ("relu", "tanh"):
-        raise ElmoConversionError(f"{source}: char_cnn.activation must be 'relu' or 'tanh', got {activation!r}")
+        raise ElmoInputError(f"{source}: char_cnn.activation must be 'relu' or 'tanh', got {activation!r}")
     filters = checked_filters(json_field(options, "char_cnn.filters", source), "char_cnn.filters", source)
     max_chars = number("char_cnn.max_characters_per_token", default=50)
-    if max_chars != 50:
-        raise ElmoConversionError(f"{source}: char_cnn.max_characters_per_token must be 50, got {max_chars}")
     # bilm-tf trains with 261 characters and infers with 262; the weight file is the same.
-    n_characters = max(number("char_cnn.n_characters", default=262), 262)
+    n_characters = number("char_cnn.n_characters", default=262)
+    if n_characters not in (261, 262):
+        raise ElmoInputError(
+            f"{source}: char_cnn.n_characters must be 261 or 262 (UTF-8 bytes and the special characters), "
+            f"got {n_characters}"
+        )
     skip = json_field(options, "lstm.use_skip_connections", source, default=False)
     if not isinstance(skip, bool):
-        raise ElmoConversionError(f"{source}: lstm.use_skip_connections must be true or false, got {skip!r}")
-    return config_or_error(
+        raise ElmoInputError(f"{source}: lstm.use_skip_connections must be true or false, got {skip!r}")
+    return checked_config(
+        ElmoConfig,
         source,
         char_embedding_dim=number("char_cnn.embedding.dim"),
         filters=filters,
         n_highway=number("char_cnn.n_highway"),
         activation=activation,
-        n_characters=n_characters,
+        n_characters=262,
+        max_characters_per_token=max_chars,
         cell_dim=number("lstm.dim"),
         projection_dim=number("lstm.projection_dim"),
         num_layers=number("lstm.n_layers"),
@@ -123,24 +99,6 @@ def config_from_options(options: dict, source: str = "options.json") -> ElmoConf
         use_skip_connections=skip,
         forget_bias=TF_FORGET_BIAS,
     )
-
-
-def checked_filters(filters, path: str, source: str) -> list:
-    """`filters` if it is a non-empty list of `[width, number]` pairs of positive ints, else a one-line error."""
-    if not isinstance(filters, list) or not filters or not all(
-        isinstance(f, list) and len(f) == 2 and all(type(v) is int and v > 0 for v in f) for f in filters
-    ):
-        raise ElmoConversionError(f"{source}: {path} must be a list of [width, number] pairs, got {filters!r}")
-    return filters
-
-
-def config_or_error(source: str, **values) -> ElmoConfig:
-    """`ElmoConfig(**values)`, a validator's complaint made a one-line `ElmoConversionError` naming `source`."""
-    try:
-        return ElmoConfig(**values)
-    except Exception as error:
-        message = str(error).strip().splitlines()[-1].strip()
-        raise ElmoConversionError(f"{source}: {message}") from None
 
 
 class _WeightReader:
@@ -154,19 +112,19 @@ class _WeightReader:
     def read(self, name: str, shape: tuple, why: str) -> torch.Tensor:
         dataset = self.h5file.get(name)
         if dataset is None or not hasattr(dataset, "shape"):
-            raise ElmoConversionError(f"{self.source}: missing dataset '{name}' ({why})")
+            raise ElmoInputError(f"{self.source}: missing dataset '{name}' ({why})")
         if tuple(dataset.shape) != tuple(shape):
-            raise ElmoConversionError(
+            raise ElmoInputError(
                 f"{self.source}: dataset '{name}' has shape {tuple(dataset.shape)}, expected {tuple(shape)} ({why})"
             )
         if dataset.dtype.kind != "f":
-            raise ElmoConversionError(f"{self.source}: dataset '{name}' has dtype {dataset.dtype}, expected float")
+            raise ElmoInputError(f"{self.source}: dataset '{name}' has dtype {dataset.dtype}, expected float")
         try:
             array = np.asarray(dataset[...], dtype=np.float32)
         except OSError as error:
-            raise ElmoConversionError(f"{self.source}: cannot read dataset '{name}' ({error})") from None
+            raise ElmoInputError(f"{self.source}: cannot read dataset '{name}' ({error})") from None
         if not np.isfinite(array).all():
-            raise ElmoConversionError(f"{self.source}: dataset '{name}' contains NaN or infinite values")
+            raise ElmoInputError(f"{self.source}: dataset '{name}' contains NaN or infinite values")
         self.used.add(name)
         return torch.from_numpy(array)
 
@@ -290,11 +248,30 @@ def weight_links(config: ElmoConfig) -> list[WeightLink]:
     return links
 
 
+# Datasets a weight file may hold that ElmoModel has no use for: the LM's word softmax.
+UNUSED_DATASETS = ("softmax/W", "softmax/b")
+
+
 def state_dict_from_hdf5(h5file, config: ElmoConfig, source: str = "weights.hdf5") -> dict[str, torch.Tensor]:
-    """`ElmoModel` state dict from an open original weight file, every dataset checked against `config`."""
+    """`ElmoModel` state dict from an open original weight file, every dataset checked against `config`; a dataset
+    the options leave unused (more layers, highways or convolutions than they describe) is an error too."""
+    import h5py
+
     reader = _WeightReader(h5file, source)
+    links = weight_links(config)
+    expected = {name for link in links for name in link.datasets}
+    in_file = []
+    h5file.visititems(lambda name, item: in_file.append(name) if isinstance(item, h5py.Dataset) else None)
+    unused = [name for name in in_file if name not in expected and name not in UNUSED_DATASETS]
+    if unused:
+        more = f" (and {len(unused) - 1} more)" if len(unused) > 1 else ""
+        raise ElmoInputError(
+            f"{source}: dataset '{unused[0]}'{more} is not part of the model the options describe (lstm.n_layers = "
+            f"{config.num_layers}, char_cnn.n_highway = {config.n_highway}, {len(config.filters)} filters): the "
+            "options and the weights do not belong together"
+        )
     state = {}
-    for link in weight_links(config):
+    for link in links:
         if link.when_absent is not None and not any(name in h5file for name in link.datasets):
             tensors = link.when_absent()
         else:
@@ -315,7 +292,7 @@ def hdf5_datasets_from_state_dict(state: dict[str, torch.Tensor], config: ElmoCo
 def options_from_config(config: ElmoConfig) -> dict:
     """The inverse of `config_from_options`: an original `options.json` dictionary."""
     if config.char_vocabulary or config.input_word_dim:
-        raise ElmoConversionError(
+        raise ElmoInputError(
             "the original options.json / weights.hdf5 format has UTF-8 byte characters only: this model reads a "
             "character vocabulary or word embeddings (an ELMoForManyLangs conversion) and cannot be exported"
         )
@@ -345,12 +322,14 @@ def load_original_elmo(options_path, weights_path) -> ElmoModel:
 
     config = config_from_options(load_options(options_path), source=str(options_path))
     weights_path = Path(weights_path)
+    if weights_path.is_dir():
+        raise ElmoInputError(f"{weights_path}: is a folder, expected the weight file (weights.hdf5)")
     if not weights_path.is_file():
-        raise ElmoConversionError(f"{weights_path}: no such weight file")
+        raise ElmoInputError(f"{weights_path}: no such weight file")
     try:
         h5file = h5py.File(weights_path, "r")
     except OSError as error:
-        raise ElmoConversionError(f"{weights_path}: not an HDF5 file or corrupted ({error})") from None
+        raise ElmoInputError(f"{weights_path}: not an HDF5 file or corrupted ({error})") from None
     with h5file:
         state = state_dict_from_hdf5(h5file, config, source=str(weights_path))
     with torch.device("meta"):
@@ -359,90 +338,22 @@ def load_original_elmo(options_path, weights_path) -> ElmoModel:
     return model.eval()
 
 
-def check_output(path, force: bool = False, folder: bool = True) -> Path:
-    """Refuses an output that would replace user data: a non-empty folder / an existing file, unless `force`."""
-    path = Path(path)
-    if folder and path.exists() and not path.is_dir():
-        raise ElmoConversionError(f"{path}: exists and is not a folder")
-    if folder and path.is_dir() and any(path.iterdir()) and not force:
-        raise ElmoConversionError(f"{path}: folder is not empty (use --force to replace it)")
-    if not folder and path.is_dir():
-        raise ElmoConversionError(f"{path}: is a folder, expected a file name")
-    if not folder and path.exists() and not force:
-        raise ElmoConversionError(f"{path}: file exists (use --force to replace it)")
-    return path
-
-
-def save_atomically(output_path, write, force: bool = False, folder: bool = True) -> Path:
-    """Calls `write(tmp)` on a fresh folder beside `output_path`, then renames it to `output_path`.
-
-    With `folder=False`, `tmp` is a file name inside that fresh folder and the file is what gets renamed. A failure
-    or an interruption leaves `output_path` as it was (a kill -9 can leave the hidden `.NAME.tmp-*` folder); an
-    existing non-empty folder / existing file is refused unless `force`.
-    """
-    output_path = check_output(output_path, force, folder)
-    output_path.parent.mkdir(parents=True, exist_ok=True)
-    tmp_dir = Path(tempfile.mkdtemp(prefix=f".{output_path.name}.tmp-", dir=output_path.parent))
-    try:
-        if not folder:
-            write(tmp_dir / output_path.name)
-            if force:
-                os.replace(tmp_dir / output_path.name, output_path)
-            else:  # a link, unlike a rename, fails if another process created the file meanwhile
-                try:
-                    os.link(tmp_dir / output_path.name, output_path)
-                except FileExistsError:
-                    raise ElmoConversionError(f"{output_path}: file exists (use --force to replace it)") from None
-        else:
-            write(tmp_dir)
-            if output_path.exists():
-                old = output_path.with_name(f".{output_path.name}.old-{os.getpid()}")
-                output_path.rename(old)
-                tmp_dir.rename(output_path)
-                shutil.rmtree(old)
-            else:
-                tmp_dir.rename(output_path)
-    finally:
-        if tmp_dir.exists():
-            shutil.rmtree(tmp_dir, ignore_errors=True)
-    return output_path
-
-
-def load_model_folder(folder) -> ElmoModel:
-    """`ElmoModel.from_pretrained(folder)` in eval mode, with a one-line `ElmoConversionError` for a missing or
-    damaged folder, and refusing a checkpoint that lacks some of the model's weights (transformers would fill
-    them with random values)."""
-    folder = Path(folder)
-    if not (folder / "config.json").is_file():
-        raise ElmoConversionError(
-            f"{folder}: no config.json (expected a folder written by hf-elmo convert or save_pretrained)"
-        )
-    bars = hf_logging.is_progress_bar_enabled()
-    hf_logging.disable_progress_bar()  # a bar per load is noise in a command's output
-    try:
-        model, info = ElmoModel.from_pretrained(folder, output_loading_info=True)
-    except Exception as error:  # transformers, safetensors and json each raise their own kinds
-        message = " ".join(str(error).split()) or type(error).__name__
-        raise ElmoConversionError(f"{folder}: cannot load the model ({message})") from None
-    finally:
-        if bars:
-            hf_logging.enable_progress_bar()
-    problems = info.get("missing_keys") or info.get("mismatched_keys")
-    if problems:
-        raise ElmoConversionError(f"{folder}: the weights lack or mis-size {sorted(map(str, problems))[:5]}")
-    return model.eval()
-
-
-def convert(options_path, weights_path, output_dir, force: bool = False) -> Path:
-    """Converts and writes `config.json`, `model.safetensors`, tokenizer files and remote code to `output_dir`."""
-    check_output(output_dir, force)  # before reading large weight files
+def convert(
+    options_path, weights_path, output_dir, force: bool = False, warm_state_text=None, warm_state_sentences=2000
+) -> Path:
+    """Converts and writes `config.json`, `model.safetensors`, tokenizer files and remote code to `output_dir`;
+    with `warm_state_text` (text files), also a warm start state estimated from them (`hf-elmo warm-state`)."""
+    inputs = [options_path, weights_path, *(warm_state_text or [])]
+    check_output(output_dir, MODEL_FOLDER, inputs, force)  # before reading large weight files
     model = load_original_elmo(options_path, weights_path)
+    if warm_state_text:
+        add_warm_state(model, warm_state_text, warm_state_sentences)
 
     def write(folder):
         model.save_pretrained(folder)
-        ElmoTokenizer().save_pretrained(folder)
+        ElmoTokenizer(max_characters_per_token=model.config.max_characters_per_token).save_pretrained(folder)
 
-    return save_atomically(output_dir, write, force=force)
+    return write_output(output_dir, write, MODEL_FOLDER, inputs, force)
 
 
 def add_arguments(parser: argparse.ArgumentParser):
@@ -457,37 +368,55 @@ def add_arguments(parser: argparse.ArgumentParser):
     parser.add_argument("--weights", help="weights.hdf5 of the original model")
     parser.add_argument("--model-dir", help="ELMoForManyLangs model folder (char.dic, word.dic, *.pkl, config.json)")
     parser.add_argument("--model-config", help="its model configuration, if the folder lacks the one config.json names")
+    parser.add_argument(
+        "--tf-checkpoint",
+        help="a bilm-tf training checkpoint (folder with the 'checkpoint' file, or prefix): converted with its word "
+        "softmax to an ElmoForBiLM, read without TensorFlow; --options defaults to its options.json",
+    )
+    parser.add_argument("--vocab", help="with --tf-checkpoint: the vocabulary file it was trained with")
+    parser.add_argument(
+        "--warm-state-text", nargs="+", help="text files to estimate a warm start state from (see hf-elmo warm-state)"
+    )
+    parser.add_argument("--warm-state-sentences", type=int, default=2000, help="sentences of --warm-state-text used")
     parser.add_argument("--output-dir", required=True, help="folder to write (must be empty or absent)")
-    parser.add_argument("--force", action="store_true", help="replace a non-empty output folder")
+    parser.add_argument("--force", action="store_true", help="replace an earlier converted model in that folder")
 
 
 def _convert_from_args(args: argparse.Namespace) -> Path:
+    warm = {"warm_state_text": args.warm_state_text, "warm_state_sentences": args.warm_state_sentences}
+    if args.tf_checkpoint is not None:
+        if args.weights or args.model_dir or args.model_config or args.format != "original":
+            raise ElmoInputError("--tf-checkpoint takes --vocab and --options (not --weights / --model-dir)")
+        from .convert_bilm_tf_checkpoint import convert_bilm_tf_checkpoint
+
+        return convert_bilm_tf_checkpoint(
+            args.tf_checkpoint, args.output_dir, args.vocab, args.options, force=args.force, **warm
+        )
+    if args.vocab:
+        raise ElmoInputError("--vocab goes with --tf-checkpoint (weights.hdf5 holds no word softmax)")
     if args.format == "elmoformanylangs":
         if args.model_dir is None or args.options or args.weights:
-            raise ElmoConversionError("--format elmoformanylangs takes --model-dir (not --options / --weights)")
-        from .convert_elmoformanylangs import convert_elmoformanylangs
-
+            raise ElmoInputError("--format elmoformanylangs takes --model-dir (not --options / --weights)")
+        if args.warm_state_text:
+            raise ElmoInputError("--warm-state-text is not supported for --format elmoformanylangs")
         return convert_elmoformanylangs(args.model_dir, args.output_dir, args.model_config, force=args.force)
     if args.options is None or args.weights is None or args.model_dir or args.model_config:
-        raise ElmoConversionError("--format original takes --options and --weights (not --model-dir / --model-config)")
-    return convert(args.options, args.weights, args.output_dir, force=args.force)
+        raise ElmoInputError("--format original takes --options and --weights (not --model-dir / --model-config)")
+    return convert(args.options, args.weights, args.output_dir, force=args.force, **warm)
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        output_dir = _convert_from_args(args)
-    except ElmoConversionError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    print(f"Converted ELMo written to {output_dir}")
+    print(f"Converted ELMo written to {_convert_from_args(args)}")
     return 0
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    add_arguments(parser)
-    return run(parser.parse_args(argv))
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+__all__ = [
+    "ElmoConversionError",
+    "config_from_options",
+    "convert",
+    "hdf5_datasets_from_state_dict",
+    "load_original_elmo",
+    "options_from_config",
+    "state_dict_from_hdf5",
+    "weight_links",
+]

@@ -4,43 +4,85 @@ The two directions of every LSTM layer are independent, and so are the words of 
 part its own thread with its share of the intra-op threads replaces thousands of small multi-threaded
 operations, each ending in a barrier where one descheduled thread stalls the others, by a few single-threaded
 streams: as fast on an idle machine and many times faster on a busy one (on 2 shared cores: 0.47 s instead of
-4.8 s for a batch of the original model). At inference both are split; in training the LSTM directions are, in
-the forward and in the backward pass, because a layer's two directions are one autograd node (`fast_lstm.py`)
-whose backward splits them itself (the autograd engine runs all CPU nodes on one thread). Only on CPU; set
-`CONCURRENT_CPU_INFERENCE = False` or `CONCURRENT_CPU_TRAINING = False` to turn either off.
+4.8 s for a batch of the original model). At inference both are split, while `cpu_backend(concurrent_inference=...)`
+allows it (the default). Under autograd only the LSTM directions are, forward and backward, while
+`cpu_backend(concurrent_training=...)` allows it (the default): a layer's two directions are one autograd node
+(`fast_lstm.py`) whose backward splits them itself, since the autograd engine runs every CPU node on one thread.
+Only on CPU.
+
+A worker gets its share of threads without `torch.set_num_threads`: that also sets ATen's process-wide count,
+which every thread that starts using torch afterwards begins with, so a thread of the application started
+meanwhile would get a worker's share. The workers set only their own OpenMP and MKL counts, through the libraries
+PyTorch runs on; where those cannot be found (builds without OpenMP, systems without `/proc/self/maps`), the
+parts run one after the other.
 """
 
+import contextvars
+import ctypes
+import functools
 import os
+import warnings
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import torch
 
+from .cpu_backend import current_cpu_backend
+
 CONCURRENT_CPU_INFERENCE = True
-"""Run independent parts of a CPU inference pass on separate threads (module-level switch)."""
-CONCURRENT_CPU_TRAINING = True
-"""Run the two directions of each LSTM layer on separate threads under autograd too (module-level switch)."""
+"""Deprecated process-wide switch, still obeyed when set to False: use `cpu_backend(concurrent_inference=False)`."""
 
 _executors: dict[int, ThreadPoolExecutor] = {}
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_executors.clear)  # a forked child has none of the parent's threads
 
 
+@functools.cache
+def _thread_count_setters() -> tuple[Callable[[int], int], ...] | None:
+    """Functions setting the calling thread's OpenMP (and MKL) thread count, or `None` where they are not found."""
+    if "ATen parallel backend: OpenMP" not in torch.__config__.parallel_info():
+        return None
+    try:
+        libraries = {Path(line.split()[-1]) for line in Path("/proc/self/maps").read_text().splitlines() if "/" in line}
+        openmp = next(path for path in libraries if path.name.startswith(("libgomp", "libiomp5", "libomp")))
+        setters = [ctypes.CDLL(str(openmp)).omp_set_num_threads]
+        # PyTorch's x86 builds link MKL statically into libtorch_cpu; its thread-local setting is this one.
+        torch_cpu = next((path for path in libraries if path.name.startswith("libtorch_cpu")), None)
+        mkl = getattr(ctypes.CDLL(str(torch_cpu)), "MKL_Set_Num_Threads_Local", None) if torch_cpu else None
+    except (OSError, StopIteration, AttributeError):
+        return None
+    if mkl is not None:
+        setters.append(mkl)
+    for setter in setters:
+        setter.argtypes, setter.restype = [ctypes.c_int], ctypes.c_int
+    return tuple(setters)
+
+
 def can_run_concurrently(tensor: torch.Tensor, training: bool = False) -> bool:
     """Whether work on `tensor` may be split between threads: without autograd, or with `training` for work that
-    handles its own backward."""
+    runs its own backward (split again there)."""
+    if not CONCURRENT_CPU_INFERENCE:
+        warnings.warn(
+            "hf_elmo.cpu_threads.CONCURRENT_CPU_INFERENCE is deprecated: use "
+            "`with hf_elmo.cpu_backend(concurrent_inference=False):`",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return False
+    backend = current_cpu_backend()
     return (
-        (CONCURRENT_CPU_TRAINING if training else CONCURRENT_CPU_INFERENCE and not torch.is_grad_enabled())
+        (backend.concurrent_training if training else backend.concurrent_inference and not torch.is_grad_enabled())
         and tensor.device.type == "cpu"
         and torch.get_num_threads() > 1
+        and _thread_count_setters() is not None
     )
 
 
 def run_concurrently(*calls: Callable):
     """Runs zero-argument callables on one thread each, with an equal share of the caller's intra-op threads and
-    its inference-mode and autocast state. Returns their results in order."""
-    threads = torch.get_num_threads()
-    share = max(1, threads // len(calls))
+    its inference-mode, autocast and `contextvars` state (e.g. `cpu_backend`). Returns their results in order."""
+    share = max(1, torch.get_num_threads() // len(calls))
     inference_mode = torch.is_inference_mode_enabled()
     autocast = {
         "device_type": "cpu",
@@ -49,16 +91,14 @@ def run_concurrently(*calls: Callable):
     }
 
     def run(call):
-        torch.set_num_threads(share)
+        torch.get_num_threads()  # ATen sets a thread's counts to its process-wide one on first use: before ours
+        for set_num_threads in _thread_count_setters():
+            set_num_threads(share)
         with torch.inference_mode(inference_mode), torch.no_grad(), torch.autocast(**autocast):
             return call()
 
     executor = _executors.get(len(calls))
     if executor is None:
         executor = _executors[len(calls)] = ThreadPoolExecutor(len(calls), thread_name_prefix="hf-elmo")
-    try:
-        futures = [executor.submit(run, call) for call in calls]
-        return [future.result() for future in futures]
-    finally:
-        # The count is also the default of threads that start later: give them the caller's again.
-        torch.set_num_threads(threads)
+    futures = [executor.submit(contextvars.copy_context().run, run, call) for call in calls]
+    return [future.result() for future in futures]

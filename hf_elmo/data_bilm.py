@@ -9,9 +9,9 @@ Each example is a **window**: consecutive whole sentences, each as `<S> w_1 ... 
 most `window` positions (20 in the original recipe). Every window starts from a zero LSTM state. The
 original (bilm-tf) instead cut one continuous stream of sentences into 20-token pieces and carried each
 row's LSTM state from batch to batch, so a sentence could be split between batches and the model saw
-context from earlier batches. Windows of whole sentences make every example independent: they can be
-shuffled, sharded over processes and resumed exactly, and they match how `ElmoModel` is used (stateless,
-sentence by sentence), at the cost of no context beyond the window.
+context from earlier batches (`hf-elmo train --stream` does that, see `streams_bilm`). Windows of whole sentences
+make every example independent: they can be shuffled, sharded over processes and resumed exactly, and they match how
+`ElmoModel` is used (stateless, sentence by sentence), at the cost of no context beyond the window.
 
 Targets, per sentence of `n` words: the forward LM predicts `w_1 ... w_n, </S>` from the positions of
 `<S>, w_1 ... w_n`; the backward LM predicts `<S>, w_1 ... w_n` from the positions of `w_1 ... w_n, </S>`.
@@ -21,36 +21,35 @@ sentences were packed together.
 """
 
 import argparse
+import codecs
 import os
-import sys
-from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 import torch
 
-from .tokenization_elmo import (
-    BOS_TOKEN,
-    EOS_TOKEN,
-    MAX_WORD_LENGTH,
-    WORD_VOCABULARY_SPECIALS,
-    ElmoTokenizer,
-    words_to_char_ids,
-    write_word_vocabulary,
-)
+from .character_rows import BOS_TOKEN, EOS_TOKEN, MAX_WORD_LENGTH, pad_rows
+from .file_io import VOCABULARY_FILE, check_output, write_output
+from .tokenization_elmo import ElmoTokenizer
+from .word_vocabulary import count_word_vocabulary, write_word_vocabulary
 
 SPLITS = ("whitespace", "pretokenizer")
 SPLIT_HELP = "whitespace: text is tokenised already; pretokenizer: raw text through the tokenizer's splitter"
 IGNORE_INDEX = -100
 
 
-def split_line(line: str, split: str, tokenizer: ElmoTokenizer | None = None) -> list[str]:
-    """The words of one line: `line.split()` or `tokenizer.split_words(line)`."""
+def split_line(line: str, split: str, tokenizer: ElmoTokenizer | None = None, where: str | None = None) -> list[str]:
+    """The words of one line: `line.split()` or `tokenizer.split_words(line)`; `where` (e.g. `"file, line 12"`)
+    names the line in the splitter's errors."""
     if split == "whitespace":
         return line.split()
     if split == "pretokenizer":
-        return tokenizer.split_words(line)
+        try:
+            return tokenizer.split_words(line)
+        except ValueError as error:
+            raise ValueError(f"{where or 'a line'}: {error}") from None
     raise ValueError(f"split must be one of {SPLITS}, got {split!r}.")
 
 
@@ -62,7 +61,8 @@ def _check_split(split: str, tokenizer: ElmoTokenizer | None):
 
 
 def check_text_files(files: Sequence[str | os.PathLike], role: str = "data") -> list[str]:
-    """Paths as strings; raises if one is missing, not a file, or has no word at all."""
+    """Paths as strings; raises if one is missing, not a file, not UTF-8 text (naming the line), or has no word at
+    all. Reads every file once, in blocks."""
     if isinstance(files, (str, os.PathLike)):
         files = [files]
     files = [os.fspath(f) for f in files]
@@ -71,23 +71,50 @@ def check_text_files(files: Sequence[str | os.PathLike], role: str = "data") -> 
     for path in files:
         if not os.path.isfile(path):
             raise FileNotFoundError(f"{role.capitalize()} file {path!r} does not exist or is not a file.")
-        with open(path, encoding="utf-8", errors="replace") as f:
-            if not any(line.strip() for line in f):
-                raise ValueError(f"{role.capitalize()} file {path!r} is empty: it has no words.")
+        decoder, has_words = codecs.getincrementaldecoder("utf-8-sig")(), False
+        try:
+            with open(path, "rb") as f:
+                while block := f.read(1 << 20):
+                    text = decoder.decode(block)
+                    has_words = has_words or not (text.isspace() or not text)
+                decoder.decode(b"", final=True)
+        except UnicodeDecodeError:
+            raise ValueError(f"{role.capitalize()} file {path!r}: {_first_invalid_line(path)}.") from None
+        if not has_words:
+            raise ValueError(f"{role.capitalize()} file {path!r} is empty: it has no words.")
     return files
 
 
+def _first_invalid_line(path) -> str:
+    """Where the first invalid UTF-8 of a file is, counting lines as text mode does (LF, CRLF and CR end a line)."""
+    number = 0
+    with open(path, "rb") as f:
+        for chunk in f:
+            for line in chunk.splitlines():
+                number += 1
+                try:
+                    line.decode("utf-8")
+                except UnicodeDecodeError as error:
+                    return f"line {number} is not valid UTF-8 (byte {error.start + 1}: {error.reason})"
+    return "not valid UTF-8"  # a multi-byte character cut by the end of the file: the last line
+
+
 def iter_sentences(
-    files: Sequence[str | os.PathLike], split: str = "whitespace", tokenizer: ElmoTokenizer | None = None
-) -> Iterator[list[str]]:
-    """The word lists of the non-blank lines of `files`, in order."""
+    files: Sequence[str | os.PathLike],
+    split: str = "whitespace",
+    tokenizer: ElmoTokenizer | None = None,
+    locations: bool = False,
+) -> Iterator[list[str]] | Iterator[tuple[str, list[str]]]:
+    """The word lists of the non-blank lines of `files`, in order; with `locations`, `("file, line N", words)` pairs.
+    A byte-order mark at the start of a file is not part of its first word."""
     _check_split(split, tokenizer)
     for path in files:
-        with open(path, encoding="utf-8") as f:
-            for line in f:
-                words = split_line(line, split, tokenizer)
+        with open(path, encoding="utf-8-sig") as f:
+            for number, line in enumerate(f, start=1):
+                where = f"{path}, line {number}"
+                words = split_line(line, split, tokenizer, where)
                 if words:
-                    yield words
+                    yield (where, words) if locations else words
 
 
 def build_word_vocabulary(
@@ -97,27 +124,11 @@ def build_word_vocabulary(
     min_count: int = 1,
     max_size: int | None = None,
 ) -> list[str]:
-    """Count the words of a corpus and return a vocabulary in the original format.
-
-    Returns:
-        `["<S>", "</S>", "<UNK>"]` followed by the words seen at least `min_count` times, most frequent first
-        (ties in alphabetical order), cut to `max_size` entries in all. Save it with
-        `tokenization_elmo.write_word_vocabulary`.
-    """
-    files = check_text_files(files, "vocabulary")
-    if min_count < 1:
-        raise ValueError(f"min_count must be >= 1, got {min_count}.")
-    if max_size is not None and max_size <= len(WORD_VOCABULARY_SPECIALS):
-        raise ValueError(f"max_size must leave room for words after {WORD_VOCABULARY_SPECIALS}, got {max_size}.")
-    counts = Counter()
-    for words in iter_sentences(files, split, tokenizer):
-        counts.update(words)
-    for special in WORD_VOCABULARY_SPECIALS:
-        counts.pop(special, None)
-    words = sorted((w for w, c in counts.items() if c >= min_count), key=lambda w: (-counts[w], w))
-    if max_size is not None:
-        words = words[: max_size - len(WORD_VOCABULARY_SPECIALS)]
-    return [*WORD_VOCABULARY_SPECIALS, *words]
+    """The vocabulary of the corpus in `files` (`word_vocabulary.count_word_vocabulary`): `<S>`, `</S>`, `<UNK>`,
+    then the words seen at least `min_count` times, most frequent first, at most `max_size` entries in all. Save it
+    with `word_vocabulary.write_word_vocabulary`."""
+    files = check_text_files(files, "corpus")
+    return count_word_vocabulary(iter_sentences(files, split, tokenizer), min_count, max_size)
 
 
 def pack_sentences(
@@ -150,7 +161,8 @@ def encode_windows(windows: Sequence[Sequence[list[str]]], tokenizer: ElmoTokeni
     """Character ids and LM targets of packed windows.
 
     Returns:
-        `{"input_ids": [(T_i, 50) int16], "labels": [(T_i, 2) int32]}` with `T_i` the positions of window `i`;
+        `{"input_ids": [(T_i, C) int16], "labels": [(T_i, 2) int32]}` with `T_i` the positions of window `i` and `C`
+        the tokenizer's `max_characters_per_token`;
         `labels[t] = [id of the word after t, id of the word before t]` within t's sentence, -100 where none.
     """
     flat, sentence_lengths, window_lengths = [], [], []
@@ -160,7 +172,7 @@ def encode_windows(windows: Sequence[Sequence[list[str]]], tokenizer: ElmoTokeni
             flat += [BOS_TOKEN, *words, EOS_TOKEN]
             sentence_lengths.append(len(words) + 2)
             window_lengths[-1] += len(words) + 2
-    char_ids = words_to_char_ids(flat).astype(np.int16)
+    char_ids = tokenizer.characters.rows(flat).astype(np.int16)
     word_ids = tokenizer.word_targets(flat).astype(np.int32)
     # Positions of each sentence's </S> and <S>, from the layout (a literal "<S>" word is just a word here).
     ends = np.cumsum(sentence_lengths) - 1
@@ -175,7 +187,7 @@ def encode_windows(windows: Sequence[Sequence[list[str]]], tokenizer: ElmoTokeni
 
 
 def _encode_lines(batch, indices, tokenizer, window, split, source):
-    words = [split_line(line, split, tokenizer) for line in batch["text"]]
+    words = [split_line(line, split, tokenizer, f"{source}, line {i + 1}") for line, i in zip(batch["text"], indices)]
     kept = [i for i, w in enumerate(words) if w]
     windows = list(
         pack_sentences((words[i] for i in kept), window, (f"{source}, line {indices[i] + 1}" for i in kept))
@@ -222,7 +234,7 @@ def load_bilm_dataset(
     files = check_text_files(files, role)
     features = datasets.Features(
         {
-            "input_ids": datasets.Array2D(shape=(None, MAX_WORD_LENGTH), dtype="int16"),
+            "input_ids": datasets.Array2D(shape=(None, tokenizer.characters.width), dtype="int16"),
             "labels": datasets.Array2D(shape=(None, 2), dtype="int32"),
         }
     )
@@ -232,6 +244,7 @@ def load_bilm_dataset(
             "text",
             data_files=[path],
             split="train",
+            encoding="utf-8-sig",  # a byte-order mark is not part of the first word
             streaming=streaming,
             cache_dir=None if cache_dir is None else os.fspath(cache_dir),
         )
@@ -255,10 +268,11 @@ def load_bilm_dataset(
 
 @dataclass
 class DataCollatorForBiLM:
-    """Pads windows to a batch: `input_ids` `(B, T, 50)`, `attention_mask` `(B, T)`, `labels` `(B, T, 2)`.
+    """Pads windows to a batch: `input_ids` `(B, T, C)`, `attention_mask` `(B, T)`, `labels` `(B, T, 2)`.
 
     Padding positions are all-zero character rows with mask 0 and labels -100. Examples are dicts with
-    `input_ids` `(T_i, 50)` and `labels` `(T_i, 2)` (lists, numpy or torch), as `load_bilm_dataset` yields.
+    `input_ids` `(T_i, C)` and `labels` `(T_i, 2)` (lists, numpy or torch), as `load_bilm_dataset` yields; `C` is
+    the model's `max_characters_per_token`, 50 unless it says otherwise.
     """
 
     pad_to_multiple_of: int | None = None
@@ -268,22 +282,18 @@ class DataCollatorForBiLM:
             raise ValueError("DataCollatorForBiLM got no examples.")
         ids = [np.asarray(e["input_ids"], dtype=np.int64) for e in examples]
         labels = [np.asarray(e["labels"], dtype=np.int64) for e in examples]
+        width = ids[0].shape[-1] if ids[0].ndim == 2 else MAX_WORD_LENGTH
         for index, (i, l) in enumerate(zip(ids, labels)):
-            if i.ndim != 2 or i.shape[1] != MAX_WORD_LENGTH or l.shape != (i.shape[0], 2):
+            if i.ndim != 2 or i.shape[1] != width or l.shape != (i.shape[0], 2):
                 raise ValueError(
-                    f"Example {index}: expected input_ids (T, {MAX_WORD_LENGTH}) and labels (T, 2), got "
-                    f"{i.shape} and {l.shape}."
+                    f"Example {index}: expected input_ids (T, {width}) and labels (T, 2), got {i.shape} and {l.shape}."
                 )
         positions = max(i.shape[0] for i in ids)
         if self.pad_to_multiple_of:
             positions = -(-positions // self.pad_to_multiple_of) * self.pad_to_multiple_of
-        batch_ids = np.zeros((len(ids), positions, MAX_WORD_LENGTH), dtype=np.int64)
-        batch_labels = np.full((len(ids), positions, 2), IGNORE_INDEX, dtype=np.int64)
-        mask = np.zeros((len(ids), positions), dtype=np.int64)
-        for row, (i, l) in enumerate(zip(ids, labels)):
-            batch_ids[row, : len(i)] = i
-            batch_labels[row, : len(l)] = l
-            mask[row, : len(i)] = 1
+        batch_ids = pad_rows(ids, positions)
+        batch_labels = pad_rows(labels, positions, fill=IGNORE_INDEX)
+        mask = (np.arange(positions)[None, :] < np.array([len(i) for i in ids])[:, None]).astype(np.int64)
         return {
             "input_ids": torch.from_numpy(batch_ids),
             "attention_mask": torch.from_numpy(mask),
@@ -297,18 +307,16 @@ class DataCollatorForBiLM:
 def add_arguments(parser: argparse.ArgumentParser):
     parser.add_argument("files", nargs="+", help="text files, one sentence per line")
     parser.add_argument("--output", required=True, help="vocabulary file to write")
+    parser.add_argument("--force", action="store_true", help="replace an earlier vocabulary file")
     parser.add_argument("--min-count", type=int, default=1, help="keep words seen at least this often")
     parser.add_argument("--max-size", type=int, help="at most this many entries, <S>, </S>, <UNK> included")
     parser.add_argument("--split", choices=SPLITS, default="whitespace", help=SPLIT_HELP)
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        words = build_word_vocabulary(args.files, args.split, ElmoTokenizer(), args.min_count, args.max_size)
-        write_word_vocabulary(words, args.output)
-    except (ValueError, FileNotFoundError) as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+    check_output(args.output, VOCABULARY_FILE, args.files, args.force)
+    words = build_word_vocabulary(args.files, args.split, ElmoTokenizer(), args.min_count, args.max_size)
+    write_output(args.output, partial(write_word_vocabulary, words), VOCABULARY_FILE, args.files, args.force)
     print(f"{len(words):,} entries written to {args.output}")
     return 0
 

@@ -5,8 +5,8 @@ from typing import Any
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
+from .character_rows import pad_rows
 from .modeling_elmo import ElmoModel
 
 
@@ -79,9 +79,7 @@ class DataCollatorForElmo:
         positions = batch["input_ids"].shape[1]
         if layers is not None:
             layers = [_as_tensor(layer, torch.float32) for layer in layers]
-            batch["elmo_hidden_states"] = torch.stack(
-                [F.pad(layer, (0, 0, 0, 0, 0, positions - layer.shape[0])) for layer in layers]
-            )
+            batch["elmo_hidden_states"] = torch.from_numpy(pad_rows(layers, positions, dtype=np.float32))
         if labels is not None:
             lengths = [len(f["input_ids"]) for f in features]
             labels = [_as_tensor(label) for label in labels]
@@ -89,12 +87,7 @@ class DataCollatorForElmo:
                 torch.int64,
                 torch.int32,
             ):
-                batch["labels"] = torch.stack(
-                    [
-                        F.pad(label.long(), (0, positions - len(label)), value=self.label_pad_token_id)
-                        for label in labels
-                    ]
-                )
+                batch["labels"] = torch.from_numpy(pad_rows(labels, positions, fill=self.label_pad_token_id))
             else:
                 batch["labels"] = torch.stack(labels)
         return batch
@@ -130,14 +123,18 @@ class ElmoLayerCache:
     def __call__(self, examples: Mapping[str, Sequence[Any]]) -> dict[str, list[np.ndarray]]:
         was_training = self.model.training
         self.model.eval()
-        rows = [_as_tensor(ids, torch.long) for ids in examples["input_ids"]]
+        rows, word_ids = examples["input_ids"], examples.get("input_word_ids")
+        device = self.model.device
         cached = []
         for start in range(0, len(rows), self.batch_size):
             chunk = rows[start : start + self.batch_size]
             lengths = [len(r) for r in chunk]
-            input_ids = torch.stack([F.pad(r, (0, 0, 0, max(lengths) - len(r))) for r in chunk])
+            inputs = {"input_ids": torch.from_numpy(pad_rows(chunk)).to(device)}
+            if word_ids is not None:  # models converted from ELMoForManyLangs; padded positions are not read
+                inputs["input_word_ids"] = torch.from_numpy(pad_rows(word_ids[start : start + self.batch_size]))
+                inputs["input_word_ids"] = inputs["input_word_ids"].to(device)
             # No attention_mask: the model reads real positions off the ids, also for examples stored padded.
-            layers = self.model(input_ids.to(self.model.device), output_hidden_states=True)
+            layers = self.model(**inputs, output_hidden_states=True)
             stacked = torch.stack(layers.hidden_states, dim=2).float().cpu().numpy()
             cached.extend(stacked[i, :n] for i, n in enumerate(lengths))
         self.model.train(was_training)

@@ -13,7 +13,9 @@ The file reads like the output of AllenNLP's `allennlp elmo` command, so existin
 Lines are split on whitespace (`str.split`), or with `--raw` by the tokenizer's word splitter. Differences from
 the original command:
 
-* **Stateless**: a line's vectors depend only on the line, not on the lines before it or its batch. Lines are
+* **Stateless**: a line's vectors depend only on the line, not on the lines before it or its batch (every line
+  starts from the model's warm start state if it has one, else from zeros; up to float rounding: another
+  `--batch-size` pads and sums differently, so bit-for-bit equality across batch sizes is not promised). Lines are
   sorted by length within a window of `--batch-size * 16` lines to pad little. A repeated line is computed once
   and its dataset is an HDF5 hard link to the first one (identical vectors, no extra space); the map gives the
   first key (AllenNLP's gave the last, which held different vectors). `--carry-state` restores the original
@@ -24,27 +26,25 @@ the original command:
 * **Memory** holds one window of lines and one batch of vectors, plus the map of distinct lines (about the size
   of the distinct input text; `--forget-sentences` drops it, and with it the sharing of repeated lines).
 * **Safe output**: everything is written to a hidden temporary file beside the output, renamed when complete,
-  so an interrupted run leaves no output file; an existing output is kept unless `--force`.
+  so an interrupted run leaves no output file; an existing output is kept unless `--force`, which replaces only an
+  HDF5 file (see `file_io`).
 """
 
 import argparse
+import codecs
 import json
-import signal
+import math
 import sys
-import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from .convert_original_elmo import (
-    ElmoConversionError,
-    check_output,
-    load_model_folder,
-    load_original_elmo,
-    save_atomically,
-)
+from .convert_original_elmo import load_original_elmo
+from .file_io import HDF5_FILE, ElmoInputError, check_output, write_output
+from .model_io import load_model_folder
+from .modeling_elmo import ElmoModel
 from .tokenization_elmo import ElmoTokenizer
 
 WINDOW_BATCHES = 16
@@ -54,24 +54,26 @@ DTYPES = {"float32": torch.float32, "float64": torch.float64, "float16": torch.f
 
 
 def read_lines(path) -> Iterator[str]:
-    """The lines of a UTF-8 file (`-`: standard input) without their line ends; `\\n`, `\\r\\n` and `\\r` all end
-    a line, as in Python's text mode. Invalid UTF-8 is an `ElmoConversionError` naming the line."""
+    """The lines of a UTF-8 file (`-`: standard input) without their line ends; `\n`, `\r\n` and `\r` all end
+    a line, as in Python's text mode, and a byte-order mark at the start is not part of the first line. Invalid
+    UTF-8 is an `ElmoInputError` naming the line."""
     stream = sys.stdin.buffer if str(path) == "-" else None
     if stream is None:
         try:
             stream = open(path, "rb")
         except OSError as error:
-            raise ElmoConversionError(f"{path}: cannot read input ({error.strerror})") from None
+            raise ElmoInputError(f"{path}: cannot read input ({error.strerror})") from None
     number = 0
     with stream:
-        for chunk in stream:  # split at b"\n" only
-            chunk = chunk[:-2] if chunk.endswith(b"\r\n") else chunk.rstrip(b"\n")
-            for piece in chunk.split(b"\r"):
+        for chunk in stream:  # split at b"\n" only; splitlines splits at \n, \r\n and \r (bytes: nothing else)
+            if number == 0:
+                chunk = chunk.removeprefix(codecs.BOM_UTF8)
+            for piece in chunk.splitlines():
                 number += 1
                 try:
                     yield piece.decode("utf-8")
                 except UnicodeDecodeError as error:
-                    raise ElmoConversionError(
+                    raise ElmoInputError(
                         f"{path}: line {number} is not valid UTF-8 (byte {error.start + 1}: {error.reason})"
                     ) from None
 
@@ -96,10 +98,12 @@ class LayerSelector:
         self.mode = mode
         if mode == "mix":
             if len(mix_weights) != num_layers + 1:
-                raise ElmoConversionError(
+                raise ElmoInputError(
                     f"--scalar-mix-weights needs {num_layers + 1} values (one per layer of this model), "
                     f"got {len(mix_weights)}"
                 )
+            if not all(math.isfinite(w) for w in mix_weights):
+                raise ElmoInputError(f"--scalar-mix-weights must be finite numbers, got {mix_weights}")
             self.mix = torch.softmax(torch.tensor(mix_weights, dtype=torch.float64), dim=0)
 
     def __call__(self, layers: tuple[torch.Tensor, ...]) -> torch.Tensor:
@@ -113,14 +117,15 @@ class LayerSelector:
         return torch.einsum("l,l...->...", self.mix.to(stacked), stacked)
 
 
-def _state_rows(store, batch_size: int):
-    """The first `batch_size` rows of the carried state, zero rows where nothing was stored yet."""
+def _state_rows(store, batch_size: int, model):
+    """The first `batch_size` rows of the carried state; where nothing was stored yet, the model's start state (its
+    warm start state, else zeros)."""
     hidden, memory = store
     missing = batch_size - hidden.shape[1]
     if missing <= 0:
         return hidden[:, :batch_size], memory[:, :batch_size]
-    pad = lambda t: torch.cat([t, t.new_zeros(t.shape[0], missing, t.shape[2])], dim=1)  # noqa: E731
-    return pad(hidden), pad(memory)
+    start = model.initial_state(missing, dtype=hidden.dtype, device=hidden.device)
+    return torch.cat([hidden, start[0]], dim=1), torch.cat([memory, start[1]], dim=1)
 
 
 def _store_rows(store, new_state):
@@ -146,7 +151,9 @@ class Embedder:
     def __call__(self, sentences: list[list[str]], carry_state: bool = False) -> list[np.ndarray]:
         batch = self.tokenizer(sentences, is_split_into_words=True, padding=True, return_tensors="pt")
         batch = {key: value.to(self.device) for key, value in batch.items()}
-        state = _state_rows(self.store, len(sentences)) if carry_state and self.store is not None else None
+        state = None
+        if carry_state and self.store is not None:
+            state = _state_rows(self.store, len(sentences), self.model)
         out = self.model(**batch, state=state, use_cache=carry_state, output_hidden_states=True)
         if carry_state:
             self.store = _store_rows(self.store, out.state)
@@ -177,16 +184,27 @@ def embed_file(
     forget_sentences: bool = False,
     force: bool = False,
     progress: bool = True,
+    inputs: Iterable = (),
 ) -> int:
-    """Writes the HDF5 file described in the module docstring; returns the number of lines embedded."""
+    """Writes the HDF5 file described in the module docstring; returns the number of lines embedded. `inputs` are the
+    other files the run reads (the model's), which the output must not be, hold or lie inside."""
     import h5py
     from tqdm.auto import tqdm
 
     if batch_size < 1:
-        raise ElmoConversionError(f"--batch-size must be >= 1, got {batch_size}")
-    split = embedder.tokenizer.split_words if raw else str.split
-    lines = ((index, text.strip(), split(text)) for index, text in enumerate(read_lines(input_path)))
+        raise ElmoInputError(f"--batch-size must be >= 1, got {batch_size}")
+    def split(index: int, text: str) -> list[str]:
+        if not raw:
+            return text.split()
+        try:
+            return embedder.tokenizer.split_words(text)
+        except ValueError as error:
+            raise ElmoInputError(f"{input_path}: line {index + 1}: {error}") from None
+
+    lines = ((index, text.strip(), split(index, text)) for index, text in enumerate(read_lines(input_path)))
     bar = tqdm(total=count_lines(input_path) if progress else None, unit=" sentences", disable=not progress)
+
+    embedded = [0]  # lines written; the bar counts nothing when disabled
 
     def write(path):
         key_of_line: dict[str, str] = {}
@@ -208,22 +226,20 @@ def embed_file(
                     for (index, _), vectors in zip(batch, embedder([words for _, words in batch], carry_state)):
                         h5file.create_dataset(str(index), data=vectors)
                     bar.update(len(batch))
+                    embedded[0] += len(batch)
                 for index, key in repeats:
                     h5file[str(index)] = h5file[key]  # a hard link: the same dataset under two names
                 bar.update(len(repeats))
+                embedded[0] += len(repeats)
             if not forget_sentences:
                 index_dataset = h5file.create_dataset("sentence_to_index", (1,), dtype=h5py.string_dtype())
                 index_dataset[0] = json.dumps(key_of_line)
 
     try:
-        save_atomically(output_path, write, force=force, folder=False)
+        write_output(output_path, write, HDF5_FILE, [input_path, *inputs], force)
     finally:
         bar.close()
-    return bar.n
-
-
-def _raise_keyboard_interrupt(signum, frame):
-    raise KeyboardInterrupt
+    return embedded[0]
 
 
 def add_arguments(parser: argparse.ArgumentParser):
@@ -267,17 +283,20 @@ def add_arguments(parser: argparse.ArgumentParser):
 def _load(args):
     if args.model is not None:
         if args.weights is not None:
-            raise ElmoConversionError("--weights goes with --options, not with --model")
-        model = load_model_folder(args.model)
+            raise ElmoInputError("--weights goes with --options, not with --model")
+        model = load_model_folder(ElmoModel, args.model)
         try:
             tokenizer = ElmoTokenizer.from_pretrained(args.model)
         except Exception as error:  # json, OSError, ValueError from the tokenizer files
             message = " ".join(str(error).split()) or type(error).__name__
-            raise ElmoConversionError(f"{args.model}: cannot load the tokenizer ({message})") from None
+            if message.startswith(f"{args.model}: "):  # the tokenizer's own checks name the folder already
+                raise ElmoInputError(message) from None
+            raise ElmoInputError(f"{args.model}: cannot load the tokenizer ({message})") from None
         return model, tokenizer
     if args.weights is None:
-        raise ElmoConversionError("--options needs --weights")
-    return load_original_elmo(args.options, args.weights), ElmoTokenizer()
+        raise ElmoInputError("--options needs --weights")
+    model = load_original_elmo(args.options, args.weights)
+    return model, ElmoTokenizer(max_characters_per_token=model.config.max_characters_per_token)
 
 
 def _device(name: str | None) -> torch.device:
@@ -286,49 +305,40 @@ def _device(name: str | None) -> torch.device:
     try:
         device = torch.device(name)
     except RuntimeError:
-        raise ElmoConversionError(f"--device: unknown device {name!r} (e.g. cpu, cuda, cuda:1)") from None
+        raise ElmoInputError(f"--device: unknown device {name!r} (e.g. cpu, cuda, cuda:1)") from None
     if device.type == "cuda" and not torch.cuda.is_available():
-        raise ElmoConversionError(f"--device {name}: CUDA is not available on this machine")
+        raise ElmoInputError(f"--device {name}: CUDA is not available on this machine")
     return device
 
 
 def run(args: argparse.Namespace) -> int:
-    in_main_thread = threading.current_thread() is threading.main_thread()
-    if in_main_thread:  # a kill cleans up as Ctrl-C does
-        previous_handler = signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
-    try:
-        check_output(args.output, args.force, folder=False)  # before loading a large model
-        if str(args.input) != "-" and (not Path(args.input).exists() or Path(args.input).is_dir()):
-            raise ElmoConversionError(f"{args.input}: no such input file")
-        device = _device(args.device)
-        model, tokenizer = _load(args)
-        model.to(device=device, dtype=DTYPES[args.dtype])
-        mode = "mix" if args.scalar_mix_weights is not None else args.layers
-        embedder = Embedder(
-            model,
-            tokenizer,
-            LayerSelector(mode, model.config.num_layers, args.scalar_mix_weights),
-            torch.float64 if args.dtype == "float64" else torch.float32,
-        )
-        count = embed_file(
-            embedder,
-            args.input,
-            args.output,
-            batch_size=args.batch_size,
-            raw=args.raw,
-            carry_state=args.carry_state,
-            forget_sentences=args.forget_sentences,
-            force=args.force,
-            progress=not args.quiet,
-        )
-    except ElmoConversionError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print(f"interrupted: {args.output} not written", file=sys.stderr)
-        return 130
-    finally:
-        if in_main_thread:
-            signal.signal(signal.SIGTERM, previous_handler)
+    inputs = [args.input, args.model, args.options, args.weights]
+    check_output(args.output, HDF5_FILE, inputs, args.force)  # before loading a large model
+    if str(args.input) != "-" and Path(args.input).is_dir():
+        raise ElmoInputError(f"{args.input}: is a folder, expected the input text file")
+    if str(args.input) != "-" and not Path(args.input).exists():
+        raise ElmoInputError(f"{args.input}: no such input file")
+    device = _device(args.device)
+    model, tokenizer = _load(args)
+    model.to(device=device, dtype=DTYPES[args.dtype])
+    mode = "mix" if args.scalar_mix_weights is not None else args.layers
+    embedder = Embedder(
+        model,
+        tokenizer,
+        LayerSelector(mode, model.config.num_layers, args.scalar_mix_weights),
+        torch.float64 if args.dtype == "float64" else torch.float32,
+    )
+    count = embed_file(
+        embedder,
+        args.input,
+        args.output,
+        batch_size=args.batch_size,
+        raw=args.raw,
+        carry_state=args.carry_state,
+        forget_sentences=args.forget_sentences,
+        force=args.force,
+        progress=not args.quiet,
+        inputs=inputs[1:],
+    )
     print(f"{count} sentences embedded to {args.output}", file=sys.stderr)
     return 0

@@ -12,48 +12,49 @@ that format and are refused.
 
 import argparse
 import json
-import sys
+import warnings
 from pathlib import Path
 
-from .convert_original_elmo import (
-    ElmoConversionError,
-    check_output,
-    hdf5_datasets_from_state_dict,
-    load_model_folder,
-    options_from_config,
-    save_atomically,
-)
+from .convert_original_elmo import hdf5_datasets_from_state_dict, options_from_config
+from .file_io import ORIGINAL_FOLDER, check_output, write_output
+from .model_io import load_model_folder
+from .modeling_elmo import ElmoModel
 
 
 def export(model_dir, output_dir, force: bool = False) -> Path:
     """Writes `options.json` and `weights.hdf5` of the model in `model_dir` to `output_dir`."""
     import h5py
 
-    check_output(output_dir, force)
-    model = load_model_folder(model_dir)
+    check_output(output_dir, ORIGINAL_FOLDER, [model_dir], force)
+    model = load_model_folder(ElmoModel, model_dir)
     options = options_from_config(model.config)
+    if model.config.warm_state:
+        warnings.warn(
+            f"{model_dir}: the original format has no place for the model's warm start state; it is not exported "
+            "(the exported model starts every sentence from zeros).",
+            stacklevel=2,
+        )
     datasets = hdf5_datasets_from_state_dict(model.state_dict(), model.config)
 
     def write(folder):
-        (folder / "options.json").write_text(json.dumps(options, indent=2) + "\n", encoding="utf-8")
+        # allow_nan=False: NaN is not JSON (the config's floats are checked finite, so this never triggers)
+        (folder / "options.json").write_text(json.dumps(options, indent=2, allow_nan=False) + "\n", encoding="utf-8")
         with h5py.File(folder / "weights.hdf5", "w") as h5file:
             for name, array in datasets.items():
                 h5file.create_dataset(name, data=array)
 
-    return save_atomically(output_dir, write, force=force)
+    return write_output(output_dir, write, ORIGINAL_FOLDER, [model_dir], force)
 
 
 def add_arguments(parser: argparse.ArgumentParser):
     parser.add_argument("--model", required=True, help="folder written by hf-elmo convert or save_pretrained")
     parser.add_argument("--output-dir", required=True, help="folder to write (must be empty or absent)")
-    parser.add_argument("--force", action="store_true", help="replace a non-empty output folder")
+    parser.add_argument("--force", action="store_true", help="replace an earlier export in that folder")
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        output_dir = export(args.model, args.output_dir, force=args.force)
-    except ElmoConversionError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    print(f"options.json and weights.hdf5 written to {output_dir}")
+    print(f"options.json and weights.hdf5 written to {export(args.model, args.output_dir, force=args.force)}")
     return 0
+
+
+__all__ = ["export"]

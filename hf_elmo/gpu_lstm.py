@@ -24,9 +24,12 @@ import torch
 from .cuda_graphs import CaptureCache, capture_graph
 
 try:  # Triton ships with PyTorch's CUDA builds; the CPU fallback needs none.
-    from . import gpu_lstm_kernels as _triton_kernels
+    from .gpu_lstm_kernels import INTERPRETED as TRITON_INTERPRETED
+    from .gpu_lstm_kernels import cell_backward, cell_forward, hidden_backward, hidden_forward
+
+    _TRITON_STEPS = (cell_forward, hidden_forward, hidden_backward, cell_backward)
 except ImportError:  # pragma: no cover - depends on the installation
-    _triton_kernels = None
+    TRITON_INTERPRETED, _TRITON_STEPS = False, None
 
 
 @dataclass(frozen=True)
@@ -46,7 +49,7 @@ class LayerSettings:
 def default_kernels(device: torch.device) -> str:
     """Triton on CUDA when it is installed, else PyTorch operations. (Interpreted on CPU tensors, when Triton's
     interpreter is on, the kernels run only where asked for: `ElmoBiLstm.elementwise_kernels = "triton"`.)"""
-    if _triton_kernels is None or _triton_kernels.INTERPRETED:
+    if _TRITON_STEPS is None or TRITON_INTERPRETED:
         return "torch"
     return "triton" if device.type == "cuda" else "torch"
 
@@ -136,10 +139,7 @@ _TORCH_STEPS = (_cell_forward_torch, _hidden_forward_torch, _hidden_backward_tor
 
 
 def _steps(kernels: str):
-    if kernels == "triton":
-        k = _triton_kernels
-        return k.cell_forward, k.hidden_forward, k.hidden_backward, k.cell_backward
-    return _TORCH_STEPS
+    return _TRITON_STEPS if kernels == "triton" else _TORCH_STEPS
 
 
 # --- one layer, both directions: the time loops -----------------------------------------------------------------

@@ -13,8 +13,12 @@ tensors (slowly), which is how the CPU test suite checks them.
 import os
 
 import torch
-import triton
-import triton.language as tl
+
+try:  # without Triton this module cannot be imported, and its importer falls back to PyTorch operations
+    import triton
+    import triton.language as tl
+except ImportError:
+    raise  # (inside `try`: transformers' check of a saved folder's imports then does not require Triton)
 
 INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
 """Whether the kernels were defined for Triton's interpreter (they then run on CPU tensors only)."""
@@ -87,21 +91,21 @@ def _hidden_forward_kernel(
     s_proj_d, s_proj_b, s_hin_d, s_hin_b, s_hout_d, s_hout_b, s_out_d, s_out_b, s_mask_d, s_mask_b,
     s_passed_d, s_passed_b,
     proj_clip,
-    HAS_CLIP: tl.constexpr, SAVE: tl.constexpr, BLOCK: tl.constexpr,
+    HAS_CLIP: tl.constexpr, SAVE: tl.constexpr, COMPUTE: tl.constexpr, BLOCK: tl.constexpr,
 ):  # fmt: skip
     row = tl.program_id(0)
     d = row // rows
     b = row % rows
     cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     valid = cols < dim
-    hidden = tl.load(projected_ptr + d * s_proj_d + b * s_proj_b + cols, mask=valid, other=0.0)
+    hidden = tl.load(projected_ptr + d * s_proj_d + b * s_proj_b + cols, mask=valid, other=0.0).to(COMPUTE)
     if HAS_CLIP:
         passed = tl.abs(hidden) <= proj_clip
         hidden = tl.minimum(tl.maximum(hidden, -proj_clip), proj_clip)
         if SAVE:
             tl.store(hidden_passed_ptr + d * s_passed_d + b * s_passed_b + cols, passed.to(tl.int8), mask=valid)
     keep = tl.load(mask_ptr + d * s_mask_d + b * s_mask_b) != 0
-    hidden_in = tl.load(hidden_in_ptr + d * s_hin_d + b * s_hin_b + cols, mask=valid, other=0.0)
+    hidden_in = tl.load(hidden_in_ptr + d * s_hin_d + b * s_hin_b + cols, mask=valid, other=0.0).to(COMPUTE)
     hidden_out = hidden_out_ptr + d * s_hout_d + b * s_hout_b + cols
     tl.store(hidden_out, tl.where(keep, hidden, hidden_in).to(hidden_out_ptr.dtype.element_ty), mask=valid)
     output = output_ptr + d * s_out_d + b * s_out_b + cols
@@ -217,7 +221,7 @@ def hidden_forward(projected, hidden_in, hidden_out, output, mask, hidden_passed
         projected.shape[1], dim,
         *_strides(projected, hidden_in, hidden_out, output), *mask.stride(), *_strides(passed),
         0.0 if proj_clip is None else proj_clip,
-        HAS_CLIP=proj_clip is not None, SAVE=save, BLOCK=_BLOCK,
+        HAS_CLIP=proj_clip is not None, SAVE=save, COMPUTE=_compute_type(hidden_in), BLOCK=_BLOCK,
     )  # fmt: skip
 
 

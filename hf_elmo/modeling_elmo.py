@@ -1,37 +1,31 @@
 """PyTorch ELMo: character CNN, highway, projection and a bidirectional LSTM language model.
 
-Numerically equivalent to AllenNLP's `_ElmoBiLm` (and bilm-tf) for converted weights; see
-`conversion/convert_original_elmo.py` for the weight mapping. Unlike those implementations the model
-is stateless by default: the LSTM state is passed in and returned explicitly.
+Numerically equivalent to AllenNLP's `_ElmoBiLm` (and bilm-tf) for converted weights; the weight mapping is
+`convert_original_elmo.weight_links`. Unlike those implementations the model is stateless by default: the LSTM
+state is passed in and returned explicitly, and every row starts from the same state otherwise, zeros or the model's
+warm start state (`ElmoModel.set_warm_state`, `hf-elmo warm-state`). The task heads are in `modeling_elmo_heads.py`.
 """
 
-import glob
 import math
-import os
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
-from transformers import PreTrainedConfig, PreTrainedModel
+from transformers import PreTrainedModel
 from transformers import initialization as init
-from transformers.modeling_outputs import SequenceClassifierOutput, TokenClassifierOutput
 from transformers.utils import ModelOutput, can_return_tuple
 
-from .configuration_elmo import PROBLEM_TYPES, ElmoConfig
+from .configuration_elmo import ElmoConfig
 from .cpu_threads import can_run_concurrently, run_concurrently
 from .cuda_graphs import CaptureCache, CapturedFunction
 from .fast_lstm import LstmSettings, PackedSteps, lstm_layer
 from .gpu_lstm import CapturedLayers, LayerSettings, bidirectional_layer, default_kernels
 from .hub_elmo import push_to_hub_with_model_card
+from .input_checks import check_inputs
+from .model_io import load_pretrained, name_pipeline
 from .onednn_linear import linear
-
-# Not used here: importing it makes save_pretrained copy its file next to this one, where the tagger's
-# config.custom_pipelines points remote-code users to it.
-from .pipelines_elmo import ElmoTokenClassificationPipeline  # noqa: F401
 from .sampled_softmax import full_softmax_loss, sampled_softmax_loss
-from .scalar_mix import ScalarMix
-from .tokenization_elmo import BOS_WORD_IDS, EOS_WORD_IDS, words_to_char_ids
 
 ElmoState = tuple[torch.Tensor, torch.Tensor]
 """`(hidden, memory)`: `hidden` `(num_layers, B, 2P)` and `memory` `(num_layers, B, 2D)`, the forward
@@ -98,6 +92,7 @@ class ElmoCharacterEncoder(nn.Module):
 
     With `config.input_word_dim > 0` (ELMoForManyLangs models) each word's embedding is looked up from its
     word id too and concatenated before the CNN features, `[word | characters]`, ahead of the projection.
+    `config.implementation = "reference"` runs `_reference_forward` instead: every window of every token.
     """
 
     # Words are grouped by how many leading slots need real windows, rounded up to this many, so that a
@@ -118,12 +113,15 @@ class ElmoCharacterEncoder(nn.Module):
         )
         self.projection = nn.Linear(config.input_word_dim + config.num_filters, config.projection_dim)
         self.activation = torch.tanh if config.activation == "tanh" else F.relu
+        self.config = config  # `config.implementation` is read at each call
         # Whether to compute each distinct word once (`None`: on CPUs, where it saves work; GPUs would wait for
         # the host to sort and group the words).
         self.deduplicate: bool | None = None
 
     def forward(self, char_ids: torch.LongTensor, word_ids: torch.LongTensor | None = None) -> torch.Tensor:
         """`(..., C)` character ids (and `(...)` word ids with word embeddings) -> `(..., P)`."""
+        if self.config.implementation == "reference":
+            return self._reference_forward(char_ids, word_ids)
         deduplicate = self.deduplicate if self.deduplicate is not None else not char_ids.is_cuda
         if not deduplicate:
             return self._forward_every_token(char_ids, word_ids)
@@ -148,6 +146,20 @@ class ElmoCharacterEncoder(nn.Module):
             per_token = torch.cat([self.word_embedding(word_ids.reshape(-1)), per_token], dim=-1)
             per_token = linear(per_token, self.projection.weight, self.projection.bias)
         return per_token.reshape(*batch_shape, -1)
+
+    def _reference_forward(self, char_ids: torch.LongTensor, word_ids: torch.LongTensor | None = None) -> torch.Tensor:
+        """The straightforward computation `forward` matches (`config.implementation = "reference"`): every window
+        of every slot of every token, one product per layer."""
+        batch_shape, num_chars = char_ids.shape[:-1], char_ids.shape[-1]
+        chars = self.char_embedding(char_ids.reshape(-1, num_chars)).transpose(1, 2)  # (N, e, C)
+        features = torch.cat([self.activation(conv(chars).amax(dim=-1)) for conv in self.convolutions], dim=-1)
+        for highway in self.highways:
+            transformed, gate = F.linear(features, highway.weight, highway.bias).chunk(2, dim=-1)
+            gate = torch.sigmoid(gate)
+            features = gate * features + (1 - gate) * F.relu(transformed)
+        if self.word_embedding is not None:  # ELMoForManyLangs: [word | characters]
+            features = torch.cat([self.word_embedding(word_ids.reshape(-1)), features], dim=-1)
+        return self.projection(features).reshape(*batch_shape, -1)
 
     def _forward_every_token(self, char_ids: torch.LongTensor, word_ids: torch.LongTensor | None) -> torch.Tensor:
         """`forward` without looking for repeated words, for GPUs: the same operations whatever the input, and one
@@ -290,14 +302,43 @@ class ElmoLstmLayer(nn.Module):
     def settings(self) -> LstmSettings:
         return LstmSettings(self.cell_clip, self.proj_clip, self.forget_bias or 0.0)
 
+    def _reference_forward(
+        self, inputs: torch.Tensor, mask: torch.BoolTensor, hidden: torch.Tensor, memory: torch.Tensor, reverse: bool
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The straightforward computation `forward` matches: every row steps through every position, its state
+        changing only at its real positions.
+
+        `(B, T, P)` inputs, `(B, T)` mask, `(B, P)` and `(B, D)` state -> `(B, T, P)` outputs (0 at padding) and the
+        final `(B, P)`, `(B, D)` state.
+        """
+        gate_inputs = self.input_linearity(inputs)
+        if self.forget_bias:  # TensorFlow's LSTMCell adds it at run time
+            gate_inputs[..., self.cell_dim : 2 * self.cell_dim] += self.forget_bias
+        outputs = [None] * inputs.shape[1]
+        for t in reversed(range(inputs.shape[1])) if reverse else range(inputs.shape[1]):
+            gates = gate_inputs[:, t] + self.state_linearity(hidden)
+            input_gate, forget_gate, cell_input, output_gate = gates.chunk(4, dim=-1)
+            new_memory = torch.sigmoid(input_gate) * torch.tanh(cell_input) + torch.sigmoid(forget_gate) * memory
+            if self.cell_clip is not None:
+                new_memory = new_memory.clamp(-self.cell_clip, self.cell_clip)
+            new_hidden = self.state_projection(torch.sigmoid(output_gate) * torch.tanh(new_memory))
+            if self.proj_clip is not None:
+                new_hidden = new_hidden.clamp(-self.proj_clip, self.proj_clip)
+            real = mask[:, t, None]
+            memory = torch.where(real, new_memory, memory)
+            hidden = torch.where(real, new_hidden, hidden)
+            outputs[t] = new_hidden * real
+        return torch.stack(outputs, dim=1), hidden, memory
+
 
 class ElmoBiLstm(nn.Module):
     """Two independent stacks of `ElmoLstmLayer`; the directions meet only in the outputs.
 
-    Two implementations of the same computation: on CPUs the rows are sorted by length and each step
+    Two fast implementations of the same computation: on CPUs the rows are sorted by length and each step
     multiplies only the rows still running (`fast_lstm.py`); on GPUs both directions of a layer step together
     over the whole batch with masks, so that shapes are static and a layer's time loops can be replayed as CUDA
-    graphs (`gpu_lstm.py`). `static_shapes` picks one (`None`: by device).
+    graphs (`gpu_lstm.py`). `static_shapes` picks one (`None`: by device). `config.implementation = "reference"`
+    runs `_reference_forward` instead, the straightforward computation both are tested against.
     """
 
     def __init__(self, config: ElmoConfig):
@@ -306,6 +347,7 @@ class ElmoBiLstm(nn.Module):
         self.dropout = nn.Dropout(config.dropout)
         self.forward_layers = nn.ModuleList(ElmoLstmLayer(config) for _ in range(config.num_layers))
         self.backward_layers = nn.ModuleList(ElmoLstmLayer(config) for _ in range(config.num_layers))
+        self.config = config  # `config.implementation` is read at each call
         self.static_shapes: bool | None = None
         self.elementwise_kernels: str | None = None  # "triton" or "torch"; None: Triton on CUDA
         self.use_cuda_graphs = True
@@ -320,10 +362,38 @@ class ElmoBiLstm(nn.Module):
     ) -> tuple[list[torch.Tensor], ElmoState]:
         """`(B, T, P)` embeddings, `(B, T)` right-padded mask -> `num_layers` outputs `(B, T, 2P)` (0 at
         padding) and the final state."""
+        if self.config.implementation == "reference":
+            return self._reference_forward(token_embeddings, mask, state)
         static_shapes = self.static_shapes if self.static_shapes is not None else token_embeddings.is_cuda
         if static_shapes:
             return self._forward_static(token_embeddings, mask, state)
         return self._forward_sorted(token_embeddings, mask, state)
+
+    def _reference_forward(
+        self, token_embeddings: torch.Tensor, mask: torch.BoolTensor, state: ElmoState
+    ) -> tuple[list[torch.Tensor], ElmoState]:
+        """The straightforward computation `forward` matches (`config.implementation = "reference"`): batch-major,
+        every row through every position, one direction after the other."""
+        hidden, memory = state
+        forward_in = backward_in = token_embeddings
+        layer_outputs, final_hidden, final_memory = [], [], []
+        for index, (forward_layer, backward_layer) in enumerate(zip(self.forward_layers, self.backward_layers)):
+            forward_hidden, backward_hidden = hidden[index].chunk(2, dim=-1)
+            forward_memory, backward_memory = memory[index].chunk(2, dim=-1)
+            forward_in, backward_in = self.dropout(forward_in), self.dropout(backward_in)
+            forward_out, forward_hidden, forward_memory = forward_layer._reference_forward(
+                forward_in, mask, forward_hidden, forward_memory, reverse=False
+            )
+            backward_out, backward_hidden, backward_memory = backward_layer._reference_forward(
+                backward_in, mask, backward_hidden, backward_memory, reverse=True
+            )
+            if self.use_skip_connections and index > 0:
+                forward_out, backward_out = forward_out + forward_in, backward_out + backward_in
+            forward_in, backward_in = forward_out, backward_out
+            layer_outputs.append(torch.cat([forward_out, backward_out], dim=-1))
+            final_hidden.append(torch.cat([forward_hidden, backward_hidden], dim=-1))
+            final_memory.append(torch.cat([forward_memory, backward_memory], dim=-1))
+        return layer_outputs, (torch.stack(final_hidden).to(hidden.dtype), torch.stack(final_memory).to(memory.dtype))
 
     def _forward_static(
         self, token_embeddings: torch.Tensor, mask: torch.BoolTensor, state: ElmoState
@@ -423,12 +493,6 @@ class ElmoBiLstm(nn.Module):
         return layer_outputs, final_state
 
 
-_PICKLE_REFUSED = (
-    "ELMo loads weights only from safetensors by default, because a pickle checkpoint (pytorch_model.bin) can run "
-    "code hidden in it while loading. If you trust its origin, pass use_safetensors=False explicitly."
-)
-
-
 class ElmoPreTrainedModel(PreTrainedModel):
     config_class = ElmoConfig
     config: ElmoConfig
@@ -436,42 +500,22 @@ class ElmoPreTrainedModel(PreTrainedModel):
     main_input_name = "input_ids"
     _no_split_modules = ["ElmoBiLstm"]
     _is_stateful = True
-    # A pre-training checkpoint (`ElmoForBiLM`) holds the word softmax, which other heads leave out on purpose.
-    _keys_to_ignore_on_load_unexpected = [r"^softmax\."]
+    # A pre-training checkpoint (`ElmoForBiLM`) holds the word softmax, which other heads leave out on purpose; a
+    # warm start state is left out when loading with `warm_state=False`.
+    _keys_to_ignore_on_load_unexpected = [r"^softmax\.", r"warm_(hidden|memory)$"]
+    has_classifier = False
 
     @classmethod
-    def from_pretrained(cls, pretrained_model_name_or_path, *model_args, use_safetensors: bool | None = None, **kwargs):
-        """`PreTrainedModel.from_pretrained` that reads weights only from safetensors unless `use_safetensors=False`.
+    def from_pretrained(cls, pretrained_model_name_or_path, *model_args, **kwargs):
+        """`PreTrainedModel.from_pretrained` with ELMo's loading policy (`model_io`): weights only from safetensors
+        unless `use_safetensors=False`, no silent resizing of a saved classifier, aligned parameters."""
+        return load_pretrained(super().from_pretrained, cls, pretrained_model_name_or_path, *model_args, **kwargs)
 
-        A pickle checkpoint (`pytorch_model.bin`) is a program that runs while it is read; transformers restricts
-        it with `weights_only`, but that unpickler has had escapes. Loading one therefore needs the explicit
-        `use_safetensors=False` (and is best followed by `save_pretrained`, which writes safetensors).
-        """
-        if use_safetensors is None:
-            path = str(pretrained_model_name_or_path)
-            folder = os.path.join(path, kwargs.get("subfolder", ""))
-            only_pickles = os.path.isdir(folder) and not glob.glob(os.path.join(folder, "*.safetensors*"))
-            if (os.path.isfile(path) and not path.endswith(".safetensors")) or (
-                only_pickles and glob.glob(os.path.join(folder, "*.bin"))
-            ):
-                raise OSError(f"{path}: {_PICKLE_REFUSED}")
-        try:
-            loaded = super().from_pretrained(
-                pretrained_model_name_or_path, *model_args, use_safetensors=use_safetensors is not False, **kwargs
-            )
-        except OSError as error:
-            # a Hub repo without safetensors: transformers' hint ("do not set use_safetensors=True") misleads
-            if use_safetensors is not None or "use_safetensors" not in str(error):
-                raise
-            raise OSError(f"{pretrained_model_name_or_path}: {_PICKLE_REFUSED}") from None
-        model = loaded[0] if isinstance(loaded, tuple) else loaded
-        # Weights read from safetensors are views into the mapped file at offsets that need not be 64-byte aligned,
-        # and some CPU kernels (nn.LSTM's) round differently on such memory: copying them makes a reloaded model
-        # compute bit for bit what the saved one did.
-        for tensor in (*model.parameters(), *model.buffers()):
-            if tensor.data_ptr() % 64:
-                tensor.data = tensor.data.clone()
-        return loaded
+    def save_pretrained(self, save_directory, *args, **kwargs):
+        """`PreTrainedModel.save_pretrained`, plus the pipeline of a tagger in `config.json` (`model_io`)."""
+        super().save_pretrained(save_directory, *args, **kwargs)
+        if kwargs.get("is_main_process", True):
+            name_pipeline(self, save_directory)
 
     def push_to_hub(self, repo_id: str, **kwargs):
         """`PreTrainedModel.push_to_hub` (weights, config, remote code of every class) whose README, in a repository
@@ -513,6 +557,9 @@ class ElmoPreTrainedModel(PreTrainedModel):
         elif isinstance(module, ElmoCharacterEncoder):
             init.normal_(module.projection.weight, std=math.sqrt(1.0 / module.projection.in_features))
             init.zeros_(module.projection.bias)
+        elif isinstance(module, ElmoModel) and module.config.warm_state:
+            init.zeros_(module.warm_hidden)
+            init.zeros_(module.warm_memory)
         elif isinstance(module, nn.Linear):
             super()._init_weights(module)
 
@@ -525,7 +572,54 @@ class ElmoModel(ElmoPreTrainedModel):
         super().__init__(config)
         self.char_encoder = ElmoCharacterEncoder(config)
         self.encoder = ElmoBiLstm(config)
+        if config.warm_state:
+            self._register_warm_state(*self.initial_state(1, warm=False))
         self.post_init()
+
+    def _register_warm_state(self, hidden: torch.Tensor, memory: torch.Tensor):
+        # Buffers, so that they are saved with the weights and follow the model's dtype and device.
+        self.register_buffer("warm_hidden", hidden.reshape(self.config.num_layers, -1))
+        self.register_buffer("warm_memory", memory.reshape(self.config.num_layers, -1))
+
+    @property
+    def warm_state(self) -> ElmoState | None:
+        """The warm start state `(hidden (num_layers, 2P), memory (num_layers, 2D))` every row starts from when no
+        `state=` is passed, or `None` (rows start from zeros)."""
+        return (self.warm_hidden, self.warm_memory) if self.config.warm_state else None
+
+    @torch.no_grad()
+    def set_warm_state(self, state: ElmoState | None):
+        """Make `state` the start state of every row whenever no `state=` is passed; `None` removes it.
+
+        `state` is `(hidden, memory)` of shapes `(num_layers, 2P)` and `(num_layers, 2D)` (or the state of one row,
+        `(num_layers, 1, 2P)` / `(num_layers, 1, 2D)`, as `use_cache=True` returns it). It is stored with the weights
+        (`save_pretrained`) and sets `config.warm_state`.
+        """
+        if state is None:
+            if self.config.warm_state:
+                del self.warm_hidden, self.warm_memory
+            self.config.warm_state = False
+            return
+        config = self.config
+        expected = ((config.num_layers, 2 * config.projection_dim), (config.num_layers, 2 * config.cell_dim))
+        is_pair = isinstance(state, (tuple, list)) and len(state) == 2
+        is_pair = is_pair and all(isinstance(t, torch.Tensor) for t in state)
+        shapes = [tuple(t.shape) for t in state] if is_pair else None
+        squeezed = [shape[:1] + shape[2:] if len(shape) == 3 and shape[1] == 1 else shape for shape in shapes or []]
+        if not is_pair or tuple(squeezed) != expected:
+            raise ValueError(
+                f"A warm state must be (hidden, memory) of shapes {expected[0]} and {expected[1]} (num_layers, 2 * "
+                f"projection_dim / 2 * cell_dim), got {shapes if is_pair else type(state).__name__}."
+            )
+        if not all(torch.isfinite(t).all() for t in state):
+            raise ValueError("A warm state must be finite; it contains NaN or infinite values.")
+        hidden, memory = (t.detach().to(self.device, self.dtype).reshape(shape) for t, shape in zip(state, expected))
+        if config.warm_state:
+            self.warm_hidden.copy_(hidden)
+            self.warm_memory.copy_(memory)
+        else:
+            self._register_warm_state(hidden.clone(), memory.clone())
+        config.warm_state = True
 
     def get_input_embeddings(self) -> nn.Module:
         return self.char_encoder.char_embedding
@@ -533,114 +627,31 @@ class ElmoModel(ElmoPreTrainedModel):
     def set_input_embeddings(self, value: nn.Module):
         self.char_encoder.char_embedding = value
 
-    def initial_state(self, batch_size: int, dtype: torch.dtype = None, device: torch.device = None) -> ElmoState:
-        """All-zero state, the state a row starts from when `state` is not given."""
+    def initial_state(
+        self, batch_size: int, dtype: torch.dtype = None, device: torch.device = None, warm: bool = True
+    ) -> ElmoState:
+        """The state every row starts from when `state` is not given: the warm start state when the model has one
+        (and `warm`), else zeros."""
         config = self.config
         dtype = dtype or self.dtype
         device = device or self.device
+        if warm and config.warm_state:
+            return tuple(
+                t.to(device=device, dtype=dtype)[:, None].expand(-1, batch_size, -1).contiguous()
+                for t in (self.warm_hidden, self.warm_memory)
+            )
         return (
             torch.zeros(config.num_layers, batch_size, 2 * config.projection_dim, dtype=dtype, device=device),
             torch.zeros(config.num_layers, batch_size, 2 * config.cell_dim, dtype=dtype, device=device),
         )
 
-    def _check_inputs(self, input_ids, attention_mask, state, input_word_ids=None) -> torch.BoolTensor:
-        """Validates the inputs (`ValueError` naming the problem) and returns the `(B, T)` mask of real positions.
-
-        A `state` is checked against this model's sizes, the batch size, dtype and device; a state from another
-        model with the same `num_layers`, `projection_dim` and `cell_dim` cannot be told apart and is accepted.
-        """
-        config = self.config
-        chars = config.max_characters_per_token
-        if input_ids is None:
-            raise ValueError(
-                f"ElmoModel needs input_ids of shape (batch, words, {chars}): character ids from ElmoTokenizer."
-            )
-        if not isinstance(input_ids, torch.Tensor):
-            raise ValueError(
-                "input_ids must be a torch.Tensor (tokenizer(..., return_tensors='pt')), got "
-                f"{type(input_ids).__name__}."
-            )
-        if input_ids.dim() != 3 or input_ids.shape[-1] != chars:
-            raise ValueError(
-                f"input_ids must have shape (batch, words, {chars}), got "
-                f"{tuple(input_ids.shape)}; a single sentence needs a batch axis (input_ids[None])."
-            )
-        if input_ids.dtype not in (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8):
-            raise ValueError(f"input_ids must hold integer character ids, got dtype {input_ids.dtype}.")
-        if input_ids.shape[0] == 0:
-            raise ValueError(
-                f"input_ids is an empty batch: shape {tuple(input_ids.shape)}; pass at least one sentence."
-            )
-        if input_ids.shape[1] == 0:
-            raise ValueError(
-                f"input_ids is empty: shape {tuple(input_ids.shape)} has no positions; every sentence, even an "
-                "empty one, needs its <S> and </S> rows (tokenize with add_special_tokens=True)."
-            )
-        if attention_mask is None:
-            mask = (input_ids > 0).any(dim=-1)
-        else:
-            if not isinstance(attention_mask, torch.Tensor) or attention_mask.shape != input_ids.shape[:2]:
-                got = tuple(attention_mask.shape) if isinstance(attention_mask, torch.Tensor) else type(attention_mask)
-                raise ValueError(
-                    f"attention_mask must have shape {tuple(input_ids.shape[:2])} (batch, words), got {got}."
-                )
-            mask = attention_mask.bool()
-        lengths = mask.sum(dim=1, keepdim=True)
-        ragged = (mask != (torch.arange(mask.shape[1], device=mask.device) < lengths)).any()
-        # One transfer for all value checks: on a GPU each transfer makes the host wait for the device.
-        low, high, ragged = torch.stack([input_ids.min().long(), input_ids.max().long(), ragged.long()]).tolist()
-        if low < 0 or high >= config.n_characters:
-            raise ValueError(
-                f"input_ids must be in [0, {config.n_characters - 1}], found values in [{low}, {high}]; were they "
-                "made by this model's tokenizer?"
-            )
-        if ragged:
-            raise ValueError("ELMo needs right-padded input: every attention_mask row must be ones then zeros.")
-        self._check_word_ids(input_word_ids, input_ids.shape[:2])
-        if state is not None:
-            self._check_state(state, input_ids)
-        return mask
-
-    def _check_word_ids(self, input_word_ids, shape: torch.Size):
-        vocab_size = self.config.input_word_vocab_size
-        if not vocab_size:
-            if input_word_ids is not None:
-                raise ValueError(
-                    "input_word_ids given, but this model has no word embeddings (config.input_word_dim = 0); they "
-                    "are read only by models converted from ELMoForManyLangs."
-                )
-            return
-        if not isinstance(input_word_ids, torch.Tensor):
-            raise ValueError(
-                f"This model reads word embeddings beside the characters: pass input_word_ids {tuple(shape)} from its "
-                f"tokenizer, got {type(input_word_ids).__name__}."
-            )
-        if input_word_ids.shape != shape or input_word_ids.is_floating_point() or input_word_ids.dtype == torch.bool:
-            raise ValueError(
-                f"input_word_ids must be integer ids of shape {tuple(shape)} (batch, words), got "
-                f"{tuple(input_word_ids.shape)} of dtype {input_word_ids.dtype}."
-            )
-        low, high = int(input_word_ids.min()), int(input_word_ids.max())
-        if low < 0 or high >= vocab_size:
-            raise ValueError(f"input_word_ids must be in [0, {vocab_size - 1}], found values in [{low}, {high}].")
-
-    def _check_state(self, state, input_ids: torch.Tensor):
-        batch_size = input_ids.shape[0]
-        expected = tuple(tuple(t.shape) for t in self.initial_state(batch_size, device="meta"))
-        is_pair = isinstance(state, (tuple, list)) and len(state) == 2
-        is_pair = is_pair and all(isinstance(t, torch.Tensor) for t in state)
-        got = tuple(tuple(t.shape) for t in state) if is_pair else type(state).__name__
-        if not is_pair or got != expected:
-            raise ValueError(
-                f"state must be (hidden, memory) of shapes {expected} (num_layers, batch, 2 * projection_dim / "
-                f"2 * cell_dim) for this model and a batch of {batch_size}, got {got}."
-            )
-        dtypes, devices = {t.dtype for t in state}, {t.device for t in state}
-        if dtypes != {self.dtype} or devices != {input_ids.device}:
-            raise ValueError(
-                f"state must be {self.dtype} on {input_ids.device} like the model and input_ids, got "
-                f"{sorted(map(str, dtypes))} on {sorted(map(str, devices))}."
-            )
+    def check_inputs(
+        self, input_ids, attention_mask=None, input_word_ids=None, state=None, framed: bool = False
+    ) -> torch.BoolTensor:
+        """Validates inputs for this model (`input_checks.check_inputs`, a one-line `ValueError` naming the problem)
+        and returns the `(B, T)` mask of real positions. `framed`: also require the `<S>`/`</S>` rows around every
+        sentence, as the task heads do."""
+        return check_inputs(self.config, input_ids, attention_mask, input_word_ids, state, self.dtype, framed)
 
     @can_return_tuple
     def forward(
@@ -660,14 +671,15 @@ class ElmoModel(ElmoPreTrainedModel):
             attention_mask (`torch.Tensor` of shape `(B, T)`, *optional*): 1 at real positions; derived from
                 `input_ids` when omitted. Padding must be on the right.
             state (`ElmoState`, *optional*): `out.state` of a previous call with the same batch size; row `k`
-                continues from row `k`'s final state. Zeros when omitted: each sentence is then independent of
-                everything else in the batch and of earlier calls.
+                continues from row `k`'s final state. When omitted every row starts from the model's warm start state
+                (`warm_state`) if it has one, else from zeros: each sentence is then independent of everything else
+                in the batch and of earlier calls.
             use_cache (`bool`, *optional*): return the final `state`.
             output_hidden_states (`bool`, *optional*): return all `num_layers + 1` layers.
             input_word_ids (`torch.LongTensor` of shape `(B, T)`, *optional*): word ids from the tokenizer, needed
                 by (and only by) models with word embeddings (`config.input_word_dim > 0`, ELMoForManyLangs).
         """
-        mask = self._check_inputs(input_ids, attention_mask, state, input_word_ids)
+        mask = self.check_inputs(input_ids, attention_mask, input_word_ids, state)
         output_hidden_states = (
             output_hidden_states if output_hidden_states is not None else self.config.output_hidden_states
         )
@@ -676,7 +688,7 @@ class ElmoModel(ElmoPreTrainedModel):
     def _forward_checked(
         self, input_ids, mask, state, use_cache, output_hidden_states, input_word_ids=None
     ) -> ElmoModelOutput:
-        """`forward` after `_check_inputs`: no host synchronisation on a GPU beyond the character CNN's (none while
+        """`forward` after `check_inputs`: no host synchronisation on a GPU beyond the character CNN's (none while
         a CUDA graph is being captured)."""
         word_ids = input_word_ids.long() if input_word_ids is not None else None
         token_embeddings = self.char_encoder(input_ids.long(), word_ids)
@@ -709,6 +721,7 @@ class ElmoBiLMOutput(ModelOutput):
             softmax scores of the word following each position.
         backward_logits (`torch.FloatTensor` of shape `(B, T, V)`, *optional*): same for the preceding word.
         hidden_states (`tuple(torch.FloatTensor)`, *optional*): as `ElmoModelOutput.hidden_states`.
+        state (`ElmoState`, *optional*): with `use_cache=True`, as `ElmoModelOutput.state`.
     """
 
     loss: torch.FloatTensor | None = None
@@ -717,6 +730,7 @@ class ElmoBiLMOutput(ModelOutput):
     forward_logits: torch.FloatTensor | None = None
     backward_logits: torch.FloatTensor | None = None
     hidden_states: tuple[torch.FloatTensor, ...] | None = None
+    state: ElmoState | None = None
 
 
 class ElmoWordSoftmax(nn.Linear):
@@ -835,19 +849,22 @@ class ElmoForBiLM(ElmoPreTrainedModel):
             and isinstance(input_ids, torch.Tensor)
             and input_ids.is_cuda
             and elmo.encoder.use_cuda_graphs
+            and self.config.implementation != "reference"
             and not self.config.input_word_dim
             and input_ids.shape[0] * input_ids.shape[1] <= self._MAX_CAPTURED_POSITIONS
             and not torch.cuda.is_current_stream_capturing()
         ):
             return None
-        mask = elmo._check_inputs(input_ids, attention_mask, None)
+        mask = elmo.check_inputs(input_ids, attention_mask)
         autocast = torch.is_autocast_enabled("cuda")
         params = [p for p in self.parameters() if p.requires_grad]
         key = (
             tuple(input_ids.shape), input_ids.dtype, labels.dtype, input_ids.device, autocast,
             torch.get_autocast_dtype("cuda"), tuple(p.data_ptr() for p in params), self.dropout.p,
             elmo.encoder.dropout.p, torch.backends.cuda.matmul.allow_tf32,
+            elmo.warm_hidden.data_ptr() if elmo.config.warm_state else None,  # the start state a graph reads
         )  # fmt: skip
+
         def capture():
             # The autocast cache would hand the graph casts of the weights made before it, never updated.
             with torch.autocast("cuda", dtype=torch.get_autocast_dtype("cuda"), enabled=autocast, cache_enabled=False):
@@ -869,6 +886,8 @@ class ElmoForBiLM(ElmoPreTrainedModel):
         return_logits: bool = False,
         output_hidden_states: bool | None = None,
         num_items_in_batch: int | torch.Tensor | None = None,
+        state: ElmoState | None = None,
+        use_cache: bool | None = None,
         return_dict: bool | None = None,
     ) -> ElmoBiLMOutput:
         r"""
@@ -883,18 +902,26 @@ class ElmoForBiLM(ElmoPreTrainedModel):
                 both directions.
             num_items_in_batch (`int` or `torch.Tensor`, *optional*): divide the summed cross-entropy by this many
                 targets (both directions counted) instead of this batch's count; passed by `Trainer`.
+            state (`ElmoState`, *optional*), use_cache (`bool`, *optional*): as for `ElmoModel`: the state each row
+                starts from (default: the warm start state, else zeros) and whether to return the final one.
         """
         if labels is not None and isinstance(input_ids, torch.Tensor):
             # Before the model runs: on a GPU the check waits for the device, which is idle only now.
             self._check_labels(labels, input_ids.shape[:2])
         captured = None
-        if labels is not None and not (return_logits or output_hidden_states):
+        if labels is not None and state is None and not (return_logits or output_hidden_states or use_cache):
             captured = self._captured_training_step(input_ids, attention_mask, labels)
         if captured is not None:
             sums, counts = captured
             outputs = ElmoModelOutput()
         else:
-            outputs = self.elmo(input_ids, attention_mask=attention_mask, output_hidden_states=output_hidden_states)
+            outputs = self.elmo(
+                input_ids,
+                attention_mask=attention_mask,
+                state=state,
+                use_cache=use_cache,
+                output_hidden_states=output_hidden_states,
+            )
             top = self.dropout(outputs.last_hidden_state)
             if labels is not None:
                 sums, counts = self._loss_sums(top, labels)
@@ -917,510 +944,35 @@ class ElmoForBiLM(ElmoPreTrainedModel):
             forward_logits=forward_logits,
             backward_logits=backward_logits,
             hidden_states=outputs.hidden_states,
+            state=outputs.state,
         )
 
 
-__all__ = ["ElmoModel", "ElmoPreTrainedModel", "ElmoModelOutput", "ElmoState", "ElmoCharacterEncoder",
-           "ElmoForBiLM", "ElmoBiLMOutput"]
-
-
-# --- downstream task heads ------------------------------------------------------------------------
-
-_ASCII_UPPER = (ord("A") + 1, ord("Z") + 1)  # character ids of 'A' and 'Z' (byte + 1)
-_HASH_MODULI = (2_147_483_647, 2_147_483_629)  # two primes below 2**31: the key is both hashes, 62 bits
-
-
-def _word_keys(char_ids: torch.Tensor, lowercase: bool) -> torch.Tensor:
-    """`(..., 50)` character ids -> `(...)` int64 keys identifying the word spelled by each row.
-
-    Two polynomial hashes modulo primes below 2**31, so every intermediate product fits in int64.
-    """
-    ids = char_ids.long()
-    if lowercase:
-        ids = torch.where((ids >= _ASCII_UPPER[0]) & (ids <= _ASCII_UPPER[1]), ids + 32, ids)
-    high = low = torch.zeros(ids.shape[:-1], dtype=torch.long, device=ids.device)
-    for column in ids.unbind(-1):
-        high = (high * 263 + column) % _HASH_MODULI[0]
-        low = (low * 269 + column) % _HASH_MODULI[1]
-    return high * 2**31 + low
-
-
-class ElmoWordVectors(nn.Module):
-    """User-supplied context-independent word vectors (e.g. GloVe), looked up from the character ids.
-
-    Words are found through 62-bit keys of their character rows (see `_word_keys`), so no word-id input and no
-    tokenizer change are needed. Row 0 of `weight` is the zero vector of unknown words.
-    """
-
-    def __init__(self, config: ElmoConfig):
-        super().__init__()
-        self.lowercase = config.word_vectors_lowercase
-        self.trainable = config.word_vectors_trainable
-        self.weight = nn.Parameter(
-            torch.zeros(config.word_vectors_size + 1, config.word_vectors_dim), requires_grad=self.trainable
+def __getattr__(name: str):
+    # The task heads and ScalarMix were defined or imported here in earlier versions; the heads build on this module,
+    # so they are imported on first use. (Being imported here, the heads' module is also saved with this one by
+    # save_pretrained: a folder of any ELMo class loads as a head with trust_remote_code=True.)
+    if name in ("ElmoForSequenceClassification", "ElmoForTokenClassification", "ElmoTaskPreTrainedModel"):
+        from .modeling_elmo_heads import (  # noqa: F401
+            ElmoForSequenceClassification,
+            ElmoForTokenClassification,
+            ElmoTaskPreTrainedModel,
         )
-        # Sorted keys of the vocabulary and the row of `weight` holding each one's vector.
-        self.register_buffer("sorted_keys", torch.full((config.word_vectors_size,), -1, dtype=torch.long))
-        self.register_buffer("rows", torch.zeros(config.word_vectors_size, dtype=torch.long))
 
-    def train(self, mode: bool = True):
-        self.weight.requires_grad_(self.trainable)  # see ScalarMix.train
-        return super().train(mode)
+        return locals()[name]
+    if name == "ScalarMix":
+        from .scalar_mix import ScalarMix
 
-    @torch.no_grad()
-    def set_vectors(self, vectors: torch.Tensor, words: list[str]):
-        """Fill the table: `vectors` `(V, dim)`, `words` the `V` words they belong to, in order."""
-        size, dim = self.weight.shape[0] - 1, self.weight.shape[1]
-        if tuple(vectors.shape) != (size, dim) or len(words) != size:
-            raise ValueError(
-                f"This model holds {size} word vectors of size {dim} (config.word_vectors_size / word_vectors_dim); "
-                f"got vectors of shape {tuple(vectors.shape)} and {len(words)} words."
-            )
-        keys = _word_keys(torch.from_numpy(words_to_char_ids(words)), self.lowercase)
-        sorted_keys, order = keys.sort()
-        clash = (sorted_keys[1:] == sorted_keys[:-1]).nonzero()
-        if len(clash):
-            first, second = order[clash[0, 0]], order[clash[0, 0] + 1]
-            raise ValueError(
-                f"Words {words[first]!r} (index {int(first)}) and {words[second]!r} (index {int(second)}) map to the "
-                f"same entry{' once lowercased' if self.lowercase else ''}: the word list must not repeat words."
-            )
-        self.weight[0] = 0.0
-        self.weight[1:] = vectors.to(self.weight.dtype)
-        self.sorted_keys.copy_(sorted_keys)
-        self.rows.copy_(order + 1)
-
-    def forward(self, char_ids: torch.LongTensor) -> torch.Tensor:
-        """`(B, T, 50)` ids -> `(B, T, dim)` vectors (0 for words not in the table)."""
-        keys = _word_keys(char_ids, self.lowercase)
-        index = torch.searchsorted(self.sorted_keys, keys).clamp(max=len(self.sorted_keys) - 1)
-        found = self.sorted_keys[index] == keys
-        return F.embedding(torch.where(found, self.rows[index], 0), self.weight)
+        return ScalarMix
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-class ElmoTaskEncoder(nn.Module):
-    """biLM layers -> word features for a classifier, as in the paper's task models.
-
-    ELMo (a ScalarMix of the biLM layers, then dropout) enters at the input of an optional BiLSTM, next to optional
-    word vectors, and/or at its output; each place has its own ScalarMix. Sentence boundaries are dropped after
-    mixing (the mix's layer-norm statistics include them, as in AllenNLP).
-    """
-
-    def __init__(self, config: ElmoConfig):
-        super().__init__()
-        self.mixed_layers = list(config.scalar_mix_layers or range(config.num_layers + 1))
-        self.placement = list(config.elmo_placement)
-        self.scalar_mixes = nn.ModuleDict(
-            {
-                place: ScalarMix(
-                    len(self.mixed_layers),
-                    initial_weights=config.scalar_mix_weights,
-                    initial_gamma=config.scalar_mix_gamma,
-                    trainable=config.scalar_mix_trainable,
-                    do_layer_norm=config.scalar_mix_layer_norm,
-                )
-                for place in self.placement
-            }
-        )
-        self.dropout = nn.Dropout(config.elmo_dropout)
-        self.word_vectors = ElmoWordVectors(config) if config.word_vectors_size else None
-        elmo_size = config.hidden_size
-        input_size = (elmo_size if "input" in self.placement else 0) + config.word_vectors_dim
-        self.lstm = None
-        self.output_size = input_size
-        if config.task_encoder_hidden_size:
-            self.lstm = nn.LSTM(
-                input_size,
-                config.task_encoder_hidden_size,
-                num_layers=config.task_encoder_num_layers,
-                batch_first=True,
-                bidirectional=True,
-            )
-            self.output_size = 2 * config.task_encoder_hidden_size + (elmo_size if "output" in self.placement else 0)
-
-    def _elmo(self, place: str, layers: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        mixed = self.scalar_mixes[place]([layers[:, :, k] for k in self.mixed_layers], mask)
-        return self.dropout(mixed[:, 1:-1])
-
-    def forward(self, input_ids: torch.LongTensor, layers: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """
-        Args:
-            input_ids: `(B, T, 50)` character ids with the boundary rows (used for the word vectors).
-            layers: `(B, T, num_layers + 1, 2P)` biLM layers.
-            mask: `(B, T)` boolean, real positions including `<S>`/`</S>`.
-
-        Returns:
-            `(B, T - 2, output_size)`: features of word `j` (position `j + 1`) at index `j`, 0 past each
-            sentence's words.
-        """
-        word_mask = mask[:, 2:]  # word j is real iff position j + 2 (at most </S>) is
-        inputs = []
-        if "input" in self.placement:
-            inputs.append(self._elmo("input", layers, mask))
-        if self.word_vectors is not None:
-            inputs.append(self.word_vectors(input_ids[:, 1:-1]))
-        features = torch.cat(inputs, dim=-1) * word_mask[..., None]
-        if self.lstm is not None and features.shape[1] > 0:
-            lengths = word_mask.sum(dim=1).clamp(min=1).cpu()  # a sentence without words: one zero step
-            packed = nn.utils.rnn.pack_padded_sequence(features, lengths, batch_first=True, enforce_sorted=False)
-            features = nn.utils.rnn.pad_packed_sequence(
-                self.lstm(packed)[0], batch_first=True, total_length=features.shape[1]
-            )[0]
-            if "output" in self.placement:
-                features = torch.cat([features, self._elmo("output", layers, mask)], dim=-1)
-            features = features * word_mask[..., None]
-        elif self.lstm is not None:
-            features = features.new_zeros(*features.shape[:2], self.output_size)
-        return features
-
-    def l2_penalty(self) -> torch.Tensor:
-        """Sum of the squared ScalarMix weights of every place."""
-        return sum(mix.l2_penalty() for mix in self.scalar_mixes.values())
-
-
-class ElmoTaskPreTrainedModel(ElmoPreTrainedModel):
-    """Shared machinery of the task heads: the biLM (frozen by default), the task encoder, initialisation."""
-
-    def __init__(self, config: ElmoConfig):
-        super().__init__(config)
-        # Head options may have been set after the config was built (from_pretrained(..., option=value)).
-        config.validate_task_heads()
-        self.elmo = ElmoModel(config)
-        self.task_encoder = ElmoTaskEncoder(config)
-        self._freeze_elmo()
-
-    @classmethod
-    def from_pretrained(cls, pretrained_model_name_or_path, *model_args, **kwargs):
-        """`PreTrainedModel.from_pretrained`, refusing up front to load a saved head's classifier into a different
-        number of labels (transformers only logs the shapes), unless `ignore_mismatched_sizes=True`."""
-        config = kwargs.get("config")
-        if isinstance(config, PreTrainedConfig):  # the Auto classes pass the config they built from the kwargs
-            requested = config.num_labels
-        else:
-            requested = len(kwargs["id2label"]) if kwargs.get("id2label") else kwargs.get("num_labels")
-        if requested is not None and not kwargs.get("ignore_mismatched_sizes"):
-            hub_keys = ("cache_dir", "force_download", "local_files_only", "token", "revision", "subfolder")
-            saved, _ = cls.config_class.get_config_dict(
-                pretrained_model_name_or_path, **{key: kwargs[key] for key in hub_keys if key in kwargs}
-            )
-            saved_labels = len(saved["id2label"]) if saved.get("id2label") else saved.get("num_labels", 2)
-            heads = {"ElmoForSequenceClassification", "ElmoForTokenClassification"}
-            if heads & set(saved.get("architectures") or []) and saved_labels != requested:
-                raise ValueError(
-                    f"{pretrained_model_name_or_path} holds a classifier for {saved_labels} labels but {requested} "
-                    "labels were requested. Load it without num_labels/id2label to keep its classifier, or pass "
-                    f"ignore_mismatched_sizes=True to replace the classifier with a new one for {requested} labels."
-                )
-        return super().from_pretrained(pretrained_model_name_or_path, *model_args, **kwargs)
-
-    def _freeze_elmo(self):
-        if self.config.freeze_elmo:
-            # A frozen biLM is a fixed feature extractor: no gradients, no dropout.
-            self.elmo.requires_grad_(False)
-            self.elmo.eval()
-
-    def train(self, mode: bool = True):
-        super().train(mode)
-        # Also here: `from_pretrained` replaces loaded parameters with new trainable ones, then calls `eval()`.
-        self._freeze_elmo()
-        return self
-
-    @torch.no_grad()
-    def _init_weights(self, module: nn.Module):
-        if isinstance(module, ScalarMix):
-            init.copy_(module.scalar_parameters, torch.tensor(module.initial_weights))
-            init.constant_(module.gamma, module.initial_gamma)
-        elif isinstance(module, ElmoWordVectors):
-            init.zeros_(module.weight)
-            init.constant_(module.sorted_keys, -1)  # matches no word: every key is >= 0
-            init.zeros_(module.rows)
-        elif isinstance(module, nn.LSTM):
-            bound = 1.0 / math.sqrt(module.hidden_size)  # PyTorch's own LSTM initialisation
-            for param in module.parameters():
-                init.uniform_(param, -bound, bound)
-        else:
-            super()._init_weights(module)
-
-    def set_word_vectors(self, vectors: torch.Tensor, words: list[str]):
-        """Load context-independent word vectors: `vectors` `(V, dim)` for the `V` `words`.
-
-        The model must have been built with `word_vectors_size=V, word_vectors_dim=dim`; words not in the list get
-        a zero vector.
-        """
-        if self.task_encoder.word_vectors is None:
-            raise ValueError(
-                "This model has no word vectors: build it with word_vectors_size=V and word_vectors_dim=dim, e.g. "
-                "from_pretrained(folder, num_labels=..., word_vectors_size=V, word_vectors_dim=dim)."
-            )
-        self.task_encoder.word_vectors.set_vectors(vectors, words)
-
-    def _task_features(
-        self, input_ids: torch.LongTensor, attention_mask: torch.Tensor | None, elmo_hidden_states: torch.Tensor | None
-    ) -> tuple[torch.Tensor, torch.BoolTensor]:
-        """Word features `(B, T - 2, F)` and the `(B, T)` mask of real positions (boundaries included)."""
-        mask = self.elmo._check_inputs(input_ids, attention_mask, None)
-        first, last = input_ids[:, 0], input_ids[torch.arange(len(input_ids)), mask.sum(dim=1) - 1]
-        if not ((first == first.new_tensor(BOS_WORD_IDS)).all() and (last == last.new_tensor(EOS_WORD_IDS)).all()):
-            raise ValueError(
-                "The task heads need every sentence framed by the <S> and </S> rows (positions 0 and length - 1): "
-                "tokenize with ElmoTokenizer and add_special_tokens=True (the default)."
-            )
-        if elmo_hidden_states is None:
-            with torch.set_grad_enabled(torch.is_grad_enabled() and not self.config.freeze_elmo):
-                layers = self.elmo(input_ids, attention_mask=mask, output_hidden_states=True).hidden_states
-            elmo_hidden_states = torch.stack(layers, dim=2)
-        else:
-            if not self.config.freeze_elmo:
-                raise ValueError(
-                    "elmo_hidden_states (cached biLM layers) cannot be used with freeze_elmo=False: the biLM being "
-                    "fine-tuned must run on every step."
-                )
-            expected = (*input_ids.shape[:2], self.config.num_layers + 1, self.config.hidden_size)
-            if tuple(elmo_hidden_states.shape) != expected:
-                raise ValueError(
-                    f"elmo_hidden_states must have shape {expected} (batch, positions, num_layers + 1, 2P) to match "
-                    f"input_ids, got {tuple(elmo_hidden_states.shape)}."
-                )
-        return self.task_encoder(input_ids, elmo_hidden_states, mask), mask
-
-    def _add_l2_penalty(self, loss: torch.Tensor) -> torch.Tensor:
-        if self.config.scalar_mix_l2:
-            loss = loss + self.config.scalar_mix_l2 * self.task_encoder.l2_penalty()
-        return loss
-
-
-class ElmoForSequenceClassification(ElmoTaskPreTrainedModel):
-    """ELMo sentence classifier / regressor: task features pooled over the words (boundaries excluded), then a
-    linear layer. The loss follows `config.problem_type` as in transformers."""
-
-    def __init__(self, config: ElmoConfig):
-        super().__init__(config)
-        pooled_size = self.task_encoder.output_size * (2 if config.classifier_pooling == "mean_max" else 1)
-        self.classifier = nn.Linear(pooled_size, config.num_labels)
-        self.post_init()
-
-    def _pool(self, features: torch.Tensor, word_mask: torch.Tensor) -> torch.Tensor:
-        """`(B, W, F)` features, `(B, W)` mask -> `(B, F)` or `(B, 2F)`; sentences without words pool to 0."""
-        pooling = self.config.classifier_pooling
-        weights = word_mask[..., None].to(features.dtype)
-        pooled = []
-        if pooling in ("mean", "mean_max"):
-            pooled.append((features * weights).sum(dim=1) / weights.sum(dim=1).clamp(min=1))
-        if pooling in ("max", "mean_max"):
-            maximum = features.masked_fill(~word_mask[..., None], float("-inf")).amax(dim=1)
-            pooled.append(torch.where(word_mask.any(dim=1, keepdim=True), maximum, 0.0))
-        return torch.cat(pooled, dim=-1)
-
-    def _loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        config = self.config
-        batch_size, num_labels = logits.shape
-        if config.problem_type is None:
-            if num_labels == 1:
-                config.problem_type = "regression"
-            elif labels.dtype in (torch.long, torch.int):
-                config.problem_type = "single_label_classification"
-            else:
-                config.problem_type = "multi_label_classification"
-        if config.problem_type == "regression":
-            if labels.shape not in ((batch_size,), (batch_size, num_labels)) or not labels.is_floating_point():
-                raise ValueError(
-                    f"Regression labels must be floats of shape ({batch_size},) or ({batch_size}, {num_labels}), got "
-                    f"{labels.dtype} {tuple(labels.shape)}."
-                )
-            return F.mse_loss(logits.squeeze(-1) if labels.dim() == 1 else logits, labels.to(logits.dtype))
-        if config.problem_type == "single_label_classification":
-            if labels.shape != (batch_size,) or labels.is_floating_point():
-                raise ValueError(
-                    f"Single-label classification needs integer labels of shape ({batch_size},), got {labels.dtype} "
-                    f"{tuple(labels.shape)}."
-                )
-            if labels.min() < 0 or labels.max() >= num_labels:
-                raise ValueError(
-                    f"Labels must be in [0, {num_labels - 1}] (num_labels={num_labels}), got {labels.tolist()}."
-                )
-            return F.cross_entropy(logits, labels)
-        if config.problem_type == "multi_label_classification":
-            if labels.shape != (batch_size, num_labels):
-                raise ValueError(
-                    f"Multi-label classification needs labels of shape ({batch_size}, {num_labels}) (one 0/1 column "
-                    f"per label), got {tuple(labels.shape)}."
-                )
-            return F.binary_cross_entropy_with_logits(logits, labels.to(logits.dtype))
-        raise ValueError(f"Unknown problem_type {config.problem_type!r}; expected one of {PROBLEM_TYPES} or None.")
-
-    @can_return_tuple
-    def forward(
-        self,
-        input_ids: torch.LongTensor = None,
-        attention_mask: torch.Tensor | None = None,
-        labels: torch.Tensor | None = None,
-        elmo_hidden_states: torch.Tensor | None = None,
-        return_dict: bool | None = None,
-    ) -> SequenceClassifierOutput:
-        r"""
-        Args:
-            input_ids (`torch.LongTensor` of shape `(B, T, 50)`): character ids from `ElmoTokenizer`, with `<S>`/`</S>`.
-            attention_mask (`torch.Tensor` of shape `(B, T)`, *optional*): 1 at real positions (right padding).
-            labels (*optional*): `(B,)` class ids (single-label), `(B, num_labels)` 0/1 (multi-label) or `(B,)` /
-                `(B, num_labels)` floats (regression).
-            elmo_hidden_states (`torch.Tensor` of shape `(B, T, num_layers + 1, 2P)`, *optional*): precomputed biLM
-                layers (see `hf_elmo.data_elmo.ElmoLayerCache`); the biLM is not run when given.
-
-        Returns:
-            `SequenceClassifierOutput` with `logits` `(B, num_labels)` and, with labels, the loss (plus the ScalarMix L2
-            penalty when `config.scalar_mix_l2 > 0`).
-        """
-        features, mask = self._task_features(input_ids, attention_mask, elmo_hidden_states)
-        logits = self.classifier(self._pool(features, mask[:, 2:]))
-        loss = None if labels is None else self._add_l2_penalty(self._loss(logits, labels))
-        return SequenceClassifierOutput(loss=loss, logits=logits)
-
-
-class ElmoForTokenClassification(ElmoTaskPreTrainedModel):
-    """ELMo tagger: one prediction per word, at the word's input position.
-
-    `logits` are `(B, T, num_labels)` over the input positions like every transformers token classifier; positions of
-    `<S>`, `</S>` and padding get 0 and must be labelled -100.
-    """
-
-    def __init__(self, config: ElmoConfig):
-        super().__init__(config)
-        self.classifier = nn.Linear(self.task_encoder.output_size, config.num_labels)
-        # `pipeline("token-classification", model=<folder or repo>, trust_remote_code=True)` then uses the pipeline
-        # that understands 3-D character ids instead of the built-in one.
-        config.custom_pipelines = {
-            "token-classification": {
-                "impl": "pipelines_elmo.ElmoTokenClassificationPipeline",
-                "pt": ["AutoModelForTokenClassification"],
-                "type": "text",
-            }
-        }
-        self.post_init()
-
-    def _check_labels(self, labels: torch.Tensor, mask: torch.Tensor):
-        num_labels = self.config.num_labels
-        if labels.shape != mask.shape:
-            raise ValueError(
-                f"labels must have one entry per input position, shape {tuple(mask.shape)} like attention_mask "
-                f"(-100 at <S>, </S> and padding), got {tuple(labels.shape)}; "
-                "hf_elmo.data_elmo.tokenize_and_align_labels builds them from per-word labels."
-            )
-        if labels.is_floating_point():
-            raise ValueError(f"Token classification labels must be integer class ids, got {labels.dtype}.")
-        is_word = F.pad(mask[:, 2:], (1, 1), value=False)
-        labelled = labels != -100
-        if (labelled & ~is_word).any():
-            row, position = (labelled & ~is_word).nonzero()[0].tolist()
-            kind = "<S>" if position == 0 else "</S>" if mask[row, position] else "padding"
-            raise ValueError(
-                f"labels[{row}, {position}] = {int(labels[row, position])} labels a {kind} position: only words carry "
-                "labels; use -100 there (labels do not match the words)."
-            )
-        if labelled.any() and (labels[labelled].min() < 0 or labels[labelled].max() >= num_labels):
-            raise ValueError(
-                f"Labels must be -100 or in [0, {num_labels - 1}] (num_labels={num_labels}), got values "
-                f"{sorted(set(labels[labelled].tolist()))}."
-            )
-
-    def _loss_sums(self, top: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """`(B, T, 2P)` top layer (after dropout) and `(B, T, 2)` labels -> the summed cross-entropy `(2,)` and the
-        number of targets `(2,)` of the forward and the backward LM."""
-        forward_hidden, backward_hidden = top.chunk(2, dim=-1)
-        hidden = torch.cat([forward_hidden.flatten(0, 1), backward_hidden.flatten(0, 1)])  # (2 B T, P)
-        targets = torch.cat([labels[..., 0].flatten(), labels[..., 1].flatten()]).long()
-        has_target = targets != -100
-        # Every position is scored and the ones without a target are dropped from the sums: shapes then do not
-        # depend on the data, so a GPU never waits for the host to count targets.
-        targets = targets.masked_fill(~has_target, 0)
-        scored = None
-        if hidden.device.type == "cpu":  # where the host knows the targets anyway, only positions that have one
-            scored = has_target.nonzero().squeeze(1)
-            hidden, targets = hidden.index_select(0, scored), targets.index_select(0, scored)
-        if self.training and self.uses_sampled_softmax():
-            losses = sampled_softmax_loss(
-                hidden, targets, self.softmax.weight, self.softmax.bias, self.config.num_softmax_samples
-            )
-        else:
-            losses = full_softmax_loss(hidden, targets, self.softmax.weight, self.softmax.bias)
-        if scored is not None:
-            losses = losses.new_zeros(has_target.shape).index_copy(0, scored, losses)
-        sums = torch.where(has_target, losses, 0.0).view(2, -1).sum(dim=1)
-        return sums, has_target.view(2, -1).sum(dim=1)
-
-    def _training_step_sums(self, input_ids, mask, labels):
-        outputs = self.elmo._forward_checked(input_ids, mask, None, False, False)
-        return self._loss_sums(self.dropout(outputs.last_hidden_state), labels)
-
-    def _captured_training_step(self, input_ids, attention_mask, labels):
-        """`_loss_sums` of a training batch replayed from CUDA graphs (`cuda_graphs.py`): a step of a GPU-sized batch
-        is otherwise a few thousand operations that the host issues more slowly than the GPU runs them. None where
-        that does not apply (CPU, evaluation, states or word embeddings, graphs turned off, a batch large enough to
-        keep the GPU busy without them) or when this shape is seen for the first time."""
-        elmo = self.elmo
-        if not (
-            self.training
-            and isinstance(input_ids, torch.Tensor)
-            and input_ids.is_cuda
-            and elmo.encoder.use_cuda_graphs
-            and not self.config.input_word_dim
-            and input_ids.shape[0] * input_ids.shape[1] <= self._MAX_CAPTURED_POSITIONS
-            and not torch.cuda.is_current_stream_capturing()
-        ):
-            return None
-        mask = elmo._check_inputs(input_ids, attention_mask, None)
-        autocast = torch.is_autocast_enabled("cuda")
-        params = [p for p in self.parameters() if p.requires_grad]
-        key = (
-            tuple(input_ids.shape), input_ids.dtype, labels.dtype, input_ids.device, autocast,
-            torch.get_autocast_dtype("cuda"), tuple(p.data_ptr() for p in params), self.dropout.p,
-            elmo.encoder.dropout.p, torch.backends.cuda.matmul.allow_tf32,
-        )  # fmt: skip
-        def capture():
-            # The autocast cache would hand the graph casts of the weights made before it, never updated.
-            with torch.autocast("cuda", dtype=torch.get_autocast_dtype("cuda"), enabled=autocast, cache_enabled=False):
-                return CapturedFunction(self._training_step_sums, (input_ids, mask, labels), params)
-
-        captured = self._captured_steps.get_or_capture(key, capture)
-        if captured is None:
-            return None
-        if captured.busy:
-            return None
-        return captured.replay(input_ids, mask, labels)
-
-    @can_return_tuple
-    def forward(
-        self,
-        input_ids: torch.LongTensor = None,
-        attention_mask: torch.Tensor | None = None,
-        labels: torch.LongTensor | None = None,
-        elmo_hidden_states: torch.Tensor | None = None,
-        return_dict: bool | None = None,
-    ) -> TokenClassifierOutput:
-        r"""
-        Args:
-            input_ids (`torch.LongTensor` of shape `(B, T, 50)`): character ids from `ElmoTokenizer`, with `<S>`/`</S>`.
-            attention_mask (`torch.Tensor` of shape `(B, T)`, *optional*): 1 at real positions (right padding).
-            labels (`torch.LongTensor` of shape `(B, T)`, *optional*): class id of the word at each position, -100 at
-                `<S>`, `</S>`, padding (and words to ignore).
-            elmo_hidden_states (`torch.Tensor` of shape `(B, T, num_layers + 1, 2P)`, *optional*): precomputed biLM
-                layers (see `hf_elmo.data_elmo.ElmoLayerCache`); the biLM is not run when given.
-
-        Returns:
-            `TokenClassifierOutput` with `logits` `(B, T, num_labels)` and, with labels, the mean cross-entropy over
-            the labelled positions (plus the ScalarMix L2 penalty when `config.scalar_mix_l2 > 0`).
-        """
-        features, mask = self._task_features(input_ids, attention_mask, elmo_hidden_states)
-        logits = F.pad(self.classifier(features) * mask[:, 2:, None], (0, 0, 1, 1))
-        loss = None
-        if labels is not None:
-            self._check_labels(labels, mask)
-            loss = self._add_l2_penalty(F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=-100))
-        return TokenClassifierOutput(loss=loss, logits=logits)
-
-
-__all__ += [
-    "ElmoForSequenceClassification",
-    "ElmoForTokenClassification",
-    "ElmoTaskPreTrainedModel",
-    "ScalarMix",
+__all__ = [
+    "ElmoBiLMOutput",
+    "ElmoCharacterEncoder",
+    "ElmoForBiLM",
+    "ElmoModel",
+    "ElmoModelOutput",
+    "ElmoPreTrainedModel",
+    "ElmoState",
 ]

@@ -6,14 +6,18 @@ runs AVX-512 on any of them: about twice the float32 throughput of MKL on an AMD
 product shape ELMo has. Same arithmetic up to the order of the sums. PyTorch already multiplies bfloat16
 through oneDNN, but adds a bias by first copying it into every output row; oneDNN adds it in the product.
 Everything else (other devices and dtypes, autocast, small products, builds without oneDNN) goes to
-`torch.nn.functional.linear` unchanged. Set `USE_ONEDNN = False` to always use that.
+`torch.nn.functional.linear` unchanged, and so is every product under `cpu_backend(onednn=False)`.
 """
+
+import warnings
 
 import torch
 import torch.nn.functional as F
 
+from .cpu_backend import current_cpu_backend
+
 USE_ONEDNN = True
-"""Route large float32 and bfloat16 CPU products through oneDNN (module-level switch)."""
+"""Deprecated process-wide switch, still obeyed when set to False: use `cpu_backend(onednn=False)`."""
 
 # Below this many multiply-adds PyTorch's own product is as fast or faster: the fixed cost of a oneDNN call
 # (~15 us), and its kernels for ELMo's narrow per-step products (one side 64 or 128 wide: 32 x 64 x 2048,
@@ -28,8 +32,15 @@ except (AttributeError, RuntimeError):
 
 
 def _use_onednn(x: torch.Tensor, weight: torch.Tensor) -> bool:
+    if not USE_ONEDNN:
+        warnings.warn(
+            "hf_elmo.onednn_linear.USE_ONEDNN is deprecated: use `with hf_elmo.cpu_backend(onednn=False):`",
+            DeprecationWarning,
+            stacklevel=3,
+        )
+        return False
     return (
-        USE_ONEDNN
+        current_cpu_backend().onednn
         and _onednn_linear is not None
         and x.device.type == "cpu"
         and x.dtype == weight.dtype

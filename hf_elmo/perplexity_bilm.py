@@ -1,20 +1,30 @@
 """`hf-elmo perplexity`: held-out perplexity of a trained biLM, per direction, with the full softmax.
 
-Sentences are packed into windows exactly as for training (see `data_bilm`), each window starting from a zero
-state. The forward perplexity is `exp` of the mean cross-entropy of the forward LM over its targets (each
-sentence's words and `</S>`), the backward one likewise (`<S>` and the words); the original reports their
-geometric mean, `exp` of the mean of the two losses (39.7 for its released model on the 1B Word Benchmark).
+Three ways to run the held-out text through the model:
+
+- windows (the default): sentences packed into windows exactly as for training (see `data_bilm`), each window
+  starting from the model's start state (its warm start state, else zeros);
+- `--stream`: bilm-tf's `test()`, exactly: one continuous stream per batch row, the state never reset, the last
+  incomplete batch dropped (see `streams_bilm`);
+- `--start zero|warm`: every line scored on its own from the zero or the warm start state.
+
+The forward perplexity is `exp` of the mean cross-entropy of the forward LM over its targets (each sentence's words
+and `</S>`), the backward one likewise (`<S>` and the words); the combined one, which bilm-tf prints, is their
+geometric mean, `exp` of the mean of the two losses (39.7 for the released model on the 1B Word Benchmark).
+`--stream` and `--start` read every line as a sentence, a blank line as an empty one, as bilm-tf does; the windows
+skip blank lines.
 """
 
 import argparse
+import itertools
 import math
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from .character_rows import EOS_TOKEN
 from .configuration_elmo import ElmoConfig
 from .data_bilm import (
     SPLIT_HELP,
@@ -26,11 +36,17 @@ from .data_bilm import (
     pack_sentences,
 )
 from .modeling_elmo import ElmoForBiLM
-from .tokenization_elmo import BOS_WORD_INDEX, EOS_TOKEN, ElmoTokenizer
+from .sampled_softmax import full_softmax_loss
+from .streams_bilm import build_streams, read_lines_as_sentences, stream_input_ids
+from .tokenization_elmo import ElmoTokenizer
+from .word_vocabulary import BOS_WORD_INDEX
+
+STARTS = ("zero", "warm")
 
 
 def _batches(files, tokenizer, window, split, batch_size):
-    windows = pack_sentences(iter_sentences(files, split, tokenizer), window)
+    sentences, located = itertools.tee(iter_sentences(files, split, tokenizer, locations=True))
+    windows = pack_sentences((words for _, words in sentences), window, (where for where, _ in located))
     collate = DataCollatorForBiLM()
     while True:
         chunk = [w for _, w in zip(range(batch_size), windows)]
@@ -38,6 +54,133 @@ def _batches(files, tokenizer, window, split, batch_size):
             return
         encoded = encode_windows(chunk, tokenizer)
         yield collate([{"input_ids": i, "labels": l} for i, l in zip(encoded["input_ids"], encoded["labels"])])
+
+
+def _check_vocabulary(model: ElmoForBiLM, tokenizer: ElmoTokenizer):
+    if tokenizer.word_vocabulary is None:
+        raise ValueError("The tokenizer has no word vocabulary: perplexity needs the one the model was trained with.")
+    if len(tokenizer.word_vocabulary) != model.config.vocab_size:
+        raise ValueError(
+            f"The tokenizer's vocabulary has {len(tokenizer.word_vocabulary)} words but the model's softmax "
+            f"{model.config.vocab_size}."
+        )
+
+
+def _result(sums: torch.Tensor, counts: torch.Tensor) -> dict[str, float]:
+    forward, backward = torch.exp(sums / counts).tolist()
+    return {
+        "forward": forward,
+        "backward": backward,
+        "geometric_mean": math.sqrt(forward * backward),
+        "targets": int(counts[0]),
+    }
+
+
+@torch.no_grad()
+def stream_perplexity(
+    model: ElmoForBiLM,
+    tokenizer: ElmoTokenizer,
+    files: Sequence[str],
+    batch_size: int = 64,
+    split: str = "whitespace",
+    return_token_nll: bool = False,
+) -> dict:
+    """bilm-tf's `test()`: perplexity of `files` read as `batch_size` continuous streams (see `streams_bilm`).
+
+    Every stream starts from the zero state, as bilm-tf's; the state is never reset. Each batch scores one position
+    of every row; the first batch that some row cannot fill is dropped, with everything after it.
+
+    Returns:
+        `{"forward", "backward", "geometric_mean" (bilm-tf's combined perplexity), "targets"}` (`targets`
+        predictions per direction, `batch_size` per batch) and, with `return_token_nll`, `"forward_nll"` and
+        `"backward_nll"`: `(batches, batch_size)` float32 arrays of every prediction's cross-entropy, in each
+        direction's reading order, and their targets `"forward_targets"`, `"backward_targets"`.
+    """
+    _check_vocabulary(model, tokenizer)
+    if batch_size < 1:
+        raise ValueError(f"batch size must be >= 1, got {batch_size}.")
+    files = check_text_files(files, "evaluation")
+    sentences = read_lines_as_sentences(files, split, tokenizer)
+    streams = build_streams(sentences, tokenizer, batch_size, num_steps=1)
+    if streams.length == 0:
+        raise ValueError(
+            f"{len(sentences)} lines cannot fill one batch of {batch_size} streams: every row needs a line of its own "
+            "(use a smaller --batch-size)."
+        )
+    char_ids = tokenizer.characters.rows(streams.words)
+    model.eval()
+    device, rows, length = model.device, streams.batch_size, streams.length
+    projection_dim, vocab_size = model.config.projection_dim, model.config.vocab_size
+    # Positions per model call: long enough to keep the recurrence busy, short enough for the logits.
+    chunk = max(1, min(512, 2**22 // (rows * vocab_size)))
+    state = model.elmo.initial_state(2 * rows, warm=False)
+    nll = torch.empty(2, rows, length, dtype=torch.float32)
+    for start in range(0, length, chunk):
+        end = min(start + chunk, length)
+        input_ids = stream_input_ids(streams, char_ids, start, end).to(device)
+        out = model.elmo(input_ids, state=state, use_cache=True)
+        state = out.state
+        top = out.last_hidden_state
+        hidden = (top[:rows, :, :projection_dim], top[rows:, :, projection_dim:].flip(1))
+        targets = (streams.forward_targets[:, start:end], streams.backward_targets[:, start:end])
+        for direction in range(2):
+            losses = full_softmax_loss(
+                hidden[direction].flatten(0, 1),
+                torch.from_numpy(targets[direction]).flatten().to(device),
+                model.softmax.weight,
+                model.softmax.bias,
+            )
+            nll[direction, :, start:end] = losses.view(rows, end - start).float().cpu()
+    sums = nll.double().sum(dim=(1, 2))
+    result = _result(sums, torch.full((2,), float(rows * length), dtype=torch.float64))
+    if return_token_nll:
+        result["forward_nll"], result["backward_nll"] = (nll[d].T.numpy() for d in range(2))
+        result["forward_targets"], result["backward_targets"] = streams.forward_targets.T, streams.backward_targets.T
+    return result
+
+
+@torch.no_grad()
+def sentence_perplexity(
+    model: ElmoForBiLM,
+    tokenizer: ElmoTokenizer,
+    files: Sequence[str],
+    start: str = "zero",
+    batch_size: int = 64,
+    split: str = "whitespace",
+) -> dict[str, float]:
+    """Perplexity of `files` with every line scored on its own from the `"zero"` or the `"warm"` start state.
+
+    Each line `w_1 .. w_n` gives `n + 1` predictions per direction (`w_1 .. w_n </S>` forward, `<S> w_1 .. w_n`
+    backward), all lines counted (a blank line as an empty sentence), so that the numbers compare with
+    `stream_perplexity` at batch size 1, which scores the same predictions with the state carried along.
+    """
+    _check_vocabulary(model, tokenizer)
+    if start not in STARTS:
+        raise ValueError(f"start must be one of {STARTS}, got {start!r}.")
+    if start == "warm" and model.elmo.warm_state is None:
+        raise ValueError(
+            "This model has no warm start state: estimate one with `hf-elmo warm-state --model DIR TEXT_FILE`."
+        )
+    if batch_size < 1:
+        raise ValueError(f"batch size must be >= 1, got {batch_size}.")
+    files = check_text_files(files, "evaluation")
+    sentences = read_lines_as_sentences(files, split, tokenizer)
+    # Results do not depend on the batch (a row's numbers are its own): batches of similar lengths pad least.
+    order = sorted(range(len(sentences)), key=lambda k: len(sentences[k]))
+    model.eval()
+    collate = DataCollatorForBiLM()
+    sums = torch.zeros(2, dtype=torch.float64)
+    counts = torch.zeros(2, dtype=torch.float64)
+    for first in range(0, len(order), batch_size):
+        windows = [[sentences[k]] for k in order[first : first + batch_size]]
+        encoded = encode_windows(windows, tokenizer)
+        batch = collate([{"input_ids": i, "labels": l} for i, l in zip(encoded["input_ids"], encoded["labels"])])
+        batch = {k: v.to(model.device) for k, v in batch.items()}
+        out = model(**batch, state=model.elmo.initial_state(len(windows), warm=start == "warm"))
+        count = batch["labels"].ne(-100).sum(dim=(0, 1)).double().cpu()
+        sums += torch.stack([out.forward_loss, out.backward_loss]).double().cpu() * count
+        counts += count
+    return _result(sums, counts)
 
 
 @torch.no_grad()
@@ -54,13 +197,11 @@ def compute_perplexity(
     Returns:
         `{"forward": ..., "backward": ..., "geometric_mean": ..., "targets": n}`; `n` targets per direction.
     """
-    if tokenizer.word_vocabulary is None:
-        raise ValueError("The tokenizer has no word vocabulary: perplexity needs the one the model was trained with.")
-    if len(tokenizer.word_vocabulary) != model.config.vocab_size:
-        raise ValueError(
-            f"The tokenizer's vocabulary has {len(tokenizer.word_vocabulary)} words but the model's softmax "
-            f"{model.config.vocab_size}."
-        )
+    _check_vocabulary(model, tokenizer)
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}.")
+    if window < 3:
+        raise ValueError(f"window must be >= 3 positions (<S>, one word, </S>), got {window}.")
     files = check_text_files(files, "evaluation")
     model.eval()
     device = model.device
@@ -72,13 +213,7 @@ def compute_perplexity(
         count = batch["labels"].ne(-100).sum(dim=(0, 1)).double().cpu()
         sums += torch.stack([out.forward_loss, out.backward_loss]).double().cpu() * count
         counts += count
-    forward, backward = torch.exp(sums / counts).tolist()
-    return {
-        "forward": forward,
-        "backward": backward,
-        "geometric_mean": math.sqrt(forward * backward),
-        "targets": int(counts[0]),
-    }
+    return _result(sums, counts)
 
 
 def unigram_perplexity(
@@ -119,31 +254,48 @@ def load_bilm(model_dir: str, device: str = "cpu") -> tuple[ElmoForBiLM, ElmoTok
             "without it; perplexity needs a biLM trained or adapted with `hf-elmo train`."
         )
     tokenizer = ElmoTokenizer.from_pretrained(model_dir)
-    model = ElmoForBiLM.from_pretrained(model_dir).to(device)
-    return model, tokenizer
+    words = tokenizer.word_vocabulary
+    if words is None or len(words) != config.vocab_size:  # before the softmax of config.vocab_size rows is built
+        raise ValueError(
+            f"{model_dir}: the model's softmax has {config.vocab_size:,} words (config.json vocab_size) but its "
+            f"vocabulary (vocab.txt) has {'none' if words is None else f'{len(words):,}'}."
+        )
+    model, info = ElmoForBiLM.from_pretrained(model_dir, output_loading_info=True)
+    if info["missing_keys"]:
+        raise ValueError(f"{model_dir}: the weights lack {sorted(info['missing_keys'])}; the softmax is needed.")
+    return model.to(device), tokenizer
 
 
 def add_arguments(parser: argparse.ArgumentParser):
-    parser.add_argument("--model", required=True, help="folder written by hf-elmo train")
+    parser.add_argument("--model", required=True, help="folder written by hf-elmo train or convert --tf-checkpoint")
     parser.add_argument("files", nargs="+", help="text files, one sentence per line")
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument(
+        "--stream",
+        action="store_true",
+        help="bilm-tf's test(): --batch-size continuous streams, the state never reset, the last incomplete batch "
+        "dropped",
+    )
+    mode.add_argument("--start", choices=STARTS, help="score every line on its own from the zero or the warm state")
     parser.add_argument("--window", type=int, default=20, help="positions per window, as in training")
     parser.add_argument("--split", choices=SPLITS, default="whitespace", help=f"as in training; {SPLIT_HELP}")
-    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--batch-size", type=int, default=64, help="windows, lines or streams per batch")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        model, tokenizer = load_bilm(args.model, args.device)
+    model, tokenizer = load_bilm(args.model, args.device)
+    if args.stream:
+        result = stream_perplexity(model, tokenizer, args.files, args.batch_size, args.split)
+    elif args.start:
+        result = sentence_perplexity(model, tokenizer, args.files, args.start, args.batch_size, args.split)
+    else:
         result = compute_perplexity(model, tokenizer, args.files, args.window, args.split, args.batch_size)
-    except (ValueError, FileNotFoundError, OSError) as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
     print(f"targets per direction  {result['targets']:,}")
-    print(f"forward perplexity     {result['forward']:.2f}")
-    print(f"backward perplexity    {result['backward']:.2f}")
-    print(f"geometric mean         {result['geometric_mean']:.2f}")
+    print(f"forward perplexity     {result['forward']:.3f}")
+    print(f"backward perplexity    {result['backward']:.3f}")
+    print(f"geometric mean         {result['geometric_mean']:.3f}")
     return 0
 
 
-__all__ = ["compute_perplexity", "load_bilm", "unigram_perplexity"]
+__all__ = ["compute_perplexity", "load_bilm", "sentence_perplexity", "stream_perplexity", "unigram_perplexity"]

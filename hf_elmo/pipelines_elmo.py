@@ -38,12 +38,7 @@ class ElmoTokenClassificationPipeline(Pipeline):
             raise TypeError(f"ElmoTokenClassificationPipeline expects raw text (str), got {type(text).__name__}.")
         words = self.tokenizer.split_words(text)
         encoding = self.tokenizer([words], is_split_into_words=True, return_tensors="pt")
-        return {
-            "input_ids": encoding["input_ids"],
-            "attention_mask": encoding["attention_mask"],
-            "words": words,
-            "text": text,
-        }
+        return {**encoding, "words": words, "text": text}  # input_ids, attention_mask (and input_word_ids)
 
     def _forward(self, model_inputs: dict[str, Any]) -> dict[str, Any]:
         words, text = model_inputs.pop("words"), model_inputs.pop("text")

@@ -24,9 +24,10 @@ import torch
 import torch.nn.functional as F
 
 try:  # Triton ships with PyTorch's CUDA builds; without it the sampled softmax uses PyTorch operations.
-    from . import gpu_softmax_kernels as _softmax_kernels
+    from .gpu_softmax_kernels import INTERPRETED as _KERNELS_INTERPRETED
+    from .gpu_softmax_kernels import logsumexp_backward, logsumexp_forward
 except ImportError:  # pragma: no cover - depends on the installation
-    _softmax_kernels = None
+    _KERNELS_INTERPRETED, logsumexp_forward = False, None
 
 
 def log_uniform_probability(word_ids: torch.Tensor, vocab_size: int) -> torch.Tensor:
@@ -225,12 +226,7 @@ def logsumexp_without(logits: torch.Tensor, skip: torch.LongTensor, fused: bool 
     least float32. `fused`: one Triton pass forward and one backward (`gpu_softmax_kernels.py`), by default for
     16- and 32-bit CUDA tensors (CPU tensors only under Triton's interpreter, where asked for)."""
     if fused is None:
-        fused = (
-            _softmax_kernels is not None
-            and not _softmax_kernels.INTERPRETED
-            and logits.is_cuda
-            and logits.dtype != torch.float64
-        )
+        fused = logsumexp_forward is not None and not _KERNELS_INTERPRETED and logits.is_cuda and logits.dtype != torch.float64
     if fused:
         return _LogSumExpWithout.apply(logits.contiguous(), skip.contiguous())
     columns = logits.shape[1]
@@ -243,7 +239,7 @@ def logsumexp_without(logits: torch.Tensor, skip: torch.LongTensor, fused: bool 
 class _LogSumExpWithout(torch.autograd.Function):
     @staticmethod
     def forward(ctx, logits, skip):
-        result = _softmax_kernels.logsumexp_forward(logits, skip)
+        result = logsumexp_forward(logits, skip)
         ctx.save_for_backward(logits, skip, result)
         return result
 
@@ -251,7 +247,7 @@ class _LogSumExpWithout(torch.autograd.Function):
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad):
         logits, skip, result = ctx.saved_tensors
-        return _softmax_kernels.logsumexp_backward(logits, skip, result, grad), None
+        return logsumexp_backward(logits, skip, result, grad), None
 
 
 class _SampledLogSumExp(torch.autograd.Function):

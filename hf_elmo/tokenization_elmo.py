@@ -1,36 +1,54 @@
-"""Character-id tokenizer for ELMo.
+"""`ElmoTokenizer`: words -> rows of 50 character ids, so ELMo's `input_ids` are 3-D: `(batch, positions, 50)`.
 
-ELMo reads words as rows of 50 character ids, so its `input_ids` are 3-D: `(batch, positions, 50)`.
-The ids follow AllenNLP's `ELMoCharacterMapper` / bilm-tf's `UnicodeCharsVocabulary` exactly:
-
-* a word is encoded to UTF-8 with errors ignored (lone surrogates vanish) and cut to its first
-  48 **bytes** (a cut may split a multi-byte character; the partial bytes are kept);
-* its row is `[begin-of-word, byte_1 ... byte_n, end-of-word, padding-char, ...]`;
-* every id is the raw id + 1 (byte `b` -> `b + 1`), which keeps 0 free for padding positions;
-* the sentence boundaries `<S>` and `</S>` are whole rows holding the begin/end-of-sentence
-  characters; a user word that is literally `<S>` or `</S>` gets those rows;
-* padding positions are rows of 50 zeros.
-
-With a character vocabulary (`CharacterVocabulary`, ELMoForManyLangs models) the ids come from that vocabulary
-of Unicode characters instead, and a word vocabulary can add `input_word_ids`.
-
-This file is also saved verbatim as remote code, so it must not import other package modules.
+The layout of a row and both ways of filling it (UTF-8 bytes, a character vocabulary) belong to `character_rows`;
+raw text is cut into words by `pre_tokenizer`; the language model's word vocabulary (its softmax targets) is
+`word_vocabulary`. The base class assumes one id per token: this class overrides what it cannot do for 2-D rows
+(encoding a whole batch at once, padding, decoding, the special-token helpers) and nothing else.
 """
 
 from __future__ import annotations
 
-import copy
 import json
 import os
 from collections.abc import Mapping, Sequence
+from functools import partial
+from pathlib import Path
 from typing import Any
 
 import numpy as np
-from tokenizers import Regex
-from tokenizers import pre_tokenizers as _pre_tokenizers
-from transformers import BatchEncoding, PreTrainedTokenizer
-from transformers.tokenization_utils_base import TokenSpan, TruncationStrategy
-from transformers.utils import PaddingStrategy, TensorType
+from transformers import PreTrainedTokenizer
+from transformers.tokenization_utils_base import TruncationStrategy
+from transformers.utils import CONFIG_NAME, PaddingStrategy, TensorType, cached_file
+
+from . import character_rows, pre_tokenizer, word_vocabulary
+from .batch_encoding_elmo import ElmoBatchEncoding
+from .character_rows import (
+    BOS_TOKEN,
+    CHARACTER_TOKENS,
+    EOS_TOKEN,
+    MAX_WORD_LENGTH,
+    PAD_TOKEN,
+    PADDING_WORD_ID,
+    UTF8_BYTES,
+    Utf8Bytes,
+    VOCAB_BOS_TOKEN,
+    VOCAB_EOS_TOKEN,
+    VOCAB_PADDING,
+    CharacterVocabulary,
+    as_rows,
+    pad_rows,
+    to_numpy,
+    word_ids_from_rows,
+)
+from .file_io import write_atomically
+from .pre_tokenizer import build_pre_tokenizer, split_words
+from .word_vocabulary import (
+    UNK_WORD_INDEX,
+    WORD_VOCABULARY_FILE,
+    check_word_vocabulary,
+    read_word_vocabulary,
+    write_word_vocabulary,
+)
 
 
 __all__ = [
@@ -44,442 +62,17 @@ __all__ = [
     "write_word_vocabulary",
 ]
 
-# --- character ids --------------------------------------------------------------------------------
 
-MAX_WORD_LENGTH = 50
-"""Slots per word row (hard-coded in AllenNLP's mapper and bilm-tf)."""
-MAX_WORD_BYTES = MAX_WORD_LENGTH - 2
-"""UTF-8 bytes kept per word: the row also holds begin-of-word and end-of-word."""
-
-# Raw ids as in AllenNLP / bilm-tf, before the +1 shift.
-RAW_BEGINNING_OF_SENTENCE_CHARACTER = 256
-RAW_END_OF_SENTENCE_CHARACTER = 257
-RAW_BEGINNING_OF_WORD_CHARACTER = 258
-RAW_END_OF_WORD_CHARACTER = 259
-RAW_PADDING_CHARACTER = 260
-CHARACTER_ID_OFFSET = 1
-"""Added to every raw id so that 0 can mean "no word here"."""
-
-# Ids as they appear in `input_ids` (after the shift).
-PADDING_WORD_ID = 0
-BEGINNING_OF_SENTENCE_CHARACTER = RAW_BEGINNING_OF_SENTENCE_CHARACTER + CHARACTER_ID_OFFSET  # 257
-END_OF_SENTENCE_CHARACTER = RAW_END_OF_SENTENCE_CHARACTER + CHARACTER_ID_OFFSET  # 258
-BEGINNING_OF_WORD_CHARACTER = RAW_BEGINNING_OF_WORD_CHARACTER + CHARACTER_ID_OFFSET  # 259
-END_OF_WORD_CHARACTER = RAW_END_OF_WORD_CHARACTER + CHARACTER_ID_OFFSET  # 260
-PADDING_CHARACTER = RAW_PADDING_CHARACTER + CHARACTER_ID_OFFSET  # 261
-NUM_CHARACTER_IDS = PADDING_CHARACTER + 1  # 262 rows in the character embedding
-
-BOS_TOKEN = "<S>"
-EOS_TOKEN = "</S>"
-PAD_TOKEN = "<pad>"
-
-
-def _boundary_row(character: int) -> np.ndarray:
-    row = np.full(MAX_WORD_LENGTH, PADDING_CHARACTER, dtype=np.int64)
-    row[:3] = (BEGINNING_OF_WORD_CHARACTER, character, END_OF_WORD_CHARACTER)
-    row.setflags(write=False)
-    return row
-
-
-BOS_WORD_IDS = _boundary_row(BEGINNING_OF_SENTENCE_CHARACTER)
-"""Row of the `<S>` position: `[259, 257, 260, 261, ..., 261]`."""
-EOS_WORD_IDS = _boundary_row(END_OF_SENTENCE_CHARACTER)
-"""Row of the `</S>` position: `[259, 258, 260, 261, ..., 261]`."""
-PADDING_WORD_IDS = np.zeros(MAX_WORD_LENGTH, dtype=np.int64)
-PADDING_WORD_IDS.setflags(write=False)
-
-# Shifted byte ids of the literal strings, to spot them after the vectorised byte scatter.
-_BOS_LITERAL = np.frombuffer(BOS_TOKEN.encode("ascii"), dtype=np.uint8).astype(np.int64) + CHARACTER_ID_OFFSET
-_EOS_LITERAL = np.frombuffer(EOS_TOKEN.encode("ascii"), dtype=np.uint8).astype(np.int64) + CHARACTER_ID_OFFSET
-
-
-def _encode_words(words: Sequence[str]) -> list[bytes]:
-    try:
-        # `str.encode` (not `word.encode`) so that e.g. a bytes object fails instead of passing through.
-        return [str.encode(word, "utf-8", "ignore")[:MAX_WORD_BYTES] for word in words]
-    except TypeError as error:
-        for index, word in enumerate(words):
-            if not isinstance(word, str):
-                raise TypeError(
-                    f"Every word must be a str, but word {index} is {type(word).__name__}: {word!r:.60}"
-                ) from None
-        raise error
-
-
-def words_to_char_ids(words: Sequence[str]) -> np.ndarray:
-    """Map words to ELMo character-id rows.
-
-    Args:
-        words: sequence of `n` strings (any unicode, including the empty string).
-
-    Returns:
-        `np.ndarray` of shape `(n, 50)` and dtype int64, values in `[1, 261]`: one row per word laid
-        out as `[259, byte_1 + 1, ..., byte_k + 1, 260, 261, ...]` with `k = min(48, len(utf8))`,
-        or the `<S>` / `</S>` boundary rows for the literal words `"<S>"` / `"</S>"`.
-    """
-    if isinstance(words, (str, bytes)):
-        raise TypeError(f"words_to_char_ids expects a sequence of words, not a single {type(words).__name__}")
-    encoded = _encode_words(words)
-    n_words = len(encoded)
-    lengths = np.fromiter(map(len, encoded), dtype=np.int64, count=n_words)
-    ids = np.full((n_words, MAX_WORD_LENGTH), PADDING_CHARACTER, dtype=np.int64)
-    ids[:, 0] = BEGINNING_OF_WORD_CHARACTER
-    if n_words == 0:
-        return ids
-
-    # One scatter for all bytes of all words: byte j of word i goes to slot 1 + j of row i.
-    flat = np.frombuffer(b"".join(encoded), dtype=np.uint8)
-    if flat.size:
-        rows = np.repeat(np.arange(n_words), lengths)
-        starts = np.cumsum(lengths) - lengths
-        slots = np.arange(flat.size) - np.repeat(starts, lengths) + 1
-        ids[rows, slots] = flat.astype(np.int64) + CHARACTER_ID_OFFSET
-    ids[np.arange(n_words), lengths + 1] = END_OF_WORD_CHARACTER
-
-    # Literal "<S>"/"</S>" words become the boundary rows (AllenNLP does the same).
-    is_bos = (lengths == 3) & np.all(ids[:, 1:4] == _BOS_LITERAL, axis=1)
-    is_eos = (lengths == 4) & np.all(ids[:, 1:5] == _EOS_LITERAL, axis=1)
-    ids[is_bos] = BOS_WORD_IDS
-    ids[is_eos] = EOS_WORD_IDS
-    return ids
-
-
-def char_ids_to_word(row: Sequence[int] | np.ndarray) -> str:
-    """Recover the text of one word row (`(50,)` ids); invalid UTF-8 is replaced by U+FFFD.
-
-    The boundary rows give `"<S>"` / `"</S>"` and an all-zero padding row gives `""`.
-    """
-    row = np.asarray(row, dtype=np.int64).reshape(-1)
-    if row.size == MAX_WORD_LENGTH and np.array_equal(row, BOS_WORD_IDS):
-        return BOS_TOKEN
-    if row.size == MAX_WORD_LENGTH and np.array_equal(row, EOS_WORD_IDS):
-        return EOS_TOKEN
-    end = np.flatnonzero(row == END_OF_WORD_CHARACTER)
-    content = row[: end[0] if end.size else row.size]
-    content = content[(content >= 1) & (content <= 256)] - CHARACTER_ID_OFFSET
-    return content.astype(np.uint8).tobytes().decode("utf-8", errors="replace")
-
-
-# --- character vocabulary (ELMoForManyLangs) -------------------------------------------------------
-
-VOCAB_BEGINNING_OF_WORD = "<bow>"
-VOCAB_END_OF_WORD = "<eow>"
-VOCAB_PADDING = "<pad>"
-VOCAB_UNKNOWN = "<oov>"
-VOCAB_BOS_TOKEN = "<bos>"
-VOCAB_EOS_TOKEN = "<eos>"
-
-
-def _check_ids(vocabulary: Any, what: str, required: Sequence[str], lowest: int) -> dict[str, int]:
-    if not isinstance(vocabulary, Mapping):
-        raise ValueError(f"{what} must map strings to ids, got {type(vocabulary).__name__}")
-    missing = [token for token in required if token not in vocabulary]
-    if missing:
-        raise ValueError(f"{what} lacks the special entries {missing}")
-    for token, index in vocabulary.items():
-        if not isinstance(token, str) or isinstance(index, bool) or not isinstance(index, int) or index < lowest:
-            raise ValueError(f"{what}: entry {token!r} -> {index!r}; expected a str -> an int >= {lowest}")
-    return dict(vocabulary)
-
-
-class CharacterVocabulary:
-    """Words to character ids through a vocabulary of Unicode characters, as ELMoForManyLangs models read them.
-
-    * a word is cut to its first 48 characters (code points, not bytes); the word vocabulary looks up the cut
-      word too;
-    * its row is `[<bow>, char_1, ..., char_n, <eow>, <pad>, ...]`, a character missing from the vocabulary
-      being `<oov>`; the sentence-boundary words (`<bos>`, `<eos>` by default) are `[<bow>, <bos>, <eow>, <pad>,
-      ...]` and `[<bow>, <eos>, <eow>, <pad>, ...]`;
-    * `chars` ids are the ids of `input_ids`: all >= 1, since 0 stays the padding word;
-    * with `words`, `word_ids` gives each word's id (`<oov>`'s if absent); padding positions get `<pad>`'s.
-    """
-
-    def __init__(
-        self,
-        chars: Mapping[str, int],
-        words: Mapping[str, int] | None = None,
-        bos_token: str = VOCAB_BOS_TOKEN,
-        eos_token: str = VOCAB_EOS_TOKEN,
-    ):
-        required = (VOCAB_BEGINNING_OF_WORD, VOCAB_END_OF_WORD, VOCAB_PADDING, VOCAB_UNKNOWN, bos_token, eos_token)
-        self.chars = _check_ids(chars, "the character vocabulary", required, lowest=1)
-        self.words = None
-        if words is not None:
-            required = (VOCAB_PADDING, VOCAB_UNKNOWN, bos_token, eos_token)
-            self.words = _check_ids(words, "the word vocabulary", required, lowest=0)
-        self.bos_token, self.eos_token = bos_token, eos_token
-        self.size = max(self.chars.values()) + 1
-        self._unknown = self.chars[VOCAB_UNKNOWN]
-        self._template = np.full(MAX_WORD_LENGTH, self.chars[VOCAB_PADDING], dtype=np.int64)
-        self._template[0] = self.chars[VOCAB_BEGINNING_OF_WORD]
-        self._characters = {index: char for char, index in self.chars.items() if len(char) == 1}
-        self.boundary_rows = tuple(self.rows([bos_token, eos_token]))
-
-    def rows(self, words: Sequence[str]) -> np.ndarray:
-        """`(n, 50)` int64 character ids of `n` words."""
-        rows = np.tile(self._template, (len(words), 1))
-        end_of_word = self.chars[VOCAB_END_OF_WORD]
-        for row, word in zip(rows, words):
-            if not isinstance(word, str):
-                raise TypeError(f"Every word must be a str, got {type(word).__name__}: {word!r:.60}")
-            if word in (self.bos_token, self.eos_token):
-                ids = [self.chars[word]]
-            else:
-                ids = [self.chars.get(char, self._unknown) for char in word[:MAX_WORD_BYTES]]
-            row[1 : len(ids) + 1] = ids
-            row[len(ids) + 1] = end_of_word
-        return rows
-
-    def word_ids(self, words: Sequence[str]) -> np.ndarray:
-        """`(n,)` int64 word ids."""
-        unknown = self.words[VOCAB_UNKNOWN]
-        return np.array([self.words.get(word[:MAX_WORD_BYTES], unknown) for word in words], dtype=np.int64)
-
-    def decode(self, row: np.ndarray) -> str:
-        """The word of one row; characters outside the vocabulary read as U+FFFD."""
-        for word, boundary in zip((self.bos_token, self.eos_token), self.boundary_rows):
-            if np.array_equal(row, boundary):
-                return word
-        end = np.flatnonzero(row == self.chars[VOCAB_END_OF_WORD])
-        content = row[1 : end[0] if end.size else len(row)]
-        return "".join(self._characters.get(int(index), "\ufffd") for index in content)
-
-
-# --- word splitting -------------------------------------------------------------------------------
-
-_WORD_CHARS = r"\p{L}\p{M}\p{N}_"
-_CLITICS = r"(?:s|m|d|ll|re|ve)"
-_APOSTROPHE = r"['’]"
-
-PRE_TOKENIZER_PATTERN = "|".join(
-    [
-        # sentence-boundary literals stay whole (they map to the boundary rows)
-        r"</?S>",
-        # dotted abbreviations: U.S., e.g., U.S.A.
-        r"(?:\p{L}\.){2,}",
-        # numbers with inner separators: 3.14, 1,000, 10:30, 1/2
-        r"\p{N}+(?:[.,:/]\p{N}+)+",
-        # the stem before n't: do|n't, ca|n't, wo|n't
-        rf"[{_WORD_CHARS}]+?(?=(?i:n{_APOSTROPHE}t)(?![{_WORD_CHARS}]))",
-        rf"(?i:n{_APOSTROPHE}t)(?![{_WORD_CHARS}])",
-        # clitics split off their word: 's 'm 'd 'll 're 've
-        rf"{_APOSTROPHE}(?i:{_CLITICS})(?![{_WORD_CHARS}])",
-        # words, keeping inner hyphens and non-clitic apostrophes: well-known, O'Neill, rock'n'roll
-        rf"[{_WORD_CHARS}]+(?:(?:{_APOSTROPHE}(?!(?i:{_CLITICS})(?![{_WORD_CHARS}]))|-)[{_WORD_CHARS}]+)*",
-        # ellipses and dashes
-        r"\.{2,}|-{2,}",
-        # any other character (punctuation, symbols, emoji) on its own
-        rf"[^{_WORD_CHARS}\s]",
-    ]
-)
-"""Regex of one word for the `Split` pre-tokenizer (Oniguruma syntax, alternatives tried in order).
-
-It approximates the Penn-Treebank tokenisation of the 1B Word Benchmark that ELMo was trained on:
-`don't -> do n't`, `can't -> ca n't`, `It's -> It 's`, `we're -> we 're`, `I'll / I've / I'd / I'm`
-split before the apostrophe, punctuation and symbols split off one character at a time (except
-`...` and `--`), while dotted abbreviations (`U.S.`, `e.g.`), numbers such as `3.14` / `1,000` /
-`10:30`, hyphenated words and non-clitic apostrophes (`O'Neill`) stay whole. Not handled: a period
-after a non-dotted abbreviation (`Mr.` -> `Mr .`), `cannot`/`gonna` splitting and PTB quote
-rewriting (`"` stays `"`, not `` `` `` / `''`).
-"""
-
-
-def build_pre_tokenizer() -> _pre_tokenizers.PreTokenizer:
-    """Whitespace split followed by the PTB-style `Split` on `PRE_TOKENIZER_PATTERN`."""
-    return _pre_tokenizers.Sequence(
-        [
-            _pre_tokenizers.WhitespaceSplit(),
-            # "isolated": every match is its own word and nothing is dropped, because the last
-            # alternative matches any single non-space character the others leave.
-            _pre_tokenizers.Split(Regex(PRE_TOKENIZER_PATTERN), behavior="isolated"),
-        ]
-    )
-
-
-# --- outputs --------------------------------------------------------------------------------------
+def __getattr__(name: str):
+    # Names earlier versions defined here: the layout, the splitter and the word vocabulary now have modules of their own.
+    for module in (character_rows, pre_tokenizer, word_vocabulary):
+        if not name.startswith("_") and hasattr(module, name):
+            return getattr(module, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _is_tensor_like(value: Any) -> bool:
     return hasattr(value, "shape") and hasattr(value, "ndim") and not isinstance(value, (list, tuple))
-
-
-def _to_numpy(value: Any) -> np.ndarray:
-    if hasattr(value, "detach") and hasattr(value, "cpu"):  # torch.Tensor without importing torch
-        return value.detach().cpu().numpy()
-    return np.asarray(value)
-
-
-def _infer_word_ids(rows: np.ndarray, boundary_rows=(BOS_WORD_IDS, EOS_WORD_IDS)) -> list[int | None]:
-    """Word index per position of a `(T, 50)` id array, from its content alone."""
-    rows = np.asarray(rows, dtype=np.int64).reshape(-1, MAX_WORD_LENGTH)
-    bos, eos = boundary_rows
-    special = ~np.any(rows > 0, axis=1) | np.all(rows == bos, axis=1) | np.all(rows == eos, axis=1)
-    counter = np.cumsum(~special) - 1
-    return [None if is_special else int(index) for is_special, index in zip(special.tolist(), counter.tolist())]
-
-
-class ElmoBatchEncoding(BatchEncoding):
-    """`BatchEncoding` that knows which word sits at each position.
-
-    `BatchEncoding.word_ids` needs the Rust encodings of fast tokenizers; ELMo's positions are
-    words, so the mapping is fully described by, per sequence, the index of the first kept word,
-    the number of kept words and whether a `<S>` row comes first. Without that information (e.g.
-    after `ElmoTokenizer.pad`), the mapping is read off the ids: all-zero rows and the boundary
-    rows are `None`, every other row is the next word (so a literal `"<S>"` word counts as a
-    boundary there).
-    """
-
-    def __init__(
-        self,
-        data: dict[str, Any] | None = None,
-        tensor_type: str | TensorType | None = None,
-        word_spans: list[tuple[int, int, int]] | None = None,
-        batched: bool = True,
-        boundary_rows: tuple[np.ndarray, np.ndarray] = (BOS_WORD_IDS, EOS_WORD_IDS),
-    ):
-        super().__init__(data, encoding=None, tensor_type=tensor_type, n_sequences=1)
-        # (first original word index, number of kept words, position of the first word)
-        self._word_spans = word_spans
-        self._batched = batched
-        self._boundary_rows = boundary_rows
-
-    def __getstate__(self):
-        state = super().__getstate__()
-        state["word_spans"] = self._word_spans
-        state["batched"] = self._batched
-        state["boundary_rows"] = self._boundary_rows
-        return state
-
-    def __setstate__(self, state):
-        super().__setstate__(state)
-        self._word_spans = state.get("word_spans")
-        self._batched = state.get("batched", True)
-        self._boundary_rows = state.get("boundary_rows", (BOS_WORD_IDS, EOS_WORD_IDS))
-
-    def _sequence_ids_array(self, batch_index: int) -> Any:
-        ids = self.data["input_ids"]
-        if self._batched:
-            return ids[batch_index]
-        if batch_index not in (0, -1):
-            raise IndexError(f"This encoding holds a single sequence; batch_index {batch_index} is out of range")
-        return ids
-
-    def word_ids(self, batch_index: int = 0) -> list[int | None]:
-        """Word index of each position of sequence `batch_index`; `None` for `<S>`, `</S>`, padding.
-
-        Example: `["the", "cat", "sat"]` padded to 6 positions gives `[None, 0, 1, 2, None, None]`.
-        """
-        sequence = self._sequence_ids_array(batch_index)
-        if self._word_spans is None:
-            return _infer_word_ids(_to_numpy(sequence), self._boundary_rows)
-        first_word, n_words, first_position = self._word_spans[batch_index]
-        n_positions = len(sequence)
-        words = list(range(first_word, first_word + n_words))
-        return [None] * first_position + words + [None] * (n_positions - first_position - n_words)
-
-    def token_to_word(self, batch_or_token_index: int, token_index: int | None = None) -> int | None:
-        """Word index at a position (`None` for boundaries and padding)."""
-        batch_index, token_index = (
-            (0, batch_or_token_index) if token_index is None else (batch_or_token_index, token_index)
-        )
-        return self.word_ids(batch_index)[token_index]
-
-    def word_to_tokens(
-        self, batch_or_word_index: int, word_index: int | None = None, sequence_index: int = 0
-    ) -> TokenSpan | None:
-        """Position span `(start, end)` of a word (always one position), or `None` if it was truncated."""
-        batch_index, word_index = (0, batch_or_word_index) if word_index is None else (batch_or_word_index, word_index)
-        try:
-            position = self.word_ids(batch_index).index(word_index)
-        except ValueError:
-            return None
-        return TokenSpan(position, position + 1)
-
-
-# --- word vocabulary (targets of the language-model softmax) ---------------------------------------
-
-UNK_TOKEN = "<UNK>"
-WORD_VOCABULARY_SPECIALS = (BOS_TOKEN, EOS_TOKEN, UNK_TOKEN)
-"""First three entries of every word vocabulary, so `<S>` = 0, `</S>` = 1, `<UNK>` = 2."""
-BOS_WORD_INDEX, EOS_WORD_INDEX, UNK_WORD_INDEX = range(3)
-WORD_VOCABULARY_FILE = "vocab.txt"
-
-
-def check_word_vocabulary(words: Sequence[str], source: str = "Word vocabulary", unit: str = "entry") -> list[str]:
-    """Validate a word list in the original format; returns it as a list.
-
-    `<S>`, `</S>`, `<UNK>` must come first, in that order; every entry must be a non-empty string without
-    whitespace (one token per line), and no entry may repeat.
-    """
-    words = list(words)
-    for index, (expected, got) in enumerate(zip(WORD_VOCABULARY_SPECIALS, words + [None] * 3)):
-        if got != expected:
-            raise ValueError(
-                f"{source}: {unit} {index + 1} must be {expected!r} (a vocabulary starts with "
-                f"{', '.join(WORD_VOCABULARY_SPECIALS)}), got {got!r}."
-            )
-    first_seen: dict[str, int] = {}
-    for index, word in enumerate(words):
-        if not isinstance(word, str) or not word or word.split() != [word]:
-            raise ValueError(f"{source}: {unit} {index + 1} must be one token without whitespace, got {word!r}.")
-        if word in first_seen:
-            raise ValueError(f"{source}: {word!r} appears twice ({unit} {first_seen[word] + 1} and {index + 1}).")
-        first_seen[word] = index
-    return words
-
-
-def read_word_vocabulary(path: str | os.PathLike) -> list[str]:
-    """Read a vocabulary file in the original format: one token per line, `<S>`, `</S>`, `<UNK>` first."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
-    except FileNotFoundError:
-        raise FileNotFoundError(f"Word vocabulary file {os.fspath(path)!r} does not exist.") from None
-    except UnicodeDecodeError as error:
-        raise ValueError(f"Word vocabulary file {os.fspath(path)!r} is not UTF-8 text: {error}.") from None
-    lines = text.split("\n")
-    if lines and lines[-1] == "":
-        lines.pop()
-    return check_word_vocabulary(lines, source=f"Word vocabulary {os.fspath(path)!r}", unit="line")
-
-
-def write_word_vocabulary(words: Sequence[str], path: str | os.PathLike) -> str:
-    """Write a vocabulary file (validated first); written to a temporary name and renamed, never half-written."""
-    words = check_word_vocabulary(words)
-    path = os.fspath(path)
-    temporary = f"{path}.tmp-{os.getpid()}"
-    try:
-        with open(temporary, "w", encoding="utf-8") as f:
-            f.write("".join(word + "\n" for word in words))
-        os.replace(temporary, path)
-    finally:
-        if os.path.exists(temporary):
-            os.remove(temporary)
-    return path
-
-
-# --- tokenizer ------------------------------------------------------------------------------------
-
-
-def _pseudo_vocabulary() -> dict[str, int]:
-    # One entry per character id, so that len(tokenizer) == vocab_size == 262 == the number of
-    # character-embedding rows; words themselves have no single id.
-    vocab = {PAD_TOKEN: PADDING_WORD_ID}
-    vocab.update({f"<0x{byte:02X}>": byte + CHARACTER_ID_OFFSET for byte in range(256)})
-    vocab.update(
-        {
-            BOS_TOKEN: BEGINNING_OF_SENTENCE_CHARACTER,
-            EOS_TOKEN: END_OF_SENTENCE_CHARACTER,
-            "<bow>": BEGINNING_OF_WORD_CHARACTER,
-            "<eow>": END_OF_WORD_CHARACTER,
-            "<char_pad>": PADDING_CHARACTER,
-        }
-    )
-    return vocab
-
-
-_VOCAB = _pseudo_vocabulary()
-_IDS_TO_TOKENS = {index: token for token, index in _VOCAB.items()}
 
 
 def _nesting_depth(value: Any) -> int:
@@ -499,6 +92,11 @@ def _nesting_depth(value: Any) -> int:
         return depth
 
 
+_IDS_TO_TOKENS = {index: token for token, index in CHARACTER_TOKENS.items()}
+_HUB_KEYS = ("cache_dir", "force_download", "local_files_only", "token", "revision", "subfolder")
+_PER_POSITION = ("attention_mask", "token_type_ids", "special_tokens_mask", "input_word_ids")
+
+
 class ElmoTokenizer(PreTrainedTokenizer):
     """Tokenizer producing ELMo character ids.
 
@@ -510,7 +108,7 @@ class ElmoTokenizer(PreTrainedTokenizer):
     * `attention_mask`: `(B, T + 2)`, 1 for words and boundaries, 0 for padding.
 
     Pre-split input: `tok([["The", "cat"], ["Hi"]], is_split_into_words=True)`; raw strings are
-    split into words by `split_words` (see `PRE_TOKENIZER_PATTERN`). A single sequence gives
+    split into words by `split_words` (see `pre_tokenizer.PRE_TOKENIZER_PATTERN`). A single sequence gives
     unbatched lists (`(T + 2, 50)`), or `(1, T + 2, 50)` tensors when `return_tensors` is set.
     `max_length` counts positions including the two boundaries; truncation keeps `</S>`. Only
     right padding exists (the model finds sentence ends from the mask).
@@ -518,6 +116,9 @@ class ElmoTokenizer(PreTrainedTokenizer):
     `get_vocab()` is a pseudo-vocabulary of the 262 character ids (`<pad>` = 0, bytes `<0x00>`..
     `<0xFF>` = 1..256, `<S>` = 257, `</S>` = 258, `<bow>`, `<eow>`, `<char_pad>` = 259..261); it
     exists so that the generic special-token machinery works (`pad_token_id == 0`).
+
+    `max_characters_per_token` (default 50, the released models' width) sets the slots of every row: a word keeps
+    its first `max_characters_per_token - 2` UTF-8 bytes (bilm-tf's own tests train with 10).
 
     Character-vocabulary mode (ELMoForManyLangs models): `ElmoTokenizer(char_vocab={...}, input_word_vocab={...})`
     (or the `char_vocab.json` / `input_word_vocab.json` files it saves) maps characters through the vocabulary as
@@ -542,17 +143,31 @@ class ElmoTokenizer(PreTrainedTokenizer):
         char_vocab: Mapping[str, int] | None = None,
         input_word_vocab: Mapping[str, int] | None = None,
         word_vocab_file: str | None = None,
+        max_characters_per_token: int = MAX_WORD_LENGTH,
         **kwargs,
     ):
         if kwargs.get("padding_side", "right") != "right":
             raise ValueError(self._padding_side_error(kwargs["padding_side"]))
+        if not isinstance(max_characters_per_token, int) or max_characters_per_token < 3:
+            raise ValueError(
+                f"max_characters_per_token must be an int >= 3 (begin of word, a character, end of word), got "
+                f"{max_characters_per_token!r}"
+            )
+        if max_characters_per_token != MAX_WORD_LENGTH and (char_vocab or char_vocab_file):
+            raise ValueError(
+                f"max_characters_per_token={max_characters_per_token}: a character vocabulary (ELMoForManyLangs) has "
+                f"rows of {MAX_WORD_LENGTH}"
+            )
+        self._utf8_bytes = UTF8_BYTES
+        if max_characters_per_token != MAX_WORD_LENGTH:
+            self._utf8_bytes = Utf8Bytes(max_characters_per_token)
         self.pre_tokenizer = build_pre_tokenizer()
         char_vocab = self._read_vocabulary(char_vocab_file) if char_vocab_file else char_vocab
         input_word_vocab = self._read_vocabulary(input_word_vocab_file) if input_word_vocab_file else input_word_vocab
         if input_word_vocab is not None and char_vocab is None:
             raise ValueError("input_word_vocab needs a char_vocab: word ids go with the ELMoForManyLangs character ids")
         self.char_vocabulary = None
-        self._vocab, self._ids_to_tokens = _VOCAB, _IDS_TO_TOKENS
+        self._vocab, self._ids_to_tokens = CHARACTER_TOKENS, _IDS_TO_TOKENS
         if char_vocab is not None:  # str(): a reloaded tokenizer gets AddedToken objects
             bos_token, eos_token = str(bos_token or VOCAB_BOS_TOKEN), str(eos_token or VOCAB_EOS_TOKEN)
             self.char_vocabulary = CharacterVocabulary(char_vocab, input_word_vocab, bos_token, eos_token)
@@ -565,9 +180,66 @@ class ElmoTokenizer(PreTrainedTokenizer):
         self._word_index: dict[str, int] | None = None
         if word_vocab_file is not None:
             self.set_word_vocabulary(read_word_vocabulary(word_vocab_file))
-        super().__init__(bos_token=bos_token, eos_token=eos_token, pad_token=pad_token, **kwargs)
+        super().__init__(
+            bos_token=bos_token,
+            eos_token=eos_token,
+            pad_token=pad_token,
+            max_characters_per_token=max_characters_per_token,
+            **kwargs,
+        )
         if self.pad_token_id != PADDING_WORD_ID:
             raise ValueError(f"ElmoTokenizer needs a pad token with id 0, got {self.pad_token!r}")
+
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs):
+        """`PreTrainedTokenizer.from_pretrained`, with a file that is not valid JSON named, and refusing a tokenizer
+        that reads characters otherwise than the model of the same folder: a `char_vocab.json` dropped into a folder
+        of a model that reads UTF-8 bytes (it would switch the tokenizer to it), or one missing where the model reads
+        a character vocabulary (config.json's `char_vocabulary`)."""
+        hub = {key: kwargs[key] for key in _HUB_KEYS if key in kwargs}
+        locate = partial(cached_file, pretrained_model_name_or_path, _raise_exceptions_for_missing_entries=False, **hub)
+        try:
+            tokenizer = super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
+        except json.JSONDecodeError as error:
+            for name in ("tokenizer_config.json", "special_tokens_map.json", "added_tokens.json"):
+                path = locate(name)
+                try:
+                    if path is not None:
+                        json.loads(Path(path).read_text(encoding="utf-8"))
+                except (ValueError, OSError):
+                    break
+            else:
+                name = "a JSON file"
+            where = f"line {error.lineno}, column {error.colno}"
+            message = f"{pretrained_model_name_or_path}: {name} is not valid JSON ({where}: {error.msg})"
+            raise ValueError(message) from None
+        config_file = locate(CONFIG_NAME)
+        if config_file is not None:
+            try:
+                model_config = json.loads(Path(config_file).read_text(encoding="utf-8"))
+                model_reads_vocabulary = model_config.get("char_vocabulary")
+            except (ValueError, OSError, AttributeError):
+                model_reads_vocabulary = None  # the model's loading reports a damaged config.json
+            tokenizer_reads_vocabulary = tokenizer.char_vocabulary is not None
+            if model_reads_vocabulary is not None and bool(model_reads_vocabulary) != tokenizer_reads_vocabulary:
+                held = "hold" if tokenizer_reads_vocabulary else "lack"
+                reads = "a character vocabulary" if model_reads_vocabulary else "UTF-8 bytes"
+                raise ValueError(
+                    f"{pretrained_model_name_or_path}: the tokenizer files {held} char_vocab.json but the model reads "
+                    f"{reads} (config.json char_vocabulary: {str(bool(model_reads_vocabulary)).lower()}): tokenizer "
+                    "and model do not belong together"
+                )
+        return tokenizer
+
+    @property
+    def characters(self) -> CharacterVocabulary | Any:
+        """The mapping from words to rows: the character vocabulary if there is one, else UTF-8 bytes."""
+        return self.char_vocabulary if self.char_vocabulary is not None else self._utf8_bytes
+
+    @property
+    def max_characters_per_token(self) -> int:
+        """Slots per row (the last axis of `input_ids`)."""
+        return self.characters.width
 
     # The base class assigns `padding_side` in __init__ and users may set it later; left padding
     # would break the model's "length = number of real positions" assumption.
@@ -587,22 +259,9 @@ class ElmoTokenizer(PreTrainedTokenizer):
             "sentence length from the number of leading real positions."
         )
 
-    # --- pickling: the Rust pre-tokenizer is rebuilt instead of serialised --------------------------
-
-    def __getstate__(self):
-        state = self.__dict__.copy()
-        state.pop("pre_tokenizer", None)
-        return state
-
-    def __setstate__(self, state):
-        self.__dict__.update(state)
-        self.__dict__["pre_tokenizer"] = build_pre_tokenizer()
-
-    def __deepcopy__(self, memo):
-        clone = self.__class__.__new__(self.__class__)
-        memo[id(self)] = clone
-        clone.__setstate__(copy.deepcopy(self.__getstate__(), memo))
-        return clone
+    def _check_padding_side(self, padding_side: str | None) -> None:
+        if padding_side is not None and padding_side != "right":
+            raise ValueError(self._padding_side_error(padding_side))
 
     # --- vocabulary ---------------------------------------------------------------------------------
 
@@ -617,7 +276,7 @@ class ElmoTokenizer(PreTrainedTokenizer):
     @property
     def vocab_size(self) -> int:
         """Number of character ids (rows of the character embedding): 262, or the vocabulary's size + 1."""
-        return self.char_vocabulary.size if self.char_vocabulary else NUM_CHARACTER_IDS
+        return self.characters.size
 
     def get_vocab(self) -> dict[str, int]:
         vocab = dict(self._vocab)
@@ -646,40 +305,28 @@ class ElmoTokenizer(PreTrainedTokenizer):
             return super().convert_ids_to_tokens(int(ids))
         depth = _nesting_depth(ids)
         if depth <= 1:
-            flat = [int(i) for i in _to_numpy(ids).reshape(-1).tolist()]
+            flat = [int(i) for i in to_numpy(ids).reshape(-1).tolist()]
             return super().convert_ids_to_tokens(flat, skip_special_tokens=skip_special_tokens)
         if depth != 2:
             raise ValueError(f"convert_ids_to_tokens expects ids of one sequence, got {depth}-D input")
-        return self._rows_to_words(self._as_rows(ids), skip_special_tokens=skip_special_tokens)
+        return self._rows_to_words(as_rows(ids, width=self.characters.width), skip_special_tokens=skip_special_tokens)
 
     def save_vocabulary(self, save_directory: str, filename_prefix: str | None = None) -> tuple[str, ...]:
         # UTF-8 byte ids are fixed by the algorithm; only the vocabularies a tokenizer has need files.
+        prefix = f"{filename_prefix}-" if filename_prefix else ""
         paths = []
         if self._word_index is not None:
-            name = f"{filename_prefix}-{WORD_VOCABULARY_FILE}" if filename_prefix else WORD_VOCABULARY_FILE
-            paths.append(write_word_vocabulary(self.word_vocabulary, os.path.join(save_directory, name)))
-        if self.char_vocabulary is None:
-            return tuple(paths)
-        vocabularies = {
-            "char_vocab_file": self.char_vocabulary.chars,
-            "input_word_vocab_file": self.char_vocabulary.words,
-        }
-        for key, vocabulary in vocabularies.items():
-            if vocabulary is not None:
-                name = (filename_prefix + "-" if filename_prefix else "") + self.vocab_files_names[key]
-                path = os.path.join(save_directory, name)
-                with open(path, "w", encoding="utf-8") as file:
-                    json.dump(vocabulary, file, ensure_ascii=False, indent=0)
-                paths.append(path)
+            path = os.path.join(save_directory, prefix + WORD_VOCABULARY_FILE)
+            paths.append(write_word_vocabulary(self.word_vocabulary, path))
+        if self.char_vocabulary is not None:
+            for key, vocabulary in (
+                ("char_vocab_file", self.char_vocabulary.chars),
+                ("input_word_vocab_file", self.char_vocabulary.words),
+            ):
+                if vocabulary is not None:
+                    path = os.path.join(save_directory, prefix + self.vocab_files_names[key])
+                    paths.append(write_atomically(path, json.dumps(vocabulary, ensure_ascii=False, indent=0)))
         return tuple(paths)
-
-    @property
-    def _boundary_rows(self) -> tuple[np.ndarray, np.ndarray]:
-        """The `<S>` and `</S>` rows (`<bos>` / `<eos>` with a character vocabulary)."""
-        return self.char_vocabulary.boundary_rows if self.char_vocabulary else (BOS_WORD_IDS, EOS_WORD_IDS)
-
-    def _words_to_rows(self, words: Sequence[str]) -> np.ndarray:
-        return self.char_vocabulary.rows(words) if self.char_vocabulary else words_to_char_ids(words)
 
     # --- word vocabulary: targets of the language-model softmax -------------------------------------
 
@@ -711,19 +358,12 @@ class ElmoTokenizer(PreTrainedTokenizer):
     # --- word splitting -----------------------------------------------------------------------------
 
     def split_words(self, text: str) -> list[str]:
-        """Split raw text into Penn-Treebank-style words (see `PRE_TOKENIZER_PATTERN`).
+        """Split raw text into Penn-Treebank-style words (see `pre_tokenizer.PRE_TOKENIZER_PATTERN`).
 
         `"I don't think it's raining, is it?"` -> `["I", "do", "n't", "think", "it", "'s",
-        "raining", ",", "is", "it", "?"]`. Lone surrogates are dropped first: they cannot reach the
-        Rust pre-tokenizer and would vanish from the character ids anyway.
+        "raining", ",", "is", "it", "?"]`.
         """
-        if not isinstance(text, str):
-            raise TypeError(f"split_words expects a str, got {type(text).__name__}")
-        try:
-            pieces = self.pre_tokenizer.pre_tokenize_str(text)
-        except UnicodeEncodeError:
-            pieces = self.pre_tokenizer.pre_tokenize_str(text.encode("utf-8", "ignore").decode("utf-8"))
-        return [piece for piece, _ in pieces]
+        return split_words(self.pre_tokenizer, text)
 
     def tokenize(self, text: str, **kwargs) -> list[str]:
         """The words of `text` (`split_words`); added-token splitting does not apply to ELMo."""
@@ -746,7 +386,7 @@ class ElmoTokenizer(PreTrainedTokenizer):
         """`[<S> row] + rows + [</S> row]` for a list of 50-id rows."""
         if token_ids_1 is not None:
             raise ValueError("ElmoTokenizer does not support sequence pairs")
-        bos, eos = self._boundary_rows
+        bos, eos = self.characters.boundary_rows
         return [bos.tolist()] + [list(row) for row in token_ids_0] + [eos.tolist()]
 
     def get_special_tokens_mask(
@@ -755,7 +395,8 @@ class ElmoTokenizer(PreTrainedTokenizer):
         if token_ids_1 is not None:
             raise ValueError("ElmoTokenizer does not support sequence pairs")
         if already_has_special_tokens:
-            word_ids = _infer_word_ids(self._as_rows(token_ids_0), self._boundary_rows)
+            rows = as_rows(token_ids_0, width=self.characters.width)
+            word_ids = word_ids_from_rows(rows, self.characters.boundary_rows)
             return [0 if word is not None else 1 for word in word_ids]
         return [1] + [0] * len(token_ids_0) + [1]
 
@@ -828,7 +469,7 @@ class ElmoTokenizer(PreTrainedTokenizer):
         split_special_tokens: bool = False,
         **kwargs,
     ) -> ElmoBatchEncoding:
-        """Encode one sentence or a batch; see the class docstring for the output shapes."""
+        """Encode one sentence or a batch, all words of the batch at once; see the class docstring for the shapes."""
         if text_pair is not None:
             raise ValueError("ElmoTokenizer does not support sequence pairs (text_pair)")
         if return_overflowing_tokens:
@@ -857,25 +498,22 @@ class ElmoTokenizer(PreTrainedTokenizer):
                         sentences[index] = words[:budget]
 
         word_counts = np.array([len(words) for words in sentences], dtype=np.int64)
-        flat_words = [word for words in sentences for word in words]
         lengths = word_counts + n_special
-        flat_rows = self._words_to_rows(flat_words)
-        input_ids, attention_mask = self._assemble(
-            flat_rows, word_counts, add_special_tokens, padding_strategy, max_length, pad_to_multiple_of
-        )
-        positions = input_ids.shape[1]
-
-        data: dict[str, np.ndarray] = {"input_ids": input_ids}
-        if self.char_vocabulary is not None and self.char_vocabulary.words is not None:
-            vocabulary = self.char_vocabulary
-            data["input_word_ids"] = self._place(
-                vocabulary.word_ids(flat_words),
-                word_counts,
+        positions = self._target_length(lengths, padding_strategy, max_length, pad_to_multiple_of)
+        flat_words = [word for words in sentences for word in words]
+        characters = self.characters
+        frame = characters.boundary_rows if add_special_tokens else None
+        data = {"input_ids": pad_rows(characters.rows(flat_words), positions, frame=frame, lengths=word_counts)}
+        if characters.words is not None:
+            boundaries = characters.word_ids([characters.bos_token, characters.eos_token])
+            data["input_word_ids"] = pad_rows(
+                characters.word_ids(flat_words),
                 positions,
-                add_special_tokens,
-                vocabulary.words[VOCAB_PADDING],
-                vocabulary.word_ids([vocabulary.bos_token, vocabulary.eos_token]),
+                fill=characters.words[VOCAB_PADDING],
+                frame=tuple(boundaries) if add_special_tokens else None,
+                lengths=word_counts,
             )
+        attention_mask = (np.arange(positions)[None, :] < lengths[:, None]).astype(np.int64)
         if return_attention_mask is None:
             return_attention_mask = "attention_mask" in self.model_input_names
         if return_attention_mask:
@@ -883,8 +521,9 @@ class ElmoTokenizer(PreTrainedTokenizer):
         if return_token_type_ids:
             data["token_type_ids"] = np.zeros_like(attention_mask)
         if return_special_tokens_mask:
-            is_word = (np.arange(positions)[None, :] >= (1 if add_special_tokens else 0)) & (
-                np.arange(positions)[None, :] < (word_counts + (1 if add_special_tokens else 0))[:, None]
+            first = 1 if add_special_tokens else 0
+            is_word = (np.arange(positions)[None, :] >= first) & (
+                np.arange(positions)[None, :] < (word_counts + first)[:, None]
             )
             data["special_tokens_mask"] = (~is_word).astype(np.int64)
         if return_length:
@@ -894,41 +533,6 @@ class ElmoTokenizer(PreTrainedTokenizer):
         # Only unpadded output can have rows of different lengths.
         ragged = padding_strategy == PaddingStrategy.DO_NOT_PAD and bool(np.any(lengths != positions))
         return self._finish(data, lengths, ragged, batched, return_tensors, spans)
-
-    def _assemble(
-        self,
-        flat_rows: np.ndarray,
-        word_counts: np.ndarray,
-        add_special_tokens: bool,
-        padding_strategy: PaddingStrategy,
-        max_length: int | None,
-        pad_to_multiple_of: int | None,
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """Scatter the words' rows into a zero `(B, L, 50)` array; returns it and the `(B, L)` mask."""
-        n_special = 2 if add_special_tokens else 0
-        lengths = word_counts + n_special
-        positions = self._target_length(lengths, padding_strategy, max_length, pad_to_multiple_of)
-        input_ids = self._place(flat_rows, word_counts, positions, add_special_tokens, 0, self._boundary_rows)
-        attention_mask = (np.arange(positions)[None, :] < lengths[:, None]).astype(np.int64)
-        return input_ids, attention_mask
-
-    @staticmethod
-    def _place(
-        flat: np.ndarray, word_counts: np.ndarray, positions: int, add_special_tokens: bool, fill: int, boundaries
-    ) -> np.ndarray:
-        """Scatter per-word values `(n_words, ...)` into `(B, positions, ...)` filled with `fill`, after a first
-        boundary value and followed by the second when `add_special_tokens`."""
-        batch_size = len(word_counts)
-        placed = np.full((batch_size, positions, *flat.shape[1:]), fill, dtype=np.int64)
-        if flat.shape[0]:
-            sentence_of_word = np.repeat(np.arange(batch_size), word_counts)
-            starts = np.cumsum(word_counts) - word_counts
-            position_of_word = np.arange(flat.shape[0]) - np.repeat(starts, word_counts)
-            placed[sentence_of_word, position_of_word + (1 if add_special_tokens else 0)] = flat
-        if add_special_tokens and batch_size:
-            placed[:, 0] = boundaries[0]
-            placed[np.arange(batch_size), word_counts + 1] = boundaries[1]
-        return placed
 
     def _target_length(
         self,
@@ -962,7 +566,8 @@ class ElmoTokenizer(PreTrainedTokenizer):
         spans: list[tuple[int, int, int]] | None,
     ) -> ElmoBatchEncoding:
         """Convert `(B, L, ...)` arrays to the requested output type."""
-        sequence_keys = {"input_ids", "attention_mask", "token_type_ids", "special_tokens_mask", "input_word_ids"}
+        sequence_keys = {"input_ids", *_PER_POSITION}
+        boundary_rows = self.characters.boundary_rows
         if return_tensors is not None:
             if ragged:
                 raise ValueError(
@@ -976,7 +581,7 @@ class ElmoTokenizer(PreTrainedTokenizer):
                 data = {key: torch.from_numpy(np.ascontiguousarray(value)) for key, value in data.items()}
             elif tensor_type != TensorType.NUMPY:
                 raise ValueError(f"ElmoTokenizer supports return_tensors='pt' or 'np', got {return_tensors!r}")
-            return ElmoBatchEncoding(data, word_spans=spans, batched=True, boundary_rows=self._boundary_rows)
+            return ElmoBatchEncoding(data, word_spans=spans, batched=True, boundary_rows=boundary_rows)
 
         lists: dict[str, Any] = {}
         for key, value in data.items():
@@ -986,33 +591,9 @@ class ElmoTokenizer(PreTrainedTokenizer):
                 lists[key] = value.tolist()
         if not batched:
             lists = {key: value[0] for key, value in lists.items()}
-        return ElmoBatchEncoding(lists, word_spans=spans, batched=batched, boundary_rows=self._boundary_rows)
-
-    def _check_padding_side(self, padding_side: str | None) -> None:
-        if padding_side is not None and padding_side != "right":
-            raise ValueError(self._padding_side_error(padding_side))
+        return ElmoBatchEncoding(lists, word_spans=spans, batched=batched, boundary_rows=boundary_rows)
 
     # --- padding of already encoded examples --------------------------------------------------------
-
-    @staticmethod
-    def _as_rows(example: Any, key: str = "input_ids") -> np.ndarray:
-        """One example's ids as a `(T, 50)` int64 array."""
-        if isinstance(example, (list, tuple)) and len(example) == 0:
-            return np.zeros((0, MAX_WORD_LENGTH), dtype=np.int64)
-        try:
-            rows = _to_numpy(example)
-            if rows.dtype == object:
-                raise ValueError("ragged rows")
-            rows = rows.astype(np.int64, casting="unsafe")
-        except (ValueError, TypeError) as error:
-            raise ValueError(
-                f"`{key}` of an example must be a (positions, {MAX_WORD_LENGTH}) array of character ids: {error}"
-            ) from None
-        if rows.ndim != 2 or rows.shape[1] != MAX_WORD_LENGTH:
-            raise ValueError(
-                f"`{key}` of an example must have shape (positions, {MAX_WORD_LENGTH}), got {tuple(rows.shape)}"
-            )
-        return rows
 
     def pad(
         self,
@@ -1027,7 +608,7 @@ class ElmoTokenizer(PreTrainedTokenizer):
     ) -> ElmoBatchEncoding:
         """Pad encoded examples with 3-D `input_ids` (usable as a collate function).
 
-        Accepts a list of per-example dicts (each `input_ids` of shape `(T_i, 50)`, list / numpy /
+        Accepts a list of per-example dicts (each `input_ids` of shape `(T, 50)`, list / numpy /
         torch, with or without `attention_mask`), a dict of such lists, a dict holding one example
         (`(T, 50)`, padded and returned without a batch axis), or an already batched `(B, T, 50)`
         dict. Missing attention masks are derived from the ids (a position is real iff some id is
@@ -1071,51 +652,43 @@ class ElmoTokenizer(PreTrainedTokenizer):
             examples = {key: [value] for key, value in encoded_inputs.items()}
         else:
             raise ValueError(
-                f"`input_ids` must be one example of shape (positions, {MAX_WORD_LENGTH}) or a batch of them, "
+                f"`input_ids` must be one example of shape (positions, {self.characters.width}) or a batch of them, "
                 f"got a {depth}-D value"
             )
 
         padding_strategy, _, max_length, _ = self._get_padding_truncation_strategies(
             padding=padding, max_length=max_length, verbose=verbose
         )
-        rows = [self._as_rows(example) for example in examples["input_ids"]]
+        rows = [as_rows(example, width=self.characters.width) for example in examples["input_ids"]]
         batch_size = len(rows)
         for key, value in examples.items():
-            per_position = ("attention_mask", "token_type_ids", "special_tokens_mask", "input_word_ids")
-            if key in per_position and len(value) != batch_size:
+            if key in _PER_POSITION and len(value) != batch_size:
                 raise ValueError(f"Feature `{key}` has {len(value)} entries but there are {batch_size} examples")
         lengths = np.array([r.shape[0] for r in rows], dtype=np.int64)
         positions = self._target_length(lengths, padding_strategy, max_length, pad_to_multiple_of)
         ragged = padding_strategy == PaddingStrategy.DO_NOT_PAD and bool(np.any(lengths != positions))
-
-        data: dict[str, Any] = {}
-        ids = np.zeros((batch_size, positions, MAX_WORD_LENGTH), dtype=np.int64)
-        for index, r in enumerate(rows):
-            ids[index, : r.shape[0]] = r
-        data["input_ids"] = ids
+        data: dict[str, Any] = {"input_ids": pad_rows(rows, positions)}
 
         if return_attention_mask is None:
             return_attention_mask = "attention_mask" in self.model_input_names
         padded_with = {"attention_mask": 0, "token_type_ids": self.pad_token_type_id, "special_tokens_mask": 1}
-        if self.char_vocabulary is not None and self.char_vocabulary.words is not None:
-            padded_with["input_word_ids"] = self.char_vocabulary.words[VOCAB_PADDING]
+        if self.characters.words is not None:
+            padded_with["input_word_ids"] = self.characters.words[VOCAB_PADDING]
         for key, fill in padded_with.items():
             if key == "attention_mask" and not return_attention_mask:
                 continue
             if key not in examples:
                 if key == "attention_mask":
-                    data[key] = np.any(ids > 0, axis=2).astype(np.int64)
+                    data[key] = np.any(data["input_ids"] > 0, axis=2).astype(np.int64)
                 continue
-            values = np.full((batch_size, positions), fill, dtype=np.int64)
-            for index, value in enumerate(examples[key]):
-                value = _to_numpy(value).astype(np.int64).reshape(-1)
+            values = [to_numpy(value).astype(np.int64).reshape(-1) for value in examples[key]]
+            for index, value in enumerate(values):
                 if value.shape[0] != lengths[index]:
                     raise ValueError(
                         f"`{key}` of example {index} has {value.shape[0]} entries but its input_ids have "
                         f"{lengths[index]} positions"
                     )
-                values[index, : value.shape[0]] = value
-            data[key] = values
+            data[key] = pad_rows(values, positions, fill)
 
         extra = {key: value for key, value in examples.items() if key not in data and key not in padded_with}
         encoding = self._finish(data, lengths, ragged, batched, return_tensors, spans=None)
@@ -1129,9 +702,9 @@ class ElmoTokenizer(PreTrainedTokenizer):
             return value
         try:
             if _is_tensor_like(value):
-                array = _to_numpy(value)
+                array = to_numpy(value)
             elif isinstance(value, (list, tuple)) and value and all(_is_tensor_like(v) for v in value):
-                array = np.stack([_to_numpy(v) for v in value])
+                array = np.stack([to_numpy(v) for v in value])
             else:
                 array = np.asarray(value)
             if array.dtype == object:
@@ -1144,41 +717,19 @@ class ElmoTokenizer(PreTrainedTokenizer):
             return torch.from_numpy(np.ascontiguousarray(array))
         return array
 
-    def _pad(
-        self,
-        encoded_inputs: dict[str, Any],
-        max_length: int | None = None,
-        padding_strategy: PaddingStrategy = PaddingStrategy.DO_NOT_PAD,
-        pad_to_multiple_of: int | None = None,
-        padding_side: str | None = None,
-        return_attention_mask: bool | None = None,
-    ) -> dict:
-        """Pad one example (`input_ids` `(T, 50)`) with zero rows; returns python lists."""
-        encoding = self.pad(
-            dict(encoded_inputs),
-            padding=padding_strategy,
-            max_length=max_length,
-            pad_to_multiple_of=pad_to_multiple_of,
-            padding_side=padding_side,
-            return_attention_mask=return_attention_mask,
-        )
-        return {
-            key: (_to_numpy(value).tolist() if _is_tensor_like(value) else value) for key, value in encoding.items()
-        }
-
     # --- decoding -----------------------------------------------------------------------------------
 
     def _rows_to_words(self, rows: np.ndarray, skip_special_tokens: bool) -> list[str]:
+        boundary_rows = self.characters.boundary_rows
         words = []
         for row in rows:
             if not row.any():
                 if not skip_special_tokens:
                     words.append(self.pad_token)
                 continue
-            word = self.char_vocabulary.decode(row) if self.char_vocabulary else char_ids_to_word(row)
-            if skip_special_tokens and any(np.array_equal(row, boundary) for boundary in self._boundary_rows):
+            if skip_special_tokens and any(np.array_equal(row, boundary) for boundary in boundary_rows):
                 continue
-            words.append(word)
+            words.append(self.characters.decode(row))
         return words
 
     def decode(
@@ -1188,7 +739,7 @@ class ElmoTokenizer(PreTrainedTokenizer):
         clean_up_tokenization_spaces: bool | None = None,
         **kwargs,
     ) -> str | list[str]:
-        """Character ids back to space-joined words.
+        """Character ids back to space-joined words (`batch_decode` comes from the base class).
 
         Args:
             token_ids: `(T, 50)` ids of one sentence (list, numpy or torch) -> `str`; `(B, T, 50)`
@@ -1209,9 +760,9 @@ class ElmoTokenizer(PreTrainedTokenizer):
         if depth == 1:
             if len(token_ids) == 0:
                 return ""
-            token_ids = _to_numpy(token_ids).reshape(1, -1)
+            token_ids = to_numpy(token_ids).reshape(1, -1)
         elif depth != 2:
-            raise ValueError(f"decode expects (positions, {MAX_WORD_LENGTH}) character ids, got {depth}-D input")
+            raise ValueError(f"decode expects (positions, {self.characters.width}) character ids, got {depth}-D input")
         return self._decode(token_ids, skip_special_tokens, clean_up_tokenization_spaces)
 
     def _decode(
@@ -1221,20 +772,7 @@ class ElmoTokenizer(PreTrainedTokenizer):
         clean_up_tokenization_spaces: bool | None = None,
         **kwargs,
     ) -> str:
-        rows = self._as_rows(token_ids)
-        text = " ".join(self._rows_to_words(rows, skip_special_tokens))
+        text = " ".join(self._rows_to_words(as_rows(token_ids, width=self.characters.width), skip_special_tokens))
         if clean_up_tokenization_spaces is None:
             clean_up_tokenization_spaces = self.clean_up_tokenization_spaces
         return self.clean_up_tokenization(text) if clean_up_tokenization_spaces else text
-
-    def batch_decode(
-        self,
-        sequences: Any,
-        skip_special_tokens: bool = False,
-        clean_up_tokenization_spaces: bool | None = None,
-        **kwargs,
-    ) -> list[str]:
-        """Decode `(B, T, 50)` ids (or a list of `(T_i, 50)`) to `B` strings."""
-        if _nesting_depth(sequences) == 2:
-            sequences = [sequences]
-        return [self.decode(seq, skip_special_tokens, clean_up_tokenization_spaces, **kwargs) for seq in sequences]

@@ -14,102 +14,145 @@ scale and divided by `window` and `window ** 2` before they reach `Trainer`.
 Runs unchanged under `torchrun --nproc_per_node=N` and `accelerate launch` (DDP): `batch_size` is per process,
 and the loss is normalised by the number of targets over all processes, so N processes with batch b train
 like one process with batch N * b.
+
+The examples are windows of whole sentences, each from the start state (`data_bilm`). `stream=True` (`--stream`)
+trains the way bilm-tf did instead: every batch row reads one continuous stream of the (each epoch reshuffled)
+sentences in pieces of `window` positions, its LSTM state carried from batch to batch (`StreamTrainer`, data in
+`streams_bilm`); the carried states are saved with each checkpoint (one file per process) and restored by `resume`,
+and the saved model gets a warm start state estimated from the first 2,000 training sentences. On the bundled
+Shakespeare at equal wall-clock the windows gave the better model (README, "Warm start state"), so they stay the
+default.
 """
 
 import argparse
+import contextlib
 import dataclasses
+import itertools
 import json
 import math
 import os
-import sys
+import pickle
+import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import torch
 from transformers import Trainer, TrainerCallback, TrainingArguments, set_seed
-from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoint
+from transformers.trainer import TRAINER_STATE_NAME
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from .adagrad import Adagrad
-from .configuration_elmo import ELMO_PRESETS, ElmoConfig
-from .data_bilm import SPLIT_HELP, SPLITS, DataCollatorForBiLM, build_word_vocabulary, check_text_files, load_bilm_dataset
+from .configuration_elmo import ARCHITECTURE_FIELDS, ELMO_PRESETS, WEIGHT_FORMAT_FIELDS, ElmoConfig
+from .convert_original_elmo import config_from_options
+from .data_bilm import (
+    SPLIT_HELP,
+    SPLITS,
+    DataCollatorForBiLM,
+    build_word_vocabulary,
+    check_text_files,
+    iter_sentences,
+    load_bilm_dataset,
+)
+from .file_io import check_not_an_input, deferred_signals, read_json_object, write_atomically
 from .modeling_elmo import ElmoForBiLM
-from .tokenization_elmo import WORD_VOCABULARY_FILE, ElmoTokenizer, read_word_vocabulary
+from .streams_bilm import DataCollatorForBiLMStreams, StreamWindowDataset
+from .tokenization_elmo import ElmoTokenizer
+from .warm_state import estimate_warm_state
+from .word_vocabulary import WORD_VOCABULARY_FILE, WORD_VOCABULARY_SPECIALS, read_word_vocabulary
 
 OPTIONS_FILE = "bilm_training_options.json"
+STAGING_DIR = ".staging"
+"""Folder in the output folder where a checkpoint or the final model is written, then moved into place."""
+STREAM_STATE_FILE = "stream_state-{rank}.safetensors"
+"""The carried LSTM state of process `rank`'s rows, in every checkpoint of a `--stream` run."""
+# What a run leaves in its output folder before its first checkpoint (removed when it fails or is stopped; a new run
+# may start in a folder holding only these).
+LEFT_BEFORE_FIRST_CHECKPOINT = (OPTIONS_FILE, STAGING_DIR)
+# Files every checkpoint holds (besides the random state of each process), all read by --resume.
+CHECKPOINT_FILES = (
+    "config.json", "model.safetensors", "optimizer.pt", "scheduler.pt", TRAINER_STATE_NAME, WORD_VOCABULARY_FILE
+)
 # Options a resumed run may change: where things go, how often they are reported, how long to go on.
 RESUMABLE_CHANGES = {
     "output_dir", "resume", "data_cache_dir", "disable_progress_bar", "report_to", "logging_steps", "eval_steps",
     "save_steps", "save_total_limit", "dataloader_workers", "max_minutes", "max_steps", "epochs",
 }
 
-# Fields that define the network; a --config must agree with --init-from weights on all of them.
-# Fields of a checkpoint's config that say how its weights are to be read; taken from --init-from.
-WEIGHT_FORMAT_FIELDS = ("forget_bias", "char_vocabulary", "input_word_vocab_size", "input_word_dim")
-ARCHITECTURE_FIELDS = (
-    "char_embedding_dim",
-    "filters",
-    "n_highway",
-    "activation",
-    "n_characters",
-    "max_characters_per_token",
-    "cell_dim",
-    "projection_dim",
-    "num_layers",
-    "cell_clip",
-    "proj_clip",
-    "use_skip_connections",
-)
-
 OPTIMIZERS = ("adagrad", "adamw")
+
+
+def _option(default=dataclasses.MISSING, help: str = "", **argparse_options):
+    """A field of `BiLMTrainingOptions` with its command-line help: `HfArgumentParser` makes `--name` of each field,
+    with the field's type and default."""
+    metadata = {"help": help, **argparse_options}
+    if isinstance(default, list):
+        return field(default_factory=lambda: list(default), metadata=metadata)
+    return field(default=default, metadata=metadata)
 
 
 @dataclass
 class BiLMTrainingOptions:
-    """Everything `train_bilm` needs; the defaults are the original recipe (see the module docstring)."""
+    """Everything `train_bilm` needs, and the options of `hf-elmo train`; the defaults are the original recipe (see
+    the module docstring)."""
 
-    output_dir: str
-    train_files: list[str]
-    eval_files: list[str] = field(default_factory=list)
-    vocab: str | None = None
-    """Vocabulary file (one word per line, `<S>`, `</S>`, `<UNK>` first). Default: the `--init-from` model's, else
-    built from the training files with `min_count` and `max_vocab_size`."""
-    config: str | None = None
-    """`small`, `medium`, `original`, a config.json / folder, or a bilm-tf options.json. Default: the `--init-from`
-    model's, else `small`."""
-    init_from: str | None = None
-    """Folder of an `ElmoModel` (e.g. converted released weights) or `ElmoForBiLM` to continue from."""
-    resume: bool = False
-    split: str = "whitespace"
-    streaming: bool = False
-    data_cache_dir: str | None = None
-    """Where `datasets` keeps the packed windows (default: its cache, `HF_DATASETS_CACHE`)."""
-    min_count: int = 1
-    max_vocab_size: int | None = None
-    window: int = 20
-    batch_size: int = 128
-    gradient_accumulation_steps: int = 1
-    optimizer: str = "adagrad"
-    learning_rate: float = 0.2
-    adagrad_initial_accumulator: float = 1.0
-    max_grad_norm: float = 10.0
-    lr_scheduler: str = "constant"
-    warmup_steps: int = 0
-    dropout: float = 0.1
-    num_softmax_samples: int = 8192
-    epochs: float = 10.0
-    max_steps: int = -1
-    logging_steps: int = 100
-    eval_steps: int = 1250
-    save_steps: int = 1250
-    save_total_limit: int = 2
-    max_minutes: float | None = None
-    """Stop (and save) after this many minutes of training, whatever the step count."""
-    seed: int = 42
-    bf16: bool = False
-    dataloader_workers: int = 0
-    report_to: str = "none"
-    disable_progress_bar: bool = False
+    # data
+    output_dir: str = _option(help="folder of the run: checkpoints, then the trained biLM")
+    train_files: list[str] = _option(help="text files, one sentence per line")
+    eval_files: list[str] = _option([], help="held-out text files for periodic perplexity")
+    vocab: str | None = _option(
+        None,
+        help="vocabulary file (one word per line, <S>, </S>, <UNK> first); default: the --init-from model's, else "
+        "built from the training files with --min-count and --max-vocab-size",
+    )
+    min_count: int = _option(1, help="when building the vocabulary: keep words seen at least this often")
+    max_vocab_size: int | None = _option(None, help="when building the vocabulary: at most this many entries")
+    split: str = _option("whitespace", help=SPLIT_HELP, choices=SPLITS)
+    window: int = _option(20, help="positions per example, <S> and </S> included; with --stream, positions per piece")
+    stream: bool = _option(
+        False,
+        help="train the way the original did: every batch row reads one continuous stream of sentences in pieces of "
+        "--window positions, its LSTM state carried from batch to batch (the saved model gets a warm start state "
+        "estimated from the training text); default: windows of whole sentences, each from the start state",
+    )
+    streaming: bool = _option(False, help="read the corpus lazily (needs --max-steps)")
+    data_cache_dir: str | None = _option(
+        None, help="where the datasets library keeps the packed windows (default: its cache, HF_DATASETS_CACHE)"
+    )
+    # model
+    config: str | None = _option(
+        None,
+        help=f"{'|'.join(ELMO_PRESETS)}|PATH (config.json, model folder or bilm-tf options.json); default: the "
+        "--init-from model's, else small",
+    )
+    init_from: str | None = _option(
+        None, help="folder of an ElmoModel (e.g. converted released weights) or ElmoForBiLM to continue from"
+    )
+    dropout: float = _option(0.1)
+    num_softmax_samples: int = _option(8192, help="negatives of the sampled softmax; 0: full softmax")
+    # optimisation
+    resume: bool = _option(False, help="continue from the last checkpoint in --output-dir")
+    batch_size: int = _option(128, help="windows per process and step")
+    gradient_accumulation_steps: int = _option(1)
+    optimizer: str = _option("adagrad", choices=OPTIMIZERS)
+    learning_rate: float = _option(0.2)
+    adagrad_initial_accumulator: float = _option(1.0)
+    max_grad_norm: float = _option(10.0, help="global norm clip of the gradient of window x loss, as in the original")
+    lr_scheduler: str = _option("constant", help="a transformers scheduler name")
+    warmup_steps: int = _option(0)
+    epochs: float = _option(10.0)
+    max_steps: int = _option(-1, help="overrides --epochs when > 0")
+    logging_steps: int = _option(100)
+    eval_steps: int = _option(1250)
+    save_steps: int = _option(1250)
+    save_total_limit: int = _option(2)
+    max_minutes: float | None = _option(None, help="stop (and save) after this many minutes of training")
+    seed: int = _option(42)
+    bf16: bool = _option(False, help="bfloat16 autocast (GPU, or CPU)")
+    dataloader_workers: int = _option(0)
+    report_to: str = _option("none", help="none, tensorboard, wandb, ...")
+    disable_progress_bar: bool = _option(False)
 
     def __post_init__(self):
         if isinstance(self.train_files, (str, os.PathLike)):
@@ -123,11 +166,37 @@ class BiLMTrainingOptions:
             raise ValueError(f"split must be one of {SPLITS}, got {self.split!r}.")
         if self.optimizer not in OPTIMIZERS:
             raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {self.optimizer!r}.")
+        if self.stream and self.streaming:
+            raise ValueError(
+                "--stream (continuous streams per batch row) reads the training text into memory; it cannot be "
+                "combined with --streaming (lazy reading)."
+            )
         if self.streaming and self.max_steps <= 0:
             raise ValueError("Streaming data has no known length: give max_steps (--max-steps) as well.")
-        for name in ("batch_size", "gradient_accumulation_steps", "logging_steps", "eval_steps", "save_steps"):
+        at_least_one = ("batch_size", "gradient_accumulation_steps", "logging_steps", "eval_steps", "save_steps")
+        for name in (*at_least_one, "min_count"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}.")
+        for name in ("warmup_steps", "num_softmax_samples", "dataloader_workers"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}.")
+        for field_ in dataclasses.fields(self):
+            value = getattr(self, field_.name)
+            if isinstance(value, float) and not math.isfinite(value):
+                raise ValueError(f"{field_.name} must be a finite number, got {value}.")
+        for name in ("learning_rate", "max_grad_norm"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be > 0, got {getattr(self, name)}.")
+        if self.adagrad_initial_accumulator < 0:
+            raise ValueError(f"adagrad_initial_accumulator must be >= 0, got {self.adagrad_initial_accumulator}.")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {self.dropout}.")
+        if self.window < 3:
+            raise ValueError(f"window must be >= 3 positions (<S>, one word, </S>), got {self.window}.")
+        if self.max_steps <= 0 and self.epochs <= 0:
+            raise ValueError(f"epochs must be > 0 (or max_steps given), got {self.epochs}: nothing would be trained.")
+        if self.max_minutes is not None and self.max_minutes <= 0:
+            raise ValueError(f"max_minutes must be > 0, got {self.max_minutes}.")
 
 
 def _log(message: str):
@@ -152,8 +221,6 @@ def load_config(spec: str) -> ElmoConfig:
     except (json.JSONDecodeError, UnicodeDecodeError) as error:
         raise ValueError(f"--config {spec!r} is not a JSON file: {error}.") from None
     if "lstm" in values and "char_cnn" in values:
-        from .convert_original_elmo import config_from_options
-
         return config_from_options(values, source=str(path))
     return ElmoConfig.from_json_file(path)
 
@@ -171,12 +238,14 @@ def _check_same_architecture(config: ElmoConfig, checkpoint: ElmoConfig, config_
 
 
 def _prepare_output_dir(options: BiLMTrainingOptions) -> Path:
-    output_dir = Path(options.output_dir)
+    config_file = options.config if options.config not in ELMO_PRESETS else None
+    inputs = [*options.train_files, *options.eval_files, options.vocab, config_file, options.init_from]
+    output_dir = check_not_an_input(options.output_dir, inputs)
     saved = output_dir / OPTIONS_FILE
     if options.resume:
-        if not saved.is_file() or get_last_checkpoint(output_dir) is None:
+        if not saved.is_file() or not _checkpoints(output_dir):
             raise ValueError(f"--resume: {output_dir} holds no checkpoint of an earlier run to continue from.")
-        earlier = json.loads(saved.read_text(encoding="utf-8"))
+        earlier = read_json_object(saved, "options file of the earlier run")
         current = dataclasses.asdict(options)
         different = [
             f"{k}: was {earlier.get(k)!r}, now {v!r}"
@@ -187,11 +256,63 @@ def _prepare_output_dir(options: BiLMTrainingOptions) -> Path:
             raise ValueError(
                 f"--resume must repeat the options of the run in {output_dir}; changed: " + "; ".join(different)
             )
-    elif output_dir.exists() and any(output_dir.iterdir()):
+    elif output_dir.exists() and {p.name for p in output_dir.iterdir()} - set(LEFT_BEFORE_FIRST_CHECKPOINT):
         raise ValueError(
             f"Output folder {output_dir} is not empty: pass --resume to continue the run in it, or choose another folder."
         )
     return output_dir
+
+
+def _checkpoint_problems(checkpoint: Path, world_size: int, stream: bool = False) -> list[str]:
+    """What a resume from `checkpoint` would lack: missing files, or a trainer state that cannot be read."""
+    rng_files = [f"rng_state_{rank}.pth" for rank in range(world_size)] if world_size > 1 else ["rng_state.pth"]
+    rng_files += [STREAM_STATE_FILE.format(rank=rank) for rank in range(world_size)] if stream else []
+    problems = [f"no {name}" for name in (*CHECKPOINT_FILES, *rng_files) if not (checkpoint / name).is_file()]
+    if not problems:
+        try:
+            json.loads((checkpoint / TRAINER_STATE_NAME).read_text(encoding="utf-8"))["global_step"]
+        except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as error:
+            problems.append(f"unreadable {TRAINER_STATE_NAME} ({error})")
+    return problems
+
+
+def _checkpoints(output_dir: Path) -> list[Path]:
+    """The `checkpoint-N` folders of a run, by step."""
+    found = [p for p in output_dir.glob(f"{PREFIX_CHECKPOINT_DIR}-*") if p.is_dir() and p.name.split("-")[-1].isdigit()]
+    return sorted(found, key=lambda p: int(p.name.split("-")[-1]))
+
+
+def _last_complete_checkpoint(output_dir: Path, world_size: int, stream: bool = False) -> Path:
+    """The checkpoint --resume continues from: the last one holding everything a resume reads; later incomplete ones
+    (written by an older version, or damaged since) are named in the log and left alone."""
+    skipped = []
+    for checkpoint in reversed(_checkpoints(output_dir)):
+        problems = _checkpoint_problems(checkpoint, world_size, stream)
+        if not problems:
+            if skipped:
+                _log(f"--resume: continuing from {checkpoint.name}; skipped incomplete " + "; ".join(skipped) + ".")
+            return checkpoint
+        skipped.append(f"{checkpoint.name} ({', '.join(problems)})")
+    raise ValueError(
+        f"--resume: {output_dir} holds no complete checkpoint of an earlier run to continue from"
+        + (f" (incomplete: {'; '.join(skipped)})" if skipped else "")
+        + "."
+    )
+
+
+def _remove_run_leftovers(output_dir: Path, created: bool):
+    """After a run failed or was stopped before its first checkpoint: remove what it wrote, so that the same command
+    can simply be run again."""
+    if _checkpoints(output_dir):
+        return
+    for name in LEFT_BEFORE_FIRST_CHECKPOINT:
+        path = output_dir / name
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        elif path.is_file():
+            path.unlink()
+    if created and output_dir.is_dir() and not any(output_dir.iterdir()):
+        output_dir.rmdir()
 
 
 def _tokenizer_and_config(options: BiLMTrainingOptions) -> tuple[ElmoTokenizer, ElmoConfig]:
@@ -214,7 +335,7 @@ def _tokenizer_and_config(options: BiLMTrainingOptions) -> tuple[ElmoTokenizer, 
     else:
         config = checkpoint_config if checkpoint_config is not None else ElmoConfig.from_preset("small")
 
-    tokenizer = ElmoTokenizer()
+    tokenizer = ElmoTokenizer(max_characters_per_token=config.max_characters_per_token)
     checkpoint_words = None
     if options.init_from is not None and (Path(options.init_from) / WORD_VOCABULARY_FILE).is_file():
         checkpoint_words = read_word_vocabulary(Path(options.init_from) / WORD_VOCABULARY_FILE)
@@ -227,8 +348,10 @@ def _tokenizer_and_config(options: BiLMTrainingOptions) -> tuple[ElmoTokenizer, 
         words = build_word_vocabulary(
             options.train_files, options.split, tokenizer, options.min_count, options.max_vocab_size
         )
-        source = f"built from the training files with min count {options.min_count}"
+        source = "built"
     tokenizer.set_word_vocabulary(words)
+    if source == "built":
+        source = f"built from the training files with min count {options.min_count}"
 
     if checkpoint_config is not None and checkpoint_config.vocab_size:
         if checkpoint_config.vocab_size != len(words):
@@ -241,12 +364,46 @@ def _tokenizer_and_config(options: BiLMTrainingOptions) -> tuple[ElmoTokenizer, 
                 f"The vocabulary ({source}) lists other words than the one of --init-from {options.init_from}, whose "
                 "softmax rows belong to its own words; use the checkpoint's vocab.txt."
             )
+    if source != "built" and 0 < options.num_softmax_samples < len(words):
+        _check_frequency_order(words, options, source)
     config.vocab_size = len(words)
     config.dropout = options.dropout
     config.num_softmax_samples = options.num_softmax_samples
     config.validate_architecture()
     _log(f"Word vocabulary: {len(words):,} words, {source}.")
     return tokenizer, config
+
+
+ORDER_SAMPLE_LINES = 100_000
+
+
+def _check_frequency_order(words: list[str], options: BiLMTrainingOptions, source: str):
+    """The sampled softmax draws word ids log-uniformly, i.e. as if id order were frequency order: a vocabulary in
+    another order (alphabetical, shuffled) trains with badly wrong negatives. Refused when the ids and the word counts
+    of the first lines of the training files are not clearly anti-correlated (a sorted vocabulary gives about -1, also
+    one sorted on another corpus of the language; alphabetical or shuffled ones about 0)."""
+    index = {word: i for i, word in enumerate(words)}
+    counts = np.zeros(len(words))
+    lines = itertools.islice(iter_sentences(options.train_files, options.split, ElmoTokenizer()), ORDER_SAMPLE_LINES)
+    for sentence in lines:
+        for word in sentence:
+            if word in index:
+                counts[index[word]] += 1
+    counts = counts[len(WORD_VOCABULARY_SPECIALS) :]
+    if counts.size < 3 or counts.min() == counts.max():
+        return
+    ranks = np.empty(counts.size)
+    ranks[np.argsort(counts, kind="stable")] = np.arange(counts.size)
+    values, inverse = np.unique(counts, return_inverse=True)
+    ranks = (np.bincount(inverse, ranks) / np.bincount(inverse))[inverse]  # ties share their mean rank
+    correlation = float(np.corrcoef(np.arange(counts.size), ranks)[0, 1])
+    if correlation > -0.2:
+        raise ValueError(
+            f"The vocabulary ({source}) is not ordered by frequency: the rank correlation of word id and count in the "
+            f"first lines of the training files is {correlation:+.2f} (about -1 when sorted). The sampled softmax "
+            "draws ids as if they were: sort the words, most frequent first (hf-elmo vocab does), or train with the "
+            "full softmax (--num-softmax-samples 0)."
+        )
 
 
 def _build_model(options: BiLMTrainingOptions, config: ElmoConfig) -> ElmoForBiLM:
@@ -292,25 +449,62 @@ class TimeLimitCallback(TrainerCallback):
             control.should_save = True
 
 
-class SaveTokenizerCallback(TrainerCallback):
-    """Writes the tokenizer (with its word vocabulary) into every checkpoint, so each one is a complete model folder.
+class ElmoTrainer(Trainer):
+    """`Trainer` that also reports exact (token-weighted) forward, backward and mean perplexity when evaluating, and
+    writes each checkpoint into a staging folder renamed when complete (tokenizer included, so that every checkpoint
+    is a complete model folder), so that an interrupted save leaves the earlier checkpoints as they were.
 
-    Not `Trainer(processing_class=...)`: that copies the tokenizer's character-level special ids into the config,
+    The tokenizer is not `Trainer(processing_class=...)`: that copies its character-level special ids into the config,
     where they would be read as word ids.
     """
 
-    def __init__(self, tokenizer: ElmoTokenizer):
-        self.tokenizer = tokenizer
-
-    def on_save(self, args, state, control, **kwargs):
-        if state.is_world_process_zero:
-            self.tokenizer.save_pretrained(Path(args.output_dir) / f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}")
-
-
-class ElmoTrainer(Trainer):
-    """`Trainer` that also reports exact (token-weighted) forward, backward and mean perplexity when evaluating."""
-
     _direction_sums: torch.Tensor | None = None
+    _staging: str | None = None
+
+    def __init__(self, *args, word_tokenizer: ElmoTokenizer | None = None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.word_tokenizer = word_tokenizer
+
+    def _get_output_dir(self, trial) -> str:
+        return self._staging or super()._get_output_dir(trial)
+
+    def _save_checkpoint(self, model, trial):
+        run_dir = Path(self._get_output_dir(trial))
+        name = f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
+        staging = run_dir / STAGING_DIR
+        if self.args.should_save and staging.exists():
+            shutil.rmtree(staging)
+        self.accelerator.wait_for_everyone()
+        self._staging = str(staging)
+        try:
+            super()._save_checkpoint(model, trial)  # into staging/name; every process adds its random state
+            if self.args.should_save and self.word_tokenizer is not None:
+                self.word_tokenizer.save_pretrained(staging / name)
+            self.accelerator.wait_for_everyone()
+            if self.args.should_save:
+                with deferred_signals():
+                    if (run_dir / name).exists():  # an incomplete one, from before a resume that skipped it
+                        shutil.rmtree(run_dir / name)
+                    (staging / name).rename(run_dir / name)
+                limit = self.args.save_total_limit
+                for old in _checkpoints(run_dir)[: -limit if limit and limit > 0 else 0]:
+                    shutil.rmtree(old)
+        finally:
+            self._staging = None
+            if self.args.should_save:
+                shutil.rmtree(staging, ignore_errors=True)
+
+    def _load_from_checkpoint(self, resume_from_checkpoint, model=None):
+        with _one_line_load_errors(resume_from_checkpoint, "model weights"):
+            super()._load_from_checkpoint(resume_from_checkpoint, model)
+
+    def _load_optimizer_and_scheduler(self, checkpoint):
+        with _one_line_load_errors(checkpoint, "optimizer or scheduler state"):
+            super()._load_optimizer_and_scheduler(checkpoint)
+
+    def _load_rng_state(self, checkpoint):
+        with _one_line_load_errors(checkpoint, "random state"):
+            super()._load_rng_state(checkpoint)
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         loss, outputs = super().compute_loss(model, inputs, return_outputs=True, num_items_in_batch=num_items_in_batch)
@@ -340,7 +534,59 @@ class ElmoTrainer(Trainer):
         return output
 
 
+@contextlib.contextmanager
+def _one_line_load_errors(checkpoint, what: str):
+    """A checkpoint file that cannot be read (damaged, tampered with: torch refuses unsafe pickles) as one line."""
+    try:
+        yield
+    except (pickle.UnpicklingError, EOFError, RuntimeError, OSError, KeyError, ValueError) as error:
+        message = " ".join(str(error).split())[:300] or type(error).__name__
+        raise ValueError(f"--resume: {checkpoint}: cannot read the {what} ({message}).") from None
+
+
+
+class StreamTrainer(ElmoTrainer):
+    """`ElmoTrainer` for `StreamWindowDataset` batches: each process carries its rows' LSTM state from batch to batch
+    (detached, as bilm-tf feeds it), and saves it with every checkpoint so that `--resume` continues the streams."""
+
+    carried: tuple[torch.Tensor, torch.Tensor] | None = None
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        if not model.training:  # evaluation runs windows from the model's start state
+            return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+        inputs = {**inputs, "state": self.carried, "use_cache": True}
+        loss, outputs = super().compute_loss(model, inputs, return_outputs=True, num_items_in_batch=num_items_in_batch)
+        self.carried = tuple(t.detach() for t in outputs.state)
+        return (loss, outputs) if return_outputs else loss
+
+    def _save_rng_state(self, output_dir: str):
+        super()._save_rng_state(output_dir)
+        if self.carried is not None:
+            from safetensors.torch import save_file
+
+            hidden, memory = (t.contiguous().cpu() for t in self.carried)
+            path = Path(output_dir) / STREAM_STATE_FILE.format(rank=self.args.process_index)
+            save_file({"hidden": hidden, "memory": memory}, path)
+
+    def load_carried_state(self, checkpoint: str | os.PathLike):
+        """Restores this process's carried state from `checkpoint` (a folder `_save_rng_state` wrote into)."""
+        from safetensors.torch import load_file
+
+        files = sorted(Path(checkpoint).glob(STREAM_STATE_FILE.format(rank="*")))
+        path = Path(checkpoint) / STREAM_STATE_FILE.format(rank=self.args.process_index)
+        if len(files) != self.args.world_size or not path.is_file():
+            raise ValueError(
+                f"--resume: {checkpoint} holds the stream states of {len(files)} processes, this run has "
+                f"{self.args.world_size}; resume --stream runs with the same number of processes."
+            )
+        with _one_line_load_errors(checkpoint, "stream state"):
+            state = load_file(path)
+        self.carried = (state["hidden"].to(self.args.device), state["memory"].to(self.args.device))
+
+
 def _training_arguments(options: BiLMTrainingOptions, has_eval: bool) -> TrainingArguments:
+    # Streams are one pass holding every epoch (StreamWindowDataset), read in order.
+    stream = {"train_sampling_strategy": "sequential"} if options.stream else {}
     return TrainingArguments(
         output_dir=options.output_dir,
         per_device_train_batch_size=options.batch_size,
@@ -350,7 +596,7 @@ def _training_arguments(options: BiLMTrainingOptions, has_eval: bool) -> Trainin
         lr_scheduler_type=options.lr_scheduler,
         warmup_steps=options.warmup_steps,
         max_grad_norm=options.max_grad_norm / options.window,
-        num_train_epochs=options.epochs,
+        num_train_epochs=1 if options.stream else options.epochs,
         max_steps=options.max_steps,
         logging_steps=options.logging_steps,
         eval_strategy="steps" if has_eval else "no",
@@ -372,6 +618,7 @@ def _training_arguments(options: BiLMTrainingOptions, has_eval: bool) -> Trainin
         logging_nan_inf_filter=False,
         ddp_find_unused_parameters=False,
         disable_tqdm=options.disable_progress_bar,
+        **stream,
     )
 
 
@@ -379,22 +626,47 @@ def train_bilm(options: BiLMTrainingOptions | None = None, **kwargs) -> dict:
     """Train an `ElmoForBiLM` and save it (safetensors, tokenizer with its vocabulary, remote code) to `output_dir`.
 
     Call with a `BiLMTrainingOptions` or with its fields as keyword arguments. All inputs are checked before
-    training starts. Returns the final metrics: `train_loss` and, with evaluation files, `eval_forward_perplexity`,
-    `eval_backward_perplexity`, `eval_perplexity` (their geometric mean).
+    training starts. Returns the final metrics: `train_loss`, `train_runtime` (seconds), `steps` and, with evaluation
+    files, `eval_forward_perplexity`, `eval_backward_perplexity`, `eval_perplexity` (their geometric mean).
     """
     options = options if options is not None else BiLMTrainingOptions(**kwargs)
     output_dir = _prepare_output_dir(options)
+    created = not output_dir.exists()
     check_text_files(options.train_files, "training")
     if options.eval_files:
         check_text_files(options.eval_files, "evaluation")
     tokenizer, config = _tokenizer_and_config(options)
 
     args = _training_arguments(options, has_eval=bool(options.eval_files))
+    resume_from = _last_complete_checkpoint(output_dir, args.world_size, options.stream) if options.resume else None
+    try:
+        return _train(options, output_dir, tokenizer, config, args, resume_from)
+    except BaseException:
+        if args.process_index == 0:
+            shutil.rmtree(output_dir / STAGING_DIR, ignore_errors=True)
+            if not options.resume:
+                _remove_run_leftovers(output_dir, created)
+        raise
+
+
+def _train(options, output_dir, tokenizer, config, args, resume_from) -> dict:
+    model = _build_model(options, config)  # before the data: --init-from problems are found before any work
     cache_dir = options.data_cache_dir
     with args.main_process_first(desc="preparing the data"):
-        train_dataset = load_bilm_dataset(
-            options.train_files, tokenizer, options.window, options.split, options.streaming, cache_dir, "training"
-        )
+        if options.stream:
+            train_dataset = StreamWindowDataset(
+                list(iter_sentences(options.train_files, options.split, tokenizer)),
+                tokenizer,
+                rows=options.batch_size * args.world_size,
+                window=options.window,
+                seed=options.seed,
+                epochs=options.epochs,
+                steps=options.max_steps * options.gradient_accumulation_steps if options.max_steps > 0 else None,
+            )
+        else:
+            train_dataset = load_bilm_dataset(
+                options.train_files, tokenizer, options.window, options.split, options.streaming, cache_dir, "training"
+            )
         eval_dataset = None
         if options.eval_files:
             eval_dataset = load_bilm_dataset(
@@ -403,18 +675,20 @@ def train_bilm(options: BiLMTrainingOptions | None = None, **kwargs) -> dict:
     if options.streaming:
         train_dataset = train_dataset.shuffle(seed=options.seed, buffer_size=10_000)
 
-    model = _build_model(options, config)
     if args.process_index == 0 and not options.resume:
         # What --resume checks: a resumed run must be the same run.
         output_dir.mkdir(parents=True, exist_ok=True)
-        (output_dir / OPTIONS_FILE).write_text(json.dumps(dataclasses.asdict(options), indent=2) + "\n")
+        write_atomically(output_dir / OPTIONS_FILE, json.dumps(dataclasses.asdict(options), indent=2) + "\n")
     softmax = "full softmax"
     if model.uses_sampled_softmax():
         softmax = f"sampled softmax ({config.num_softmax_samples} negatives)"
-    _log(
-        f"ElmoForBiLM: {sum(p.numel() for p in model.parameters()):,} parameters, {softmax} in training; "
-        f"windows of {options.window} positions, batch {options.batch_size} per process."
-    )
+    layout = f"windows of {options.window} positions, batch {options.batch_size} per process"
+    if options.stream:
+        layout = (
+            f"{options.batch_size} continuous streams per process in pieces of {options.window} positions, "
+            f"{train_dataset.steps_per_epoch:,} steps per epoch"
+        )
+    _log(f"ElmoForBiLM: {sum(p.numel() for p in model.parameters()):,} parameters, {softmax} in training; {layout}.")
 
     optimizer = None
     if options.optimizer == "adagrad":
@@ -425,21 +699,43 @@ def train_bilm(options: BiLMTrainingOptions | None = None, **kwargs) -> dict:
                 "initial_accumulator_value": options.adagrad_initial_accumulator / options.window**2,
             },
         )
-    trainer = ElmoTrainer(
+    trainer = (StreamTrainer if options.stream else ElmoTrainer)(
         model=model,
         args=args,
-        data_collator=DataCollatorForBiLM(),
+        data_collator=DataCollatorForBiLMStreams() if options.stream else DataCollatorForBiLM(),
         train_dataset=train_dataset,
         eval_dataset=eval_dataset,
         optimizer_cls_and_kwargs=optimizer,
-        callbacks=[SaveTokenizerCallback(tokenizer)]
-        + ([TimeLimitCallback(options.max_minutes)] if options.max_minutes else []),
+        callbacks=[TimeLimitCallback(options.max_minutes)] if options.max_minutes else [],
+        word_tokenizer=tokenizer,
     )
-    result = trainer.train(resume_from_checkpoint=True if options.resume else None)
-    trainer.save_model(options.output_dir)
+    if options.stream and resume_from is not None:
+        trainer.load_carried_state(resume_from)
+    result = trainer.train(resume_from_checkpoint=None if resume_from is None else str(resume_from))
+    if options.stream:
+        # Trained on carried states, the model starts best from a warm state, not from zeros.
+        sentences = list(itertools.islice(iter_sentences(options.train_files, options.split, tokenizer), 2000))
+        model.elmo.set_warm_state(estimate_warm_state(model.elmo, sentences, tokenizer))
+        _log(f"Warm start state estimated from the first {len(sentences):,} training sentences.")
+    # The final model, like each checkpoint, is written aside and moved into place when complete.
+    staging = output_dir / STAGING_DIR
     if trainer.is_world_process_zero():
-        tokenizer.save_pretrained(output_dir)
-    metrics = {"train_loss": result.training_loss}
+        shutil.rmtree(staging, ignore_errors=True)  # what an interrupted save may have left
+    trainer.accelerator.wait_for_everyone()
+    trainer.save_model(str(staging))
+    if trainer.is_world_process_zero():
+        tokenizer.save_pretrained(staging)
+    trainer.accelerator.wait_for_everyone()
+    if trainer.is_world_process_zero():
+        with deferred_signals():
+            for path in staging.iterdir():
+                os.replace(path, output_dir / path.name)
+        staging.rmdir()
+    metrics = {
+        "train_loss": result.training_loss,
+        "train_runtime": result.metrics["train_runtime"],
+        "steps": result.global_step,
+    }
     if eval_dataset is not None:
         last = trainer.state.log_history[-2] if len(trainer.state.log_history) > 1 else {}
         just_evaluated = "eval_perplexity" in last and last.get("step") == trainer.state.global_step
@@ -452,62 +748,13 @@ def train_bilm(options: BiLMTrainingOptions | None = None, **kwargs) -> dict:
     return metrics
 
 
-def add_arguments(parser: argparse.ArgumentParser):
-    defaults = BiLMTrainingOptions(output_dir="", train_files=[])
-    data = parser.add_argument_group("data")
-    data.add_argument("--train-files", nargs="+", required=True, help="text files, one sentence per line")
-    data.add_argument("--eval-files", nargs="+", default=[], help="held-out text files for periodic perplexity")
-    data.add_argument("--vocab", help="vocabulary file (default: --init-from's, else built from --train-files)")
-    data.add_argument("--min-count", type=int, default=defaults.min_count, help="when building the vocabulary")
-    data.add_argument("--max-vocab-size", type=int, help="when building the vocabulary (specials included)")
-    data.add_argument("--split", choices=SPLITS, default=defaults.split, help=SPLIT_HELP)
-    data.add_argument("--window", type=int, default=defaults.window, help="positions per example, <S> and </S> included")
-    data.add_argument("--streaming", action="store_true", help="read the corpus lazily (needs --max-steps)")
-    data.add_argument("--data-cache-dir", help="where the datasets library keeps the packed windows")
-
-    model = parser.add_argument_group("model")
-    model.add_argument(
-        "--config", help=f"{'|'.join(ELMO_PRESETS)}|PATH (config.json, model folder or bilm-tf options.json)"
-    )
-    model.add_argument("--init-from", help="model folder to continue from (e.g. converted released weights)")
-    model.add_argument("--dropout", type=float, default=defaults.dropout)
-    model.add_argument("--num-softmax-samples", type=int, default=defaults.num_softmax_samples,
-                       help="negatives of the sampled softmax; 0: full softmax")
-
-    run = parser.add_argument_group("optimisation (defaults: the original recipe)")
-    run.add_argument("--output-dir", required=True)
-    run.add_argument("--resume", action="store_true", help="continue from the last checkpoint in --output-dir")
-    run.add_argument("--batch-size", type=int, default=defaults.batch_size, help="windows per process and step")
-    run.add_argument("--gradient-accumulation-steps", type=int, default=defaults.gradient_accumulation_steps)
-    run.add_argument("--optimizer", choices=OPTIMIZERS, default=defaults.optimizer)
-    run.add_argument("--learning-rate", type=float, default=defaults.learning_rate)
-    run.add_argument("--adagrad-initial-accumulator", type=float, default=defaults.adagrad_initial_accumulator)
-    run.add_argument("--max-grad-norm", type=float, default=defaults.max_grad_norm,
-                     help="global norm clip of the gradient of window x loss, as in the original")
-    run.add_argument("--lr-scheduler", default=defaults.lr_scheduler, help="a transformers scheduler name")
-    run.add_argument("--warmup-steps", type=int, default=defaults.warmup_steps)
-    run.add_argument("--epochs", type=float, default=defaults.epochs)
-    run.add_argument("--max-steps", type=int, default=defaults.max_steps, help="overrides --epochs when > 0")
-    run.add_argument("--logging-steps", type=int, default=defaults.logging_steps)
-    run.add_argument("--eval-steps", type=int, default=defaults.eval_steps)
-    run.add_argument("--save-steps", type=int, default=defaults.save_steps)
-    run.add_argument("--save-total-limit", type=int, default=defaults.save_total_limit)
-    run.add_argument("--max-minutes", type=float, help="stop (and save) after this many minutes of training")
-    run.add_argument("--seed", type=int, default=defaults.seed)
-    run.add_argument("--bf16", action="store_true", help="bfloat16 autocast (GPU, or CPU)")
-    run.add_argument("--dataloader-workers", type=int, default=defaults.dataloader_workers)
-    run.add_argument("--report-to", default=defaults.report_to, help="none, tensorboard, wandb, ...")
-    run.add_argument("--disable-progress-bar", action="store_true")
+COMMAND_OPTIONS = BiLMTrainingOptions
+"""`hf-elmo train` takes the fields of this dataclass as its options (`cli` builds them with `HfArgumentParser`)."""
 
 
 def run(args: argparse.Namespace) -> int:
     names = {f.name for f in dataclasses.fields(BiLMTrainingOptions)}
-    try:
-        options = BiLMTrainingOptions(**{k: v for k, v in vars(args).items() if k in names})
-        train_bilm(options)
-    except (ValueError, FileNotFoundError) as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+    train_bilm(BiLMTrainingOptions(**{k: v for k, v in vars(args).items() if k in names}))
     return 0
 
 

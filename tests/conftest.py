@@ -1,3 +1,4 @@
+import copy
 import json
 import os
 import subprocess
@@ -15,9 +16,13 @@ if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import hf_elmo  # noqa: F401  (registers the Auto classes)
+from hf_elmo import ElmoModel
+from hf_elmo.convert_bilm_tf_checkpoint import convert_bilm_tf_checkpoint
 from hf_elmo.convert_original_elmo import convert
 
 FIXTURES = Path(__file__).parent / "fixtures"
+# A biLM trained by bilm-tf, its raw TensorFlow checkpoint and bilm-tf's own held-out numbers (README there).
+CHECKPOINT = FIXTURES / "bilm-tf-checkpoint"
 FIXTURE_SETS = {
     # name: (folder, sentence file); bilm-tf's model has skip connections off, allennlp's on.
     "bilm-tf": (FIXTURES / "bilm-tf", "lm_embeddings_sentences.json"),
@@ -50,6 +55,34 @@ def converted_dirs(tmp_path_factory):
         convert(folder / "options.json", folder / "lm_weights.hdf5", out)
         dirs[name] = out
     return dirs
+
+
+@pytest.fixture(scope="session")
+def checkpoint_dir(tmp_path_factory):
+    """The bilm-tf checkpoint converted once per test session (ElmoForBiLM with softmax and vocabulary)."""
+    out = tmp_path_factory.mktemp("checkpoint") / "bilm"
+    return convert_bilm_tf_checkpoint(CHECKPOINT / "tf_checkpoint", out, vocab_path=CHECKPOINT / "vocab.txt")
+
+
+class ReferenceElmo(ElmoModel):
+    """`ElmoModel` with `config.implementation = "reference"`, called as `(input_ids, attention_mask, state,
+    input_word_ids)` and returning `(num_layers + 1 layers, final state)`."""
+
+    def forward(self, input_ids, attention_mask=None, state=None, input_word_ids=None):
+        out = super().forward(
+            input_ids, attention_mask, state, use_cache=True, output_hidden_states=True, input_word_ids=input_word_ids
+        )
+        return list(out.hidden_states), out.state
+
+
+def reference_from(model) -> ReferenceElmo:
+    """The reference path of `model` on a copy of its weights, in its dtype, on its device, in its mode."""
+    config = copy.deepcopy(model.config)
+    config.implementation = "reference"
+    reference = ReferenceElmo(config)
+    reference.load_state_dict(model.state_dict())
+    parameter = next(model.parameters())
+    return reference.to(device=parameter.device, dtype=parameter.dtype).train(model.training)
 
 
 @pytest.fixture(autouse=True)

@@ -36,7 +36,7 @@ def test_unknown_preset():
         ({"num_layers": 0}, "num_layers must be >= 1"),
         ({"n_highway": -1}, "n_highway must be >= 0"),
         ({"n_characters": 100}, "n_characters must be >= 262"),
-        ({"max_characters_per_token": 40}, "max_characters_per_token must be 50"),
+        ({"max_characters_per_token": 2}, "max_characters_per_token must be >= 3"),
         ({"dropout": 1.5}, r"dropout must be in \[0, 1\)"),
         ({"projection_dim": "512"}, "projection_dim"),
     ],

@@ -49,13 +49,17 @@ def test_remote_code_loads_without_the_package(converted_dirs, tmp_path):
     script = textwrap.dedent(
         f"""
         import numpy, torch
-        from transformers import AutoModel, AutoTokenizer
+        from transformers import AutoModel, AutoModelForTokenClassification, AutoTokenizer
         model = AutoModel.from_pretrained({str(folder)!r}, trust_remote_code=True).eval()
         tokenizer = AutoTokenizer.from_pretrained({str(folder)!r}, trust_remote_code=True)
         assert type(model).__module__.startswith("transformers_modules"), type(model).__module__
         batch = tokenizer({WORDS!r}, is_split_into_words=True, padding=True, return_tensors="pt")
         with torch.no_grad():
             layers = torch.stack(model(**batch, output_hidden_states=True).hidden_states)
+        # the heads' code is in the converted folder too
+        tagger = AutoModelForTokenClassification.from_pretrained({str(folder)!r}, trust_remote_code=True, num_labels=3)
+        with torch.no_grad():
+            assert tagger.eval()(**batch).logits.shape == (*batch["attention_mask"].shape, 3)
         numpy.save({str(tmp_path / "out.npy")!r}, layers.numpy())
         """
     )
@@ -175,16 +179,22 @@ def test_converter_errors_are_one_line_and_leave_nothing(case, tmp_path, capsys)
     assert set(tmp_path.iterdir()) == before, "a failed conversion left files behind"
 
 
-def test_non_empty_output_refused_unless_forced(tmp_path, capsys):
+def test_force_replaces_only_an_earlier_conversion(tmp_path, capsys):
     output = tmp_path / "out"
     output.mkdir()
     (output / "keep.txt").write_text("user data")
     assert run_convert(OPTIONS, WEIGHTS, output) == 2
     assert "folder is not empty (use --force" in capsys.readouterr().err
-    assert (output / "keep.txt").read_text() == "user data"
-    # A forced run that fails keeps the old folder intact.
+    assert run_convert(OPTIONS, WEIGHTS, output, "--force") == 2
+    assert "holds 'keep.txt', which is not part of a model folder" in capsys.readouterr().err
+    assert [p.name for p in output.iterdir()] == ["keep.txt"] and (output / "keep.txt").read_text() == "user data"
+    (output / "keep.txt").unlink()
+    assert run_convert(OPTIONS, WEIGHTS, output) == 0
+    config = (output / "config.json").read_text()
+    (output / "config.json").write_text(config.replace('"cell_clip": 3', '"cell_clip": 2'))
+    # A forced run that fails keeps the earlier output intact; one that succeeds replaces it.
     assert run_convert(OPTIONS, tmp_path / "absent.hdf5", output, "--force") == 2
-    assert (output / "keep.txt").exists()
+    assert '"cell_clip": 2' in (output / "config.json").read_text()
     assert run_convert(OPTIONS, WEIGHTS, output, "--force") == 0
-    assert not (output / "keep.txt").exists() and (output / "model.safetensors").exists()
+    assert (output / "config.json").read_text() == config
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]

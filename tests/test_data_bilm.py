@@ -15,7 +15,8 @@ from hf_elmo.data_bilm import (
     load_bilm_dataset,
     pack_sentences,
 )
-from hf_elmo.tokenization_elmo import read_word_vocabulary, words_to_char_ids, write_word_vocabulary
+from hf_elmo.character_rows import words_to_char_ids
+from hf_elmo.word_vocabulary import read_word_vocabulary, write_word_vocabulary
 
 from conftest import FIXTURES
 

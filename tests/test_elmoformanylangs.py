@@ -15,10 +15,18 @@ import numpy as np
 import pytest
 import torch
 import torch.serialization
-from transformers import AutoModel, AutoTokenizer
+from datasets import Dataset
+from transformers import (
+    AutoModel,
+    AutoModelForSequenceClassification,
+    AutoModelForTokenClassification,
+    AutoTokenizer,
+    pipeline,
+)
 
 from hf_elmo import ElmoTokenizer
 from hf_elmo.cli import main as cli_main
+from hf_elmo.data_elmo import DataCollatorForElmo, ElmoLayerCache, tokenize_and_align_labels
 
 from reference_elmo import lstm_direction, sigmoid
 
@@ -199,8 +207,14 @@ def converted(their_folder, tmp_path_factory):
 
 
 def test_the_stand_in_needs_the_cpu_map_location(their_folder):
-    with pytest.raises(RuntimeError, match="CUDA"):
-        torch.load(their_folder / "encoder.pkl", weights_only=True)
+    # Its storages are tagged cuda:0, as in the released files: without map_location they go back to the GPU, which
+    # fails on a machine without one (the converter passes map_location="cpu").
+    if torch.cuda.is_available():
+        state = torch.load(their_folder / "encoder.pkl", weights_only=True)
+        assert {tensor.device for tensor in state.values()} == {torch.device("cuda", 0)}
+    else:
+        with pytest.raises(RuntimeError, match="CUDA"):
+            torch.load(their_folder / "encoder.pkl", weights_only=True)
 
 
 def test_hand_derived_ids(converted, their_folder):
@@ -265,6 +279,57 @@ def test_embed_reads_word_ids_too(converted, their_folder, tmp_path):
     with h5py.File(output, "r") as f:
         for i, words in enumerate([["the", "cat", "sat"], ["日本語", "😀"]]):
             np.testing.assert_allclose(f[str(i)][...], their_layers(their_folder, words), rtol=0, atol=1e-10)
+
+
+def test_task_heads_on_the_converted_model(converted, their_folder, tmp_path):
+    """The heads read the character vocabulary's rows and the word ids: token logits are the classified mix of
+    their layers, also through the layer cache and the collator, in a saved tagger's pipeline and for sentences."""
+    tokenizer = AutoTokenizer.from_pretrained(converted)
+    torch.manual_seed(0)
+    tagger = AutoModelForTokenClassification.from_pretrained(converted, num_labels=3).double().eval()
+    mix = tagger.task_encoder.scalar_mixes["input"]
+    with torch.no_grad():
+        mix.scalar_parameters.copy_(torch.tensor([0.5, -1.0, 0.25]))
+        mix.gamma.fill_(1.5)
+        tagger.classifier.weight.normal_()
+    sentences = SENTENCES[:3]
+    tags = [[k % 3 for k in range(len(words))] for words in sentences]
+    encoded = tokenize_and_align_labels(tokenizer, sentences, tags, padding=True, return_tensors="pt")
+    assert "input_word_ids" in encoded
+    with torch.no_grad():
+        out = tagger(**encoded)
+    weights = torch.softmax(mix.scalar_parameters.detach(), 0).numpy() * 1.5
+    weight, bias = tagger.classifier.weight.detach().numpy(), tagger.classifier.bias.detach().numpy()
+    for row, words in enumerate(sentences):
+        mixed = np.einsum("k,knd->nd", weights, their_layers(their_folder, words))
+        np.testing.assert_allclose(out.logits[row, 1 : len(words) + 1].numpy(), mixed @ weight.T + bias, atol=1e-9)
+    assert torch.isfinite(out.loss)
+
+    features = Dataset.from_dict({k: [v[i] for i in range(len(sentences))] for k, v in encoded.items()})
+    features = features.map(ElmoLayerCache(tagger), batched=True, batch_size=2).with_format("torch")
+    batch = DataCollatorForElmo(tokenizer)([features[i] for i in range(len(sentences))])
+    with torch.no_grad():
+        cached = tagger(**{k: v.double() if k == "elmo_hidden_states" else v for k, v in batch.items()}).logits
+    torch.testing.assert_close(cached, out.logits, rtol=0, atol=1e-6)
+
+    tagger.save_pretrained(tmp_path / "tagger")
+    tokenizer.save_pretrained(tmp_path / "tagger")
+    tagged = pipeline("elmo-token-classification", model=str(tmp_path / "tagger"))(" ".join(sentences[0]))
+    predicted = out.logits[0, 1 : len(sentences[0]) + 1].argmax(-1).tolist()
+    assert [(e["word"], e["entity"]) for e in tagged] == [(w, f"LABEL_{t}") for w, t in zip(sentences[0], predicted)]
+    classifier = AutoModelForSequenceClassification.from_pretrained(converted, num_labels=2).eval()
+    batch = tokenizer(sentences, is_split_into_words=True, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        assert torch.isfinite(classifier(**batch).logits).all()
+    unframed = tokenizer(
+        sentences, is_split_into_words=True, add_special_tokens=False, padding=True, return_tensors="pt"
+    )
+    with pytest.raises(ValueError, match="framed by the <S> and </S> rows"):
+        tagger(**unframed)
+    with pytest.raises(ValueError, match="word vectors are found from the UTF-8 byte rows"):
+        AutoModelForTokenClassification.from_pretrained(
+            converted, num_labels=3, word_vectors_size=4, word_vectors_dim=2
+        )
 
 
 def test_default_model_config_is_used_when_the_folder_lacks_it(their_folder, tmp_path, capsys):

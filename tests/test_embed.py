@@ -259,9 +259,15 @@ def test_killed_midway_leaves_no_output_file(how, converted_dirs, tmp_path):
         assert sorted(p.name for p in tmp_path.iterdir()) == ["in.fifo"]
 
 
+def earlier_output(path):
+    with h5py.File(path, "w") as f:
+        f["0"] = np.zeros((1, 32), dtype=np.float32)
+    return path.read_bytes()
+
+
 def test_interrupt_keeps_an_existing_output(converted_dirs, tmp_path, monkeypatch):
     output = tmp_path / "out.hdf5"
-    output.write_bytes(b"previous results")
+    previous = earlier_output(output)
     from hf_elmo import embed_elmo
 
     def interrupted(*args, **kwargs):
@@ -280,7 +286,7 @@ def test_interrupt_keeps_an_existing_output(converted_dirs, tmp_path, monkeypatc
         "--force",
     ]
     assert cli_main(args) == 130
-    assert output.read_bytes() == b"previous results"
+    assert output.read_bytes() == previous
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt", "out.hdf5"]
 
 
@@ -380,6 +386,10 @@ def test_existing_output_needs_force(converted_dirs, tmp_path, capsys):
     args = ["embed", str(source), str(output), "--model", str(converted_dirs["allennlp"]), "--top", "--quiet"]
     assert cli_main(args) == 2
     assert "file exists (use --force" in capsys.readouterr().err and output.read_bytes() == b"keep me"
+    assert cli_main([*args, "--force"]) == 2  # --force replaces only an earlier output: an HDF5 file
+    assert "out.hdf5: is not an HDF5 file" in capsys.readouterr().err and output.read_bytes() == b"keep me"
+    earlier_output(output)
+    assert cli_main(args) == 2
     assert cli_main([*args, "--force"]) == 0
     with h5py.File(output, "r") as f:
         assert f["0"].shape == (1, 32)

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from hf_elmo import ElmoConfig, ElmoModel, ElmoTokenizer
+from hf_elmo.configuration_elmo import ARCHITECTURE_FIELDS
 from hf_elmo.cli import main as cli_main
 from hf_elmo.convert_original_elmo import config_from_options, load_original_elmo
 
@@ -63,20 +64,7 @@ def test_fine_tuned_model_round_trips_exactly(converted_dirs, tmp_path):
     model.save_pretrained(tmp_path / "tuned")
     assert export(tmp_path / "tuned", tmp_path / "original") == 0
     again = load_original_elmo(tmp_path / "original/options.json", tmp_path / "original/weights.hdf5")
-    fields = (
-        "char_embedding_dim",
-        "filters",
-        "n_highway",
-        "activation",
-        "n_characters",
-        "cell_dim",
-        "projection_dim",
-        "num_layers",
-        "cell_clip",
-        "proj_clip",
-        "use_skip_connections",
-        "forget_bias",
-    )
+    fields = (*ARCHITECTURE_FIELDS, "forget_bias")
     assert [getattr(again.config, f) for f in fields] == [getattr(model.config, f) for f in fields]
     for key, value in model.state_dict().items():
         assert torch.equal(again.state_dict()[key], value), key
@@ -126,6 +114,12 @@ def test_export_needs_an_empty_output_folder(converted_dirs, tmp_path, capsys):
     (tmp_path / "out/notes.txt").write_text("mine")
     assert export(converted_dirs["allennlp"], tmp_path / "out") == 2
     assert "folder is not empty" in capsys.readouterr().err
+    assert export(converted_dirs["allennlp"], tmp_path / "out", "--force") == 2  # --force replaces only an export
+    assert "holds 'notes.txt', which is not part of an original-format folder" in capsys.readouterr().err
     assert [p.name for p in (tmp_path / "out").iterdir()] == ["notes.txt"]
+    (tmp_path / "out/notes.txt").unlink()
+    assert export(converted_dirs["allennlp"], tmp_path / "out") == 0
+    (tmp_path / "out/options.json").write_text("{}")
     assert export(converted_dirs["allennlp"], tmp_path / "out", "--force") == 0
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["options.json", "weights.hdf5"]
+    assert json.loads((tmp_path / "out/options.json").read_text())["lstm"]["dim"] == 64

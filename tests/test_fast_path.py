@@ -1,6 +1,10 @@
 """The fast path of `ElmoModel` (deduplicated words, character-CNN windows skipped inside a word's final run
 of one character, length-sorted LSTM with a fused backward) against the straightforward reference path
-(`reference_modeling.py`): same values within 1e-5 and same gradients within 1e-4 relative."""
+(`config.implementation = "reference"`): same values within 1e-5 and same gradients within 1e-4 relative."""
+
+import threading
+import warnings
+from functools import partial
 
 import numpy as np
 import pytest
@@ -9,11 +13,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from transformers import AutoModel
 
-from hf_elmo import ElmoTokenizer, onednn_linear
-from hf_elmo.tokenization_elmo import words_to_char_ids
+from hf_elmo import ElmoTokenizer, cpu_backend, cpu_threads, onednn_linear
+from hf_elmo.cpu_backend import current_cpu_backend
+from hf_elmo.character_rows import words_to_char_ids
 
-from conftest import FIXTURE_SETS, fixture_batches
-from reference_modeling import reference_from
+from conftest import FIXTURE_SETS, fixture_batches, reference_from
 from test_modeling_elmo import random_model as modeling_random_model
 from test_modeling_elmo import small_config as modeling_small_config
 
@@ -278,8 +282,6 @@ def test_onednn_linear_matches_torch_linear_with_gradients(monkeypatch):
 @pytest.mark.parametrize("mode", ["no_grad", "inference_mode", "bfloat16 autocast"])
 def test_concurrent_cpu_inference_matches_reference(mode, monkeypatch):
     """With two intra-op threads, inference splits LSTM directions and character-CNN words between threads."""
-    from hf_elmo import cpu_threads
-
     calls = []
     original = cpu_threads.run_concurrently
 
@@ -353,3 +355,58 @@ def test_concurrent_cpu_training_gradients_match_reference(monkeypatch):
     for name, param in model.named_parameters():
         expected = dict(reference.named_parameters())[name].grad
         assert (param.grad - expected).abs().max() <= 1e-4 * expected.abs().max(), name
+
+
+@pytest.mark.skipif(cpu_threads._thread_count_setters() is None, reason="no per-thread OpenMP setting here")
+def test_concurrent_parts_change_no_other_threads_count():
+    """The workers run with their share of the caller's threads; a thread that starts using torch meanwhile, and the
+    caller, keep the caller's count (torch.set_num_threads in a worker would give that thread the worker's share)."""
+    seen = {}
+
+    def part(name):
+        seen[name] = torch.get_num_threads()
+        started = threading.Thread(target=lambda: seen.__setitem__(f"started by {name}", torch.get_num_threads()))
+        started.start()
+        started.join()
+        return name
+
+    torch.set_num_threads(2)
+    try:
+        assert cpu_threads.run_concurrently(partial(part, "a"), partial(part, "b")) == ["a", "b"]
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(1)
+    assert seen == {"a": 1, "b": 1, "started by a": 2, "started by b": 2}
+
+
+def test_cpu_backend_choices_are_scoped_and_reach_the_workers(monkeypatch):
+    monkeypatch.setattr(onednn_linear, "_MIN_MULTIPLY_ADDS", 0)
+    x, weight = torch.randn(3, 4), torch.randn(5, 4)
+    available = onednn_linear._use_onednn(x, weight)
+    with cpu_backend(onednn=False) as backend:
+        assert backend == current_cpu_backend() and not backend.onednn and backend.concurrent_inference
+        assert not onednn_linear._use_onednn(x, weight)
+        assert cpu_threads.run_concurrently(lambda: current_cpu_backend().onednn, lambda: 1) == [False, 1]
+        with cpu_backend(concurrent_inference=False):
+            assert current_cpu_backend() == type(backend)(onednn=False, concurrent_inference=False)
+            assert not cpu_threads.can_run_concurrently(x)
+        other_thread = []
+        thread = threading.Thread(target=lambda: other_thread.append(current_cpu_backend().onednn))
+        thread.start()
+        thread.join()
+        assert other_thread == [True], "another thread keeps its own choices"
+    assert onednn_linear._use_onednn(x, weight) == available and current_cpu_backend().onednn
+    with pytest.raises(TypeError):
+        with cpu_backend(threads=2):
+            pass
+
+
+def test_deprecated_module_switches_are_still_obeyed(monkeypatch):
+    monkeypatch.setattr(onednn_linear, "_MIN_MULTIPLY_ADDS", 0)
+    monkeypatch.setattr(onednn_linear, "USE_ONEDNN", False)
+    monkeypatch.setattr(cpu_threads, "CONCURRENT_CPU_INFERENCE", False)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert not onednn_linear._use_onednn(torch.randn(3, 4), torch.randn(5, 4))
+        assert not cpu_threads.can_run_concurrently(torch.randn(3))
+    assert [w.category for w in caught] == [DeprecationWarning, DeprecationWarning]

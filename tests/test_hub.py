@@ -60,6 +60,8 @@ def test_push_to_hub_then_load_by_repo_id_without_the_package(converted_dirs, tm
     code = {
         "configuration_elmo.py",
         "modeling_elmo.py",
+        "modeling_elmo_heads.py",
+        "character_rows.py",
         "scalar_mix.py",
         "sampled_softmax.py",
         "pipelines_elmo.py",

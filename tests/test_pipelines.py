@@ -9,14 +9,22 @@ TEXTS = ["I don't think it's raining, is it?", 'He said "no" -- twice.']
 LABELS = {0: "O", 1: "NOUN", 2: "VERB", 3: "PUNCT"}
 
 
+def on(device, batch):
+    return {key: value.to(device) for key, value in batch.items()}
+
+
 def test_feature_extraction_pipeline_gives_the_model_output(converted_dirs):
+    # Pipelines run on the first GPU when there is one (transformers' rule), moving the model there: the expected
+    # outputs are computed where the pipeline put the model.
     folder = converted_dirs["allennlp"]
     model, tokenizer = AutoModel.from_pretrained(folder).eval(), AutoTokenizer.from_pretrained(folder)
     extractor = pipeline("feature-extraction", model=model, tokenizer=tokenizer)
     from_folder = pipeline("feature-extraction", model=str(folder))
+    expected_device = torch.device("cuda", 0) if torch.cuda.is_available() else torch.device("cpu")
+    assert extractor.device == from_folder.device == model.device == expected_device
     for text in TEXTS:
         with torch.no_grad():
-            expected = model(**tokenizer(text, return_tensors="pt")).last_hidden_state.numpy()
+            expected = model(**on(model.device, tokenizer(text, return_tensors="pt"))).last_hidden_state.cpu().numpy()
         assert np.array_equal(np.array(extractor(text), dtype=np.float32), expected)
         assert np.array_equal(np.array(from_folder(text), dtype=np.float32), expected)
         assert expected.shape == (1, len(tokenizer.split_words(text)) + 2, 32)
@@ -37,7 +45,7 @@ def tagger_dir(converted_dirs, tmp_path_factory):
 def expected_tags(model, tokenizer, text):
     words = tokenizer.split_words(text)
     with torch.no_grad():
-        probabilities = model(**tokenizer(text, return_tensors="pt")).logits[0].softmax(-1)
+        probabilities = model(**on(model.device, tokenizer(text, return_tensors="pt"))).logits[0].float().softmax(-1)
     return [
         (word, LABELS[int(probabilities[i + 1].argmax())], float(probabilities[i + 1].max()))
         for i, word in enumerate(words)
@@ -48,7 +56,7 @@ def test_token_classification_pipeline_tags_raw_text(tagger_dir):
     model = AutoModelForTokenClassification.from_pretrained(tagger_dir).eval()
     tokenizer = AutoTokenizer.from_pretrained(tagger_dir)
     tagger = pipeline("elmo-token-classification", model=model, tokenizer=tokenizer)
-    assert isinstance(tagger, ElmoTokenClassificationPipeline)
+    assert isinstance(tagger, ElmoTokenClassificationPipeline) and tagger.device == model.device
     for text, result in zip(TEXTS, tagger(TEXTS, ignore_labels=[])):
         expected = expected_tags(model, tokenizer, text)
         assert [(r["word"], r["entity"]) for r in result] == [(w, t) for w, t, _ in expected]
@@ -67,7 +75,7 @@ def test_token_classification_pipeline_tags_raw_text(tagger_dir):
 def test_token_classification_task_uses_the_custom_pipeline_from_a_folder(tagger_dir):
     tagger = pipeline("token-classification", model=str(tagger_dir), trust_remote_code=True)
     assert type(tagger).__name__ == "ElmoTokenClassificationPipeline"
-    model = AutoModelForTokenClassification.from_pretrained(tagger_dir).eval()
+    model = AutoModelForTokenClassification.from_pretrained(tagger_dir).eval().to(tagger.device)
     expected = [(w, t) for w, t, _ in expected_tags(model, AutoTokenizer.from_pretrained(tagger_dir), TEXTS[1])]
     assert [(r["word"], r["entity"]) for r in tagger(TEXTS[1], ignore_labels=[])] == expected
     with pytest.raises(ValueError, match="trust_remote_code=True"):

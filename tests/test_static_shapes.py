@@ -1,7 +1,7 @@
 """The GPU path of `ElmoModel`: both directions of a layer stepped together over the whole batch with masks
 (`gpu_lstm.py`), its Triton kernels (`gpu_lstm_kernels.py`, interpreted on CPU tensors), CUDA graph replay, the
 character CNN over every token, the sampled softmax drawn on the device and a loss without data-dependent
-shapes. Checked against the straightforward reference path (`reference_modeling.py`), against the original
+shapes. Checked against the straightforward reference path (`config.implementation = "reference"`), against the original
 implementations' outputs, and against float64.
 
 On a machine with a CUDA GPU the same tests also run on it; the CUDA graph tests run only there.
@@ -23,15 +23,14 @@ from hf_elmo.sampled_softmax import (
     sample_log_uniform_candidates_on_device,
 )
 
-from conftest import FIXTURE_SETS, fixture_batches
-from reference_modeling import reference_from
+from conftest import FIXTURE_SETS, fixture_batches, reference_from
 from test_fast_path import SENTENCES, assert_same_outputs, encode, random_model, run_fast, small_config
 
 DEVICES = ["cpu", *(["cuda"] if torch.cuda.is_available() else [])]
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a CUDA GPU")
 
 # Triton's kernels run on CPU tensors only when defined for its interpreter (the suite does so without a GPU).
-TRITON_ON_CPU = gpu_lstm._triton_kernels is not None and gpu_lstm._triton_kernels.INTERPRETED
+TRITON_ON_CPU = gpu_lstm._TRITON_STEPS is not None and gpu_lstm.TRITON_INTERPRETED
 TRITON_DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 # (device, elementwise steps): on CPUs both implementations, on a GPU its default (Triton).
 PATHS = [("cpu", "torch"), *([("cpu", "triton")] if TRITON_ON_CPU else []), *([("cuda", None)] if "cuda" in DEVICES else [])]
@@ -359,7 +358,7 @@ def test_fused_logsumexp_without_a_column_equals_pytorch(dtype):
     has a single other column) and its gradient, against PyTorch's operations in float64."""
     from hf_elmo import sampled_softmax
 
-    if sampled_softmax._softmax_kernels is None or not (TRITON_ON_CPU or torch.cuda.is_available()):
+    if sampled_softmax.logsumexp_forward is None or not (TRITON_ON_CPU or torch.cuda.is_available()):
         pytest.skip("Triton is not installed")
     generator = torch.Generator().manual_seed(0)
     rows, columns = 6, 2500  # more than one block of columns

@@ -12,14 +12,9 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hf_elmo.tokenization_elmo import (
-    BOS_WORD_IDS,
-    EOS_WORD_IDS,
-    MAX_WORD_LENGTH,
-    ElmoBatchEncoding,
-    ElmoTokenizer,
-    words_to_char_ids,
-)
+from hf_elmo.batch_encoding_elmo import ElmoBatchEncoding
+from hf_elmo.character_rows import BOS_WORD_IDS, EOS_WORD_IDS, MAX_WORD_LENGTH, words_to_char_ids
+from hf_elmo.tokenization_elmo import ElmoTokenizer
 
 BOW, EOW, PADC = 259, 260, 261
 BOS_ROW = [259, 257, 260] + [261] * 47

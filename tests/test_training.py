@@ -133,13 +133,18 @@ def test_resumed_run_ends_with_the_same_weights(corpus, tmp_path, monkeypatch):
     assert max((expected[k] - actual[k]).abs().max().item() for k in expected) <= 1e-6
 
 
-def test_two_processes_train_like_one_with_the_same_global_batch(corpus, tmp_path):
+def test_two_processes_train_like_one_with_the_same_global_batch(corpus, tmp_path, monkeypatch):
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    if torch.cuda.device_count() < 2:
+        # Two processes on one GPU would make Trainer pick NCCL with both ranks on the same device: all three runs
+        # use the CPU (gloo) instead, the in-process ones through Trainer's device choice (use_cpu when no CUDA).
+        env["CUDA_VISIBLE_DEVICES"] = ""
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     common = [
         "train", "--train-files", str(corpus / "valid.txt"), "--config", str(corpus / "tiny.json"),
         "--split", "pretokenizer", "--window", "22", "--min-count", "2", "--max-steps", "4", "--logging-steps", "1",
         "--save-steps", "4", "--dropout", "0", "--num-softmax-samples", "0", "--disable-progress-bar",
     ]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "hf_elmo.cli"]
     result = subprocess.run(
         command + common + ["--batch-size", "4", "--output-dir", str(tmp_path / "ddp"),
@@ -229,3 +234,103 @@ def test_adapting_converted_weights_gets_a_fresh_softmax(corpus, tmp_path, conve
     assert changed, "two steps of training should move the biLM"
     tokenizer = ElmoTokenizer.from_pretrained(tmp_path / "adapted")
     assert len(tokenizer.word_vocabulary) == ElmoConfig.from_pretrained(tmp_path / "adapted").vocab_size
+
+
+def crash_at(monkeypatch, method, step, error=KeyboardInterrupt):
+    """Makes `ElmoTrainer.<method>` raise `error` when the trainer reaches global step `step` (a signal's handler
+    raises KeyboardInterrupt in the same way)."""
+    original = getattr(ElmoTrainer, method)
+
+    def crash(self, *args, **kwargs):
+        if self.state.global_step == step:
+            raise error("simulated")
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(ElmoTrainer, method, crash)
+
+
+def short_run(corpus, output_dir, **overrides):
+    values = dict(train_files=[corpus / "small.txt"], max_steps=6, save_steps=2, batch_size=8, num_softmax_samples=64,
+                  save_total_limit=3)
+    return options(corpus, output_dir, **{**values, **overrides})
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(corpus, tmp_path_factory):
+    output_dir = tmp_path_factory.mktemp("uninterrupted") / "run"
+    train_bilm(**short_run(corpus, output_dir))
+    return load_file(output_dir / "model.safetensors")
+
+
+def assert_same_weights(expected, output_dir):
+    actual = load_file(output_dir / "model.safetensors")
+    assert expected.keys() == actual.keys()
+    assert max((expected[k] - actual[k]).abs().max().item() for k in expected) <= 1e-6
+
+
+def test_interrupted_checkpoint_never_appears_and_resume_takes_the_last_complete(corpus, tmp_path, monkeypatch,
+                                                                                    uninterrupted):
+    run = short_run(corpus, tmp_path / "run")
+    crash_at(monkeypatch, "_save_rng_state", 4)  # checkpoint-4 has its weights and optimizer, not yet its random state
+    with pytest.raises(KeyboardInterrupt):
+        train_bilm(**run)
+    monkeypatch.undo()
+    assert sorted(p.name for p in (tmp_path / "run").iterdir()) == ["bilm_training_options.json", "checkpoint-2"]
+    assert {p.name for p in (tmp_path / "run/checkpoint-2").iterdir()} >= {
+        "model.safetensors", "optimizer.pt", "scheduler.pt", "rng_state.pth", "trainer_state.json", "vocab.txt"}
+    train_bilm(**run, resume=True)
+    assert_same_weights(uninterrupted, tmp_path / "run")
+    assert sorted(p.name for p in (tmp_path / "run").glob("checkpoint-*")) == ["checkpoint-2", "checkpoint-4",
+                                                                               "checkpoint-6"]
+
+
+def test_resume_skips_an_incomplete_checkpoint_and_says_so(corpus, tmp_path, capsys, uninterrupted):
+    run = short_run(corpus, tmp_path / "run", max_steps=4)
+    train_bilm(**run)
+    (tmp_path / "run/checkpoint-4/optimizer.pt").unlink()  # e.g. a checkpoint written by an older version
+    capsys.readouterr()
+    train_bilm(**{**run, "max_steps": 6}, resume=True)
+    assert "--resume: continuing from checkpoint-2; skipped incomplete checkpoint-4 (no optimizer.pt)." in (
+        capsys.readouterr().out)
+    assert_same_weights(uninterrupted, tmp_path / "run")
+    for checkpoint in (tmp_path / "run").glob("checkpoint-*"):
+        (checkpoint / "rng_state.pth").unlink()
+    skipped = "; ".join(rf"checkpoint-{step} \(no rng_state\.pth\)" for step in (6, 4, 2))
+    with pytest.raises(ValueError, match=rf"holds no complete checkpoint .*\(incomplete: {skipped}\)"):
+        train_bilm(**{**run, "max_steps": 8}, resume=True)
+
+
+def test_damaged_checkpoint_is_one_line(corpus, tmp_path, capsys):
+    run = short_run(corpus, tmp_path / "run", max_steps=2)
+    train_bilm(**run)
+    (tmp_path / "run/checkpoint-2/optimizer.pt").write_bytes(b"not a pickle")
+    arguments = ["train", "--train-files", str(corpus / "small.txt"), "--config", str(corpus / "tiny.json"),
+                 "--split", "pretokenizer", "--window", "22", "--min-count", "2", "--batch-size", "8",
+                 "--logging-steps", "10", "--data-cache-dir", str(corpus / "cache"), "--disable-progress-bar",
+                 "--max-steps", "4", "--save-steps", "2", "--num-softmax-samples", "64", "--save-total-limit", "3",
+                 "--output-dir", str(tmp_path / "run"), "--resume"]
+    capsys.readouterr()
+    assert cli_main(arguments) == 2
+    error = capsys.readouterr().err.strip().split("\n")[-1]
+    assert re.fullmatch(r"error: --resume: \S+checkpoint-2: cannot read the optimizer or scheduler state \(.*\)\.",
+                        error), error
+
+
+@pytest.mark.parametrize("error", [KeyboardInterrupt, RuntimeError])
+def test_run_stopped_before_its_first_checkpoint_leaves_nothing(corpus, tmp_path, monkeypatch, error):
+    run = short_run(corpus, tmp_path / "run")
+    crash_at(monkeypatch, "training_step", 1, error)
+    with pytest.raises(error):
+        train_bilm(**run)
+    monkeypatch.undo()
+    assert not (tmp_path / "run").exists()
+    with pytest.raises(ValueError, match="holds no checkpoint of an earlier run"):
+        train_bilm(**run, resume=True)
+    # What a kill -9 before the first checkpoint leaves does not stop the same command either.
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run/bilm_training_options.json").write_text("{}")
+    (tmp_path / "run/.staging").mkdir()
+    with pytest.raises(ValueError, match="holds no checkpoint of an earlier run"):
+        train_bilm(**run, resume=True)
+    train_bilm(**{**run, "max_steps": 2})
+    assert (tmp_path / "run/model.safetensors").is_file() and not (tmp_path / "run/.staging").exists()

@@ -1,0 +1,164 @@
+"""Checks of what an ELMo model is given; a problem is a one-line `ValueError` naming the input, expected vs got.
+
+Shapes, dtypes and devices are checked on the host. The checks of values (ids in range, right padding, and for
+the task heads the sentence boundaries) are reduced on the device and read back in one transfer per call: on a
+GPU every transfer makes the host wait for the device.
+"""
+
+import torch
+
+from .character_rows import boundary_rows
+from .configuration_elmo import ElmoConfig
+
+INTEGER_DTYPES = (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8)
+
+
+def check_inputs(
+    config: ElmoConfig,
+    input_ids,
+    attention_mask=None,
+    input_word_ids=None,
+    state=None,
+    dtype: torch.dtype | None = None,
+    framed: bool = False,
+) -> torch.BoolTensor:
+    """Validates the inputs of a model built from `config` and returns the `(B, T)` mask of real positions.
+
+    Args:
+        input_ids: `(B, T, 50)` character ids; attention_mask: `(B, T)`, right padding; input_word_ids: `(B, T)`,
+            given exactly when the model has word embeddings.
+        state: `(hidden, memory)`, checked against the model's sizes, the batch size, `dtype` and the device of
+            `input_ids`; a state from another model of the same sizes cannot be told apart and is accepted.
+        framed: also require every sentence to start with the `<S>` row and end with the `</S>` row (the task
+            heads read the words between them). With a character vocabulary the model does not know the rows
+            (the tokenizer holds the vocabulary): every sentence must then start with one same row and end with
+            another.
+    """
+    chars = config.max_characters_per_token
+    if input_ids is None:
+        raise ValueError(
+            f"ElmoModel needs input_ids of shape (batch, words, {chars}): character ids from ElmoTokenizer."
+        )
+    if not isinstance(input_ids, torch.Tensor):
+        raise ValueError(
+            "input_ids must be a torch.Tensor (tokenizer(..., return_tensors='pt')), got "
+            f"{type(input_ids).__name__}."
+        )
+    if input_ids.dim() != 3 or input_ids.shape[-1] != chars:
+        raise ValueError(
+            f"input_ids must have shape (batch, words, {chars}), got "
+            f"{tuple(input_ids.shape)}; a single sentence needs a batch axis (input_ids[None])."
+        )
+    if input_ids.dtype not in INTEGER_DTYPES:
+        raise ValueError(f"input_ids must hold integer character ids, got dtype {input_ids.dtype}.")
+    if input_ids.shape[0] == 0:
+        raise ValueError(f"input_ids is an empty batch: shape {tuple(input_ids.shape)}; pass at least one sentence.")
+    if input_ids.shape[1] == 0:
+        raise ValueError(
+            f"input_ids is empty: shape {tuple(input_ids.shape)} has no positions; every sentence, even an "
+            "empty one, needs its <S> and </S> rows (tokenize with add_special_tokens=True)."
+        )
+    has_word = (input_ids > 0).any(dim=-1)  # padding positions are all-zero rows
+    if attention_mask is None:
+        mask = has_word
+    else:
+        if not isinstance(attention_mask, torch.Tensor) or attention_mask.shape != input_ids.shape[:2]:
+            got = tuple(attention_mask.shape) if isinstance(attention_mask, torch.Tensor) else type(attention_mask)
+            raise ValueError(f"attention_mask must have shape {tuple(input_ids.shape[:2])} (batch, words), got {got}.")
+        mask = attention_mask.bool()
+    _check_word_id_shape(config, input_word_ids, input_ids.shape[:2])
+    if state is not None:
+        _check_state(config, state, input_ids, dtype)
+
+    lengths = mask.sum(dim=1)
+    values = {
+        "low": input_ids.min(),
+        "high": input_ids.max(),
+        "ragged": (mask != (torch.arange(mask.shape[1], device=mask.device) < lengths[:, None])).any(),
+    }
+    if attention_mask is not None:  # a mask of 1 over an all-zero row: the LSTM would read padding as a word
+        values["over_padding"] = (mask & ~has_word).any()
+    if input_word_ids is not None:
+        values.update(word_low=input_word_ids.min(), word_high=input_word_ids.max())
+    if framed:
+        values["unframed"] = ~_framed(config, input_ids, lengths)
+    values = dict(zip(values, torch.stack([value.long() for value in values.values()]).tolist()))
+
+    if values["low"] < 0 or values["high"] >= config.n_characters:
+        raise ValueError(
+            f"input_ids must be in [0, {config.n_characters - 1}], found values in [{values['low']}, "
+            f"{values['high']}]; were they made by this model's tokenizer?"
+        )
+    if values["ragged"]:
+        raise ValueError("ELMo needs right-padded input: every attention_mask row must be ones then zeros.")
+    if values.get("over_padding"):
+        row, position = (mask & ~has_word).nonzero()[0].tolist()
+        raise ValueError(
+            f"attention_mask is 1 at row {row}, position {position}, whose input_ids are all zeros (padding): the "
+            "LSTM would read the padding as a word. Pass the tokenizer's attention_mask."
+        )
+    if input_word_ids is not None:
+        vocab_size, low, high = config.input_word_vocab_size, values["word_low"], values["word_high"]
+        if low < 0 or high >= vocab_size:
+            raise ValueError(f"input_word_ids must be in [0, {vocab_size - 1}], found values in [{low}, {high}].")
+    if values.get("unframed"):
+        raise ValueError(
+            "The task heads need every sentence framed by the <S> and </S> rows (positions 0 and length - 1): "
+            "tokenize with ElmoTokenizer and add_special_tokens=True (the default)."
+        )
+    return mask
+
+
+def _framed(config: ElmoConfig, input_ids: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    """Whether every sentence starts and ends with the boundary rows (a 0-d bool tensor, not read back)."""
+    first = input_ids[:, 0]
+    last = input_ids[torch.arange(len(input_ids), device=input_ids.device), lengths - 1]
+    if config.char_vocabulary:
+        return (first == first[:1]).all() & (last == last[:1]).all() & (first[0] != last[0]).any()
+    bos, eos = boundary_rows(config.max_characters_per_token)
+    return (first == first.new_tensor(bos)).all() & (last == last.new_tensor(eos)).all()
+
+
+def _check_word_id_shape(config: ElmoConfig, input_word_ids, shape: torch.Size):
+    if not config.input_word_vocab_size:
+        if input_word_ids is not None:
+            raise ValueError(
+                "input_word_ids given, but this model has no word embeddings (config.input_word_dim = 0); they "
+                "are read only by models converted from ELMoForManyLangs."
+            )
+        return
+    if not isinstance(input_word_ids, torch.Tensor):
+        raise ValueError(
+            f"This model reads word embeddings beside the characters: pass input_word_ids {tuple(shape)} from its "
+            f"tokenizer, got {type(input_word_ids).__name__}."
+        )
+    if input_word_ids.shape != shape or input_word_ids.is_floating_point() or input_word_ids.dtype == torch.bool:
+        raise ValueError(
+            f"input_word_ids must be integer ids of shape {tuple(shape)} (batch, words), got "
+            f"{tuple(input_word_ids.shape)} of dtype {input_word_ids.dtype}."
+        )
+
+
+def _check_state(config: ElmoConfig, state, input_ids: torch.Tensor, dtype: torch.dtype):
+    batch_size = input_ids.shape[0]
+    expected = (
+        (config.num_layers, batch_size, 2 * config.projection_dim),
+        (config.num_layers, batch_size, 2 * config.cell_dim),
+    )
+    is_pair = isinstance(state, (tuple, list)) and len(state) == 2
+    is_pair = is_pair and all(isinstance(t, torch.Tensor) for t in state)
+    got = tuple(tuple(t.shape) for t in state) if is_pair else type(state).__name__
+    if not is_pair or got != expected:
+        raise ValueError(
+            f"state must be (hidden, memory) of shapes {expected} (num_layers, batch, 2 * projection_dim / "
+            f"2 * cell_dim) for this model and a batch of {batch_size}, got {got}."
+        )
+    dtypes, devices = {t.dtype for t in state}, {t.device for t in state}
+    if dtypes != {dtype} or devices != {input_ids.device}:
+        raise ValueError(
+            f"state must be {dtype} on {input_ids.device} like the model and input_ids, got "
+            f"{sorted(map(str, dtypes))} on {sorted(map(str, devices))}."
+        )
+
+
+__all__ = ["check_inputs"]

@@ -1,0 +1,226 @@
+"""How ELMo models are read from and written to folders: the policy every ELMo model class shares.
+
+`ElmoPreTrainedModel.from_pretrained` is `load_pretrained`:
+
+* weights load only from safetensors unless `use_safetensors=False` is passed: a pickle checkpoint
+  (`pytorch_model.bin`) is a program that runs while it is read; transformers restricts it with `weights_only`,
+  but that unpickler has had escapes;
+* a model with a classifier (`has_classifier`) refuses up front to load a saved classifier into a different number
+  of labels (transformers only logs the shapes), unless `ignore_mismatched_sizes=True`;
+* before anything is allocated, the model the configuration describes is compared with the tensors on disk (their
+  headers): a biLM tensor of another shape, one the configuration has no place for, and a missing one (which
+  transformers would fill with fresh values, with only a warning) are refused (`_check_weights_before_loading`);
+* loaded parameters are copied to 64-byte aligned memory (see `align_parameters`), and weights holding NaN or
+  infinite values are refused.
+
+`ElmoPreTrainedModel.save_pretrained` ends with `name_pipeline`: a model class with a `pipeline_class` (for its
+`pipeline_task`) writes it into the folder's `config.json` as `custom_pipelines`, so that `pipeline(task,
+model=folder, trust_remote_code=True)` uses it (its module, imported by the model's, is saved with the remote
+code). `load_model_folder` is how the commands read a model folder.
+"""
+
+import glob
+import json
+import os
+from functools import partial
+from pathlib import Path
+
+import torch
+from huggingface_hub.errors import StrictDataclassError
+from transformers import PreTrainedConfig
+from transformers.utils import CONFIG_NAME
+from transformers.utils import logging as hf_logging
+
+from .file_io import ElmoInputError, write_atomically
+
+_PICKLE_REFUSED = (
+    "ELMo loads weights only from safetensors by default, because a pickle checkpoint (pytorch_model.bin) can run "
+    "code hidden in it while loading. If you trust its origin, pass use_safetensors=False explicitly."
+)
+_HUB_KEYS = ("cache_dir", "force_download", "local_files_only", "token", "revision", "subfolder")
+_AUTO_CLASS_OF_TASK = {"token-classification": "AutoModelForTokenClassification"}
+_BILM_PREFIXES = ("char_encoder.", "encoder.")
+
+
+def _safetensors_shapes(files: list[str]) -> dict[str, tuple[int, ...]]:
+    """Name -> shape of every tensor in safetensors files, read from their headers (no tensor data is read)."""
+    from safetensors import safe_open
+
+    shapes = {}
+    for file in files:
+        try:
+            with safe_open(file, framework="pt") as tensors:
+                shapes.update((name, tuple(tensors.get_slice(name).get_shape())) for name in tensors.keys())
+        except Exception as error:  # safetensors raises its own error type, OSError or ValueError
+            raise OSError(f"{file}: not a readable safetensors file ({' '.join(str(error).split())})") from None
+    return shapes
+
+
+def _check_weights_before_loading(cls, path, kwargs):
+    """Compares the model the configuration describes with the tensors on disk (their headers), before transformers
+    allocates anything. A `ValueError` naming the tensor for: a biLM tensor of another shape (or a softmax of another
+    vocabulary size), one the configuration has no place for (e.g. a third LSTM layer), and a missing one that
+    transformers would fill with fresh values with only a warning: any biLM tensor, and any tensor at all when the
+    folder was saved from this very class (a new task head or softmax is what loading into another class is for)."""
+    from transformers.utils import SAFE_WEIGHTS_INDEX_NAME, SAFE_WEIGHTS_NAME, cached_file
+
+    hub = {key: kwargs[key] for key in _HUB_KEYS if key in kwargs}
+    locate = partial(cached_file, path, _raise_exceptions_for_missing_entries=False, **hub)
+    files = [locate(SAFE_WEIGHTS_NAME)]
+    if files[0] is None:
+        index = locate(SAFE_WEIGHTS_INDEX_NAME)
+        if index is None:
+            return  # transformers reports the missing weights
+        with open(index, encoding="utf-8") as f:
+            files = [locate(shard) for shard in sorted(set(json.load(f)["weight_map"].values()))]
+    config = kwargs.get("config")
+    if not isinstance(config, PreTrainedConfig):
+        try:
+            config = cls.config_class.from_pretrained(path, **{k: v for k, v in kwargs.items() if k != "config"})
+        except StrictDataclassError as error:  # a validator's ValueError, wrapped by huggingface_hub
+            raise ValueError(f"{path}: config.json: {error.__cause__ or error}") from None
+        config = config[0] if isinstance(config, tuple) else config
+    prefix = f"{cls.base_model_prefix}."
+    on_disk = {name.removeprefix(prefix): shape for name, shape in _safetensors_shapes(files).items()}
+    with torch.device("meta"):
+        expected = {name.removeprefix(prefix): tuple(t.shape) for name, t in cls(config).state_dict().items()}
+    bilm = [name for name in expected if name.startswith(_BILM_PREFIXES)]
+    required = expected if cls.__name__ in (config.architectures or []) else bilm
+    where = f"{path}: the weights ({os.path.basename(files[0])})"
+    missing = [name for name in required if name not in on_disk]
+    if missing:
+        raise ValueError(
+            f"{where} lack {len(missing)} tensor(s) of the model that config.json describes, e.g. '{missing[0]}' "
+            f"{expected[missing[0]]}"
+        )
+    extra = [name for name in on_disk if name.startswith(_BILM_PREFIXES) and name not in expected]
+    if extra:
+        raise ValueError(
+            f"{where} hold '{extra[0]}', which the biLM of config.json (num_layers={config.num_layers}, "
+            f"n_highway={config.n_highway}, {len(config.filters)} filters) has no place for"
+        )
+    for name in [*bilm, "softmax.weight", "softmax.bias"]:
+        if name in on_disk and name in expected and on_disk[name] != expected[name]:
+            raise ValueError(
+                f"{where} hold '{name}' of shape {on_disk[name]}, but config.json implies {expected[name]}: the "
+                "configuration and the weights do not belong together"
+            )
+
+
+def load_pretrained(load, cls, pretrained_model_name_or_path, *model_args, use_safetensors=None, **kwargs):
+    """`load(...)` (`PreTrainedModel.from_pretrained` of `cls`) with the policy of the module docstring."""
+    if use_safetensors is None:
+        _refuse_pickle_checkpoints(str(pretrained_model_name_or_path), kwargs.get("subfolder", ""))
+    if cls.has_classifier and not kwargs.get("ignore_mismatched_sizes"):
+        _check_saved_classifier(cls, pretrained_model_name_or_path, kwargs)
+    if use_safetensors is not False:
+        _check_weights_before_loading(cls, pretrained_model_name_or_path, kwargs)
+    try:
+        safetensors_only = use_safetensors is not False
+        loaded = load(pretrained_model_name_or_path, *model_args, use_safetensors=safetensors_only, **kwargs)
+    except OSError as error:
+        # a Hub repo without safetensors: transformers' hint ("do not set use_safetensors=True") misleads
+        if use_safetensors is not None or "use_safetensors" not in str(error):
+            raise
+        raise OSError(f"{pretrained_model_name_or_path}: {_PICKLE_REFUSED}") from None
+    model = loaded[0] if isinstance(loaded, tuple) else loaded
+    align_parameters(model)
+    _check_finite(model, pretrained_model_name_or_path)
+    return loaded
+
+
+def _check_finite(model, where):
+    """A NaN or infinite weight makes every output NaN without a word: refused."""
+    for name, tensor in model.named_parameters():
+        if tensor.is_floating_point() and tensor.device.type != "meta" and not torch.isfinite(tensor).all():
+            raise ValueError(f"{where}: the weights hold NaN or infinite values in '{name}'")
+
+
+def _refuse_pickle_checkpoints(path: str, subfolder: str):
+    folder = os.path.join(path, subfolder)
+    only_pickles = os.path.isdir(folder) and not glob.glob(os.path.join(folder, "*.safetensors*"))
+    if (os.path.isfile(path) and not path.endswith(".safetensors")) or (
+        only_pickles and glob.glob(os.path.join(folder, "*.bin"))
+    ):
+        raise OSError(f"{path}: {_PICKLE_REFUSED}")
+
+
+def _check_saved_classifier(cls, pretrained_model_name_or_path, kwargs: dict):
+    config = kwargs.get("config")
+    if isinstance(config, PreTrainedConfig):  # the Auto classes pass the config they built from the kwargs
+        requested = config.num_labels
+    else:
+        requested = len(kwargs["id2label"]) if kwargs.get("id2label") else kwargs.get("num_labels")
+    if requested is None:
+        return
+    saved, _ = cls.config_class.get_config_dict(
+        pretrained_model_name_or_path, **{key: kwargs[key] for key in _HUB_KEYS if key in kwargs}
+    )
+    saved_labels = len(saved["id2label"]) if saved.get("id2label") else saved.get("num_labels", 2)
+    heads = {"ElmoForSequenceClassification", "ElmoForTokenClassification"}
+    if heads & set(saved.get("architectures") or []) and saved_labels != requested:
+        raise ValueError(
+            f"{pretrained_model_name_or_path} holds a classifier for {saved_labels} labels but {requested} "
+            "labels were requested. Load it without num_labels/id2label to keep its classifier, or pass "
+            f"ignore_mismatched_sizes=True to replace the classifier with a new one for {requested} labels."
+        )
+
+
+def align_parameters(model):
+    """Copies parameters and buffers that are not 64-byte aligned.
+
+    Weights read from safetensors are views into the mapped file at offsets that need not be aligned, and some CPU
+    kernels (nn.LSTM's) round differently on such memory: copying them makes a reloaded model compute bit for bit
+    what the saved one did.
+    """
+    for tensor in (*model.parameters(), *model.buffers()):
+        if tensor.data_ptr() % 64:
+            tensor.data = tensor.data.clone()
+
+
+def name_pipeline(model, save_directory):
+    """Writes `custom_pipelines` for the model's `pipeline_class` into the saved `config.json` (see the module
+    docstring); the in-memory config is left as it is."""
+    pipeline_class = getattr(model, "pipeline_class", None)
+    config_file = Path(save_directory) / CONFIG_NAME
+    if pipeline_class is None or not config_file.is_file():
+        return
+    values = json.loads(config_file.read_text(encoding="utf-8"))
+    values["custom_pipelines"] = {
+        model.pipeline_task: {
+            "impl": f"{pipeline_class.__module__.rsplit('.', 1)[-1]}.{pipeline_class.__name__}",
+            "pt": [_AUTO_CLASS_OF_TASK[model.pipeline_task]],
+            "type": "text",
+        }
+    }
+    write_atomically(config_file, json.dumps(values, indent=2, sort_keys=True) + "\n")
+
+
+def load_model_folder(model_class, folder):
+    """`model_class.from_pretrained(folder)` in eval mode for a command: a missing or damaged folder is a one-line
+    `ElmoInputError`, and a checkpoint that lacks some of the model's weights is refused (transformers would fill
+    them with random values)."""
+    folder = Path(folder)
+    if not (folder / CONFIG_NAME).is_file():
+        raise ElmoInputError(
+            f"{folder}: no config.json (expected a folder written by hf-elmo convert or save_pretrained)"
+        )
+    bars = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()  # a bar per load is noise in a command's output
+    try:
+        model, info = model_class.from_pretrained(folder, output_loading_info=True)
+    except Exception as error:  # transformers, safetensors and json each raise their own kinds
+        message = " ".join(str(error).split()) or type(error).__name__
+        if message.startswith(f"{folder}: "):  # the loading policy's own checks name the folder already
+            raise ElmoInputError(message) from None
+        raise ElmoInputError(f"{folder}: cannot load the model ({message})") from None
+    finally:
+        if bars:
+            hf_logging.enable_progress_bar()
+    problems = info.get("missing_keys") or info.get("mismatched_keys")
+    if problems:
+        raise ElmoInputError(f"{folder}: the weights lack or mis-size {sorted(map(str, problems))[:5]}")
+    return model.eval()
+
+
+__all__ = ["align_parameters", "load_model_folder", "load_pretrained", "name_pipeline"]

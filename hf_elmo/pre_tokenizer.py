@@ -1,0 +1,89 @@
+"""Raw text -> words, in the Penn-Treebank style of the corpus ELMo was trained on (a `tokenizers` `Split`)."""
+
+import re
+
+from tokenizers import Regex
+from tokenizers import pre_tokenizers
+
+_WORD_CHARS = r"\p{L}\p{M}\p{N}_"
+_CLITICS = r"(?:s|m|d|ll|re|ve)"
+_APOSTROPHE = r"['’]"
+
+PRE_TOKENIZER_PATTERN = "|".join(
+    [
+        # sentence-boundary literals stay whole (they map to the boundary rows)
+        r"</?S>",
+        # dotted abbreviations: U.S., e.g., U.S.A.
+        r"(?:\p{L}\.){2,}",
+        # numbers with inner separators: 3.14, 1,000, 10:30, 1/2
+        r"\p{N}+(?:[.,:/]\p{N}+)+",
+        # the stem before n't: do|n't, ca|n't, wo|n't
+        rf"[{_WORD_CHARS}]+?(?=(?i:n{_APOSTROPHE}t)(?![{_WORD_CHARS}]))",
+        rf"(?i:n{_APOSTROPHE}t)(?![{_WORD_CHARS}])",
+        # clitics split off their word: 's 'm 'd 'll 're 've
+        rf"{_APOSTROPHE}(?i:{_CLITICS})(?![{_WORD_CHARS}])",
+        # words, keeping inner hyphens and non-clitic apostrophes: well-known, O'Neill, rock'n'roll
+        rf"[{_WORD_CHARS}]+(?:(?:{_APOSTROPHE}(?!(?i:{_CLITICS})(?![{_WORD_CHARS}]))|-)[{_WORD_CHARS}]+)*",
+        # ellipses and dashes
+        r"\.{2,}|-{2,}",
+        # any other character (punctuation, symbols, emoji) on its own
+        rf"[^{_WORD_CHARS}\s]",
+    ]
+)
+"""Regex of one word for the `Split` pre-tokenizer (Oniguruma syntax, alternatives tried in order).
+
+It approximates the Penn-Treebank tokenisation of the 1B Word Benchmark that ELMo was trained on:
+`don't -> do n't`, `can't -> ca n't`, `It's -> It 's`, `we're -> we 're`, `I'll / I've / I'd / I'm`
+split before the apostrophe, punctuation and symbols split off one character at a time (except
+`...` and `--`), while dotted abbreviations (`U.S.`, `e.g.`), numbers such as `3.14` / `1,000` /
+`10:30`, hyphenated words and non-clitic apostrophes (`O'Neill`) stay whole. Not handled: a period
+after a non-dotted abbreviation (`Mr.` -> `Mr .`), `cannot`/`gonna` splitting and PTB quote
+rewriting (`"` stays `"`, not `` `` `` / `''`).
+"""
+
+
+def build_pre_tokenizer() -> pre_tokenizers.PreTokenizer:
+    """Whitespace split followed by the PTB-style `Split` on `PRE_TOKENIZER_PATTERN`."""
+    return pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.WhitespaceSplit(),
+            # "isolated": every match is its own word and nothing is dropped, because the last
+            # alternative matches any single non-space character the others leave.
+            pre_tokenizers.Split(Regex(PRE_TOKENIZER_PATTERN), behavior="isolated"),
+        ]
+    )
+
+
+MAX_RUN_LENGTH = 100_000
+"""Characters without whitespace the splitter takes at once. The regex engine gives up (a Rust panic, which Python's
+`except Exception` does not catch) on runs of a few million; no word is anywhere near this long."""
+# The whitespace of WhitespaceSplit (Rust's char::is_whitespace: Unicode White_Space), which Python's \s is not.
+_LONG_RUN = re.compile(
+    "[^\t\n\x0b\x0c\r \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]{%d}" % (MAX_RUN_LENGTH + 1)
+)
+
+
+def split_words(pre_tokenizer: pre_tokenizers.PreTokenizer, text: str) -> list[str]:
+    """The words of `text` by `pre_tokenizer`. Lone surrogates are dropped first: they cannot reach the Rust
+    pre-tokenizer (and would vanish from the character ids anyway). A run of more than `MAX_RUN_LENGTH` characters
+    without whitespace is a `ValueError`."""
+    if not isinstance(text, str):
+        raise TypeError(f"split_words expects a str, got {type(text).__name__}")
+    if len(text) > MAX_RUN_LENGTH and (run := _LONG_RUN.search(text)):
+        raise ValueError(
+            f"the text has more than {MAX_RUN_LENGTH:,} characters without whitespace (from character "
+            f"{run.start():,}), more than the word splitter takes: split it, or give the words (is_split_into_words)"
+        )
+    try:
+        try:
+            pieces = pre_tokenizer.pre_tokenize_str(text)
+        except UnicodeEncodeError:
+            pieces = pre_tokenizer.pre_tokenize_str(text.encode("utf-8", "ignore").decode("utf-8"))
+    except BaseException as error:  # a Rust panic arrives as pyo3's PanicException, a BaseException
+        if type(error).__name__ != "PanicException":
+            raise
+        raise ValueError(f"the word splitter failed on this text ({' '.join(str(error).split())})") from None
+    return [piece for piece, _ in pieces]
+
+
+__all__ = ["MAX_RUN_LENGTH", "PRE_TOKENIZER_PATTERN", "build_pre_tokenizer", "split_words"]
