@@ -355,6 +355,13 @@ def test_concurrent_cpu_training_gradients_match_reference(monkeypatch):
     for name, param in model.named_parameters():
         expected = dict(reference.named_parameters())[name].grad
         assert (param.grad - expected).abs().max() <= 1e-4 * expected.abs().max(), name
+    with cpu_backend(concurrent_training=False):
+        torch.set_num_threads(2)
+        try:
+            run_fast(model, batch)[0][-1].sum().backward()
+        finally:
+            torch.set_num_threads(1)
+    assert len(calls) == 2 * model.config.num_layers, "cpu_backend(concurrent_training=False) keeps one thread"
 
 
 @pytest.mark.skipif(cpu_threads._thread_count_setters() is None, reason="no per-thread OpenMP setting here")
