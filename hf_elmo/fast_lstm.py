@@ -209,44 +209,51 @@ def _forward_direction(x, hidden, memory, input_weight, bias, state_weight, proj
         memory_state = memory.clone(memory_format=torch.contiguous_format)
         scratch_tanh, scratch_outputs = new(batch_size, cell_dim), new(batch_size, cell_dim)
 
-    previous = None  # (offset, size) of the step before
+    # Each step's rows of every buffer, as views made once (indexing per step costs more than the step's arithmetic
+    # on small models).
+    sizes = steps.batch_sizes
+    act_steps = activations.split(sizes)
+    gate_steps = [block.split(sizes) for block in activations.split(cell_dim, dim=1)]  # input, forget, cell, output
+    output_steps = outputs.split(sizes)
+    if save:
+        tanh_steps, cell_output_steps = cell_tanh.split(sizes), cell_outputs.split(sizes)
+        cell_steps, raw_cell_steps, raw_output_steps = cells.split(sizes), raw_cells.split(sizes), raw_outputs.split(sizes)
+
+    previous = None  # the step before
     for t in range(num_steps - 1, -1, -1) if reverse else range(num_steps):
-        n, start = steps.batch_sizes[t], steps.offsets[t]
+        n = sizes[t]
         if n == 0:
             continue
-        block = slice(start, start + n)
         if save:
             if previous is None:
                 hidden_in, memory_in = hidden[:n], memory[:n]
-            elif previous[1] >= n:
-                hidden_in = outputs[previous[0] : previous[0] + n]
-                memory_in = cells[previous[0] : previous[0] + n]
+            elif sizes[previous] >= n:
+                hidden_in, memory_in = output_steps[previous][:n], cell_steps[previous][:n]
             else:  # reverse: rows that start here join those that ran the step before
-                ran = slice(previous[0], previous[0] + previous[1])
-                hidden_in = torch.cat([outputs[ran], hidden[previous[1] : n]])
-                memory_in = torch.cat([cells[ran], memory[previous[1] : n]])
-            tanh_c, cell_out = cell_tanh[block], cell_outputs[block]
-            raw_c, raw_h = raw_cells[block], raw_outputs[block]
+                ran = sizes[previous]
+                hidden_in = torch.cat([output_steps[previous], hidden[ran:n]])
+                memory_in = torch.cat([cell_steps[previous], memory[ran:n]])
+            tanh_c, cell_out, raw_c, raw_h = tanh_steps[t], cell_output_steps[t], raw_cell_steps[t], raw_output_steps[t]
         else:
             hidden_in, memory_in = hidden_state[:n], memory_state[:n]
             tanh_c, cell_out = scratch_tanh[:n], scratch_outputs[:n]
             raw_c = memory_in  # updated in place
-        previous = (start, n)
+        previous = t
 
-        act = activations[block]
+        act = act_steps[t]
+        input_gate, forget_gate, cell_input, output_gate = (gates[t] for gates in gate_steps)
         gates = _product(hidden_in, state_weight, act, out=act)  # act itself, or a new tensor from oneDNN
         if tanh_by_sigmoid:  # one sigmoid over all four blocks, the cell block at twice its input
-            gates[:, cell_block].mul_(2)
+            (cell_input if gates is act else gates[:, cell_block]).mul_(2)
             torch.sigmoid(gates, out=act)
-            _tanh_from_sigmoid_(act[:, cell_block])
+            _tanh_from_sigmoid_(cell_input)
         else:
-            torch.tanh(gates[:, cell_block], out=act[:, cell_block])
+            torch.tanh(gates[:, cell_block], out=cell_input)
             torch.sigmoid(gates[:, : 2 * cell_dim], out=act[:, : 2 * cell_dim])
-            torch.sigmoid(gates[:, 3 * cell_dim :], out=act[:, 3 * cell_dim :])
-        input_gate, forget_gate, cell_input, output_gate = act.chunk(4, dim=1)
+            torch.sigmoid(gates[:, 3 * cell_dim :], out=output_gate)
         torch.mul(forget_gate, memory_in, out=raw_c).addcmul_(input_gate, cell_input)
         if cell_clip is not None:
-            cell = cells[block] if save else raw_c
+            cell = cell_steps[t] if save else raw_c
             torch.clamp(raw_c, -cell_clip, cell_clip, out=cell)
         else:
             cell = raw_c
@@ -255,16 +262,16 @@ def _forward_direction(x, hidden, memory, input_weight, bias, state_weight, proj
         else:
             torch.tanh(cell, out=tanh_c)
         torch.mul(output_gate, tanh_c, out=cell_out)
-        target = raw_h if save else outputs[block]
+        target = raw_h if save else output_steps[t]
         new_hidden = _product(cell_out, projection_weight, out=target)
         if proj_clip is not None:
-            torch.clamp(new_hidden, -proj_clip, proj_clip, out=outputs[block])
+            torch.clamp(new_hidden, -proj_clip, proj_clip, out=output_steps[t])
             if new_hidden is not target and save:
                 target.copy_(new_hidden)  # the backward reads where the clip passed values through
         elif new_hidden is not target:
             target.copy_(new_hidden)
         if not save:
-            hidden_state[:n] = outputs[block]
+            hidden_state[:n] = output_steps[t]
 
     padded_outputs = steps.unpack(outputs, batch_size)
     if not save:
@@ -327,28 +334,32 @@ def _backward_direction(saved, hidden, memory, input_weight, state_weight, proje
     if settings.proj_clip is not None:
         hidden_passed = (saved["raw_outputs"].abs() <= settings.proj_clip).to(dtype)
     grad_gates = activations  # = gradient of the gate inputs, once the loop has run
-    three_blocks = grad_gates[:, : 3 * cell_dim].view(total, 3, cell_dim)
-    last_block = grad_gates[:, 3 * cell_dim :]
-
     grad_projected = torch.empty(total, hidden.shape[1], dtype=dtype, device=device)  # of each unclipped W_p m
+    sizes = steps.batch_sizes
+    grad_gate_steps = grad_gates.split(sizes)
+    three_block_steps = grad_gates[:, : 3 * cell_dim].view(total, 3, cell_dim).split(sizes)
+    last_block_steps = grad_gates[:, 3 * cell_dim :].split(sizes)
+    grad_projected_steps, cell_factor_steps, forget_steps = (t.split(sizes) for t in (grad_projected, cell_factor, forget))
+    if settings.cell_clip is not None:
+        cell_passed_steps = cell_passed.split(sizes)
+    if settings.proj_clip is not None:
+        hidden_passed_steps = hidden_passed.split(sizes)
     for t in range(num_steps) if reverse else range(num_steps - 1, -1, -1):
-        n, start = steps.batch_sizes[t], steps.offsets[t]
+        n = sizes[t]
         if n == 0:
             continue
-        block = slice(start, start + n)
-        grad_h = torch.add(grad_hidden[:n], grad_outputs[t, :n], out=grad_projected[block])
+        grad_h = torch.add(grad_hidden[:n], grad_outputs[t, :n], out=grad_projected_steps[t])
         if settings.proj_clip is not None:
-            grad_h.mul_(hidden_passed[block])
+            grad_h.mul_(hidden_passed_steps[t])
         grad_cell_output = _product(grad_h, projection_weight.t())  # (n, D)
-        grad_cell = torch.mul(grad_cell_output, cell_factor[block]).add_(grad_memory[:n])
+        grad_cell = torch.mul(grad_cell_output, cell_factor_steps[t]).add_(grad_memory[:n])
         if settings.cell_clip is not None:
-            grad_cell.mul_(cell_passed[block])
-        step_blocks = three_blocks[block]
-        torch.mul(grad_cell[:, None, :], step_blocks, out=step_blocks)
-        last_block[block].mul_(grad_cell_output)
-        torch.mul(grad_cell, forget[block], out=grad_memory[:n])
+            grad_cell.mul_(cell_passed_steps[t])
+        torch.mul(grad_cell[:, None, :], three_block_steps[t], out=three_block_steps[t])
+        last_block_steps[t].mul_(grad_cell_output)
+        torch.mul(grad_cell, forget_steps[t], out=grad_memory[:n])
         carried = grad_hidden[:n]
-        product = _product(grad_gates[block], state_weight.t(), out=carried)
+        product = _product(grad_gate_steps[t], state_weight.t(), out=carried)
         if product is not carried:
             carried.copy_(product)
 
