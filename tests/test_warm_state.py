@@ -1,5 +1,6 @@
 """The warm start state: estimated from text, stored with the weights, the start of every row unless `state=`."""
 
+import copy
 import json
 import re
 import shutil
@@ -114,10 +115,10 @@ def test_pipeline_embed_and_layer_cache_use_the_warm_state(warm_dir, tmp_path):
     text = "the cat sat ."
     extractor = pipeline("feature-extraction", model=str(warm_dir))
     tokenizer = AutoTokenizer.from_pretrained(warm_dir)
-    model = model.to(extractor.device)  # the pipeline takes a GPU where there is one: compare on its device
+    on_device = copy.deepcopy(model).to(extractor.device)  # the pipeline takes a GPU where there is one
     with torch.no_grad():
         batch = tokenizer(text, return_tensors="pt").to(extractor.device)
-        expected = model(**batch).last_hidden_state.cpu().numpy()
+        expected = on_device(**batch).last_hidden_state.cpu().numpy()
     assert np.array_equal(np.array(extractor(text), dtype=np.float32), expected)
 
     source = tmp_path / "in.txt"
