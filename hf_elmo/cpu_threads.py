@@ -45,18 +45,37 @@ def _thread_count_setters() -> tuple[Callable[[int], int], ...] | None:
         return None
     try:
         libraries = {Path(line.split()[-1]) for line in Path("/proc/self/maps").read_text().splitlines() if "/" in line}
-        openmp = next(path for path in libraries if path.name.startswith(("libgomp", "libiomp5", "libomp")))
+        candidates = [path for path in libraries if path.name.startswith(("libgomp", "libiomp5", "libomp"))]
+        # Other packages can load OpenMP libraries of their own: PyTorch's is the one in its folder, if it has one.
+        torch_folder = Path(torch.__file__).resolve().parent
+        openmp = min(candidates, key=lambda path: torch_folder not in path.resolve().parents)
         setters = [ctypes.CDLL(str(openmp)).omp_set_num_threads]
         # PyTorch's x86 builds link MKL statically into libtorch_cpu; its thread-local setting is this one.
         torch_cpu = next((path for path in libraries if path.name.startswith("libtorch_cpu")), None)
         mkl = getattr(ctypes.CDLL(str(torch_cpu)), "MKL_Set_Num_Threads_Local", None) if torch_cpu else None
     except (OSError, StopIteration, AttributeError):
         return None
+    except ValueError:  # no OpenMP library among them
+        return None
     if mkl is not None:
         setters.append(mkl)
     for setter in setters:
         setter.argtypes, setter.restype = [ctypes.c_int], ctypes.c_int
-    return tuple(setters)
+    return tuple(setters) if _sets_torch_threads(setters) else None
+
+
+def _sets_torch_threads(setters) -> bool:
+    """Whether `setters`, called in a new thread, change what PyTorch uses there (not some other OpenMP's count)."""
+    target = 1 if torch.get_num_threads() != 1 else 2
+
+    def check():
+        torch.get_num_threads()
+        for setter in setters:
+            setter(target)
+        return torch.get_num_threads() == target
+
+    with ThreadPoolExecutor(1) as executor:
+        return executor.submit(check).result()
 
 
 def can_run_concurrently(tensor: torch.Tensor, training: bool = False) -> bool:

@@ -20,9 +20,13 @@ def capture_graph(fn: Callable, pool, warmup: Callable | None = None):
     outside the capture), then captures `fn()` as a CUDA graph in memory `pool`: `(graph, fn's result)`."""
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
+    # The warm-up draws no random numbers of the caller's: a run that captures at another step (a resumed one)
+    # draws the same sequence as one that does not.
+    random_state = torch.cuda.get_rng_state()
     with torch.cuda.stream(side):
         (warmup or fn)()
     torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.set_rng_state(random_state)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph, pool=pool, capture_error_mode="thread_local"):
         result = fn()

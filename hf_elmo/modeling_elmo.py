@@ -151,8 +151,18 @@ class ElmoCharacterEncoder(nn.Module):
         """The straightforward computation `forward` matches (`config.implementation = "reference"`): every window
         of every slot of every token, one product per layer."""
         batch_shape, num_chars = char_ids.shape[:-1], char_ids.shape[-1]
-        chars = self.char_embedding(char_ids.reshape(-1, num_chars)).transpose(1, 2)  # (N, e, C)
-        features = torch.cat([self.activation(conv(chars).amax(dim=-1)) for conv in self.convolutions], dim=-1)
+        chars = self.char_embedding(char_ids.reshape(-1, num_chars))  # (N, C, e)
+        # Each convolution as the product of every window with the kernel (cuDNN's convolutions round float32 to TF32
+        # on GPUs by default; matrix products do not).
+        features = torch.cat(
+            [
+                self.activation(
+                    (chars.unfold(1, conv.kernel_size[0], 1).flatten(2) @ conv.weight.flatten(1).t() + conv.bias).amax(1)
+                )
+                for conv in self.convolutions
+            ],
+            dim=-1,
+        )
         for highway in self.highways:
             transformed, gate = F.linear(features, highway.weight, highway.bias).chunk(2, dim=-1)
             gate = torch.sigmoid(gate)
@@ -849,6 +859,8 @@ class ElmoForBiLM(ElmoPreTrainedModel):
             and isinstance(input_ids, torch.Tensor)
             and input_ids.is_cuda
             and elmo.encoder.use_cuda_graphs
+            and elmo.encoder.static_shapes is not False  # the sorted path and deduplicated words wait for the host
+            and elmo.char_encoder.deduplicate is not True
             and self.config.implementation != "reference"
             and not self.config.input_word_dim
             and input_ids.shape[0] * input_ids.shape[1] <= self._MAX_CAPTURED_POSITIONS

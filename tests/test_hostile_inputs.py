@@ -525,7 +525,8 @@ def memory_results(tmp_path_factory, converted_dirs, bilm_dir):
         edit_json(path, **changes)(root)
         commands[name] = (root, command)
     argument = json.dumps({name: [str(root), command] for name, (root, command) in commands.items()})
-    env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
+    # No GPU in these capped processes, and no CUDA probe: on a GPU machine its failure under the cap is a warning.
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "PYTORCH_NVML_BASED_CUDA_CHECK": "1"}
     done = subprocess.run(
         [sys.executable, "-c", _LIMITED_RUNS, argument], capture_output=True, text=True, timeout=600, env=env
     )

@@ -24,7 +24,7 @@ from hf_elmo.sampled_softmax import (
 )
 
 from conftest import FIXTURE_SETS, fixture_batches, reference_from
-from test_fast_path import SENTENCES, assert_same_outputs, encode, random_model, run_fast, small_config
+from test_fast_path import SENTENCES, assert_same_outputs, encode, one_thread, random_model, run_fast, small_config  # noqa: F401
 
 DEVICES = ["cpu", *(["cuda"] if torch.cuda.is_available() else [])]
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a CUDA GPU")
@@ -34,14 +34,6 @@ TRITON_ON_CPU = gpu_lstm._TRITON_STEPS is not None and gpu_lstm.TRITON_INTERPRET
 TRITON_DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 # (device, elementwise steps): on CPUs both implementations, on a GPU its default (Triton).
 PATHS = [("cpu", "torch"), *([("cpu", "triton")] if TRITON_ON_CPU else []), *([("cuda", None)] if "cuda" in DEVICES else [])]
-
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def static(model, kernels=None, device="cpu", graphs=False):

@@ -103,23 +103,24 @@ def test_training_carries_the_state_from_batch_to_batch(corpus, tmp_path):
     assert metrics["train_loss"] > 0
     logged = [e["loss"] for e in json.loads((tmp_path / "run/checkpoint-3/trainer_state.json").read_text())[
         "log_history"] if "loss" in e]
-    model = ElmoForBiLM.from_pretrained(tmp_path / "run/checkpoint-3").eval()
+    device = "cuda" if torch.cuda.is_available() else "cpu"  # where Trainer ran: a GPU rounds otherwise than a CPU
+    model = ElmoForBiLM.from_pretrained(tmp_path / "run/checkpoint-3").to(device).eval()
     tokenizer = ElmoTokenizer.from_pretrained(tmp_path / "run")
     sentences = list(iter_sentences([corpus / "small.txt"], "pretokenizer", tokenizer))
     dataset = StreamWindowDataset(sentences, tokenizer, rows=4, window=10, seed=3, steps=3)
     collate, state, carried = DataCollatorForBiLMStreams(), None, []
     with torch.no_grad():
         for step in range(3):
-            batch = collate([dataset[4 * step + row] for row in range(4)])
+            batch = {k: v.to(device) for k, v in collate([dataset[4 * step + row] for row in range(4)]).items()}
             out = model(**batch, state=state, use_cache=True)
             state = out.state
             carried.append(out.loss.item())
         from_zeros = model(**batch, use_cache=True).state
     np.testing.assert_allclose(logged, carried, rtol=2e-4)
     saved = load_file(tmp_path / "run/checkpoint-3/stream_state-0.safetensors")
-    torch.testing.assert_close(saved["hidden"], state[0])
-    torch.testing.assert_close(saved["memory"], state[1])
-    assert (saved["memory"] - from_zeros[1]).abs().max() > 0.1  # a batch started from zeros ends elsewhere
+    torch.testing.assert_close(saved["hidden"], state[0].cpu())
+    torch.testing.assert_close(saved["memory"], state[1].cpu())
+    assert (saved["memory"] - from_zeros[1].cpu()).abs().max() > 0.1  # a batch started from zeros ends elsewhere
     assert abs(carried[2] - model(**batch).loss.item()) > 1e-2
     # The saved model starts from a warm state estimated from the training text.
     assert ElmoForBiLM.from_pretrained(tmp_path / "run").config.warm_state
@@ -153,13 +154,17 @@ def test_resumed_stream_run_ends_with_the_same_weights(corpus, tmp_path, monkeyp
     assert max((expected[k] - actual[k]).abs().max().item() for k in expected) <= 1e-6
 
 
-def test_two_processes_stream_like_one_with_all_rows(corpus, tmp_path):
+def test_two_processes_stream_like_one_with_all_rows(corpus, tmp_path, monkeypatch):
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    if torch.cuda.device_count() < 2:
+        # As in test_training: two processes on one GPU would share it under NCCL; all runs use the CPU (gloo).
+        env["CUDA_VISIBLE_DEVICES"] = ""
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     common = [
         "train", "--stream", "--train-files", str(corpus / "small.txt"), "--config", str(corpus / "tiny.json"),
         "--split", "pretokenizer", "--window", "10", "--min-count", "2", "--max-steps", "3", "--logging-steps", "1",
         "--save-steps", "3", "--dropout", "0", "--num-softmax-samples", "0", "--disable-progress-bar",
     ]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "hf_elmo.cli"]
     result = subprocess.run(command + common + ["--batch-size", "2", "--output-dir", str(tmp_path / "ddp")],
                             env=env, capture_output=True, text=True, timeout=300)
