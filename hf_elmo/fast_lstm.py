@@ -208,6 +208,8 @@ def _forward_direction(x, hidden, memory, input_weight, bias, state_weight, proj
         hidden_state = hidden.clone(memory_format=torch.contiguous_format)
         memory_state = memory.clone(memory_format=torch.contiguous_format)
         scratch_tanh, scratch_outputs = new(batch_size, cell_dim), new(batch_size, cell_dim)
+        # Activations go to a buffer of one step's rows, which stays in cache, rather than over the gate inputs.
+        scratch_gates = new(batch_size, 4 * cell_dim)
 
     # Each step's rows of every buffer, as views made once (indexing per step costs more than the step's arithmetic
     # on small models).
@@ -240,9 +242,13 @@ def _forward_direction(x, hidden, memory, input_weight, bias, state_weight, proj
             raw_c = memory_in  # updated in place
         previous = t
 
-        act = act_steps[t]
-        input_gate, forget_gate, cell_input, output_gate = (gates[t] for gates in gate_steps)
-        gates = _product(hidden_in, state_weight, act, out=act)  # act itself, or a new tensor from oneDNN
+        gates = _product(hidden_in, state_weight, act_steps[t], out=act_steps[t])  # in place, or new from oneDNN
+        if save:
+            act = act_steps[t]
+            input_gate, forget_gate, cell_input, output_gate = (block_steps[t] for block_steps in gate_steps)
+        else:
+            act = scratch_gates[:n]
+            input_gate, forget_gate, cell_input, output_gate = act.chunk(4, dim=1)
         if tanh_by_sigmoid:  # one sigmoid over all four blocks, the cell block at twice its input
             (cell_input if gates is act else gates[:, cell_block]).mul_(2)
             torch.sigmoid(gates, out=act)

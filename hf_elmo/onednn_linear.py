@@ -19,10 +19,13 @@ from .cpu_backend import current_cpu_backend
 USE_ONEDNN = True
 """Deprecated process-wide switch, still obeyed when set to False: use `cpu_backend(onednn=False)`."""
 
-# Below this many multiply-adds PyTorch's own product is as fast or faster: the fixed cost of a oneDNN call
-# (~15 us), and its kernels for ELMo's narrow per-step products (one side 64 or 128 wide: 32 x 64 x 2048,
-# 32 x 512 x 64, 32 x 1024 x 128) reach half the speed of MKL's on an AMD EPYC (Zen 3, AVX2).
-_MIN_MULTIPLY_ADDS = 1 << 23
+# Below this many multiply-adds PyTorch's own product (MKL) is as fast or faster. On processors without AVX-512
+# both libraries run AVX2 kernels and MKL's are faster up to large products: ELMo's narrow per-step products (one
+# side 64 or 128 wide: 32 x 64 x 2048, 32 x 512 x 64, 32 x 1024 x 128) run at about twice oneDNN's speed on an AMD
+# EPYC (Zen 3); there only the fixed cost of a oneDNN call (~15 us) is at stake above 2^23. With AVX-512 the
+# threshold stays where it was measured before (2^20), no machine with it having been measured since.
+_AVX512 = torch.backends.cpu.get_cpu_capability().startswith("AVX512")
+_MIN_MULTIPLY_ADDS = 1 << 20 if _AVX512 else 1 << 23
 
 _onednn_linear = getattr(getattr(torch.ops, "mkldnn", None), "_linear_pointwise", None)
 try:
@@ -84,17 +87,18 @@ def matmul_nt_add(
     return torch.addmm(other, x, weight.t(), out=out)
 
 
-# oneDNN multiplies a transposed left operand only after copying it; below this many multiply-adds MKL's
-# transposed product is faster (a weight gradient of the mid-size LSTM, 2048 x 640 x 129: 5.3 against 8.0 ms;
-# of the original, 16384 x 320 x 1025: 212 against 181 ms; AMD EPYC Zen 3, one thread).
-_MIN_MULTIPLY_ADDS_TRANSPOSED = 1 << 28
+# oneDNN multiplies a transposed left operand only after copying it; without AVX-512, below this many
+# multiply-adds MKL's transposed product is faster (a weight gradient of the mid-size LSTM, 2048 x 640 x 129: 5.3
+# against 8.0 ms; of the original, 16384 x 320 x 1025: 212 against 181 ms; AMD EPYC Zen 3, one thread). With
+# AVX-512 the products go to oneDNN from the same size as the others, as before.
+_MIN_MULTIPLY_ADDS_TRANSPOSED = _MIN_MULTIPLY_ADDS if _AVX512 else 1 << 28
 
 
 def matmul_tn(x: torch.Tensor, other: torch.Tensor) -> torch.Tensor:
     """`x.T @ other` for 2-D `x` `(K, M)` and `other` `(K, N)` -> `(M, N)`, without autograd (weight gradients)."""
     if x.shape[0] * x.shape[1] * other.shape[1] >= _MIN_MULTIPLY_ADDS_TRANSPOSED:
         return matmul_nt(x.t(), other.t())
-    return torch.mm(x.t(), other)
+    return torch.mm(x.t(), other)  # MKL reads the transposed operand in place
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
