@@ -306,9 +306,6 @@ class ElmoTokenizer(PreTrainedTokenizer):
         """The words of `text` (`split_words`); added-token splitting does not apply to ELMo."""
         return self.split_words(text)
 
-    def _tokenize(self, text: str, **kwargs) -> list[str]:
-        return self.split_words(text)
-
     # --- special tokens: whole rows (the base class counts and types them through these) -------------
 
     def build_inputs_with_special_tokens(self, token_ids_0: list, token_ids_1: list | None = None) -> list:
@@ -395,7 +392,9 @@ class ElmoTokenizer(PreTrainedTokenizer):
             word_ids = characters.word_ids(flat_words)
             fill = characters.padding_word_id
             data["input_word_ids"] = pad_rows(word_ids, positions, fill, frame, lengths=word_counts)
-        attention_mask = (np.arange(positions)[None, :] < lengths[:, None]).astype(np.int64)
+        position = np.arange(positions)[None, :]
+        first_word_position = 1 if add_special_tokens else 0
+        attention_mask = (position < lengths[:, None]).astype(np.int64)
         if return_attention_mask is None:
             return_attention_mask = "attention_mask" in self.model_input_names
         if return_attention_mask:
@@ -403,15 +402,12 @@ class ElmoTokenizer(PreTrainedTokenizer):
         if return_token_type_ids:
             data["token_type_ids"] = np.zeros_like(attention_mask)
         if return_special_tokens_mask:
-            first = 1 if add_special_tokens else 0
-            is_word = (np.arange(positions)[None, :] >= first) & (
-                np.arange(positions)[None, :] < (word_counts + first)[:, None]
-            )
+            is_word = (position >= first_word_position) & (position < (word_counts + first_word_position)[:, None])
             data["special_tokens_mask"] = (~is_word).astype(np.int64)
         if return_length:
             data["length"] = lengths
 
-        spans = [(first, int(count), 1 if add_special_tokens else 0) for first, count in zip(first_words, word_counts)]
+        spans = [(first, int(count), first_word_position) for first, count in zip(first_words, word_counts)]
         unpadded = padding_strategy == PaddingStrategy.DO_NOT_PAD
         return ElmoBatchEncoding.from_arrays(
             data, lengths, unpadded, batched, return_tensors, characters.boundary_rows, spans
