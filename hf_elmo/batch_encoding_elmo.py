@@ -1,14 +1,120 @@
-"""`ElmoBatchEncoding`: the tokenizer's output, which knows which word sits at each position."""
+"""The tokenizer's batches: `ElmoBatchEncoding`, its output, which knows which word sits at each position; what
+`ElmoTokenizer.pad` is given, read as examples (`collect_examples`, `per_position_values`); and the number of
+positions a padding strategy gives (`padded_length`)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
+import numpy as np
 from transformers import BatchEncoding
 from transformers.tokenization_utils_base import TokenSpan
-from transformers.utils import TensorType
+from transformers.utils import PaddingStrategy, TensorType
 
-from .character_rows import BOS_WORD_IDS, EOS_WORD_IDS, to_numpy, word_ids_from_rows
+from .character_rows import (
+    BOS_WORD_IDS,
+    EOS_WORD_IDS,
+    is_tensor_like,
+    nesting_depth,
+    to_numpy,
+    word_ids_from_rows,
+)
+
+PER_POSITION_FEATURES = ("attention_mask", "token_type_ids", "special_tokens_mask", "input_word_ids")
+"""Features with one value per position besides `input_ids`: padded and cut back like it."""
+
+
+def padded_length(
+    lengths: np.ndarray,
+    padding_strategy: PaddingStrategy | str | bool,
+    max_length: int | None,
+    pad_to_multiple_of: int | None,
+) -> int:
+    """Number of positions of a batch of sequences of `lengths` `(B,)` padded by `padding_strategy` (for
+    `DO_NOT_PAD`: the longest, each sequence is cut back to its length later)."""
+    longest = int(lengths.max()) if len(lengths) else 0
+    strategy = PaddingStrategy(padding_strategy)
+    if strategy == PaddingStrategy.DO_NOT_PAD:
+        return longest
+    target = longest
+    if strategy == PaddingStrategy.MAX_LENGTH:
+        if max_length is None:
+            raise ValueError("padding='max_length' needs max_length")
+        # Without truncation a longer sequence cannot be shortened; it sets the length instead.
+        target = max(max_length, longest)
+    if pad_to_multiple_of is not None and target % pad_to_multiple_of:
+        target += pad_to_multiple_of - target % pad_to_multiple_of
+    return target
+
+
+def collect_examples(encoded_inputs: Any, width: int) -> tuple[dict[str, list], bool, str | None]:
+    """What `pad` is given, as `(features, batched, tensor type)`: each feature a list with one entry per example.
+
+    Accepts a list of per-example dicts, a dict of such lists, a dict holding one example (`input_ids` `(T, width)`:
+    `batched` is then False) or an already batched `(B, T, width)` dict. The tensor type is that of the examples'
+    `input_ids` (`"pt"`, `"np"`, or None for lists): like the base class, tensors in, the same kind of tensors out.
+    """
+    # A list of per-example dicts is a batch whatever its content looks like.
+    from_example_list = isinstance(encoded_inputs, (list, tuple))
+    if from_example_list:
+        if len(encoded_inputs) == 0:
+            raise ValueError("pad() got an empty list of examples")
+        if not all(isinstance(example, Mapping) for example in encoded_inputs):
+            raise TypeError("pad() expects a list of dicts (one per example) or a dict of features")
+        keys = list(encoded_inputs[0].keys())
+        encoded_inputs = {key: [example[key] for example in encoded_inputs] for key in keys}
+    if not isinstance(encoded_inputs, Mapping):
+        raise TypeError(f"pad() expects a dict or a list of dicts, got {type(encoded_inputs).__name__}")
+    if "input_ids" not in encoded_inputs:
+        raise ValueError(f"pad() needs `input_ids`, got keys {list(encoded_inputs.keys())}")
+
+    input_ids = encoded_inputs["input_ids"]
+    probe = input_ids[0] if isinstance(input_ids, (list, tuple)) and len(input_ids) else input_ids
+    tensor_type = "pt" if hasattr(probe, "detach") else "np" if isinstance(probe, np.ndarray) else None
+    depth = nesting_depth(input_ids)
+    if from_example_list or depth == 3:
+        return dict(encoded_inputs), True, tensor_type
+    if depth == 2:
+        return {key: [value] for key, value in encoded_inputs.items()}, False, tensor_type
+    raise ValueError(
+        f"`input_ids` must be one example of shape (positions, {width}) or a batch of them, got a {depth}-D value"
+    )
+
+
+def per_position_values(examples: list, key: str, lengths: np.ndarray) -> list[np.ndarray]:
+    """Feature `key` of each example as `(T_b,)` int64, checked against the examples' numbers of positions `(B,)`."""
+    values = [to_numpy(value).astype(np.int64).reshape(-1) for value in examples]
+    for index, value in enumerate(values):
+        if value.shape[0] != lengths[index]:
+            raise ValueError(
+                f"`{key}` of example {index} has {value.shape[0]} entries but its input_ids have "
+                f"{lengths[index]} positions"
+            )
+    return values
+
+
+def _converted(value: Any, return_tensors: str | TensorType | None) -> Any:
+    """A feature that is not per position (e.g. `labels`) as the tensor type if it is rectangular, else as it is (a
+    collator such as `DataCollatorForTokenClassification` pads ragged labels itself)."""
+    if return_tensors is None:
+        return value
+    try:
+        if is_tensor_like(value):
+            array = to_numpy(value)
+        elif isinstance(value, (list, tuple)) and value and all(is_tensor_like(v) for v in value):
+            array = np.stack([to_numpy(v) for v in value])
+        else:
+            array = np.asarray(value)
+        if array.dtype == object:
+            return value
+    except (ValueError, TypeError):
+        return value
+    if TensorType(return_tensors) == TensorType.PYTORCH:
+        import torch
+
+        return torch.from_numpy(np.ascontiguousarray(array))
+    return array
 
 
 class ElmoBatchEncoding(BatchEncoding):
@@ -35,6 +141,52 @@ class ElmoBatchEncoding(BatchEncoding):
         self._word_spans = word_spans
         self._batched = batched
         self._boundary_rows = boundary_rows
+
+    @classmethod
+    def from_arrays(
+        cls,
+        data: dict[str, np.ndarray],
+        lengths: np.ndarray,
+        unpadded: bool,
+        batched: bool,
+        return_tensors: str | TensorType | None,
+        boundary_rows: tuple[np.ndarray, np.ndarray],
+        word_spans: list[tuple[int, int, int]] | None = None,
+        extra: dict[str, list] | None = None,
+    ) -> ElmoBatchEncoding:
+        """The encoding of padded features `data` (`(B, L, ...)` arrays, `lengths` `(B,)` real positions each) in
+        the type the caller asked for: tensors of `return_tensors`, else nested lists, of one sequence unless
+        `batched`. `unpadded` (no padding asked): lists are cut back to each sequence's length, and tensors of
+        sequences of different lengths are refused. `extra`: features that are not per position, one entry per
+        example, converted when rectangular."""
+        if return_tensors is not None:
+            if unpadded and bool(np.any(lengths != data["input_ids"].shape[1])):
+                raise ValueError(
+                    "Sequences have different numbers of positions; pass padding=True (or 'max_length') to "
+                    "return tensors"
+                )
+            tensor_type = TensorType(return_tensors)
+            if tensor_type == TensorType.PYTORCH:
+                import torch
+
+                data = {key: torch.from_numpy(np.ascontiguousarray(value)) for key, value in data.items()}
+            elif tensor_type != TensorType.NUMPY:
+                raise ValueError(f"ElmoTokenizer supports return_tensors='pt' or 'np', got {return_tensors!r}")
+            encoding = cls(data, word_spans=word_spans, batched=True, boundary_rows=boundary_rows)
+        else:
+            sequence_keys = {"input_ids", *PER_POSITION_FEATURES}
+            lists = {}
+            for key, value in data.items():
+                if key in sequence_keys and unpadded:
+                    lists[key] = [row[:length].tolist() for row, length in zip(value, lengths.tolist())]
+                else:
+                    lists[key] = value.tolist()
+            if not batched:
+                lists = {key: value[0] for key, value in lists.items()}
+            encoding = cls(lists, word_spans=word_spans, batched=batched, boundary_rows=boundary_rows)
+        for key, value in (extra or {}).items():
+            encoding[key] = _converted(value if batched else value[0], return_tensors)
+        return encoding
 
     def __getstate__(self):
         state = super().__getstate__()
@@ -89,4 +241,4 @@ class ElmoBatchEncoding(BatchEncoding):
         return TokenSpan(position, position + 1)
 
 
-__all__ = ["ElmoBatchEncoding"]
+__all__ = ["ElmoBatchEncoding", "collect_examples", "padded_length", "per_position_values"]

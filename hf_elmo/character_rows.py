@@ -161,6 +161,10 @@ class Utf8Bytes:
     decode = staticmethod(char_ids_to_word)
 
     def __init__(self, width: int = MAX_WORD_LENGTH):
+        if not isinstance(width, int) or width < 3:
+            raise ValueError(
+                f"max_characters_per_token must be an int >= 3 (begin of word, a character, end of word), got {width!r}"
+            )
         self.width = width
         self.boundary_rows = boundary_rows(width)
 
@@ -203,7 +207,8 @@ class CharacterVocabulary:
       being `<oov>`; the sentence-boundary words (`<bos>`, `<eos>` by default) are `[<bow>, <bos>, <eow>, <pad>,
       ...]` and `[<bow>, <eos>, <eow>, <pad>, ...]`;
     * `chars` ids are the ids of `input_ids`: all >= 1, since 0 stays the padding word;
-    * with `words`, `word_ids` gives each word's id (`<oov>`'s if absent); padding positions get `<pad>`'s.
+    * with `words`, `word_ids` gives each word's id (`<oov>`'s if absent); the boundary positions get
+      `boundary_word_ids` and padding positions `padding_word_id` (`<pad>`'s).
     """
 
     def __init__(
@@ -227,6 +232,9 @@ class CharacterVocabulary:
         self._template[0] = self.chars[VOCAB_BEGINNING_OF_WORD]
         self._characters = {index: char for char, index in self.chars.items() if len(char) == 1}
         self.boundary_rows = tuple(self.rows([bos_token, eos_token]))
+        if self.words is not None:
+            self.boundary_word_ids = tuple(self.word_ids([bos_token, eos_token]))
+            self.padding_word_id = self.words[VOCAB_PADDING]
 
     def rows(self, words: Sequence[str]) -> np.ndarray:
         """`(n, 50)` int64 character ids of `n` words."""
@@ -266,6 +274,32 @@ def to_numpy(value: Any) -> np.ndarray:
     if hasattr(value, "detach") and hasattr(value, "cpu"):
         return value.detach().cpu().numpy()
     return np.asarray(value)
+
+
+def is_tensor_like(value: Any) -> bool:
+    """Whether `value` is a NumPy array or a tensor (of any library)."""
+    return hasattr(value, "shape") and hasattr(value, "ndim") and not isinstance(value, (list, tuple))
+
+
+def is_scalar_id(value: Any) -> bool:
+    """Whether `value` is one id (an int, or a 0-d array / tensor) rather than a sequence of them."""
+    return isinstance(value, (int, np.integer)) or (is_tensor_like(value) and value.ndim == 0)
+
+
+def nesting_depth(value: Any) -> int:
+    """Depth of nested lists / arrays / tensors, read from first elements only: 0 for an id, 1 for a row, 2 for a
+    sentence `(T, 50)`, 3 for a batch `(B, T, 50)`. Empty entries (a sentence without positions) are skipped."""
+    depth = 0
+    while True:
+        if is_tensor_like(value):
+            return depth + value.ndim
+        if not isinstance(value, (list, tuple)):
+            return depth
+        depth += 1
+        filled = next((v for v in value if not (isinstance(v, (list, tuple)) and len(v) == 0)), None)
+        if filled is None:
+            return depth + (1 if value else 0)
+        value = filled
 
 
 def as_rows(example: Any, key: str = "input_ids", width: int = MAX_WORD_LENGTH) -> np.ndarray:
@@ -340,6 +374,26 @@ def word_ids_from_rows(rows: np.ndarray, boundary_rows=(BOS_WORD_IDS, EOS_WORD_I
     return [None if is_special else int(index) for is_special, index in zip(special.tolist(), counter.tolist())]
 
 
+def rows_to_words(
+    characters: Utf8Bytes | CharacterVocabulary,
+    rows: np.ndarray,
+    pad_token: str = PAD_TOKEN,
+    skip_special_tokens: bool = False,
+) -> list[str]:
+    """The word of each row of `rows` `(T, C)` read by `characters` (either mapping): all-zero rows are `pad_token`,
+    boundary rows the boundary words; `skip_special_tokens` drops both."""
+    words = []
+    for row in rows:
+        if not row.any():
+            if not skip_special_tokens:
+                words.append(pad_token)
+            continue
+        if skip_special_tokens and any(np.array_equal(row, boundary) for boundary in characters.boundary_rows):
+            continue
+        words.append(characters.decode(row))
+    return words
+
+
 __all__ = [
     "BOS_WORD_IDS",
     "CharacterVocabulary",
@@ -350,5 +404,6 @@ __all__ = [
     "boundary_rows",
     "char_ids_to_word",
     "pad_rows",
+    "rows_to_words",
     "words_to_char_ids",
 ]

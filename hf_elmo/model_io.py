@@ -13,6 +13,9 @@
 * loaded parameters are copied to 64-byte aligned memory (see `align_parameters`), and weights holding NaN or
   infinite values are refused.
 
+`ElmoTokenizer.from_pretrained` is `load_tokenizer`: a tokenizer file that is not valid JSON is named, and a tokenizer
+that reads characters otherwise than the model of the same folder is refused (`_check_tokenizer_matches_model`).
+
 `ElmoPreTrainedModel.save_pretrained` ends with `name_pipeline`: a model class with a `pipeline_class` (for its
 `pipeline_task`) writes it into the folder's `config.json` as `custom_pipelines`, so that `pipeline(task,
 model=folder, trust_remote_code=True)` uses it (its module, imported by the model's, is saved with the remote
@@ -28,7 +31,7 @@ from pathlib import Path
 import torch
 from huggingface_hub.errors import StrictDataclassError
 from transformers import PreTrainedConfig
-from transformers.utils import CONFIG_NAME
+from transformers.utils import CONFIG_NAME, cached_file
 from transformers.utils import logging as hf_logging
 
 from .file_io import ElmoInputError, write_atomically
@@ -62,7 +65,7 @@ def _check_weights_before_loading(cls, path, kwargs):
     vocabulary size), one the configuration has no place for (e.g. a third LSTM layer), and a missing one that
     transformers would fill with fresh values with only a warning: any biLM tensor, and any tensor at all when the
     folder was saved from this very class (a new task head or softmax is what loading into another class is for)."""
-    from transformers.utils import SAFE_WEIGHTS_INDEX_NAME, SAFE_WEIGHTS_NAME, cached_file
+    from transformers.utils import SAFE_WEIGHTS_INDEX_NAME, SAFE_WEIGHTS_NAME
 
     hub = {key: kwargs[key] for key in _HUB_KEYS if key in kwargs}
     locate = partial(cached_file, path, _raise_exceptions_for_missing_entries=False, **hub)
@@ -127,6 +130,51 @@ def load_pretrained(load, cls, pretrained_model_name_or_path, *model_args, use_s
     align_parameters(model)
     _check_finite(model, pretrained_model_name_or_path)
     return loaded
+
+
+def load_tokenizer(load, pretrained_model_name_or_path, *args, **kwargs):
+    """`load(...)` (`PreTrainedTokenizer.from_pretrained` of `ElmoTokenizer`) with the policy of the module docstring:
+    a `json.JSONDecodeError` becomes a `ValueError` naming the file."""
+    hub = {key: kwargs[key] for key in _HUB_KEYS if key in kwargs}
+    locate = partial(cached_file, pretrained_model_name_or_path, _raise_exceptions_for_missing_entries=False, **hub)
+    try:
+        tokenizer = load(pretrained_model_name_or_path, *args, **kwargs)
+    except json.JSONDecodeError as error:
+        # transformers does not say which file: the first of those it reads that does not parse
+        for name in ("tokenizer_config.json", "special_tokens_map.json", "added_tokens.json"):
+            path = locate(name)
+            try:
+                if path is not None:
+                    json.loads(Path(path).read_text(encoding="utf-8"))
+            except (ValueError, OSError):
+                break
+        else:
+            name = "a JSON file"
+        where = f"line {error.lineno}, column {error.colno}"
+        message = f"{pretrained_model_name_or_path}: {name} is not valid JSON ({where}: {error.msg})"
+        raise ValueError(message) from None
+    _check_tokenizer_matches_model(tokenizer, pretrained_model_name_or_path, locate(CONFIG_NAME))
+    return tokenizer
+
+
+def _check_tokenizer_matches_model(tokenizer, where, config_file):
+    """Refuses a `char_vocab.json` dropped into the folder of a model that reads UTF-8 bytes (it would switch the
+    tokenizer to it), or one missing where the model reads a character vocabulary (config.json's `char_vocabulary`)."""
+    if config_file is None:
+        return
+    try:
+        model_reads_vocabulary = json.loads(Path(config_file).read_text(encoding="utf-8")).get("char_vocabulary")
+    except (ValueError, OSError, AttributeError):
+        return  # the model's loading reports a damaged config.json
+    tokenizer_reads_vocabulary = tokenizer.char_vocabulary is not None
+    if model_reads_vocabulary is not None and bool(model_reads_vocabulary) != tokenizer_reads_vocabulary:
+        held = "hold" if tokenizer_reads_vocabulary else "lack"
+        reads = "a character vocabulary" if model_reads_vocabulary else "UTF-8 bytes"
+        raise ValueError(
+            f"{where}: the tokenizer files {held} char_vocab.json but the model reads {reads} (config.json "
+            f"char_vocabulary: {str(bool(model_reads_vocabulary)).lower()}): tokenizer and model do not belong "
+            "together"
+        )
 
 
 def _check_finite(model, where):
@@ -223,4 +271,4 @@ def load_model_folder(model_class, folder):
     return model.eval()
 
 
-__all__ = ["align_parameters", "load_model_folder", "load_pretrained", "name_pipeline"]
+__all__ = ["align_parameters", "load_model_folder", "load_pretrained", "load_tokenizer", "name_pipeline"]

@@ -1,6 +1,9 @@
-"""Raw text -> words, in the Penn-Treebank style of the corpus ELMo was trained on (a `tokenizers` `Split`)."""
+"""Raw text -> words, in the Penn-Treebank style of the corpus ELMo was trained on (a `tokenizers` `Split`), and
+what a tokenizer is given (a text, texts, words, lists of words) -> sentences of words (`collect_sentences`)."""
 
 import re
+from collections.abc import Callable
+from typing import Any
 
 from tokenizers import Regex
 from tokenizers import pre_tokenizers
@@ -86,4 +89,50 @@ def split_words(pre_tokenizer: pre_tokenizers.PreTokenizer, text: str) -> list[s
     return [piece for piece, _ in pieces]
 
 
-__all__ = ["MAX_RUN_LENGTH", "PRE_TOKENIZER_PATTERN", "build_pre_tokenizer", "split_words"]
+def _checked_words(words: Any, where: str) -> list[str]:
+    for index, word in enumerate(words):
+        if not isinstance(word, str):
+            kind = "a nested list" if isinstance(word, (list, tuple)) else type(word).__name__
+            raise TypeError(
+                f"{where}: word {index} is {kind} ({word!r:.60}), expected str. With "
+                "is_split_into_words=True pass a list of words or a list of lists of words."
+            )
+    return list(words)
+
+
+def collect_sentences(
+    text: Any, is_split_into_words: bool, split: Callable[[str], list[str]]
+) -> tuple[list[list[str]], bool]:
+    """The sentences of a tokenizer's input as word lists, and whether it was a batch.
+
+    `text` is a str or a list of str (raw text, cut into words by `split`) or, with `is_split_into_words`, a list of
+    words or a list of such lists. Anything else (a pair of texts, a word that is not a str) is a one-line error.
+    """
+    if is_split_into_words:
+        if isinstance(text, str):
+            raise ValueError(
+                "is_split_into_words=True expects a list of words (or a list of such lists), got a str; "
+                "pass raw text with is_split_into_words=False"
+            )
+        if not isinstance(text, (list, tuple)):
+            raise TypeError(f"Expected a list of words or a list of word lists, got {type(text).__name__}")
+        if text and all(isinstance(sentence, (list, tuple)) for sentence in text):
+            return [_checked_words(sentence, f"sentence {i}") for i, sentence in enumerate(text)], True
+        return [_checked_words(text, "input")], False
+
+    if isinstance(text, str):
+        return [split(text)], False
+    if not isinstance(text, (list, tuple)):
+        raise TypeError(f"Expected a str or a list of str, got {type(text).__name__}")
+    for index, item in enumerate(text):
+        if isinstance(item, (list, tuple)):
+            raise ValueError(
+                f"Item {index} of the batch is a list: for pre-split words pass is_split_into_words=True "
+                "(ElmoTokenizer does not support sequence pairs)"
+            )
+        if not isinstance(item, str):
+            raise TypeError(f"Item {index} of the batch is {type(item).__name__}, expected str")
+    return [split(item) for item in text], True
+
+
+__all__ = ["MAX_RUN_LENGTH", "PRE_TOKENIZER_PATTERN", "build_pre_tokenizer", "collect_sentences", "split_words"]

@@ -1,9 +1,11 @@
 """`ElmoTokenizer`: words -> rows of 50 character ids, so ELMo's `input_ids` are 3-D: `(batch, positions, 50)`.
 
-The layout of a row and both ways of filling it (UTF-8 bytes, a character vocabulary) belong to `character_rows`;
-raw text is cut into words by `pre_tokenizer`; the language model's word vocabulary (its softmax targets) is
-`word_vocabulary`. The base class assumes one id per token: this class overrides what it cannot do for 2-D rows
-(encoding a whole batch at once, padding, decoding, the special-token helpers) and nothing else.
+The layout of a row, both ways of filling it (UTF-8 bytes, a character vocabulary) and reading it back belong to
+`character_rows`; raw text is cut into words by `pre_tokenizer`; the language model's word vocabulary (its softmax
+targets) is `word_vocabulary`; what `pad` is given and the output types are `batch_encoding_elmo`'s; the checks of a
+folder the tokenizer is loaded from are `model_io`'s. The base class assumes one id per token: this class overrides
+what it cannot do for 2-D rows (encoding a whole batch at once, padding, decoding, the special-token helpers) and
+nothing else.
 """
 
 from __future__ import annotations
@@ -11,17 +13,21 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping, Sequence
-from functools import partial
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 from transformers import PreTrainedTokenizer
 from transformers.tokenization_utils_base import TruncationStrategy
-from transformers.utils import CONFIG_NAME, PaddingStrategy, TensorType, cached_file
+from transformers.utils import PaddingStrategy, TensorType
 
 from . import character_rows, pre_tokenizer, word_vocabulary
-from .batch_encoding_elmo import ElmoBatchEncoding
+from .batch_encoding_elmo import (
+    PER_POSITION_FEATURES,
+    ElmoBatchEncoding,
+    collect_examples,
+    padded_length,
+    per_position_values,
+)
 from .character_rows import (
     BOS_TOKEN,
     CHARACTER_TOKENS,
@@ -29,26 +35,22 @@ from .character_rows import (
     MAX_WORD_LENGTH,
     PAD_TOKEN,
     PADDING_WORD_ID,
-    UTF8_BYTES,
-    Utf8Bytes,
     VOCAB_BOS_TOKEN,
     VOCAB_EOS_TOKEN,
-    VOCAB_PADDING,
     CharacterVocabulary,
+    Utf8Bytes,
     as_rows,
+    is_scalar_id,
+    nesting_depth,
     pad_rows,
+    rows_to_words,
     to_numpy,
     word_ids_from_rows,
 )
 from .file_io import write_atomically
-from .pre_tokenizer import build_pre_tokenizer, split_words
-from .word_vocabulary import (
-    UNK_WORD_INDEX,
-    WORD_VOCABULARY_FILE,
-    check_word_vocabulary,
-    read_word_vocabulary,
-    write_word_vocabulary,
-)
+from .model_io import load_tokenizer
+from .pre_tokenizer import build_pre_tokenizer, collect_sentences, split_words
+from .word_vocabulary import WORD_VOCABULARY_FILE, WordVocabulary, read_word_vocabulary, write_word_vocabulary
 
 
 __all__ = [
@@ -71,30 +73,15 @@ def __getattr__(name: str):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def _is_tensor_like(value: Any) -> bool:
-    return hasattr(value, "shape") and hasattr(value, "ndim") and not isinstance(value, (list, tuple))
-
-
-def _nesting_depth(value: Any) -> int:
-    """Depth of a nested list / array (0 for a scalar); looks at first elements only."""
-    depth = 0
-    while True:
-        if _is_tensor_like(value):
-            return depth + value.ndim
-        if isinstance(value, (list, tuple)):
-            depth += 1
-            # Skip empty entries (e.g. an example with no positions) to see the real depth.
-            filled = next((v for v in value if not (isinstance(v, (list, tuple)) and len(v) == 0)), None)
-            if filled is None:
-                return depth + (1 if value else 0)
-            value = filled
-            continue
-        return depth
-
-
 _IDS_TO_TOKENS = {index: token for token, index in CHARACTER_TOKENS.items()}
-_HUB_KEYS = ("cache_dir", "force_download", "local_files_only", "token", "revision", "subfolder")
-_PER_POSITION = ("attention_mask", "token_type_ids", "special_tokens_mask", "input_word_ids")
+_NO_PAIRS = "ElmoTokenizer does not support sequence pairs"
+
+
+def _padding_side_error(value: Any) -> str:
+    return (
+        f"ElmoTokenizer only supports padding_side='right' (got {value!r}): ELMo's biLM reads the "
+        "sentence length from the number of leading real positions."
+    )
 
 
 class ElmoTokenizer(PreTrainedTokenizer):
@@ -147,20 +134,13 @@ class ElmoTokenizer(PreTrainedTokenizer):
         **kwargs,
     ):
         if kwargs.get("padding_side", "right") != "right":
-            raise ValueError(self._padding_side_error(kwargs["padding_side"]))
-        if not isinstance(max_characters_per_token, int) or max_characters_per_token < 3:
-            raise ValueError(
-                f"max_characters_per_token must be an int >= 3 (begin of word, a character, end of word), got "
-                f"{max_characters_per_token!r}"
-            )
+            raise ValueError(_padding_side_error(kwargs["padding_side"]))
+        self._utf8_bytes = Utf8Bytes(max_characters_per_token)
         if max_characters_per_token != MAX_WORD_LENGTH and (char_vocab or char_vocab_file):
             raise ValueError(
                 f"max_characters_per_token={max_characters_per_token}: a character vocabulary (ELMoForManyLangs) has "
                 f"rows of {MAX_WORD_LENGTH}"
             )
-        self._utf8_bytes = UTF8_BYTES
-        if max_characters_per_token != MAX_WORD_LENGTH:
-            self._utf8_bytes = Utf8Bytes(max_characters_per_token)
         self.pre_tokenizer = build_pre_tokenizer()
         char_vocab = self._read_vocabulary(char_vocab_file) if char_vocab_file else char_vocab
         input_word_vocab = self._read_vocabulary(input_word_vocab_file) if input_word_vocab_file else input_word_vocab
@@ -177,9 +157,11 @@ class ElmoTokenizer(PreTrainedTokenizer):
             if input_word_vocab is not None:
                 self.model_input_names = [*self.model_input_names, "input_word_ids"]
         bos_token, eos_token = bos_token or BOS_TOKEN, eos_token or EOS_TOKEN
-        self._word_index: dict[str, int] | None = None
-        if word_vocab_file is not None:
-            self.set_word_vocabulary(read_word_vocabulary(word_vocab_file))
+        self.set_word_vocabulary(read_word_vocabulary(word_vocab_file) if word_vocab_file is not None else None)
+        # The base class's special-token helpers then count, mask and type `<S> words </S>` (through
+        # `build_inputs_with_special_tokens`, which places the boundary rows); not a user setting.
+        kwargs.update(special_tokens_pattern="bos_eos", token_type_ids_pattern="all_zeros")
+        kwargs["token_type_ids_include_special_tokens"] = True
         super().__init__(
             bos_token=bos_token,
             eos_token=eos_token,
@@ -192,47 +174,13 @@ class ElmoTokenizer(PreTrainedTokenizer):
 
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs):
-        """`PreTrainedTokenizer.from_pretrained`, with a file that is not valid JSON named, and refusing a tokenizer
-        that reads characters otherwise than the model of the same folder: a `char_vocab.json` dropped into a folder
-        of a model that reads UTF-8 bytes (it would switch the tokenizer to it), or one missing where the model reads
-        a character vocabulary (config.json's `char_vocabulary`)."""
-        hub = {key: kwargs[key] for key in _HUB_KEYS if key in kwargs}
-        locate = partial(cached_file, pretrained_model_name_or_path, _raise_exceptions_for_missing_entries=False, **hub)
-        try:
-            tokenizer = super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
-        except json.JSONDecodeError as error:
-            for name in ("tokenizer_config.json", "special_tokens_map.json", "added_tokens.json"):
-                path = locate(name)
-                try:
-                    if path is not None:
-                        json.loads(Path(path).read_text(encoding="utf-8"))
-                except (ValueError, OSError):
-                    break
-            else:
-                name = "a JSON file"
-            where = f"line {error.lineno}, column {error.colno}"
-            message = f"{pretrained_model_name_or_path}: {name} is not valid JSON ({where}: {error.msg})"
-            raise ValueError(message) from None
-        config_file = locate(CONFIG_NAME)
-        if config_file is not None:
-            try:
-                model_config = json.loads(Path(config_file).read_text(encoding="utf-8"))
-                model_reads_vocabulary = model_config.get("char_vocabulary")
-            except (ValueError, OSError, AttributeError):
-                model_reads_vocabulary = None  # the model's loading reports a damaged config.json
-            tokenizer_reads_vocabulary = tokenizer.char_vocabulary is not None
-            if model_reads_vocabulary is not None and bool(model_reads_vocabulary) != tokenizer_reads_vocabulary:
-                held = "hold" if tokenizer_reads_vocabulary else "lack"
-                reads = "a character vocabulary" if model_reads_vocabulary else "UTF-8 bytes"
-                raise ValueError(
-                    f"{pretrained_model_name_or_path}: the tokenizer files {held} char_vocab.json but the model reads "
-                    f"{reads} (config.json char_vocabulary: {str(bool(model_reads_vocabulary)).lower()}): tokenizer "
-                    "and model do not belong together"
-                )
-        return tokenizer
+        """`PreTrainedTokenizer.from_pretrained` with ELMo's loading policy (`model_io.load_tokenizer`): a file that is
+        not valid JSON is named, and a tokenizer that reads characters otherwise than the model of the same folder
+        (`char_vocab.json` against config.json's `char_vocabulary`) is refused."""
+        return load_tokenizer(super().from_pretrained, pretrained_model_name_or_path, *args, **kwargs)
 
     @property
-    def characters(self) -> CharacterVocabulary | Any:
+    def characters(self) -> CharacterVocabulary | Utf8Bytes:
         """The mapping from words to rows: the character vocabulary if there is one, else UTF-8 bytes."""
         return self.char_vocabulary if self.char_vocabulary is not None else self._utf8_bytes
 
@@ -250,18 +198,7 @@ class ElmoTokenizer(PreTrainedTokenizer):
     @padding_side.setter
     def padding_side(self, value: str) -> None:
         if value != "right":
-            raise ValueError(self._padding_side_error(value))
-
-    @staticmethod
-    def _padding_side_error(value: Any) -> str:
-        return (
-            f"ElmoTokenizer only supports padding_side='right' (got {value!r}): ELMo's biLM reads the "
-            "sentence length from the number of leading real positions."
-        )
-
-    def _check_padding_side(self, padding_side: str | None) -> None:
-        if padding_side is not None and padding_side != "right":
-            raise ValueError(self._padding_side_error(padding_side))
+            raise ValueError(_padding_side_error(value))
 
     # --- vocabulary ---------------------------------------------------------------------------------
 
@@ -299,25 +236,26 @@ class ElmoTokenizer(PreTrainedTokenizer):
 
         An int (or a 1-D list of ints) is looked up in the pseudo-vocabulary. Rows of 50 ids are
         decoded to their word strings, with `<S>`, `</S>` and `<pad>` for boundary and padding
-        rows (dropped when `skip_special_tokens`).
+        rows (dropped when `skip_special_tokens`). The base class's `_decode` joins these words.
         """
-        if isinstance(ids, (int, np.integer)) or (_is_tensor_like(ids) and ids.ndim == 0):
+        if is_scalar_id(ids):
             return super().convert_ids_to_tokens(int(ids))
-        depth = _nesting_depth(ids)
+        depth = nesting_depth(ids)
         if depth <= 1:
             flat = [int(i) for i in to_numpy(ids).reshape(-1).tolist()]
             return super().convert_ids_to_tokens(flat, skip_special_tokens=skip_special_tokens)
         if depth != 2:
             raise ValueError(f"convert_ids_to_tokens expects ids of one sequence, got {depth}-D input")
-        return self._rows_to_words(as_rows(ids, width=self.characters.width), skip_special_tokens=skip_special_tokens)
+        rows = as_rows(ids, width=self.characters.width)
+        return rows_to_words(self.characters, rows, self.pad_token, skip_special_tokens)
 
     def save_vocabulary(self, save_directory: str, filename_prefix: str | None = None) -> tuple[str, ...]:
         # UTF-8 byte ids are fixed by the algorithm; only the vocabularies a tokenizer has need files.
         prefix = f"{filename_prefix}-" if filename_prefix else ""
         paths = []
-        if self._word_index is not None:
+        if self._word_vocabulary is not None:
             path = os.path.join(save_directory, prefix + WORD_VOCABULARY_FILE)
-            paths.append(write_word_vocabulary(self.word_vocabulary, path))
+            paths.append(write_word_vocabulary(self._word_vocabulary.words, path))
         if self.char_vocabulary is not None:
             for key, vocabulary in (
                 ("char_vocab_file", self.char_vocabulary.chars),
@@ -336,24 +274,23 @@ class ElmoTokenizer(PreTrainedTokenizer):
 
         Only `ElmoForBiLM` needs it: the model's input is always the characters of each word.
         """
-        return None if self._word_index is None else list(self._word_index)
+        return None if self._word_vocabulary is None else self._word_vocabulary.words
 
     def set_word_vocabulary(self, words: Sequence[str] | None) -> None:
         """Attach a word vocabulary (validated by `check_word_vocabulary`); `None` removes it."""
-        self._word_index = None if words is None else {w: i for i, w in enumerate(check_word_vocabulary(words))}
+        self._word_vocabulary = None if words is None else WordVocabulary(words)
 
     def word_targets(self, words: Sequence[str]) -> np.ndarray:
         """Word ids `(n,)` int64 of `n` words for the LM targets; words outside the vocabulary get `<UNK>`'s id 2.
 
         The literal words `<S>` and `</S>` get ids 0 and 1.
         """
-        if self._word_index is None:
+        if self._word_vocabulary is None:
             raise ValueError(
                 "This ElmoTokenizer has no word vocabulary: load one with ElmoTokenizer(word_vocab_file=...) or "
                 "set_word_vocabulary(words) (see build_word_vocabulary)."
             )
-        index = self._word_index
-        return np.fromiter((index.get(w, UNK_WORD_INDEX) for w in words), dtype=np.int64, count=len(words))
+        return self._word_vocabulary.ids(words)
 
     # --- word splitting -----------------------------------------------------------------------------
 
@@ -369,82 +306,28 @@ class ElmoTokenizer(PreTrainedTokenizer):
         """The words of `text` (`split_words`); added-token splitting does not apply to ELMo."""
         return self.split_words(text)
 
-    def _tokenize(self, text: str, **kwargs) -> list[str]:
-        return self.split_words(text)
-
-    def convert_tokens_to_string(self, tokens: list[str]) -> str:
-        return " ".join(tokens)
-
-    # --- special tokens (row-level versions of the base helpers) -----------------------------------
-
-    def num_special_tokens_to_add(self, pair: bool = False) -> int:
-        if pair:
-            raise ValueError("ElmoTokenizer does not support sequence pairs")
-        return 2
+    # --- special tokens: whole rows (the base class counts and types them through these) -------------
 
     def build_inputs_with_special_tokens(self, token_ids_0: list, token_ids_1: list | None = None) -> list:
         """`[<S> row] + rows + [</S> row]` for a list of 50-id rows."""
         if token_ids_1 is not None:
-            raise ValueError("ElmoTokenizer does not support sequence pairs")
+            raise ValueError(_NO_PAIRS)
         bos, eos = self.characters.boundary_rows
         return [bos.tolist()] + [list(row) for row in token_ids_0] + [eos.tolist()]
 
     def get_special_tokens_mask(
         self, token_ids_0: list, token_ids_1: list | None = None, already_has_special_tokens: bool = False
     ) -> list[int]:
+        """1 for each special position: the boundaries around `token_ids_0` (rows of words), or, if it already has
+        them, its boundary and padding rows (read off their content)."""
         if token_ids_1 is not None:
-            raise ValueError("ElmoTokenizer does not support sequence pairs")
-        if already_has_special_tokens:
-            rows = as_rows(token_ids_0, width=self.characters.width)
-            word_ids = word_ids_from_rows(rows, self.characters.boundary_rows)
-            return [0 if word is not None else 1 for word in word_ids]
-        return [1] + [0] * len(token_ids_0) + [1]
-
-    def create_token_type_ids_from_sequences(self, token_ids_0: list, token_ids_1: list | None = None) -> list[int]:
-        if token_ids_1 is not None:
-            raise ValueError("ElmoTokenizer does not support sequence pairs")
-        return [0] * (len(token_ids_0) + 2)
+            raise ValueError(_NO_PAIRS)
+        if not already_has_special_tokens:
+            return super().get_special_tokens_mask(token_ids_0)
+        rows = as_rows(token_ids_0, width=self.characters.width)
+        return [int(word is None) for word in word_ids_from_rows(rows, self.characters.boundary_rows)]
 
     # --- encoding -----------------------------------------------------------------------------------
-
-    def _collect_sentences(self, text: Any, is_split_into_words: bool) -> tuple[list[list[str]], bool]:
-        """Normalise the user's input to a list of word lists and say whether it was a batch."""
-
-        def check_words(words: Any, where: str) -> list[str]:
-            for index, word in enumerate(words):
-                if not isinstance(word, str):
-                    kind = "a nested list" if isinstance(word, (list, tuple)) else type(word).__name__
-                    raise TypeError(
-                        f"{where}: word {index} is {kind} ({word!r:.60}), expected str. With "
-                        "is_split_into_words=True pass a list of words or a list of lists of words."
-                    )
-            return list(words)
-
-        if is_split_into_words:
-            if isinstance(text, str):
-                raise ValueError(
-                    "is_split_into_words=True expects a list of words (or a list of such lists), got a str; "
-                    "pass raw text with is_split_into_words=False"
-                )
-            if not isinstance(text, (list, tuple)):
-                raise TypeError(f"Expected a list of words or a list of word lists, got {type(text).__name__}")
-            if text and all(isinstance(sentence, (list, tuple)) for sentence in text):
-                return [check_words(sentence, f"sentence {i}") for i, sentence in enumerate(text)], True
-            return [check_words(text, "input")], False
-
-        if isinstance(text, str):
-            return [self.split_words(text)], False
-        if not isinstance(text, (list, tuple)):
-            raise TypeError(f"Expected a str or a list of str, got {type(text).__name__}")
-        for index, item in enumerate(text):
-            if isinstance(item, (list, tuple)):
-                raise ValueError(
-                    f"Item {index} of the batch is a list: for pre-split words pass is_split_into_words=True "
-                    "(ElmoTokenizer does not support sequence pairs)"
-                )
-            if not isinstance(item, str):
-                raise TypeError(f"Item {index} of the batch is {type(item).__name__}, expected str")
-        return [self.split_words(item) for item in text], True
 
     def _encode_plus(
         self,
@@ -471,13 +354,14 @@ class ElmoTokenizer(PreTrainedTokenizer):
     ) -> ElmoBatchEncoding:
         """Encode one sentence or a batch, all words of the batch at once; see the class docstring for the shapes."""
         if text_pair is not None:
-            raise ValueError("ElmoTokenizer does not support sequence pairs (text_pair)")
+            raise ValueError(f"{_NO_PAIRS} (text_pair)")
         if return_overflowing_tokens:
             raise ValueError("ElmoTokenizer does not support return_overflowing_tokens")
         if return_offsets_mapping:
             raise NotImplementedError("ElmoTokenizer does not return offsets; use word_ids() for alignment")
-        self._check_padding_side(padding_side)
-        sentences, batched = self._collect_sentences(text, is_split_into_words)
+        if padding_side not in (None, "right"):
+            raise ValueError(_padding_side_error(padding_side))
+        sentences, batched = collect_sentences(text, is_split_into_words, self.split_words)
 
         n_special = 2 if add_special_tokens else 0
         first_words = [0] * len(sentences)
@@ -490,30 +374,27 @@ class ElmoTokenizer(PreTrainedTokenizer):
                     f"max_length={max_length} leaves no room for the {n_special} sentence-boundary positions"
                 )
             for index, words in enumerate(sentences):
-                if len(words) > budget:
-                    if self.truncation_side == "left":
-                        first_words[index] = len(words) - budget
-                        sentences[index] = words[len(words) - budget :]
-                    else:
-                        sentences[index] = words[:budget]
+                excess = max(len(words) - budget, 0)
+                if self.truncation_side == "left":  # the indices of the kept words stay those of the sentence
+                    first_words[index], sentences[index] = excess, words[excess:]
+                else:
+                    sentences[index] = words[: len(words) - excess]
 
         word_counts = np.array([len(words) for words in sentences], dtype=np.int64)
         lengths = word_counts + n_special
-        positions = self._target_length(lengths, padding_strategy, max_length, pad_to_multiple_of)
+        positions = padded_length(lengths, padding_strategy, max_length, pad_to_multiple_of)
         flat_words = [word for words in sentences for word in words]
         characters = self.characters
         frame = characters.boundary_rows if add_special_tokens else None
         data = {"input_ids": pad_rows(characters.rows(flat_words), positions, frame=frame, lengths=word_counts)}
         if characters.words is not None:
-            boundaries = characters.word_ids([characters.bos_token, characters.eos_token])
-            data["input_word_ids"] = pad_rows(
-                characters.word_ids(flat_words),
-                positions,
-                fill=characters.words[VOCAB_PADDING],
-                frame=tuple(boundaries) if add_special_tokens else None,
-                lengths=word_counts,
-            )
-        attention_mask = (np.arange(positions)[None, :] < lengths[:, None]).astype(np.int64)
+            frame = characters.boundary_word_ids if add_special_tokens else None
+            word_ids = characters.word_ids(flat_words)
+            fill = characters.padding_word_id
+            data["input_word_ids"] = pad_rows(word_ids, positions, fill, frame, lengths=word_counts)
+        position = np.arange(positions)[None, :]
+        first_word_position = 1 if add_special_tokens else 0
+        attention_mask = (position < lengths[:, None]).astype(np.int64)
         if return_attention_mask is None:
             return_attention_mask = "attention_mask" in self.model_input_names
         if return_attention_mask:
@@ -521,77 +402,16 @@ class ElmoTokenizer(PreTrainedTokenizer):
         if return_token_type_ids:
             data["token_type_ids"] = np.zeros_like(attention_mask)
         if return_special_tokens_mask:
-            first = 1 if add_special_tokens else 0
-            is_word = (np.arange(positions)[None, :] >= first) & (
-                np.arange(positions)[None, :] < (word_counts + first)[:, None]
-            )
+            is_word = (position >= first_word_position) & (position < (word_counts + first_word_position)[:, None])
             data["special_tokens_mask"] = (~is_word).astype(np.int64)
         if return_length:
             data["length"] = lengths
 
-        spans = [(first, int(count), 1 if add_special_tokens else 0) for first, count in zip(first_words, word_counts)]
-        # Only unpadded output can have rows of different lengths.
-        ragged = padding_strategy == PaddingStrategy.DO_NOT_PAD and bool(np.any(lengths != positions))
-        return self._finish(data, lengths, ragged, batched, return_tensors, spans)
-
-    def _target_length(
-        self,
-        lengths: np.ndarray,
-        padding_strategy: PaddingStrategy | str | bool,
-        max_length: int | None,
-        pad_to_multiple_of: int | None,
-    ) -> int:
-        """Number of positions of the padded batch (for DO_NOT_PAD: the longest, trimmed later)."""
-        longest = int(lengths.max()) if len(lengths) else 0
-        strategy = PaddingStrategy(padding_strategy)
-        if strategy == PaddingStrategy.DO_NOT_PAD:
-            return longest
-        target = longest
-        if strategy == PaddingStrategy.MAX_LENGTH:
-            if max_length is None:
-                raise ValueError("padding='max_length' needs max_length")
-            # Without truncation a longer sequence cannot be shortened; it sets the length instead.
-            target = max(max_length, longest)
-        if pad_to_multiple_of is not None and target % pad_to_multiple_of:
-            target += pad_to_multiple_of - target % pad_to_multiple_of
-        return target
-
-    def _finish(
-        self,
-        data: dict[str, np.ndarray],
-        lengths: np.ndarray,
-        ragged: bool,
-        batched: bool,
-        return_tensors: str | TensorType | None,
-        spans: list[tuple[int, int, int]] | None,
-    ) -> ElmoBatchEncoding:
-        """Convert `(B, L, ...)` arrays to the requested output type."""
-        sequence_keys = {"input_ids", *_PER_POSITION}
-        boundary_rows = self.characters.boundary_rows
-        if return_tensors is not None:
-            if ragged:
-                raise ValueError(
-                    "Sequences have different numbers of positions; pass padding=True (or 'max_length') to "
-                    "return tensors"
-                )
-            tensor_type = TensorType(return_tensors)
-            if tensor_type == TensorType.PYTORCH:
-                import torch
-
-                data = {key: torch.from_numpy(np.ascontiguousarray(value)) for key, value in data.items()}
-            elif tensor_type != TensorType.NUMPY:
-                raise ValueError(f"ElmoTokenizer supports return_tensors='pt' or 'np', got {return_tensors!r}")
-            return ElmoBatchEncoding(data, word_spans=spans, batched=True, boundary_rows=boundary_rows)
-
-        lists: dict[str, Any] = {}
-        for key, value in data.items():
-            if key in sequence_keys and ragged:
-                lists[key] = [row[:length].tolist() for row, length in zip(value, lengths.tolist())]
-            else:
-                lists[key] = value.tolist()
-        if not batched:
-            lists = {key: value[0] for key, value in lists.items()}
-        return ElmoBatchEncoding(lists, word_spans=spans, batched=batched, boundary_rows=boundary_rows)
+        spans = [(first, int(count), first_word_position) for first, count in zip(first_words, word_counts)]
+        unpadded = padding_strategy == PaddingStrategy.DO_NOT_PAD
+        return ElmoBatchEncoding.from_arrays(
+            data, lengths, unpadded, batched, return_tensors, characters.boundary_rows, spans
+        )
 
     # --- padding of already encoded examples --------------------------------------------------------
 
@@ -620,117 +440,43 @@ class ElmoTokenizer(PreTrainedTokenizer):
             `ElmoBatchEncoding` with `input_ids` `(B, L, 50)` and `attention_mask` `(B, L)` where `L`
             follows `padding` (longest / `max_length`, rounded up to `pad_to_multiple_of`).
         """
-        self._check_padding_side(padding_side)
-        # A list of per-example dicts is a batch whatever its content looks like.
-        from_example_list = isinstance(encoded_inputs, (list, tuple))
-        if from_example_list:
-            if len(encoded_inputs) == 0:
-                raise ValueError("pad() got an empty list of examples")
-            if not all(isinstance(example, Mapping) for example in encoded_inputs):
-                raise TypeError("pad() expects a list of dicts (one per example) or a dict of features")
-            keys = list(encoded_inputs[0].keys())
-            encoded_inputs = {key: [example[key] for example in encoded_inputs] for key in keys}
-        if not isinstance(encoded_inputs, Mapping):
-            raise TypeError(f"pad() expects a dict or a list of dicts, got {type(encoded_inputs).__name__}")
-        if "input_ids" not in encoded_inputs:
-            raise ValueError(f"pad() needs `input_ids`, got keys {list(encoded_inputs.keys())}")
-
-        input_ids = encoded_inputs["input_ids"]
-        depth = _nesting_depth(input_ids)
+        if padding_side not in (None, "right"):
+            raise ValueError(_padding_side_error(padding_side))
+        width = self.characters.width
+        examples, batched, given_tensor_type = collect_examples(encoded_inputs, width)
         if return_tensors is None:
-            # Like the base class: tensors in, same kind of tensors out.
-            probe = input_ids[0] if isinstance(input_ids, (list, tuple)) and len(input_ids) else input_ids
-            if hasattr(probe, "detach"):
-                return_tensors = "pt"
-            elif isinstance(probe, np.ndarray):
-                return_tensors = "np"
-        if from_example_list or depth == 3:
-            batched = True
-            examples = dict(encoded_inputs)
-        elif depth == 2:
-            batched = False
-            examples = {key: [value] for key, value in encoded_inputs.items()}
-        else:
-            raise ValueError(
-                f"`input_ids` must be one example of shape (positions, {self.characters.width}) or a batch of them, "
-                f"got a {depth}-D value"
-            )
-
+            return_tensors = given_tensor_type
         padding_strategy, _, max_length, _ = self._get_padding_truncation_strategies(
             padding=padding, max_length=max_length, verbose=verbose
         )
-        rows = [as_rows(example, width=self.characters.width) for example in examples["input_ids"]]
-        batch_size = len(rows)
+        rows = [as_rows(example, width=width) for example in examples["input_ids"]]
         for key, value in examples.items():
-            if key in _PER_POSITION and len(value) != batch_size:
-                raise ValueError(f"Feature `{key}` has {len(value)} entries but there are {batch_size} examples")
+            if key in PER_POSITION_FEATURES and len(value) != len(rows):
+                raise ValueError(f"Feature `{key}` has {len(value)} entries but there are {len(rows)} examples")
         lengths = np.array([r.shape[0] for r in rows], dtype=np.int64)
-        positions = self._target_length(lengths, padding_strategy, max_length, pad_to_multiple_of)
-        ragged = padding_strategy == PaddingStrategy.DO_NOT_PAD and bool(np.any(lengths != positions))
+        positions = padded_length(lengths, padding_strategy, max_length, pad_to_multiple_of)
         data: dict[str, Any] = {"input_ids": pad_rows(rows, positions)}
 
         if return_attention_mask is None:
             return_attention_mask = "attention_mask" in self.model_input_names
         padded_with = {"attention_mask": 0, "token_type_ids": self.pad_token_type_id, "special_tokens_mask": 1}
         if self.characters.words is not None:
-            padded_with["input_word_ids"] = self.characters.words[VOCAB_PADDING]
+            padded_with["input_word_ids"] = self.characters.padding_word_id
         for key, fill in padded_with.items():
             if key == "attention_mask" and not return_attention_mask:
                 continue
-            if key not in examples:
-                if key == "attention_mask":
-                    data[key] = np.any(data["input_ids"] > 0, axis=2).astype(np.int64)
-                continue
-            values = [to_numpy(value).astype(np.int64).reshape(-1) for value in examples[key]]
-            for index, value in enumerate(values):
-                if value.shape[0] != lengths[index]:
-                    raise ValueError(
-                        f"`{key}` of example {index} has {value.shape[0]} entries but its input_ids have "
-                        f"{lengths[index]} positions"
-                    )
-            data[key] = pad_rows(values, positions, fill)
+            if key in examples:
+                data[key] = pad_rows(per_position_values(examples[key], key, lengths), positions, fill)
+            elif key == "attention_mask":  # a position is real iff some id of its row is > 0
+                data[key] = np.any(data["input_ids"] > 0, axis=2).astype(np.int64)
 
         extra = {key: value for key, value in examples.items() if key not in data and key not in padded_with}
-        encoding = self._finish(data, lengths, ragged, batched, return_tensors, spans=None)
-        for key, value in extra.items():
-            encoding[key] = self._convert_extra(value if batched else value[0], return_tensors)
-        return encoding
-
-    @staticmethod
-    def _convert_extra(value: Any, return_tensors: str | TensorType | None) -> Any:
-        if return_tensors is None:
-            return value
-        try:
-            if _is_tensor_like(value):
-                array = to_numpy(value)
-            elif isinstance(value, (list, tuple)) and value and all(_is_tensor_like(v) for v in value):
-                array = np.stack([to_numpy(v) for v in value])
-            else:
-                array = np.asarray(value)
-            if array.dtype == object:
-                return value
-        except (ValueError, TypeError):
-            return value
-        if TensorType(return_tensors) == TensorType.PYTORCH:
-            import torch
-
-            return torch.from_numpy(np.ascontiguousarray(array))
-        return array
+        unpadded = padding_strategy == PaddingStrategy.DO_NOT_PAD
+        return ElmoBatchEncoding.from_arrays(
+            data, lengths, unpadded, batched, return_tensors, self.characters.boundary_rows, extra=extra
+        )
 
     # --- decoding -----------------------------------------------------------------------------------
-
-    def _rows_to_words(self, rows: np.ndarray, skip_special_tokens: bool) -> list[str]:
-        boundary_rows = self.characters.boundary_rows
-        words = []
-        for row in rows:
-            if not row.any():
-                if not skip_special_tokens:
-                    words.append(self.pad_token)
-                continue
-            if skip_special_tokens and any(np.array_equal(row, boundary) for boundary in boundary_rows):
-                continue
-            words.append(self.characters.decode(row))
-        return words
 
     def decode(
         self,
@@ -749,9 +495,9 @@ class ElmoTokenizer(PreTrainedTokenizer):
                 `</S>`, `<pad>`).
             clean_up_tokenization_spaces: undo the PTB spacing (`do n't` -> `don't`, `it .` -> `it.`).
         """
-        if isinstance(token_ids, (int, np.integer)) or (_is_tensor_like(token_ids) and token_ids.ndim == 0):
+        if is_scalar_id(token_ids):
             return self.convert_ids_to_tokens(int(token_ids))
-        depth = _nesting_depth(token_ids)
+        depth = nesting_depth(token_ids)
         if depth == 3:
             return [
                 self.decode(sentence, skip_special_tokens, clean_up_tokenization_spaces, **kwargs)
@@ -763,16 +509,5 @@ class ElmoTokenizer(PreTrainedTokenizer):
             token_ids = to_numpy(token_ids).reshape(1, -1)
         elif depth != 2:
             raise ValueError(f"decode expects (positions, {self.characters.width}) character ids, got {depth}-D input")
+        # The base class joins the words of `convert_ids_to_tokens` and undoes the PTB spacing if asked.
         return self._decode(token_ids, skip_special_tokens, clean_up_tokenization_spaces)
-
-    def _decode(
-        self,
-        token_ids: Any,
-        skip_special_tokens: bool = False,
-        clean_up_tokenization_spaces: bool | None = None,
-        **kwargs,
-    ) -> str:
-        text = " ".join(self._rows_to_words(as_rows(token_ids, width=self.characters.width), skip_special_tokens))
-        if clean_up_tokenization_spaces is None:
-            clean_up_tokenization_spaces = self.clean_up_tokenization_spaces
-        return self.clean_up_tokenization(text) if clean_up_tokenization_spaces else text
