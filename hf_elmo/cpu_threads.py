@@ -28,7 +28,7 @@ from pathlib import Path
 
 import torch
 
-from .cpu_backend import current_cpu_backend
+from .cpu_backend import cpu_backend, current_cpu_backend
 
 CONCURRENT_CPU_INFERENCE = True
 """Deprecated process-wide switch, still obeyed when set to False: use `cpu_backend(concurrent_inference=False)`."""
@@ -113,7 +113,9 @@ def run_concurrently(*calls: Callable):
         torch.get_num_threads()  # ATen sets a thread's counts to its process-wide one on first use: before ours
         for set_num_threads in _thread_count_setters():
             set_num_threads(share)
-        with torch.inference_mode(inference_mode), torch.no_grad(), torch.autocast(**autocast):
+        # Products go to PyTorch's own kernels, which release the GIL; a oneDNN call through `torch.ops` holds it
+        # for the whole product and would make the other threads wait (two threads: 1.2x instead of 1.7x).
+        with torch.inference_mode(inference_mode), torch.no_grad(), torch.autocast(**autocast), cpu_backend(onednn=False):
             return call()
 
     executor = _executors.get(len(calls))

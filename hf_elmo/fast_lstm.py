@@ -20,7 +20,7 @@ from functools import partial
 import torch
 
 from .cpu_threads import can_run_concurrently, run_concurrently
-from .onednn_linear import matmul_nt, matmul_nt_add, matmul_tn
+from .onednn_linear import matmul_nt, matmul_nt_add, matmul_tn, uses_onednn
 
 
 @dataclass(frozen=True)
@@ -154,9 +154,24 @@ def _run_all(calls, concurrent: bool):
     return run_concurrently(*calls) if concurrent else [call() for call in calls]
 
 
-def _tanh_from_sigmoid_(sigmoid_of_double: torch.Tensor) -> torch.Tensor:
-    """`tanh(x) = 2 sigmoid(2x) - 1`, in place on `sigmoid(2x)`."""
-    return sigmoid_of_double.mul_(2).sub_(1)
+def _tanh_from_sigmoid_(sigmoid_of_double: torch.Tensor, minus_one: torch.Tensor) -> torch.Tensor:
+    """`tanh(x) = 2 sigmoid(2x) - 1`, in place on `sigmoid(2x)`, in one operation (`minus_one`: a 0-d tensor)."""
+    return torch.add(minus_one, sigmoid_of_double, alpha=2, out=sigmoid_of_double)
+
+
+def _step_product(x: torch.Tensor, weight: torch.Tensor):
+    """The product function for one direction's per-step products of at most `x`'s rows by `weight.T`: the
+    library is chosen once per call, not at every step (where the check costs as much as a small operation)."""
+    return _product if uses_onednn(x, weight) else _aten_product
+
+
+def _aten_product(x: torch.Tensor, weight: torch.Tensor, addend: torch.Tensor | None = None, out=None) -> torch.Tensor:
+    """`_product` through PyTorch's own kernels, always into `out` when given."""
+    if x.shape[0] == 1:
+        return _aten_product(x.expand(2, -1), weight, None if addend is None else addend.expand(2, -1))[:1]
+    if addend is None:
+        return torch.mm(x, weight.t(), out=out)
+    return torch.addmm(addend, x, weight.t(), out=out)
 
 
 def _product(x: torch.Tensor, weight: torch.Tensor, addend: torch.Tensor | None = None, out=None) -> torch.Tensor:
@@ -181,17 +196,27 @@ def _forward_direction(x, hidden, memory, input_weight, bias, state_weight, proj
     projection_dim = projection_weight.shape[0]
     total = steps.num_positions
     cell_clip, proj_clip = settings.cell_clip, settings.proj_clip
-    if settings.forget_bias:  # added at run time, as TensorFlow's LSTMCell does: here once, into the input products
+    cell_block = slice(2 * cell_dim, 3 * cell_dim)
+    # PyTorch's CPU tanh is several times slower than its sigmoid; tanh(x) = 2 sigmoid(2x) - 1 has an absolute
+    # error of a few units in the last place in float32 and float64, too coarse in 16-bit types.
+    tanh_by_sigmoid = x.device.type == "cpu" and x.dtype in (torch.float32, torch.float64)
+    if settings.forget_bias or tanh_by_sigmoid:
         bias = bias.clone()
+        # Added at run time, as TensorFlow's LSTMCell does: here once, into the input products.
         bias[cell_dim : 2 * cell_dim] += settings.forget_bias
+    if tanh_by_sigmoid:
+        # The cell block's weights and bias doubled, so that the products give the doubled input that one sigmoid
+        # over all four blocks needs, with no step of its own; doubling is exact, the products the same bit for bit.
+        input_weight, state_weight = input_weight.clone(), state_weight.clone()
+        for tensor in (input_weight, state_weight, bias):
+            tensor[cell_block] *= 2
+        minus_one = x.new_full((), -1.0)
+    step_product = _step_product(hidden, state_weight)
+    projection_product = _step_product(memory, projection_weight)
     packed_x = steps.pack(x)  # (N, P_in)
     # The input-to-gate products of all steps are one matrix product; only W_h h is sequential. Each step adds
     # its W_h h into its block and activates it in place: the buffer ends up holding the gate activations.
     activations = matmul_nt(packed_x, input_weight, bias)  # (N, 4D)
-    # PyTorch's CPU tanh is several times slower than its sigmoid; tanh(x) = 2 sigmoid(2x) - 1 has an absolute
-    # error of a few units in the last place in float32 and float64, too coarse in 16-bit types.
-    tanh_by_sigmoid = x.device.type == "cpu" and x.dtype in (torch.float32, torch.float64)
-    cell_block = slice(2 * cell_dim, 3 * cell_dim)
     new = partial(x.new_empty)
 
     outputs = new(total, projection_dim)  # each step's new hidden state, after the clip
@@ -242,7 +267,7 @@ def _forward_direction(x, hidden, memory, input_weight, bias, state_weight, proj
             raw_c = memory_in  # updated in place
         previous = t
 
-        gates = _product(hidden_in, state_weight, act_steps[t], out=act_steps[t])  # in place, or new from oneDNN
+        gates = step_product(hidden_in, state_weight, act_steps[t], out=act_steps[t])  # in place, or new from oneDNN
         if save:
             act = act_steps[t]
             input_gate, forget_gate, cell_input, output_gate = (block_steps[t] for block_steps in gate_steps)
@@ -250,9 +275,8 @@ def _forward_direction(x, hidden, memory, input_weight, bias, state_weight, proj
             act = scratch_gates[:n]
             input_gate, forget_gate, cell_input, output_gate = act.chunk(4, dim=1)
         if tanh_by_sigmoid:  # one sigmoid over all four blocks, the cell block at twice its input
-            (cell_input if gates is act else gates[:, cell_block]).mul_(2)
             torch.sigmoid(gates, out=act)
-            _tanh_from_sigmoid_(cell_input)
+            _tanh_from_sigmoid_(cell_input, minus_one)
         else:
             torch.tanh(gates[:, cell_block], out=cell_input)
             torch.sigmoid(gates[:, : 2 * cell_dim], out=act[:, : 2 * cell_dim])
@@ -264,12 +288,12 @@ def _forward_direction(x, hidden, memory, input_weight, bias, state_weight, proj
         else:
             cell = raw_c
         if tanh_by_sigmoid:
-            _tanh_from_sigmoid_(torch.sigmoid(torch.mul(cell, 2, out=tanh_c), out=tanh_c))
+            _tanh_from_sigmoid_(torch.sigmoid(torch.mul(cell, 2, out=tanh_c), out=tanh_c), minus_one)
         else:
             torch.tanh(cell, out=tanh_c)
         torch.mul(output_gate, tanh_c, out=cell_out)
         target = raw_h if save else output_steps[t]
-        new_hidden = _product(cell_out, projection_weight, out=target)
+        new_hidden = projection_product(cell_out, projection_weight, out=target)
         if proj_clip is not None:
             torch.clamp(new_hidden, -proj_clip, proj_clip, out=output_steps[t])
             if new_hidden is not target and save:
@@ -350,22 +374,30 @@ def _backward_direction(saved, hidden, memory, input_weight, state_weight, proje
         cell_passed_steps = cell_passed.split(sizes)
     if settings.proj_clip is not None:
         hidden_passed_steps = hidden_passed.split(sizes)
+        # (d(h) + d(output)) p = d(output) p + d(h) p for p in {0, 1}: one operation a step instead of two.
+        grad_output_steps = (steps.pack(grad_outputs) * hidden_passed).split(sizes)
+    else:
+        grad_output_steps = steps.pack(grad_outputs).split(sizes)
+    projection_product = _step_product(grad_hidden, projection_weight.t())
+    state_product = _step_product(activations[:batch_size], state_weight.t())
+    grad_cell_outputs, grad_cells = torch.empty_like(grad_memory), torch.empty_like(grad_memory)  # one step's rows
     for t in range(num_steps) if reverse else range(num_steps - 1, -1, -1):
         n = sizes[t]
         if n == 0:
             continue
-        grad_h = torch.add(grad_hidden[:n], grad_outputs[t, :n], out=grad_projected_steps[t])
         if settings.proj_clip is not None:
-            grad_h.mul_(hidden_passed_steps[t])
-        grad_cell_output = _product(grad_h, projection_weight.t())  # (n, D)
-        grad_cell = torch.mul(grad_cell_output, cell_factor_steps[t]).add_(grad_memory[:n])
+            grad_h = torch.addcmul(grad_output_steps[t], grad_hidden[:n], hidden_passed_steps[t], out=grad_projected_steps[t])
+        else:
+            grad_h = torch.add(grad_hidden[:n], grad_output_steps[t], out=grad_projected_steps[t])
+        grad_cell_output = projection_product(grad_h, projection_weight.t(), out=grad_cell_outputs[:n])  # (n, D)
+        grad_cell = torch.addcmul(grad_memory[:n], grad_cell_output, cell_factor_steps[t], out=grad_cells[:n])
         if settings.cell_clip is not None:
             grad_cell.mul_(cell_passed_steps[t])
         torch.mul(grad_cell[:, None, :], three_block_steps[t], out=three_block_steps[t])
         last_block_steps[t].mul_(grad_cell_output)
         torch.mul(grad_cell, forget_steps[t], out=grad_memory[:n])
         carried = grad_hidden[:n]
-        product = _product(grad_gate_steps[t], state_weight.t(), out=carried)
+        product = state_product(grad_gate_steps[t], state_weight.t(), out=carried)
         if product is not carried:
             carried.copy_(product)
 

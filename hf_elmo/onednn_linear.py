@@ -34,7 +34,9 @@ except (AttributeError, RuntimeError):
     _DTYPES = (torch.float32,)
 
 
-def _use_onednn(x: torch.Tensor, weight: torch.Tensor) -> bool:
+def uses_onednn(x: torch.Tensor, weight: torch.Tensor) -> bool:
+    """Whether `x @ weight.T` (`x` `(M, K)`, `weight` `(N, K)`) goes to oneDNN: large enough, its dtype, the backend
+    choice, no autocast."""
     if not USE_ONEDNN:
         warnings.warn(
             "hf_elmo.onednn_linear.USE_ONEDNN is deprecated: use `with hf_elmo.cpu_backend(onednn=False):`",
@@ -66,7 +68,7 @@ def matmul_nt(
     `out` `(M, N)` when given (oneDNN writes a new tensor: with `copy_to_out=False` that is returned uncopied).
 
     `weight` may be a transposed view (`w.t()` multiplies by `w` itself)."""
-    if _use_onednn(x, weight):
+    if uses_onednn(x, weight):
         result = _onednn_linear.default(x, weight, bias, "none", [], "")
         return result if out is None or not copy_to_out else out.copy_(result)
     if out is None:
@@ -81,7 +83,7 @@ def matmul_nt_add(
 ) -> torch.Tensor:
     """`other + x @ weight.T` for 2-D `x` `(M, K)`, `weight` `(N, K)` and `other` `(M, N)`, without autograd;
     into `out` when given, as `matmul_nt`."""
-    if _use_onednn(x, weight):
+    if uses_onednn(x, weight):
         result = _onednn_linear.binary(x, other, weight, None, "add")
         return result if out is None or not copy_to_out else out.copy_(result)
     return torch.addmm(other, x, weight.t(), out=out)
@@ -103,7 +105,7 @@ def matmul_tn(x: torch.Tensor, other: torch.Tensor) -> torch.Tensor:
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     """`torch.nn.functional.linear`: `(..., K)` inputs, `(N, K)` weight, `(N,)` bias -> `(..., N)`, with autograd."""
-    if not _use_onednn(x, weight):
+    if not uses_onednn(x, weight):
         return F.linear(x, weight, bias)
     if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, weight, bias)):
         return _Linear.apply(x, weight, bias)
