@@ -6,7 +6,7 @@
 * `onednn`: large float32 and bfloat16 matrix products through oneDNN (`onednn_linear.py`).
 * `concurrent_inference`: the independent parts of an inference pass side by side on threads (`cpu_threads.py`).
 * `concurrent_training`: the two directions of each LSTM layer side by side on threads under autograd too, in the
-  forward and in the backward pass (`fast_lstm.py`).
+  forward and in the backward pass, for layers whose per-step products are large enough to gain (`fast_lstm.py`).
 
 A choice holds in the calling thread (and asyncio task) and in the threads it hands parts of a pass to: it lives in
 a `contextvars` context, so other threads and tasks keep theirs.

@@ -6,9 +6,10 @@ operations, each ending in a barrier where one descheduled thread stalls the oth
 streams: as fast on an idle machine and many times faster on a busy one (on 2 shared cores: 0.47 s instead of
 4.8 s for a batch of the original model). At inference both are split, while `cpu_backend(concurrent_inference=...)`
 allows it (the default). Under autograd only the LSTM directions are, forward and backward, while
-`cpu_backend(concurrent_training=...)` allows it (the default): a layer's two directions are one autograd node
-(`fast_lstm.py`) whose backward splits them itself, since the autograd engine runs every CPU node on one thread.
-Only on CPU.
+`cpu_backend(concurrent_training=...)` allows it (the default) and the layer's steps are large enough for the
+threads to pay (`fast_lstm.py`): a layer's two directions are one autograd node whose backward splits them itself,
+since the autograd engine runs every CPU node on one thread. Only on CPU. Matrix products in the workers go to
+PyTorch's own kernels, which release the GIL while they run.
 
 A worker gets its share of threads without `torch.set_num_threads`: that also sets ATen's process-wide count,
 which every thread that starts using torch afterwards begins with, so a thread of the application started
