@@ -5,8 +5,6 @@
 
 * `onednn`: large float32 and bfloat16 matrix products through oneDNN (`onednn_linear.py`).
 * `concurrent_inference`: the independent parts of an inference pass side by side on threads (`cpu_threads.py`).
-* `concurrent_training`: the two directions of each LSTM layer side by side on threads under autograd too, in the
-  forward and in the backward pass, for layers whose per-step products are large enough to gain (`fast_lstm.py`).
 
 A choice holds in the calling thread (and asyncio task) and in the threads it hands parts of a pass to: it lives in
 a `contextvars` context, so other threads and tasks keep theirs.
@@ -22,7 +20,6 @@ from dataclasses import dataclass, replace
 class CpuBackend:
     onednn: bool = True
     concurrent_inference: bool = True
-    concurrent_training: bool = True
 
 
 _CURRENT: ContextVar[CpuBackend] = ContextVar("hf_elmo_cpu_backend", default=CpuBackend())

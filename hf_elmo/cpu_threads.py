@@ -1,15 +1,14 @@
-"""Independent parts of a CPU pass, run side by side on threads.
+"""Independent parts of a CPU inference pass, run side by side on threads.
 
 The two directions of every LSTM layer are independent, and so are the words of the character CNN. Giving each
 part its own thread with its share of the intra-op threads replaces thousands of small multi-threaded
 operations, each ending in a barrier where one descheduled thread stalls the others, by a few single-threaded
 streams: as fast on an idle machine and many times faster on a busy one (on 2 shared cores: 0.47 s instead of
-4.8 s for a batch of the original model). At inference both are split, while `cpu_backend(concurrent_inference=...)`
-allows it (the default). Under autograd only the LSTM directions are, forward and backward, while
-`cpu_backend(concurrent_training=...)` allows it (the default) and the layer's steps are large enough for the
-threads to pay (`fast_lstm.py`): a layer's two directions are one autograd node whose backward splits them itself,
-since the autograd engine runs every CPU node on one thread. Only on CPU. Matrix products in the workers go to
-PyTorch's own kernels, which release the GIL while they run.
+4.8 s for a batch of the original model). Used only without autograd (a backward pass runs on the autograd
+engine's thread), only on CPU, and only while `cpu_backend(concurrent_inference=...)` allows it (the default).
+Matrix products in the workers go to PyTorch's own kernels, which release the GIL while they run. (Training does
+not split: each LSTM step is a dozen small operations whose Python dispatch holds the GIL, and one thread running
+both directions stacked, `fast_lstm.py`, is faster than two threads waiting for each other.)
 
 A worker gets its share of threads without `torch.set_num_threads`: that also sets ATen's process-wide count,
 which every thread that starts using torch afterwards begins with, so a thread of the application started
@@ -79,9 +78,8 @@ def _sets_torch_threads(setters) -> bool:
         return executor.submit(check).result()
 
 
-def can_run_concurrently(tensor: torch.Tensor, training: bool = False) -> bool:
-    """Whether work on `tensor` may be split between threads: without autograd, or with `training` for work that
-    runs its own backward (split again there)."""
+def can_run_concurrently(tensor: torch.Tensor) -> bool:
+    """Whether work on `tensor` may be split between threads."""
     if not CONCURRENT_CPU_INFERENCE:
         warnings.warn(
             "hf_elmo.cpu_threads.CONCURRENT_CPU_INFERENCE is deprecated: use "
@@ -90,10 +88,10 @@ def can_run_concurrently(tensor: torch.Tensor, training: bool = False) -> bool:
             stacklevel=2,
         )
         return False
-    backend = current_cpu_backend()
     return (
-        (backend.concurrent_training if training else backend.concurrent_inference and not torch.is_grad_enabled())
+        current_cpu_backend().concurrent_inference
         and tensor.device.type == "cpu"
+        and not torch.is_grad_enabled()
         and torch.get_num_threads() > 1
         and _thread_count_setters() is not None
     )

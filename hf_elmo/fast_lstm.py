@@ -10,8 +10,8 @@ product and one elementwise operation for all of them, a dozen operations a step
 results once, in place, into the whole-sequence buffers that its backward reads (activations, cell, its tanh, the
 cell output), with no per-step copies. Under autograd a layer is one `torch.autograd.Function` whose backward
 walks time once for the gradients that must be sequential (state and gates) and then forms each weight gradient
-of all steps with one batched product. Where the steps' products are large enough, the directions instead run on
-threads of their own, forward and backward (`cpu_threads.py`).
+of all steps with one batched product. Layers with very large steps run one direction after the other instead,
+and at inference the directions run on threads of their own (`cpu_threads.py`).
 
 Same arithmetic as the straightforward per-step formulation up to float rounding; the tests keep both equal
 (values within 1e-5, gradients within 1e-4 relative).
@@ -86,6 +86,17 @@ class PackedSteps:
         padded.index_copy_(0, self.padded_index_reversed if reverse else self.padded_index, packed)
         return padded.view(len(self.batch_sizes), batch_size, *packed.shape[1:])
 
+    def final_state(self, packed: torch.Tensor, initial: torch.Tensor) -> torch.Tensor:
+        """Each row's final state `(K, B, X)` from the packed states `(K, N, X)` and the initial ones `(K, B, X)`."""
+        running = self.batch_sizes[0] if self.batch_sizes else 0  # rows of length 0 come last
+        return torch.cat([packed.index_select(1, self.final[:running]), initial[:, running:]], dim=1)
+
+    def entering_state(self, packed: torch.Tensor, initial: torch.Tensor) -> torch.Tensor:
+        """The state `(K, N, X)` each step starts from: step 0 from the initial states, later ones from the step
+        before."""
+        running = self.batch_sizes[0] if self.batch_sizes else 0
+        return torch.cat([initial[:, :running], packed.index_select(1, self.entering[running:])], dim=1)
+
     def split(self, stacked: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """`(K, N, ...)` -> each step's `(K, n, ...)` view."""
         return stacked.split(self.batch_sizes, dim=1)
@@ -132,13 +143,14 @@ def lstm_layer(
     return [tuple(results[3 * k : 3 * k + 3]) for k in range(len(reverse))]
 
 
-# Under autograd, the directions go to threads of their own only where a step's products are large: each step is
-# a dozen operations whose Python dispatch holds the GIL, so with smaller products two threads mostly wait for each
-# other, and one thread running the stacked directions with both intra-op threads per operation is faster. Per row
-# and step, the products take 5 D P multiply-adds: stacked, the mid-size model (D 512, P 64: 164K) trains 10%
-# faster and the small preset (1024, 128: 655K) 4% faster, on threads the original (4096, 512: 10.5M) 2% faster
-# (AMD EPYC Zen 3, 2 threads, alternating runs).
-_MIN_STEP_MULTIPLY_ADDS_FOR_THREADS = 1 << 22
+# Under autograd the directions run stacked, except where a step's products are large: there one direction after
+# the other, each product over both intra-op threads (through oneDNN where it is faster), is faster than the
+# stacked product, which gives each thread one direction's weights to stream from memory. Per row and step, the
+# products take 5 D P multiply-adds: the original size (D 4096, P 512: 10.5M) trains its encoder 6% faster one
+# direction at a time; the mid-size model (512, 64: 164K) and the small preset (1024, 128: 655K) gain from
+# stacking (AMD EPYC Zen 3, 2 threads, alternating runs). Two threads, one per direction, were slower in every
+# case: each step is a dozen operations whose Python dispatch holds the GIL, and the threads wait for each other.
+_MIN_STEP_MULTIPLY_ADDS_ONE_AT_A_TIME = 1 << 22
 
 _TENSORS_PER_DIRECTION = 7  # x, hidden, memory, W_x, b, W_h, W_p
 
@@ -147,14 +159,14 @@ def _run_layer(tensors, reverse, steps, settings):
     directions = range(len(reverse))
     if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
         _, hidden, memory = tensors[:3]
-        large_steps = 5 * memory.shape[1] * hidden.shape[1] >= _MIN_STEP_MULTIPLY_ADDS_FOR_THREADS
-        concurrent = len(reverse) > 1 and large_steps and can_run_concurrently(tensors[0], training=True)
-        groups = tuple((k,) for k in directions) if concurrent else (tuple(directions),)
+        large_steps = 5 * memory.shape[1] * hidden.shape[1] >= _MIN_STEP_MULTIPLY_ADDS_ONE_AT_A_TIME
+        groups = tuple((k,) for k in directions) if large_steps else (tuple(directions),)
         return _LstmLayer.apply(tuple(reverse), steps, settings, groups, *tensors)
     concurrent = len(reverse) > 1 and can_run_concurrently(tensors[0])
     groups = [(k,) for k in directions] if concurrent else [tuple(directions)]
     calls = [partial(_forward, *_stack(tensors, group, reverse), steps, settings, save=False) for group in groups]
-    return [t for result in _run_all(calls, len(groups) > 1) for direction in result[0] for t in direction]
+    results = run_concurrently(*calls) if concurrent else [call() for call in calls]
+    return [t for result in results for direction in result[0] for t in direction]
 
 
 def _stack(tensors, group, reverse):
@@ -164,8 +176,9 @@ def _stack(tensors, group, reverse):
     return (*(list(column) for column in zip(*per_direction)), [reverse[k] for k in group])
 
 
-def _run_all(calls, concurrent: bool):
-    return run_concurrently(*calls) if concurrent else [call() for call in calls]
+def _stacked(tensors: list[torch.Tensor]) -> torch.Tensor:
+    """`torch.stack(tensors)` to read from: no copy of a single tensor (the original size's weights are 32 MiB)."""
+    return tensors[0].unsqueeze(0) if len(tensors) == 1 else torch.stack(tensors)
 
 
 def _tanh_from_sigmoid_(sigmoid_of_double: torch.Tensor, minus_one: torch.Tensor) -> torch.Tensor:
@@ -179,6 +192,26 @@ def _front(buffer: torch.Tensor, K: int, n: int) -> torch.Tensor:
     return buffer.view(-1)[: K * n * width].view(K, n, width)
 
 
+def _batched_product(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+    """`torch.bmm`; for one direction a plain product, which spreads over the intra-op threads (a batched product
+    spreads only its batch over them), through oneDNN where that is faster (`onednn_linear.py`: the original
+    size's per-step products, 16 x 512 x 16384, take 4.1 ms there and 6.4 ms through MKL on two Zen 3 cores)."""
+    if x.shape[0] == 1:
+        if out is None:
+            return matmul_nt(x[0], weight[0].t()).unsqueeze(0)
+        matmul_nt(x[0], weight[0].t(), out=out[0])
+        return out
+    return torch.bmm(x, weight, out=out)
+
+
+def _weight_gradient(grad: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """`grad^T x` for `(K, N, O)` and `(K, N, I)` -> `(K, O, I)`: PyTorch's own product, which reads the transposed
+    operand in place (oneDNN copies it first: 84 against 65 ms for the original size's `W_h`, two threads)."""
+    if grad.shape[0] == 1:
+        return torch.mm(grad[0].t(), x[0]).unsqueeze(0)
+    return torch.bmm(grad.transpose(1, 2), x)
+
+
 def _bmm(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor, add: bool = False, scratch=None) -> torch.Tensor:
     """`out (+)= x @ weight` for `(K, n, I)` and `(K, I, O)` into `out` `(K, n, O)`, through `scratch` `(K, n, O)`
     where `out` is not contiguous (a batched product into a strided `out`, or in place, runs the directions one
@@ -187,11 +220,11 @@ def _bmm(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor, add: bool = F
     A product of one row runs as a matrix-vector kernel whose rounding can depend on the weights' memory
     alignment; multiplying the row twice keeps results independent of it."""
     if x.shape[1] == 1:
-        product = torch.bmm(x.expand(-1, 2, -1), weight)[:, :1]
+        product = _batched_product(x.expand(-1, 2, -1), weight)[:, :1]
     elif out.is_contiguous() and not add:
-        return torch.bmm(x, weight, out=out)
+        return _batched_product(x, weight, out=out)
     else:
-        product = torch.bmm(x, weight, out=scratch)
+        product = _batched_product(x, weight, out=scratch)
     return out.add_(product) if add else out.copy_(product)
 
 
@@ -220,8 +253,8 @@ def _forward(xs, hiddens, memories, input_weights, biases, state_weights, projec
             tensor[:, cell_block] *= 2
         minus_one = xs[0].new_full((), -1.0)
     state_weight_t = state_weight.transpose(1, 2)  # (K, P, 4D)
-    projection_weight_t = torch.stack(projection_weights).transpose(1, 2)  # (K, D, P)
-    hidden0, memory0 = torch.stack(hiddens), torch.stack(memories)  # (K, B, P), (K, B, D)
+    projection_weight_t = _stacked(projection_weights).transpose(1, 2)  # (K, D, P)
+    hidden0, memory0 = _stacked(hiddens), _stacked(memories)  # (K, B, P), (K, B, D)
     packed_x = torch.stack([steps.pack(x, backwards) for x, backwards in zip(xs, reverse)])  # (K, N, P_in)
     # The input-to-gate products of all steps are one matrix product per direction; only W_h h is sequential.
     # Each step adds its W_h h into its block and activates it there (with `save`).
@@ -290,9 +323,9 @@ def _forward(xs, hiddens, memories, input_weights, biases, state_weights, projec
         if proj_clip is not None:
             torch.clamp(new_hidden, -proj_clip, proj_clip, out=output_steps[t])
 
-    final_hidden = torch.cat([outputs, hidden0], dim=1).index_select(1, steps.final)
+    final_hidden = steps.final_state(outputs, hidden0)
     if save:
-        final_memory = torch.cat([cells, memory0], dim=1).index_select(1, steps.final)
+        final_memory = steps.final_state(cells, memory0)
     else:
         final_memory = memory_state
     results = [
@@ -324,7 +357,7 @@ def _backward(saved, hiddens, memories, input_weights, state_weights, projection
     K, total, gate_dim = activations.shape
     cell_dim = gate_dim // 4
     batch_size = hiddens[0].shape[0]
-    hidden0, memory0 = torch.stack(hiddens), torch.stack(memories)
+    hidden0, memory0 = _stacked(hiddens), _stacked(memories)
 
     def stacked(grads, like):
         return torch.stack([torch.zeros_like(like[0]) if g is None else g for g in grads])
@@ -342,7 +375,7 @@ def _backward(saved, hiddens, memories, input_weights, state_weights, projection
     # is two products and a few multiplications per step), written over the activations, which become the gate
     # gradients step by step: d(gates) = [g i(1-i), c_in f(1-f), i(1-g^2), tanh(c) o(1-o)] times d(cell) (the
     # first three) or d(cell output) (the last), and d(cell) = d(cell output) o (1 - tanh(c)^2) + d(next cell).
-    memory_in = torch.cat([saved["cells"], memory0], dim=1).index_select(1, steps.entering)
+    memory_in = steps.entering_state(saved["cells"], memory0)
     input_gate, forget_gate, cell_input, output_gate = activations.chunk(4, dim=2)
     forget = forget_gate.clone()  # d(previous cell) = d(cell) f
     cell_factor = torch.mul(cell_tanh, cell_tanh).neg_().add_(1).mul_(output_gate)
@@ -369,7 +402,7 @@ def _backward(saved, hiddens, memories, input_weights, state_weights, projection
     three_block_steps = steps.split(grad_gates[..., : 3 * cell_dim].view(K, total, 3, cell_dim))
     last_block_steps = steps.split(grad_gates[..., 3 * cell_dim :])
     grad_projected_steps, cell_factor_steps, forget_steps = (steps.split(t) for t in (grad_projected, cell_factor, forget))
-    state_weight, projection_weight = torch.stack(state_weights), torch.stack(projection_weights)
+    state_weight, projection_weight = _stacked(state_weights), _stacked(projection_weights)
     grad_cell_outputs, grad_cells = torch.empty_like(grad_memory), torch.empty_like(grad_memory)  # one step's rows
     grad_hidden_products = torch.empty_like(grad_hidden)
     for t in range(len(steps.batch_sizes) - 1, -1, -1):
@@ -389,15 +422,15 @@ def _backward(saved, hiddens, memories, input_weights, state_weights, projection
         torch.mul(grad_cell, forget_steps[t], out=grad_memory[:, :n])
         _bmm(grad_gate_steps[t], state_weight, grad_hidden[:, :n], scratch=_front(grad_hidden_products, K, n))
 
-    grad_inputs = torch.bmm(grad_gates, torch.stack(input_weights))  # (K, N, P_in)
+    grad_inputs = _batched_product(grad_gates, _stacked(input_weights))  # (K, N, P_in)
     # All three from one pass over the gate gradients: d[W_x | W_h | b] = d(gates)^T [x | h_in | 1].
     input_dim, projection_dim = saved["packed_x"].shape[2], hidden0.shape[2]
     operands = torch.empty(K, total, input_dim + projection_dim + 1, dtype=dtype, device=activations.device)
     operands[..., :input_dim] = saved["packed_x"]
-    operands[..., input_dim:-1] = torch.cat([saved["outputs"], hidden0], dim=1).index_select(1, steps.entering)
+    operands[..., input_dim:-1] = steps.entering_state(saved["outputs"], hidden0)
     operands[..., -1] = 1
-    grads = torch.bmm(grad_gates.transpose(1, 2), operands)  # (K, 4D, P_in + P + 1)
-    grad_projection_weight = torch.bmm(grad_projected.transpose(1, 2), saved["cell_outputs"])  # (K, P, D)
+    grads = _weight_gradient(grad_gates, operands)  # (K, 4D, P_in + P + 1)
+    grad_projection_weight = _weight_gradient(grad_projected, saved["cell_outputs"])  # (K, P, D)
     return [
         (
             steps.unpack(grad_inputs[k], batch_size, backwards),
@@ -415,8 +448,7 @@ def _backward(saved, hiddens, memories, input_weights, state_weights, projection
 class _LstmLayer(torch.autograd.Function):
     @staticmethod
     def forward(ctx, reverse, steps, settings, groups, *tensors):
-        calls = [partial(_forward, *_stack(tensors, group, reverse), steps, settings, save=True) for group in groups]
-        results = _run_all(calls, len(groups) > 1)
+        results = [_forward(*_stack(tensors, group, reverse), steps, settings, save=True) for group in groups]
         ctx.reverse, ctx.steps, ctx.settings, ctx.groups = reverse, steps, settings, groups
         ctx.names = [list(saved) for _, saved in results]
         # Per direction its hidden, memory, W_x, W_h and W_p, then per group its saved tensors.
@@ -432,16 +464,15 @@ class _LstmLayer(torch.autograd.Function):
         saved_tensors = ctx.saved_tensors
         per_direction = [saved_tensors[5 * k : 5 * k + 5] for k in range(len(ctx.reverse))]
         position = 5 * len(ctx.reverse)
-        calls = []
+        results = []
         for group, names in zip(ctx.groups, ctx.names):
             values = saved_tensors[position : position + len(names)]
             position += len(names)
             columns = [list(column) for column in zip(*(per_direction[k] for k in group))]
-            calls.append(
-                partial(
-                    _backward, dict(zip(names, values)), *columns, [ctx.reverse[k] for k in group], ctx.steps,
-                    ctx.settings, *([grads[3 * k + i] for k in group] for i in range(3)),
+            results.append(
+                _backward(
+                    dict(zip(names, values)), *columns, [ctx.reverse[k] for k in group], ctx.steps, ctx.settings,
+                    *([grads[3 * k + i] for k in group] for i in range(3)),
                 )
-            )  # fmt: skip
-        results = _run_all(calls, len(ctx.groups) > 1)
+            )
         return (None, None, None, None, *[g for result in results for direction in result for g in direction])

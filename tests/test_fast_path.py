@@ -324,23 +324,26 @@ def test_concurrent_cpu_inference_matches_reference(mode, monkeypatch):
         assert_same_outputs(fast, slow, atol=1e-5)
 
 
-def test_concurrent_cpu_training_gradients_match_reference(monkeypatch):
-    """With two intra-op threads, the directions of each LSTM layer run on threads of their own in the forward and
-    in the backward pass under autograd too; gradients stay those of the reference."""
-    from hf_elmo import cpu_threads
+@pytest.mark.parametrize("one_at_a_time", [False, True], ids=["stacked", "one direction at a time"])
+def test_cpu_training_gradients_match_reference_both_ways(monkeypatch, one_at_a_time):
+    """Under autograd a layer's directions run stacked (one batched product per step for both, the backward one
+    reading rows from their last word), or one after the other for layers with very large steps; either way, with
+    rows of different lengths and two intra-op threads, the gradients are those of the reference."""
+    from hf_elmo import fast_lstm
 
-    calls = []
-    original = cpu_threads.run_concurrently
+    directions_per_call = []
+    original = fast_lstm._forward
 
-    def spy(*parts):
-        calls.append(len(parts))
-        return original(*parts)
+    def spy(xs, *args, **kwargs):
+        directions_per_call.append(len(xs))
+        return original(xs, *args, **kwargs)
 
-    monkeypatch.setattr("hf_elmo.fast_lstm.run_concurrently", spy)
-    monkeypatch.setattr("hf_elmo.fast_lstm._MIN_STEP_MULTIPLY_ADDS_FOR_THREADS", 0)  # the test model's steps are small
+    monkeypatch.setattr(fast_lstm, "_forward", spy)
+    monkeypatch.setattr(fast_lstm, "_MIN_STEP_MULTIPLY_ADDS_ONE_AT_A_TIME", 0 if one_at_a_time else 1 << 62)
     model = random_model(small_config())
     reference = reference_from(model)
     batch = encode(SENTENCES)
+    assert len(set(batch["attention_mask"].sum(dim=1).tolist())) > 1
     generator = torch.Generator().manual_seed(2)
     weights = [torch.randn(len(SENTENCES), batch["input_ids"].shape[1], 2 * model.config.projection_dim,
                            generator=generator) for _ in range(model.config.num_layers)]  # fmt: skip
@@ -350,19 +353,13 @@ def test_concurrent_cpu_training_gradients_match_reference(monkeypatch):
         sum((w * layer).sum() for w, layer in zip(weights, layers)).backward()
     finally:
         torch.set_num_threads(1)
-    assert calls == [2] * (2 * model.config.num_layers)  # each layer's directions, forward then backward
+    expected_calls = [1, 1] * model.config.num_layers if one_at_a_time else [2] * model.config.num_layers
+    assert directions_per_call == expected_calls
     reference_layers = reference(batch["input_ids"], batch["attention_mask"])[0][1:]
     sum((w * layer).sum() for w, layer in zip(weights, reference_layers)).backward()
     for name, param in model.named_parameters():
         expected = dict(reference.named_parameters())[name].grad
         assert (param.grad - expected).abs().max() <= 1e-4 * expected.abs().max(), name
-    with cpu_backend(concurrent_training=False):
-        torch.set_num_threads(2)
-        try:
-            run_fast(model, batch)[0][-1].sum().backward()
-        finally:
-            torch.set_num_threads(1)
-    assert len(calls) == 2 * model.config.num_layers, "cpu_backend(concurrent_training=False) keeps one thread"
 
 
 @pytest.mark.skipif(cpu_threads._thread_count_setters() is None, reason="no per-thread OpenMP setting here")
