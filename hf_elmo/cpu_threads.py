@@ -6,7 +6,8 @@ operations, each ending in a barrier where one descheduled thread stalls the oth
 streams: as fast on an idle machine and many times faster on a busy one (on 2 shared cores: 0.47 s instead of
 4.8 s for a batch of the original model). Used only without autograd (a backward pass runs on the autograd
 engine's thread), only on CPU, and only while `cpu_backend(concurrent_inference=...)` allows it (the default).
-Matrix products in the workers go to PyTorch's own kernels, which release the GIL while they run. (Training does
+Matrix products in the workers go to PyTorch's own kernels, which release the GIL while they run, unless they are
+very large (`onednn_linear.py`). (Training does
 not split: each LSTM step is a dozen small operations whose Python dispatch holds the GIL, and one thread running
 both directions stacked, `fast_lstm.py`, is faster than two threads waiting for each other.)
 
@@ -28,7 +29,8 @@ from pathlib import Path
 
 import torch
 
-from .cpu_backend import cpu_backend, current_cpu_backend
+from .cpu_backend import current_cpu_backend
+from .onednn_linear import beside_other_threads
 
 CONCURRENT_CPU_INFERENCE = True
 """Deprecated process-wide switch, still obeyed when set to False: use `cpu_backend(concurrent_inference=False)`."""
@@ -112,9 +114,9 @@ def run_concurrently(*calls: Callable):
         torch.get_num_threads()  # ATen sets a thread's counts to its process-wide one on first use: before ours
         for set_num_threads in _thread_count_setters():
             set_num_threads(share)
-        # Products go to PyTorch's own kernels, which release the GIL; a oneDNN call through `torch.ops` holds it
-        # for the whole product and would make the other threads wait (two threads: 1.2x instead of 1.7x).
-        with torch.inference_mode(inference_mode), torch.no_grad(), torch.autocast(**autocast), cpu_backend(onednn=False):
+        # Products go to PyTorch's own kernels, which release the GIL, unless they are very large: a oneDNN call
+        # through `torch.ops` holds it for the whole product and makes the other threads wait (`onednn_linear.py`).
+        with torch.inference_mode(inference_mode), torch.no_grad(), torch.autocast(**autocast), beside_other_threads():
             return call()
 
     executor = _executors.get(len(calls))

@@ -240,17 +240,23 @@ def _forward(xs, hiddens, memories, input_weights, biases, state_weights, projec
     total = steps.num_positions
     cell_clip, proj_clip = settings.cell_clip, settings.proj_clip
     cell_block = slice(2 * cell_dim, 3 * cell_dim)
-    input_weight, bias, state_weight = torch.stack(input_weights), torch.stack(biases), torch.stack(state_weights)
-    # Added at run time, as TensorFlow's LSTMCell does: here once, into the input products.
-    bias[:, cell_dim : 2 * cell_dim] += settings.forget_bias
     # PyTorch's CPU tanh is several times slower than its sigmoid; tanh(x) = 2 sigmoid(2x) - 1 has an absolute
     # error of a few units in the last place in float32 and float64, too coarse in 16-bit types.
     tanh_by_sigmoid = xs[0].device.type == "cpu" and xs[0].dtype in (torch.float32, torch.float64)
-    if tanh_by_sigmoid:
-        # The cell block's weights and bias doubled, so that the products give the doubled input that one sigmoid
-        # over all four blocks needs, with no step of its own; doubling is exact, the products the same bit for bit.
+    # Stacked directions: the cell block's weights and bias doubled in the stacked copies, so that the products
+    # give the doubled input that one sigmoid over all four blocks needs, with no step of its own (doubling is
+    # exact: the same bits). One direction reads its weights in place and doubles each step's cell block instead:
+    # copying a large layer's weights costs more than that step.
+    fold_doubling = tanh_by_sigmoid and K > 1
+    stack = torch.stack if fold_doubling else _stacked
+    input_weight, state_weight = stack(input_weights), stack(state_weights)
+    bias = torch.stack(biases)
+    # Added at run time, as TensorFlow's LSTMCell does: here once, into the input products.
+    bias[:, cell_dim : 2 * cell_dim] += settings.forget_bias
+    if fold_doubling:
         for tensor in (input_weight, bias, state_weight):
             tensor[:, cell_block] *= 2
+    if tanh_by_sigmoid:
         minus_one = xs[0].new_full((), -1.0)
     state_weight_t = state_weight.transpose(1, 2)  # (K, P, 4D)
     projection_weight_t = _stacked(projection_weights).transpose(1, 2)  # (K, D, P)
@@ -302,6 +308,8 @@ def _forward(xs, hiddens, memories, input_weights, biases, state_weights, projec
             input_gate, forget_gate, cell_input, output_gate = act.chunk(4, dim=2)
             tanh_c, cell_out = scratch_tanh[:, :n], scratch_outputs[:, :n]
         if tanh_by_sigmoid:  # one sigmoid over all four blocks, the cell block at twice its input
+            if not fold_doubling:
+                gates[..., cell_block].mul_(2)
             torch.sigmoid(gates, out=act)
             _tanh_from_sigmoid_(cell_input, minus_one)
         else:

@@ -10,6 +10,9 @@ Everything else (other devices and dtypes, autocast, small products, builds with
 """
 
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 
 import torch
 import torch.nn.functional as F
@@ -26,6 +29,27 @@ USE_ONEDNN = True
 # threshold stays where it was measured before (2^20), no machine with it having been measured since.
 _AVX512 = torch.backends.cpu.get_cpu_capability().startswith("AVX512")
 _MIN_MULTIPLY_ADDS = 1 << 20 if _AVX512 else 1 << 23
+
+# A oneDNN product called through `torch.ops` holds the GIL for as long as it runs, so in a thread working beside
+# others (`cpu_threads.py`) it makes them wait; PyTorch's own products release it. There only the products where
+# oneDNN is much faster go to oneDNN: large products of a few rows, as the original size's per-step gate products
+# (32 x 512 x 16384: inference 6% more words/s through oneDNN); the character CNN's products of hundreds of
+# words and the small preset's per-step products (32 x 128 x 4096) are faster through PyTorch (inference of the
+# small preset 20% more words/s; AMD EPYC Zen 3, two threads).
+_MIN_MULTIPLY_ADDS_BESIDE_OTHER_THREADS = 1 << 27
+_MAX_ROWS_BESIDE_OTHER_THREADS = 64
+_BESIDE_OTHER_THREADS: ContextVar[bool] = ContextVar("hf_elmo_beside_other_threads", default=False)
+
+
+@contextmanager
+def beside_other_threads() -> Iterator[None]:
+    """Marks the work of the `with` block as running side by side with other threads of the same pass."""
+    token = _BESIDE_OTHER_THREADS.set(True)
+    try:
+        yield
+    finally:
+        _BESIDE_OTHER_THREADS.reset(token)
+
 
 _onednn_linear = getattr(getattr(torch.ops, "mkldnn", None), "_linear_pointwise", None)
 try:
@@ -50,7 +74,12 @@ def uses_onednn(x: torch.Tensor, weight: torch.Tensor) -> bool:
         and x.device.type == "cpu"
         and x.dtype == weight.dtype
         and x.dtype in _DTYPES
-        and x.numel() * weight.shape[0] >= _MIN_MULTIPLY_ADDS
+        and (
+            x.shape[0] <= _MAX_ROWS_BESIDE_OTHER_THREADS
+            and x.numel() * weight.shape[0] >= _MIN_MULTIPLY_ADDS_BESIDE_OTHER_THREADS
+            if _BESIDE_OTHER_THREADS.get()
+            else x.numel() * weight.shape[0] >= _MIN_MULTIPLY_ADDS
+        )
         and not torch.is_autocast_enabled("cpu")
         and torch.backends.mkldnn.is_available()
         and torch.backends.mkldnn.enabled
