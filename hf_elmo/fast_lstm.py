@@ -146,10 +146,10 @@ def lstm_layer(
 # Under autograd the directions run stacked, except where a step's products are large: there one direction after
 # the other, each product over both intra-op threads (through oneDNN where it is faster), is faster than the
 # stacked product, which gives each thread one direction's weights to stream from memory. Per row and step, the
-# products take 5 D P multiply-adds: the original size (D 4096, P 512: 10.5M) trains its encoder 6% faster one
-# direction at a time; the mid-size model (512, 64: 164K) and the small preset (1024, 128: 655K) gain from
-# stacking (AMD EPYC Zen 3, 2 threads, alternating runs). Two threads, one per direction, were slower in every
-# case: each step is a dozen operations whose Python dispatch holds the GIL, and the threads wait for each other.
+# products take 5 D P multiply-adds: the original size (D 4096, P 512: 10.5M) trains its encoder about 10% faster
+# one direction at a time, the mid-size model (512, 64: 164K) about 15% faster stacked (AMD EPYC Zen 3, 2 threads,
+# alternating runs). Two threads, one per direction, were slower in every case: each step is a dozen operations
+# whose Python dispatch holds the GIL, and the threads wait for each other.
 _MIN_STEP_MULTIPLY_ADDS_ONE_AT_A_TIME = 1 << 22
 
 _TENSORS_PER_DIRECTION = 7  # x, hidden, memory, W_x, b, W_h, W_p
