@@ -5,7 +5,6 @@ import os
 import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -18,16 +17,7 @@ from hf_elmo.data_bilm import build_word_vocabulary, iter_sentences
 from hf_elmo.streams_bilm import DataCollatorForBiLMStreams, StreamWindowDataset
 from hf_elmo.train_bilm import StreamTrainer, train_bilm
 
-ROOT = Path(__file__).resolve().parents[1]
-SHAKESPEARE = ROOT / "data/tinyshakespeare/input.txt"
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+from test_training import SHAKESPEARE, one_thread  # noqa: F401  (an autouse fixture)
 
 
 @pytest.fixture(scope="module")
