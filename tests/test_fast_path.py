@@ -415,3 +415,22 @@ def test_deprecated_module_switches_are_still_obeyed(monkeypatch):
         assert not onednn_linear.uses_onednn(torch.randn(3, 4), torch.randn(5, 4))
         assert not cpu_threads.can_run_concurrently(torch.randn(3))
     assert [w.category for w in caught] == [DeprecationWarning, DeprecationWarning]
+
+
+@pytest.mark.parametrize("colliding_keys", [False, True], ids=["hashed", "every key equal: row-wise fallback"])
+def test_distinct_rows_are_the_row_wise_unique(monkeypatch, colliding_keys):
+    """The character CNN's repeated-word search gives the rows `torch.unique(dim=0)` gives (in another order) and
+    each row's index among them, also when different rows share a key."""
+    from hf_elmo import modeling_elmo
+
+    if colliding_keys:
+        monkeypatch.setattr(modeling_elmo, "_hash_weights", lambda num_chars, device: torch.zeros(num_chars, dtype=torch.int64))
+    generator = torch.Generator().manual_seed(0)
+    words = torch.randint(0, 4, (60, 50), generator=generator)
+    words[:, 6:] = 0  # short words of few letters: many near-duplicates
+    rows = words[torch.randint(0, 60, (500,), generator=generator)]
+    distinct, index = modeling_elmo._distinct_rows(rows)
+    expected = torch.unique(rows, dim=0)
+    assert torch.equal(distinct[index], rows)
+    assert len(distinct) == len(expected)
+    assert torch.equal(torch.unique(distinct, dim=0), expected)
