@@ -5,10 +5,10 @@ Two steps, in two environments (TensorFlow is not a dependency of this project):
     # 1. in this project's environment: the corpus as bilm-tf reads it (one sentence of space-separated words per
     #    line, split as `hf-elmo train --split pretokenizer` splits it) and the same word vocabulary
     python benchmarks/bench_bilm_tf_training.py prepare --corpus data/tinyshakespeare/input.txt --min-count 2 \\
-        --output-dir /tmp/bilm-tf-data
+        --output-dir bilm-tf-data
     # 2. in an environment with TensorFlow 2.x (bilm-tf runs under its `compat.v1` layer) and a checkout of
     #    https://github.com/allenai/bilm-tf (not installed: its folder is put on the path)
-    python benchmarks/bench_bilm_tf_training.py run --bilm-tf ~/bilm-tf --data-dir /tmp/bilm-tf-data --batches 40
+    python benchmarks/bench_bilm_tf_training.py run --bilm-tf ~/bilm-tf --data-dir bilm-tf-data --batches 40
 
 `run` calls bilm-tf's own `bilm.training.train` with the options of `bench_training.py --size mid` (character CNN
 of 384 filters, two highway layers, two LSTM layers of 512 cells projected to 64, dropout 0.1, 1,024 sampled
