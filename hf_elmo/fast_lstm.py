@@ -44,10 +44,9 @@ class PackedSteps:
     """`(N,)`: `position * B + row` of each packed step in the flattened `(T * B)` padded layout, read forwards
     or backwards."""
     final: torch.Tensor
-    """`(B,)`: where each row's final state is in `cat([packed (N, ...), initial (B, ...)])`: its last step, or its
-    initial state for a row of length 0."""
+    """`(R,)`: the packed position of the last step of each of the `R = batch_sizes[0]` rows that run at all."""
     entering: torch.Tensor
-    """`(N,)`: where the state each step starts from is in `cat([packed, initial])`."""
+    """`(N - R,)`: the packed position of the step before each step after the first."""
 
     @classmethod
     def from_batch_sizes(cls, batch_sizes: list[int], batch_size: int, device: torch.device) -> "PackedSteps":
@@ -59,8 +58,10 @@ class PackedSteps:
         row = torch.arange(total) - offsets[step]
         lengths = (sizes[None, :] > torch.arange(batch_size)[:, None]).sum(dim=1)  # (B,)
         rows = torch.arange(batch_size)
-        final = torch.where(lengths > 0, offsets[(lengths - 1).clamp(min=0)] + rows, total + rows)
-        entering = torch.where(step > 0, offsets[(step - 1).clamp(min=0)] + row, total + row)
+        running = lengths > 0  # a prefix: rows of length 0 come last
+        final = offsets[lengths[running] - 1] + rows[running]
+        later = step > 0
+        entering = offsets[step[later] - 1] + row[later]
         to_device = partial(torch.Tensor.to, device=device)
         return cls(
             list(batch_sizes),
@@ -88,14 +89,12 @@ class PackedSteps:
 
     def final_state(self, packed: torch.Tensor, initial: torch.Tensor) -> torch.Tensor:
         """Each row's final state `(K, B, X)` from the packed states `(K, N, X)` and the initial ones `(K, B, X)`."""
-        running = self.batch_sizes[0] if self.batch_sizes else 0  # rows of length 0 come last
-        return torch.cat([packed.index_select(1, self.final[:running]), initial[:, running:]], dim=1)
+        return torch.cat([packed.index_select(1, self.final), initial[:, len(self.final) :]], dim=1)
 
     def entering_state(self, packed: torch.Tensor, initial: torch.Tensor) -> torch.Tensor:
         """The state `(K, N, X)` each step starts from: step 0 from the initial states, later ones from the step
         before."""
-        running = self.batch_sizes[0] if self.batch_sizes else 0
-        return torch.cat([initial[:, :running], packed.index_select(1, self.entering[running:])], dim=1)
+        return torch.cat([initial[:, : len(self.final)], packed.index_select(1, self.entering)], dim=1)
 
     def split(self, stacked: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """`(K, N, ...)` -> each step's `(K, n, ...)` view."""
@@ -264,10 +263,10 @@ def _forward(xs, hiddens, memories, input_weights, biases, state_weights, projec
     packed_x = torch.stack([steps.pack(x, backwards) for x, backwards in zip(xs, reverse)])  # (K, N, P_in)
     # The input-to-gate products of all steps are one matrix product per direction; only W_h h is sequential.
     # Each step adds its W_h h into its block and activates it there (with `save`).
-    activations = packed_x.new_empty(len(xs), total, 4 * cell_dim)
-    for k in range(len(xs)):
+    activations = packed_x.new_empty(K, total, 4 * cell_dim)
+    for k in range(K):
         matmul_nt(packed_x[k], input_weight[k], bias[k], out=activations[k])
-    new = partial(packed_x.new_empty, len(xs))
+    new = partial(packed_x.new_empty, K)
 
     gate_products, projected = new(batch_size, 4 * cell_dim), new(batch_size, projection_dim)  # one step's rows
     outputs = new(total, projection_dim)  # each step's new hidden state, after the clip

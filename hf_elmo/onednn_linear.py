@@ -58,7 +58,7 @@ except (AttributeError, RuntimeError):
     _DTYPES = (torch.float32,)
 
 
-def uses_onednn(x: torch.Tensor, weight: torch.Tensor) -> bool:
+def _use_onednn(x: torch.Tensor, weight: torch.Tensor) -> bool:
     """Whether `x @ weight.T` (`x` `(M, K)`, `weight` `(N, K)`) goes to oneDNN: large enough, its dtype, the backend
     choice, no autocast."""
     if not USE_ONEDNN:
@@ -87,19 +87,15 @@ def uses_onednn(x: torch.Tensor, weight: torch.Tensor) -> bool:
 
 
 def matmul_nt(
-    x: torch.Tensor,
-    weight: torch.Tensor,
-    bias: torch.Tensor | None = None,
-    out: torch.Tensor | None = None,
-    copy_to_out: bool = True,
+    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, out: torch.Tensor | None = None
 ) -> torch.Tensor:
     """`x @ weight.T (+ bias)` for 2-D `x` `(M, K)` and `weight` `(N, K)` -> `(M, N)`, without autograd; into
-    `out` `(M, N)` when given (oneDNN writes a new tensor: with `copy_to_out=False` that is returned uncopied).
+    `out` `(M, N)` when given.
 
     `weight` may be a transposed view (`w.t()` multiplies by `w` itself)."""
-    if uses_onednn(x, weight):
+    if _use_onednn(x, weight):
         result = _onednn_linear.default(x, weight, bias, "none", [], "")
-        return result if out is None or not copy_to_out else out.copy_(result)
+        return result if out is None else out.copy_(result)
     if out is None:
         return F.linear(x, weight, bias)
     if bias is None:
@@ -107,34 +103,9 @@ def matmul_nt(
     return torch.addmm(bias, x, weight.t(), out=out)
 
 
-def matmul_nt_add(
-    x: torch.Tensor, weight: torch.Tensor, other: torch.Tensor, out: torch.Tensor | None = None, copy_to_out=True
-) -> torch.Tensor:
-    """`other + x @ weight.T` for 2-D `x` `(M, K)`, `weight` `(N, K)` and `other` `(M, N)`, without autograd;
-    into `out` when given, as `matmul_nt`."""
-    if uses_onednn(x, weight):
-        result = _onednn_linear.binary(x, other, weight, None, "add")
-        return result if out is None or not copy_to_out else out.copy_(result)
-    return torch.addmm(other, x, weight.t(), out=out)
-
-
-# oneDNN multiplies a transposed left operand only after copying it; without AVX-512, below this many
-# multiply-adds MKL's transposed product is faster (a weight gradient of the mid-size LSTM, 2048 x 640 x 129: 5.3
-# against 8.0 ms; of the original, 16384 x 320 x 1025: 212 against 181 ms; AMD EPYC Zen 3, one thread). With
-# AVX-512 the products go to oneDNN from the same size as the others, as before.
-_MIN_MULTIPLY_ADDS_TRANSPOSED = _MIN_MULTIPLY_ADDS if _AVX512 else 1 << 28
-
-
-def matmul_tn(x: torch.Tensor, other: torch.Tensor) -> torch.Tensor:
-    """`x.T @ other` for 2-D `x` `(K, M)` and `other` `(K, N)` -> `(M, N)`, without autograd (weight gradients)."""
-    if x.shape[0] * x.shape[1] * other.shape[1] >= _MIN_MULTIPLY_ADDS_TRANSPOSED:
-        return matmul_nt(x.t(), other.t())
-    return torch.mm(x.t(), other)  # MKL reads the transposed operand in place
-
-
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     """`torch.nn.functional.linear`: `(..., K)` inputs, `(N, K)` weight, `(N,)` bias -> `(..., N)`, with autograd."""
-    if not uses_onednn(x, weight):
+    if not _use_onednn(x, weight):
         return F.linear(x, weight, bias)
     if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, weight, bias)):
         return _Linear.apply(x, weight, bias)

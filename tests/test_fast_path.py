@@ -387,10 +387,10 @@ def test_concurrent_parts_change_no_other_threads_count():
 def test_cpu_backend_choices_are_scoped_and_reach_the_workers(monkeypatch):
     monkeypatch.setattr(onednn_linear, "_MIN_MULTIPLY_ADDS", 0)
     x, weight = torch.randn(3, 4), torch.randn(5, 4)
-    available = onednn_linear.uses_onednn(x, weight)
+    available = onednn_linear._use_onednn(x, weight)
     with cpu_backend(onednn=False) as backend:
         assert backend == current_cpu_backend() and not backend.onednn and backend.concurrent_inference
-        assert not onednn_linear.uses_onednn(x, weight)
+        assert not onednn_linear._use_onednn(x, weight)
         assert cpu_threads.run_concurrently(lambda: current_cpu_backend().onednn, lambda: 1) == [False, 1]
         with cpu_backend(concurrent_inference=False):
             assert current_cpu_backend() == type(backend)(onednn=False, concurrent_inference=False)
@@ -400,7 +400,7 @@ def test_cpu_backend_choices_are_scoped_and_reach_the_workers(monkeypatch):
         thread.start()
         thread.join()
         assert other_thread == [True], "another thread keeps its own choices"
-    assert onednn_linear.uses_onednn(x, weight) == available and current_cpu_backend().onednn
+    assert onednn_linear._use_onednn(x, weight) == available and current_cpu_backend().onednn
     with pytest.raises(TypeError):
         with cpu_backend(threads=2):
             pass
@@ -412,7 +412,7 @@ def test_deprecated_module_switches_are_still_obeyed(monkeypatch):
     monkeypatch.setattr(cpu_threads, "CONCURRENT_CPU_INFERENCE", False)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        assert not onednn_linear.uses_onednn(torch.randn(3, 4), torch.randn(5, 4))
+        assert not onednn_linear._use_onednn(torch.randn(3, 4), torch.randn(5, 4))
         assert not cpu_threads.can_run_concurrently(torch.randn(3))
     assert [w.category for w in caught] == [DeprecationWarning, DeprecationWarning]
 
