@@ -22,6 +22,9 @@ from functools import partial
 
 import torch
 
+from .cpu_lstm_kernels import available as compiled_step_available
+from .cpu_lstm_kernels import backward_step as compiled_backward_step
+from .cpu_lstm_kernels import forward_step as compiled_forward_step
 from .cpu_threads import can_run_concurrently, run_concurrently
 from .onednn_linear import matmul_nt
 
@@ -205,10 +208,13 @@ def _batched_product(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor | 
 
 def _weight_gradient(grad: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     """`grad^T x` for `(K, N, O)` and `(K, N, I)` -> `(K, O, I)`: PyTorch's own product, which reads the transposed
-    operand in place (oneDNN copies it first: 84 against 65 ms for the original size's `W_h`, two threads)."""
+    operand in place (oneDNN copies it first: 84 against 65 ms for the original size's `W_h`, two threads). Stacked,
+    as the transpose of `x^T grad`, which MKL forms faster (4.5 against 5.8 ms for the mid-size model's gates, two
+    threads); the result is then a transposed view, which autograd copies into the weights' layout, too costly for
+    one large direction."""
     if grad.shape[0] == 1:
         return torch.mm(grad[0].t(), x[0]).unsqueeze(0)
-    return torch.bmm(grad.transpose(1, 2), x)
+    return torch.bmm(x.transpose(1, 2), grad).transpose(1, 2)
 
 
 def _bmm(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor, add: bool = False, scratch=None) -> torch.Tensor:
@@ -227,6 +233,32 @@ def _bmm(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor, add: bool = F
     return out.add_(product) if add else out.copy_(product)
 
 
+def _torch_forward_step(hidden_in, state_weight_t, gates_in, scratch, act, memory_in, raw_c, cell, tanh_c, cell_out,
+                        cell_clip, cell_block, fold_doubling, minus_one):  # fmt: skip
+    """`cpu_lstm_kernels.forward_step` as PyTorch operations, after adding the state product into `gates_in`
+    `(K, n, 4D)`; `minus_one` (a 0-d tensor) for tanh from sigmoid, with the cell block's doubling folded into the
+    inputs or not."""
+    gates = _bmm(hidden_in, state_weight_t, gates_in, add=True, scratch=scratch)
+    input_gate, forget_gate, cell_input, output_gate = act.chunk(4, dim=2)
+    if minus_one is not None:  # one sigmoid over all four blocks, the cell block at twice its input
+        if not fold_doubling:
+            gates[..., cell_block].mul_(2)
+        torch.sigmoid(gates, out=act)
+        _tanh_from_sigmoid_(cell_input, minus_one)
+    else:
+        torch.tanh(gates[..., cell_block], out=cell_input)
+        torch.sigmoid(gates[..., : cell_block.start], out=act[..., : cell_block.start])
+        torch.sigmoid(gates[..., cell_block.stop :], out=output_gate)
+    torch.mul(forget_gate, memory_in, out=raw_c).addcmul_(input_gate, cell_input)
+    if cell_clip is not None:
+        torch.clamp(raw_c, -cell_clip, cell_clip, out=cell)
+    if minus_one is not None:
+        _tanh_from_sigmoid_(torch.sigmoid(torch.mul(cell, 2, out=tanh_c), out=tanh_c), minus_one)
+    else:
+        torch.tanh(cell, out=tanh_c)
+    torch.mul(output_gate, tanh_c, out=cell_out)
+
+
 def _forward(xs, hiddens, memories, input_weights, biases, state_weights, projection_weights, reverse, steps,
              settings, save):  # fmt: skip
     """The directions of one layer, stacked (`K` of them, each argument a list with one entry per direction).
@@ -239,9 +271,10 @@ def _forward(xs, hiddens, memories, input_weights, biases, state_weights, projec
     total = steps.num_positions
     cell_clip, proj_clip = settings.cell_clip, settings.proj_clip
     cell_block = slice(2 * cell_dim, 3 * cell_dim)
+    compiled_step = compiled_step_available(xs[0])  # the elementwise part of a step in one call
     # PyTorch's CPU tanh is several times slower than its sigmoid; tanh(x) = 2 sigmoid(2x) - 1 has an absolute
     # error of a few units in the last place in float32 and float64, too coarse in 16-bit types.
-    tanh_by_sigmoid = xs[0].device.type == "cpu" and xs[0].dtype in (torch.float32, torch.float64)
+    tanh_by_sigmoid = not compiled_step and xs[0].device.type == "cpu" and xs[0].dtype in (torch.float32, torch.float64)
     # Stacked directions: the cell block's weights and bias doubled in the stacked copies, so that the products
     # give the doubled input that one sigmoid over all four blocks needs, with no step of its own (doubling is
     # exact: the same bits). One direction reads its weights in place and doubles each step's cell block instead:
@@ -264,8 +297,10 @@ def _forward(xs, hiddens, memories, input_weights, biases, state_weights, projec
     # The input-to-gate products of all steps are one matrix product per direction; only W_h h is sequential.
     # Each step adds its W_h h into its block and activates it there (with `save`).
     activations = packed_x.new_empty(K, total, 4 * cell_dim)
-    for k in range(K):
-        matmul_nt(packed_x[k], input_weight[k], bias[k], out=activations[k])
+    if K == 1:  # through oneDNN where that is faster, which writes a result of its own, then copied
+        matmul_nt(packed_x[0], input_weight[0], bias[0], out=activations[0])
+    else:  # into the buffer: 2.1 against 3.2 ms for the mid-size model's layer
+        torch.baddbmm(bias.unsqueeze(1), packed_x, input_weight.transpose(1, 2), out=activations)
     new = partial(packed_x.new_empty, K)
 
     gate_products, projected = new(batch_size, 4 * cell_dim), new(batch_size, projection_dim)  # one step's rows
@@ -278,7 +313,6 @@ def _forward(xs, hiddens, memories, input_weights, biases, state_weights, projec
         # Before the clips: where their values passed through is where gradients do.
         raw_cells = new(total, cell_dim) if cell_clip is not None else cells
         raw_outputs = new(total, projection_dim) if proj_clip is not None else outputs
-        gate_steps = [steps.split(block) for block in activations.split(cell_dim, dim=2)]  # input, forget, cell, output
         tanh_steps, cell_output_steps = steps.split(cell_tanh), steps.split(cell_outputs)
         cell_steps, raw_cell_steps, raw_output_steps = steps.split(cells), steps.split(raw_cells), steps.split(raw_outputs)
     else:
@@ -295,37 +329,24 @@ def _forward(xs, hiddens, memories, input_weights, biases, state_weights, projec
             hidden_in = hidden0[:, :n]
         else:
             hidden_in = output_steps[t - 1][:, :n]
-        gates = _bmm(hidden_in, state_weight_t, act_steps[t], add=True, scratch=_front(gate_products, K, n))
         if save:
             memory_in = memory0[:, :n] if t == 0 else cell_steps[t - 1][:, :n]
-            act = gates
-            input_gate, forget_gate, cell_input, output_gate = (block_steps[t] for block_steps in gate_steps)
+            act = act_steps[t]
             tanh_c, cell_out, raw_c, raw_h = tanh_steps[t], cell_output_steps[t], raw_cell_steps[t], raw_output_steps[t]
+            cell = cell_steps[t]
         else:
-            memory_in = raw_c = memory_state[:, :n]  # updated in place
+            memory_in = raw_c = cell = memory_state[:, :n]  # updated in place
             act = scratch_gates[:, :n]
-            input_gate, forget_gate, cell_input, output_gate = act.chunk(4, dim=2)
             tanh_c, cell_out = scratch_tanh[:, :n], scratch_outputs[:, :n]
-        if tanh_by_sigmoid:  # one sigmoid over all four blocks, the cell block at twice its input
-            if not fold_doubling:
-                gates[..., cell_block].mul_(2)
-            torch.sigmoid(gates, out=act)
-            _tanh_from_sigmoid_(cell_input, minus_one)
+        if compiled_step:
+            product = _bmm(hidden_in, state_weight_t, _front(gate_products, K, n))
+            compiled_forward_step(act_steps[t], product, act, memory_in, raw_c, cell, tanh_c, cell_out, cell_clip)
         else:
-            torch.tanh(gates[..., cell_block], out=cell_input)
-            torch.sigmoid(gates[..., : 2 * cell_dim], out=act[..., : 2 * cell_dim])
-            torch.sigmoid(gates[..., 3 * cell_dim :], out=output_gate)
-        torch.mul(forget_gate, memory_in, out=raw_c).addcmul_(input_gate, cell_input)
-        if cell_clip is not None:
-            cell = cell_steps[t] if save else raw_c
-            torch.clamp(raw_c, -cell_clip, cell_clip, out=cell)
-        else:
-            cell = raw_c
-        if tanh_by_sigmoid:
-            _tanh_from_sigmoid_(torch.sigmoid(torch.mul(cell, 2, out=tanh_c), out=tanh_c), minus_one)
-        else:
-            torch.tanh(cell, out=tanh_c)
-        torch.mul(output_gate, tanh_c, out=cell_out)
+            _torch_forward_step(
+                hidden_in, state_weight_t, act_steps[t], _front(gate_products, K, n), act, memory_in, raw_c, cell,
+                tanh_c, cell_out, cell_clip, cell_block, fold_doubling=fold_doubling,
+                minus_one=minus_one if tanh_by_sigmoid else None,
+            )  # fmt: skip
         new_hidden = _bmm(cell_out, projection_weight_t, raw_h if save else output_steps[t], scratch=_front(projected, K, n))
         if proj_clip is not None:
             torch.clamp(new_hidden, -proj_clip, proj_clip, out=output_steps[t])
@@ -356,6 +377,45 @@ def _forward(xs, hiddens, memories, input_weights, biases, state_weights, projec
     return results, saved
 
 
+def _gate_derivatives_(saved, memory0, steps, cell_clip):
+    """What each step's sequential gradients multiply by, for all steps at once (elementwise, so that the backward
+    loop is two products and a few multiplications per step), written over the saved activations, which become the
+    gate gradients step by step: d(gates) = [g i(1-i), c_in f(1-f), i(1-g^2), tanh(c) o(1-o)] times d(cell) (the
+    first three) or d(cell output) (the last), and d(cell) = d(cell output) o (1 - tanh(c)^2) + d(next cell).
+
+    Returns per step: the gate blocks `(K, n, 4, D)`, `o (1 - tanh(c)^2)`, the forget gate (d(previous cell) =
+    d(cell) f) and where the cell clip passed the cell through, as 0/1 (None without a clip), each `(K, n, D)`."""
+    activations, cell_tanh = saved["activations"], saved["cell_tanh"]
+    K, total, gate_dim = activations.shape
+    memory_in = steps.entering_state(saved["cells"], memory0)
+    input_gate, forget_gate, cell_input, output_gate = activations.chunk(4, dim=2)
+    forget = forget_gate.clone()
+    cell_factor = torch.mul(cell_tanh, cell_tanh).neg_().add_(1).mul_(output_gate)
+    output_gate.mul_(torch.rsub(output_gate, 1)).mul_(cell_tanh)
+    forget_gate.mul_(torch.rsub(forget_gate, 1)).mul_(memory_in)
+    cell_derivative = torch.mul(cell_input, cell_input).neg_().add_(1).mul_(input_gate)
+    input_gate.mul_(torch.rsub(input_gate, 1)).mul_(cell_input)
+    cell_input.copy_(cell_derivative)
+    if cell_clip is not None:
+        passed = steps.split((saved["raw_cells"].abs() <= cell_clip).to(activations.dtype))
+    else:
+        passed = [None] * len(steps.batch_sizes)
+    blocks = steps.split(activations.view(K, total, 4, gate_dim // 4))
+    return blocks, steps.split(cell_factor), steps.split(forget), passed
+
+
+def _torch_backward_step(grad_gates, grad_cell_output, grad_memory, grad_cell, blocks, cell_factor, forget, passed):
+    """`cpu_lstm_kernels.backward_step` as PyTorch operations on one step's factors from `_gate_derivatives_`;
+    `grad_cell` `(K, n, D)`: scratch."""
+    torch.addcmul(grad_memory, grad_cell_output, cell_factor, out=grad_cell)
+    if passed is not None:
+        grad_cell.mul_(passed)
+    three_blocks = blocks[:, :, :3]
+    torch.mul(grad_cell[:, :, None, :], three_blocks, out=three_blocks)
+    blocks[:, :, 3].mul_(grad_cell_output)
+    torch.mul(grad_cell, forget, out=grad_memory)
+
+
 def _backward(saved, hiddens, memories, input_weights, state_weights, projection_weights, reverse, steps, settings,
               grad_outputs, grad_hiddens, grad_memories):  # fmt: skip
     """Gradients of the stacked directions (lists with one entry per direction; a gradient may be None): per
@@ -378,26 +438,13 @@ def _backward(saved, hiddens, memories, input_weights, state_weights, projection
         ]
     )  # (K, N, P)
 
-    # What each step's sequential gradients multiply by, for all steps at once (elementwise, so that the loop below
-    # is two products and a few multiplications per step), written over the activations, which become the gate
-    # gradients step by step: d(gates) = [g i(1-i), c_in f(1-f), i(1-g^2), tanh(c) o(1-o)] times d(cell) (the
-    # first three) or d(cell output) (the last), and d(cell) = d(cell output) o (1 - tanh(c)^2) + d(next cell).
-    memory_in = steps.entering_state(saved["cells"], memory0)
-    input_gate, forget_gate, cell_input, output_gate = activations.chunk(4, dim=2)
-    forget = forget_gate.clone()  # d(previous cell) = d(cell) f
-    cell_factor = torch.mul(cell_tanh, cell_tanh).neg_().add_(1).mul_(output_gate)
-    output_gate.mul_(torch.rsub(output_gate, 1)).mul_(cell_tanh)
-    forget_gate.mul_(torch.rsub(forget_gate, 1)).mul_(memory_in)
-    cell_derivative = torch.mul(cell_input, cell_input).neg_().add_(1).mul_(input_gate)
-    input_gate.mul_(torch.rsub(input_gate, 1)).mul_(cell_input)
-    cell_input.copy_(cell_derivative)
-    del memory_in, cell_derivative
     dtype = activations.dtype
-    # Where the clips passed values through, as 0/1 in the gradients' dtype (a boolean factor would be converted
-    # at every step).
-    if settings.cell_clip is not None:
-        cell_passed_steps = steps.split((saved["raw_cells"].abs() <= settings.cell_clip).to(dtype))
+    compiled_step = compiled_step_available(activations)  # the elementwise part of a step in one call
+    if not compiled_step:
+        derivative_steps = _gate_derivatives_(saved, memory0, steps, settings.cell_clip)
     if settings.proj_clip is not None:
+        # Where the clip passed values through, as 0/1 in the gradients' dtype (a boolean factor would be converted
+        # at every step).
         hidden_passed = (saved["raw_outputs"].abs() <= settings.proj_clip).to(dtype)
         hidden_passed_steps = steps.split(hidden_passed)
         # (d(h) + d(output)) p = d(output) p + d(h) p for p in {0, 1}: one operation a step instead of two.
@@ -405,10 +452,9 @@ def _backward(saved, hiddens, memories, input_weights, state_weights, projection
     grad_output_steps = steps.split(packed_grad_outputs)
     grad_gates = activations  # = gradient of the gate inputs, once the loop has run
     grad_projected = torch.empty_like(packed_grad_outputs)  # of each unclipped W_p m
-    grad_gate_steps = steps.split(grad_gates)
-    three_block_steps = steps.split(grad_gates[..., : 3 * cell_dim].view(K, total, 3, cell_dim))
-    last_block_steps = steps.split(grad_gates[..., 3 * cell_dim :])
-    grad_projected_steps, cell_factor_steps, forget_steps = (steps.split(t) for t in (grad_projected, cell_factor, forget))
+    grad_gate_steps, grad_projected_steps = steps.split(grad_gates), steps.split(grad_projected)
+    cell_steps, tanh_steps = steps.split(saved["cells"]), steps.split(cell_tanh)
+    raw_cell_steps = steps.split(saved["raw_cells"]) if settings.cell_clip is not None else cell_steps
     state_weight, projection_weight = _stacked(state_weights), _stacked(projection_weights)
     grad_cell_outputs, grad_cells = torch.empty_like(grad_memory), torch.empty_like(grad_memory)  # one step's rows
     grad_hidden_products = torch.empty_like(grad_hidden)
@@ -421,12 +467,15 @@ def _backward(saved, hiddens, memories, input_weights, state_weights, projection
         else:
             grad_h = torch.add(grad_hidden[:, :n], grad_output_steps[t], out=grad_projected_steps[t])
         grad_cell_output = _bmm(grad_h, projection_weight, _front(grad_cell_outputs, K, n))  # (K, n, D)
-        grad_cell = torch.addcmul(grad_memory[:, :n], grad_cell_output, cell_factor_steps[t], out=grad_cells[:, :n])
-        if settings.cell_clip is not None:
-            grad_cell.mul_(cell_passed_steps[t])
-        torch.mul(grad_cell[:, :, None, :], three_block_steps[t], out=three_block_steps[t])
-        last_block_steps[t].mul_(grad_cell_output)
-        torch.mul(grad_cell, forget_steps[t], out=grad_memory[:, :n])
+        if compiled_step:
+            memory_in = memory0[:, :n] if t == 0 else cell_steps[t - 1][:, :n]
+            compiled_backward_step(
+                grad_gate_steps[t], grad_cell_output, tanh_steps[t], memory_in, raw_cell_steps[t], grad_memory[:, :n],
+                settings.cell_clip,
+            )  # fmt: skip
+        else:
+            _torch_backward_step(grad_gate_steps[t], grad_cell_output, grad_memory[:, :n], grad_cells[:, :n],
+                                 *(factor[t] for factor in derivative_steps))  # fmt: skip
         _bmm(grad_gate_steps[t], state_weight, grad_hidden[:, :n], scratch=_front(grad_hidden_products, K, n))
 
     grad_inputs = _batched_product(grad_gates, _stacked(input_weights))  # (K, N, P_in)

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from transformers import AutoModel
 
-from hf_elmo import ElmoTokenizer, cpu_backend, cpu_threads, onednn_linear
+from hf_elmo import ElmoTokenizer, cpu_backend, cpu_lstm_kernels, cpu_threads, fast_lstm, onednn_linear
 from hf_elmo.cpu_backend import current_cpu_backend
 from hf_elmo.character_rows import words_to_char_ids
 
@@ -50,6 +50,17 @@ def products(request, monkeypatch):
     return request.param
 
 
+@pytest.fixture(params=["compiled step", "PyTorch step"])
+def lstm_step(request, monkeypatch):
+    """An LSTM step's elementwise part as one compiled call (where it builds: `test_cpu_lstm_kernels.py` fails
+    where a compiler is found and it does not) or as PyTorch operations."""
+    if request.param == "PyTorch step":
+        monkeypatch.setattr(fast_lstm, "compiled_step_available", lambda tensor: False)
+    elif not cpu_lstm_kernels.available(torch.zeros(1)):
+        pytest.skip("the CPU LSTM kernels do not build here")
+    return request.param
+
+
 def small_config(**overrides):
     """The core tests' small config, with a filter wider than most words' spans."""
     return modeling_small_config(**{"filters": [[1, 4], [2, 6], [3, 8], [7, 5]], **overrides})
@@ -79,7 +90,7 @@ def assert_same_outputs(fast, reference, atol):
 
 
 @pytest.mark.parametrize("name", FIXTURE_SETS)
-def test_fixture_models_all_layers_with_carried_state(name, converted_dirs, products):
+def test_fixture_models_all_layers_with_carried_state(name, converted_dirs, products, lstm_step):
     model = AutoModel.from_pretrained(converted_dirs[name]).eval()
     reference = reference_from(model)
     fast_state = reference_state = None
@@ -103,7 +114,7 @@ def test_fixture_models_all_layers_with_carried_state(name, converted_dirs, prod
         {"forget_bias": 1.0},
     ],
 )
-def test_random_configs_match_reference_with_state_and_padding(overrides, products):
+def test_random_configs_match_reference_with_state_and_padding(overrides, products, lstm_step):
     config = small_config(**overrides)
     model = random_model(config)
     reference = reference_from(model)
@@ -161,7 +172,7 @@ def test_character_cnn_on_arbitrary_ids(rows, run_start, run_char, widths):
     assert (fast - slow).abs().max() <= 1e-5
 
 
-def test_gradients_match_reference(products):
+def test_gradients_match_reference(products, lstm_step):
     """Gradients of every parameter and of the initial state, through clipping, padding and sorting."""
     config = small_config()
     model = random_model(config)
@@ -280,7 +291,7 @@ def test_onednn_linear_matches_torch_linear_with_gradients(monkeypatch):
 
 
 @pytest.mark.parametrize("mode", ["no_grad", "inference_mode", "bfloat16 autocast"])
-def test_concurrent_cpu_inference_matches_reference(mode, monkeypatch):
+def test_concurrent_cpu_inference_matches_reference(mode, monkeypatch, lstm_step):
     """With two intra-op threads, inference splits LSTM directions and character-CNN words between threads."""
     calls = []
     original = cpu_threads.run_concurrently
@@ -325,12 +336,10 @@ def test_concurrent_cpu_inference_matches_reference(mode, monkeypatch):
 
 
 @pytest.mark.parametrize("one_at_a_time", [False, True], ids=["stacked", "one direction at a time"])
-def test_cpu_training_gradients_match_reference_both_ways(monkeypatch, one_at_a_time):
+def test_cpu_training_gradients_match_reference_both_ways(monkeypatch, one_at_a_time, lstm_step):
     """Under autograd a layer's directions run stacked (one batched product per step for both, the backward one
     reading rows from their last word), or one after the other for layers with very large steps; either way, with
     rows of different lengths and two intra-op threads, the gradients are those of the reference."""
-    from hf_elmo import fast_lstm
-
     directions_per_call = []
     original = fast_lstm._forward
 
