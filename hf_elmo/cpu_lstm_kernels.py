@@ -29,9 +29,17 @@ import torch
 
 _SOURCE = r"""
 #include <stdint.h>
+#include <stdbool.h>
 
 // Fewer cells than this per thread are not worth waking another thread for.
 #define MIN_CELLS_PER_THREAD 8192
+
+#ifdef _OPENMP
+#include <omp.h>
+static inline bool in_parallel() { return omp_in_parallel(); }
+#else
+static inline bool in_parallel() { return true; }
+#endif
 
 typedef float v8 __attribute__((vector_size(32)));
 typedef int32_t v8i __attribute__((vector_size(32)));
@@ -79,87 +87,199 @@ static inline v8 clip(v8 x, float limit) {
     return x < splat(-limit) ? splat(-limit) : x;
 }
 
-// Rows of `D` cells; every tensor is (K, n, width) with the given stride between directions and rows packed.
-// gates (K, n, 4D) [input, forget, cell, output]: out = [s(i), s(f), tanh(g), s(o)] of in + product.
-// memory_in may be raw_cell (updated in place); cell may be raw_cell (no clip).
-extern "C" void lstm_forward_step(
-    int64_t K, int64_t n, int64_t D,
-    const float* gates_in, int64_t gates_in_k, int64_t gates_in_r, const float* product, int64_t product_k, int64_t product_r,
-    float* gates_out, int64_t gates_out_k, int64_t gates_out_r, const float* memory_in, int64_t memory_in_k, int64_t memory_in_r,
-    float* raw_cell, int64_t raw_cell_k, int64_t raw_cell_r, float* cell, int64_t cell_k, int64_t cell_r, float* cell_tanh, int64_t cell_tanh_k, int64_t cell_tanh_r,
-    float* cell_output, int64_t cell_output_k, int64_t cell_output_r, int32_t has_clip, float cell_clip) {
-    #pragma omp parallel for collapse(2) schedule(static) if (K * n * D >= MIN_CELLS_PER_THREAD * 2)
-    for (int64_t k = 0; k < K; ++k)
-    for (int64_t r = 0; r < n; ++r) {
-        const float* gi = gates_in + k * gates_in_k + r * gates_in_r;
-        const float* pr = product + k * product_k + r * product_r;
-        float* go = gates_out + k * gates_out_k + r * gates_out_r;
-        const float* m = memory_in + k * memory_in_k + r * memory_in_r;
-        float* rc = raw_cell + k * raw_cell_k + r * raw_cell_r;
-        float* c = cell + k * cell_k + r * cell_r;
-        float* tc = cell_tanh + k * cell_tanh_k + r * cell_tanh_r;
-        float* co = cell_output + k * cell_output_k + r * cell_output_r;
-        for (int64_t d = 0; d < D; d += 8) {
-            int64_t w = D - d < 8 ? D - d : 8;
-            v8 i = vsigmoid(load(gi + d, w) + load(pr + d, w));
-            v8 f = vsigmoid(load(gi + D + d, w) + load(pr + D + d, w));
-            v8 g = vtanh(load(gi + 2 * D + d, w) + load(pr + 2 * D + d, w));
-            v8 o = vsigmoid(load(gi + 3 * D + d, w) + load(pr + 3 * D + d, w));
-            v8 new_cell = f * load(m + d, w) + i * g;
-            store(rc + d, new_cell, w);
-            if (has_clip) { new_cell = clip(new_cell, cell_clip); store(c + d, new_cell, w); }
-            v8 t = vtanh(new_cell);
-            store(tc + d, t, w);
-            store(co + d, o * t, w);
-            store(go + d, i, w); store(go + D + d, f, w); store(go + 2 * D + d, g, w); store(go + 3 * D + d, o, w);
-        }
+// Fortran BLAS's sgemm (column-major), as PyTorch's own BLAS exports it. Sizes go as 64-bit integers: an LP64
+// library reads their low halves, which on a little-endian machine hold the same values.
+typedef void (*sgemm_t)(const char*, const char*, const int64_t*, const int64_t*, const int64_t*, const float*,
+                        const float*, const int64_t*, const float*, const int64_t*, const float*, float*,
+                        const int64_t*);
+
+// Row-major C (rows x cols) = A (rows x inner) B (inner x cols) + beta C, with B given as stored: `b_transposed`
+// when its memory holds B^T (cols x inner) row-major. Rows of A, B and C `lda`, `ldb`, `ldc` apart.
+static inline void product(sgemm_t sgemm, int64_t rows, int64_t cols, int64_t inner, const float* a, int64_t lda,
+                           const float* b, int64_t ldb, bool b_transposed, float beta, float* c, int64_t ldc) {
+    // Column-major, C^T = B^T A^T: B's memory is the first operand, A's the second.
+    const char transpose_b = b_transposed ? 'T' : 'N', no = 'N';
+    const float one = 1.0f;
+    sgemm(&transpose_b, &no, &cols, &rows, &inner, &one, b, &ldb, a, &lda, &beta, c, &ldc);
+}
+
+// One row of `D` cells: gates [input, forget, cell, output] in place from their inputs to
+// [s(i), s(f), tanh(g), s(o)]; the new cell (raw and clipped: the same row without a clip), its tanh and the output.
+// `memory_in` may be `cell` (updated in place).
+static inline void forward_row(int64_t D, float* gates, const float* memory_in, float* raw_cell, float* cell,
+                               float* cell_tanh, float* cell_output, bool has_clip, float cell_clip) {
+    for (int64_t d = 0; d < D; d += 8) {
+        int64_t w = D - d < 8 ? D - d : 8;
+        v8 i = vsigmoid(load(gates + d, w));
+        v8 f = vsigmoid(load(gates + D + d, w));
+        v8 g = vtanh(load(gates + 2 * D + d, w));
+        v8 o = vsigmoid(load(gates + 3 * D + d, w));
+        v8 new_cell = f * load(memory_in + d, w) + i * g;
+        store(raw_cell + d, new_cell, w);
+        if (has_clip) { new_cell = clip(new_cell, cell_clip); store(cell + d, new_cell, w); }
+        v8 t = vtanh(new_cell);
+        store(cell_tanh + d, t, w);
+        store(cell_output + d, o * t, w);
+        store(gates + d, i, w); store(gates + D + d, f, w); store(gates + 2 * D + d, g, w); store(gates + 3 * D + d, o, w);
     }
 }
 
-// gates (K, n, 4D): in the saved [s(i), s(f), tanh(g), s(o)], out the gradients of the gate inputs.
-// grad_memory: in the gradient of the step's cell from later steps, out that of the cell it started from.
-// raw_cell is read only with a clip (where the clip held the cell, no gradient passes).
-extern "C" void lstm_backward_step(
-    int64_t K, int64_t n, int64_t D,
-    float* gates, int64_t gates_k, int64_t gates_r, const float* grad_cell_output, int64_t grad_cell_output_k, int64_t grad_cell_output_r,
-    const float* cell_tanh, int64_t cell_tanh_k, int64_t cell_tanh_r, const float* memory_in, int64_t memory_in_k, int64_t memory_in_r,
-    const float* raw_cell, int64_t raw_cell_k, int64_t raw_cell_r, float* grad_memory, int64_t grad_memory_k, int64_t grad_memory_r,
-    int32_t has_clip, float cell_clip) {
-    #pragma omp parallel for collapse(2) schedule(static) if (K * n * D >= MIN_CELLS_PER_THREAD * 2)
-    for (int64_t k = 0; k < K; ++k)
-    for (int64_t r = 0; r < n; ++r) {
-        float* g4 = gates + k * gates_k + r * gates_r;
-        const float* gco = grad_cell_output + k * grad_cell_output_k + r * grad_cell_output_r;
-        const float* tc = cell_tanh + k * cell_tanh_k + r * cell_tanh_r;
-        const float* m = memory_in + k * memory_in_k + r * memory_in_r;
-        const float* rc = has_clip ? raw_cell + k * raw_cell_k + r * raw_cell_r : 0;
-        float* gm = grad_memory + k * grad_memory_k + r * grad_memory_r;
-        for (int64_t d = 0; d < D; d += 8) {
-            int64_t w = D - d < 8 ? D - d : 8;
-            v8 i = load(g4 + d, w), f = load(g4 + D + d, w), g = load(g4 + 2 * D + d, w), o = load(g4 + 3 * D + d, w);
-            v8 t = load(tc + d, w), dco = load(gco + d, w);
-            v8 dc = load(gm + d, w) + dco * ((splat(1.0f) - t * t) * o);
-            if (has_clip) {
-                v8 raw = load(rc + d, w);
-                v8 magnitude = raw < splat(0.0f) ? -raw : raw;
-                dc = dc * (magnitude <= splat(cell_clip) ? splat(1.0f) : splat(0.0f));  // as a 0/1 factor
-            }
-            store(g4 + d, dc * (i * (splat(1.0f) - i) * g), w);
-            store(g4 + D + d, dc * (f * (splat(1.0f) - f) * load(m + d, w)), w);
-            store(g4 + 2 * D + d, dc * ((splat(1.0f) - g * g) * i), w);
-            store(g4 + 3 * D + d, dco * (o * (splat(1.0f) - o) * t), w);
-            store(gm + d, dc * f, w);
+// One row's backward: `gates` from the saved [s(i), s(f), tanh(g), s(o)] to the gradients of their inputs,
+// `grad_memory` from the gradient of the row's new cell (from later steps) to that of the cell it started from.
+static inline void backward_row(int64_t D, float* gates, const float* grad_cell_output, const float* cell_tanh,
+                                const float* memory_in, const float* raw_cell, float* grad_memory, bool has_clip,
+                                float cell_clip) {
+    for (int64_t d = 0; d < D; d += 8) {
+        int64_t w = D - d < 8 ? D - d : 8;
+        v8 i = load(gates + d, w), f = load(gates + D + d, w), g = load(gates + 2 * D + d, w), o = load(gates + 3 * D + d, w);
+        v8 t = load(cell_tanh + d, w), dco = load(grad_cell_output + d, w);
+        v8 dc = load(grad_memory + d, w) + dco * ((splat(1.0f) - t * t) * o);
+        if (has_clip) {
+            v8 raw = load(raw_cell + d, w);
+            v8 magnitude = raw < splat(0.0f) ? -raw : raw;
+            dc = dc * (magnitude <= splat(cell_clip) ? splat(1.0f) : splat(0.0f));  // where the clip held the cell
         }
+        store(gates + d, dc * (i * (splat(1.0f) - i) * g), w);
+        store(gates + D + d, dc * (f * (splat(1.0f) - f) * load(memory_in + d, w)), w);
+        store(gates + 2 * D + d, dc * ((splat(1.0f) - g * g) * i), w);
+        store(gates + 3 * D + d, dco * (o * (splat(1.0f) - o) * t), w);
+        store(grad_memory + d, dc * f, w);
     }
+}
+
+// For the check at load time that the BLAS found is called right: row-major C (rows x cols) = A B.
+extern "C" void product_for_check(sgemm_t sgemm, int64_t rows, int64_t cols, int64_t inner, const float* a,
+                                  const float* b, float* c) {
+    product(sgemm, rows, cols, inner, a, inner, b, cols, false, 0.0f, c, cols);
+}
+
+struct Layer {
+    int64_t K, T, B, N, D, P;       // directions, steps, rows, packed positions, cells, projection
+    const int64_t* batch_sizes;     // (T,) rows running at each step, non-increasing
+    const int64_t* offsets;         // (T,) where each step's rows start among the N packed positions
+    const float* state_weight;      // (K, 4D, P)
+    const float* projection_weight; // (K, P, D)
+    bool has_cell_clip, has_proj_clip;
+    float cell_clip, proj_clip;
+    sgemm_t sgemm;
+};
+
+// Runs `direction(k)` for each direction: side by side on the OpenMP threads when there are several (each then
+// runs its products on one thread), or one with every thread for its products and rows.
+template <typename F> static void for_each_direction(int64_t K, F direction) {
+    #pragma omp parallel for schedule(static, 1) if (K > 1)
+    for (int64_t k = 0; k < K; ++k) direction(k);
+}
+
+// Rows [0, n) of one step: with every thread when called alone, on the calling thread inside a direction's thread.
+template <typename F> static void for_each_row(int64_t n, int64_t D, F row) {
+    #pragma omp parallel for schedule(static) if (n * D >= 2 * MIN_CELLS_PER_THREAD && !in_parallel())
+    for (int64_t r = 0; r < n; ++r) row(r);
+}
+
+// The time loop of a layer's forward. Packed (K, N, width) buffers; hidden0 (K, B, P) and memory0 (K, B, D) the
+// states rows start from. `gates` holds the input products (bias included) and is overwritten with the
+// activations. With `save`, every step's cells, their tanh, the cell outputs and the outputs before the clip are
+// kept (K, N, width); without, `cells`, `cell_tanh` and `cell_outputs` are one step's rows (K, B, width), `cells`
+// starting as memory0 and left holding each row's final cell, and `raw_outputs` is unused.
+extern "C" void lstm_forward_sequence(
+    const Layer* layer, int32_t save, float* gates, const float* hidden0, const float* memory0, float* raw_cells,
+    float* cells, float* cell_tanh, float* cell_outputs, float* raw_outputs, float* outputs) {
+    const Layer L = *layer;
+    const int64_t D = L.D, P = L.P, G = 4 * L.D;
+    for_each_direction(L.K, [&](int64_t k) {
+        const float* W_h = L.state_weight + k * G * P;
+        const float* W_p = L.projection_weight + k * P * D;
+        const int64_t rows_k = save ? L.N : L.B;  // rows of a direction in the cell buffers
+        for (int64_t t = 0; t < L.T; ++t) {
+            const int64_t n = L.batch_sizes[t], at = L.offsets[t], here = save ? at : 0;
+            if (n == 0) continue;
+            float* step_gates = gates + (k * L.N + at) * G;
+            const float* hidden_in = t == 0 ? hidden0 + k * L.B * P : outputs + (k * L.N + L.offsets[t - 1]) * P;
+            product(L.sgemm, n, G, P, hidden_in, P, W_h, P, true, 1.0f, step_gates, G);
+            const float* memory_in = !save ? cells + k * L.B * D
+                                   : t == 0 ? memory0 + k * L.B * D : cells + (k * L.N + L.offsets[t - 1]) * D;
+            float* raw = (save && L.has_cell_clip ? raw_cells : cells) + (k * rows_k + here) * D;
+            float* cell = cells + (k * rows_k + here) * D;
+            float* tanh_c = cell_tanh + (k * rows_k + here) * D;
+            float* cell_out = cell_outputs + (k * rows_k + here) * D;
+            for_each_row(n, D, [&](int64_t r) {
+                forward_row(D, step_gates + r * G, memory_in + r * D, raw + r * D, cell + r * D, tanh_c + r * D,
+                            cell_out + r * D, L.has_cell_clip, L.cell_clip);
+            });
+            float* out = outputs + (k * L.N + at) * P;
+            float* raw_out = save && L.has_proj_clip ? raw_outputs + (k * L.N + at) * P : out;
+            product(L.sgemm, n, P, D, cell_out, D, W_p, D, true, 0.0f, raw_out, P);
+            if (L.has_proj_clip)
+                for (int64_t j = 0; j < n * P; j += 8) {
+                    int64_t w = n * P - j < 8 ? n * P - j : 8;
+                    store(out + j, clip(load(raw_out + j, w), L.proj_clip), w);
+                }
+        }
+    });
+}
+
+// The time loop of a layer's backward, over the buffers the forward saved. `gates` goes from the activations to
+// the gradients of the gate inputs; `grad_outputs` (K, N, P) the gradients of the clipped outputs;
+// `grad_projected` (K, N, P) <- those of the outputs before the clip; grad_hidden (K, B, P) and grad_memory
+// (K, B, D) from the gradients of the final states to those of the states rows start from; scratch (K, B, D).
+extern "C" void lstm_backward_sequence(
+    const Layer* layer, float* gates, const float* memory0, const float* raw_cells, const float* cells,
+    const float* cell_tanh, const float* raw_outputs, const float* grad_outputs, float* grad_projected,
+    float* grad_hidden, float* grad_memory, float* scratch) {
+    const Layer L = *layer;
+    const int64_t D = L.D, P = L.P, G = 4 * L.D;
+    for_each_direction(L.K, [&](int64_t k) {
+        const float* W_h = L.state_weight + k * G * P;
+        const float* W_p = L.projection_weight + k * P * D;
+        float* grad_h = grad_hidden + k * L.B * P;
+        float* grad_m = grad_memory + k * L.B * D;
+        float* grad_cell_output = scratch + k * L.B * D;
+        for (int64_t t = L.T - 1; t >= 0; --t) {
+            const int64_t n = L.batch_sizes[t], at = L.offsets[t];
+            if (n == 0) continue;
+            const int64_t here = k * L.N + at;
+            float* projected = grad_projected + here * P;
+            for (int64_t j = 0; j < n * P; ++j) {
+                float g = grad_outputs[here * P + j] + grad_h[j];
+                if (L.has_proj_clip) {
+                    float raw = raw_outputs[here * P + j];
+                    g = g * ((raw < 0 ? -raw : raw) <= L.proj_clip ? 1.0f : 0.0f);
+                }
+                projected[j] = g;
+            }
+            product(L.sgemm, n, D, P, projected, P, W_p, D, false, 0.0f, grad_cell_output, D);
+            float* step_gates = gates + here * G;
+            const float* memory_in = t == 0 ? memory0 + k * L.B * D : cells + (k * L.N + L.offsets[t - 1]) * D;
+            const float* raw = (L.has_cell_clip ? raw_cells : cells) + here * D;
+            for_each_row(n, D, [&](int64_t r) {
+                backward_row(D, step_gates + r * G, grad_cell_output + r * D, cell_tanh + (here + r) * D,
+                             memory_in + r * D, raw + r * D, grad_m + r * D, L.has_cell_clip, L.cell_clip);
+            });
+            product(L.sgemm, n, P, G, step_gates, G, W_h, P, false, 0.0f, grad_h, P);
+        }
+    });
 }
 """
 
+
+class _Layer(ctypes.Structure):
+    _fields_ = [
+        *((name, ctypes.c_int64) for name in ("K", "T", "B", "N", "D", "P")),
+        *((name, ctypes.c_void_p) for name in ("batch_sizes", "offsets", "state_weight", "projection_weight")),
+        ("has_cell_clip", ctypes.c_bool),
+        ("has_proj_clip", ctypes.c_bool),
+        ("cell_clip", ctypes.c_float),
+        ("proj_clip", ctypes.c_float),
+        ("sgemm", ctypes.c_void_p),
+    ]
+
+
 _FUNCTIONS = {
-    "lstm_forward_step": [ctypes.c_int64] * 3 + [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64] * 8 + [ctypes.c_int32, ctypes.c_float],
-    "lstm_backward_step": [ctypes.c_int64] * 3 + [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64] * 6 + [ctypes.c_int32, ctypes.c_float],
+    "lstm_forward_sequence": [ctypes.POINTER(_Layer), ctypes.c_int32] + [ctypes.c_void_p] * 9,
+    "lstm_backward_sequence": [ctypes.POINTER(_Layer)] + [ctypes.c_void_p] * 11,
+    "product_for_check": [ctypes.c_void_p] + [ctypes.c_int64] * 3 + [ctypes.c_void_p] * 3,
 }
-
-
 def _cache_folder() -> Path:
     return Path(os.environ.get("HF_ELMO_CACHE") or Path.home() / ".cache" / "hf_elmo") / "kernels"
 
@@ -189,15 +309,39 @@ def _build(compiler: str, target: Path) -> None:
     raise OSError(f"{compiler} could not build the CPU LSTM kernels")
 
 
+def _sgemm_address() -> int | None:
+    """Where `sgemm_` is in the BLAS PyTorch runs on (its x86 builds link MKL into `libtorch_cpu` and export it), or
+    None."""
+    folder = Path(torch.__file__).resolve().parent / "lib"
+    for name in ("libtorch_cpu.so", "libtorch_cpu.dylib"):
+        try:
+            return ctypes.cast(ctypes.CDLL(str(folder / name)).sgemm_, ctypes.c_void_p).value
+        except (OSError, AttributeError):
+            continue
+    return None
+
+
+def _products_are_right(library: ctypes.CDLL, sgemm: int) -> bool:
+    """One small product through the library and `sgemm` against PyTorch's: a BLAS with other conventions than
+    expected must not give wrong numbers."""
+    generator = torch.Generator().manual_seed(0)
+    a, b = torch.randn(3, 5, generator=generator), torch.randn(5, 4, generator=generator)
+    c = torch.full((3, 4), float("nan"))
+    library.product_for_check(sgemm, 3, 4, 5, a.data_ptr(), b.data_ptr(), c.data_ptr())
+    return bool(torch.allclose(c, a @ b, rtol=1e-5, atol=1e-6))
+
+
 @functools.cache
-def _library() -> ctypes.CDLL | None:
+def _library() -> tuple[ctypes.CDLL, int] | None:
+    """The built library and the BLAS product it calls, or None where either cannot be had."""
     if os.environ.get("HF_ELMO_CPU_KERNELS", "1") == "0":
         return None
     compiler = os.environ.get("CXX") or shutil.which("c++") or shutil.which("g++") or shutil.which("clang++")
-    if compiler is None:
+    sgemm = _sgemm_address()
+    if compiler is None or sgemm is None:
         return None
     key = hashlib.sha256("\0".join([_SOURCE, compiler, _processor_features()]).encode()).hexdigest()[:16]
-    target = _cache_folder() / f"lstm_step_{key}.so"
+    target = _cache_folder() / f"lstm_{key}.so"
     try:
         if not target.exists():
             _build(compiler, target)
@@ -207,60 +351,93 @@ def _library() -> ctypes.CDLL | None:
     for name, argtypes in _FUNCTIONS.items():
         function = getattr(library, name)
         function.argtypes, function.restype = argtypes, None
-    return library
+    return (library, sgemm) if _products_are_right(library, sgemm) else None
 
 
 def available(tensor: torch.Tensor) -> bool:
-    """Whether the compiled step runs for tensors like `tensor` (float32 on a CPU, and a library built)."""
+    """Whether the compiled loops run for tensors like `tensor` (float32 on a CPU, and a library built)."""
     return tensor.device.type == "cpu" and tensor.dtype == torch.float32 and _library() is not None
 
 
-def _arguments(rows: tuple[int, int], cell_dim: int, *tensors_and_widths) -> list[int]:
-    """Per `(tensor, width)`, the tensor's data pointer and its strides between directions and rows, once it is
-    checked to be `rows + (width,)` float32 with each row contiguous: the loop trusts them blindly. `None` for
-    a tensor the loop does not read."""
-    arguments = []
-    for tensor, width in tensors_and_widths:
+def _pointers(*tensors_and_shapes) -> list[int | None]:
+    """The data pointers of `(tensor, shape)` pairs, once each tensor is checked to be contiguous float32 of that
+    shape: the loops trust them blindly. `None` for a tensor the loops do not read."""
+    pointers = []
+    for tensor, shape in tensors_and_shapes:
         if tensor is None:
-            arguments += [None, 0, 0]
+            pointers.append(None)
             continue
-        if tuple(tensor.shape[:2]) != rows:
-            raise ValueError(f"expected {rows} rows, got a tensor of shape {tuple(tensor.shape)}")
-        if tensor.shape[2] != width * cell_dim or tensor.stride(2) != 1 or tensor.dtype != torch.float32:
+        if tuple(tensor.shape) != shape or not tensor.is_contiguous() or tensor.dtype != torch.float32:
             raise ValueError(
-                f"expected float32 rows of {width * cell_dim} contiguous, got {tensor.dtype} {tuple(tensor.shape)} "
+                f"expected contiguous float32 of shape {shape}, got {tensor.dtype} {tuple(tensor.shape)} "
                 f"with strides {tensor.stride()}"
             )
-        arguments += [tensor.data_ptr(), tensor.stride(0), tensor.stride(1)]
-    return arguments
+        pointers.append(tensor.data_ptr())
+    return pointers
 
 
-def forward_step(gates_in, product, gates_out, memory_in, raw_cell, cell, cell_tanh, cell_output, cell_clip):
-    """One step's elementwise forward for `K` directions of `n` rows and `D` cells, writing into its arguments.
+def _layer(batch_sizes, state_weight, projection_weight, batch_size, cell_clip, proj_clip):
+    """The `Layer` the loops read, and the tensors it points into (to be kept alive for the call)."""
+    library, sgemm = _library()
+    K, gate_dim, P = state_weight.shape
+    D = gate_dim // 4
+    sizes = torch.tensor(batch_sizes, dtype=torch.int64)
+    offsets = torch.cumsum(sizes, 0) - sizes
+    state_pointer, projection_pointer = _pointers((state_weight, (K, 4 * D, P)), (projection_weight, (K, P, D)))
+    layer = _Layer(
+        K, len(batch_sizes), batch_size, int(sizes.sum()), D, P, sizes.data_ptr(), offsets.data_ptr(),
+        state_pointer, projection_pointer, cell_clip is not None, proj_clip is not None, cell_clip or 0.0,
+        proj_clip or 0.0, sgemm,
+    )  # fmt: skip
+    return library, layer, (sizes, offsets)
+
+
+def forward_sequence(batch_sizes, state_weight, projection_weight, cell_clip, proj_clip, save, gates, hidden0,
+                     memory0, raw_cells, cells, cell_tanh, cell_outputs, raw_outputs, outputs):  # fmt: skip
+    """The time loop of one layer's forward for `K` stacked directions over `N` packed positions (`fast_lstm.py`'s
+    layout: rows of step `t` from `sum(batch_sizes[:t])` on), writing into its arguments.
 
     Args:
-        gates_in, product: `(K, n, 4D)`, summed: the gate inputs, gates `[input, forget, cell, output]`.
-        gates_out: `(K, n, 4D)` <- `[sigmoid(i), sigmoid(f), tanh(g), sigmoid(o)]` (may be `gates_in`).
-        memory_in: `(K, n, D)`, the cell each row starts from (may be `raw_cell`: updated in place).
-        raw_cell, cell: `(K, n, D)` <- the new cell before and after the clip (the same tensor without a clip).
-        cell_tanh, cell_output: `(K, n, D)` <- `tanh(cell)`, `sigmoid(o) * tanh(cell)`.
+        batch_sizes: `T` ints, rows running at each step (non-increasing); the batch has `B` rows.
+        state_weight `(K, 4D, P)`, projection_weight `(K, P, D)`: `W_h` and `W_p`, gates `[input, forget, cell,
+            output]`.
+        gates: `(K, N, 4D)`, the input products (bias included) <- `[sigmoid(i), sigmoid(f), tanh(g), sigmoid(o)]`.
+        hidden0 `(K, B, P)`, memory0 `(K, B, D)`: the states rows start from.
+        raw_cells, cells, cell_tanh, cell_outputs: with `save` (for a backward), `(K, N, D)` <- each step's cell
+            before and after the clip (`raw_cells` None without a clip), its tanh and the cell output; without,
+            `(K, B, D)` one step's rows, `cells` holding `memory0` and left with each row's final cell, `raw_cells`
+            None.
+        raw_outputs: `(K, N, P)` <- the outputs before the clip (None without a clip or without saving).
+        outputs: `(K, N, P)` <- each step's new hidden state.
     """
-    K, n, D = cell.shape
-    arguments = _arguments(
-        (K, n), D, (gates_in, 4), (product, 4), (gates_out, 4), (memory_in, 1), (raw_cell, 1), (cell, 1),
-        (cell_tanh, 1), (cell_output, 1),
-    )  # fmt: skip
-    _library().lstm_forward_step(K, n, D, *arguments, cell_clip is not None, cell_clip or 0.0)
+    K, _, P = state_weight.shape
+    D, B, N = projection_weight.shape[2], hidden0.shape[1], gates.shape[1]
+    library, layer, keep = _layer(batch_sizes, state_weight, projection_weight, B, cell_clip, proj_clip)
+    if layer.N != N:
+        raise ValueError(f"expected {layer.N} packed positions, got {N}")
+    cell_rows = N if save else B
+    library.lstm_forward_sequence(ctypes.byref(layer), save, *_pointers(
+        (gates, (K, N, 4 * D)), (hidden0, (K, B, P)), (memory0, (K, B, D)),
+        (raw_cells, (K, cell_rows, D)), (cells, (K, cell_rows, D)), (cell_tanh, (K, cell_rows, D)),
+        (cell_outputs, (K, cell_rows, D)), (raw_outputs, (K, N, P)), (outputs, (K, N, P)),
+    ))  # fmt: skip
 
 
-def backward_step(gates, grad_cell_output, cell_tanh, memory_in, raw_cell, grad_memory, cell_clip):
-    """One step's elementwise backward, in place: `gates` `(K, n, 4D)` from the saved activations to the gradients
-    of the gate inputs, `grad_memory` `(K, n, D)` from the gradient of the step's cell (from later steps) to that of
-    the cell the step started from. `grad_cell_output` `(K, n, D)`: of `sigmoid(o) * tanh(cell)`; `cell_tanh`,
-    `memory_in` and, with a clip, `raw_cell` `(K, n, D)` as the forward step wrote or read them."""
-    K, n, D = grad_memory.shape
-    arguments = _arguments(
-        (K, n), D, (gates, 4), (grad_cell_output, 1), (cell_tanh, 1), (memory_in, 1),
-        (raw_cell if cell_clip is not None else None, 1), (grad_memory, 1),
-    )  # fmt: skip
-    _library().lstm_backward_step(K, n, D, *arguments, cell_clip is not None, cell_clip or 0.0)
+def backward_sequence(batch_sizes, state_weight, projection_weight, cell_clip, proj_clip, gates, memory0, raw_cells,
+                      cells, cell_tanh, raw_outputs, grad_outputs, grad_projected, grad_hidden, grad_memory):  # fmt: skip
+    """The time loop of one layer's backward over what `forward_sequence` saved (same layout and arguments), in
+    place: `gates` `(K, N, 4D)` from the activations to the gradients of the gate inputs, `grad_hidden` `(K, B, P)`
+    and `grad_memory` `(K, B, D)` from the gradients of the final states to those of the states rows start from;
+    `grad_outputs` `(K, N, P)`: of the (clipped) outputs; `grad_projected` `(K, N, P)` <- of the outputs before the
+    clip."""
+    K, _, P = state_weight.shape
+    D, B, N = projection_weight.shape[2], grad_hidden.shape[1], gates.shape[1]
+    library, layer, keep = _layer(batch_sizes, state_weight, projection_weight, B, cell_clip, proj_clip)
+    if layer.N != N:
+        raise ValueError(f"expected {layer.N} packed positions, got {N}")
+    scratch = torch.empty(K, B, D)
+    library.lstm_backward_sequence(ctypes.byref(layer), *_pointers(
+        (gates, (K, N, 4 * D)), (memory0, (K, B, D)), (raw_cells, (K, N, D)), (cells, (K, N, D)),
+        (cell_tanh, (K, N, D)), (raw_outputs, (K, N, P)), (grad_outputs, (K, N, P)), (grad_projected, (K, N, P)),
+        (grad_hidden, (K, B, P)), (grad_memory, (K, B, D)), (scratch, (K, B, D)),
+    ))  # fmt: skip

@@ -22,9 +22,9 @@ from functools import partial
 
 import torch
 
-from .cpu_lstm_kernels import available as compiled_step_available
-from .cpu_lstm_kernels import backward_step as compiled_backward_step
-from .cpu_lstm_kernels import forward_step as compiled_forward_step
+from .cpu_lstm_kernels import available as compiled_loops_available
+from .cpu_lstm_kernels import backward_sequence as compiled_backward
+from .cpu_lstm_kernels import forward_sequence as compiled_forward
 from .cpu_threads import can_run_concurrently, run_concurrently
 from .onednn_linear import matmul_nt
 
@@ -259,6 +259,45 @@ def _torch_forward_step(hidden_in, state_weight_t, gates_in, scratch, act, memor
     torch.mul(output_gate, tanh_c, out=cell_out)
 
 
+def _torch_forward_loop(steps, activations, hidden0, memory0, state_weight_t, projection_weight_t, raw_cells, cells,
+                        cell_tanh, cell_outputs, raw_outputs, outputs, save, cell_clip, proj_clip, fold_doubling,
+                        minus_one):  # fmt: skip
+    """`cpu_lstm_kernels.forward_sequence` as PyTorch operations, a dozen per step (same arguments; the weights
+    transposed, `(K, P, 4D)` and `(K, D, P)`)."""
+    K, batch_size, projection_dim = hidden0.shape
+    cell_dim = cells.shape[2]
+    cell_block = slice(2 * cell_dim, 3 * cell_dim)
+    new = partial(activations.new_empty, K)
+    gate_products, projected = new(batch_size, 4 * cell_dim), new(batch_size, projection_dim)  # one step's rows
+    output_steps, act_steps = steps.split(outputs), steps.split(activations)
+    if save:
+        tanh_steps, cell_output_steps = steps.split(cell_tanh), steps.split(cell_outputs)
+        cell_steps, raw_cell_steps, raw_output_steps = steps.split(cells), steps.split(raw_cells), steps.split(raw_outputs)
+    else:
+        scratch_gates = new(batch_size, 4 * cell_dim)
+    for t in range(len(steps.batch_sizes)):
+        n = steps.batch_sizes[t]
+        if n == 0:
+            continue
+        hidden_in = hidden0[:, :n] if t == 0 else output_steps[t - 1][:, :n]
+        if save:
+            memory_in = memory0[:, :n] if t == 0 else cell_steps[t - 1][:, :n]
+            act = act_steps[t]
+            tanh_c, cell_out, raw_c, raw_h = tanh_steps[t], cell_output_steps[t], raw_cell_steps[t], raw_output_steps[t]
+            cell = cell_steps[t]
+        else:
+            memory_in = raw_c = cell = cells[:, :n]  # updated in place
+            act = scratch_gates[:, :n]
+            tanh_c, cell_out, raw_h = cell_tanh[:, :n], cell_outputs[:, :n], output_steps[t]
+        _torch_forward_step(
+            hidden_in, state_weight_t, act_steps[t], _front(gate_products, K, n), act, memory_in, raw_c, cell,
+            tanh_c, cell_out, cell_clip, cell_block, fold_doubling=fold_doubling, minus_one=minus_one,
+        )  # fmt: skip
+        new_hidden = _bmm(cell_out, projection_weight_t, raw_h, scratch=_front(projected, K, n))
+        if proj_clip is not None:
+            torch.clamp(new_hidden, -proj_clip, proj_clip, out=output_steps[t])
+
+
 def _forward(xs, hiddens, memories, input_weights, biases, state_weights, projection_weights, reverse, steps,
              settings, save):  # fmt: skip
     """The directions of one layer, stacked (`K` of them, each argument a list with one entry per direction).
@@ -271,10 +310,10 @@ def _forward(xs, hiddens, memories, input_weights, biases, state_weights, projec
     total = steps.num_positions
     cell_clip, proj_clip = settings.cell_clip, settings.proj_clip
     cell_block = slice(2 * cell_dim, 3 * cell_dim)
-    compiled_step = compiled_step_available(xs[0])  # the elementwise part of a step in one call
+    compiled = compiled_loops_available(xs[0])  # the time loop in one call (`cpu_lstm_kernels.py`)
     # PyTorch's CPU tanh is several times slower than its sigmoid; tanh(x) = 2 sigmoid(2x) - 1 has an absolute
     # error of a few units in the last place in float32 and float64, too coarse in 16-bit types.
-    tanh_by_sigmoid = not compiled_step and xs[0].device.type == "cpu" and xs[0].dtype in (torch.float32, torch.float64)
+    tanh_by_sigmoid = not compiled and xs[0].device.type == "cpu" and xs[0].dtype in (torch.float32, torch.float64)
     # Stacked directions: the cell block's weights and bias doubled in the stacked copies, so that the products
     # give the doubled input that one sigmoid over all four blocks needs, with no step of its own (doubling is
     # exact: the same bits). One direction reads its weights in place and doubles each step's cell block instead:
@@ -290,8 +329,6 @@ def _forward(xs, hiddens, memories, input_weights, biases, state_weights, projec
             tensor[:, cell_block] *= 2
     if tanh_by_sigmoid:
         minus_one = xs[0].new_full((), -1.0)
-    state_weight_t = state_weight.transpose(1, 2)  # (K, P, 4D)
-    projection_weight_t = _stacked(projection_weights).transpose(1, 2)  # (K, D, P)
     hidden0, memory0 = _stacked(hiddens), _stacked(memories)  # (K, B, P), (K, B, D)
     packed_x = torch.stack([steps.pack(x, backwards) for x, backwards in zip(xs, reverse)])  # (K, N, P_in)
     # The input-to-gate products of all steps are one matrix product per direction; only W_h h is sequential.
@@ -303,53 +340,32 @@ def _forward(xs, hiddens, memories, input_weights, biases, state_weights, projec
         torch.baddbmm(bias.unsqueeze(1), packed_x, input_weight.transpose(1, 2), out=activations)
     new = partial(packed_x.new_empty, K)
 
-    gate_products, projected = new(batch_size, 4 * cell_dim), new(batch_size, projection_dim)  # one step's rows
     outputs = new(total, projection_dim)  # each step's new hidden state, after the clip
-    output_steps = steps.split(outputs)
-    act_steps = steps.split(activations)
     if save:
         cell_tanh, cell_outputs = new(total, cell_dim), new(total, cell_dim)
         cells = new(total, cell_dim)  # each step's new memory, after the clip
         # Before the clips: where their values passed through is where gradients do.
         raw_cells = new(total, cell_dim) if cell_clip is not None else cells
         raw_outputs = new(total, projection_dim) if proj_clip is not None else outputs
-        tanh_steps, cell_output_steps = steps.split(cell_tanh), steps.split(cell_outputs)
-        cell_steps, raw_cell_steps, raw_output_steps = steps.split(cells), steps.split(raw_cells), steps.split(raw_outputs)
     else:
         # Without a backward only the memory is kept, updated in place row-prefix by row-prefix: a row that stops
-        # keeps its final memory. Activations go to a buffer of one step's rows, which stays in cache.
-        memory_state = memory0.clone()
-        scratch_tanh, scratch_outputs, scratch_gates = new(batch_size, cell_dim), new(batch_size, cell_dim), new(batch_size, 4 * cell_dim)
-
-    for t in range(num_steps):
-        n = steps.batch_sizes[t]
-        if n == 0:
-            continue
-        if t == 0:
-            hidden_in = hidden0[:, :n]
-        else:
-            hidden_in = output_steps[t - 1][:, :n]
-        if save:
-            memory_in = memory0[:, :n] if t == 0 else cell_steps[t - 1][:, :n]
-            act = act_steps[t]
-            tanh_c, cell_out, raw_c, raw_h = tanh_steps[t], cell_output_steps[t], raw_cell_steps[t], raw_output_steps[t]
-            cell = cell_steps[t]
-        else:
-            memory_in = raw_c = cell = memory_state[:, :n]  # updated in place
-            act = scratch_gates[:, :n]
-            tanh_c, cell_out = scratch_tanh[:, :n], scratch_outputs[:, :n]
-        if compiled_step:
-            product = _bmm(hidden_in, state_weight_t, _front(gate_products, K, n))
-            compiled_forward_step(act_steps[t], product, act, memory_in, raw_c, cell, tanh_c, cell_out, cell_clip)
-        else:
-            _torch_forward_step(
-                hidden_in, state_weight_t, act_steps[t], _front(gate_products, K, n), act, memory_in, raw_c, cell,
-                tanh_c, cell_out, cell_clip, cell_block, fold_doubling=fold_doubling,
-                minus_one=minus_one if tanh_by_sigmoid else None,
-            )  # fmt: skip
-        new_hidden = _bmm(cell_out, projection_weight_t, raw_h if save else output_steps[t], scratch=_front(projected, K, n))
-        if proj_clip is not None:
-            torch.clamp(new_hidden, -proj_clip, proj_clip, out=output_steps[t])
+        # keeps its final memory. The rest of a step goes to buffers of one step's rows, which stay in cache.
+        cells = raw_cells = memory_state = memory0.clone(memory_format=torch.contiguous_format)
+        cell_tanh, cell_outputs = new(batch_size, cell_dim), new(batch_size, cell_dim)
+        raw_outputs = outputs
+    if compiled:
+        compiled_forward(
+            steps.batch_sizes, state_weight.contiguous(), _stacked(projection_weights).contiguous(), cell_clip,
+            proj_clip, save, activations, hidden0.contiguous(), memory0.contiguous(),
+            raw_cells if save and cell_clip is not None else None, cells, cell_tanh, cell_outputs,
+            raw_outputs if save and proj_clip is not None else None, outputs,
+        )  # fmt: skip
+    else:
+        _torch_forward_loop(
+            steps, activations, hidden0, memory0, state_weight.transpose(1, 2),
+            _stacked(projection_weights).transpose(1, 2), raw_cells, cells, cell_tanh, cell_outputs, raw_outputs,
+            outputs, save, cell_clip, proj_clip, fold_doubling, minus_one if tanh_by_sigmoid else None,
+        )  # fmt: skip
 
     final_hidden = steps.final_state(outputs, hidden0)
     if save:
@@ -416,6 +432,36 @@ def _torch_backward_step(grad_gates, grad_cell_output, grad_memory, grad_cell, b
     torch.mul(grad_cell, forget, out=grad_memory)
 
 
+def _torch_backward_loop(saved, memory0, state_weight, projection_weight, steps, settings, grad_outputs,
+                         grad_projected, grad_hidden, grad_memory):  # fmt: skip
+    """`cpu_lstm_kernels.backward_sequence` as PyTorch operations, a few per step (same arguments)."""
+    K, total, _ = saved["activations"].shape
+    derivative_steps = _gate_derivatives_(saved, memory0, steps, settings.cell_clip)
+    if settings.proj_clip is not None:
+        # Where the clip passed values through, as 0/1 in the gradients' dtype (a boolean factor would be converted
+        # at every step).
+        hidden_passed = (saved["raw_outputs"].abs() <= settings.proj_clip).to(grad_outputs.dtype)
+        hidden_passed_steps = steps.split(hidden_passed)
+        # (d(h) + d(output)) p = d(output) p + d(h) p for p in {0, 1}: one operation a step instead of two.
+        grad_outputs = grad_outputs * hidden_passed
+    grad_output_steps = steps.split(grad_outputs)
+    grad_gate_steps, grad_projected_steps = steps.split(saved["activations"]), steps.split(grad_projected)
+    grad_cell_outputs, grad_cells = torch.empty_like(grad_memory), torch.empty_like(grad_memory)  # one step's rows
+    grad_hidden_products = torch.empty_like(grad_hidden)
+    for t in range(len(steps.batch_sizes) - 1, -1, -1):
+        n = steps.batch_sizes[t]
+        if n == 0:
+            continue
+        if settings.proj_clip is not None:
+            grad_h = torch.addcmul(grad_output_steps[t], grad_hidden[:, :n], hidden_passed_steps[t], out=grad_projected_steps[t])
+        else:
+            grad_h = torch.add(grad_hidden[:, :n], grad_output_steps[t], out=grad_projected_steps[t])
+        grad_cell_output = _bmm(grad_h, projection_weight, _front(grad_cell_outputs, K, n))  # (K, n, D)
+        _torch_backward_step(grad_gate_steps[t], grad_cell_output, grad_memory[:, :n], grad_cells[:, :n],
+                             *(factor[t] for factor in derivative_steps))  # fmt: skip
+        _bmm(grad_gate_steps[t], state_weight, grad_hidden[:, :n], scratch=_front(grad_hidden_products, K, n))
+
+
 def _backward(saved, hiddens, memories, input_weights, state_weights, projection_weights, reverse, steps, settings,
               grad_outputs, grad_hiddens, grad_memories):  # fmt: skip
     """Gradients of the stacked directions (lists with one entry per direction; a gradient may be None): per
@@ -439,44 +485,18 @@ def _backward(saved, hiddens, memories, input_weights, state_weights, projection
     )  # (K, N, P)
 
     dtype = activations.dtype
-    compiled_step = compiled_step_available(activations)  # the elementwise part of a step in one call
-    if not compiled_step:
-        derivative_steps = _gate_derivatives_(saved, memory0, steps, settings.cell_clip)
-    if settings.proj_clip is not None:
-        # Where the clip passed values through, as 0/1 in the gradients' dtype (a boolean factor would be converted
-        # at every step).
-        hidden_passed = (saved["raw_outputs"].abs() <= settings.proj_clip).to(dtype)
-        hidden_passed_steps = steps.split(hidden_passed)
-        # (d(h) + d(output)) p = d(output) p + d(h) p for p in {0, 1}: one operation a step instead of two.
-        packed_grad_outputs.mul_(hidden_passed)
-    grad_output_steps = steps.split(packed_grad_outputs)
     grad_gates = activations  # = gradient of the gate inputs, once the loop has run
     grad_projected = torch.empty_like(packed_grad_outputs)  # of each unclipped W_p m
-    grad_gate_steps, grad_projected_steps = steps.split(grad_gates), steps.split(grad_projected)
-    cell_steps, tanh_steps = steps.split(saved["cells"]), steps.split(cell_tanh)
-    raw_cell_steps = steps.split(saved["raw_cells"]) if settings.cell_clip is not None else cell_steps
     state_weight, projection_weight = _stacked(state_weights), _stacked(projection_weights)
-    grad_cell_outputs, grad_cells = torch.empty_like(grad_memory), torch.empty_like(grad_memory)  # one step's rows
-    grad_hidden_products = torch.empty_like(grad_hidden)
-    for t in range(len(steps.batch_sizes) - 1, -1, -1):
-        n = steps.batch_sizes[t]
-        if n == 0:
-            continue
-        if settings.proj_clip is not None:
-            grad_h = torch.addcmul(grad_output_steps[t], grad_hidden[:, :n], hidden_passed_steps[t], out=grad_projected_steps[t])
-        else:
-            grad_h = torch.add(grad_hidden[:, :n], grad_output_steps[t], out=grad_projected_steps[t])
-        grad_cell_output = _bmm(grad_h, projection_weight, _front(grad_cell_outputs, K, n))  # (K, n, D)
-        if compiled_step:
-            memory_in = memory0[:, :n] if t == 0 else cell_steps[t - 1][:, :n]
-            compiled_backward_step(
-                grad_gate_steps[t], grad_cell_output, tanh_steps[t], memory_in, raw_cell_steps[t], grad_memory[:, :n],
-                settings.cell_clip,
-            )  # fmt: skip
-        else:
-            _torch_backward_step(grad_gate_steps[t], grad_cell_output, grad_memory[:, :n], grad_cells[:, :n],
-                                 *(factor[t] for factor in derivative_steps))  # fmt: skip
-        _bmm(grad_gate_steps[t], state_weight, grad_hidden[:, :n], scratch=_front(grad_hidden_products, K, n))
+    if compiled_loops_available(activations):
+        compiled_backward(
+            steps.batch_sizes, state_weight.contiguous(), projection_weight.contiguous(), settings.cell_clip,
+            settings.proj_clip, activations, memory0.contiguous(), saved.get("raw_cells"), saved["cells"], cell_tanh,
+            saved.get("raw_outputs"), packed_grad_outputs, grad_projected, grad_hidden, grad_memory,
+        )  # fmt: skip
+    else:
+        _torch_backward_loop(saved, memory0, state_weight, projection_weight, steps, settings, packed_grad_outputs,
+                             grad_projected, grad_hidden, grad_memory)  # fmt: skip
 
     grad_inputs = _batched_product(grad_gates, _stacked(input_weights))  # (K, N, P_in)
     # All three from one pass over the gate gradients: d[W_x | W_h | b] = d(gates)^T [x | h_in | 1].

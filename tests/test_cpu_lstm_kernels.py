@@ -1,10 +1,11 @@
-"""The compiled LSTM step (`cpu_lstm_kernels.py`) against a float64 recomputation of the same step, and its build:
-cached, written whole, and PyTorch operations wherever it cannot be built."""
+"""The compiled LSTM time loops (`cpu_lstm_kernels.py`) against a float64 recomputation of the same layer, step by
+step, and their build: cached, written whole, and PyTorch operations wherever they cannot be built."""
 
 import shutil
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 import torch
 
@@ -29,96 +30,171 @@ def requires_library():
         pytest.skip("no C++ compiler here")
 
 
-def step_inputs(K, n, D, generator, scale=3.0):
-    """Gate inputs and products `(K, n, 4D)` and entering cells `(K, n, D)`, each a view with rows further apart than
-    their width (as the kernels meet them: blocks of larger buffers)."""
-
-    def strided(width):
-        return (torch.randn(K, n, width + 5, generator=generator) * scale)[..., :width]
-
-    return strided(4 * D), strided(4 * D), strided(D)
+BATCH_SIZES = [4, 4, 3, 1, 1]  # B = 5 rows: lengths 5, 2, 2, 1 and one row of none; a step of one row
+BATCH = 5
 
 
-def float64_forward(gates_in, product, memory_in, cell_clip):
-    gates = gates_in.double() + product.double()
-    i, f, g, o = gates.chunk(4, dim=-1)
-    i, f, g, o = i.sigmoid(), f.sigmoid(), g.tanh(), o.sigmoid()
-    raw = f * memory_in.double() + i * g
-    cell = raw.clamp(-cell_clip, cell_clip) if cell_clip is not None else raw
-    return torch.cat([i, f, g, o], dim=-1), raw, cell, cell.tanh(), o * cell.tanh()
+def layer_inputs(K, D, P, seed, scale=2.0):
+    """Random float32 input products `(K, N, 4D)`, starting states `(K, B, P)`, `(K, B, D)`, weights `(K, 4D, P)`,
+    `(K, P, D)`, large enough for both clips to trigger."""
+    generator = torch.Generator().manual_seed(seed)
+    N = sum(BATCH_SIZES)
+
+    def random(*shape, s=scale):
+        return torch.randn(*shape, generator=generator) * s
+
+    return (random(K, N, 4 * D), random(K, BATCH, P, s=0.5), random(K, BATCH, D), random(K, 4 * D, P, s=1.0),
+            random(K, P, D, s=1.0))  # fmt: skip
 
 
-@pytest.mark.parametrize("cell_clip", [3.0, None], ids=["clip", "no clip"])
-@pytest.mark.parametrize("K, n, D", [(2, 7, 24), (1, 1, 13), (2, 3, 517)])
-def test_forward_step_is_the_float64_step(K, n, D, cell_clip):
-    """Widths that are and are not a multiple of the vector width, one row, strided rows; the clip triggers."""
+def float64_layer(gates_in, hidden0, memory0, W_h, W_p, cell_clip, proj_clip):
+    """The straightforward step-by-step layer in float64 on the packed layout: per step its activations, cells before
+    and after the clip, tanh, cell outputs, outputs before and after the clip (each `(K, N, width)`), and the
+    final states `(K, B, P)`, `(K, B, D)`."""
+    keep = {name: [] for name in ("gates", "raw_cells", "cells", "cell_tanh", "cell_outputs", "raw_outputs", "outputs")}
+    hidden, memory = hidden0, memory0
+    final_hidden, final_memory = list(hidden0.unbind(1)), list(memory0.unbind(1))
+    offset = 0
+    for n in BATCH_SIZES:
+        z = gates_in[:, offset : offset + n] + hidden[:, :n] @ W_h.transpose(1, 2)
+        i, f, g, o = z.chunk(4, dim=-1)
+        i, f, g, o = i.sigmoid(), f.sigmoid(), g.tanh(), o.sigmoid()
+        raw_cell = f * memory[:, :n] + i * g
+        cell = raw_cell.clamp(-cell_clip, cell_clip) if cell_clip is not None else raw_cell
+        cell_output = o * cell.tanh()
+        raw_output = cell_output @ W_p.transpose(1, 2)
+        output = raw_output.clamp(-proj_clip, proj_clip) if proj_clip is not None else raw_output
+        for name, value in zip(keep, [torch.cat([i, f, g, o], -1), raw_cell, cell, cell.tanh(), cell_output,
+                                      raw_output, output]):  # fmt: skip
+            keep[name].append(value)
+        for r in range(n):
+            final_hidden[r], final_memory[r] = output[:, r], cell[:, r]
+        hidden, memory = output, cell
+        offset += n
+    packed = {name: torch.cat(values, dim=1) for name, values in keep.items()}
+    return packed, torch.stack(final_hidden, 1), torch.stack(final_memory, 1)
+
+
+CASES = [(2, 24, 8, 3.0, 1.0), (1, 13, 5, 3.0, 1.0), (2, 13, 6, None, None), (1, 32, 8, None, 1.0)]
+CASE_IDS = ["two directions, clips", "one direction, width off the vector", "no clips", "projection clip only"]
+
+
+@pytest.mark.parametrize("K, D, P, cell_clip, proj_clip", CASES, ids=CASE_IDS)
+def test_forward_sequence_is_the_float64_layer(K, D, P, cell_clip, proj_clip):
     requires_library()
-    generator = torch.Generator().manual_seed(D)
-    gates_in, product, memory_in = step_inputs(K, n, D, generator)
-    outputs = [torch.full((K, n, 4 * D), float("nan"))] + [torch.full((K, n, D), float("nan")) for _ in range(4)]
-    gates_out, raw_cell, cell, cell_tanh, cell_output = outputs
-    if cell_clip is None:
-        cell = raw_cell
-    cpu_lstm_kernels.forward_step(gates_in, product, gates_out, memory_in, raw_cell, cell, cell_tanh, cell_output,
-                                  cell_clip)  # fmt: skip
-    expected = float64_forward(gates_in, product, memory_in, cell_clip)
+    gates_in, hidden0, memory0, W_h, W_p = layer_inputs(K, D, P, seed=D + P)
+    expected, _, _ = float64_layer(*(t.double() for t in (gates_in, hidden0, memory0, W_h, W_p)), cell_clip, proj_clip)
     if cell_clip is not None:
-        assert (expected[1].abs() > cell_clip).any()
-    for name, got, want in zip(["gates", "raw cell", "cell", "tanh(cell)", "cell output"],
-                               [gates_out, raw_cell, cell, cell_tanh, cell_output], expected):  # fmt: skip
-        assert (got.double() - want).abs().max() <= 2e-6 * max(1.0, want.abs().max()), name
+        assert (expected["raw_cells"].abs() > cell_clip).any()
+    if proj_clip is not None:
+        assert (expected["raw_outputs"].abs() > proj_clip).any()
+    N = gates_in.shape[1]
+    got = {name: torch.full((K, N, P if "outputs" in name and name != "cell_outputs" else D), float("nan"))
+           for name in ("raw_cells", "cells", "cell_tanh", "cell_outputs", "raw_outputs", "outputs")}  # fmt: skip
+    got["gates"] = gates_in.clone()
+    cpu_lstm_kernels.forward_sequence(
+        BATCH_SIZES, W_h, W_p, cell_clip, proj_clip, True, got["gates"], hidden0, memory0,
+        got["raw_cells"] if cell_clip is not None else None, got["cells"], got["cell_tanh"], got["cell_outputs"],
+        got["raw_outputs"] if proj_clip is not None else None, got["outputs"],
+    )  # fmt: skip
+    for name, want in expected.items():
+        if (name == "raw_cells" and cell_clip is None) or (name == "raw_outputs" and proj_clip is None):
+            continue
+        assert (got[name].double() - want).abs().max() <= 1e-5 * max(1.0, want.abs().max()), name
 
 
-def test_forward_step_in_place_keeps_nan_and_saturates():
-    """The cell updated in place (as inference does), gate inputs at +-inf, far out and NaN: NaN stays NaN, the
-    rest saturates as float64 does."""
+@pytest.mark.parametrize("K, D, P, cell_clip, proj_clip", CASES, ids=CASE_IDS)
+def test_forward_sequence_without_saving_keeps_each_rows_final_cell(K, D, P, cell_clip, proj_clip):
     requires_library()
-    D = 9
+    gates_in, hidden0, memory0, W_h, W_p = layer_inputs(K, D, P, seed=D + P + 1)
+    expected, _, final_memory = float64_layer(*(t.double() for t in (gates_in, hidden0, memory0, W_h, W_p)),
+                                              cell_clip, proj_clip)  # fmt: skip
+    cells = memory0.clone()
+    outputs = torch.full((K, gates_in.shape[1], P), float("nan"))
+    cpu_lstm_kernels.forward_sequence(
+        BATCH_SIZES, W_h, W_p, cell_clip, proj_clip, False, gates_in.clone(), hidden0, memory0, None, cells,
+        torch.empty(K, BATCH, D), torch.empty(K, BATCH, D), None, outputs,
+    )  # fmt: skip
+    assert (outputs.double() - expected["outputs"]).abs().max() <= 1e-5 * max(1.0, expected["outputs"].abs().max())
+    assert (cells.double() - final_memory).abs().max() <= 1e-5 * max(1.0, final_memory.abs().max())
+
+
+@pytest.mark.parametrize("K, D, P, cell_clip, proj_clip", CASES, ids=CASE_IDS)
+def test_backward_sequence_is_the_float64_gradient(K, D, P, cell_clip, proj_clip):
+    """Gradients of the gate inputs and starting states, and the weight gradients formed from what the loop leaves,
+    against autograd through the float64 layer, given gradients of every output and of the final states."""
+    requires_library()
+    inputs = layer_inputs(K, D, P, seed=D + P + 2)
+    gates_in, hidden0, memory0, W_h, W_p = inputs
+    leaves = [t.double().requires_grad_() for t in inputs]
+    expected, final_hidden, final_memory = float64_layer(*leaves, cell_clip, proj_clip)
+    generator = torch.Generator().manual_seed(3)
+    grad_outputs, grad_hidden, grad_memory = (torch.randn(t.shape, generator=generator)
+                                              for t in (expected["outputs"], final_hidden, final_memory))  # fmt: skip
+    torch.autograd.backward([expected["outputs"], final_hidden, final_memory],
+                            [grad_outputs.double(), grad_hidden.double(), grad_memory.double()])  # fmt: skip
+
+    saved = {name: value.detach().float() for name, value in expected.items()}
+    gates = saved["gates"].clone()
+    grad_projected = torch.full_like(grad_outputs, float("nan"))
+    cpu_lstm_kernels.backward_sequence(
+        BATCH_SIZES, W_h, W_p, cell_clip, proj_clip, gates, memory0,
+        saved["raw_cells"] if cell_clip is not None else None, saved["cells"], saved["cell_tanh"],
+        saved["raw_outputs"] if proj_clip is not None else None, grad_outputs, grad_projected, grad_hidden,
+        grad_memory,
+    )  # fmt: skip
+    # The hidden state each step starts from: the starting one for step 0, the step before's output after that.
+    entering = torch.cat([hidden0[:, : BATCH_SIZES[0]],
+                          *(saved["outputs"][:, o : o + n] for o, n in zip(np.cumsum([0, *BATCH_SIZES[:-2]]),
+                                                                             BATCH_SIZES[1:]))], dim=1)  # fmt: skip
+    got = {
+        "gate inputs": (gates, leaves[0].grad),
+        "starting hidden": (grad_hidden, leaves[1].grad),
+        "starting memory": (grad_memory, leaves[2].grad),
+        "W_h": (gates.transpose(1, 2) @ entering, leaves[3].grad),
+        "W_p": (grad_projected.transpose(1, 2) @ saved["cell_outputs"], leaves[4].grad),
+    }
+    for name, (value, want) in got.items():
+        assert (value.double() - want).abs().max() <= 1e-4 * want.abs().max(), name
+
+
+def test_saturation_and_nan_as_float64_does():
+    """Gate inputs at +-inf, far out and NaN: NaN stays NaN (a diverging run must show), the rest saturates."""
+    requires_library()
+    D, P = 9, 3
     gates_in = torch.tensor([float("inf"), float("-inf"), 200.0, -200.0, 90.0, -90.0, 0.0, 1e-3, float("nan")])
     gates_in = gates_in.repeat(4).view(1, 1, 4 * D)
-    product = torch.zeros_like(gates_in)
-    memory = torch.linspace(-2, 2, D).view(1, 1, D)
-    expected = float64_forward(gates_in, product, memory, None)
-    cell_tanh, cell_output, gates_out = torch.empty(1, 1, D), torch.empty(1, 1, D), torch.empty_like(gates_in)
-    cpu_lstm_kernels.forward_step(gates_in, product, gates_out, memory, memory, memory, cell_tanh, cell_output, None)
-    for got, want in zip([gates_out, memory, cell_tanh, cell_output], [expected[0], *expected[2:]]):
+    hidden0, memory0 = torch.zeros(1, 1, P), torch.linspace(-2, 2, D).view(1, 1, D)
+    W_h, W_p = torch.zeros(1, 4 * D, P), torch.eye(P, D).unsqueeze(0)
+    with_batch = [1]
+    cells = torch.empty(1, 1, D)
+    gates, outputs, cell_tanh, cell_outputs = gates_in.clone(), torch.empty(1, 1, P), torch.empty(1, 1, D), torch.empty(1, 1, D)
+    cpu_lstm_kernels.forward_sequence(with_batch, W_h, W_p, None, None, True, gates, hidden0, memory0, None, cells,
+                                      cell_tanh, cell_outputs, None, outputs)  # fmt: skip
+    i, f, g, o = gates_in.double().chunk(4, -1)
+    want_cell = f.sigmoid() * memory0.double() + i.sigmoid() * g.tanh()
+    for got, want in [(gates, torch.cat([i.sigmoid(), f.sigmoid(), g.tanh(), o.sigmoid()], -1)), (cells, want_cell),
+                      (cell_outputs, o.sigmoid() * want_cell.tanh())]:  # fmt: skip
         assert torch.equal(got.isnan(), want.isnan())
         finite = ~want.isnan()
         assert (got.double()[finite] - want[finite]).abs().max() <= 1e-6
 
 
-@pytest.mark.parametrize("cell_clip", [3.0, None], ids=["clip", "no clip"])
-@pytest.mark.parametrize("K, n, D", [(2, 7, 24), (1, 1, 13), (2, 3, 517)])
-def test_backward_step_is_the_float64_gradient(K, n, D, cell_clip):
-    """The gate-input gradients and the entering cell's gradient against autograd through the float64 step, given
-    the gradients of the cell output and of the new cell."""
+def test_mismatched_buffers_are_refused():
     requires_library()
-    generator = torch.Generator().manual_seed(D + 1)
-    gates_in, product, memory_in = step_inputs(K, n, D, generator)
-    gates, raw_cell, cell, cell_tanh, _ = (t.float() for t in float64_forward(gates_in, product, memory_in, cell_clip))
-    grad_cell_output = torch.randn(K, n, D, generator=generator)
-    grad_cell = torch.randn(K, n, D, generator=generator)
-
-    leaves = [(gates_in.double() + product.double()).requires_grad_(), memory_in.double().requires_grad_()]
-    _, _, new_cell, _, new_output = float64_forward(leaves[0], torch.zeros_like(leaves[0]), leaves[1], cell_clip)
-    torch.autograd.backward([new_output, new_cell], [grad_cell_output.double(), grad_cell.double()])
-
-    grad_memory = grad_cell.clone()
-    cpu_lstm_kernels.backward_step(gates, grad_cell_output, cell_tanh, memory_in, raw_cell, grad_memory, cell_clip)
-    for name, got, want in [("gates", gates, leaves[0].grad), ("memory", grad_memory, leaves[1].grad)]:
-        assert (got.double() - want).abs().max() <= 1e-5 * want.abs().max(), name
-
-
-def test_mismatched_rows_are_refused():
-    requires_library()
-    D = 8
-    gates = torch.zeros(2, 3, 4 * D)
-    with pytest.raises(ValueError, match="expected float32 rows of 8"):
-        cpu_lstm_kernels.backward_step(gates, torch.zeros(2, 3, D), torch.zeros(2, 3, 2 * D)[..., ::2], torch.zeros(2, 3, D),
-                                       None, torch.zeros(2, 3, D), None)  # fmt: skip
-    with pytest.raises(ValueError, match=r"expected \(2, 3\) rows"):
-        cpu_lstm_kernels.backward_step(gates, torch.zeros(2, 2, D), torch.zeros(2, 3, D), torch.zeros(2, 3, D),
-                                       None, torch.zeros(2, 3, D), None)  # fmt: skip
+    gates_in, hidden0, memory0, W_h, W_p = layer_inputs(2, 8, 4, seed=0)
+    N = gates_in.shape[1]
+    buffers = [torch.empty(2, N, 8) for _ in range(3)]
+    with pytest.raises(ValueError, match=r"expected contiguous float32 of shape \(2, 5, 4\)"):
+        cpu_lstm_kernels.forward_sequence(BATCH_SIZES, W_h, W_p, None, None, True, gates_in, hidden0[:, :, :3],
+                                          memory0, None, *buffers, None, torch.empty(2, N, 4))  # fmt: skip
+    with pytest.raises(ValueError, match="expected 13 packed positions, got 12"):
+        cpu_lstm_kernels.forward_sequence(BATCH_SIZES, W_h, W_p, None, None, True, gates_in[:, 1:], hidden0,
+                                          memory0, None, *buffers, None, torch.empty(2, N, 4))  # fmt: skip
+    with pytest.raises(ValueError, match="expected contiguous float32"):
+        cpu_lstm_kernels.forward_sequence(BATCH_SIZES, W_h.transpose(1, 2).contiguous().transpose(1, 2), W_p, None,
+                                          None, True, gates_in, hidden0, memory0, None, *buffers, None,
+                                          torch.empty(2, N, 4))  # fmt: skip
 
 
 def test_built_once_into_the_cache_and_reused(tmp_path):
@@ -131,7 +207,7 @@ def test_built_once_into_the_cache_and_reused(tmp_path):
     assert built[0].stat().st_mtime_ns == modified
 
 
-@pytest.mark.parametrize("reason", ["switched off", "no compiler", "compiler fails", "cache not writable"])
+@pytest.mark.parametrize("reason", ["switched off", "no compiler", "compiler fails", "cache not writable", "no BLAS"])
 def test_pytorch_operations_where_no_library(monkeypatch, tmp_path, reason):
     if reason == "switched off":
         monkeypatch.setenv("HF_ELMO_CPU_KERNELS", "0")
@@ -140,8 +216,10 @@ def test_pytorch_operations_where_no_library(monkeypatch, tmp_path, reason):
         monkeypatch.setattr(shutil, "which", lambda name: None)
     elif reason == "compiler fails":
         monkeypatch.setenv("CXX", sys.executable)  # not a compiler: every build command fails
-    else:
+    elif reason == "cache not writable":
         (tmp_path / "cache").write_text("a file where the cache folder would be")
+    else:
+        monkeypatch.setattr(cpu_lstm_kernels, "_sgemm_address", lambda: None)
     assert not cpu_lstm_kernels.available(torch.zeros(1))
 
 

@@ -55,7 +55,7 @@ def lstm_step(request, monkeypatch):
     """An LSTM step's elementwise part as one compiled call (where it builds: `test_cpu_lstm_kernels.py` fails
     where a compiler is found and it does not) or as PyTorch operations."""
     if request.param == "PyTorch step":
-        monkeypatch.setattr(fast_lstm, "compiled_step_available", lambda tensor: False)
+        monkeypatch.setattr(fast_lstm, "compiled_loops_available", lambda tensor: False)
     elif not cpu_lstm_kernels.available(torch.zeros(1)):
         pytest.skip("the CPU LSTM kernels do not build here")
     return request.param
