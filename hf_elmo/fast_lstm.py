@@ -22,9 +22,9 @@ from functools import partial
 
 import torch
 
-from .cpu_lstm_kernels import available as compiled_loops_available
-from .cpu_lstm_kernels import backward_sequence as compiled_backward
-from .cpu_lstm_kernels import forward_sequence as compiled_forward
+from .cpu_kernels import available as compiled_loops_available
+from .cpu_kernels import backward_sequence as compiled_backward
+from .cpu_kernels import forward_sequence as compiled_forward
 from .cpu_threads import can_run_concurrently, run_concurrently
 from .onednn_linear import matmul_nt
 
@@ -235,7 +235,7 @@ def _bmm(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor, add: bool = F
 
 def _torch_forward_step(hidden_in, state_weight_t, gates_in, scratch, act, memory_in, raw_c, cell, tanh_c, cell_out,
                         cell_clip, cell_block, fold_doubling, minus_one):  # fmt: skip
-    """`cpu_lstm_kernels.forward_step` as PyTorch operations, after adding the state product into `gates_in`
+    """`cpu_kernels.forward_step` as PyTorch operations, after adding the state product into `gates_in`
     `(K, n, 4D)`; `minus_one` (a 0-d tensor) for tanh from sigmoid, with the cell block's doubling folded into the
     inputs or not."""
     gates = _bmm(hidden_in, state_weight_t, gates_in, add=True, scratch=scratch)
@@ -262,7 +262,7 @@ def _torch_forward_step(hidden_in, state_weight_t, gates_in, scratch, act, memor
 def _torch_forward_loop(steps, activations, hidden0, memory0, state_weight_t, projection_weight_t, raw_cells, cells,
                         cell_tanh, cell_outputs, raw_outputs, outputs, save, cell_clip, proj_clip, fold_doubling,
                         minus_one):  # fmt: skip
-    """`cpu_lstm_kernels.forward_sequence` as PyTorch operations, a dozen per step (same arguments; the weights
+    """`cpu_kernels.forward_sequence` as PyTorch operations, a dozen per step (same arguments; the weights
     transposed, `(K, P, 4D)` and `(K, D, P)`)."""
     K, batch_size, projection_dim = hidden0.shape
     cell_dim = cells.shape[2]
@@ -310,7 +310,7 @@ def _forward(xs, hiddens, memories, input_weights, biases, state_weights, projec
     total = steps.num_positions
     cell_clip, proj_clip = settings.cell_clip, settings.proj_clip
     cell_block = slice(2 * cell_dim, 3 * cell_dim)
-    compiled = compiled_loops_available(xs[0])  # the time loop in one call (`cpu_lstm_kernels.py`)
+    compiled = compiled_loops_available(xs[0])  # the time loop in one call (`cpu_kernels.py`)
     # PyTorch's CPU tanh is several times slower than its sigmoid; tanh(x) = 2 sigmoid(2x) - 1 has an absolute
     # error of a few units in the last place in float32 and float64, too coarse in 16-bit types.
     tanh_by_sigmoid = not compiled and xs[0].device.type == "cpu" and xs[0].dtype in (torch.float32, torch.float64)
@@ -421,7 +421,7 @@ def _gate_derivatives_(saved, memory0, steps, cell_clip):
 
 
 def _torch_backward_step(grad_gates, grad_cell_output, grad_memory, grad_cell, blocks, cell_factor, forget, passed):
-    """`cpu_lstm_kernels.backward_step` as PyTorch operations on one step's factors from `_gate_derivatives_`;
+    """`cpu_kernels.backward_step` as PyTorch operations on one step's factors from `_gate_derivatives_`;
     `grad_cell` `(K, n, D)`: scratch."""
     torch.addcmul(grad_memory, grad_cell_output, cell_factor, out=grad_cell)
     if passed is not None:
@@ -434,7 +434,7 @@ def _torch_backward_step(grad_gates, grad_cell_output, grad_memory, grad_cell, b
 
 def _torch_backward_loop(saved, memory0, state_weight, projection_weight, steps, settings, grad_outputs,
                          grad_projected, grad_hidden, grad_memory):  # fmt: skip
-    """`cpu_lstm_kernels.backward_sequence` as PyTorch operations, a few per step (same arguments)."""
+    """`cpu_kernels.backward_sequence` as PyTorch operations, a few per step (same arguments)."""
     K, total, _ = saved["activations"].shape
     derivative_steps = _gate_derivatives_(saved, memory0, steps, settings.cell_clip)
     if settings.proj_clip is not None:

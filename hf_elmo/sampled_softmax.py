@@ -23,6 +23,10 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from .cpu_kernels import available as compiled_loops_available
+from .cpu_kernels import logsumexp_rows as compiled_logsumexp
+from .cpu_kernels import logsumexp_rows_backward as compiled_logsumexp_backward
+
 try:  # Triton ships with PyTorch's CUDA builds; without it the sampled softmax uses PyTorch operations.
     from .gpu_softmax_kernels import INTERPRETED as _KERNELS_INTERPRETED
     from .gpu_softmax_kernels import logsumexp_backward, logsumexp_forward
@@ -253,14 +257,16 @@ class _LogSumExpWithout(torch.autograd.Function):
 class _SampledLogSumExp(torch.autograd.Function):
     """`logsumexp_without(hidden @ weight.T + bias, skip)` on CPUs, `(N, P)`, `(S, P)`, `(S,)`, `(N,)` -> `(N,)`, with
     the `(N, S)` logits formed once, masked in place and turned into their gradient in place: three passes over
-    them in each direction instead of a copy, a scatter and autograd's log-sum-exp."""
+    them in each direction instead of a copy, a scatter and autograd's log-sum-exp; in float32 the log-sum-exp and
+    its gradient are one pass each (`cpu_kernels.py`: 0.16 against 0.49 and 0.17 against 0.43 ms for the mid-size
+    model's 575 x 1024 logits, two threads)."""
 
     @staticmethod
     def forward(ctx, hidden, weight, bias, skip):
         logits = torch.addmm(bias, hidden, weight.t())
         hits = (skip < logits.shape[1]).nonzero().squeeze(1)
         logits[hits, skip[hits]] = float("-inf")
-        total = torch.logsumexp(logits, dim=1)
+        total = compiled_logsumexp(logits) if compiled_loops_available(logits) else torch.logsumexp(logits, dim=1)
         ctx.save_for_backward(hidden, weight, logits, total)
         return total
 
@@ -269,7 +275,10 @@ class _SampledLogSumExp(torch.autograd.Function):
     def backward(ctx, grad):
         hidden, weight, logits, total = ctx.saved_tensors
         # Softmax times the incoming gradient; the left-out column has exp(-inf) = 0.
-        grad_logits = torch.sub(logits, total[:, None]).exp_().mul_(grad[:, None])
+        if compiled_loops_available(logits):
+            grad_logits = compiled_logsumexp_backward(logits, total, grad)
+        else:
+            grad_logits = torch.sub(logits, total[:, None]).exp_().mul_(grad[:, None])
         grad_hidden = grad_weight = grad_bias = None
         if ctx.needs_input_grad[0]:
             grad_hidden = torch.mm(grad_logits, weight)

@@ -4,19 +4,28 @@ interpreted on CPU tensors without a GPU, compiled on a GPU), and the same state
 import pytest
 import torch
 
-from hf_elmo import adagrad
+from hf_elmo import adagrad, cpu_kernels
 from hf_elmo.adagrad import Adagrad
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
-fused_here = pytest.mark.skipif(
-    adagrad.triton is None or (DEVICE == "cpu" and not adagrad._INTERPRETED), reason="needs Triton"
-)
 
 
-@pytest.fixture(autouse=True)
-def kernel_on_cpu(monkeypatch):
-    """Without a GPU the kernel runs interpreted on CPU tensors (only where a test asks for it)."""
-    monkeypatch.setattr(Adagrad, "_FUSE_ON_CPU", DEVICE == "cpu")
+@pytest.fixture(autouse=True, params=["Triton kernel", "compiled CPU loop"])
+def fused_calls(request, monkeypatch):
+    """Which one-pass step runs: Triton's (interpreted on CPU tensors without a GPU) or the compiled CPU loop (CPU
+    tensors only). Returns the list of parameters it was called for."""
+    name = "_triton_step" if request.param == "Triton kernel" else "compiled_adagrad_step"
+    if request.param == "Triton kernel":
+        if adagrad.triton is None or (DEVICE == "cpu" and not adagrad._INTERPRETED):
+            pytest.skip("needs Triton")
+        monkeypatch.setattr(Adagrad, "_FUSE_ON_CPU", DEVICE == "cpu")
+    elif DEVICE != "cpu":
+        pytest.skip("the compiled loop runs on CPU tensors")
+    elif not cpu_kernels.available(torch.zeros(1)):
+        pytest.skip("the compiled CPU loops do not build here")
+    calls, step = [], getattr(adagrad, name)
+    monkeypatch.setattr(adagrad, name, lambda param, *args: (calls.append(param), step(param, *args)))
+    return calls
 
 
 def parameters(seed=0):
@@ -59,9 +68,9 @@ def float64_adagrad(steps=5):
     return params, sums
 
 
-@fused_here
-def test_fused_step_is_adagrad_to_float32_rounding():
+def test_fused_step_is_adagrad_to_float32_rounding(fused_calls):
     fused_params, fused = run(Adagrad)
+    assert len(fused_calls) == 18  # 5 steps of 4 parameters, the last one without a gradient at two of them
     torch_params, reference = run(torch.optim.Adagrad)
     exact_params, exact_sums = float64_adagrad()
     for a, b, exact, exact_sum in zip(fused_params, torch_params, exact_params, exact_sums):
@@ -74,7 +83,6 @@ def test_fused_step_is_adagrad_to_float32_rounding():
         assert torch.equal(a["step"], b["step"])
 
 
-@fused_here
 def test_state_loads_into_either_optimizer():
     _, fused = run(Adagrad, steps=2)
     params, reference = run(torch.optim.Adagrad, steps=2)

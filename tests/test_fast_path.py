@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from transformers import AutoModel
 
-from hf_elmo import ElmoTokenizer, cpu_backend, cpu_lstm_kernels, cpu_threads, fast_lstm, onednn_linear
+from hf_elmo import ElmoTokenizer, cpu_backend, cpu_kernels, cpu_threads, fast_lstm, onednn_linear
 from hf_elmo.cpu_backend import current_cpu_backend
 from hf_elmo.character_rows import words_to_char_ids
 
@@ -52,11 +52,11 @@ def products(request, monkeypatch):
 
 @pytest.fixture(params=["compiled step", "PyTorch step"])
 def lstm_step(request, monkeypatch):
-    """An LSTM step's elementwise part as one compiled call (where it builds: `test_cpu_lstm_kernels.py` fails
+    """An LSTM step's elementwise part as one compiled call (where it builds: `test_cpu_kernels.py` fails
     where a compiler is found and it does not) or as PyTorch operations."""
     if request.param == "PyTorch step":
         monkeypatch.setattr(fast_lstm, "compiled_loops_available", lambda tensor: False)
-    elif not cpu_lstm_kernels.available(torch.zeros(1)):
+    elif not cpu_kernels.available(torch.zeros(1)):
         pytest.skip("the CPU LSTM kernels do not build here")
     return request.param
 

@@ -4,7 +4,17 @@ import numpy as np
 import pytest
 import torch
 
+from hf_elmo import cpu_kernels, sampled_softmax
 from hf_elmo.sampled_softmax import full_softmax_loss, sample_log_uniform_candidates, sampled_softmax_loss
+
+
+@pytest.fixture(params=["compiled log-sum-exp", "PyTorch log-sum-exp"])
+def loops(request, monkeypatch):
+    """The CPU path's float32 log-sum-exp and its gradient as compiled loops (where they build) or PyTorch's."""
+    if request.param.startswith("PyTorch"):
+        monkeypatch.setattr(sampled_softmax, "compiled_loops_available", lambda tensor: False)
+    elif not cpu_kernels.available(torch.zeros(1)):
+        pytest.skip("the compiled CPU loops do not build here")
 
 
 def reference_sampled_softmax(hidden, targets, weight, bias, sampled, num_tries):
@@ -37,7 +47,7 @@ def random_softmax(vocab_size, dim, n, seed=0):
 
 
 @pytest.mark.parametrize("dtype, tolerance", [(torch.float64, 1e-12), (torch.float32, 2e-5)])
-def test_matches_float64_formula(dtype, tolerance):
+def test_matches_float64_formula(dtype, tolerance, loops):
     hidden, targets, weight, bias = random_softmax(vocab_size=60, dim=8, n=40)
     generator = torch.Generator().manual_seed(0)
     sampled, num_tries = sample_log_uniform_candidates(12, 60, generator)
@@ -104,7 +114,7 @@ def test_approaches_full_softmax_as_samples_grow():
 
 
 @pytest.mark.parametrize("dtype, tolerance", [(torch.float64, 1e-12), (torch.float32, 1e-5)])
-def test_gradients_match_autograd_of_the_formula(dtype, tolerance):
+def test_gradients_match_autograd_of_the_formula(dtype, tolerance, loops):
     """The CPU path forms, masks and differentiates the sampled logits in place; its gradients are autograd's of
     the formula written with plain operations in float64."""
     hidden, targets, weight, bias = random_softmax(vocab_size=60, dim=8, n=40, seed=1)

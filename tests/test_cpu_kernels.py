@@ -1,30 +1,40 @@
-"""The compiled LSTM time loops (`cpu_lstm_kernels.py`) against a float64 recomputation of the same layer, step by
+"""The compiled LSTM time loops (`cpu_kernels.py`) against a float64 recomputation of the same layer, step by
 step, and their build: cached, written whole, and PyTorch operations wherever they cannot be built."""
 
 import shutil
-import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
-from hf_elmo import cpu_lstm_kernels
+from hf_elmo import cpu_kernels
 
 COMPILER = shutil.which("c++") or shutil.which("g++") or shutil.which("clang++")
 
 
-@pytest.fixture(autouse=True)
+@pytest.fixture(autouse=True, scope="module")
+def library_of_this_module(tmp_path_factory):
+    """The tests build into a folder of their own, and find the library (or not) anew."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("HF_ELMO_CACHE", str(tmp_path_factory.mktemp("cache")))
+        cpu_kernels._library.cache_clear()
+        yield
+    cpu_kernels._library.cache_clear()
+
+
+@pytest.fixture
 def fresh_library(monkeypatch, tmp_path):
-    """Each test builds into a folder of its own, and finds the library (or not) anew."""
+    """A test of the build: its own cache folder, nothing found yet."""
     monkeypatch.setenv("HF_ELMO_CACHE", str(tmp_path / "cache"))
-    cpu_lstm_kernels._library.cache_clear()
+    cpu_kernels._library.cache_clear()
     yield
-    cpu_lstm_kernels._library.cache_clear()
+    cpu_kernels._library.cache_clear()
 
 
 def requires_library():
-    if not cpu_lstm_kernels.available(torch.zeros(1)):
+    if not cpu_kernels.available(torch.zeros(1)):
         if COMPILER is not None:
             pytest.fail(f"{COMPILER} is here but the CPU LSTM kernels did not build")
         pytest.skip("no C++ compiler here")
@@ -92,7 +102,7 @@ def test_forward_sequence_is_the_float64_layer(K, D, P, cell_clip, proj_clip):
     got = {name: torch.full((K, N, P if "outputs" in name and name != "cell_outputs" else D), float("nan"))
            for name in ("raw_cells", "cells", "cell_tanh", "cell_outputs", "raw_outputs", "outputs")}  # fmt: skip
     got["gates"] = gates_in.clone()
-    cpu_lstm_kernels.forward_sequence(
+    cpu_kernels.forward_sequence(
         BATCH_SIZES, W_h, W_p, cell_clip, proj_clip, True, got["gates"], hidden0, memory0,
         got["raw_cells"] if cell_clip is not None else None, got["cells"], got["cell_tanh"], got["cell_outputs"],
         got["raw_outputs"] if proj_clip is not None else None, got["outputs"],
@@ -111,7 +121,7 @@ def test_forward_sequence_without_saving_keeps_each_rows_final_cell(K, D, P, cel
                                               cell_clip, proj_clip)  # fmt: skip
     cells = memory0.clone()
     outputs = torch.full((K, gates_in.shape[1], P), float("nan"))
-    cpu_lstm_kernels.forward_sequence(
+    cpu_kernels.forward_sequence(
         BATCH_SIZES, W_h, W_p, cell_clip, proj_clip, False, gates_in.clone(), hidden0, memory0, None, cells,
         torch.empty(K, BATCH, D), torch.empty(K, BATCH, D), None, outputs,
     )  # fmt: skip
@@ -137,7 +147,7 @@ def test_backward_sequence_is_the_float64_gradient(K, D, P, cell_clip, proj_clip
     saved = {name: value.detach().float() for name, value in expected.items()}
     gates = saved["gates"].clone()
     grad_projected = torch.full_like(grad_outputs, float("nan"))
-    cpu_lstm_kernels.backward_sequence(
+    cpu_kernels.backward_sequence(
         BATCH_SIZES, W_h, W_p, cell_clip, proj_clip, gates, memory0,
         saved["raw_cells"] if cell_clip is not None else None, saved["cells"], saved["cell_tanh"],
         saved["raw_outputs"] if proj_clip is not None else None, grad_outputs, grad_projected, grad_hidden,
@@ -169,7 +179,7 @@ def test_saturation_and_nan_as_float64_does():
     with_batch = [1]
     cells = torch.empty(1, 1, D)
     gates, outputs, cell_tanh, cell_outputs = gates_in.clone(), torch.empty(1, 1, P), torch.empty(1, 1, D), torch.empty(1, 1, D)
-    cpu_lstm_kernels.forward_sequence(with_batch, W_h, W_p, None, None, True, gates, hidden0, memory0, None, cells,
+    cpu_kernels.forward_sequence(with_batch, W_h, W_p, None, None, True, gates, hidden0, memory0, None, cells,
                                       cell_tanh, cell_outputs, None, outputs)  # fmt: skip
     i, f, g, o = gates_in.double().chunk(4, -1)
     want_cell = f.sigmoid() * memory0.double() + i.sigmoid() * g.tanh()
@@ -186,29 +196,66 @@ def test_mismatched_buffers_are_refused():
     N = gates_in.shape[1]
     buffers = [torch.empty(2, N, 8) for _ in range(3)]
     with pytest.raises(ValueError, match=r"expected contiguous float32 of shape \(2, 5, 4\)"):
-        cpu_lstm_kernels.forward_sequence(BATCH_SIZES, W_h, W_p, None, None, True, gates_in, hidden0[:, :, :3],
+        cpu_kernels.forward_sequence(BATCH_SIZES, W_h, W_p, None, None, True, gates_in, hidden0[:, :, :3],
                                           memory0, None, *buffers, None, torch.empty(2, N, 4))  # fmt: skip
     with pytest.raises(ValueError, match="expected 13 packed positions, got 12"):
-        cpu_lstm_kernels.forward_sequence(BATCH_SIZES, W_h, W_p, None, None, True, gates_in[:, 1:], hidden0,
+        cpu_kernels.forward_sequence(BATCH_SIZES, W_h, W_p, None, None, True, gates_in[:, 1:], hidden0,
                                           memory0, None, *buffers, None, torch.empty(2, N, 4))  # fmt: skip
     with pytest.raises(ValueError, match="expected contiguous float32"):
-        cpu_lstm_kernels.forward_sequence(BATCH_SIZES, W_h.transpose(1, 2).contiguous().transpose(1, 2), W_p, None,
+        cpu_kernels.forward_sequence(BATCH_SIZES, W_h.transpose(1, 2).contiguous().transpose(1, 2), W_p, None,
                                           None, True, gates_in, hidden0, memory0, None, *buffers, None,
                                           torch.empty(2, N, 4))  # fmt: skip
 
 
-def test_built_once_into_the_cache_and_reused(tmp_path):
+@pytest.mark.parametrize("cols", [1, 13, 1024])
+def test_logsumexp_rows_and_gradient_are_float64s(cols):
+    """Rows of ordinary logits, a row with one -inf (a left-out sample), all -inf, one +inf and one NaN: as
+    torch.logsumexp in float64, and the gradient as float64's softmax times the incoming gradient."""
+    requires_library()
+    generator = torch.Generator().manual_seed(cols)
+    logits = torch.randn(8, cols, generator=generator) * 20 - 30
+    logits[1, 0] = float("-inf")
+    logits[2] = float("-inf")
+    logits[3, -1] = float("inf")
+    logits[4, cols // 2] = float("nan")
+    totals = cpu_kernels.logsumexp_rows(logits)
+    expected = torch.logsumexp(logits.double(), dim=1)
+    assert torch.equal(totals.isnan(), expected.isnan()) and torch.equal(totals.isinf(), expected.isinf())
+    finite = expected.isfinite()
+    assert (totals.double() - expected)[finite].abs().max() <= 1e-6 * expected[finite].abs().max()
+    grad = torch.randn(8, generator=generator)
+    ordinary = [0, 5, 6, 7] + ([1] if cols > 1 else [])  # a row of one -inf is a row of nothing but -inf
+    got = cpu_kernels.logsumexp_rows_backward(logits[ordinary], totals[ordinary], grad[ordinary])
+    want = torch.softmax(logits[ordinary].double(), dim=1) * grad[ordinary, None].double()
+    assert (got.double() - want).abs().max() <= 1e-6 * want.abs().max()
+
+
+def test_exp_is_float32_exp_over_the_whole_range():
+    """exp(x) (the gradient of a one-column log-sum-exp at total 0) from underflow through subnormals to
+    overflow: within two units in the last place of float64's where float32 is normal, within the smallest
+    subnormal below that, 0 and infinity beyond."""
+    requires_library()
+    x = torch.cat([torch.linspace(-110, 90, 400_001), torch.tensor([88.7228, 88.73, -103.97, -104.0, 0.0])])
+    got = cpu_kernels.logsumexp_rows_backward(x[:, None], torch.zeros(len(x)), torch.ones(len(x)))[:, 0].double()
+    want = x.double().exp()
+    normal = (want >= torch.finfo(torch.float32).tiny) & (want <= torch.finfo(torch.float32).max)
+    assert ((got - want).abs() / want)[normal].max() <= 2 * torch.finfo(torch.float32).eps / 2
+    assert (got - want)[want < torch.finfo(torch.float32).tiny].abs().max() <= 1.5e-45
+    assert torch.isinf(got[want > torch.finfo(torch.float32).max]).all()
+
+
+def test_built_once_into_the_cache_and_reused(fresh_library, tmp_path):
     requires_library()
     built = list((tmp_path / "cache" / "kernels").iterdir())
     assert [p.suffix for p in built] == [".so"]  # the library alone: no source or partial file left beside it
-    cpu_lstm_kernels._library.cache_clear()
+    cpu_kernels._library.cache_clear()
     modified = built[0].stat().st_mtime_ns
-    assert cpu_lstm_kernels.available(torch.zeros(1))
+    assert cpu_kernels.available(torch.zeros(1))
     assert built[0].stat().st_mtime_ns == modified
 
 
 @pytest.mark.parametrize("reason", ["switched off", "no compiler", "compiler fails", "cache not writable", "no BLAS"])
-def test_pytorch_operations_where_no_library(monkeypatch, tmp_path, reason):
+def test_pytorch_operations_where_no_library(fresh_library, monkeypatch, tmp_path, reason):
     if reason == "switched off":
         monkeypatch.setenv("HF_ELMO_CPU_KERNELS", "0")
     elif reason == "no compiler":
@@ -219,24 +266,21 @@ def test_pytorch_operations_where_no_library(monkeypatch, tmp_path, reason):
     elif reason == "cache not writable":
         (tmp_path / "cache").write_text("a file where the cache folder would be")
     else:
-        monkeypatch.setattr(cpu_lstm_kernels, "_sgemm_address", lambda: None)
-    assert not cpu_lstm_kernels.available(torch.zeros(1))
+        monkeypatch.setattr(cpu_kernels, "_sgemm_address", lambda: None)
+    assert not cpu_kernels.available(torch.zeros(1))
 
 
 def test_other_dtypes_and_devices_use_pytorch():
-    assert not cpu_lstm_kernels.available(torch.zeros(1, dtype=torch.float64))
-    assert not cpu_lstm_kernels.available(torch.zeros(1, dtype=torch.bfloat16))
-    assert not cpu_lstm_kernels.available(torch.zeros(1, device="meta"))
+    assert not cpu_kernels.available(torch.zeros(1, dtype=torch.float64))
+    assert not cpu_kernels.available(torch.zeros(1, dtype=torch.bfloat16))
+    assert not cpu_kernels.available(torch.zeros(1, device="meta"))
 
 
 def test_loads_beside_pytorchs_openmp_only():
     """Built with OpenMP, the library must share PyTorch's OpenMP runtime, not start a second one beside it."""
     requires_library()
-    code = (
-        "import torch; from hf_elmo import cpu_lstm_kernels as k; assert k.available(torch.zeros(1)); "
-        "print(len({l.split()[-1] for l in open('/proc/self/maps') if 'libgomp' in l or 'libomp' in l}))"
-    )
     if not sys.platform.startswith("linux"):
         pytest.skip("reads /proc/self/maps")
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert int(result.stdout) <= 1
+    maps = Path("/proc/self/maps").read_text().splitlines()
+    runtimes = {line.split()[-1] for line in maps if "libgomp" in line or "libomp" in line or "libiomp" in line}
+    assert len(runtimes) <= 1, runtimes

@@ -30,6 +30,7 @@ import torch
 _SOURCE = r"""
 #include <stdint.h>
 #include <stdbool.h>
+#include <math.h>
 
 // Fewer cells than this per thread are not worth waking another thread for.
 #define MIN_CELLS_PER_THREAD 8192
@@ -47,24 +48,28 @@ typedef int32_t v8i __attribute__((vector_size(32)));
 static inline v8 splat(float x) { return (v8){x, x, x, x, x, x, x, x}; }
 
 // Cephes' expf: exp(x) = 2^n exp(r), n = round(x / ln 2), r = x - n ln 2 in [-ln2/2, ln2/2], a degree-6
-// polynomial for exp(r).
+// polynomial for exp(r); 2^n applied as two factors, so that results down to the smallest subnormal and up to the
+// largest float come out right. Beyond those: 0 and infinity; NaN stays NaN.
 static inline v8 vexp(v8 x) {
-    x = x > splat(88.3762626647949f) ? splat(88.3762626647949f) : x;  // written so that NaN stays NaN
-    x = x < splat(-87.3365447504f) ? splat(-87.3365447504f) : x;
-    // Adding 1.5 * 2^23 rounds x / ln 2 to an integer and leaves that integer in the low bits of the sum.
-    v8 shifted = x * splat(1.44269504088896341f) + splat(12582912.0f);
+    const v8 largest = splat(88.72283935546875f), smallest = splat(-103.97207708f);
+    v8 z = x > largest ? largest : x;
+    z = z < smallest ? smallest : z;
+    // Adding 1.5 * 2^23 rounds z / ln 2 to an integer and leaves that integer in the low bits of the sum.
+    v8 shifted = z * splat(1.44269504088896341f) + splat(12582912.0f);
     v8 fn = shifted - splat(12582912.0f);
     v8i n = (v8i)shifted - (v8i)splat(12582912.0f);
-    x = x - fn * splat(0.693359375f) - fn * splat(-2.12194440e-4f);
+    z = z - fn * splat(0.693359375f) - fn * splat(-2.12194440e-4f);
     v8 y = splat(1.9875691500e-4f);
-    y = y * x + splat(1.3981999507e-3f);
-    y = y * x + splat(8.3334519073e-3f);
-    y = y * x + splat(4.1665795894e-2f);
-    y = y * x + splat(1.6666665459e-1f);
-    y = y * x + splat(5.0000001201e-1f);
-    y = y * (x * x) + x + splat(1.0f);
-    v8i scale = (n + 127) << 23;
-    return y * (v8)scale;
+    y = y * z + splat(1.3981999507e-3f);
+    y = y * z + splat(8.3334519073e-3f);
+    y = y * z + splat(4.1665795894e-2f);
+    y = y * z + splat(1.6666665459e-1f);
+    y = y * z + splat(5.0000001201e-1f);
+    y = y * (z * z) + z + splat(1.0f);
+    v8i half = n >> 1;
+    y = y * (v8)((half + 127) << 23) * (v8)((n - half + 127) << 23);
+    y = x > largest ? splat(INFINITY) : y;
+    return x < smallest ? splat(0.0f) : y;
 }
 
 static inline v8 vsigmoid(v8 x) { return splat(1.0f) / (splat(1.0f) + vexp(-x)); }
@@ -260,6 +265,61 @@ extern "C" void lstm_backward_sequence(
         }
     });
 }
+
+// Row-wise log-sum-exp of (rows x cols) row-major logits into totals (rows,): as torch.logsumexp, shifted by each
+// row's maximum (by 0 where that is infinite), NaN kept.
+extern "C" void logsumexp_rows(int64_t rows, int64_t cols, const float* logits, float* totals) {
+    const int64_t body = cols - cols % 8;
+    #pragma omp parallel for schedule(static) if (rows * cols >= 2 * MIN_CELLS_PER_THREAD)
+    for (int64_t r = 0; r < rows; ++r) {
+        const float* x = logits + r * cols;
+        v8 vmax = splat(-INFINITY);
+        for (int64_t d = 0; d < body; d += 8) { v8 v = load(x + d, 8); vmax = v > vmax ? v : vmax; }
+        float largest = -INFINITY;
+        for (int j = 0; j < 8; ++j) largest = vmax[j] > largest ? vmax[j] : largest;
+        for (int64_t d = body; d < cols; ++d) largest = x[d] > largest ? x[d] : largest;
+        const float shift = largest == INFINITY || largest == -INFINITY ? 0.0f : largest;
+        v8 vsum = splat(0.0f);
+        for (int64_t d = 0; d < body; d += 8) vsum += vexp(load(x + d, 8) - splat(shift));
+        float total = 0.0f;
+        for (int j = 0; j < 8; ++j) total += vsum[j];
+        for (int64_t d = body; d < cols; d += 8) {
+            int64_t w = cols - d;
+            v8 e = vexp(load(x + d, w) - splat(shift));
+            for (int64_t j = 0; j < w; ++j) total += e[j];
+        }
+        totals[r] = logf(total) + shift;
+    }
+}
+
+// The gradient of logsumexp_rows: out = exp(logits - totals) * grad, row by row (grad, totals: (rows,)).
+extern "C" void logsumexp_rows_backward(int64_t rows, int64_t cols, const float* logits, const float* totals,
+                                        const float* grad, float* out) {
+    #pragma omp parallel for schedule(static) if (rows * cols >= 2 * MIN_CELLS_PER_THREAD)
+    for (int64_t r = 0; r < rows; ++r)
+        for (int64_t d = 0; d < cols; d += 8) {
+            int64_t w = cols - d < 8 ? cols - d : 8;
+            store(out + r * cols + d, vexp(load(logits + r * cols + d, w) - splat(totals[r])) * splat(grad[r]), w);
+        }
+}
+
+// One Adagrad step as PyTorch's, in one pass: sum += g^2; param += -lr * (g / (sqrt(sum) + eps)). Blocks of
+// zero gradient (rows of a word softmax a sampled softmax did not touch) are left as they are, as Adagrad would.
+extern "C" void adagrad_step(int64_t n, float* param, const float* grad, float* sum, float lr, float eps) {
+    const int64_t block = 4096;
+    #pragma omp parallel for schedule(static) if (n >= 8 * block)
+    for (int64_t start = 0; start < n; start += block) {
+        const int64_t end = start + block < n ? start + block : n;
+        bool any = false;
+        for (int64_t j = start; j < end; ++j) any |= grad[j] != 0.0f;
+        if (!any) continue;
+        for (int64_t j = start; j < end; ++j) {
+            const float total = sum[j] + grad[j] * grad[j];
+            sum[j] = total;
+            param[j] = param[j] + (-lr) * (grad[j] / (sqrtf(total) + eps));
+        }
+    }
+}
 """
 
 
@@ -279,6 +339,9 @@ _FUNCTIONS = {
     "lstm_forward_sequence": [ctypes.POINTER(_Layer), ctypes.c_int32] + [ctypes.c_void_p] * 9,
     "lstm_backward_sequence": [ctypes.POINTER(_Layer)] + [ctypes.c_void_p] * 11,
     "product_for_check": [ctypes.c_void_p] + [ctypes.c_int64] * 3 + [ctypes.c_void_p] * 3,
+    "logsumexp_rows": [ctypes.c_int64] * 2 + [ctypes.c_void_p] * 2,
+    "logsumexp_rows_backward": [ctypes.c_int64] * 2 + [ctypes.c_void_p] * 4,
+    "adagrad_step": [ctypes.c_int64] + [ctypes.c_void_p] * 3 + [ctypes.c_float] * 2,
 }
 def _cache_folder() -> Path:
     return Path(os.environ.get("HF_ELMO_CACHE") or Path.home() / ".cache" / "hf_elmo") / "kernels"
@@ -302,7 +365,8 @@ def _build(compiler: str, target: Path) -> None:
         # OpenMP: the library then shares PyTorch's OpenMP runtime (already loaded under the same name) and threads.
         # Some compilers (Apple's) know neither OpenMP nor -march=native: then without.
         for flags in (["-march=native", "-fopenmp"], ["-march=native"], []):
-            command = [compiler, "-O3", *flags, "-shared", "-fPIC", "-o", str(library), str(source)]
+            # No errno from sqrtf: its loops vectorize.
+            command = [compiler, "-O3", "-fno-math-errno", *flags, "-shared", "-fPIC", "-o", str(library), str(source)]
             if subprocess.run(command, capture_output=True).returncode == 0:
                 os.replace(library, target)
                 return
@@ -441,3 +505,29 @@ def backward_sequence(batch_sizes, state_weight, projection_weight, cell_clip, p
         (cell_tanh, (K, N, D)), (raw_outputs, (K, N, P)), (grad_outputs, (K, N, P)), (grad_projected, (K, N, P)),
         (grad_hidden, (K, B, P)), (grad_memory, (K, B, D)), (scratch, (K, B, D)),
     ))  # fmt: skip
+
+
+def logsumexp_rows(logits: torch.Tensor) -> torch.Tensor:
+    """`(N, S)` -> `(N,)` `torch.logsumexp(logits, dim=1)` in one pass per row."""
+    rows, cols = logits.shape
+    totals = logits.new_empty(rows)
+    (logits_pointer,) = _pointers((logits, (rows, cols)))
+    _library()[0].logsumexp_rows(rows, cols, logits_pointer, totals.data_ptr())
+    return totals
+
+
+def logsumexp_rows_backward(logits: torch.Tensor, totals: torch.Tensor, grad: torch.Tensor) -> torch.Tensor:
+    """The gradient of `logsumexp_rows` for the incoming `(N,)` `grad`: `exp(logits - totals) grad`, `(N, S)`."""
+    rows, cols = logits.shape
+    out = torch.empty_like(logits)
+    pointers = _pointers((logits, (rows, cols)), (totals, (rows,)), (grad.contiguous(), (rows,)), (out, (rows, cols)))
+    _library()[0].logsumexp_rows_backward(rows, cols, *pointers)
+    return out
+
+
+def adagrad_step(param: torch.Tensor, grad: torch.Tensor, total: torch.Tensor, lr: float, eps: float) -> None:
+    """One Adagrad step in place on contiguous float32 `param` and its accumulator `total` (the same shape as
+    `grad`)."""
+    shape = tuple(param.shape)
+    pointers = _pointers((param, shape), (grad, shape), (total, shape))
+    _library()[0].adagrad_step(param.numel(), *pointers, lr, eps)
