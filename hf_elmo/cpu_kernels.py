@@ -72,7 +72,26 @@ static inline v8 vexp(v8 x) {
     return x < smallest ? splat(0.0f) : y;
 }
 
-static inline v8 vsigmoid(v8 x) { return splat(1.0f) / (splat(1.0f) + vexp(-x)); }
+// exp(x) for x in [-87.34, 88.38], where 2^n is one float; outside, the value at the nearer end (NaN stays NaN).
+// Enough for the sigmoid, which is within 5e-39 of 0 or 1 there, and a third faster than `vexp`.
+static inline v8 vexp_within_normals(v8 x) {
+    x = x > splat(88.3762626647949f) ? splat(88.3762626647949f) : x;
+    x = x < splat(-87.3365447504f) ? splat(-87.3365447504f) : x;
+    v8 shifted = x * splat(1.44269504088896341f) + splat(12582912.0f);
+    v8 fn = shifted - splat(12582912.0f);
+    v8i n = (v8i)shifted - (v8i)splat(12582912.0f);
+    x = x - fn * splat(0.693359375f) - fn * splat(-2.12194440e-4f);
+    v8 y = splat(1.9875691500e-4f);
+    y = y * x + splat(1.3981999507e-3f);
+    y = y * x + splat(8.3334519073e-3f);
+    y = y * x + splat(4.1665795894e-2f);
+    y = y * x + splat(1.6666665459e-1f);
+    y = y * x + splat(5.0000001201e-1f);
+    y = y * (x * x) + x + splat(1.0f);
+    return y * (v8)((n + 127) << 23);
+}
+
+static inline v8 vsigmoid(v8 x) { return splat(1.0f) / (splat(1.0f) + vexp_within_normals(-x)); }
 static inline v8 vtanh(v8 x) { return splat(2.0f) * vsigmoid(splat(2.0f) * x) - splat(1.0f); }
 
 static inline v8 load(const float* p, int64_t count) {
