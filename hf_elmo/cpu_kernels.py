@@ -1,18 +1,26 @@
-"""One LSTM time step's elementwise work as one compiled loop, forward and backward, for float32 on CPUs.
+"""Compiled loops for float32 on CPUs: an LSTM layer's whole time loop, forward and backward; the sampled softmax's
+row-wise log-sum-exp and its gradient; Adagrad's step.
 
-Between its two matrix products a step of ELMo's LSTM is a dozen elementwise operations (gate nonlinearities, cell
-update, clip, the cell's tanh, the output gate); each is a PyTorch call that costs more to dispatch than its work
-(a step of the mid-size model: 32 rows of 2,048 gate inputs). Here they are one loop over the step's rows, and in
-the backward one loop that forms the gate gradients from the saved activations, so that a step is two products and
-one call each way (`fast_lstm.py`).
+A step of ELMo's LSTM is two small matrix products and a dozen elementwise operations (gate nonlinearities, cell
+update, clip, the cell's tanh, the output gate); as PyTorch calls from Python, dispatching them costs more than
+their work (a step of the mid-size model: 32 rows of 2,048 gate inputs per direction). Here a layer's time loop is
+one call: each direction runs on an OpenMP thread of its own (PyTorch's, see below), its products through the
+BLAS that PyTorch itself links (`sgemm_`, single-threaded there), its elementwise part one pass over a step's rows
+that also writes what the backward reads; one direction alone (the large sizes) gets every thread for its products
+and rows. The backward loop forms the gate gradients from the saved activations on the fly. `fast_lstm.py` keeps the
+packing and the products over all steps at once (input products, weight gradients) and falls back to PyTorch
+operations per step wherever these loops are not available.
 
-The loop is C++ compiled on first use with the machine's C++ compiler, for the machine's own processor
-(`-march=native`), into `~/.cache/hf_elmo` (or `$HF_ELMO_CACHE`), keyed by the source, the compiler and the
-processor's features; it is loaded with `ctypes`, so nothing is built at install time and no PyTorch headers are
-needed. Where no compiler is found, or the build fails, or `HF_ELMO_CPU_KERNELS=0` is set, `available()` is False
-and `fast_lstm.py` runs the same step as PyTorch operations. The nonlinearities use a polynomial `exp` (Cephes'
-single-precision one, about one unit in the last place) and `tanh(x) = 2 sigmoid(2x) - 1`, so results agree with
-PyTorch's to a few units in the last place, not bit for bit; the tests hold both to the reference path.
+The source is C++ compiled on first use with the machine's C++ compiler, for the machine's own processor
+(`-march=native`) and with OpenMP, into `~/.cache/hf_elmo` (or `$HF_ELMO_CACHE`), keyed by the source, the
+compiler and the processor's features, written whole or not at all; it is loaded with `ctypes` (which lets go of
+Python's lock during a call), so nothing is built at install time and no PyTorch headers are needed. PyTorch's
+OpenMP runtime is already loaded under the same name (`libgomp.so.1`), so the loops share its threads and their
+per-thread counts. Where no compiler is found, the build fails, PyTorch's BLAS does not export `sgemm_` (or gives
+a wrong product in a check at load), or `HF_ELMO_CPU_KERNELS=0` is set, `available()` is False. The nonlinearities
+use Cephes' single-precision `exp` polynomial (within two units in the last place) and `tanh(x) = 2 sigmoid(2x) -
+1`, so results agree with PyTorch's to a few units in the last place, not bit for bit; the tests hold them to
+float64 recomputations and to the reference path.
 """
 
 import ctypes

@@ -5,13 +5,15 @@ batch. Every per-position tensor is kept *packed*: the running rows of step 0, t
 on (`PackedSteps`), so each step's rows are one contiguous block, no padding is computed or stored, and the
 state a step starts from is a prefix of the block the step before wrote. The backward direction reads each row
 from its last real position back (`PackedSteps.pack(..., reverse=True)`), so at step `i` both directions run the
-same rows: a layer's directions are stacked, `(K, N, ...)` with `K` directions, and each step is one batched
-product and one elementwise operation for all of them, a dozen operations a step in all. Each step writes its
-results once, in place, into the whole-sequence buffers that its backward reads (activations, cell, its tanh, the
-cell output), with no per-step copies. Under autograd a layer is one `torch.autograd.Function` whose backward
-walks time once for the gradients that must be sequential (state and gates) and then forms each weight gradient
-of all steps with one batched product. Layers with very large steps run one direction after the other instead,
-and at inference the directions run on threads of their own (`cpu_threads.py`).
+same rows: a layer's directions are stacked, `(K, N, ...)` with `K` directions. The input products of all steps
+are one product before the loop; each step writes its results once, in place, into the whole-sequence buffers
+that its backward reads (activations, cell, its tanh, the cell output). In float32 the time loop itself is one
+compiled call each way (`cpu_kernels.py`: each direction on a thread of its own); otherwise (other dtypes, no
+compiler) it is a dozen PyTorch operations per step for all directions, each step one batched product and one
+elementwise operation. Under autograd a layer is one `torch.autograd.Function` whose backward walks time once for
+the gradients that must be sequential (state and gates) and then forms each weight gradient of all steps with one
+batched product. Layers with very large steps run one direction after the other instead, and at inference the
+directions run on threads of their own (`cpu_threads.py`).
 
 Same arithmetic as the straightforward per-step formulation up to float rounding; the tests keep both equal
 (values within 1e-5, gradients within 1e-4 relative).
@@ -150,9 +152,24 @@ def lstm_layer(
 # stacked product, which gives each thread one direction's weights to stream from memory. Per row and step, the
 # products take 5 D P multiply-adds: the original size (D 4096, P 512: 10.5M) trains its encoder about 10% faster
 # one direction at a time, the mid-size model (512, 64: 164K) about 15% faster stacked (AMD EPYC Zen 3, 2 threads,
-# alternating runs). Two threads, one per direction, were slower in every case: each step is a dozen operations
-# whose Python dispatch holds the GIL, and the threads wait for each other.
+# alternating runs). (For the per-step PyTorch operations, two Python threads, one per direction, were slower in
+# every case: each step is a dozen operations whose dispatch holds the GIL, and the threads wait for each other.
+# The compiled loop runs stacked directions on threads of their own without Python.)
 _MIN_STEP_MULTIPLY_ADDS_ONE_AT_A_TIME = 1 << 22
+
+
+
+def _large_steps(cell_dim: int, projection_dim: int) -> bool:
+    return 5 * cell_dim * projection_dim >= _MIN_STEP_MULTIPLY_ADDS_ONE_AT_A_TIME
+
+
+def _compiled_loop(tensor: torch.Tensor, cell_dim: int, projection_dim: int) -> bool:
+    """Whether a layer's time loop runs compiled (`cpu_kernels.py`): for float32 CPU tensors where it builds, except
+    for layers with large steps, whose time goes into products that oneDNN forms faster than the BLAS the loop
+    calls (the original size trained slower compiled: 91-102 against 98-117 tokens/s for its encoder, two Zen 3
+    cores, alternating runs) and whose few operations per step cost little to dispatch."""
+    return compiled_loops_available(tensor) and not _large_steps(cell_dim, projection_dim)
+
 
 _TENSORS_PER_DIRECTION = 7  # x, hidden, memory, W_x, b, W_h, W_p
 
@@ -161,8 +178,9 @@ def _run_layer(tensors, reverse, steps, settings):
     directions = range(len(reverse))
     if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
         _, hidden, memory = tensors[:3]
-        large_steps = 5 * memory.shape[1] * hidden.shape[1] >= _MIN_STEP_MULTIPLY_ADDS_ONE_AT_A_TIME
-        groups = tuple((k,) for k in directions) if large_steps else (tuple(directions),)
+        groups = (
+            tuple((k,) for k in directions) if _large_steps(memory.shape[1], hidden.shape[1]) else (tuple(directions),)
+        )
         return _LstmLayer.apply(tuple(reverse), steps, settings, groups, *tensors)
     concurrent = len(reverse) > 1 and can_run_concurrently(tensors[0])
     groups = [(k,) for k in directions] if concurrent else [tuple(directions)]
@@ -310,7 +328,7 @@ def _forward(xs, hiddens, memories, input_weights, biases, state_weights, projec
     total = steps.num_positions
     cell_clip, proj_clip = settings.cell_clip, settings.proj_clip
     cell_block = slice(2 * cell_dim, 3 * cell_dim)
-    compiled = compiled_loops_available(xs[0])  # the time loop in one call (`cpu_kernels.py`)
+    compiled = _compiled_loop(xs[0], cell_dim, projection_dim)
     # PyTorch's CPU tanh is several times slower than its sigmoid; tanh(x) = 2 sigmoid(2x) - 1 has an absolute
     # error of a few units in the last place in float32 and float64, too coarse in 16-bit types.
     tanh_by_sigmoid = not compiled and xs[0].device.type == "cpu" and xs[0].dtype in (torch.float32, torch.float64)
@@ -488,7 +506,7 @@ def _backward(saved, hiddens, memories, input_weights, state_weights, projection
     grad_gates = activations  # = gradient of the gate inputs, once the loop has run
     grad_projected = torch.empty_like(packed_grad_outputs)  # of each unclipped W_p m
     state_weight, projection_weight = _stacked(state_weights), _stacked(projection_weights)
-    if compiled_loops_available(activations):
+    if _compiled_loop(activations, cell_dim, hidden0.shape[2]):
         compiled_backward(
             steps.batch_sizes, state_weight.contiguous(), projection_weight.contiguous(), settings.cell_clip,
             settings.proj_clip, activations, memory0.contiguous(), saved.get("raw_cells"), saved["cells"], cell_tanh,
