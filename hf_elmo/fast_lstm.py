@@ -226,13 +226,12 @@ def _batched_product(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor | 
 
 def _weight_gradient(grad: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     """`grad^T x` for `(K, N, O)` and `(K, N, I)` -> `(K, O, I)`: PyTorch's own product, which reads the transposed
-    operand in place (oneDNN copies it first: 84 against 65 ms for the original size's `W_h`, two threads). Stacked,
-    as the transpose of `x^T grad`, which MKL forms faster (4.5 against 5.8 ms for the mid-size model's gates, two
-    threads); the result is then a transposed view, which autograd copies into the weights' layout, too costly for
-    one large direction."""
+    operand in place (oneDNN copies it first: 84 against 65 ms for the original size's `W_h`, two threads). (MKL forms
+    `(x^T grad)^T` faster, but in the transposed layout, which autograd then copies into the weights' layout: as slow
+    in all.)"""
     if grad.shape[0] == 1:
         return torch.mm(grad[0].t(), x[0]).unsqueeze(0)
-    return torch.bmm(x.transpose(1, 2), grad).transpose(1, 2)
+    return torch.bmm(grad.transpose(1, 2), x)
 
 
 def _bmm(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor, add: bool = False, scratch=None) -> torch.Tensor:
