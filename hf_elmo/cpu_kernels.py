@@ -31,6 +31,7 @@ import platform
 import shutil
 import subprocess
 import tempfile
+import warnings
 from pathlib import Path
 
 import torch
@@ -386,7 +387,7 @@ def _build(compiler: str, target: Path) -> None:
     """Compiles the source into `target`, written whole or not at all (concurrent builds each rename their own)."""
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=target.parent) as folder:
-        source = Path(folder) / "lstm_step.cpp"
+        source = Path(folder) / "cpu_kernels.cpp"
         source.write_text(_SOURCE)
         library = Path(folder) / target.name
         # OpenMP: the library then shares PyTorch's OpenMP runtime (already loaded under the same name) and threads.
@@ -394,10 +395,14 @@ def _build(compiler: str, target: Path) -> None:
         for flags in (["-march=native", "-fopenmp"], ["-march=native"], []):
             # No errno from sqrtf: its loops vectorize.
             command = [compiler, "-O3", "-fno-math-errno", *flags, "-shared", "-fPIC", "-o", str(library), str(source)]
-            if subprocess.run(command, capture_output=True).returncode == 0:
+            try:
+                built = subprocess.run(command, capture_output=True, timeout=300).returncode == 0
+            except subprocess.TimeoutExpired:
+                built = False
+            if built:
                 os.replace(library, target)
                 return
-    raise OSError(f"{compiler} could not build the CPU LSTM kernels")
+    raise OSError(f"{compiler} could not build them")
 
 
 def _sgemm_address() -> int | None:
@@ -424,25 +429,40 @@ def _products_are_right(library: ctypes.CDLL, sgemm: int) -> bool:
 
 @functools.cache
 def _library() -> tuple[ctypes.CDLL, int] | None:
-    """The built library and the BLAS product it calls, or None where either cannot be had."""
+    """The built library and the BLAS product it calls, or None (with a warning saying why, unless switched off)."""
     if os.environ.get("HF_ELMO_CPU_KERNELS", "1") == "0":
         return None
-    compiler = os.environ.get("CXX") or shutil.which("c++") or shutil.which("g++") or shutil.which("clang++")
-    sgemm = _sgemm_address()
-    if compiler is None or sgemm is None:
-        return None
-    key = hashlib.sha256("\0".join([_SOURCE, compiler, _processor_features()]).encode()).hexdigest()[:16]
-    target = _cache_folder() / f"lstm_{key}.so"
     try:
-        if not target.exists():
-            _build(compiler, target)
-        library = ctypes.CDLL(str(target))
-    except OSError:
+        return _load()
+    except OSError as error:
+        warnings.warn(
+            f"hf_elmo's compiled CPU loops are not available ({error}): the LSTM, the sampled softmax and Adagrad "
+            "run as PyTorch operations on CPUs, slower for small and mid-size models (HF_ELMO_CPU_KERNELS=0 "
+            "silences this)",
+            RuntimeWarning,
+            stacklevel=3,
+        )
         return None
+
+
+def _load() -> tuple[ctypes.CDLL, int]:
+    compiler = os.environ.get("CXX") or shutil.which("c++") or shutil.which("g++") or shutil.which("clang++")
+    if compiler is None:
+        raise OSError("no C++ compiler found: set CXX or install g++ or clang++")
+    sgemm = _sgemm_address()
+    if sgemm is None:
+        raise OSError("PyTorch's BLAS does not export sgemm_")
+    key = hashlib.sha256("\0".join([_SOURCE, compiler, _processor_features()]).encode()).hexdigest()[:16]
+    target = _cache_folder() / f"cpu_kernels_{key}.so"
+    if not target.exists():
+        _build(compiler, target)
+    library = ctypes.CDLL(str(target))
     for name, argtypes in _FUNCTIONS.items():
         function = getattr(library, name)
         function.argtypes, function.restype = argtypes, None
-    return (library, sgemm) if _products_are_right(library, sgemm) else None
+    if not _products_are_right(library, sgemm):
+        raise OSError("PyTorch's sgemm_ gave a wrong product through them")
+    return library, sgemm
 
 
 def available(tensor: torch.Tensor) -> bool:

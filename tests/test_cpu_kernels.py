@@ -1,8 +1,10 @@
 """The compiled LSTM time loops (`cpu_kernels.py`) against a float64 recomputation of the same layer, step by
 step, and their build: cached, written whole, and PyTorch operations wherever they cannot be built."""
 
+import re
 import shutil
 import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -256,6 +258,13 @@ def test_built_once_into_the_cache_and_reused(fresh_library, tmp_path):
 
 @pytest.mark.parametrize("reason", ["switched off", "no compiler", "compiler fails", "cache not writable", "no BLAS"])
 def test_pytorch_operations_where_no_library(fresh_library, monkeypatch, tmp_path, reason):
+    """Not available, saying why once (silently where switched off)."""
+    expected = {
+        "no compiler": "no C\\+\\+ compiler found",
+        "compiler fails": "could not build them",
+        "cache not writable": "File exists|Not a directory",
+        "no BLAS": "does not export sgemm_",
+    }
     if reason == "switched off":
         monkeypatch.setenv("HF_ELMO_CPU_KERNELS", "0")
     elif reason == "no compiler":
@@ -267,7 +276,15 @@ def test_pytorch_operations_where_no_library(fresh_library, monkeypatch, tmp_pat
         (tmp_path / "cache").write_text("a file where the cache folder would be")
     else:
         monkeypatch.setattr(cpu_kernels, "_sgemm_address", lambda: None)
-    assert not cpu_kernels.available(torch.zeros(1))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert not cpu_kernels.available(torch.zeros(1))
+        assert not cpu_kernels.available(torch.zeros(1))
+    messages = [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
+    if reason == "switched off":
+        assert messages == []
+    else:
+        assert len(messages) == 1 and re.search(expected[reason], messages[0]), messages
 
 
 def test_other_dtypes_and_devices_use_pytorch():
