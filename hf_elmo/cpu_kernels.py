@@ -56,17 +56,13 @@ typedef int32_t v8i __attribute__((vector_size(32)));
 
 static inline v8 splat(float x) { return (v8){x, x, x, x, x, x, x, x}; }
 
-// Cephes' expf: exp(x) = 2^n exp(r), n = round(x / ln 2), r = x - n ln 2 in [-ln2/2, ln2/2], a degree-6
-// polynomial for exp(r); 2^n applied as two factors, so that results down to the smallest subnormal and up to the
-// largest float come out right. Beyond those: 0 and infinity; NaN stays NaN.
-static inline v8 vexp(v8 x) {
-    const v8 largest = splat(88.72283935546875f), smallest = splat(-103.97207708f);
-    v8 z = x > largest ? largest : x;
-    z = z < smallest ? smallest : z;
+// Cephes' expf: exp(z) = 2^n exp(r), n = round(z / ln 2), r = z - n ln 2 in [-ln2/2, ln2/2], a degree-6
+// polynomial for exp(r). Returns exp(r) and sets n; `z` within [-104, 89].
+static inline v8 exp_reduced(v8 z, v8i* n) {
     // Adding 1.5 * 2^23 rounds z / ln 2 to an integer and leaves that integer in the low bits of the sum.
     v8 shifted = z * splat(1.44269504088896341f) + splat(12582912.0f);
     v8 fn = shifted - splat(12582912.0f);
-    v8i n = (v8i)shifted - (v8i)splat(12582912.0f);
+    *n = (v8i)shifted - (v8i)splat(12582912.0f);
     z = z - fn * splat(0.693359375f) - fn * splat(-2.12194440e-4f);
     v8 y = splat(1.9875691500e-4f);
     y = y * z + splat(1.3981999507e-3f);
@@ -74,7 +70,17 @@ static inline v8 vexp(v8 x) {
     y = y * z + splat(4.1665795894e-2f);
     y = y * z + splat(1.6666665459e-1f);
     y = y * z + splat(5.0000001201e-1f);
-    y = y * (z * z) + z + splat(1.0f);
+    return y * (z * z) + z + splat(1.0f);
+}
+
+// exp(x), with 2^n applied as two factors so that results down to the smallest subnormal and up to the largest
+// float come out right; beyond those 0 and infinity; NaN stays NaN.
+static inline v8 vexp(v8 x) {
+    const v8 largest = splat(88.72283935546875f), smallest = splat(-103.97207708f);
+    v8 z = x > largest ? largest : x;
+    z = z < smallest ? smallest : z;
+    v8i n;
+    v8 y = exp_reduced(z, &n);
     v8i half = n >> 1;
     y = y * (v8)((half + 127) << 23) * (v8)((n - half + 127) << 23);
     y = x > largest ? splat(INFINITY) : y;
@@ -86,17 +92,8 @@ static inline v8 vexp(v8 x) {
 static inline v8 vexp_within_normals(v8 x) {
     x = x > splat(88.3762626647949f) ? splat(88.3762626647949f) : x;
     x = x < splat(-87.3365447504f) ? splat(-87.3365447504f) : x;
-    v8 shifted = x * splat(1.44269504088896341f) + splat(12582912.0f);
-    v8 fn = shifted - splat(12582912.0f);
-    v8i n = (v8i)shifted - (v8i)splat(12582912.0f);
-    x = x - fn * splat(0.693359375f) - fn * splat(-2.12194440e-4f);
-    v8 y = splat(1.9875691500e-4f);
-    y = y * x + splat(1.3981999507e-3f);
-    y = y * x + splat(8.3334519073e-3f);
-    y = y * x + splat(4.1665795894e-2f);
-    y = y * x + splat(1.6666665459e-1f);
-    y = y * x + splat(5.0000001201e-1f);
-    y = y * (x * x) + x + splat(1.0f);
+    v8i n;
+    v8 y = exp_reduced(x, &n);
     return y * (v8)((n + 127) << 23);
 }
 
