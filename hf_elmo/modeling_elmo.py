@@ -19,6 +19,8 @@ from transformers.utils import ModelOutput, can_return_tuple
 
 from .configuration_elmo import ElmoConfig
 from .cpu_threads import can_run_concurrently, run_concurrently
+from .cpu_kernels import available as compiled_loops_available
+from .cpu_kernels import dropout as compiled_dropout
 from .cuda_graphs import CaptureCache, CapturedFunction
 from .fast_lstm import LstmSettings, PackedSteps, lstm_layer
 from .gpu_lstm import CapturedLayers, LayerSettings, bidirectional_layer, default_kernels
@@ -49,6 +51,34 @@ class ElmoModelOutput(ModelOutput):
     last_hidden_state: torch.FloatTensor | None = None
     hidden_states: tuple[torch.FloatTensor, ...] | None = None
     state: ElmoState | None = None
+
+
+class ElmoDropout(nn.Dropout):
+    """`nn.Dropout`, whose masks in training on float32 CPU tensors come from the compiled loops' counter-based
+    generator (`cpu_kernels.dropout`: 50 against 500 us for a 25 x 32 x 64 input on two cores; PyTorch's CPU
+    Bernoulli draws are slow), seeded from PyTorch's CPU generator, so `torch.manual_seed` repeats them. Same keep
+    probability (to 2^-32) and the same scaling as PyTorch's; the backward regenerates the mask instead of storing
+    it."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.training and 0 < self.p < 1 and not self.inplace and compiled_loops_available(x):
+            return _CompiledDropout.apply(x, self.p)
+        return super().forward(x)
+
+
+class _CompiledDropout(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, p):
+        # As PyTorch's CPU dropout scales: float32 1 / (1 - p).
+        ctx.threshold = min(round(p * 2**32), 2**32 - 1)
+        ctx.scale = float(torch.tensor(1.0) / torch.tensor(1 - p, dtype=torch.float32))
+        ctx.seed = int(torch.randint(0, 2**63 - 1, (), dtype=torch.int64))
+        return compiled_dropout(x, ctx.threshold, ctx.scale, ctx.seed)
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad):
+        return compiled_dropout(grad, ctx.threshold, ctx.scale, ctx.seed), None
 
 
 class ElmoCharacterEmbedding(nn.Module):
@@ -380,7 +410,7 @@ class ElmoBiLstm(nn.Module):
     def __init__(self, config: ElmoConfig):
         super().__init__()
         self.use_skip_connections = config.use_skip_connections
-        self.dropout = nn.Dropout(config.dropout)
+        self.dropout = ElmoDropout(config.dropout)
         self.forward_layers = nn.ModuleList(ElmoLstmLayer(config) for _ in range(config.num_layers))
         self.backward_layers = nn.ModuleList(ElmoLstmLayer(config) for _ in range(config.num_layers))
         self.config = config  # `config.implementation` is read at each call
@@ -797,7 +827,7 @@ class ElmoForBiLM(ElmoPreTrainedModel):
                 f"{config.vocab_size}; set it to the size of the word vocabulary."
             )
         self.elmo = ElmoModel(config)
-        self.dropout = nn.Dropout(config.dropout)
+        self.dropout = ElmoDropout(config.dropout)
         self.softmax = ElmoWordSoftmax(config)
         self._captured_steps = CaptureCache(max_entries=2)  # training steps by shape (`_captured_training_step`)
         self.post_init()

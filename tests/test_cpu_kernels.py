@@ -301,3 +301,36 @@ def test_loads_beside_pytorchs_openmp_only():
     maps = Path("/proc/self/maps").read_text().splitlines()
     runtimes = {line.split()[-1] for line in maps if "libgomp" in line or "libomp" in line or "libiomp" in line}
     assert len(runtimes) <= 1, runtimes
+
+
+def test_dropout_keeps_with_pytorchs_probability_and_scale(monkeypatch):
+    """`ElmoDropout` in training on a float32 CPU tensor: the compiled mask, each value kept with probability
+    1 - p independently of its neighbours, kept values scaled exactly as PyTorch's dropout scales them, the
+    gradient through the same mask, repeated under the same seed and new at each call."""
+    requires_library()
+    from hf_elmo import modeling_elmo
+
+    calls = []
+    compiled = modeling_elmo.compiled_dropout
+    monkeypatch.setattr(modeling_elmo, "compiled_dropout", lambda *args: calls.append(1) or compiled(*args))
+    p, n = 0.1, 1_000_000
+    module = modeling_elmo.ElmoDropout(p).train()
+    x = (torch.rand(1000, 1000) + 0.5).requires_grad_()
+    torch.manual_seed(0)
+    out = module(x)
+    kept = out != 0
+    # The keep fraction within 5 standard deviations of a Bernoulli(1 - p) mean.
+    assert abs(kept.float().mean().item() - (1 - p)) <= 5 * (p * (1 - p) / n) ** 0.5
+    for shift in [(0, 1), (1, 0)]:  # neighbours along a row and down a column
+        a, b = kept[: 1000 - shift[0], : 1000 - shift[1]], kept[shift[0] :, shift[1] :]
+        assert abs(torch.corrcoef(torch.stack([a.flatten().float(), b.flatten().float()]))[0, 1]) <= 5 / n**0.5
+    scale = torch.tensor(1.0) / torch.tensor(1 - p)  # PyTorch's CPU dropout: float32 1 / (1 - p)
+    assert torch.equal(out[kept], (x * scale)[kept])
+    grad = torch.randn(1000, 1000)
+    out.backward(grad)
+    assert torch.equal(x.grad, grad * (kept * scale))
+    torch.manual_seed(0)
+    assert torch.equal(module(x), out)
+    assert not torch.equal(module(x), out)
+    assert len(calls) == 4  # forward, backward and two forwards, all compiled
+    assert torch.equal(module.eval()(x), x)
