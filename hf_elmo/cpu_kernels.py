@@ -1,5 +1,5 @@
 """Compiled loops for float32 on CPUs: an LSTM layer's whole time loop, forward and backward; the sampled softmax's
-row-wise log-sum-exp and its gradient; Adagrad's step.
+row-wise log-sum-exp and its gradient; Adagrad's step; dropout with a counter-based generator.
 
 A step of ELMo's LSTM is two small matrix products and a dozen elementwise operations (gate nonlinearities, cell
 update, clip, the cell's tanh, the output gate); as PyTorch calls from Python, dispatching them costs more than
