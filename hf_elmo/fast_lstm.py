@@ -320,7 +320,7 @@ def _forward(xs, hiddens, memories, input_weights, biases, state_weights, projec
     """The directions of one layer, stacked (`K` of them, each argument a list with one entry per direction).
     Returns per direction (outputs `(T, B, P)`, final hidden `(B, P)`, final memory `(B, D)`), and with `save`
     the stacked packed tensors the backward reads."""
-    num_steps, batch_size = xs[0].shape[:2]
+    batch_size = xs[0].shape[1]
     K = len(xs)
     cell_dim = state_weights[0].shape[0] // 4
     projection_dim = projection_weights[0].shape[0]
