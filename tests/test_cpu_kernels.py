@@ -334,3 +334,12 @@ def test_dropout_keeps_with_pytorchs_probability_and_scale(monkeypatch):
     assert not torch.equal(module(x), out)
     assert len(calls) == 4  # forward, backward and two forwards, all compiled
     assert torch.equal(module.eval()(x), x)
+
+
+def test_first_use_under_autocast_still_builds(fresh_library):
+    """The first call may come from inside a bfloat16 autocast region (an optimizer step there, say): the check of
+    the BLAS product at load must not be fooled by autocast's rounding."""
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        available = cpu_kernels.available(torch.zeros(1))
+    if not available and COMPILER is not None:
+        pytest.fail("the library did not load when first asked for under autocast")
