@@ -38,11 +38,18 @@ def reference_copy(model):
     return reference
 
 
+VECTOR_FLAGS = ("avx2", "fma", "avx512f", "avx512_bf16", "amx_bf16", "asimd", "sve")
+
+
 def machine_description(device: str) -> str:
+    """Processor (with the vector instructions that decide CPU speed), cores, torch, threads, GPU, load, time."""
     cpu = platform.processor() or platform.machine()
     try:
         with open("/proc/cpuinfo") as f:
-            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+            info = f.read()
+        cpu = next(line.split(":", 1)[1].strip() for line in info.splitlines() if line.startswith("model name"))
+        flags = set(next(line for line in info.splitlines() if line.startswith(("flags", "Features"))).split())
+        cpu += f" ({' '.join(flag for flag in VECTOR_FLAGS if flag in flags) or 'no AVX2'})"
     except (OSError, StopIteration):
         pass
     text = f"{cpu}, {os.cpu_count()} cores, torch {torch.__version__}, {torch.get_num_threads()} threads"

@@ -30,7 +30,7 @@ from functools import partial
 import numpy as np
 import torch
 
-from .character_rows import BOS_TOKEN, EOS_TOKEN, MAX_WORD_LENGTH, pad_rows
+from .character_rows import BOS_TOKEN, EOS_TOKEN, pad_rows
 from .file_io import VOCABULARY_FILE, check_output, write_output
 from .tokenization_elmo import ElmoTokenizer
 from .word_vocabulary import count_word_vocabulary, write_word_vocabulary
@@ -194,7 +194,9 @@ def _encode_lines(batch, indices, tokenizer, window, split, source):
     )
     if not windows:
         return {"input_ids": [], "labels": []}
-    return encode_windows(windows, tokenizer)
+    # Stored flat: Arrow reads a batch of flat lists some 15x faster than of `Array2D` rows (which it converts one
+    # by one), and that read is the host's work per training step.
+    return {name: [array.reshape(-1) for array in arrays] for name, arrays in encode_windows(windows, tokenizer).items()}
 
 
 def load_bilm_dataset(
@@ -206,7 +208,11 @@ def load_bilm_dataset(
     cache_dir: str | os.PathLike | None = None,
     role: str = "data",
 ):
-    """Plain-text files -> a `datasets` dataset of packed windows (`input_ids` `(T, 50)`, `labels` `(T, 2)`).
+    """Plain-text files -> a `datasets` dataset of packed windows, one row each, as `DataCollatorForBiLM` takes them.
+
+    A row holds the window's `T` positions flattened: `input_ids` `(T * C,)` int16 (the `(T, C)` character rows of
+    `encode_windows`, `C` = `tokenizer.characters.width`) and `labels` `(2 * T,)` int32 (its `(T, 2)` targets);
+    `window_arrays(row)` gives them back as `(T, C)` and `(T, 2)`.
 
     Args:
         files: text files, one sentence per line.
@@ -234,8 +240,8 @@ def load_bilm_dataset(
     files = check_text_files(files, role)
     features = datasets.Features(
         {
-            "input_ids": datasets.Array2D(shape=(None, tokenizer.characters.width), dtype="int16"),
-            "labels": datasets.Array2D(shape=(None, 2), dtype="int32"),
+            "input_ids": datasets.Sequence(datasets.Value("int16")),
+            "labels": datasets.Sequence(datasets.Value("int32")),
         }
     )
     parts = []
@@ -266,13 +272,30 @@ def load_bilm_dataset(
     return dataset.with_format("numpy")
 
 
+def window_arrays(example: dict, index: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """One window's `(input_ids (T, C), labels (T, 2))` as int64, from a row of `load_bilm_dataset` (flat) or of
+    `encode_windows` (2-D); lists, NumPy or torch. `index` names the example in the error raised for bad shapes."""
+    ids = np.asarray(example["input_ids"], dtype=np.int64)
+    labels = np.asarray(example["labels"], dtype=np.int64)
+    if labels.ndim == 1 and labels.size % 2 == 0:
+        labels = labels.reshape(-1, 2)
+    if ids.ndim == 1 and labels.ndim == 2 and len(labels) and ids.size % len(labels) == 0:
+        ids = ids.reshape(len(labels), -1)
+    if ids.ndim != 2 or labels.ndim != 2 or labels.shape != (len(ids), 2):
+        raise ValueError(
+            f"Example {index}: expected input_ids (T, C) and labels (T, 2) (or flattened), got "
+            f"{np.shape(example['input_ids'])} and {np.shape(example['labels'])}."
+        )
+    return ids, labels
+
+
 @dataclass
 class DataCollatorForBiLM:
     """Pads windows to a batch: `input_ids` `(B, T, C)`, `attention_mask` `(B, T)`, `labels` `(B, T, 2)`.
 
     Padding positions are all-zero character rows with mask 0 and labels -100. Examples are dicts with
-    `input_ids` `(T_i, C)` and `labels` `(T_i, 2)` (lists, numpy or torch), as `load_bilm_dataset` yields; `C` is
-    the model's `max_characters_per_token`, 50 unless it says otherwise.
+    `input_ids` `(T_i, C)` and `labels` `(T_i, 2)`, or both flattened as `load_bilm_dataset` stores them (lists,
+    numpy or torch); `C` is the model's `max_characters_per_token`, 50 unless it says otherwise.
     """
 
     pad_to_multiple_of: int | None = None
@@ -280,13 +303,12 @@ class DataCollatorForBiLM:
     def __call__(self, examples: Sequence[dict]) -> dict[str, torch.Tensor]:
         if not examples:
             raise ValueError("DataCollatorForBiLM got no examples.")
-        ids = [np.asarray(e["input_ids"], dtype=np.int64) for e in examples]
-        labels = [np.asarray(e["labels"], dtype=np.int64) for e in examples]
-        width = ids[0].shape[-1] if ids[0].ndim == 2 else MAX_WORD_LENGTH
-        for index, (i, l) in enumerate(zip(ids, labels)):
-            if i.ndim != 2 or i.shape[1] != width or l.shape != (i.shape[0], 2):
+        ids, labels = zip(*(window_arrays(example, index) for index, example in enumerate(examples)))
+        width = ids[0].shape[1]
+        for index, rows in enumerate(ids):
+            if rows.shape[1] != width:
                 raise ValueError(
-                    f"Example {index}: expected input_ids (T, {width}) and labels (T, 2), got {i.shape} and {l.shape}."
+                    f"Example {index}: {rows.shape[1]} characters per position, example 0 has {width}."
                 )
         positions = max(i.shape[0] for i in ids)
         if self.pad_to_multiple_of:
@@ -330,4 +352,5 @@ __all__ = [
     "load_bilm_dataset",
     "pack_sentences",
     "split_line",
+    "window_arrays",
 ]

@@ -14,6 +14,7 @@ from hf_elmo.data_bilm import (
     iter_sentences,
     load_bilm_dataset,
     pack_sentences,
+    window_arrays,
 )
 from hf_elmo.character_rows import words_to_char_ids
 from hf_elmo.word_vocabulary import read_word_vocabulary, write_word_vocabulary
@@ -114,10 +115,12 @@ def test_dataset_windows_hold_every_sentence_in_order(tmp_path):
     flat = [w for s in sentences for w in ["<S>", *s, "</S>"]]
 
     dataset = load_bilm_dataset([corpus], tokenizer, window=22, split="pretokenizer", cache_dir=tmp_path / "cache")
-    assert all(len(row["input_ids"]) <= 22 for row in dataset)
-    assert np.array_equal(np.concatenate([row["input_ids"] for row in dataset]), words_to_char_ids(flat))
+    windows = [window_arrays(row) for row in dataset]
+    assert all(len(ids) <= 22 for ids, _ in windows)
+    assert np.array_equal(np.concatenate([ids for ids, _ in windows]), words_to_char_ids(flat))
     expected = encode_windows(list(pack_sentences(sentences, 22)), tokenizer)["labels"]
-    assert sum(len(row["labels"]) for row in dataset) == sum(len(l) for l in expected)
+    # Targets never cross sentences, so they do not depend on where the windows were cut.
+    assert np.array_equal(np.concatenate([labels for _, labels in windows]), np.concatenate(expected))
     streamed = load_bilm_dataset([corpus], tokenizer, window=22, split="pretokenizer", streaming=True)
     assert all(np.array_equal(a["labels"], b["labels"]) for a, b in zip(dataset, streamed, strict=True))
 
@@ -131,8 +134,18 @@ def test_collator_pads_with_zero_rows_and_ignored_targets():
     assert batch["attention_mask"].tolist() == [[1] * 5 + [0] * 3, [1] * 3 + [0] * 5]
     assert torch.all(batch["input_ids"][1, 3:] == 0) and torch.all(batch["labels"][1, 3:] == -100)
     assert torch.equal(batch["labels"][0, :5], torch.from_numpy(encoded["labels"][0]).long())
-    with pytest.raises(ValueError, match=r"Example 0: expected input_ids \(T, 50\) and labels \(T, 2\)"):
+    flattened = [{name: np.asarray(value).reshape(-1) for name, value in e.items()} for e in examples]
+    flat_batch = DataCollatorForBiLM(pad_to_multiple_of=8)(flattened)
+    assert all(torch.equal(flat_batch[k], batch[k]) for k in batch)
+    expected_shapes = r"Example 0: expected input_ids \(T, C\) and labels \(T, 2\) \(or flattened\)"
+    with pytest.raises(ValueError, match=expected_shapes):
         DataCollatorForBiLM()([{"input_ids": encoded["input_ids"][0], "labels": encoded["labels"][1]}])
+    with pytest.raises(ValueError, match=expected_shapes):  # an odd number of flat targets
+        DataCollatorForBiLM()([{"input_ids": flattened[0]["input_ids"], "labels": flattened[0]["labels"][:-1]}])
+    with pytest.raises(ValueError, match=expected_shapes):  # characters not a whole number of rows
+        DataCollatorForBiLM()([{"input_ids": flattened[0]["input_ids"][:-1], "labels": flattened[0]["labels"]}])
+    with pytest.raises(ValueError, match="Example 1: 49 characters per position, example 0 has 50"):
+        DataCollatorForBiLM()([examples[0], {"input_ids": encoded["input_ids"][1][:, :49], "labels": encoded["labels"][1]}])
 
 
 def test_bad_data_files(tmp_path):
