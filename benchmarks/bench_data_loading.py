@@ -18,6 +18,20 @@ from hf_elmo.data_bilm import DataCollatorForBiLM, build_word_vocabulary, load_b
 from bench_inference import machine_description
 
 
+def batch_read_ms(dataset, batch_size: int, batches: int = 40) -> float:
+    """Mean host milliseconds per shuffled, collated batch of `dataset` (after a first batch)."""
+    loader = torch.utils.data.DataLoader(
+        dataset, batch_size=batch_size, shuffle=True, collate_fn=DataCollatorForBiLM(), drop_last=True
+    )
+    reader = iter(loader)
+    next(reader)
+    count = min(batches, len(loader) - 1)
+    start = time.perf_counter()
+    for _ in range(count):
+        next(reader)
+    return (time.perf_counter() - start) / count * 1e3
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--corpus", default="data/tinyshakespeare/input.txt")
@@ -31,16 +45,7 @@ def main():
     dataset = load_bilm_dataset([args.corpus], tokenizer, args.window)
     print("| batch | ms per batch |\n| ---: | ---: |")
     for batch_size in args.batch_sizes:
-        loader = torch.utils.data.DataLoader(
-            dataset, batch_size=batch_size, shuffle=True, collate_fn=DataCollatorForBiLM(), drop_last=True
-        )
-        batches = iter(loader)
-        next(batches)
-        count = min(args.batches, len(loader) - 1)
-        start = time.perf_counter()
-        for _ in range(count):
-            next(batches)
-        print(f"| {batch_size} | {(time.perf_counter() - start) / count * 1e3:.1f} |")
+        print(f"| {batch_size} | {batch_read_ms(dataset, batch_size, args.batches):.1f} |")
 
 
 if __name__ == "__main__":

@@ -14,11 +14,10 @@ Sections, each printed as a table (and all of them again at the end):
 3. Inference: words/s of `ElmoModel` (all layers), float32 and bfloat16 weights.
 4. Profile of a training step at batch 128 (original size): the share of the step in which a kernel runs,
    kernels per step and launch calls per step, for the benchmark loop and for `Trainer` (`hf_elmo.train_bilm`
-   on a generated corpus).
+   on a generated corpus, with the host's time to read and collate one of its batches).
 """
 
 import argparse
-import contextlib
 import copy
 import math
 import os
@@ -35,11 +34,12 @@ sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from bench_inference import machine_description, random_model, random_sentences  # noqa: E402
+from bench_data_loading import batch_read_ms  # noqa: E402
 from bench_training import make_batch  # noqa: E402
 from conftest import FIXTURE_SETS, fixture_batches, reference_from  # noqa: E402
 
 from hf_elmo.adagrad import Adagrad  # noqa: E402
-from hf_elmo import ElmoConfig, ElmoForBiLM, ElmoModel, ElmoTokenizer  # noqa: E402
+from hf_elmo import ElmoConfig, ElmoForBiLM, ElmoTokenizer  # noqa: E402
 
 DEVICE = "cuda"
 TABLES: list[str] = []
@@ -271,6 +271,8 @@ def trainer_profile(dtype: str, steps: int = 30) -> list:
     from transformers import TrainerCallback
 
     from hf_elmo import train_bilm as training_module
+    from hf_elmo.data_bilm import load_bilm_dataset
+    from hf_elmo.word_vocabulary import read_word_vocabulary
 
     rng = np.random.default_rng(0)
     with tempfile.TemporaryDirectory() as folder:
@@ -313,10 +315,14 @@ def trainer_profile(dtype: str, steps: int = 30) -> list:
             )  # fmt: skip
         finally:
             training_module.ElmoTrainer = original_trainer
+        # The host's share of a step that the data loader workers take on: reading and collating one batch.
+        tokenizer = ElmoTokenizer()
+        tokenizer.set_word_vocabulary(read_word_vocabulary(folder / "vocab.txt"))
+        read_ms = batch_read_ms(load_bilm_dataset([folder / "corpus.txt"], tokenizer, 20), 128, 20)
     times = np.diff(timing.times[10:])
     tokens_per_second = 128 * 20 / float(np.median(times))
     share, kernels, launches = timing.profile
-    return [f"Trainer (hf_elmo.train_bilm), {dtype}", f"{tokens_per_second:,.0f}", f"{share:.0%}", f"{kernels:,.0f}", f"{launches:,.0f}"]  # fmt: skip
+    return [f"Trainer (hf_elmo.train_bilm), {dtype}", f"{tokens_per_second:,.0f}", f"{share:.0%}", f"{kernels:,.0f}", f"{launches:,.0f}", f"{read_ms:.1f}"]  # fmt: skip
 
 
 def profiles(quick: bool, deadline: float):
@@ -329,16 +335,16 @@ def profiles(quick: bool, deadline: float):
                 step = lambda: train_step(model, optimizer, batch, dtype)  # noqa: E731
                 seconds = time_steps(step, 5, 3)
                 share, kernels, launches = profile_steps(step, 5, f"{path} {dtype} {batch_size}")
-                rows.append([f"benchmark loop, batch {batch_size}, {path}, {dtype}", f"{batch_size * 20 / seconds:,.0f}", f"{share:.0%}", f"{kernels:,.0f}", f"{launches:,.0f}"])  # fmt: skip
+                rows.append([f"benchmark loop, batch {batch_size}, {path}, {dtype}", f"{batch_size * 20 / seconds:,.0f}", f"{share:.0%}", f"{kernels:,.0f}", f"{launches:,.0f}", ""])  # fmt: skip
                 del model, optimizer
                 torch.cuda.empty_cache()
     for dtype in ("bfloat16", "float32"):
         if time.monotonic() > deadline:
-            rows.append([f"Trainer, {dtype}", "skipped (time)", "", "", ""])
+            rows.append([f"Trainer, {dtype}", "skipped (time)", "", "", "", ""])
             continue
         rows.append(trainer_profile(dtype))
     table("4. A training step, rows of 20 positions, original size (GPU busy: share of the wall time with a kernel running)",
-          ["what", "tokens/s", "GPU busy", "kernels/step", "launch calls/step"], rows)  # fmt: skip
+          ["what", "tokens/s", "GPU busy", "kernels/step", "launch calls/step", "host ms to read a batch"], rows)  # fmt: skip
 
 
 def main():
