@@ -5,12 +5,35 @@ the task heads the sentence boundaries) are reduced on the device and read back 
 GPU every transfer makes the host wait for the device.
 """
 
+import contextlib
+import contextvars
+
 import torch
 
 from .character_rows import boundary_rows
 from .configuration_elmo import ElmoConfig
 
 INTEGER_DTYPES = (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8)
+
+_VALUES_CHECKED = contextvars.ContextVar("elmo_values_checked", default=False)
+
+
+@contextlib.contextmanager
+def values_checked_on_host():
+    """Within it, the model's checks of values (ids in range, right padding, targets in the vocabulary) are
+    skipped: on a GPU each makes the host wait for the device at every call. Only for batches whose values were
+    checked already, as `hf-elmo train` checks each batch while it is still on the host; shapes, dtypes and
+    devices are checked all the same."""
+    token = _VALUES_CHECKED.set(True)
+    try:
+        yield
+    finally:
+        _VALUES_CHECKED.reset(token)
+
+
+def values_checked() -> bool:
+    """Whether the caller has checked the values already (`values_checked_on_host`)."""
+    return _VALUES_CHECKED.get()
 
 
 def check_inputs(
@@ -69,6 +92,8 @@ def check_inputs(
     _check_word_id_shape(config, input_word_ids, input_ids.shape[:2])
     if state is not None:
         _check_state(config, state, input_ids, dtype)
+    if values_checked():
+        return mask
 
     lengths = mask.sum(dim=1)
     values = {

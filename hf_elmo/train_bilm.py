@@ -56,6 +56,7 @@ from .data_bilm import (
     load_bilm_dataset,
 )
 from .file_io import check_not_an_input, deferred_signals, read_json_object, write_atomically
+from .input_checks import values_checked_on_host
 from .modeling_elmo import ElmoForBiLM
 from .streams_bilm import DataCollatorForBiLMStreams, StreamWindowDataset
 from .tokenization_elmo import ElmoTokenizer
@@ -505,6 +506,23 @@ class ElmoTrainer(Trainer):
     def _load_rng_state(self, checkpoint):
         with _one_line_load_errors(checkpoint, "random state"):
             super()._load_rng_state(checkpoint)
+
+    def training_step(self, model, inputs, num_items_in_batch=None):
+        with self._check_values_on_host(inputs):
+            return super().training_step(model, inputs, num_items_in_batch)
+
+    def _check_values_on_host(self, inputs):
+        """On a GPU: checks the batch while it is still on the host and lets the model skip its checks of values,
+        each of which would make the host wait for the GPU at every step (the GPU then idles until the host has
+        issued the next step)."""
+        on_host = all(not isinstance(v, torch.Tensor) or v.device.type == "cpu" for v in inputs.values())
+        if not (self._trains_on_accelerator() and on_host):
+            return contextlib.nullcontext()
+        self.accelerator.unwrap_model(self.model).check_batch(**inputs)
+        return values_checked_on_host()
+
+    def _trains_on_accelerator(self) -> bool:
+        return self.args.device.type != "cpu"
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         loss, outputs = super().compute_loss(model, inputs, return_outputs=True, num_items_in_batch=num_items_in_batch)

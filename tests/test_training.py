@@ -334,3 +334,53 @@ def test_run_stopped_before_its_first_checkpoint_leaves_nothing(corpus, tmp_path
         train_bilm(**run, resume=True)
     train_bilm(**{**run, "max_steps": 2})
     assert (tmp_path / "run/model.safetensors").is_file() and not (tmp_path / "run/.staging").exists()
+
+
+def test_batches_checked_on_the_host_train_the_same_and_bad_values_still_stop(corpus, tmp_path, monkeypatch,
+                                                                              uninterrupted):
+    """On a GPU each batch is checked on the host and the model skips its value checks (each a wait for the GPU).
+    Forced on here: the run must be the same, the model must see the skip, and a bad batch must still stop it."""
+    from hf_elmo.data_bilm import DataCollatorForBiLM
+    from hf_elmo.input_checks import values_checked
+
+    monkeypatch.setattr(ElmoTrainer, "_trains_on_accelerator", lambda self: True)
+    seen = []
+    forward = ElmoForBiLM.forward
+
+    def spy(self, *args, **kwargs):
+        if self.training:
+            seen.append(values_checked())
+        return forward(self, *args, **kwargs)
+
+    monkeypatch.setattr(ElmoForBiLM, "forward", spy)
+    train_bilm(**short_run(corpus, tmp_path / "run"))
+    assert seen == [True] * 6
+    assert_same_weights(uninterrupted, tmp_path / "run")
+
+    collate = DataCollatorForBiLM.__call__
+
+    def out_of_vocabulary(self, examples):
+        batch = collate(self, examples)
+        batch["labels"][0, 0, 0] = 10**6
+        return batch
+
+    monkeypatch.setattr(DataCollatorForBiLM, "__call__", out_of_vocabulary)
+    seen.clear()
+    with pytest.raises(ValueError, match=r"labels must be word ids in \[0, \d+\] or -100 \(no target\), found 1000000") as error:
+        train_bilm(**short_run(corpus, tmp_path / "bad"))
+    assert seen == [] and any(entry.name == "check_batch" for entry in error.traceback)
+
+
+def test_values_checked_on_host_skips_only_the_checks_of_values():
+    from hf_elmo.input_checks import values_checked_on_host
+
+    model = ElmoModel(ElmoConfig(filters=[[1, 4]], n_highway=0, cell_dim=8, projection_dim=4, num_layers=1))
+    ids = torch.full((1, 3, 50), 300)  # beyond the 262 character ids
+    with pytest.raises(ValueError, match=r"input_ids must be in \[0, 261\]"):
+        model.check_inputs(ids)
+    with values_checked_on_host():
+        assert model.check_inputs(ids).tolist() == [[True, True, True]]
+        with pytest.raises(ValueError, match=r"input_ids must have shape \(batch, words, 50\)"):
+            model.check_inputs(ids[..., :49])
+    with pytest.raises(ValueError, match=r"input_ids must be in \[0, 261\]"):
+        model.check_inputs(ids)
