@@ -12,9 +12,10 @@ Sections, each printed as a table (and all of them again at the end):
    sizes, batches 128 / 512 / 2,048, float32 and bfloat16 autocast; the GPU path ("static") against the
    length-sorted path made for CPUs ("sorted") and the straightforward reference ("reference").
 3. Inference: words/s of `ElmoModel` (all layers), float32 and bfloat16 weights.
-4. Profile of a training step at batch 128 (original size): the share of the step in which a kernel runs,
-   kernels per step and launch calls per step, for the benchmark loop and for `Trainer` (`hf_elmo.train_bilm`
-   on a generated corpus, with the host's time to read and collate one of its batches).
+4. Profile of a training step at batch 128 (original size): tokens/s with a synchronisation after each step and with
+   steps issued back to back (the host running ahead, as in training), the share of the step in which a kernel runs,
+   kernels per step and launch calls per step, for the benchmark loop and for `Trainer` (`hf_elmo.train_bilm` on a
+   generated corpus, with the host's time to read and collate one of its batches).
 """
 
 import argparse
@@ -40,6 +41,7 @@ from conftest import FIXTURE_SETS, fixture_batches, reference_from  # noqa: E402
 
 from hf_elmo.adagrad import Adagrad  # noqa: E402
 from hf_elmo import ElmoConfig, ElmoForBiLM, ElmoTokenizer  # noqa: E402
+from hf_elmo.input_checks import values_checked_on_host  # noqa: E402
 
 DEVICE = "cuda"
 TABLES: list[str] = []
@@ -153,6 +155,26 @@ def train_step(model, optimizer, batch, dtype):
     torch.nn.utils.clip_grad_norm_(model.parameters(), 10.0 / 20)
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
+
+
+def host_checked_step(model, optimizer, host_batch, dtype):
+    """A step as `hf-elmo train` takes it on a GPU: the batch (pinned host memory) checked on the host, moved without
+    waiting, and the model's device-side checks of values (each a wait for the GPU) skipped."""
+    model.check_batch(**host_batch)
+    batch = {k: v.to(DEVICE, non_blocking=True) for k, v in host_batch.items()}
+    with values_checked_on_host():
+        train_step(model, optimizer, batch, dtype)
+
+
+def time_back_to_back(step, steps: int) -> float:
+    """Seconds per step of `steps` steps issued one after the other, synchronised only at the end (the host may
+    run ahead of the GPU, as in training)."""
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(steps):
+        step()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - start) / steps
 
 
 def time_steps(step, steps: int, warmup: int) -> float:
@@ -322,7 +344,7 @@ def trainer_profile(dtype: str, steps: int = 30) -> list:
     times = np.diff(timing.times[10:])
     tokens_per_second = 128 * 20 / float(np.median(times))
     share, kernels, launches = timing.profile
-    return [f"Trainer (hf_elmo.train_bilm), {dtype}", f"{tokens_per_second:,.0f}", f"{share:.0%}", f"{kernels:,.0f}", f"{launches:,.0f}", f"{read_ms:.1f}"]  # fmt: skip
+    return [f"Trainer (hf_elmo.train_bilm), {dtype}", f"{tokens_per_second:,.0f}", f"{tokens_per_second:,.0f}", f"{share:.0%}", f"{kernels:,.0f}", f"{launches:,.0f}", f"{read_ms:.1f}"]  # fmt: skip
 
 
 def profiles(quick: bool, deadline: float):
@@ -330,21 +352,29 @@ def profiles(quick: bool, deadline: float):
     for batch_size in PROFILE_BATCHES:
         batch = make_batch(batch_size, 20, 100_000, DEVICE)
         for dtype in ("bfloat16", "float32"):
-            for path in [p for p in PATHS if p != "reference"]:
-                model, optimizer = training_model("original", path)
-                step = lambda: train_step(model, optimizer, batch, dtype)  # noqa: E731
+            host_batch = {k: v.cpu().pin_memory() for k, v in batch.items()}
+            paths = [p for p in PATHS if p != "reference"]
+            if "static" in paths:
+                paths.insert(paths.index("static") + 1, "static, checked on host")
+            for path in paths:
+                model, optimizer = training_model("original", path.split(",")[0])
+                if path == "static, checked on host":
+                    step = lambda: host_checked_step(model, optimizer, host_batch, dtype)  # noqa: E731
+                else:
+                    step = lambda: train_step(model, optimizer, batch, dtype)  # noqa: E731
                 seconds = time_steps(step, 5, 3)
+                back_to_back = time_back_to_back(step, 10)
                 share, kernels, launches = profile_steps(step, 5, f"{path} {dtype} {batch_size}")
-                rows.append([f"benchmark loop, batch {batch_size}, {path}, {dtype}", f"{batch_size * 20 / seconds:,.0f}", f"{share:.0%}", f"{kernels:,.0f}", f"{launches:,.0f}", ""])  # fmt: skip
+                rows.append([f"benchmark loop, batch {batch_size}, {path}, {dtype}", f"{batch_size * 20 / seconds:,.0f}", f"{batch_size * 20 / back_to_back:,.0f}", f"{share:.0%}", f"{kernels:,.0f}", f"{launches:,.0f}", ""])  # fmt: skip
                 del model, optimizer
                 torch.cuda.empty_cache()
     for dtype in ("bfloat16", "float32"):
         if time.monotonic() > deadline:
-            rows.append([f"Trainer, {dtype}", "skipped (time)", "", "", "", ""])
+            rows.append([f"Trainer, {dtype}", "skipped (time)", "", "", "", "", ""])
             continue
         rows.append(trainer_profile(dtype))
     table("4. A training step, rows of 20 positions, original size (GPU busy: share of the wall time with a kernel running)",
-          ["what", "tokens/s", "GPU busy", "kernels/step", "launch calls/step", "host ms to read a batch"], rows)  # fmt: skip
+          ["what", "tokens/s", "back to back", "GPU busy", "kernels/step", "launch calls/step", "host ms to read a batch"], rows)  # fmt: skip
 
 
 def main():
