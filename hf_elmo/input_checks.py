@@ -36,6 +36,26 @@ def values_checked() -> bool:
     return _VALUES_CHECKED.get()
 
 
+def check_labels(config: ElmoConfig, labels, positions: torch.Size):
+    """Validates the biLM's `(B, T, 2)` targets: integer word ids of the model's vocabulary, or -100."""
+    expected = (*positions, 2)
+    if not isinstance(labels, torch.Tensor) or labels.shape != expected:
+        got = tuple(labels.shape) if isinstance(labels, torch.Tensor) else type(labels).__name__
+        raise ValueError(
+            f"labels must have shape {expected} (batch, positions, [forward target, backward target]), got {got}."
+        )
+    if labels.is_floating_point() or labels.is_complex() or labels.dtype == torch.bool:
+        raise ValueError(f"labels must hold integer word ids, got dtype {labels.dtype}.")
+    if values_checked():
+        return
+    bad = (labels != -100) & ((labels < 0) | (labels >= config.vocab_size))
+    if bad.any():
+        raise ValueError(
+            f"labels must be word ids in [0, {config.vocab_size - 1}] or -100 (no target), found "
+            f"{labels[bad][0].item()}; was the vocabulary used for the data the one of this model?"
+        )
+
+
 def check_inputs(
     config: ElmoConfig,
     input_ids,

@@ -25,7 +25,7 @@ from .cuda_graphs import CaptureCache, CapturedFunction
 from .fast_lstm import LstmSettings, PackedSteps, lstm_layer
 from .gpu_lstm import CapturedLayers, LayerSettings, bidirectional_layer, default_kernels
 from .hub_elmo import push_to_hub_with_model_card
-from .input_checks import check_inputs, values_checked
+from .input_checks import check_inputs, check_labels
 from .model_io import load_pretrained, name_pipeline
 from .onednn_linear import linear
 from .sampled_softmax import full_softmax_loss, sampled_softmax_loss
@@ -862,28 +862,10 @@ class ElmoForBiLM(ElmoPreTrainedModel):
     def check_batch(self, input_ids, attention_mask=None, labels=None, **unused) -> None:
         """Checks a batch as `forward` would (a one-line `ValueError` naming the problem), e.g. on the host before it
         moves to a GPU, where `forward` can then skip the checks of values (`input_checks.values_checked_on_host`).
-        Other entries of a batch dict (`num_items_in_batch`, ...) are ignored."""
+        Other entries of a batch dict are ignored."""
         self.elmo.check_inputs(input_ids, attention_mask)
         if labels is not None:
-            self._check_labels(labels, input_ids.shape[:2])
-
-    def _check_labels(self, labels: torch.Tensor, positions: torch.Size):
-        expected = (*positions, 2)
-        if labels.shape != expected:
-            raise ValueError(
-                f"labels must have shape {expected} (batch, positions, [forward target, backward target]), "
-                f"got {tuple(labels.shape)}."
-            )
-        if labels.is_floating_point() or labels.is_complex() or labels.dtype == torch.bool:
-            raise ValueError(f"labels must hold integer word ids, got dtype {labels.dtype}.")
-        if values_checked():
-            return
-        bad = (labels != -100) & ((labels < 0) | (labels >= self.config.vocab_size))
-        if bad.any():
-            raise ValueError(
-                f"labels must be word ids in [0, {self.config.vocab_size - 1}] or -100 (no target), found "
-                f"{labels[bad][0].item()}; was the vocabulary used for the data the one of this model?"
-            )
+            check_labels(self.config, labels, input_ids.shape[:2])
 
     def _loss_sums(self, top: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """`(B, T, 2P)` top layer (after dropout) and `(B, T, 2)` labels -> the summed cross-entropy `(2,)` and the
@@ -986,7 +968,7 @@ class ElmoForBiLM(ElmoPreTrainedModel):
         if labels is not None and isinstance(input_ids, torch.Tensor):
             # Before the model runs. On a GPU the check makes the host wait for the device; `hf-elmo train` checks
             # each batch on the host instead (`check_batch`, `values_checked_on_host`).
-            self._check_labels(labels, input_ids.shape[:2])
+            check_labels(self.config, labels, input_ids.shape[:2])
         captured = None
         if labels is not None and state is None and not (return_logits or output_hidden_states or use_cache):
             captured = self._captured_training_step(input_ids, attention_mask, labels)

@@ -56,7 +56,7 @@ from .data_bilm import (
     load_bilm_dataset,
 )
 from .file_io import check_not_an_input, deferred_signals, read_json_object, write_atomically
-from .input_checks import values_checked_on_host
+from .input_checks import check_inputs, check_labels, values_checked_on_host
 from .modeling_elmo import ElmoForBiLM
 from .streams_bilm import DataCollatorForBiLMStreams, StreamWindowDataset
 from .tokenization_elmo import ElmoTokenizer
@@ -450,6 +450,27 @@ class TimeLimitCallback(TrainerCallback):
             control.should_save = True
 
 
+def _on_accelerator(args: TrainingArguments) -> bool:
+    return args.device.type != "cpu"
+
+
+class HostCheckedCollator:
+    """`collate`, then the model's checks of the batch on the host (in the data loader's processes), with a mark that
+    lets `ElmoTrainer` skip them on the device: there each is a wait for the GPU at every step, which then idles
+    until the host has issued the next step."""
+
+    MARK = "values_checked_on_host"
+
+    def __init__(self, collate, config: ElmoConfig):
+        self.collate, self.config = collate, config
+
+    def __call__(self, examples) -> dict:
+        batch = self.collate(examples)
+        check_inputs(self.config, batch["input_ids"], batch.get("attention_mask"))
+        check_labels(self.config, batch["labels"], batch["input_ids"].shape[:2])
+        return {**batch, self.MARK: True}
+
+
 class ElmoTrainer(Trainer):
     """`Trainer` that also reports exact (token-weighted) forward, backward and mean perplexity when evaluating, and
     writes each checkpoint into a staging folder renamed when complete (tokenizer included, so that every checkpoint
@@ -465,6 +486,8 @@ class ElmoTrainer(Trainer):
     def __init__(self, *args, word_tokenizer: ElmoTokenizer | None = None, **kwargs):
         super().__init__(*args, **kwargs)
         self.word_tokenizer = word_tokenizer
+        if _on_accelerator(self.args):
+            self.data_collator = HostCheckedCollator(self.data_collator, self.accelerator.unwrap_model(self.model).config)
 
     def _get_output_dir(self, trial) -> str:
         return self._staging or super()._get_output_dir(trial)
@@ -507,25 +530,11 @@ class ElmoTrainer(Trainer):
         with _one_line_load_errors(checkpoint, "random state"):
             super()._load_rng_state(checkpoint)
 
-    def training_step(self, model, inputs, num_items_in_batch=None):
-        with self._check_values_on_host(inputs):
-            return super().training_step(model, inputs, num_items_in_batch)
-
-    def _check_values_on_host(self, inputs):
-        """On a GPU: checks the batch while it is still on the host and lets the model skip its checks of values,
-        each of which would make the host wait for the GPU at every step (the GPU then idles until the host has
-        issued the next step)."""
-        on_host = all(not isinstance(v, torch.Tensor) or v.device.type == "cpu" for v in inputs.values())
-        if not (self._trains_on_accelerator() and on_host):
-            return contextlib.nullcontext()
-        self.accelerator.unwrap_model(self.model).check_batch(**inputs)
-        return values_checked_on_host()
-
-    def _trains_on_accelerator(self) -> bool:
-        return self.args.device.type != "cpu"
-
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-        loss, outputs = super().compute_loss(model, inputs, return_outputs=True, num_items_in_batch=num_items_in_batch)
+        inputs = dict(inputs)
+        checked = inputs.pop(HostCheckedCollator.MARK, False)
+        with values_checked_on_host() if checked else contextlib.nullcontext():
+            loss, outputs = super().compute_loss(model, inputs, return_outputs=True, num_items_in_batch=num_items_in_batch)
         if not model.training and self._direction_sums is not None:
             counts = inputs["labels"].ne(-100).sum(dim=(0, 1)).double()
             sums = torch.stack([outputs.forward_loss.double() * counts[0], outputs.backward_loss.double() * counts[1]])

@@ -336,26 +336,29 @@ def test_run_stopped_before_its_first_checkpoint_leaves_nothing(corpus, tmp_path
     assert (tmp_path / "run/model.safetensors").is_file() and not (tmp_path / "run/.staging").exists()
 
 
-def test_batches_checked_on_the_host_train_the_same_and_bad_values_still_stop(corpus, tmp_path, monkeypatch,
-                                                                              uninterrupted):
-    """On a GPU each batch is checked on the host and the model skips its value checks (each a wait for the GPU).
-    Forced on here: the run must be the same, the model must see the skip, and a bad batch must still stop it."""
+def test_batches_checked_on_the_host_train_the_same_and_bad_values_still_stop(corpus, tmp_path, monkeypatch):
+    """On a GPU each batch is checked on the host (by the data loader) and the model skips its checks of values,
+    each a wait for the GPU. Forced on here: the run must be the same, the model must see the skip, and a bad batch
+    must still stop it, before the model runs."""
+    from hf_elmo import train_bilm as training_module
     from hf_elmo.data_bilm import DataCollatorForBiLM
     from hf_elmo.input_checks import values_checked
 
-    monkeypatch.setattr(ElmoTrainer, "_trains_on_accelerator", lambda self: True)
+    with_eval = dict(eval_files=[corpus / "valid.txt"], eval_steps=3)
+    plain = train_bilm(**short_run(corpus, tmp_path / "plain", **with_eval))
+    monkeypatch.setattr(training_module, "_on_accelerator", lambda args: True)
     seen = []
     forward = ElmoForBiLM.forward
 
     def spy(self, *args, **kwargs):
-        if self.training:
-            seen.append(values_checked())
+        seen.append(values_checked())
         return forward(self, *args, **kwargs)
 
     monkeypatch.setattr(ElmoForBiLM, "forward", spy)
-    train_bilm(**short_run(corpus, tmp_path / "run"))
-    assert seen == [True] * 6
-    assert_same_weights(uninterrupted, tmp_path / "run")
+    checked = train_bilm(**short_run(corpus, tmp_path / "run", **with_eval))
+    assert len(seen) > 6 and all(seen)  # training steps and evaluation batches
+    assert_same_weights(load_file(tmp_path / "plain/model.safetensors"), tmp_path / "run")
+    assert checked["eval_perplexity"] == pytest.approx(plain["eval_perplexity"], rel=1e-6)
 
     collate = DataCollatorForBiLM.__call__
 
@@ -366,9 +369,10 @@ def test_batches_checked_on_the_host_train_the_same_and_bad_values_still_stop(co
 
     monkeypatch.setattr(DataCollatorForBiLM, "__call__", out_of_vocabulary)
     seen.clear()
-    with pytest.raises(ValueError, match=r"labels must be word ids in \[0, \d+\] or -100 \(no target\), found 1000000") as error:
+    expected = r"labels must be word ids in \[0, \d+\] or -100 \(no target\), found 1000000"
+    with pytest.raises(ValueError, match=expected) as error:
         train_bilm(**short_run(corpus, tmp_path / "bad"))
-    assert seen == [] and any(entry.name == "check_batch" for entry in error.traceback)
+    assert seen == [] and any(entry.name == "__call__" and "train_bilm" in str(entry.path) for entry in error.traceback)
 
 
 def test_values_checked_on_host_skips_only_the_checks_of_values():
