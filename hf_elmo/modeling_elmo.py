@@ -967,7 +967,7 @@ class ElmoForBiLM(ElmoPreTrainedModel):
         """
         if labels is not None and isinstance(input_ids, torch.Tensor):
             # Before the model runs. On a GPU the check makes the host wait for the device; `hf-elmo train` checks
-            # each batch on the host instead (`check_batch`, `values_checked_on_host`).
+            # each batch on the host instead (`train_bilm.HostCheckedCollator`, `input_checks.values_checked_on_host`).
             check_labels(self.config, labels, input_ids.shape[:2])
         captured = None
         if labels is not None and state is None and not (return_logits or output_hidden_states or use_cache):
