@@ -56,6 +56,13 @@ def check_labels(config: ElmoConfig, labels, positions: torch.Size):
         )
 
 
+def check_bilm_batch(config: ElmoConfig, input_ids, attention_mask=None, labels=None) -> None:
+    """`check_inputs` and `check_labels` of a biLM batch, as `ElmoForBiLM.forward` runs them."""
+    check_inputs(config, input_ids, attention_mask)
+    if labels is not None:
+        check_labels(config, labels, input_ids.shape[:2])
+
+
 def check_inputs(
     config: ElmoConfig,
     input_ids,

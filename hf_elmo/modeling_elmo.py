@@ -25,7 +25,7 @@ from .cuda_graphs import CaptureCache, CapturedFunction
 from .fast_lstm import LstmSettings, PackedSteps, lstm_layer
 from .gpu_lstm import CapturedLayers, LayerSettings, bidirectional_layer, default_kernels
 from .hub_elmo import push_to_hub_with_model_card
-from .input_checks import check_inputs, check_labels
+from .input_checks import check_bilm_batch, check_inputs, check_labels
 from .model_io import load_pretrained, name_pipeline
 from .onednn_linear import linear
 from .sampled_softmax import full_softmax_loss, sampled_softmax_loss
@@ -863,9 +863,7 @@ class ElmoForBiLM(ElmoPreTrainedModel):
         """Checks a batch as `forward` would (a one-line `ValueError` naming the problem), e.g. on the host before it
         moves to a GPU, where `forward` can then skip the checks of values (`input_checks.values_checked_on_host`).
         Other entries of a batch dict are ignored."""
-        self.elmo.check_inputs(input_ids, attention_mask)
-        if labels is not None:
-            check_labels(self.config, labels, input_ids.shape[:2])
+        check_bilm_batch(self.config, input_ids, attention_mask, labels)
 
     def _loss_sums(self, top: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """`(B, T, 2P)` top layer (after dropout) and `(B, T, 2)` labels -> the summed cross-entropy `(2,)` and the

@@ -56,7 +56,7 @@ from .data_bilm import (
     load_bilm_dataset,
 )
 from .file_io import check_not_an_input, deferred_signals, read_json_object, write_atomically
-from .input_checks import check_inputs, check_labels, values_checked_on_host
+from .input_checks import check_bilm_batch, values_checked_on_host
 from .modeling_elmo import ElmoForBiLM
 from .streams_bilm import DataCollatorForBiLMStreams, StreamWindowDataset
 from .tokenization_elmo import ElmoTokenizer
@@ -466,8 +466,7 @@ class HostCheckedCollator:
 
     def __call__(self, examples) -> dict:
         batch = self.collate(examples)
-        check_inputs(self.config, batch["input_ids"], batch.get("attention_mask"))
-        check_labels(self.config, batch["labels"], batch["input_ids"].shape[:2])
+        check_bilm_batch(self.config, batch["input_ids"], batch.get("attention_mask"), batch["labels"])
         return {**batch, self.MARK: True}
 
 
