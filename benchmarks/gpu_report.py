@@ -10,8 +10,10 @@ Sections, each printed as a table (and all of them again at the end):
 2. Training: tokens/s per direction (batch x 20 positions / median step time) of `ElmoForBiLM` with the sampled
    softmax (8,192 negatives of 100,000 words), dropout 0.1, clipping and Adagrad, for the small and original
    sizes, batches 128 / 512 / 2,048, float32 and bfloat16 autocast; the GPU path ("static") against the
-   length-sorted path made for CPUs ("sorted") and the straightforward reference ("reference").
-3. Inference: words/s of `ElmoModel` (all layers), float32 and bfloat16 weights.
+   length-sorted path made for CPUs ("sorted") and the straightforward reference ("reference"); where the GPU path
+   multiplies each step's input together with its state (from batch 512 at the original size), also "static, state
+   product", the GPU path without that (one product of all steps' inputs first).
+3. Inference: words/s of `ElmoModel` (all layers), float32 and bfloat16 weights, the same paths.
 4. Profile of a training step at batch 128 (original size): tokens/s with a synchronisation after each step and with
    steps issued back to back (the host running ahead, as in training), the share of the step in which a kernel runs,
    kernels per step and launch calls per step, for the benchmark loop and for `Trainer` (`hf_elmo.train_bilm` on a
@@ -41,6 +43,7 @@ from conftest import FIXTURE_SETS, fixture_batches, reference_from  # noqa: E402
 
 from hf_elmo.adagrad import Adagrad  # noqa: E402
 from hf_elmo import ElmoConfig, ElmoForBiLM, ElmoTokenizer  # noqa: E402
+from hf_elmo.gpu_lstm import joint_input_product  # noqa: E402
 from hf_elmo.input_checks import values_checked_on_host  # noqa: E402
 
 DEVICE = "cuda"
@@ -62,11 +65,23 @@ def table(title: str, header: list[str], rows: list[list]) -> str:
 
 
 def set_path(model, path: str):
-    """`static` (the GPU path), `sorted` (the CPU path) on an `ElmoModel` or `ElmoForBiLM`."""
+    """`static` (the GPU path), `sorted` (the CPU path) on an `ElmoModel` or `ElmoForBiLM`; `static, state product`:
+    the GPU path with each step multiplying only its state, after one product of all steps' inputs, also where the
+    batch is large enough for the joint product of input and state (`gpu_lstm.joint_input_product`); `static, joint
+    product`: the joint product at any batch size."""
     elmo = model.elmo if hasattr(model, "elmo") else model
-    elmo.encoder.static_shapes = path == "static"
+    elmo.encoder.static_shapes = path.startswith("static")
+    elmo.encoder.joint_input_product = {"static, state product": False, "static, joint product": True}.get(path)
     elmo.char_encoder.deduplicate = path == "sorted"
     return model
+
+
+def paths_for(batch_size: int, paths: list[str], projection_dim: int) -> list[str]:
+    """`paths`, with `static, state product` after `static` where the GPU path would take the joint product."""
+    if "static" in paths and joint_input_product(batch_size, projection_dim):
+        paths = list(paths)
+        paths.insert(paths.index("static") + 1, "static, state product")
+    return paths
 
 
 # --- 1. exactness ---------------------------------------------------------------------------------------------
@@ -88,7 +103,7 @@ def exactness(quick: bool):
     sum((w * t).sum() for w, t in zip(weights, truth_layers)).backward()
     truth_grads = {n: p.grad for n, p in reference.named_parameters()}
     gpu_batch = {k: v.to(DEVICE) for k, v in batch.items()}
-    for path in ("static", "sorted", "reference"):
+    for path in ("static", "static, joint product", "sorted", "reference"):
         model = copy.deepcopy(cpu_model).float().to(DEVICE)
         if path == "reference":
             model = reference_from(model)
@@ -198,11 +213,11 @@ def training(quick: bool, deadline: float):
         for batch_size in batches:
             batch = make_batch(batch_size, 20, 100_000, DEVICE)
             for dtype in ("bfloat16", "float32"):
-                for path in PATHS:
+                for path in paths_for(batch_size, PATHS, ElmoConfig.from_preset(size).projection_dim):
                     if time.monotonic() > deadline:
                         rows.append([size, batch_size, dtype, path, "skipped (time)", ""])
                         continue
-                    if path != "static" and batch_size == 2048 and size == "original":
+                    if not path.startswith("static") and batch_size == 2048 and size == "original":
                         rows.append([size, batch_size, dtype, path, "not run (time)", ""])
                         continue
                     model, optimizer = training_model(size, path)
@@ -221,9 +236,11 @@ def inference(quick: bool, deadline: float):
     rows = []
     config = ElmoConfig.from_preset("original")
     for dtype, batches in ((torch.float32, [32, 256, 1024]), (torch.bfloat16, [32, 256, 1024, 4096])):
-        for path in ("static", "sorted"):
+        for path in ("static", "static, state product", "sorted"):
             model = set_path(random_model(config, DEVICE, dtype), path)
             for batch_size in batches:
+                if path not in paths_for(batch_size, ["static", "sorted"], config.projection_dim):
+                    continue
                 if time.monotonic() > deadline:
                     rows.append([str(dtype).split(".")[1], path, batch_size, "skipped (time)", ""])
                     continue

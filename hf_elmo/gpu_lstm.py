@@ -44,6 +44,8 @@ class LayerSettings:
     for float64)."""
     kernels: str
     """`"triton"` or `"torch"`: which implementation of the elementwise steps."""
+    joint_product: bool | None = None
+    """Whether each step multiplies its input together with its state (`joint_input_product`); None: by batch size."""
 
 
 def default_kernels(device: torch.device) -> str:
@@ -180,6 +182,15 @@ def _step_bmm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return result
 
 
+def joint_input_product(batch_size: int, input_dim: int) -> bool:
+    """Whether a layer multiplies each step's input together with its state, `[x_s | h] @ [W_x | W_h]^T`, instead of
+    all steps' inputs in one product beforehand. That product's result `(2, T, B, 4D)` is written once and read again
+    by the steps, `2 B 4D` values per direction and step, where multiplying `x_s` at each step reads `W_x` again,
+    `4D x input_dim` values: from `B >= input_dim` the joint product moves half as much memory or less (and the
+    `(2, T, B, 4D)` buffer, 5 GiB for the original model at batch 4,096 in bfloat16, is never allocated)."""
+    return batch_size >= input_dim
+
+
 def _layer_forward(inputs, mask, hidden0, memory0, params, settings: LayerSettings, save: bool):
     """Runs one layer over step-ordered inputs.
 
@@ -198,21 +209,33 @@ def _layer_forward(inputs, mask, hidden0, memory0, params, settings: LayerSettin
     cell_forward, hidden_forward, _, _ = _steps(settings.kernels)
     dtype = settings.dtype
     input_weight, bias, state_weight, projection_weight = (_stacked(*pair, dtype) for pair in params)
-    _, num_steps, batch_size, projection_dim = inputs.shape
+    _, num_steps, batch_size, input_dim = inputs.shape
+    projection_dim = state_weight.shape[2]
     cell_dim = state_weight.shape[1] // 4
     if settings.forget_bias:  # TensorFlow's LSTMCell adds it at run time
         bias = bias.clone()
         bias[:, cell_dim : 2 * cell_dim] += settings.forget_bias
-    # The input products of all steps are one batched product; only W_h h is sequential.
-    gate_inputs = torch.baddbmm(
-        bias[:, None, :], inputs.reshape(2, num_steps * batch_size, projection_dim), input_weight.transpose(1, 2)
-    ).view(2, num_steps, batch_size, 4 * cell_dim)
+    joint = settings.joint_product
+    if joint is None:
+        joint = joint_input_product(batch_size, input_dim)
+    if joint:
+        # Step s multiplies slot s, `[x_s | h_(s-1)]`, and writes h_s into slot s + 1: the state slots are views.
+        steps_in = inputs.new_empty(2, num_steps + 1, batch_size, input_dim + projection_dim)
+        steps_in[:, :num_steps, :, :input_dim] = inputs
+        hidden = steps_in[..., input_dim:]
+        joint_weight_t = torch.cat([input_weight, state_weight], dim=2).transpose(1, 2)
+        # The bias joins in the elementwise step, read as a row repeated over the batch.
+        step_bias = bias[:, None, :].expand(2, batch_size, 4 * cell_dim)
+    else:
+        # The input products of all steps are one batched product; only W_h h is sequential.
+        gate_inputs = torch.baddbmm(
+            bias[:, None, :], inputs.reshape(2, num_steps * batch_size, input_dim), input_weight.transpose(1, 2)
+        ).view(2, num_steps, batch_size, 4 * cell_dim)
+        # Step s reads slot s and writes slot s + 1: with `save`, every step's state stays for the backward pass.
+        hidden = inputs.new_empty(2, num_steps + 1 if save else 2, batch_size, projection_dim)
     memory_dtype = _memory_dtype(dtype)
     outputs = inputs.new_empty(2, num_steps, batch_size, projection_dim)
-    # Step s reads slot s and writes slot s + 1: with `save`, every step's state stays for the backward pass.
-    slots = num_steps + 1 if save else 2
-    hidden = inputs.new_empty(2, slots, batch_size, projection_dim)
-    memory = inputs.new_empty(2, slots, batch_size, cell_dim, dtype=memory_dtype)
+    memory = inputs.new_empty(2, num_steps + 1 if save else 2, batch_size, cell_dim, dtype=memory_dtype)
     hidden[:, 0] = hidden0
     memory[:, 0] = memory0
     saved = None
@@ -232,26 +255,30 @@ def _layer_forward(inputs, mask, hidden0, memory0, params, settings: LayerSettin
         cell_output = inputs.new_empty(2, batch_size, cell_dim)
     state_weight_t, projection_weight_t = state_weight.transpose(1, 2), projection_weight.transpose(1, 2)
     for s in range(num_steps):
-        now, after = (s, s + 1) if save else (s % 2, (s + 1) % 2)
-        # The gate inputs are added in the elementwise step: as the product's addend they would be copied first.
-        gates = torch.bmm(hidden[:, now], state_weight_t)
+        # Slots: every step's (T + 1) or two used in turn.
+        now, after = s % memory.shape[1], (s + 1) % memory.shape[1]
+        hidden_now, hidden_after = s % hidden.shape[1], (s + 1) % hidden.shape[1]
+        if joint:
+            gates, step_inputs = torch.bmm(steps_in[:, s], joint_weight_t), step_bias
+        else:
+            # The gate inputs are added in the elementwise step: as the product's addend they would be copied first.
+            gates, step_inputs = torch.bmm(hidden[:, hidden_now], state_weight_t), gate_inputs[:, s]
         if save:
             step_saved = [saved[k][:, s] if saved[k] is not None else None for k in ("activations", "cell_tanh")]
             step_saved.append(saved["cell_passed"][:, s] if saved["cell_passed"] is not None else None)
             cell_output = saved["cell_output"][:, s]
         else:
             step_saved = [None, None, None]
-        cell_forward(gate_inputs[:, s], gates, memory[:, now], memory[:, after], mask[:, s], cell_output, *step_saved,
+        cell_forward(step_inputs, gates, memory[:, now], memory[:, after], mask[:, s], cell_output, *step_saved,
                      settings.cell_clip)  # fmt: skip
         projected = _step_bmm(cell_output, projection_weight_t)
         hidden_passed = saved["hidden_passed"][:, s] if save and saved["hidden_passed"] is not None else None
-        hidden_forward(projected, hidden[:, now], hidden[:, after], outputs[:, s], mask[:, s], hidden_passed,
-                       settings.proj_clip)  # fmt: skip
-    last = num_steps if save else num_steps % 2
+        hidden_forward(projected, hidden[:, hidden_now], hidden[:, hidden_after], outputs[:, s], mask[:, s],
+                       hidden_passed, settings.proj_clip)  # fmt: skip
     if save:
         weights = (input_weight, state_weight, projection_weight)
         saved.update(hidden=hidden, memory=memory, inputs=inputs, weights=weights)
-    return outputs, hidden[:, last], memory[:, last], saved
+    return outputs, hidden[:, num_steps % hidden.shape[1]], memory[:, num_steps % memory.shape[1]], saved
 
 
 def _layer_backward(grad_outputs, grad_hidden_final, grad_memory_final, mask, saved, settings: LayerSettings):

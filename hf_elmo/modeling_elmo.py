@@ -416,6 +416,7 @@ class ElmoBiLstm(nn.Module):
         self.config = config  # `config.implementation` is read at each call
         self.static_shapes: bool | None = None
         self.elementwise_kernels: str | None = None  # "triton" or "torch"; None: Triton on CUDA
+        self.joint_input_product: bool | None = None  # see `gpu_lstm.joint_input_product`; None: by batch size
         self.use_cuda_graphs = True
         self.captured = CapturedLayers()
 
@@ -483,7 +484,8 @@ class ElmoBiLstm(nn.Module):
         layer_outputs, final_hidden, final_memory = [], [], []
         for index, (forward_layer, backward_layer) in enumerate(zip(self.forward_layers, self.backward_layers)):
             settings = LayerSettings(
-                forward_layer.cell_clip, forward_layer.proj_clip, forward_layer.forget_bias or 0.0, dtype, kernels
+                forward_layer.cell_clip, forward_layer.proj_clip, forward_layer.forget_bias or 0.0, dtype, kernels,
+                self.joint_input_product,
             )
             weights = tuple(
                 weight

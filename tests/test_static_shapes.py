@@ -34,6 +34,16 @@ TRITON_ON_CPU = gpu_lstm._TRITON_STEPS is not None and gpu_lstm.TRITON_INTERPRET
 TRITON_DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 # (device, elementwise steps): on CPUs both implementations, on a GPU its default (Triton).
 PATHS = [("cpu", "torch"), *([("cpu", "triton")] if TRITON_ON_CPU else []), *([("cuda", None)] if "cuda" in DEVICES else [])]
+# Batches below and at `small_config`'s projection width (6): the layers multiply each step's state alone, after one
+# product of all steps' inputs, or each step's input and state together (`gpu_lstm.joint_input_product`).
+BATCHES = {"state product": SENTENCES, "joint product": SENTENCES + [["one", "more", "row"]]}
+
+
+@pytest.fixture(params=list(BATCHES))
+def sentences(request):
+    rows = BATCHES[request.param]
+    assert gpu_lstm.joint_input_product(len(rows), small_config().projection_dim) == (request.param == "joint product")
+    return rows
 
 
 def static(model, kernels=None, device="cpu", graphs=False):
@@ -65,14 +75,16 @@ def cpu(tensors):
         {"forget_bias": 1.0, "activation": "tanh"},
     ],
 )
-def test_values_match_reference_with_state_and_padding(overrides, kernels, device):
+def test_values_match_reference_with_state_and_padding(overrides, kernels, device, sentences):
     if device == "cpu" and kernels == "triton" and overrides not in ({}, {"cell_clip": None, "proj_clip": None}):
         pytest.skip("interpreted Triton is slow: the kernels' two variants (with and without clips) suffice")
+    if device == "cpu" and kernels == "triton" and overrides and sentences is not SENTENCES:
+        pytest.skip("interpreted Triton is slow: the joint product's steps are the same kernels")
     config = small_config(**overrides)
     model = random_model(config)
     reference = reference_from(model)
     model = static(model, kernels, device)
-    first, second = encode(SENTENCES), encode(SENTENCES[::-1])
+    first, second = encode(sentences), encode(sentences[::-1])
     with torch.no_grad():
         fast = cpu(run_fast(model, on(device, first)))
         slow = reference(first["input_ids"], first["attention_mask"])
@@ -102,14 +114,14 @@ def test_fixture_models_reproduce_the_original_outputs(name, device, converted_d
 
 
 @pytest.mark.parametrize("device, kernels", PATHS)
-def test_gradients_match_reference(kernels, device):
+def test_gradients_match_reference(kernels, device, sentences):
     """Every parameter's and the initial state's gradient, through clipping, padding and unsorted lengths."""
     model = random_model(small_config(forget_bias=1.0))
     reference = reference_from(model)
     model = static(model, kernels, device)
-    batch = encode(SENTENCES)
+    batch = encode(sentences)
     generator = torch.Generator().manual_seed(1)
-    state = [torch.empty(t.shape).uniform_(-0.3, 0.3, generator=generator) for t in model.initial_state(len(SENTENCES))]
+    state = [torch.empty(t.shape).uniform_(-0.3, 0.3, generator=generator) for t in model.initial_state(len(sentences))]
     fast_state = tuple(t.clone().to(device).requires_grad_() for t in state)
     reference_state = tuple(t.clone().requires_grad_() for t in state)
     layers, (hidden, memory) = run_fast(model, on(device, batch), fast_state)
@@ -126,12 +138,12 @@ def test_gradients_match_reference(kernels, device):
         assert (fast_grad.cpu() - reference_grad).abs().max() <= 1e-4 * scale, name
 
 
-def test_float64_equals_reference_to_rounding():
+def test_float64_equals_reference_to_rounding(sentences):
     """In float64 the PyTorch steps compute the reference's function: values and gradients to 1e-12."""
     model = random_model(small_config()).double()
     reference = reference_from(model)
     model = static(model, "torch")
-    batch = encode(SENTENCES)
+    batch = encode(sentences)
     layers, _ = run_fast(model, batch)
     reference_layers, _ = reference(batch["input_ids"])
     for a, b in zip(layers, reference_layers):
@@ -143,6 +155,27 @@ def test_float64_equals_reference_to_rounding():
         other = reference_params[name].grad
         if other is not None:
             assert (param.grad - other).abs().max() <= 1e-12 * max(other.abs().max(), 1.0), name
+
+
+@pytest.mark.parametrize("joint", [True, False])
+def test_joint_input_product_can_be_forced(joint, sentences, monkeypatch):
+    """`ElmoBiLstm.joint_input_product` overrides the choice by batch size (benchmarks compare both), and either way
+    the layers compute the reference's function."""
+    model = random_model(small_config()).double()
+    reference = reference_from(model)
+    model = static(model, "torch")
+    model.encoder.joint_input_product = joint
+
+    def no_choice(*args):
+        raise AssertionError("chose by batch size although told which product to take")
+
+    monkeypatch.setattr(gpu_lstm, "joint_input_product", no_choice)
+    batch = encode(sentences)
+    with torch.no_grad():
+        layers, _ = run_fast(model, batch)
+        reference_layers, _ = reference(batch["input_ids"])
+    for a, b in zip(layers, reference_layers):
+        assert (a - b).abs().max() <= 1e-12
 
 
 def test_triton_steps_equal_torch_steps_in_bfloat16():
