@@ -139,7 +139,7 @@ def main():
         with autocast:
             loss = model(**batch).loss
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 10.0 / args.words)
+        optimizer.clip_grad_norm_(10.0 / args.words)  # clipped inside the step, as hf-elmo train does
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         if args.device.startswith("cuda"):

@@ -12,6 +12,11 @@ rounded square root and division): a Triton kernel on CUDA tensors, a compiled l
 and the other does not, a unit in the last place. Same arguments, same state (a checkpoint of either loads into the
 other); everything the fused step does not cover (other dtypes on CPUs, sparse gradients, `lr_decay`,
 `weight_decay`, `maximize`) runs PyTorch's own step.
+
+Gradient clipping joins the same pass: `Adagrad.clip_grad_norm_` computes the global norm as
+`torch.nn.utils.clip_grad_norm_` does and the next step multiplies each gradient by the clipping factor as it reads
+it, with the same rounding, instead of clipping writing every gradient once more (`hf-elmo train` clips so; for the
+original model on two Zen 3 cores, clipping and step took 173 ms instead of 210).
 """
 
 import os
@@ -34,10 +39,11 @@ _BLOCK = 4096
 if triton is not None:
 
     @triton.jit
-    def _adagrad_kernel(param_ptr, grad_ptr, sum_ptr, n, lr, eps, BLOCK: tl.constexpr):
+    def _adagrad_kernel(param_ptr, grad_ptr, sum_ptr, scale_ptr, n, lr, eps, BLOCK: tl.constexpr):
         offsets = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
         valid = offsets < n
-        grad = tl.load(grad_ptr + offsets, mask=valid, other=0.0).to(tl.float32)
+        # Times the clipping factor (else 1), rounded as clipping's own multiplication rounds it.
+        grad = tl.load(grad_ptr + offsets, mask=valid, other=0.0).to(tl.float32) * tl.load(scale_ptr)
         # A zero gradient leaves both the accumulator and the parameter exactly as they are: a block of zeros (the
         # rows of the word softmax that a sampled-softmax step did not touch) needs nothing read or written.
         if tl.max(tl.abs(grad), axis=0) == 0.0:
@@ -49,21 +55,72 @@ if triton is not None:
         tl.store(param_ptr + offsets, param.to(param_ptr.dtype.element_ty), mask=valid)
 
 
-def _triton_step(param, grad, total, lr, eps):
+def _triton_step(param, grad, total, lr, eps, scale):
     n = param.numel()
-    _adagrad_kernel[(triton.cdiv(n, _BLOCK),)](param, grad, total, n, lr, eps, BLOCK=_BLOCK)
+    _adagrad_kernel[(triton.cdiv(n, _BLOCK),)](param, grad, total, scale, n, lr, eps, BLOCK=_BLOCK)
 
 
 class Adagrad(torch.optim.Adagrad):
     """`torch.optim.Adagrad` whose step is one pass per parameter, a Triton kernel on CUDA tensors and a compiled
-    loop on float32 CPU tensors (see the module docstring); same arguments and state."""
+    loop on float32 CPU tensors (see the module docstring); same arguments and state. `clip_grad_norm_` clips the
+    gradients inside that pass instead of in one of its own."""
 
     # Tests set this to run the kernel on CPU tensors under Triton's interpreter.
     _FUSE_ON_CPU = False
 
     def __init__(self, *args, **kwargs):
         self._uncounted_steps: dict[torch.Tensor, int] = {}
+        self._clip: tuple[torch.Tensor, list] | None = None  # from `clip_grad_norm_`, for the next step
+        self._ones: dict[torch.device, torch.Tensor] = {}
         super().__init__(*args, **kwargs)
+
+    def _gradients(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        return [(param, param.grad) for group in self.param_groups for param in group["params"] if param.grad is not None]
+
+    def clip_grad_norm_(self, max_norm: float) -> torch.Tensor:
+        """`torch.nn.utils.clip_grad_norm_` of this optimizer's parameters (2-norm), deferred: returns the same total
+        norm (a 0-d tensor) and the next `step` makes the same update, but multiplies the gradients by the clipping
+        factor `min(max_norm / (norm + 1e-6), 1)` in its own pass over them instead of in a pass of their own (for
+        the original model, 145 million gradients read and written once less per step). Until then `.grad` holds
+        the gradients unclipped; the next `step` must follow with the gradients unchanged (else it raises)."""
+        pairs = self._gradients()
+        total = torch.nn.utils.get_total_norm([grad for _, grad in pairs], 2.0)
+        # The factor as `torch.nn.utils.clip_grads_with_norm_` computes it, operation for operation.
+        factor = torch.clamp(float(max_norm) / (total + 1e-6), max=1.0)
+        self._clip = (factor, [(param, grad, grad._version) for param, grad in pairs])
+        return total
+
+    def _take_clip_factor(self) -> torch.Tensor | None:
+        """The pending clipping factor, after checking that the gradients are those it was computed for."""
+        if self._clip is None:
+            return None
+        factor, clipped = self._clip
+        self._clip = None
+        now = {param: grad for param, grad in self._gradients()}
+        if len(now) != len(clipped) or any(now.get(p) is not g or g._version != v for p, g, v in clipped):
+            raise RuntimeError(
+                "Adagrad.step: the gradients changed after clip_grad_norm_ (another backward pass, zeroed or "
+                "replaced); call clip_grad_norm_ right before step."
+            )
+        return factor
+
+    def _scale_for(self, param: torch.Tensor, factor: torch.Tensor | None) -> torch.Tensor:
+        """The factor a fused step multiplies `param`'s gradient by: the clipping factor on its device for float32
+        gradients; 1 where there is none, or where the gradient was clipped first in its own dtype."""
+        device = param.device
+        if device not in self._ones:
+            self._ones[device] = torch.ones((), dtype=torch.float32, device=device)
+        if factor is None:
+            return self._ones[device]
+        factor = factor.to(device)
+        if param.grad.dtype == torch.float32:
+            return factor
+        param.grad.mul_(factor)  # as clipping rounds it: in the gradient's dtype
+        return self._ones[device]
+
+    def zero_grad(self, set_to_none: bool = True):
+        self._clip = None
+        super().zero_grad(set_to_none)
 
     def _fused_step(self, param: torch.Tensor):
         """The one-pass step for `param`'s device, or None where there is none: Triton's on CUDA tensors (and on CPU
@@ -100,7 +157,11 @@ class Adagrad(torch.optim.Adagrad):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
+        factor = self._take_clip_factor()
         if not all(self._can_fuse(group) for group in self.param_groups):
+            if factor is not None:
+                for _, grad in self._gradients():
+                    grad.mul_(factor.to(grad.device))
             self._count_steps()
             super().step()  # the closure, if any, has run
             return loss
@@ -113,7 +174,8 @@ class Adagrad(torch.optim.Adagrad):
                 # Counted here and added to the state's step tensors when the state is read: updating 40 scalar
                 # tensors per step would cost the host more than the whole update costs the GPU.
                 self._uncounted_steps[param] = self._uncounted_steps.get(param, 0) + 1
-                self._fused_step(param)(param, param.grad, state["sum"], lr, eps)
+                scale = self._scale_for(param, factor)
+                self._fused_step(param)(param, param.grad, state["sum"], lr, eps, scale)
         return loss
 
     def _count_steps(self):

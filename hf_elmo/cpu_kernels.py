@@ -330,18 +330,20 @@ extern "C" void logsumexp_rows_backward(int64_t rows, int64_t cols, const float*
 
 // One Adagrad step as PyTorch's, in one pass: sum += g^2; param += -lr * (g / (sqrt(sum) + eps)). Blocks of
 // zero gradient (rows of a word softmax a sampled softmax did not touch) are left as they are, as Adagrad would.
-extern "C" void adagrad_step(int64_t n, float* param, const float* grad, float* sum, float lr, float eps) {
+// The gradient is used times `scale` (a clipping factor, else 1), rounded to float32 as a separate multiplication.
+extern "C" void adagrad_step(int64_t n, float* param, const float* grad, float* sum, float lr, float eps, float scale) {
     const int64_t block = 4096;
     #pragma omp parallel for schedule(static) if (n >= 8 * block)
     for (int64_t start = 0; start < n; start += block) {
         const int64_t end = start + block < n ? start + block : n;
         bool any = false;
-        for (int64_t j = start; j < end; ++j) any |= grad[j] != 0.0f;
+        for (int64_t j = start; j < end; ++j) any |= grad[j] * scale != 0.0f;
         if (!any) continue;
         for (int64_t j = start; j < end; ++j) {
-            const float total = sum[j] + grad[j] * grad[j];
+            const float g = grad[j] * scale;
+            const float total = sum[j] + g * g;
             sum[j] = total;
-            param[j] = param[j] + (-lr) * (grad[j] / (sqrtf(total) + eps));
+            param[j] = param[j] + (-lr) * (g / (sqrtf(total) + eps));
         }
     }
 }
@@ -389,7 +391,7 @@ _FUNCTIONS = {
     "product_for_check": [ctypes.c_void_p] + [ctypes.c_int64] * 3 + [ctypes.c_void_p] * 3,
     "logsumexp_rows": [ctypes.c_int64] * 2 + [ctypes.c_void_p] * 2,
     "logsumexp_rows_backward": [ctypes.c_int64] * 2 + [ctypes.c_void_p] * 4,
-    "adagrad_step": [ctypes.c_int64] + [ctypes.c_void_p] * 3 + [ctypes.c_float] * 2,
+    "adagrad_step": [ctypes.c_int64] + [ctypes.c_void_p] * 3 + [ctypes.c_float] * 3,
     "dropout": [ctypes.c_int64] + [ctypes.c_void_p] * 2 + [ctypes.c_uint64, ctypes.c_uint32, ctypes.c_float],
 }
 
@@ -596,12 +598,14 @@ def logsumexp_rows_backward(logits: torch.Tensor, totals: torch.Tensor, grad: to
     return out
 
 
-def adagrad_step(param: torch.Tensor, grad: torch.Tensor, total: torch.Tensor, lr: float, eps: float) -> None:
+def adagrad_step(
+    param: torch.Tensor, grad: torch.Tensor, total: torch.Tensor, lr: float, eps: float, scale: torch.Tensor
+) -> None:
     """One Adagrad step in place on contiguous float32 `param` and its accumulator `total` (the same shape as
-    `grad`)."""
+    `grad`), with the gradient times `scale` (a one-element float32 tensor: a clipping factor, else 1)."""
     shape = tuple(param.shape)
     pointers = _pointers((param, shape), (grad, shape), (total, shape))
-    _library()[0].adagrad_step(param.numel(), *pointers, lr, eps)
+    _library()[0].adagrad_step(param.numel(), *pointers, lr, eps, float(scale))
 
 
 def dropout(x: torch.Tensor, threshold: int, scale: float, seed: int) -> torch.Tensor:

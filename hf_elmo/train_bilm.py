@@ -39,6 +39,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from accelerate.utils import DistributedType
 from transformers import Trainer, TrainerCallback, TrainingArguments, set_seed
 from transformers.trainer import TRAINER_STATE_NAME
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
@@ -516,6 +517,18 @@ class ElmoTrainer(Trainer):
             self._staging = None
             if self.args.should_save:
                 shutil.rmtree(staging, ignore_errors=True)
+
+    def _clip_grad_norm(self, model):
+        """With `hf_elmo.adagrad.Adagrad` and plain or DDP training, the clipping happens inside the optimizer's step
+        (`Adagrad.clip_grad_norm_`: same norm, same update, one pass over the gradients less); else `Trainer`'s."""
+        optimizer = getattr(self.optimizer, "optimizer", self.optimizer)  # accelerate wraps it
+        if (
+            isinstance(optimizer, Adagrad)
+            and self.accelerator.distributed_type in (DistributedType.NO, DistributedType.MULTI_GPU, DistributedType.MULTI_CPU)
+            and getattr(self.accelerator, "scaler", None) is None
+        ):
+            return optimizer.clip_grad_norm_(self.args.max_grad_norm)
+        return super()._clip_grad_norm(model)
 
     def _load_from_checkpoint(self, resume_from_checkpoint, model=None):
         with _one_line_load_errors(resume_from_checkpoint, "model weights"):

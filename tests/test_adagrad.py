@@ -113,3 +113,80 @@ def test_closure_runs_once():
 
     assert optimizer.step(closure).item() == 3.0
     assert len(calls) == 1
+
+
+def clipped_run(clip, optimizer_class=Adagrad, steps=4, **kwargs):
+    """`run` with the gradients clipped before each step by `clip(optimizer, params, max_norm)`: the norms are about
+    10 to 60, so steps 0 and 2 clip (max norm 5) and steps 1 and 3 do not (max norm 1,000)."""
+    params = parameters()
+    optimizer = optimizer_class(params, lr=0.2, initial_accumulator_value=0.3, **kwargs)
+    generator = torch.Generator().manual_seed(2)
+    norms = []
+    for step in range(steps):
+        for index, param in enumerate(params):
+            param.grad = None if index == 3 and step % 2 else torch.randn(param.shape, generator=generator).to(DEVICE)
+            if index == 1 and step == 2:
+                param.grad[:4096] = 0
+        norms.append(clip(optimizer, params, 5.0 if step % 2 == 0 else 1000.0))
+        optimizer.step()
+    return params, optimizer, norms
+
+
+def torch_clip(optimizer, params, max_norm):
+    return torch.nn.utils.clip_grad_norm_(params, max_norm)
+
+
+def deferred_clip(optimizer, params, max_norm):
+    return optimizer.clip_grad_norm_(max_norm)
+
+
+def assert_same_run(a, b):
+    (params_a, optimizer_a, norms_a), (params_b, optimizer_b, norms_b) = a, b
+    for norm_a, norm_b in zip(norms_a, norms_b, strict=True):
+        assert torch.equal(norm_a, norm_b)
+    for param_a, param_b in zip(params_a, params_b):
+        assert torch.equal(param_a, param_b)
+        assert torch.equal(optimizer_a.state[param_a]["sum"], optimizer_b.state[param_b]["sum"])
+
+
+def test_clipping_inside_the_step_equals_clipping_before_it(fused_calls):
+    """Same norms, parameters and accumulators to the bit as `torch.nn.utils.clip_grad_norm_` before the step."""
+    deferred = clipped_run(deferred_clip)
+    assert len(fused_calls) == 14  # every step fused: 4 steps of 4 parameters, 2 without a gradient
+    assert norms_clip_and_do_not_clip(deferred[2])
+    assert_same_run(deferred, clipped_run(torch_clip))
+
+
+def norms_clip_and_do_not_clip(norms):
+    return all(norms[k] > 5.0 for k in (0, 2)) and all(norms[k] < 1000.0 for k in (1, 3))
+
+
+def test_clipping_with_pytorchs_step_equals_clipping_before_it():
+    """Where the fused step does not apply (here: weight decay), PyTorch's step on the gradients clipped first."""
+    deferred = clipped_run(deferred_clip, weight_decay=0.01)
+    assert norms_clip_and_do_not_clip(deferred[2])
+    assert_same_run(deferred, clipped_run(torch_clip, torch.optim.Adagrad, weight_decay=0.01))
+
+
+def test_clipping_must_be_right_before_the_step(fused_calls):
+    params = parameters()
+    optimizer = Adagrad(params, lr=0.2)
+    for param in params:
+        param.grad = torch.ones_like(param)
+    optimizer.clip_grad_norm_(1.0)
+    params[0].grad.add_(1.0)  # e.g. another backward pass accumulating into it
+    with pytest.raises(RuntimeError, match="the gradients changed after clip_grad_norm_"):
+        optimizer.step()
+    # zero_grad drops a pending clip: the next step uses its gradients as they are
+    optimizer.clip_grad_norm_(1.0)
+    optimizer.zero_grad()
+    before = [p.detach().clone() for p in params]
+    for param in params:
+        param.grad = torch.ones_like(param)
+    optimizer.step()
+    unclipped = torch.optim.Adagrad([torch.nn.Parameter(p) for p in before], lr=0.2)
+    for param in unclipped.param_groups[0]["params"]:
+        param.grad = torch.ones_like(param)
+    unclipped.step()
+    for a, b in zip(params, unclipped.param_groups[0]["params"]):
+        assert torch.allclose(a, b, rtol=1e-6, atol=1e-7)

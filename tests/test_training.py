@@ -388,3 +388,32 @@ def test_values_checked_on_host_skips_only_the_checks_of_values():
             model.check_inputs(ids[..., :49])
     with pytest.raises(ValueError, match=r"input_ids must be in \[0, 261\]"):
         model.check_inputs(ids)
+
+
+def test_clipping_inside_adagrads_step_trains_the_same(corpus, tmp_path, monkeypatch):
+    """`hf-elmo train` clips inside the optimizer's step (`Adagrad.clip_grad_norm_`, one pass over the gradients less):
+    the same weights to the bit and the same logged gradient norms as `Trainer`'s own clipping, which is in effect
+    at every step here."""
+    from transformers import Trainer
+
+    from hf_elmo.adagrad import Adagrad
+
+    run = dict(max_grad_norm=0.05, logging_steps=1, save_steps=6)
+    deferred_calls = []
+    deferred = Adagrad.clip_grad_norm_
+    monkeypatch.setattr(Adagrad, "clip_grad_norm_", lambda self, *a: (deferred_calls.append(1), deferred(self, *a))[1])
+    train_bilm(**short_run(corpus, tmp_path / "deferred", **run))
+    assert len(deferred_calls) == 6
+    monkeypatch.setattr(ElmoTrainer, "_clip_grad_norm", Trainer._clip_grad_norm)
+    train_bilm(**short_run(corpus, tmp_path / "trainer", **run))
+    assert len(deferred_calls) == 6
+
+    def logged_norms(name):
+        history = json.loads((tmp_path / name / "checkpoint-6" / "trainer_state.json").read_text())["log_history"]
+        return [entry["grad_norm"] for entry in history if "grad_norm" in entry]
+
+    norms = logged_norms("deferred")
+    assert len(norms) == 6 and all(norm > 0.05 / 22 for norm in norms)
+    assert norms == logged_norms("trainer")
+    expected, actual = (load_file(tmp_path / name / "model.safetensors") for name in ("trainer", "deferred"))
+    assert expected.keys() == actual.keys() and all(torch.equal(expected[k], actual[k]) for k in expected)
