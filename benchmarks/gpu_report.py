@@ -17,7 +17,8 @@ Sections, each printed as a table (and all of them again at the end):
 4. Profile of a training step at batch 128 (original size): tokens/s with a synchronisation after each step and with
    steps issued back to back (the host running ahead, as in training), the share of the step in which a kernel runs,
    kernels per step and launch calls per step, for the benchmark loop and for `Trainer` (`hf_elmo.train_bilm` on a
-   generated corpus, with the host's time to read and collate one of its batches).
+   generated corpus, with the host's time to read and collate one of its batches); and for the GPU path's loop,
+   where the kernel time of a step goes (matrix products, the LSTM's elementwise kernels, Adagrad, copies, ...).
 """
 
 import argparse
@@ -282,7 +283,37 @@ def busy_share(profiler, wall_seconds: float, steps: int) -> tuple[float, float,
     return busy / 1e6 / wall_seconds, len(intervals) / steps, launches / steps
 
 
-def profile_steps(step, steps: int, label: str = "") -> tuple[float, float, float]:
+# Kernel names -> what they do, first match wins (cuBLAS and CUTLASS kernel names vary by version and shape).
+KERNEL_KINDS = [
+    ("LSTM steps, elementwise (Triton)", ("_cell_forward_kernel", "_hidden_forward_kernel", "_hidden_backward_kernel",
+                                          "_cell_backward_kernel")),
+    ("Adagrad (Triton)", ("_adagrad_kernel",)),
+    ("sampled softmax log-sum-exp (Triton)", ("logsumexp",)),
+    ("matrix products", ("gemm", "gemv", "nvjet", "cutlass", "xmma", "splitkreduce", "cublas")),
+    ("copies and casts", ("memcpy", "memset", "copy_kernel", "copy_")),
+    ("reductions (norms, sums, max)", ("reduce_kernel", "norm", "max_kernel")),
+    ("sorting, scatter, gather, indexing", ("sort", "radix", "scatter", "gather", "index")),
+    ("other elementwise", ("elementwise", "fill")),
+]
+
+
+def kernel_kinds(profiler, steps: int) -> list[list]:
+    """Rows `[kind, ms per step, share of kernel time, kernels per step]`, costliest first, from a profile's kernels."""
+    totals: dict[str, list[float]] = {}
+    for event in profiler.events():
+        if event.device_type != torch.autograd.DeviceType.CUDA:
+            continue
+        name = event.name.lower()
+        kind = next((k for k, keys in KERNEL_KINDS if any(key in name for key in keys)), "other")
+        total = totals.setdefault(kind, [0.0, 0])
+        total[0] += (event.time_range.end - event.time_range.start) / 1e3  # us -> ms
+        total[1] += 1
+    overall = sum(t[0] for t in totals.values()) or 1.0
+    rows = sorted(totals.items(), key=lambda item: -item[1][0])
+    return [[kind, f"{ms / steps:.2f}", f"{ms / overall:.0%}", f"{count / steps:,.0f}"] for kind, (ms, count) in rows]
+
+
+def profile_steps(step, steps: int, label: str = "", kinds_title: str | None = None) -> tuple[float, float, float]:
     from torch.profiler import ProfilerActivity, profile
 
     for _ in range(4):
@@ -294,6 +325,8 @@ def profile_steps(step, steps: int, label: str = "") -> tuple[float, float, floa
             step()
         torch.cuda.synchronize()
         wall = time.perf_counter() - start
+    if kinds_title:
+        table(kinds_title, ["kernels", "ms per step", "share", "kernels per step"], kernel_kinds(profiler, steps))
     if KERNEL_TABLES:
         print(f"--- {label}: kernels by GPU time over {steps} steps")
         print(profiler.key_averages().table(sort_by="cuda_time_total", row_limit=KERNEL_TABLES, max_name_column_width=90))
@@ -381,7 +414,10 @@ def profiles(quick: bool, deadline: float):
                     step = lambda: train_step(model, optimizer, batch, dtype)  # noqa: E731
                 seconds = time_steps(step, 5, 3)
                 back_to_back = time_back_to_back(step, 10)
-                share, kernels, launches = profile_steps(step, 5, f"{path} {dtype} {batch_size}")
+                kinds_title = None
+                if path == "static":
+                    kinds_title = f"4a. Where the GPU time of a step goes: benchmark loop, static, {dtype}, batch {batch_size} x 20"
+                share, kernels, launches = profile_steps(step, 5, f"{path} {dtype} {batch_size}", kinds_title)
                 rows.append([f"benchmark loop, batch {batch_size}, {path}, {dtype}", f"{batch_size * 20 / seconds:,.0f}", f"{batch_size * 20 / back_to_back:,.0f}", f"{share:.0%}", f"{kernels:,.0f}", f"{launches:,.0f}", ""])  # fmt: skip
                 del model, optimizer
                 torch.cuda.empty_cache()
