@@ -69,12 +69,30 @@ def set_path(model, path: str):
     """`static` (the GPU path), `sorted` (the CPU path) on an `ElmoModel` or `ElmoForBiLM`; `static, state product`:
     the GPU path with each step multiplying only its state, after one product of all steps' inputs, also where the
     batch is large enough for the joint product of input and state (`gpu_lstm.joint_input_product`); `static, joint
-    product`: the joint product at any batch size."""
+    product`: the joint product at any batch size; `static, steps fused` / `static, steps not fused`: each step's
+    product inside the Triton kernel or not, whatever a captured layer would find faster."""
     elmo = model.elmo if hasattr(model, "elmo") else model
     elmo.encoder.static_shapes = path.startswith("static")
     elmo.encoder.joint_input_product = {"static, state product": False, "static, joint product": True}.get(path)
+    elmo.encoder.fused_gate_products = {"static, steps not fused": False, "static, steps fused": True}.get(path)
     elmo.char_encoder.deduplicate = path == "sorted"
     return model
+
+
+def steps_fused(model) -> str:
+    """Whether the captured LSTM layers of `model` run each step's product inside the Triton kernel (they time both
+    ways when captured and keep the faster): yes, no, both (some layers or shapes one way, some the other), or -."""
+    elmo = model.elmo if hasattr(model, "elmo") else model
+    choices = {entry.settings.fused_gates for entry in elmo.encoder.captured.entries.values()}
+    return {frozenset(): "-", frozenset({True}): "yes", frozenset({False}): "no"}.get(frozenset(choices), "both")
+
+
+def with_unfused(paths: list[str], dtype: str) -> list[str]:
+    """`paths`, with `static, steps not fused` after `static` for 16-bit products (where fusing applies)."""
+    if "static" in paths and dtype in ("bfloat16", "torch.bfloat16"):
+        paths = list(paths)
+        paths.insert(paths.index("static") + 1, "static, steps not fused")
+    return paths
 
 
 def paths_for(batch_size: int, paths: list[str], projection_dim: int) -> list[str]:
@@ -119,15 +137,16 @@ def exactness(quick: bool):
             for n, p in model.named_parameters()
         )
         rows.append([f"small, random weights, {path}, float32", f"{value_error:.1e}", f"{grad_error:.1e}"])
-    model = set_path(copy.deepcopy(cpu_model).float().to(DEVICE), "static")
-    with torch.autocast(DEVICE, dtype=torch.bfloat16), torch.no_grad():
-        layers = model(**gpu_batch, output_hidden_states=True).hidden_states
     mask = batch["attention_mask"].bool()
-    cosines = [
-        float(torch.nn.functional.cosine_similarity(a.double().cpu()[mask], b.detach()[mask], dim=-1).mean())
-        for a, b in zip(layers, truth_layers)
-    ]
-    rows.append(["small, bfloat16 autocast, static: mean cosine per layer", " / ".join(f"{c:.5f}" for c in cosines), ""])
+    for path in ("static", "static, steps fused"):
+        model = set_path(copy.deepcopy(cpu_model).float().to(DEVICE), path)
+        with torch.autocast(DEVICE, dtype=torch.bfloat16), torch.no_grad():
+            layers = model(**gpu_batch, output_hidden_states=True).hidden_states
+        cosines = [
+            float(torch.nn.functional.cosine_similarity(a.double().cpu()[mask], b.detach()[mask], dim=-1).mean())
+            for a, b in zip(layers, truth_layers)
+        ]
+        rows.append([f"small, bfloat16 autocast, {path}: mean cosine per layer", " / ".join(f"{c:.5f}" for c in cosines), ""])
     with tempfile.TemporaryDirectory() as folder:
         for name, (fixture, _) in FIXTURE_SETS.items():
             convert(fixture / "options.json", fixture / "lm_weights.hdf5", Path(folder) / name)
@@ -214,20 +233,23 @@ def training(quick: bool, deadline: float):
         for batch_size in batches:
             batch = make_batch(batch_size, 20, 100_000, DEVICE)
             for dtype in ("bfloat16", "float32"):
-                for path in paths_for(batch_size, PATHS, ElmoConfig.from_preset(size).projection_dim):
+                projection_dim = ElmoConfig.from_preset(size).projection_dim
+                for path in with_unfused(paths_for(batch_size, PATHS, projection_dim), dtype):
                     if time.monotonic() > deadline:
-                        rows.append([size, batch_size, dtype, path, "skipped (time)", ""])
+                        rows.append([size, batch_size, dtype, path, "skipped (time)", "", ""])
                         continue
                     if not path.startswith("static") and batch_size == 2048 and size == "original":
-                        rows.append([size, batch_size, dtype, path, "not run (time)", ""])
+                        rows.append([size, batch_size, dtype, path, "not run (time)", "", ""])
                         continue
                     model, optimizer = training_model(size, path)
                     seconds = time_steps(lambda: train_step(model, optimizer, batch, dtype), 3 if quick else 6, 3)
-                    rows.append([size, batch_size, dtype, path, f"{batch_size * 20 / seconds:,.0f}", f"{seconds * 1e3:.1f}"])
+                    rows.append([size, batch_size, dtype, path, f"{batch_size * 20 / seconds:,.0f}", f"{seconds * 1e3:.1f}",
+                                 steps_fused(model)])  # fmt: skip
                     del model, optimizer
                     torch.cuda.empty_cache()
-    table("2. Training throughput (tokens/s per direction, as bilm-tf counts; median ms per step)",
-          ["size", "batch", "dtype", "path", "tokens/s", "ms/step"], rows)  # fmt: skip
+    table("2. Training throughput (tokens/s per direction, as bilm-tf counts; median ms per step; steps fused: whether "
+          "the captured LSTM layers chose the fused step kernel)",
+          ["size", "batch", "dtype", "path", "tokens/s", "ms/step", "steps fused"], rows)  # fmt: skip
 
 
 # --- 3. inference ---------------------------------------------------------------------------------------------
@@ -237,13 +259,13 @@ def inference(quick: bool, deadline: float):
     rows = []
     config = ElmoConfig.from_preset("original")
     for dtype, batches in ((torch.float32, [32, 256, 1024]), (torch.bfloat16, [32, 256, 1024, 4096])):
-        for path in ("static", "static, state product", "sorted"):
+        for path in ("static", "static, steps not fused", "static, state product", "sorted"):
             model = set_path(random_model(config, DEVICE, dtype), path)
             for batch_size in batches:
-                if path not in paths_for(batch_size, ["static", "sorted"], config.projection_dim):
+                if path not in with_unfused(paths_for(batch_size, ["static", "sorted"], config.projection_dim), str(dtype)):
                     continue
                 if time.monotonic() > deadline:
-                    rows.append([str(dtype).split(".")[1], path, batch_size, "skipped (time)", ""])
+                    rows.append([str(dtype).split(".")[1], path, batch_size, "skipped (time)", "", ""])
                     continue
                 encoded = ElmoTokenizer()(random_sentences(batch_size, 20), is_split_into_words=True, padding=True,
                                           return_tensors="pt")  # fmt: skip
@@ -254,11 +276,13 @@ def inference(quick: bool, deadline: float):
                         model(**encoded, output_hidden_states=True)
 
                 seconds = time_steps(run, 5 if quick else 10, 3)
-                rows.append([str(dtype).split(".")[1], path, batch_size, f"{batch_size * 20 / seconds:,.0f}", f"{seconds * 1e3:.1f}"])  # fmt: skip
+                rows.append([str(dtype).split(".")[1], path, batch_size, f"{batch_size * 20 / seconds:,.0f}", f"{seconds * 1e3:.1f}",
+                             steps_fused(model)])  # fmt: skip
+                model.encoder.captured.clear()  # each batch size's graphs (and their choice) on their own
             del model
             torch.cuda.empty_cache()
-    table("3. Inference, original size, all layers (words/s, boundaries not counted; median ms per batch)",
-          ["weights", "path", "batch", "words/s", "ms/batch"], rows)  # fmt: skip
+    table("3. Inference, original size, all layers (words/s, boundaries not counted; median ms per batch; steps fused "
+          "as in 2.)", ["weights", "path", "batch", "words/s", "ms/batch", "steps fused"], rows)  # fmt: skip
 
 
 # --- 4. profile -------------------------------------------------------------------------------------------------

@@ -16,6 +16,8 @@ reference. Matrix products follow PyTorch's settings: float32 products stay floa
 TF32 (`torch.backends.cuda.matmul.allow_tf32 = True`).
 """
 
+import dataclasses
+import math
 import weakref
 from dataclasses import dataclass
 
@@ -25,11 +27,11 @@ from .cuda_graphs import CaptureCache, capture_graph
 
 try:  # Triton ships with PyTorch's CUDA builds; the CPU fallback needs none.
     from .gpu_lstm_kernels import INTERPRETED as TRITON_INTERPRETED
-    from .gpu_lstm_kernels import cell_backward, cell_forward, hidden_backward, hidden_forward
+    from .gpu_lstm_kernels import cell_backward, cell_forward, gates_cell_forward, hidden_backward, hidden_forward
 
     _TRITON_STEPS = (cell_forward, hidden_forward, hidden_backward, cell_backward)
 except ImportError:  # pragma: no cover - depends on the installation
-    TRITON_INTERPRETED, _TRITON_STEPS = False, None
+    TRITON_INTERPRETED, _TRITON_STEPS, gates_cell_forward = False, None, None
 
 
 @dataclass(frozen=True)
@@ -46,6 +48,9 @@ class LayerSettings:
     """`"triton"` or `"torch"`: which implementation of the elementwise steps."""
     joint_product: bool | None = None
     """Whether each step multiplies its input together with its state (`joint_input_product`); None: by batch size."""
+    fused_gates: bool | None = None
+    """Whether each step's product and elementwise kernel are one Triton kernel (`gpu_lstm_kernels.gates_cell_forward`)
+    where that applies (Triton kernels, 16-bit products); None: as a captured layer finds faster, else not."""
 
 
 def default_kernels(device: torch.device) -> str:
@@ -191,6 +196,17 @@ def joint_input_product(batch_size: int, input_dim: int) -> bool:
     return batch_size >= input_dim
 
 
+def _fuses_gates(settings: LayerSettings) -> bool:
+    """Whether the step's product and elementwise kernel run as one kernel (float32 only under Triton's interpreter,
+    where products are exact; a GPU's would be TF32)."""
+    return bool(
+        settings.fused_gates
+        and settings.kernels == "triton"
+        and gates_cell_forward is not None
+        and (settings.dtype in (torch.bfloat16, torch.float16) or TRITON_INTERPRETED)
+    )
+
+
 def _layer_forward(inputs, mask, hidden0, memory0, params, settings: LayerSettings, save: bool):
     """Runs one layer over step-ordered inputs.
 
@@ -223,7 +239,8 @@ def _layer_forward(inputs, mask, hidden0, memory0, params, settings: LayerSettin
         steps_in = inputs.new_empty(2, num_steps + 1, batch_size, input_dim + projection_dim)
         steps_in[:, :num_steps, :, :input_dim] = inputs
         hidden = steps_in[..., input_dim:]
-        joint_weight_t = torch.cat([input_weight, state_weight], dim=2).transpose(1, 2)
+        joint_weight = torch.cat([input_weight, state_weight], dim=2)  # (2, 4D, input_dim + P)
+        joint_weight_t = joint_weight.transpose(1, 2)
         # The bias joins in the elementwise step, read as a row repeated over the batch.
         step_bias = bias[:, None, :].expand(2, batch_size, 4 * cell_dim)
     else:
@@ -254,23 +271,29 @@ def _layer_forward(inputs, mask, hidden0, memory0, params, settings: LayerSettin
     else:
         cell_output = inputs.new_empty(2, batch_size, cell_dim)
     state_weight_t, projection_weight_t = state_weight.transpose(1, 2), projection_weight.transpose(1, 2)
+    fused = _fuses_gates(settings)
+    if fused:
+        gate_weight = joint_weight if joint else state_weight
     for s in range(num_steps):
         # Slots: every step's (T + 1) or two used in turn.
         now, after = s % memory.shape[1], (s + 1) % memory.shape[1]
         hidden_now, hidden_after = s % hidden.shape[1], (s + 1) % hidden.shape[1]
-        if joint:
-            gates, step_inputs = torch.bmm(steps_in[:, s], joint_weight_t), step_bias
-        else:
-            # The gate inputs are added in the elementwise step: as the product's addend they would be copied first.
-            gates, step_inputs = torch.bmm(hidden[:, hidden_now], state_weight_t), gate_inputs[:, s]
+        step_in = steps_in[:, s] if joint else hidden[:, hidden_now]
+        # The gate inputs are added in the elementwise step: as the product's addend they would be copied first.
+        step_inputs = step_bias if joint else gate_inputs[:, s]
         if save:
             step_saved = [saved[k][:, s] if saved[k] is not None else None for k in ("activations", "cell_tanh")]
             step_saved.append(saved["cell_passed"][:, s] if saved["cell_passed"] is not None else None)
             cell_output = saved["cell_output"][:, s]
         else:
             step_saved = [None, None, None]
-        cell_forward(step_inputs, gates, memory[:, now], memory[:, after], mask[:, s], cell_output, *step_saved,
-                     settings.cell_clip)  # fmt: skip
+        if fused:
+            gates_cell_forward(step_in, gate_weight, step_inputs, memory[:, now], memory[:, after], mask[:, s],
+                               cell_output, *step_saved, settings.cell_clip)  # fmt: skip
+        else:
+            gates = torch.bmm(step_in, joint_weight_t if joint else state_weight_t)
+            cell_forward(step_inputs, gates, memory[:, now], memory[:, after], mask[:, s], cell_output, *step_saved,
+                         settings.cell_clip)  # fmt: skip
         projected = _step_bmm(cell_output, projection_weight_t)
         hidden_passed = saved["hidden_passed"][:, s] if save and saved["hidden_passed"] is not None else None
         hidden_forward(projected, hidden[:, hidden_now], hidden[:, hidden_after], outputs[:, s], mask[:, s],
@@ -337,6 +360,26 @@ class _EagerLayer:
         return _layer_backward(grad_outputs, grad_hidden, grad_memory, mask, saved, self.settings)
 
 
+def _fused_gates_faster(inputs, mask, hidden0, memory0, params, settings: LayerSettings, save: bool) -> bool:
+    """Whether this layer's forward pass at these shapes runs faster on the GPU with each step's product and
+    elementwise kernel fused (`gates_cell_forward`) than as a library product and a Triton kernel: the best of three
+    timed passes each, alternating, after one of each to compile and warm up. False where fusing does not apply."""
+    candidates = {fused: dataclasses.replace(settings, fused_gates=fused) for fused in (True, False)}
+    if not _fuses_gates(candidates[True]):
+        return False
+    best = {True: math.inf, False: math.inf}
+    for round_ in range(4):
+        for fused, candidate in candidates.items():
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            _layer_forward(inputs, mask, hidden0, memory0, params, candidate, save)
+            end.record()
+            end.synchronize()
+            if round_:
+                best[fused] = min(best[fused], start.elapsed_time(end))
+    return best[True] < best[False]
+
+
 class _CapturedLayer:
     """The time loops of one layer at one `(T, B)`, captured once as CUDA graphs and replayed.
 
@@ -347,10 +390,13 @@ class _CapturedLayer:
     """
 
     def __init__(self, inputs, mask, hidden0, memory0, params, settings: LayerSettings, save: bool):
-        self.settings, self.save = settings, save
         self.pending = None  # weak reference to the token of a forward pass whose backward has not run
         self.inputs, self.mask = inputs.clone(), mask.clone()
         self.hidden0, self.memory0 = hidden0.clone(), memory0.clone()
+        if settings.fused_gates is None:
+            fused = _fused_gates_faster(self.inputs, self.mask, self.hidden0, self.memory0, params, settings, save)
+            settings = dataclasses.replace(settings, fused_gates=fused)
+        self.settings, self.save = settings, save
 
         def warmup():
             outputs, hidden, memory, saved = self._forward(params)

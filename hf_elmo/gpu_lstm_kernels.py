@@ -249,3 +249,104 @@ def cell_backward(grad_cell_output, grad_memory, activations, cell_tanh, memory_
         *_strides(grad_gates),
         HAS_CLIP=cell_passed is not None, COMPUTE=_compute_type(grad_memory), BLOCK=_BLOCK,
     )  # fmt: skip
+
+
+@triton.jit
+def _gates_cell_forward_kernel(
+    x_ptr, weight_ptr, gate_inputs_ptr, memory_in_ptr, memory_out_ptr, mask_ptr, cell_output_ptr,
+    activations_ptr, cell_tanh_ptr, cell_passed_ptr,
+    rows, dim, depth,
+    s_x_d, s_x_b, s_w_d, s_w_n,
+    s_gin_d, s_gin_b, s_mem_in_d, s_mem_in_b, s_mem_out_d, s_mem_out_b, s_mask_d, s_mask_b,
+    s_out_d, s_out_b, s_act_d, s_act_b, s_tanh_d, s_tanh_b, s_passed_d, s_passed_b,
+    cell_clip,
+    HAS_CLIP: tl.constexpr, SAVE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    OPERANDS_IN_FLOAT32: tl.constexpr,
+):  # fmt: skip
+    d = tl.program_id(0)
+    row = tl.program_id(1) * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = tl.program_id(2) * BLOCK_N + tl.arange(0, BLOCK_N)
+    row_ok, col_ok = row < rows, cols < dim
+    # The four gates of BLOCK_N cells: rows q * dim + cols of the weight, one accumulator each.
+    acc_i = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    acc_f = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    acc_g = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    acc_o = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    x_rows = x_ptr + d * s_x_d + row[:, None] * s_x_b
+    w_rows = weight_ptr + d * s_w_d + cols[:, None] * s_w_n
+    for k0 in range(0, depth, BLOCK_K):
+        ks = k0 + tl.arange(0, BLOCK_K)
+        k_ok = ks < depth
+        a = tl.load(x_rows + ks[None, :], mask=row_ok[:, None] & k_ok[None, :], other=0.0)
+        w_mask = col_ok[:, None] & k_ok[None, :]
+        w_i = tl.load(w_rows + ks[None, :], mask=w_mask, other=0.0)
+        w_f = tl.load(w_rows + dim * s_w_n + ks[None, :], mask=w_mask, other=0.0)
+        w_g = tl.load(w_rows + 2 * dim * s_w_n + ks[None, :], mask=w_mask, other=0.0)
+        w_o = tl.load(w_rows + 3 * dim * s_w_n + ks[None, :], mask=w_mask, other=0.0)
+        if OPERANDS_IN_FLOAT32:  # the interpreter's products of bfloat16 operands are wrong (Triton 3.9)
+            a, w_i, w_f = a.to(tl.float32), w_i.to(tl.float32), w_f.to(tl.float32)
+            w_g, w_o = w_g.to(tl.float32), w_o.to(tl.float32)
+        acc_i = tl.dot(a, tl.trans(w_i), acc_i)
+        acc_f = tl.dot(a, tl.trans(w_f), acc_f)
+        acc_g = tl.dot(a, tl.trans(w_g), acc_g)
+        acc_o = tl.dot(a, tl.trans(w_o), acc_o)
+    valid = row_ok[:, None] & col_ok[None, :]
+    gate_inputs = gate_inputs_ptr + d * s_gin_d + row[:, None] * s_gin_b + cols[None, :]
+    i = _sigmoid(acc_i + tl.load(gate_inputs, mask=valid, other=0.0).to(tl.float32))
+    f = _sigmoid(acc_f + tl.load(gate_inputs + dim, mask=valid, other=0.0).to(tl.float32))
+    g = _tanh(acc_g + tl.load(gate_inputs + 2 * dim, mask=valid, other=0.0).to(tl.float32))
+    o = _sigmoid(acc_o + tl.load(gate_inputs + 3 * dim, mask=valid, other=0.0).to(tl.float32))
+    memory_in_at = memory_in_ptr + d * s_mem_in_d + row[:, None] * s_mem_in_b + cols[None, :]
+    memory_in = tl.load(memory_in_at, mask=valid, other=0.0).to(tl.float32)
+    keep = (tl.load(mask_ptr + d * s_mask_d + row * s_mask_b, mask=row_ok, other=0) != 0)[:, None]
+    memory = f * memory_in + i * g
+    if HAS_CLIP:
+        passed = tl.abs(memory) <= cell_clip
+        memory = tl.minimum(tl.maximum(memory, -cell_clip), cell_clip)
+    t = _tanh(memory)
+    memory_out = memory_out_ptr + d * s_mem_out_d + row[:, None] * s_mem_out_b + cols[None, :]
+    tl.store(memory_out, tl.where(keep, memory, memory_in).to(memory_out_ptr.dtype.element_ty), mask=valid)
+    cell_output = cell_output_ptr + d * s_out_d + row[:, None] * s_out_b + cols[None, :]
+    tl.store(cell_output, tl.where(keep, o * t, 0.0).to(cell_output_ptr.dtype.element_ty), mask=valid)
+    if SAVE:
+        activations = activations_ptr + d * s_act_d + row[:, None] * s_act_b + cols[None, :]
+        act_type = activations_ptr.dtype.element_ty
+        tl.store(activations, i.to(act_type), mask=valid)
+        tl.store(activations + dim, f.to(act_type), mask=valid)
+        tl.store(activations + 2 * dim, g.to(act_type), mask=valid)
+        tl.store(activations + 3 * dim, o.to(act_type), mask=valid)
+        cell_tanh = cell_tanh_ptr + d * s_tanh_d + row[:, None] * s_tanh_b + cols[None, :]
+        tl.store(cell_tanh, t.to(cell_tanh_ptr.dtype.element_ty), mask=valid)
+        if HAS_CLIP:
+            cell_passed = cell_passed_ptr + d * s_passed_d + row[:, None] * s_passed_b + cols[None, :]
+            tl.store(cell_passed, passed.to(tl.int8), mask=valid)
+
+
+def _block(size: int, smallest: int, largest: int) -> int:
+    return max(smallest, min(largest, triton.next_power_of_2(size)))
+
+
+def gates_cell_forward(
+    inputs, weight, gate_inputs, memory_in, memory_out, mask, cell_output, activations, cell_tanh, cell_passed, cell_clip
+):
+    """`cell_forward(gate_inputs, inputs @ weight^T, ...)` as one kernel: the step's product `(2, B, K) @ (2, K, 4D)`
+    (`weight` `(2, 4D, K)`, its last axis contiguous) with the elementwise step in its epilogue, so that the gates
+    `(2, B, 4D)` are never written to memory and read back. Products of 16-bit operands accumulate in float32 (a GPU's
+    float32 operands would be rounded to TF32: not for float32 models)."""
+    if not INTERPRETED and weight.dtype not in (torch.bfloat16, torch.float16):
+        raise ValueError(f"gates_cell_forward multiplies 16-bit operands on a GPU, got {weight.dtype}.")
+    save = activations is not None
+    rows, depth = inputs.shape[1], inputs.shape[2]
+    dim = memory_in.shape[-1]
+    saved = (activations, cell_tanh, cell_passed if cell_passed is not None else cell_tanh) if save else (memory_in,) * 3
+    block_m, block_n, block_k = _block(rows, 16, 128), _block(dim, 16, 32), _block(depth, 16, 64)
+    grid = (2, triton.cdiv(rows, block_m), triton.cdiv(dim, block_n))
+    _gates_cell_forward_kernel[grid](
+        inputs, weight, gate_inputs, memory_in, memory_out, mask, cell_output, *saved,
+        rows, dim, depth,
+        *_strides(inputs, weight), *_strides(gate_inputs, memory_in, memory_out), *mask.stride(),
+        *_strides(cell_output, *saved),
+        0.0 if cell_clip is None else cell_clip,
+        HAS_CLIP=cell_clip is not None, SAVE=save, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k,
+        OPERANDS_IN_FLOAT32=INTERPRETED, num_warps=8 if block_m >= 128 else 4, num_stages=3,
+    )  # fmt: skip

@@ -417,6 +417,9 @@ class ElmoBiLstm(nn.Module):
         self.static_shapes: bool | None = None
         self.elementwise_kernels: str | None = None  # "triton" or "torch"; None: Triton on CUDA
         self.joint_input_product: bool | None = None  # see `gpu_lstm.joint_input_product`; None: by batch size
+        # Each step's product and elementwise kernel as one Triton kernel (`gpu_lstm.LayerSettings.fused_gates`);
+        # None: where a captured layer runs faster so.
+        self.fused_gate_products: bool | None = None
         self.use_cuda_graphs = True
         self.captured = CapturedLayers()
 
@@ -485,7 +488,7 @@ class ElmoBiLstm(nn.Module):
         for index, (forward_layer, backward_layer) in enumerate(zip(self.forward_layers, self.backward_layers)):
             settings = LayerSettings(
                 forward_layer.cell_clip, forward_layer.proj_clip, forward_layer.forget_bias or 0.0, dtype, kernels,
-                self.joint_input_product,
+                self.joint_input_product, self.fused_gate_products,
             )
             weights = tuple(
                 weight

@@ -32,11 +32,26 @@ needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA grap
 # Triton's kernels run on CPU tensors only when defined for its interpreter (the suite does so without a GPU).
 TRITON_ON_CPU = gpu_lstm._TRITON_STEPS is not None and gpu_lstm.TRITON_INTERPRETED
 TRITON_DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
-# (device, elementwise steps): on CPUs both implementations, on a GPU its default (Triton).
-PATHS = [("cpu", "torch"), *([("cpu", "triton")] if TRITON_ON_CPU else []), *([("cuda", None)] if "cuda" in DEVICES else [])]
+# (device, elementwise steps): on CPUs both implementations, on a GPU its default (Triton); "triton fused": each
+# step's product in the Triton kernel too (`gates_cell_forward`; on a GPU for 16-bit products only).
+PATHS = [
+    ("cpu", "torch"),
+    *([("cpu", "triton"), ("cpu", "triton fused")] if TRITON_ON_CPU else []),
+    *([("cuda", None)] if "cuda" in DEVICES else []),
+]
 # Batches below and at `small_config`'s projection width (6): the layers multiply each step's state alone, after one
 # product of all steps' inputs, or each step's input and state together (`gpu_lstm.joint_input_product`).
 BATCHES = {"state product": SENTENCES, "joint product": SENTENCES + [["one", "more", "row"]]}
+
+
+@pytest.fixture
+def fused_calls(monkeypatch):
+    """Counts the steps that ran as one fused Triton kernel (`gates_cell_forward`)."""
+    calls = []
+    fused = gpu_lstm.gates_cell_forward
+    if fused is not None:
+        monkeypatch.setattr(gpu_lstm, "gates_cell_forward", lambda *args: (calls.append(1), fused(*args)))
+    return calls
 
 
 @pytest.fixture(params=list(BATCHES))
@@ -50,7 +65,8 @@ def static(model, kernels=None, device="cpu", graphs=False):
     """`model` on `device`, running the static-shape path (and the per-token character CNN)."""
     model = model.to(device)
     model.encoder.static_shapes = True
-    model.encoder.elementwise_kernels = kernels
+    model.encoder.elementwise_kernels = "triton" if kernels == "triton fused" else kernels
+    model.encoder.fused_gate_products = kernels == "triton fused"
     model.encoder.use_cuda_graphs = graphs
     model.char_encoder.deduplicate = False
     return model
@@ -75,10 +91,11 @@ def cpu(tensors):
         {"forget_bias": 1.0, "activation": "tanh"},
     ],
 )
-def test_values_match_reference_with_state_and_padding(overrides, kernels, device, sentences):
-    if device == "cpu" and kernels == "triton" and overrides not in ({}, {"cell_clip": None, "proj_clip": None}):
+def test_values_match_reference_with_state_and_padding(overrides, kernels, device, sentences, fused_calls):
+    interpreted = device == "cpu" and kernels in ("triton", "triton fused")
+    if interpreted and overrides not in ({}, {"cell_clip": None, "proj_clip": None}):
         pytest.skip("interpreted Triton is slow: the kernels' two variants (with and without clips) suffice")
-    if device == "cpu" and kernels == "triton" and overrides and sentences is not SENTENCES:
+    if interpreted and overrides and sentences is not SENTENCES:
         pytest.skip("interpreted Triton is slow: the joint product's steps are the same kernels")
     config = small_config(**overrides)
     model = random_model(config)
@@ -94,6 +111,7 @@ def test_values_match_reference_with_state_and_padding(overrides, kernels, devic
         carried = tuple(t.to(device) for t in fast[1])
         again = cpu(run_fast(model, on(device, second), carried))
         assert_same_outputs(again, reference(second["input_ids"], None, slow[1]), atol=1e-5)
+    assert bool(fused_calls) == (kernels == "triton fused")
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -114,7 +132,7 @@ def test_fixture_models_reproduce_the_original_outputs(name, device, converted_d
 
 
 @pytest.mark.parametrize("device, kernels", PATHS)
-def test_gradients_match_reference(kernels, device, sentences):
+def test_gradients_match_reference(kernels, device, sentences, fused_calls):
     """Every parameter's and the initial state's gradient, through clipping, padding and unsorted lengths."""
     model = random_model(small_config(forget_bias=1.0))
     reference = reference_from(model)
@@ -136,6 +154,7 @@ def test_gradients_match_reference(kernels, device, sentences):
         scale = reference_grad.abs().max()
         assert scale > 0, name
         assert (fast_grad.cpu() - reference_grad).abs().max() <= 1e-4 * scale, name
+    assert bool(fused_calls) == (kernels == "triton fused")
 
 
 def test_float64_equals_reference_to_rounding(sentences):
@@ -178,20 +197,23 @@ def test_joint_input_product_can_be_forced(joint, sentences, monkeypatch):
         assert (a - b).abs().max() <= 1e-12
 
 
-def test_triton_steps_equal_torch_steps_in_bfloat16():
-    """Under bfloat16 autocast both implementations of the elementwise steps agree (cell state in float32)."""
+def test_triton_steps_equal_torch_steps_in_bfloat16(fused_calls):
+    """Under bfloat16 autocast the implementations of the steps agree (cell state in float32): PyTorch's, the Triton
+    elementwise kernels, and those with each step's product in the kernel."""
     if not (TRITON_ON_CPU or torch.cuda.is_available()):
         pytest.skip("Triton is not installed")
     model = random_model(small_config())
     batch = on(TRITON_DEVICE, encode(SENTENCES))
     outputs = []
-    for kernels in ("torch", "triton"):
+    for kernels in ("torch", "triton", "triton fused"):
         static(model, kernels, TRITON_DEVICE)
         with torch.autocast(TRITON_DEVICE, dtype=torch.bfloat16):
             layers, state = run_fast(model, batch)
         outputs.append([t.float().cpu() for t in [*layers, *state]])
-    for a, b in zip(*outputs):
-        assert (a - b).abs().max() <= 2e-2
+        assert bool(fused_calls) == (kernels == "triton fused")
+    for other in outputs[1:]:
+        for a, b in zip(outputs[0], other):
+            assert (a - b).abs().max() <= 2e-2
 
 
 @pytest.mark.parametrize("device", DEVICES)
