@@ -239,10 +239,10 @@ def _layer_forward(inputs, mask, hidden0, memory0, params, settings: LayerSettin
         steps_in = inputs.new_empty(2, num_steps + 1, batch_size, input_dim + projection_dim)
         steps_in[:, :num_steps, :, :input_dim] = inputs
         hidden = steps_in[..., input_dim:]
-        joint_weight = torch.cat([input_weight, state_weight], dim=2)  # (2, 4D, input_dim + P)
-        joint_weight_t = joint_weight.transpose(1, 2)
-        # The bias joins in the elementwise step, read as a row repeated over the batch.
-        step_bias = bias[:, None, :].expand(2, batch_size, 4 * cell_dim)
+        products_in = steps_in
+        gate_weight = torch.cat([input_weight, state_weight], dim=2)  # (2, 4D, input_dim + P)
+        # The bias joins in the elementwise step, read as a row repeated over steps and batch.
+        gate_inputs = bias[:, None, None, :].expand(2, num_steps, batch_size, 4 * cell_dim)
     else:
         # The input products of all steps are one batched product; only W_h h is sequential.
         gate_inputs = torch.baddbmm(
@@ -250,6 +250,7 @@ def _layer_forward(inputs, mask, hidden0, memory0, params, settings: LayerSettin
         ).view(2, num_steps, batch_size, 4 * cell_dim)
         # Step s reads slot s and writes slot s + 1: with `save`, every step's state stays for the backward pass.
         hidden = inputs.new_empty(2, num_steps + 1 if save else 2, batch_size, projection_dim)
+        products_in, gate_weight = hidden, state_weight
     memory_dtype = _memory_dtype(dtype)
     outputs = inputs.new_empty(2, num_steps, batch_size, projection_dim)
     memory = inputs.new_empty(2, num_steps + 1 if save else 2, batch_size, cell_dim, dtype=memory_dtype)
@@ -270,17 +271,13 @@ def _layer_forward(inputs, mask, hidden0, memory0, params, settings: LayerSettin
             saved["hidden_passed"] = inputs.new_empty(2, num_steps, batch_size, projection_dim, dtype=torch.int8)
     else:
         cell_output = inputs.new_empty(2, batch_size, cell_dim)
-    state_weight_t, projection_weight_t = state_weight.transpose(1, 2), projection_weight.transpose(1, 2)
+    gate_weight_t, projection_weight_t = gate_weight.transpose(1, 2), projection_weight.transpose(1, 2)
     fused = _fuses_gates(settings)
-    if fused:
-        gate_weight = joint_weight if joint else state_weight
     for s in range(num_steps):
         # Slots: every step's (T + 1) or two used in turn.
         now, after = s % memory.shape[1], (s + 1) % memory.shape[1]
         hidden_now, hidden_after = s % hidden.shape[1], (s + 1) % hidden.shape[1]
-        step_in = steps_in[:, s] if joint else hidden[:, hidden_now]
-        # The gate inputs are added in the elementwise step: as the product's addend they would be copied first.
-        step_inputs = step_bias if joint else gate_inputs[:, s]
+        step_in = products_in[:, s % products_in.shape[1]]
         if save:
             step_saved = [saved[k][:, s] if saved[k] is not None else None for k in ("activations", "cell_tanh")]
             step_saved.append(saved["cell_passed"][:, s] if saved["cell_passed"] is not None else None)
@@ -288,12 +285,13 @@ def _layer_forward(inputs, mask, hidden0, memory0, params, settings: LayerSettin
         else:
             step_saved = [None, None, None]
         if fused:
-            gates_cell_forward(step_in, gate_weight, step_inputs, memory[:, now], memory[:, after], mask[:, s],
+            gates_cell_forward(step_in, gate_weight, gate_inputs[:, s], memory[:, now], memory[:, after], mask[:, s],
                                cell_output, *step_saved, settings.cell_clip)  # fmt: skip
         else:
-            gates = torch.bmm(step_in, joint_weight_t if joint else state_weight_t)
-            cell_forward(step_inputs, gates, memory[:, now], memory[:, after], mask[:, s], cell_output, *step_saved,
-                         settings.cell_clip)  # fmt: skip
+            # The gate inputs are added in the elementwise step: as the product's addend they would be copied first.
+            gates = torch.bmm(step_in, gate_weight_t)
+            cell_forward(gate_inputs[:, s], gates, memory[:, now], memory[:, after], mask[:, s], cell_output,
+                         *step_saved, settings.cell_clip)  # fmt: skip
         projected = _step_bmm(cell_output, projection_weight_t)
         hidden_passed = saved["hidden_passed"][:, s] if save and saved["hidden_passed"] is not None else None
         hidden_forward(projected, hidden[:, hidden_now], hidden[:, hidden_after], outputs[:, s], mask[:, s],
