@@ -12,7 +12,9 @@ Sections, each printed as a table (and all of them again at the end):
    sizes, batches 128 / 512 / 2,048, float32 and bfloat16 autocast; the GPU path ("static") against the
    length-sorted path made for CPUs ("sorted") and the straightforward reference ("reference"); where the GPU path
    multiplies each step's input together with its state (from batch 512 at the original size), also "static, state
-   product", the GPU path without that (one product of all steps' inputs first).
+   product", the GPU path without that (one product of all steps' inputs first); in bfloat16 also "static, steps
+   not fused" and "static, windows not fused", the GPU path without the step kernel that holds its product or without
+   the character CNN's kernel that takes the max over the windows as it multiplies them.
 3. Inference: words/s of `ElmoModel` (all layers), float32 and bfloat16 weights, the same paths.
 4. Profile of a training step at batch 128 (original size): tokens/s with a synchronisation after each step and with
    steps issued back to back (the host running ahead, as in training), the share of the step in which a kernel runs,
@@ -70,12 +72,15 @@ def set_path(model, path: str):
     the GPU path with each step multiplying only its state, after one product of all steps' inputs, also where the
     batch is large enough for the joint product of input and state (`gpu_lstm.joint_input_product`); `static, joint
     product`: the joint product at any batch size; `static, steps fused` / `static, steps not fused`: each step's
-    product inside the Triton kernel or not, whatever a captured layer would find faster."""
+    product inside the Triton kernel or not, whatever a captured layer would find faster; `static, windows not
+    fused`: the character CNN's window products written out before their max (the way before
+    `char_cnn_kernels.py`), which the GPU path does for 16-bit products."""
     elmo = model.elmo if hasattr(model, "elmo") else model
     elmo.encoder.static_shapes = path.startswith("static")
     elmo.encoder.joint_input_product = {"static, state product": False, "static, joint product": True}.get(path)
     elmo.encoder.fused_gate_products = {"static, steps not fused": False, "static, steps fused": True}.get(path)
     elmo.char_encoder.deduplicate = path == "sorted"
+    elmo.char_encoder.fused_windows = False if path == "static, windows not fused" else None
     return model
 
 
@@ -88,10 +93,11 @@ def steps_fused(model) -> str:
 
 
 def with_unfused(paths: list[str], dtype: str) -> list[str]:
-    """`paths`, with `static, steps not fused` after `static` for 16-bit products (where fusing applies)."""
+    """`paths`, with `static, steps not fused` and `static, windows not fused` after `static` for 16-bit products
+    (where the fused kernels apply)."""
     if "static" in paths and dtype in ("bfloat16", "torch.bfloat16"):
-        paths = list(paths)
-        paths.insert(paths.index("static") + 1, "static, steps not fused")
+        at = paths.index("static") + 1
+        paths = [*paths[:at], "static, steps not fused", "static, windows not fused", *paths[at:]]
     return paths
 
 
@@ -138,7 +144,7 @@ def exactness(quick: bool):
         )
         rows.append([f"small, random weights, {path}, float32", f"{value_error:.1e}", f"{grad_error:.1e}"])
     mask = batch["attention_mask"].bool()
-    for path in ("static", "static, steps fused"):
+    for path in ("static", "static, steps fused", "static, windows not fused"):
         model = set_path(copy.deepcopy(cpu_model).float().to(DEVICE), path)
         with torch.autocast(DEVICE, dtype=torch.bfloat16), torch.no_grad():
             layers = model(**gpu_batch, output_hidden_states=True).hidden_states
@@ -259,7 +265,7 @@ def inference(quick: bool, deadline: float):
     rows = []
     config = ElmoConfig.from_preset("original")
     for dtype, batches in ((torch.float32, [32, 256, 1024]), (torch.bfloat16, [32, 256, 1024, 4096])):
-        for path in ("static", "static, steps not fused", "static, state product", "sorted"):
+        for path in ("static", "static, steps not fused", "static, windows not fused", "static, state product", "sorted"):
             model = set_path(random_model(config, DEVICE, dtype), path)
             for batch_size in batches:
                 if path not in with_unfused(paths_for(batch_size, ["static", "sorted"], config.projection_dim), str(dtype)):

@@ -30,6 +30,12 @@ from .model_io import load_pretrained, name_pipeline
 from .onednn_linear import linear
 from .sampled_softmax import full_softmax_loss, sampled_softmax_loss
 
+try:  # the fused window products of the character CNN on GPUs (`char_cnn_kernels.py`) need Triton
+    from .char_cnn_kernels import INTERPRETED as WINDOW_MAX_INTERPRETED
+    from .char_cnn_kernels import WindowMax
+except ImportError:
+    WINDOW_MAX_INTERPRETED, WindowMax = False, None
+
 ElmoState = tuple[torch.Tensor, torch.Tensor]
 """`(hidden, memory)`: `hidden` `(num_layers, B, 2P)` and `memory` `(num_layers, B, 2D)`, the forward
 direction in the first half of the last axis and the backward direction in the second half."""
@@ -148,6 +154,9 @@ class ElmoCharacterEncoder(nn.Module):
         # Whether to compute each distinct word once (`None`: on CPUs, where it saves work; GPUs would wait for
         # the host to sort and group the words).
         self.deduplicate: bool | None = None
+        # Whether each filter's window products and their max are one Triton kernel (`char_cnn_kernels.py`), which
+        # never writes the `(words, windows, filters)` products (`None`: for 16-bit products on a GPU).
+        self.fused_windows: bool | None = None
 
     def forward(self, char_ids: torch.LongTensor, word_ids: torch.LongTensor | None = None) -> torch.Tensor:
         """`(..., C)` character ids (and `(...)` word ids with word embeddings) -> `(..., P)`."""
@@ -250,17 +259,26 @@ class ElmoCharacterEncoder(nn.Module):
         num_chars = words.shape[1]
         max_width = max(conv.kernel_size[0] for conv in self.convolutions)
         chars = self.char_embedding(words[:, : min(span + max_width - 1, num_chars)])  # (u, L, e)
+        fused_dtype = self._fused_windows_dtype(chars)
+        if fused_dtype is not None:
+            chars = chars.to(fused_dtype)
         per_filter = []
         for conv, value in zip(self.convolutions, run_values):
             width = conv.kernel_size[0]
             num_windows = min(span, num_chars - width + 1)
             if num_windows > 0:
-                # max, not amax: its backward is one scatter (ties are identical windows, which give the weights
-                # the same gradient whichever of them takes it).
-                # Matrix products of the windows rather than cuDNN's convolutions: never rounded to TF32 (cuDNN's
-                # float32 default), and on an H100 faster in bfloat16 too (cuDNN transposes these narrow inputs).
-                windows = chars[:, : num_windows + width - 1].unfold(1, width, 1)  # (u, windows, e, width)
-                window_max = linear(windows.flatten(2), conv.weight.flatten(1)).max(dim=1).values
+                if fused_dtype is not None:
+                    weight = conv.weight.transpose(1, 2).reshape(conv.out_channels, -1).to(fused_dtype)  # (n, w e)
+                    with torch.autocast(chars.device.type, enabled=False):
+                        window_max = WindowMax.apply(chars, weight, num_windows)
+                else:
+                    # max, not amax: its backward is one scatter (ties are identical windows, which give the weights
+                    # the same gradient whichever of them takes it).
+                    # Matrix products of the windows rather than cuDNN's convolutions: never rounded to TF32
+                    # (cuDNN's float32 default), and on an H100 faster in bfloat16 too (cuDNN transposes these
+                    # narrow inputs).
+                    windows = chars[:, : num_windows + width - 1].unfold(1, width, 1)  # (u, windows, e, width)
+                    window_max = linear(windows.flatten(2), conv.weight.flatten(1)).max(dim=1).values
                 # Windows from `span` on lie inside the final run; if the word has any, their value counts.
                 if num_windows < num_chars - width + 1:
                     # `where`, not `maximum`: cheaper backward, and a tie gives the weights the same gradient either way.
@@ -270,6 +288,23 @@ class ElmoCharacterEncoder(nn.Module):
         bias = torch.cat([conv.bias for conv in self.convolutions])
         # The bias and the activation commute with the max: rounding and both activations are monotonic.
         return self.activation(torch.cat(per_filter, dim=-1) + bias)
+
+    def _fused_windows_dtype(self, chars: torch.Tensor) -> torch.dtype | None:
+        """The dtype of the fused window products (`fused_windows`) for these `(u, L, e)` chars, or None where
+        the products of PyTorch run: float32 models on a GPU (the kernel's products would be TF32) and CPUs (the
+        kernel runs there only under Triton's interpreter, for the tests)."""
+        device = chars.device.type
+        dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else chars.dtype
+        if self.fused_windows is None:
+            use = chars.is_cuda and dtype in (torch.bfloat16, torch.float16) and not WINDOW_MAX_INTERPRETED
+        else:
+            use = self.fused_windows
+        if use and (WindowMax is None or not (chars.is_cuda or WINDOW_MAX_INTERPRETED)):
+            raise RuntimeError(
+                "fused_windows=True needs Triton and CUDA tensors (or TRITON_INTERPRET=1 for CPU tensors), got "
+                f"{'no Triton' if WindowMax is None else chars.device.type + ' tensors'}."
+            )
+        return dtype if use else None
 
 
 @functools.cache

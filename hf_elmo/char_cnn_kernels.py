@@ -1,0 +1,227 @@
+"""A Triton kernel for the character CNN on GPUs: each filter's products with every window of a word and the max
+over the windows, without writing the products to memory.
+
+`linear(windows, weight).max(dim=1)` writes a `(words, windows, filters)` tensor and reads it back: about 92,000
+values per word for the original model's 2,048 filters over 50 slots, 15 GB in bfloat16 for a batch of 4,096
+sentences of 20 words, where the max itself is `(words, filters)`. Here one program keeps a block of words times a
+block of filters in registers and takes the running max over the windows as it multiplies them, noting the window
+each max came from; the backward pass (`weight_grad`, `chars_grad`) multiplies each window by the gradient where its
+max was taken, in registers too, instead of scattering the gradient into a `(words, windows, filters)` tensor.
+
+Importing this module needs Triton. With `TRITON_INTERPRET=1` set before the import, the kernel runs on CPU
+tensors (slowly), which is how the CPU test suite checks it.
+"""
+
+import os
+
+import torch
+
+try:  # without Triton this module cannot be imported, and its importer keeps the products of PyTorch
+    import triton
+    import triton.language as tl
+except ImportError:
+    raise  # (inside `try`: transformers' check of a saved folder's imports then does not require Triton)
+
+INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
+"""Whether the kernel was defined for Triton's interpreter (it then runs on CPU tensors only)."""
+
+
+@triton.jit
+def _window_max_kernel(
+    chars_ptr, weight_ptr, values_ptr, argmax_ptr,
+    words, filters, depth, num_windows, slot_stride,
+    s_chars, s_weight, s_values, s_argmax,
+    SAVE_ARGMAX: tl.constexpr, BLOCK_W: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    OPERANDS_IN_FLOAT32: tl.constexpr,
+):  # fmt: skip
+    rows = tl.program_id(0) * BLOCK_W + tl.arange(0, BLOCK_W)
+    cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    ks = tl.arange(0, BLOCK_K)
+    row_ok, col_ok, k_ok = rows < words, cols < filters, ks < depth
+    # The window at slot p is the `depth` values of a word's row from `p * slot_stride` on.
+    weight = tl.load(weight_ptr + cols[None, :] * s_weight + ks[:, None], mask=k_ok[:, None] & col_ok[None, :], other=0.0)
+    if OPERANDS_IN_FLOAT32:  # the interpreter's products of bfloat16 operands are wrong (Triton 3.9)
+        weight = weight.to(tl.float32)
+    windows = chars_ptr + rows[:, None] * s_chars + ks[None, :]
+    window_mask = row_ok[:, None] & k_ok[None, :]
+    best = tl.full((BLOCK_W, BLOCK_N), float("-inf"), dtype=tl.float32)
+    best_at = tl.zeros((BLOCK_W, BLOCK_N), dtype=tl.int32)
+    for p in range(num_windows):
+        window = tl.load(windows + p * slot_stride, mask=window_mask, other=0.0)
+        if OPERANDS_IN_FLOAT32:
+            window = window.to(tl.float32)
+        value = tl.dot(window, weight)
+        # The first of equal maxima, as `torch.max`; a NaN wins and stays, as there.
+        take = ((value > best) | (value != value)) & (best == best)
+        best = tl.where(take, value, best)
+        best_at = tl.where(take, p, best_at)
+    valid = row_ok[:, None] & col_ok[None, :]
+    tl.store(values_ptr + rows[:, None] * s_values + cols[None, :], best.to(values_ptr.dtype.element_ty), mask=valid)
+    if SAVE_ARGMAX:
+        tl.store(argmax_ptr + rows[:, None] * s_argmax + cols[None, :], best_at.to(tl.int16), mask=valid)
+
+
+@triton.jit
+def _weight_grad_kernel(
+    chars_ptr, grad_ptr, argmax_ptr, partial_ptr,
+    words, filters, depth, num_windows, slot_stride, words_per_split,
+    s_chars, s_grad, s_argmax, s_partial_split, s_partial_k,
+    BLOCK_W: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, OPERANDS_IN_FLOAT32: tl.constexpr,
+):  # fmt: skip
+    # One block of filters over one split of the words: sum over words and windows of window^T (grad where the
+    # max was taken at that window), into this split's partial sum.
+    cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    first = tl.program_id(1) * words_per_split
+    ks = tl.arange(0, BLOCK_K)
+    col_ok, k_ok = cols < filters, ks < depth
+    acc = tl.zeros((BLOCK_K, BLOCK_N), dtype=tl.float32)
+    for start in range(first, first + words_per_split, BLOCK_W):
+        rows = start + tl.arange(0, BLOCK_W)
+        row_ok = (rows < words) & (rows < first + words_per_split)
+        at = row_ok[:, None] & col_ok[None, :]
+        grad = tl.load(grad_ptr + rows[:, None] * s_grad + cols[None, :], mask=at, other=0.0)
+        taken = tl.load(argmax_ptr + rows[:, None] * s_argmax + cols[None, :], mask=at, other=-1).to(tl.int32)
+        if OPERANDS_IN_FLOAT32:  # the interpreter's products of bfloat16 operands are wrong (Triton 3.9)
+            grad = grad.to(tl.float32)
+        windows = chars_ptr + rows[:, None] * s_chars + ks[None, :]
+        for p in range(num_windows):
+            window = tl.load(windows + p * slot_stride, mask=row_ok[:, None] & k_ok[None, :], other=0.0)
+            if OPERANDS_IN_FLOAT32:
+                window = window.to(tl.float32)
+            acc = tl.dot(tl.trans(window), tl.where(taken == p, grad, 0.0).to(window.dtype), acc)
+    partial = partial_ptr + tl.program_id(1) * s_partial_split + ks[:, None] * s_partial_k + cols[None, :]
+    tl.store(partial, acc, mask=k_ok[:, None] & col_ok[None, :])
+
+
+@triton.jit
+def _chars_grad_kernel(
+    weight_ptr, grad_ptr, argmax_ptr, grad_chars_ptr,
+    words, filters, num_windows, slot_dim,
+    s_weight, s_grad, s_argmax, s_grad_chars,
+    WIDTH: tl.constexpr, BLOCK_W: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_E: tl.constexpr,
+    OPERANDS_IN_FLOAT32: tl.constexpr,
+):  # fmt: skip
+    # Slot q of a word gets, from each window p = q - j that holds it, that window's gradient times the weight's
+    # rows of slot j; summed here over this program's filters, and over the other programs' by atomic adds.
+    rows = tl.program_id(0) * BLOCK_W + tl.arange(0, BLOCK_W)
+    cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    es = tl.arange(0, BLOCK_E)
+    row_ok, col_ok, e_ok = rows < words, cols < filters, es < slot_dim
+    at = row_ok[:, None] & col_ok[None, :]
+    grad = tl.load(grad_ptr + rows[:, None] * s_grad + cols[None, :], mask=at, other=0.0)
+    taken = tl.load(argmax_ptr + rows[:, None] * s_argmax + cols[None, :], mask=at, other=-1).to(tl.int32)
+    weight_rows = weight_ptr + cols[:, None] * s_weight + es[None, :]
+    weight_mask = col_ok[:, None] & e_ok[None, :]
+    if OPERANDS_IN_FLOAT32:  # the interpreter's products of bfloat16 operands are wrong (Triton 3.9)
+        grad = grad.to(tl.float32)
+    grad_chars = grad_chars_ptr + rows[:, None] * s_grad_chars + es[None, :]
+    for q in range(num_windows + WIDTH - 1):
+        acc = tl.zeros((BLOCK_W, BLOCK_E), dtype=tl.float32)
+        for j in tl.static_range(WIDTH):
+            weight = tl.load(weight_rows + j * slot_dim, mask=weight_mask, other=0.0)
+            if OPERANDS_IN_FLOAT32:
+                weight = weight.to(tl.float32)
+            acc = tl.dot(tl.where(taken == q - j, grad, 0.0).to(weight.dtype), weight, acc)
+        tl.atomic_add(grad_chars + q * slot_dim, acc, mask=row_ok[:, None] & e_ok[None, :])
+
+
+def _block(size: int, smallest: int, largest: int) -> int:
+    return max(smallest, min(largest, triton.next_power_of_2(size)))
+
+
+def window_max(
+    chars: torch.Tensor, weight: torch.Tensor, num_windows: int, save_argmax: bool
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Each filter's max over the first `num_windows` windows of each word.
+
+    Args:
+        chars: `(U, L, e)` embedded characters, contiguous, with `L >= num_windows + w - 1`.
+        weight: `(n, w * e)` the filters, slot-major (`conv.weight.transpose(1, 2)` flattened), same dtype.
+        save_argmax: also return where each max was taken (the backward pass needs it).
+
+    Returns:
+        `(U, n)` maxima in `chars.dtype` (products accumulated in float32), and `(U, n)` int16 window indices or None.
+    """
+    if not INTERPRETED and chars.dtype not in (torch.bfloat16, torch.float16):
+        # A GPU's float32 operands would be rounded to TF32: not for float32 models.
+        raise ValueError(f"window_max multiplies 16-bit operands on a GPU, got {chars.dtype}.")
+    words, slots, slot_stride = chars.shape
+    filters, depth = weight.shape
+    if not chars.is_contiguous() or weight.stride(1) != 1 or depth % slot_stride or num_windows + depth // slot_stride - 1 > slots:
+        raise ValueError(
+            f"window_max needs contiguous chars (U, L, e) and a weight (n, w * e) with L >= windows + w - 1, got "
+            f"chars {tuple(chars.shape)}, weight {tuple(weight.shape)}, {num_windows} windows."
+        )
+    values = chars.new_empty(words, filters)
+    argmax = torch.empty(words, filters, dtype=torch.int16, device=chars.device) if save_argmax else values
+    block_w, block_n, block_k = _block(words, 16, 64), _block(filters, 16, 128), _block(depth, 16, 256)
+    grid = (triton.cdiv(words, block_w), triton.cdiv(filters, block_n))
+    _window_max_kernel[grid](
+        chars, weight, values, argmax,
+        words, filters, depth, num_windows, slot_stride,
+        chars.stride(0), weight.stride(0), values.stride(0), argmax.stride(0),
+        SAVE_ARGMAX=save_argmax, BLOCK_W=block_w, BLOCK_N=block_n, BLOCK_K=block_k,
+        OPERANDS_IN_FLOAT32=INTERPRETED, num_warps=4 if block_w * block_n <= 4096 else 8,
+    )  # fmt: skip
+    return values, argmax if save_argmax else None
+
+
+def weight_grad(chars: torch.Tensor, grad: torch.Tensor, argmax: torch.Tensor, num_windows: int, depth: int):
+    """The gradient of `window_max`'s weight: `(U, L, e)` chars, `(U, n)` gradient of the maxima and their windows
+    -> `(n, w * e)` float32. Each split of the words sums into its own partial sum (no atomic adds), then the splits
+    are added."""
+    words, slot_stride = chars.shape[0], chars.shape[2]
+    filters = grad.shape[1]
+    block_w, block_n, block_k = _block(words, 16, 64), _block(filters, 16, 64), _block(depth, 16, 256)
+    filter_blocks = triton.cdiv(filters, block_n)
+    splits = max(1, min(triton.cdiv(words, block_w), 264 // filter_blocks))  # about two programs per SM of an H100
+    words_per_split = triton.cdiv(triton.cdiv(words, splits), block_w) * block_w
+    splits = triton.cdiv(words, words_per_split)
+    partial = torch.empty(splits, depth, filters, dtype=torch.float32, device=chars.device)
+    _weight_grad_kernel[(filter_blocks, splits)](
+        chars, grad, argmax, partial,
+        words, filters, depth, num_windows, slot_stride, words_per_split,
+        chars.stride(0), grad.stride(0), argmax.stride(0), partial.stride(0), partial.stride(1),
+        BLOCK_W=block_w, BLOCK_N=block_n, BLOCK_K=block_k, OPERANDS_IN_FLOAT32=INTERPRETED,
+        num_warps=4 if block_k * block_n <= 8192 else 8,
+    )  # fmt: skip
+    return partial.sum(dim=0).t()
+
+
+def chars_grad(weight: torch.Tensor, grad: torch.Tensor, argmax: torch.Tensor, num_windows: int, shape) -> torch.Tensor:
+    """The gradient of `window_max`'s chars: `(n, w * e)` weight, `(U, n)` gradient of the maxima and their windows
+    -> `(U, L, e)` float32 (`shape`)."""
+    words, _, slot_dim = shape
+    filters, depth = weight.shape
+    grad_chars = torch.zeros(shape, dtype=torch.float32, device=weight.device)
+    block_w, block_n, block_e = _block(words, 16, 64), _block(filters, 16, 64), _block(slot_dim, 16, 64)
+    grid = (triton.cdiv(words, block_w), triton.cdiv(filters, block_n))
+    _chars_grad_kernel[grid](
+        weight, grad, argmax, grad_chars,
+        words, filters, num_windows, slot_dim,
+        weight.stride(0), grad.stride(0), argmax.stride(0), grad_chars.stride(0),
+        WIDTH=depth // slot_dim, BLOCK_W=block_w, BLOCK_N=block_n, BLOCK_E=block_e, OPERANDS_IN_FLOAT32=INTERPRETED,
+    )  # fmt: skip
+    return grad_chars
+
+
+class WindowMax(torch.autograd.Function):
+    """`window_max` with gradients: `(U, L, e)` chars, `(n, w * e)` weight, windows -> `(U, n)`."""
+
+    @staticmethod
+    def forward(ctx, chars, weight, num_windows):
+        values, argmax = window_max(chars, weight, num_windows, save_argmax=any(ctx.needs_input_grad[:2]))
+        ctx.save_for_backward(chars, weight, argmax)
+        ctx.num_windows = num_windows
+        return values
+
+    @staticmethod
+    def backward(ctx, grad_values):
+        chars, weight, argmax = ctx.saved_tensors
+        grad_values = grad_values.contiguous()
+        grad_chars = grad_weight = None
+        if ctx.needs_input_grad[1]:
+            grad_weight = weight_grad(chars, grad_values, argmax, ctx.num_windows, weight.shape[1]).to(weight.dtype)
+        if ctx.needs_input_grad[0]:
+            grad_chars = chars_grad(weight, grad_values, argmax, ctx.num_windows, chars.shape).to(chars.dtype)
+        return grad_chars, grad_weight, None

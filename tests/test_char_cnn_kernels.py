@@ -1,0 +1,139 @@
+"""The character CNN's fused window products (`char_cnn_kernels.py`, run by Triton's interpreter on CPU tensors)
+against a float64 recomputation, and the character encoder with them against the reference path."""
+
+import pytest
+import torch
+
+from hf_elmo import modeling_elmo
+
+from conftest import reference_from
+from test_fast_path import SENTENCES, encode, random_model, small_config
+
+kernels = pytest.importorskip("hf_elmo.char_cnn_kernels")
+if not kernels.INTERPRETED:
+    pytest.skip("these tests run the kernel on CPU tensors, under TRITON_INTERPRET=1", allow_module_level=True)
+
+
+def dense_window_max(chars, weight, num_windows):
+    """`(U, L, e)`, `(n, w e)` -> every window's products `(U, windows, n)` and their max, the unfused way."""
+    words, _, slot_dim = chars.shape
+    width = weight.shape[1] // slot_dim
+    windows = chars.unfold(1, width, 1)[:, :num_windows].transpose(2, 3).reshape(words, num_windows, -1)
+    return windows @ weight.t()
+
+
+@pytest.mark.parametrize(
+    "words, slots, slot_dim, width, filters, num_windows",
+    [
+        (37, 12, 16, 3, 40, 10),  # blocks not filled on any axis
+        (5, 50, 16, 7, 300, 44),  # the original model's widest filter over every window
+        (70, 9, 4, 2, 16, 8),  # a depth below the smallest block
+        (3, 6, 16, 1, 32, 6),
+        (20, 20, 16, 5, 8, 3),  # fewer windows than the slots allow
+    ],
+)
+def test_window_max_matches_float64(words, slots, slot_dim, width, filters, num_windows):
+    generator = torch.Generator().manual_seed(words)
+    chars = torch.randn(words, slots, slot_dim, generator=generator, dtype=torch.float64)
+    weight = torch.randn(filters, width * slot_dim, generator=generator, dtype=torch.float64)
+    expected = dense_window_max(chars, weight, num_windows).max(dim=1)
+    values, argmax = kernels.window_max(chars.float(), weight.float(), num_windows, save_argmax=True)
+    assert values.dtype == torch.float32 and argmax.dtype == torch.int16
+    assert (values.double() - expected.values).abs().max() <= 1e-5 * expected.values.abs().max()
+    assert torch.equal(argmax.long(), expected.indices)
+
+
+def test_first_of_equal_windows_and_nan_win():
+    """Equal windows give the first of them (where `torch.max` puts the gradient); a NaN product wins and stays."""
+    chars = torch.zeros(2, 10, 16)
+    chars[0, 2:4] = 1.0
+    chars[1, 7, 0] = float("nan")  # in windows 6 and 7 of width 2
+    weight = torch.zeros(16, 32)  # width 2: only each window's first slot counts
+    weight[:8, :16], weight[8:, :16] = 1.0, -1.0
+    values, argmax = kernels.window_max(chars, weight, 9, save_argmax=True)
+    assert (values[0, :8] == 16).all() and (argmax[0, :8] == 2).all()  # windows 2 and 3 are equal
+    assert (values[0, 8:] == 0).all() and (argmax[0, 8:] == 0).all()  # windows 0, 1 and 4-8 are equal
+    assert values[1].isnan().all() and (argmax[1] == 6).all()
+
+
+@pytest.mark.parametrize(
+    "words, slots, slot_dim, width, filters, num_windows",
+    [(23, 11, 16, 4, 20, 8), (300, 7, 4, 3, 70, 5)],  # the second: several splits of the words, filter blocks
+)
+def test_gradients_match_float64(words, slots, slot_dim, width, filters, num_windows):
+    generator = torch.Generator().manual_seed(3)
+    chars = torch.randn(words, slots, slot_dim, generator=generator, dtype=torch.float64)
+    weight = torch.randn(filters, width * slot_dim, generator=generator, dtype=torch.float64)
+    grad = torch.randn(words, filters, generator=generator, dtype=torch.float64)
+    fused = [chars.float().requires_grad_(), weight.float().requires_grad_()]
+    kernels.WindowMax.apply(*fused, num_windows).backward(grad.float())
+    dense = [chars.clone().requires_grad_(), weight.clone().requires_grad_()]
+    dense_window_max(*dense, num_windows).max(dim=1).values.backward(grad)
+    for a, b in zip(fused, dense):
+        assert (a.grad.double() - b.grad).abs().max() <= 1e-5 * b.grad.abs().max()
+
+
+@pytest.fixture
+def fused_calls(monkeypatch):
+    calls = []
+    apply = kernels.WindowMax.apply
+    monkeypatch.setattr(kernels.WindowMax, "apply", lambda *args: calls.append(args[2]) or apply(*args))
+    return calls
+
+
+@pytest.mark.parametrize("deduplicate", [False, True], ids=["every token", "distinct words"])
+def test_encoder_with_fused_windows_matches_reference(deduplicate, fused_calls):
+    """Values within 1e-5 and gradients of every character-CNN parameter within 1e-4 relative."""
+    model = random_model(small_config())
+    model.char_encoder.deduplicate, model.char_encoder.fused_windows = deduplicate, True
+    reference = reference_from(model)
+    ids = encode(SENTENCES)["input_ids"]
+    fused, expected = model.char_encoder(ids), reference.char_encoder(ids)
+    assert fused_calls and (fused - expected).abs().max() <= 1e-5
+    weights = torch.randn(fused.shape, generator=torch.Generator().manual_seed(0))
+    (weights * fused).sum().backward()
+    (weights * expected).sum().backward()
+    reference_params = dict(reference.char_encoder.named_parameters())
+    for name, param in model.char_encoder.named_parameters():
+        scale = reference_params[name].grad.abs().max()
+        assert scale > 0, name
+        assert (param.grad - reference_params[name].grad).abs().max() <= 1e-4 * scale, name
+
+
+def test_bfloat16_maxima_match_the_unfused_products():
+    """Both ways multiply bfloat16 operands with float32 sums; the fused max is rounded once, from sums that may
+    differ from the library's in their last bits: the same or one bfloat16 step apart."""
+    generator = torch.Generator().manual_seed(5)
+    chars = torch.randn(64, 50, 16, generator=generator).bfloat16()
+    weight = (0.1 * torch.randn(96, 7 * 16, generator=generator)).bfloat16()
+    expected = dense_window_max(chars, weight, 44).max(dim=1).values
+    values, _ = kernels.window_max(chars, weight, 44, save_argmax=False)
+    assert values.dtype == torch.bfloat16
+    step = 2.0**-7 * expected.float().abs()
+    assert ((values.float() - expected.float()).abs() <= step).all()
+
+
+def test_autocast_takes_the_fused_products_in_bfloat16(fused_calls):
+    model = random_model(small_config())
+    ids = encode(SENTENCES)["input_ids"]
+    outputs = {}
+    for fused in (False, True):
+        model.char_encoder.fused_windows = fused
+        with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+            outputs[fused] = model.char_encoder(ids).float()
+    assert fused_calls
+    assert (outputs[True] - outputs[False]).abs().max() <= 2.0**-6 * outputs[False].abs().max()
+
+
+def test_float32_on_a_gpu_is_refused(monkeypatch):
+    monkeypatch.setattr(kernels, "INTERPRETED", False)
+    with pytest.raises(ValueError, match="16-bit operands"):
+        kernels.window_max(torch.zeros(2, 4, 16), torch.zeros(3, 32), 3, False)
+
+
+def test_forcing_without_the_kernel_says_why(monkeypatch):
+    model = random_model(small_config())
+    model.char_encoder.fused_windows = True
+    monkeypatch.setattr(modeling_elmo, "WINDOW_MAX_INTERPRETED", False)
+    with pytest.raises(RuntimeError, match="fused_windows=True needs Triton and CUDA tensors.*got cpu tensors"):
+        model.char_encoder(encode(SENTENCES)["input_ids"])
