@@ -27,11 +27,21 @@ INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
 
 
 @triton.jit
+def _block_windows(spans_ptr, rows, row_ok, num_windows, HAS_SPANS: tl.constexpr):
+    # A window from a word's span on lies inside the word's final run of one character, whose value the caller
+    # takes apart: a block of words needs the windows before its longest span only.
+    windows = num_windows
+    if HAS_SPANS:
+        windows = tl.minimum(tl.max(tl.load(spans_ptr + rows, mask=row_ok, other=0).to(tl.int32)), num_windows)
+    return windows
+
+
+@triton.jit
 def _window_max_kernel(
-    chars_ptr, weight_ptr, values_ptr, argmax_ptr,
+    chars_ptr, weight_ptr, spans_ptr, values_ptr, argmax_ptr,
     words, filters, depth, num_windows, slot_stride,
     s_chars, s_weight, s_values, s_argmax,
-    SAVE_ARGMAX: tl.constexpr, BLOCK_W: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    HAS_SPANS: tl.constexpr, SAVE_ARGMAX: tl.constexpr, BLOCK_W: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     OPERANDS_IN_FLOAT32: tl.constexpr,
 ):  # fmt: skip
     rows = tl.program_id(0) * BLOCK_W + tl.arange(0, BLOCK_W)
@@ -46,7 +56,7 @@ def _window_max_kernel(
     window_mask = row_ok[:, None] & k_ok[None, :]
     best = tl.full((BLOCK_W, BLOCK_N), float("-inf"), dtype=tl.float32)
     best_at = tl.zeros((BLOCK_W, BLOCK_N), dtype=tl.int32)
-    for p in range(num_windows):
+    for p in range(_block_windows(spans_ptr, rows, row_ok, num_windows, HAS_SPANS)):
         window = tl.load(windows + p * slot_stride, mask=window_mask, other=0.0)
         if OPERANDS_IN_FLOAT32:
             window = window.to(tl.float32)
@@ -63,10 +73,10 @@ def _window_max_kernel(
 
 @triton.jit
 def _weight_grad_kernel(
-    chars_ptr, grad_ptr, argmax_ptr, partial_ptr,
+    chars_ptr, grad_ptr, argmax_ptr, spans_ptr, partial_ptr,
     words, filters, depth, num_windows, slot_stride, words_per_split,
     s_chars, s_grad, s_argmax, s_partial_split, s_partial_k,
-    BLOCK_W: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, OPERANDS_IN_FLOAT32: tl.constexpr,
+    HAS_SPANS: tl.constexpr, BLOCK_W: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, OPERANDS_IN_FLOAT32: tl.constexpr,
 ):  # fmt: skip
     # One block of filters over one split of the words: sum over words and windows of window^T (grad where the
     # max was taken at that window), into this split's partial sum.
@@ -84,7 +94,7 @@ def _weight_grad_kernel(
         if OPERANDS_IN_FLOAT32:  # the interpreter's products of bfloat16 operands are wrong (Triton 3.9)
             grad = grad.to(tl.float32)
         windows = chars_ptr + rows[:, None] * s_chars + ks[None, :]
-        for p in range(num_windows):
+        for p in range(_block_windows(spans_ptr, rows, row_ok, num_windows, HAS_SPANS)):
             window = tl.load(windows + p * slot_stride, mask=row_ok[:, None] & k_ok[None, :], other=0.0)
             if OPERANDS_IN_FLOAT32:
                 window = window.to(tl.float32)
@@ -95,10 +105,10 @@ def _weight_grad_kernel(
 
 @triton.jit
 def _chars_grad_kernel(
-    weight_ptr, grad_ptr, argmax_ptr, grad_chars_ptr,
+    weight_ptr, grad_ptr, argmax_ptr, spans_ptr, grad_chars_ptr,
     words, filters, num_windows, slot_dim,
     s_weight, s_grad, s_argmax, s_grad_chars,
-    WIDTH: tl.constexpr, BLOCK_W: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_E: tl.constexpr,
+    HAS_SPANS: tl.constexpr, WIDTH: tl.constexpr, BLOCK_W: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_E: tl.constexpr,
     OPERANDS_IN_FLOAT32: tl.constexpr,
 ):  # fmt: skip
     # Slot q of a word gets, from each window p = q - j that holds it, that window's gradient times the weight's
@@ -115,7 +125,7 @@ def _chars_grad_kernel(
     if OPERANDS_IN_FLOAT32:  # the interpreter's products of bfloat16 operands are wrong (Triton 3.9)
         grad = grad.to(tl.float32)
     grad_chars = grad_chars_ptr + rows[:, None] * s_grad_chars + es[None, :]
-    for q in range(num_windows + WIDTH - 1):
+    for q in range(_block_windows(spans_ptr, rows, row_ok, num_windows, HAS_SPANS) + WIDTH - 1):
         acc = tl.zeros((BLOCK_W, BLOCK_E), dtype=tl.float32)
         for j in tl.static_range(WIDTH):
             weight = tl.load(weight_rows + j * slot_dim, mask=weight_mask, other=0.0)
@@ -130,7 +140,7 @@ def _block(size: int, smallest: int, largest: int) -> int:
 
 
 def window_max(
-    chars: torch.Tensor, weight: torch.Tensor, num_windows: int, save_argmax: bool
+    chars: torch.Tensor, weight: torch.Tensor, num_windows: int, save_argmax: bool, spans: torch.Tensor | None = None
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Each filter's max over the first `num_windows` windows of each word.
 
@@ -138,9 +148,13 @@ def window_max(
         chars: `(U, L, e)` embedded characters, contiguous, with `L >= num_windows + w - 1`.
         weight: `(n, w * e)` the filters, slot-major (`conv.weight.transpose(1, 2)` flattened), same dtype.
         save_argmax: also return where each max was taken (the backward pass needs it).
+        spans: `(U,)` int32, each word's slots before its final run of one character (`modeling_elmo._spans`), or
+            None. With them a block of words stops at its longest span: a word's later windows are then left out
+            (only where they lie inside its final run, whose value the caller takes into the max).
 
     Returns:
-        `(U, n)` maxima in `chars.dtype` (products accumulated in float32), and `(U, n)` int16 window indices or None.
+        `(U, n)` maxima in `chars.dtype` (products accumulated in float32; -inf for a word with no window computed),
+        and `(U, n)` int16 window indices or None.
     """
     if not INTERPRETED and chars.dtype not in (torch.bfloat16, torch.float16):
         # A GPU's float32 operands would be rounded to TF32: not for float32 models.
@@ -157,16 +171,16 @@ def window_max(
     block_w, block_n, block_k = _block(words, 16, 64), _block(filters, 16, 128), _block(depth, 16, 256)
     grid = (triton.cdiv(words, block_w), triton.cdiv(filters, block_n))
     _window_max_kernel[grid](
-        chars, weight, values, argmax,
+        chars, weight, values if spans is None else spans, values, argmax,
         words, filters, depth, num_windows, slot_stride,
         chars.stride(0), weight.stride(0), values.stride(0), argmax.stride(0),
-        SAVE_ARGMAX=save_argmax, BLOCK_W=block_w, BLOCK_N=block_n, BLOCK_K=block_k,
+        HAS_SPANS=spans is not None, SAVE_ARGMAX=save_argmax, BLOCK_W=block_w, BLOCK_N=block_n, BLOCK_K=block_k,
         OPERANDS_IN_FLOAT32=INTERPRETED, num_warps=4 if block_w * block_n <= 4096 else 8,
     )  # fmt: skip
     return values, argmax if save_argmax else None
 
 
-def weight_grad(chars: torch.Tensor, grad: torch.Tensor, argmax: torch.Tensor, num_windows: int, depth: int):
+def weight_grad(chars: torch.Tensor, grad: torch.Tensor, argmax: torch.Tensor, num_windows: int, depth: int, spans):
     """The gradient of `window_max`'s weight: `(U, L, e)` chars, `(U, n)` gradient of the maxima and their windows
     -> `(n, w * e)` float32. Each split of the words sums into its own partial sum (no atomic adds), then the splits
     are added."""
@@ -179,16 +193,16 @@ def weight_grad(chars: torch.Tensor, grad: torch.Tensor, argmax: torch.Tensor, n
     splits = triton.cdiv(words, words_per_split)
     partial = torch.empty(splits, depth, filters, dtype=torch.float32, device=chars.device)
     _weight_grad_kernel[(filter_blocks, splits)](
-        chars, grad, argmax, partial,
+        chars, grad, argmax, argmax if spans is None else spans, partial,
         words, filters, depth, num_windows, slot_stride, words_per_split,
         chars.stride(0), grad.stride(0), argmax.stride(0), partial.stride(0), partial.stride(1),
-        BLOCK_W=block_w, BLOCK_N=block_n, BLOCK_K=block_k, OPERANDS_IN_FLOAT32=INTERPRETED,
+        HAS_SPANS=spans is not None, BLOCK_W=block_w, BLOCK_N=block_n, BLOCK_K=block_k, OPERANDS_IN_FLOAT32=INTERPRETED,
         num_warps=4 if block_k * block_n <= 8192 else 8,
     )  # fmt: skip
     return partial.sum(dim=0).t()
 
 
-def chars_grad(weight: torch.Tensor, grad: torch.Tensor, argmax: torch.Tensor, num_windows: int, shape) -> torch.Tensor:
+def chars_grad(weight: torch.Tensor, grad: torch.Tensor, argmax: torch.Tensor, num_windows: int, shape, spans):
     """The gradient of `window_max`'s chars: `(n, w * e)` weight, `(U, n)` gradient of the maxima and their windows
     -> `(U, L, e)` float32 (`shape`)."""
     words, _, slot_dim = shape
@@ -197,31 +211,32 @@ def chars_grad(weight: torch.Tensor, grad: torch.Tensor, argmax: torch.Tensor, n
     block_w, block_n, block_e = _block(words, 16, 64), _block(filters, 16, 64), _block(slot_dim, 16, 64)
     grid = (triton.cdiv(words, block_w), triton.cdiv(filters, block_n))
     _chars_grad_kernel[grid](
-        weight, grad, argmax, grad_chars,
+        weight, grad, argmax, argmax if spans is None else spans, grad_chars,
         words, filters, num_windows, slot_dim,
         weight.stride(0), grad.stride(0), argmax.stride(0), grad_chars.stride(0),
-        WIDTH=depth // slot_dim, BLOCK_W=block_w, BLOCK_N=block_n, BLOCK_E=block_e, OPERANDS_IN_FLOAT32=INTERPRETED,
+        HAS_SPANS=spans is not None, WIDTH=depth // slot_dim, BLOCK_W=block_w, BLOCK_N=block_n, BLOCK_E=block_e, OPERANDS_IN_FLOAT32=INTERPRETED,
     )  # fmt: skip
     return grad_chars
 
 
 class WindowMax(torch.autograd.Function):
-    """`window_max` with gradients: `(U, L, e)` chars, `(n, w * e)` weight, windows -> `(U, n)`."""
+    """`window_max` with gradients: `(U, L, e)` chars, `(n, w * e)` weight, windows, optional `(U,)` spans -> `(U, n)`."""
 
     @staticmethod
-    def forward(ctx, chars, weight, num_windows):
-        values, argmax = window_max(chars, weight, num_windows, save_argmax=any(ctx.needs_input_grad[:2]))
-        ctx.save_for_backward(chars, weight, argmax)
+    def forward(ctx, chars, weight, num_windows, spans=None):
+        values, argmax = window_max(chars, weight, num_windows, any(ctx.needs_input_grad[:2]), spans)
+        ctx.save_for_backward(chars, weight, argmax, spans)
         ctx.num_windows = num_windows
         return values
 
     @staticmethod
     def backward(ctx, grad_values):
-        chars, weight, argmax = ctx.saved_tensors
+        chars, weight, argmax, spans = ctx.saved_tensors
         grad_values = grad_values.contiguous()
         grad_chars = grad_weight = None
         if ctx.needs_input_grad[1]:
-            grad_weight = weight_grad(chars, grad_values, argmax, ctx.num_windows, weight.shape[1]).to(weight.dtype)
+            grad_weight = weight_grad(chars, grad_values, argmax, ctx.num_windows, weight.shape[1], spans)
+            grad_weight = grad_weight.to(weight.dtype)
         if ctx.needs_input_grad[0]:
-            grad_chars = chars_grad(weight, grad_values, argmax, ctx.num_windows, chars.shape).to(chars.dtype)
-        return grad_chars, grad_weight, None
+            grad_chars = chars_grad(weight, grad_values, argmax, ctx.num_windows, chars.shape, spans).to(chars.dtype)
+        return grad_chars, grad_weight, None, None

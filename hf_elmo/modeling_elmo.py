@@ -218,7 +218,9 @@ class ElmoCharacterEncoder(nn.Module):
         words = char_ids.reshape(-1, num_chars)
         # While a CUDA graph is captured the span cannot be read: every window, which the graph can replay anyway.
         capturing = words.is_cuda and torch.cuda.is_current_stream_capturing()
-        longest = num_chars if capturing else int(_spans(words).max())
+        # The fused window products stop at each block of words' longest span by themselves.
+        fused = self._fused_windows_dtype(words.device, self.char_embedding.weight.dtype) is not None
+        longest = num_chars if capturing or fused else int(_spans(words).max())
         features = self._max_over_windows_of_group(words, longest, self._run_values(words))
         for highway in self.highways:
             features = highway(features)
@@ -259,26 +261,28 @@ class ElmoCharacterEncoder(nn.Module):
         num_chars = words.shape[1]
         max_width = max(conv.kernel_size[0] for conv in self.convolutions)
         chars = self.char_embedding(words[:, : min(span + max_width - 1, num_chars)])  # (u, L, e)
-        fused_dtype = self._fused_windows_dtype(chars)
+        fused_dtype = self._fused_windows_dtype(chars.device, chars.dtype)
         if fused_dtype is not None:
-            chars = chars.to(fused_dtype)
+            chars, spans = chars.to(fused_dtype), _spans(words)
         per_filter = []
         for conv, value in zip(self.convolutions, run_values):
             width = conv.kernel_size[0]
             num_windows = min(span, num_chars - width + 1)
-            if num_windows > 0:
-                if fused_dtype is not None:
-                    weight = conv.weight.transpose(1, 2).reshape(conv.out_channels, -1).to(fused_dtype)  # (n, w e)
-                    with torch.autocast(chars.device.type, enabled=False):
-                        window_max = WindowMax.apply(chars, weight, num_windows)
-                else:
-                    # max, not amax: its backward is one scatter (ties are identical windows, which give the weights
-                    # the same gradient whichever of them takes it).
-                    # Matrix products of the windows rather than cuDNN's convolutions: never rounded to TF32
-                    # (cuDNN's float32 default), and on an H100 faster in bfloat16 too (cuDNN transposes these
-                    # narrow inputs).
-                    windows = chars[:, : num_windows + width - 1].unfold(1, width, 1)  # (u, windows, e, width)
-                    window_max = linear(windows.flatten(2), conv.weight.flatten(1)).max(dim=1).values
+            if num_windows > 0 and fused_dtype is not None:
+                weight = conv.weight.transpose(1, 2).reshape(conv.out_channels, -1).to(fused_dtype)  # (n, w e)
+                with torch.autocast(chars.device.type, enabled=False):
+                    window_max = WindowMax.apply(chars, weight, num_windows, spans)
+                # Each block of words stopped at its longest span: a word's windows from its own span on lie inside
+                # its final run; where it has one, that run's value counts.
+                has_run = (spans < num_chars - width + 1)[:, None]
+                value = torch.where(has_run & ~(window_max > value), value, window_max)
+            elif num_windows > 0:
+                # max, not amax: its backward is one scatter (ties are identical windows, which give the weights
+                # the same gradient whichever of them takes it).
+                # Matrix products of the windows rather than cuDNN's convolutions: never rounded to TF32 (cuDNN's
+                # float32 default), and on an H100 faster in bfloat16 too (cuDNN transposes these narrow inputs).
+                windows = chars[:, : num_windows + width - 1].unfold(1, width, 1)  # (u, windows, e, width)
+                window_max = linear(windows.flatten(2), conv.weight.flatten(1)).max(dim=1).values
                 # Windows from `span` on lie inside the final run; if the word has any, their value counts.
                 if num_windows < num_chars - width + 1:
                     # `where`, not `maximum`: cheaper backward, and a tie gives the weights the same gradient either way.
@@ -289,20 +293,21 @@ class ElmoCharacterEncoder(nn.Module):
         # The bias and the activation commute with the max: rounding and both activations are monotonic.
         return self.activation(torch.cat(per_filter, dim=-1) + bias)
 
-    def _fused_windows_dtype(self, chars: torch.Tensor) -> torch.dtype | None:
-        """The dtype of the fused window products (`fused_windows`) for these `(u, L, e)` chars, or None where
-        the products of PyTorch run: float32 models on a GPU (the kernel's products would be TF32) and CPUs (the
-        kernel runs there only under Triton's interpreter, for the tests)."""
-        device = chars.device.type
-        dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else chars.dtype
+    def _fused_windows_dtype(self, device: torch.device, dtype: torch.dtype) -> torch.dtype | None:
+        """The dtype of the fused window products (`fused_windows`) for embedded characters of `dtype` on
+        `device`, or None where the products of PyTorch run: float32 models on a GPU (the kernel's products would be
+        TF32) and CPUs (the kernel runs there only under Triton's interpreter, for the tests)."""
+        if torch.is_autocast_enabled(device.type):
+            dtype = torch.get_autocast_dtype(device.type)
+        on_gpu = device.type == "cuda"
         if self.fused_windows is None:
-            use = chars.is_cuda and dtype in (torch.bfloat16, torch.float16) and not WINDOW_MAX_INTERPRETED
+            use = on_gpu and dtype in (torch.bfloat16, torch.float16) and not WINDOW_MAX_INTERPRETED
         else:
             use = self.fused_windows
-        if use and (WindowMax is None or not (chars.is_cuda or WINDOW_MAX_INTERPRETED)):
+        if use and (WindowMax is None or not (on_gpu or WINDOW_MAX_INTERPRETED)):
             raise RuntimeError(
                 "fused_windows=True needs Triton and CUDA tensors (or TRITON_INTERPRET=1 for CPU tensors), got "
-                f"{'no Triton' if WindowMax is None else chars.device.type + ' tensors'}."
+                f"{'no Triton' if WindowMax is None else device.type + ' tensors'}."
             )
         return dtype if use else None
 

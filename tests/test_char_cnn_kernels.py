@@ -81,13 +81,55 @@ def fused_calls(monkeypatch):
     return calls
 
 
+def words_with_runs(num_words: int, long_words: list[int], seed: int) -> torch.LongTensor:
+    """`(num_words, 50)` ids: random characters, then a run of one character from a random slot (short, except for the
+    rows in `long_words`, which run to the last slots or have none)."""
+    generator = torch.Generator().manual_seed(seed)
+    ids = torch.randint(1, 262, (num_words, 50), generator=generator)
+    run_start = torch.randint(0, 12, (num_words,), generator=generator)
+    run_start[long_words] = torch.tensor([50, 47, 30, 44][: len(long_words)])
+    for k in range(num_words):
+        ids[k, run_start[k] :] = ids[k, -1]
+    return ids
+
+
+def test_spans_bound_each_block_of_words():
+    """With spans, a word's value is its max over a prefix of the windows that covers its span: the dense products'
+    running max at some window from its span on."""
+    ids = words_with_runs(150, [3, 100], seed=4)
+    spans = modeling_elmo._spans(ids)
+    chars = torch.randn(262, 16, generator=torch.Generator().manual_seed(1))[ids]
+    weight = torch.randn(24, 5 * 16, generator=torch.Generator().manual_seed(2))
+    values, argmax = kernels.window_max(chars, weight, 46, save_argmax=True, spans=spans)
+    running_max = dense_window_max(chars, weight, 46).cummax(dim=1).values  # (U, windows, n)
+    for word in range(150):
+        candidates = running_max[word, max(0, min(int(spans[word]), 46) - 1) :]  # (P, n)
+        assert ((candidates - values[word]).abs() <= 1e-5 * candidates.abs().max()).any(dim=0).all(), word
+    # Words 128-149 share blocks (of up to 64 words) without a long word: none of them looks at a later window.
+    assert int(argmax.max()) >= 40 and (argmax[128:].long() < spans[128:].max()).all()
+
+
+def test_windows_stop_at_the_spans():
+    """Spans the kernel is told, whatever the characters: spans of 2 leave two windows, spans of 0 none (-inf)."""
+    generator = torch.Generator().manual_seed(6)
+    chars = torch.randn(90, 20, 16, generator=generator)
+    weight = torch.randn(24, 3 * 16, generator=generator)
+    products = dense_window_max(chars, weight, 18)
+    for span, expected in ((2, products[:, :2].max(dim=1).values), (0, torch.full((90, 24), float("-inf")))):
+        spans = torch.full((90,), span)
+        values, argmax = kernels.window_max(chars, weight, 18, save_argmax=True, spans=spans)
+        assert torch.allclose(values, expected, rtol=1e-5, atol=0) and (argmax.long() < max(span, 1)).all()
+
+
 @pytest.mark.parametrize("deduplicate", [False, True], ids=["every token", "distinct words"])
-def test_encoder_with_fused_windows_matches_reference(deduplicate, fused_calls):
-    """Values within 1e-5 and gradients of every character-CNN parameter within 1e-4 relative."""
+@pytest.mark.parametrize("ids", ["sentences", "many words"])
+def test_encoder_with_fused_windows_matches_reference(deduplicate, ids, fused_calls):
+    """Values within 1e-5 and gradients of every character-CNN parameter within 1e-4 relative; "many words" are
+    blocks of short words and blocks with a long one."""
     model = random_model(small_config())
     model.char_encoder.deduplicate, model.char_encoder.fused_windows = deduplicate, True
     reference = reference_from(model)
-    ids = encode(SENTENCES)["input_ids"]
+    ids = encode(SENTENCES)["input_ids"] if ids == "sentences" else words_with_runs(200, [5, 130, 140], seed=0)
     fused, expected = model.char_encoder(ids), reference.char_encoder(ids)
     assert fused_calls and (fused - expected).abs().max() <= 1e-5
     weights = torch.randn(fused.shape, generator=torch.Generator().manual_seed(0))

@@ -1,0 +1,82 @@
+"""Every Triton kernel of the package compiles for a Hopper GPU (sm_90), down to its binary, without a GPU.
+
+The other tests run the kernels under Triton's interpreter, which executes them with NumPy and accepts what the
+compiler refuses (e.g. a loop variable whose type changes between iterations); this compiles them as a GPU run
+would, with the dtypes and block sizes the package launches them with."""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+pytest.importorskip("triton")
+
+SCRIPT = textwrap.dedent(
+    """
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    from hf_elmo import adagrad, char_cnn_kernels, gpu_lstm_kernels, gpu_softmax_kernels
+
+    FLOATS = {"cell_clip", "proj_clip", "lr", "eps"}
+
+    def compile(kernel, constexprs, pointers=None, default_pointer="*bf16", num_warps=4):
+        pointers = pointers or {}
+        signature = {}
+        for name in kernel.arg_names:
+            if name in constexprs:
+                signature[name] = "constexpr"
+            elif name.endswith("_ptr"):
+                signature[name] = pointers.get(name, default_pointer)
+            else:
+                signature[name] = "fp32" if name in FLOATS else "i32"
+        compiled = triton.compile(
+            ASTSource(fn=kernel, signature=signature, constexprs=constexprs),
+            target=GPUTarget("cuda", 90, 32),
+            options={"num_warps": num_warps, "num_stages": 3},
+        )
+        assert compiled.asm.get("cubin"), kernel.__name__
+        print("compiled", kernel.__name__, constexprs)
+
+    masks = {"mask_ptr": "*u8", "mask_next_ptr": "*u8", "cell_passed_ptr": "*i8", "hidden_passed_ptr": "*i8"}
+    memory = {"memory_in_ptr": "*fp32", "memory_out_ptr": "*fp32", "grad_memory_ptr": "*fp32"}
+    for kernel, save in ((gpu_lstm_kernels._cell_forward_kernel, True), (gpu_lstm_kernels._hidden_forward_kernel, True)):
+        compile(kernel, {"HAS_CLIP": True, "SAVE": save, "COMPUTE": triton.language.float32, "BLOCK": 512},
+                {**masks, **memory})
+    for kernel in (gpu_lstm_kernels._cell_backward_kernel, gpu_lstm_kernels._hidden_backward_kernel):
+        compile(kernel, {"HAS_CLIP": True, "COMPUTE": triton.language.float32, "BLOCK": 512},
+                {**masks, **memory, "grad_hidden_ptr": "*fp32"})
+    compile(gpu_lstm_kernels._gates_cell_forward_kernel,
+            {"HAS_CLIP": True, "SAVE": True, "BLOCK_M": 128, "BLOCK_N": 32, "BLOCK_K": 64, "OPERANDS_IN_FLOAT32": False},
+            {**masks, **memory}, num_warps=8)
+    compile(gpu_softmax_kernels._logsumexp_partial_kernel, {"BLOCK": 1024},
+            {"skip_ptr": "*i64", "max_ptr": "*fp32", "sum_ptr": "*fp32"})
+    compile(gpu_softmax_kernels._logsumexp_backward_kernel, {"BLOCK": 1024},
+            {"skip_ptr": "*i64", "lse_ptr": "*fp32", "grad_ptr": "*fp32"})
+    compile(adagrad._adagrad_kernel, {"BLOCK": 1024}, default_pointer="*fp32")
+    cnn = {"chars_ptr": "*bf16", "spans_ptr": "*i64", "argmax_ptr": "*i16", "partial_ptr": "*fp32",
+           "grad_chars_ptr": "*fp32"}
+    for block_n, block_k in ((128, 128), (32, 16)):  # the original model's widest and narrowest filters
+        compile(char_cnn_kernels._window_max_kernel,
+                {"HAS_SPANS": True, "SAVE_ARGMAX": True, "BLOCK_W": 64, "BLOCK_N": block_n, "BLOCK_K": block_k,
+                 "OPERANDS_IN_FLOAT32": False}, cnn, num_warps=8 if block_n == 128 else 4)
+    compile(char_cnn_kernels._weight_grad_kernel,
+            {"HAS_SPANS": True, "BLOCK_W": 64, "BLOCK_N": 64, "BLOCK_K": 128, "OPERANDS_IN_FLOAT32": False}, cnn,
+            num_warps=8)
+    compile(char_cnn_kernels._chars_grad_kernel,
+            {"HAS_SPANS": True, "WIDTH": 7, "BLOCK_W": 64, "BLOCK_N": 64, "BLOCK_E": 16, "OPERANDS_IN_FLOAT32": False},
+            cnn)
+    """
+)
+
+
+def test_kernels_compile_for_hopper(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["TRITON_CACHE_DIR"] = str(tmp_path)  # compiled from scratch, and nothing left behind
+    env.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
+    result = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, env=env, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.count("compiled") == 12
