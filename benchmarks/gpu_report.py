@@ -15,7 +15,8 @@ Sections, each printed as a table (and all of them again at the end):
    product", the GPU path without that (one product of all steps' inputs first); in bfloat16 also "static, steps
    not fused" and "static, windows not fused", the GPU path without the step kernel that holds its product or without
    the character CNN's kernel that takes the max over the windows as it multiplies them.
-3. Inference: words/s of `ElmoModel` (all layers), float32 and bfloat16 weights, the same paths.
+3. Inference: words/s of `ElmoModel` (all layers), float32 and bfloat16 weights, the same paths; and the character
+   CNN alone, forward and backward, with its fused window kernels and without.
 4. Profile of a training step at batch 128 (original size): tokens/s with a synchronisation after each step and with
    steps issued back to back (the host running ahead, as in training), the share of the step in which a kernel runs,
    kernels per step and launch calls per step, for the benchmark loop and for `Trainer` (`hf_elmo.train_bilm` on a
@@ -291,6 +292,41 @@ def inference(quick: bool, deadline: float):
           "as in 2.)", ["weights", "path", "batch", "words/s", "ms/batch", "steps fused"], rows)  # fmt: skip
 
 
+def char_cnn(quick: bool, deadline: float):
+    """The character CNN alone (original size, float32 weights under bfloat16 autocast): the fused window kernels
+    against the products written out, on the benchmark's words and on text where one word in 1,000 fills all slots."""
+    rows = []
+    encoder = random_model(ElmoConfig.from_preset("original"), DEVICE, torch.float32).char_encoder
+    for batch_size in (128, 4096):
+        for text in ("words of 3-10 letters", "and 1 in 1,000 of 48"):
+            sentences = random_sentences(batch_size, 20)
+            if text != "words of 3-10 letters":
+                for k in range(0, batch_size * 20, 1000):
+                    sentences[k // 20][k % 20] = "x" * 48
+            ids = ElmoTokenizer()(sentences, is_split_into_words=True, return_tensors="pt")["input_ids"].to(DEVICE)
+            for way, fused in (("fused", None), ("not fused", False)):
+                if time.monotonic() > deadline:
+                    rows.append([ids.shape[0] * ids.shape[1], text, way, "skipped (time)", ""])
+                    continue
+                encoder.fused_windows = fused
+
+                def forward():
+                    with torch.inference_mode(), torch.autocast(DEVICE, dtype=torch.bfloat16):
+                        encoder(ids)
+
+                def forward_backward():
+                    with torch.autocast(DEVICE, dtype=torch.bfloat16):
+                        out = encoder(ids)
+                    out.float().sum().backward()
+
+                times = [time_steps(step, 5 if quick else 10, 2) * 1e3 for step in (forward, forward_backward)]
+                rows.append([ids.shape[0] * ids.shape[1], text, way, f"{times[0]:.2f}", f"{times[1]:.2f}"])
+    del encoder
+    torch.cuda.empty_cache()
+    table("3a. The character CNN alone, original size, bfloat16 autocast (median ms; words counted with the boundary rows)",
+          ["words", "text", "windows", "forward", "forward + backward"], rows)  # fmt: skip
+
+
 # --- 4. profile -------------------------------------------------------------------------------------------------
 
 _LAUNCH_CALLS = ("cudaLaunchKernel", "cuLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernelEx", "cudaGraphLaunch")
@@ -463,7 +499,7 @@ def profiles(quick: bool, deadline: float):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--sections", nargs="+", default=["exactness", "training", "inference", "profile"])
+    parser.add_argument("--sections", nargs="+", default=["exactness", "training", "inference", "char_cnn", "profile"])
     parser.add_argument("--minutes", type=float, default=7.5, help="skip what would start after this")
     parser.add_argument("--kernels", type=int, default=0, help="print the N costliest operations of profiled steps")
     parser.add_argument("--paths", nargs="+", default=["static", "sorted", "reference"])
@@ -482,7 +518,7 @@ def main():
 
     print(f"transformers {transformers.__version__}, triton {triton.__version__}; TF32 for float32 products: "
           f"{torch.backends.cuda.matmul.allow_tf32} (matmul), {torch.backends.cudnn.allow_tf32} (cuDNN)\n")  # fmt: skip
-    sections = {"exactness": exactness, "training": training, "inference": inference, "profile": profiles}
+    sections = {"exactness": exactness, "training": training, "inference": inference, "char_cnn": char_cnn, "profile": profiles}
     for name in args.sections:
         section_start = time.monotonic()
         try:
