@@ -13,10 +13,10 @@ Sections, each printed as a table (and all of them again at the end):
    length-sorted path made for CPUs ("sorted") and the straightforward reference ("reference"); where the GPU path
    multiplies each step's input together with its state (from batch 512 at the original size), also "static, state
    product", the GPU path without that (one product of all steps' inputs first); in bfloat16 also "static, steps
-   not fused" and "static, windows not fused", the GPU path without the step kernel that holds its product or without
-   the character CNN's kernel that takes the max over the windows as it multiplies them.
+   not fused" and "static, characters not fused", the GPU path without the step kernel that holds its product or without
+   the character encoder's kernels (the max over the windows taken as they are multiplied; the highway layers).
 3. Inference: words/s of `ElmoModel` (all layers), float32 and bfloat16 weights, the same paths; and the character
-   CNN alone, forward and backward, with its fused window kernels and without.
+   encoder alone, forward and backward, with its fused kernels and without.
 4. Profile of a training step at batch 128 (original size): tokens/s with a synchronisation after each step and with
    steps issued back to back (the host running ahead, as in training), the share of the step in which a kernel runs,
    kernels per step and launch calls per step, for the benchmark loop and for `Trainer` (`hf_elmo.train_bilm` on a
@@ -74,14 +74,17 @@ def set_path(model, path: str):
     batch is large enough for the joint product of input and state (`gpu_lstm.joint_input_product`); `static, joint
     product`: the joint product at any batch size; `static, steps fused` / `static, steps not fused`: each step's
     product inside the Triton kernel or not, whatever a captured layer would find faster; `static, windows not
-    fused`: the character CNN's window products written out before their max (the way before
-    `char_cnn_kernels.py`), which the GPU path does for 16-bit products."""
+    fused`: the character CNN's window products written out before their max and the highway layers' elementwise
+    part as PyTorch operations (the way before `char_cnn_kernels.py`)."""
     elmo = model.elmo if hasattr(model, "elmo") else model
     elmo.encoder.static_shapes = path.startswith("static")
     elmo.encoder.joint_input_product = {"static, state product": False, "static, joint product": True}.get(path)
     elmo.encoder.fused_gate_products = {"static, steps not fused": False, "static, steps fused": True}.get(path)
     elmo.char_encoder.deduplicate = path == "sorted"
-    elmo.char_encoder.fused_windows = False if path == "static, windows not fused" else None
+    fused = False if path == "static, characters not fused" else None
+    elmo.char_encoder.fused_windows = fused
+    for highway in elmo.char_encoder.highways:
+        highway.fused = fused
     return model
 
 
@@ -94,11 +97,11 @@ def steps_fused(model) -> str:
 
 
 def with_unfused(paths: list[str], dtype: str) -> list[str]:
-    """`paths`, with `static, steps not fused` and `static, windows not fused` after `static` for 16-bit products
+    """`paths`, with `static, steps not fused` and `static, characters not fused` after `static` for 16-bit products
     (where the fused kernels apply)."""
     if "static" in paths and dtype in ("bfloat16", "torch.bfloat16"):
         at = paths.index("static") + 1
-        paths = [*paths[:at], "static, steps not fused", "static, windows not fused", *paths[at:]]
+        paths = [*paths[:at], "static, steps not fused", "static, characters not fused", *paths[at:]]
     return paths
 
 
@@ -145,7 +148,7 @@ def exactness(quick: bool):
         )
         rows.append([f"small, random weights, {path}, float32", f"{value_error:.1e}", f"{grad_error:.1e}"])
     mask = batch["attention_mask"].bool()
-    for path in ("static", "static, steps fused", "static, windows not fused"):
+    for path in ("static", "static, steps fused", "static, characters not fused"):
         model = set_path(copy.deepcopy(cpu_model).float().to(DEVICE), path)
         with torch.autocast(DEVICE, dtype=torch.bfloat16), torch.no_grad():
             layers = model(**gpu_batch, output_hidden_states=True).hidden_states
@@ -266,7 +269,7 @@ def inference(quick: bool, deadline: float):
     rows = []
     config = ElmoConfig.from_preset("original")
     for dtype, batches in ((torch.float32, [32, 256, 1024]), (torch.bfloat16, [32, 256, 1024, 4096])):
-        for path in ("static", "static, steps not fused", "static, windows not fused", "static, state product", "sorted"):
+        for path in ("static", "static, steps not fused", "static, characters not fused", "static, state product", "sorted"):
             model = set_path(random_model(config, DEVICE, dtype), path)
             for batch_size in batches:
                 if path not in with_unfused(paths_for(batch_size, ["static", "sorted"], config.projection_dim), str(dtype)):
@@ -293,8 +296,9 @@ def inference(quick: bool, deadline: float):
 
 
 def char_cnn(quick: bool, deadline: float):
-    """The character CNN alone (original size, float32 weights under bfloat16 autocast): the fused window kernels
-    against the products written out, on the benchmark's words and on text where one word in 1,000 fills all slots."""
+    """The character encoder alone (original size, float32 weights under bfloat16 autocast): its fused kernels (window
+    products and their max, highway layers) against PyTorch's operations, on the benchmark's words and on text where
+    one word in 1,000 fills all slots."""
     rows = []
     encoder = random_model(ElmoConfig.from_preset("original"), DEVICE, torch.float32).char_encoder
     for batch_size in (128, 4096):
@@ -309,6 +313,8 @@ def char_cnn(quick: bool, deadline: float):
                     rows.append([ids.shape[0] * ids.shape[1], text, way, "skipped (time)", ""])
                     continue
                 encoder.fused_windows = fused
+                for highway in encoder.highways:
+                    highway.fused = fused
 
                 def forward():
                     with torch.inference_mode(), torch.autocast(DEVICE, dtype=torch.bfloat16):
@@ -323,8 +329,8 @@ def char_cnn(quick: bool, deadline: float):
                 rows.append([ids.shape[0] * ids.shape[1], text, way, f"{times[0]:.2f}", f"{times[1]:.2f}"])
     del encoder
     torch.cuda.empty_cache()
-    table("3a. The character CNN alone, original size, bfloat16 autocast (median ms; words counted with the boundary rows)",
-          ["words", "text", "windows", "forward", "forward + backward"], rows)  # fmt: skip
+    table("3a. The character encoder alone, original size, bfloat16 autocast (median ms; words counted with the boundary "
+          "rows)", ["words", "text", "kernels", "forward", "forward + backward"], rows)  # fmt: skip
 
 
 # --- 4. profile -------------------------------------------------------------------------------------------------

@@ -1,5 +1,5 @@
-"""A Triton kernel for the character CNN on GPUs: each filter's products with every window of a word and the max
-over the windows, without writing the products to memory.
+"""Triton kernels for the character encoder on GPUs: the CNN's window products with their max, and the highway
+layers' elementwise part.
 
 `linear(windows, weight).max(dim=1)` writes a `(words, windows, filters)` tensor and reads it back: about 92,000
 values per word for the original model's 2,048 filters over 50 slots, 15 GB in bfloat16 for a batch of 4,096
@@ -7,6 +7,10 @@ sentences of 20 words, where the max itself is `(words, filters)`. Here one prog
 block of filters in registers and takes the running max over the windows as it multiplies them, noting the window
 each max came from; the backward pass (`weight_grad`, `chars_grad`) multiplies each window by the gradient where its
 max was taken, in registers too, instead of scattering the gradient into a `(words, windows, filters)` tensor.
+
+A highway layer, `t + g (x - t)` with `t = relu(a)`, `g = sigmoid(b)` from its product `[a | b]`, is five
+elementwise operations in PyTorch, each a pass over `(words, filters)` tensors, and autograd keeps three of their
+results; `highway_combine` is one pass forward and one backward, and keeps only the product and `x`.
 
 Importing this module needs Triton. With `TRITON_INTERPRET=1` set before the import, the kernel runs on CPU
 tensors (slowly), which is how the CPU test suite checks it.
@@ -133,6 +137,76 @@ def _chars_grad_kernel(
                 weight = weight.to(tl.float32)
             acc = tl.dot(tl.where(taken == q - j, grad, 0.0).to(weight.dtype), weight, acc)
         tl.atomic_add(grad_chars + q * slot_dim, acc, mask=row_ok[:, None] & e_ok[None, :])
+
+
+@triton.jit
+def _highway_forward_kernel(product_ptr, x_ptr, out_ptr, dim, s_product, s_x, s_out, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    valid = cols < dim
+    a = tl.load(product_ptr + row * s_product + cols, mask=valid, other=0.0).to(tl.float32)
+    b = tl.load(product_ptr + row * s_product + dim + cols, mask=valid, other=0.0).to(tl.float32)
+    x = tl.load(x_ptr + row * s_x + cols, mask=valid, other=0.0).to(tl.float32)
+    t = tl.maximum(a, 0.0)
+    g = 1.0 / (1.0 + tl.exp(-b))
+    tl.store(out_ptr + row * s_out + cols, (t + g * (x - t)).to(out_ptr.dtype.element_ty), mask=valid)
+
+
+@triton.jit
+def _highway_backward_kernel(
+    product_ptr, x_ptr, grad_ptr, grad_product_ptr, grad_x_ptr, dim, s_product, s_x, s_grad, s_gproduct, s_gx,
+    BLOCK: tl.constexpr,
+):  # fmt: skip
+    row = tl.program_id(0)
+    cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    valid = cols < dim
+    a = tl.load(product_ptr + row * s_product + cols, mask=valid, other=0.0).to(tl.float32)
+    b = tl.load(product_ptr + row * s_product + dim + cols, mask=valid, other=0.0).to(tl.float32)
+    x = tl.load(x_ptr + row * s_x + cols, mask=valid, other=0.0).to(tl.float32)
+    grad = tl.load(grad_ptr + row * s_grad + cols, mask=valid, other=0.0).to(tl.float32)
+    t = tl.maximum(a, 0.0)
+    g = 1.0 / (1.0 + tl.exp(-b))
+    grad_a = tl.where(a > 0.0, grad * (1.0 - g), 0.0)
+    grad_b = grad * (x - t) * g * (1.0 - g)
+    gproduct_type = grad_product_ptr.dtype.element_ty
+    tl.store(grad_product_ptr + row * s_gproduct + cols, grad_a.to(gproduct_type), mask=valid)
+    tl.store(grad_product_ptr + row * s_gproduct + dim + cols, grad_b.to(gproduct_type), mask=valid)
+    tl.store(grad_x_ptr + row * s_gx + cols, (grad * g).to(grad_x_ptr.dtype.element_ty), mask=valid)
+
+
+_HIGHWAY_BLOCK = 1024
+
+
+class HighwayCombine(torch.autograd.Function):
+    """`(U, 2F)` product `[a | b]` and `(U, F)` input `x` -> `relu(a) + sigmoid(b) (x - relu(a))` `(U, F)`, in the
+    dtype the two promote to, computed in float32."""
+
+    @staticmethod
+    def forward(ctx, product, x):
+        product, x = product.contiguous(), x.contiguous()
+        rows, dim = x.shape
+        out = x.new_empty(rows, dim, dtype=torch.promote_types(product.dtype, x.dtype))
+        grid = (rows, triton.cdiv(dim, _HIGHWAY_BLOCK))
+        _highway_forward_kernel[grid](
+            product, x, out, dim, product.stride(0), x.stride(0), out.stride(0), BLOCK=_HIGHWAY_BLOCK
+        )
+        ctx.save_for_backward(product, x)
+        return out
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad):
+        product, x = ctx.saved_tensors
+        grad = grad.contiguous()
+        rows, dim = x.shape
+        grad_product, grad_x = torch.empty_like(product), torch.empty_like(x)
+        grid = (rows, triton.cdiv(dim, _HIGHWAY_BLOCK))
+        _highway_backward_kernel[grid](
+            product, x, grad, grad_product, grad_x, dim,
+            product.stride(0), x.stride(0), grad.stride(0), grad_product.stride(0), grad_x.stride(0),
+            BLOCK=_HIGHWAY_BLOCK,
+        )  # fmt: skip
+        return grad_product, grad_x
 
 
 def _block(size: int, smallest: int, largest: int) -> int:

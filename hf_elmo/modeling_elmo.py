@@ -30,11 +30,13 @@ from .model_io import load_pretrained, name_pipeline
 from .onednn_linear import linear
 from .sampled_softmax import full_softmax_loss, sampled_softmax_loss
 
-try:  # the fused window products of the character CNN on GPUs (`char_cnn_kernels.py`) need Triton
-    from .char_cnn_kernels import INTERPRETED as WINDOW_MAX_INTERPRETED
-    from .char_cnn_kernels import WindowMax
+try:  # the character encoder's kernels on GPUs (`char_cnn_kernels.py`) need Triton
+    from .char_cnn_kernels import INTERPRETED as KERNELS_INTERPRETED
+    from .char_cnn_kernels import HighwayCombine, WindowMax
 except ImportError:
-    WINDOW_MAX_INTERPRETED, WindowMax = False, None
+    KERNELS_INTERPRETED, HighwayCombine, WindowMax = False, None, None
+
+_NEEDS_TRITON = "{what} needs Triton and CUDA tensors (or TRITON_INTERPRET=1 for CPU tensors), got {device} tensors."
 
 ElmoState = tuple[torch.Tensor, torch.Tensor]
 """`(hidden, memory)`: `hidden` `(num_layers, B, 2P)` and `memory` `(num_layers, B, 2D)`, the forward
@@ -112,9 +114,19 @@ class ElmoHighwayLayer(nn.Linear):
 
     def __init__(self, dim: int):
         super().__init__(dim, 2 * dim)
+        # Whether the elementwise part is one Triton kernel each way (`char_cnn_kernels.HighwayCombine`; `None`: on
+        # GPUs): five passes over `(words, F)` tensors and three of them kept for the backward pass otherwise.
+        self.fused: bool | None = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        transformed, gate = linear(x, self.weight, self.bias).chunk(2, dim=-1)
+        product = linear(x, self.weight, self.bias)
+        if self.fused or (self.fused is None and x.is_cuda and HighwayCombine is not None and not KERNELS_INTERPRETED):
+            if HighwayCombine is None or not (x.is_cuda or KERNELS_INTERPRETED):
+                raise RuntimeError(_NEEDS_TRITON.format(what="ElmoHighwayLayer.fused=True", device=x.device.type))
+            with torch.autocast(x.device.type, enabled=False):
+                combined = HighwayCombine.apply(product.reshape(-1, product.shape[-1]), x.reshape(-1, x.shape[-1]))
+            return combined.view(x.shape)
+        transformed, gate = product.chunk(2, dim=-1)
         transformed = F.relu(transformed)
         return torch.addcmul(transformed, torch.sigmoid(gate), x - transformed)
 
@@ -301,14 +313,11 @@ class ElmoCharacterEncoder(nn.Module):
             dtype = torch.get_autocast_dtype(device.type)
         on_gpu = device.type == "cuda"
         if self.fused_windows is None:
-            use = on_gpu and dtype in (torch.bfloat16, torch.float16) and not WINDOW_MAX_INTERPRETED
+            use = on_gpu and dtype in (torch.bfloat16, torch.float16) and WindowMax is not None and not KERNELS_INTERPRETED
         else:
             use = self.fused_windows
-        if use and (WindowMax is None or not (on_gpu or WINDOW_MAX_INTERPRETED)):
-            raise RuntimeError(
-                "fused_windows=True needs Triton and CUDA tensors (or TRITON_INTERPRET=1 for CPU tensors), got "
-                f"{'no Triton' if WindowMax is None else device.type + ' tensors'}."
-            )
+        if use and (WindowMax is None or not (on_gpu or KERNELS_INTERPRETED)):
+            raise RuntimeError(_NEEDS_TRITON.format(what="fused_windows=True", device=device.type))
         return dtype if use else None
 
 

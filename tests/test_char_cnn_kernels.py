@@ -75,10 +75,20 @@ def test_gradients_match_float64(words, slots, slot_dim, width, filters, num_win
 
 @pytest.fixture
 def fused_calls(monkeypatch):
+    """The calls of the fused kernels: ("windows", number of windows) and ("highway", rows)."""
     calls = []
-    apply = kernels.WindowMax.apply
-    monkeypatch.setattr(kernels.WindowMax, "apply", lambda *args: calls.append(args[2]) or apply(*args))
+    window_max, highway = kernels.WindowMax.apply, kernels.HighwayCombine.apply
+    monkeypatch.setattr(kernels.WindowMax, "apply", lambda *args: calls.append(("windows", args[2])) or window_max(*args))
+    monkeypatch.setattr(
+        kernels.HighwayCombine, "apply", lambda *args: calls.append(("highway", len(args[1]))) or highway(*args)
+    )
     return calls
+
+
+def fuse(model, fused: bool):
+    model.char_encoder.fused_windows = fused
+    for highway in model.char_encoder.highways:
+        highway.fused = fused
 
 
 def words_with_runs(num_words: int, long_words: list[int], seed: int) -> torch.LongTensor:
@@ -127,11 +137,13 @@ def test_encoder_with_fused_windows_matches_reference(deduplicate, ids, fused_ca
     """Values within 1e-5 and gradients of every character-CNN parameter within 1e-4 relative; "many words" are
     blocks of short words and blocks with a long one."""
     model = random_model(small_config())
-    model.char_encoder.deduplicate, model.char_encoder.fused_windows = deduplicate, True
+    model.char_encoder.deduplicate = deduplicate
+    fuse(model, True)
     reference = reference_from(model)
     ids = encode(SENTENCES)["input_ids"] if ids == "sentences" else words_with_runs(200, [5, 130, 140], seed=0)
     fused, expected = model.char_encoder(ids), reference.char_encoder(ids)
-    assert fused_calls and (fused - expected).abs().max() <= 1e-5
+    assert {kind for kind, _ in fused_calls} == {"windows", "highway"}
+    assert (fused - expected).abs().max() <= 1e-5
     weights = torch.randn(fused.shape, generator=torch.Generator().manual_seed(0))
     (weights * fused).sum().backward()
     (weights * expected).sum().backward()
@@ -155,16 +167,43 @@ def test_bfloat16_maxima_match_the_unfused_products():
     assert ((values.float() - expected.float()).abs() <= step).all()
 
 
-def test_autocast_takes_the_fused_products_in_bfloat16(fused_calls):
+def test_autocast_takes_the_fused_kernels_in_bfloat16(fused_calls):
     model = random_model(small_config())
     ids = encode(SENTENCES)["input_ids"]
     outputs = {}
     for fused in (False, True):
-        model.char_encoder.fused_windows = fused
+        fuse(model, fused)
         with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
             outputs[fused] = model.char_encoder(ids).float()
-    assert fused_calls
+    assert {kind for kind, _ in fused_calls} == {"windows", "highway"}
     assert (outputs[True] - outputs[False]).abs().max() <= 2.0**-6 * outputs[False].abs().max()
+
+
+@pytest.mark.parametrize("dtypes", [(torch.float32, torch.float32), (torch.bfloat16, torch.float32)],
+                         ids=["float32", "bfloat16 product, float32 input (autocast)"])  # fmt: skip
+def test_highway_combine_matches_float64(dtypes):
+    product_dtype, x_dtype = dtypes
+    generator = torch.Generator().manual_seed(7)
+    product = (2 * torch.randn(37, 2 * 1100, generator=generator, dtype=torch.float64)).to(product_dtype).double()
+    x = torch.randn(37, 1100, generator=generator, dtype=torch.float64).to(x_dtype).double()
+    grad = torch.randn(37, 1100, generator=generator, dtype=torch.float64)
+    fused_inputs = [product.to(product_dtype).requires_grad_(), x.to(x_dtype).requires_grad_()]
+    out = kernels.HighwayCombine.apply(*fused_inputs)
+    out.backward(grad.to(out.dtype))
+    exact_inputs = [product.clone().requires_grad_(), x.clone().requires_grad_()]
+    transformed, gate = exact_inputs[0].chunk(2, dim=-1)
+    transformed, gate = torch.relu(transformed), torch.sigmoid(gate)
+    expected = transformed + gate * (exact_inputs[1] - transformed)
+    expected.backward(grad)
+    assert out.dtype == torch.float32
+    assert (out.double() - expected).abs().max() <= 1e-6 * expected.abs().max()
+    for fused_input, exact_input in zip(fused_inputs, exact_inputs):
+        assert fused_input.grad.dtype == fused_input.dtype
+        # float32 arithmetic (1 - sigmoid loses digits where the gate is near 1, as PyTorch's does), converted once
+        # to the input's dtype: within one bfloat16 step (Triton's interpreter truncates where a GPU rounds)
+        step = 2.0**-7 if fused_input.dtype == torch.bfloat16 else 0.0
+        tolerance = step * exact_input.grad.abs() + 1e-6 * exact_input.grad.abs().max()
+        assert ((fused_input.grad.double() - exact_input.grad).abs() <= tolerance).all()
 
 
 def test_float32_on_a_gpu_is_refused(monkeypatch):
@@ -173,9 +212,13 @@ def test_float32_on_a_gpu_is_refused(monkeypatch):
         kernels.window_max(torch.zeros(2, 4, 16), torch.zeros(3, 32), 3, False)
 
 
-def test_forcing_without_the_kernel_says_why(monkeypatch):
+@pytest.mark.parametrize("switch", ["fused_windows", "highway.fused"])
+def test_forcing_without_the_kernel_says_why(monkeypatch, switch):
     model = random_model(small_config())
-    model.char_encoder.fused_windows = True
-    monkeypatch.setattr(modeling_elmo, "WINDOW_MAX_INTERPRETED", False)
-    with pytest.raises(RuntimeError, match="fused_windows=True needs Triton and CUDA tensors.*got cpu tensors"):
+    if switch == "fused_windows":
+        model.char_encoder.fused_windows = True
+    else:
+        model.char_encoder.highways[0].fused = True
+    monkeypatch.setattr(modeling_elmo, "KERNELS_INTERPRETED", False)
+    with pytest.raises(RuntimeError, match=r"=True needs Triton and CUDA tensors .*got cpu tensors\.$"):
         model.char_encoder(encode(SENTENCES)["input_ids"])

@@ -69,6 +69,10 @@ SCRIPT = textwrap.dedent(
     compile(char_cnn_kernels._chars_grad_kernel,
             {"HAS_SPANS": True, "WIDTH": 7, "BLOCK_W": 64, "BLOCK_N": 64, "BLOCK_E": 16, "OPERANDS_IN_FLOAT32": False},
             cnn)
+    highway = {"product_ptr": "*bf16", "x_ptr": "*fp32", "out_ptr": "*fp32", "grad_ptr": "*fp32",
+               "grad_product_ptr": "*bf16", "grad_x_ptr": "*fp32"}
+    compile(char_cnn_kernels._highway_forward_kernel, {"BLOCK": 1024}, highway)
+    compile(char_cnn_kernels._highway_backward_kernel, {"BLOCK": 1024}, highway)
     """
 )
 
@@ -79,4 +83,4 @@ def test_kernels_compile_for_hopper(tmp_path):
     env.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
     result = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, env=env, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
-    assert result.stdout.count("compiled") == 12
+    assert result.stdout.count("compiled") == 14
