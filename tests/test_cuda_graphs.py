@@ -1,0 +1,95 @@
+"""How a replayed computation hands its gradients to autograd (`cuda_graphs._Replay`), on the CPU: the two graphs
+are stood in for by functions that write the same buffers a replay writes. The replays themselves are tested on a
+GPU (`test_static_shapes.py`)."""
+
+import pytest
+import torch
+
+from hf_elmo.cuda_graphs import CapturedFunction
+
+
+class _Graph:
+    def __init__(self, run):
+        self.replay = run
+
+
+def fake_capture(params: list[torch.Tensor], example: torch.Tensor) -> CapturedFunction:
+    """`(x * w1).sum() + (x * w2 ** 2).sum()`, with the buffers of a capture and graphs that fill them."""
+    captured = CapturedFunction.__new__(CapturedFunction)
+    captured.params, captured.pending = params, None
+    captured.inputs = (example.clone(),)
+    captured.outputs = (torch.zeros(()),)
+    captured.differentiable = [0]
+    captured.grad_outputs = [torch.zeros(())]
+    captured.grads = tuple(torch.zeros_like(p) for p in params)
+    w1, w2 = params
+    (x,) = captured.inputs
+
+    def forward():
+        captured.outputs[0].copy_((x * w1).sum() + (x * w2**2).sum())
+
+    def backward():
+        g = captured.grad_outputs[0]
+        captured.grads[0].copy_(g * x)
+        captured.grads[1].copy_(g * x * 2 * w2)
+
+    captured.forward_graph, captured.backward_graph = _Graph(forward), _Graph(backward)
+    return captured
+
+
+def expected_grads(x, w2):
+    return [x.clone(), x * 2 * w2]
+
+
+@pytest.fixture
+def setup():
+    params = [torch.randn(5, requires_grad=True), torch.randn(5, requires_grad=True)]
+    return params, fake_capture(params, torch.zeros(5))
+
+
+def test_grads_become_the_replays_buffers_without_a_copy(setup):
+    params, captured = setup
+    x = torch.randn(5)
+    captured.replay(x)[0].backward()
+    for param, static, expected in zip(params, captured.grads, expected_grads(x, params[1].detach())):
+        assert torch.equal(param.grad, expected)
+        assert param.grad.untyped_storage().data_ptr() == static.untyped_storage().data_ptr()
+
+
+@pytest.mark.parametrize("between", ["nothing", "zero_grad in place", "zero_grad to None"])
+def test_gradients_add_up_over_passes(setup, between):
+    """A second pass adds to .grad even where .grad is the buffer the second replay overwrites."""
+    params, captured = setup
+    w2 = params[1].detach()
+    first, second = torch.randn(5), torch.randn(5)
+    captured.replay(first)[0].backward()
+    if between == "zero_grad in place":
+        for p in params:
+            p.grad.zero_()
+    elif between == "zero_grad to None":
+        for p in params:
+            p.grad = None
+    captured.replay(second)[0].backward()
+    for k, param in enumerate(params):
+        total = expected_grads(second, w2)[k]
+        if between == "nothing":
+            total = total + expected_grads(first, w2)[k]
+        assert torch.allclose(param.grad, total, rtol=1e-6, atol=1e-7), k
+
+
+def test_autograd_grad_gets_copies_that_outlive_the_next_replay(setup):
+    params, captured = setup
+    w2 = params[1].detach()
+    first, second = torch.randn(5), torch.randn(5)
+    grads = torch.autograd.grad(captured.replay(first)[0], params)
+    captured.replay(second)[0].backward()
+    for got, expected in zip(grads, expected_grads(first, w2)):
+        assert torch.equal(got, expected)
+    assert all(p.grad is not None for p in params)
+
+
+def test_backward_with_inputs_leaves_the_other_grads_alone(setup):
+    params, captured = setup
+    x = torch.randn(5)
+    captured.replay(x)[0].backward(inputs=[params[0]])
+    assert torch.equal(params[0].grad, x) and params[1].grad is None
