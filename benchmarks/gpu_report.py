@@ -12,9 +12,9 @@ Sections, each printed as a table (and all of them again at the end):
    sizes, batches 128 / 512 / 2,048, float32 and bfloat16 autocast; the GPU path ("static") against the
    length-sorted path made for CPUs ("sorted") and the straightforward reference ("reference"); where the GPU path
    multiplies each step's input together with its state (from batch 512 at the original size), also "static, state
-   product", the GPU path without that (one product of all steps' inputs first); in bfloat16 also "static, steps
-   not fused" and "static, characters not fused", the GPU path without the step kernel that holds its product or without
-   the character encoder's kernels (the max over the windows taken as they are multiplied; the highway layers).
+   product", the GPU path without that (one product of all steps' inputs first); "static, characters not fused", the
+   GPU path without the character encoder's kernels (the max over the windows taken as they are multiplied; the
+   highway layers); in bfloat16 also "static, steps not fused", without the step kernel that holds its product.
 3. Inference: words/s of `ElmoModel` (all layers), float32 and bfloat16 weights, the same paths; and the character
    encoder alone, forward and backward, with its fused kernels and without.
 4. Profile of a training step at batch 128 (original size): tokens/s with a synchronisation after each step and with
@@ -97,11 +97,12 @@ def steps_fused(model) -> str:
 
 
 def with_unfused(paths: list[str], dtype: str) -> list[str]:
-    """`paths`, with `static, steps not fused` and `static, characters not fused` after `static` for 16-bit products
-    (where the fused kernels apply)."""
-    if "static" in paths and dtype in ("bfloat16", "torch.bfloat16"):
+    """`paths`, with `static, steps not fused` (16-bit products, where that kernel applies) and `static, characters
+    not fused` after `static`."""
+    if "static" in paths:
         at = paths.index("static") + 1
-        paths = [*paths[:at], "static, steps not fused", "static, characters not fused", *paths[at:]]
+        unfused = ["static, steps not fused"] if dtype in ("bfloat16", "torch.bfloat16") else []
+        paths = [*paths[:at], *unfused, "static, characters not fused", *paths[at:]]
     return paths
 
 

@@ -64,7 +64,7 @@ def _window_max_kernel(
         window = tl.load(windows + p * slot_stride, mask=window_mask, other=0.0)
         if OPERANDS_IN_FLOAT32:
             window = window.to(tl.float32)
-        value = tl.dot(window, weight)
+        value = tl.dot(window, weight, input_precision="ieee")  # float32 operands: not rounded to TF32
         # The first of equal maxima, as `torch.max`; a NaN wins and stays, as there.
         take = ((value > best) | (value != value)) & (best == best)
         best = tl.where(take, value, best)
@@ -80,7 +80,8 @@ def _weight_grad_kernel(
     chars_ptr, grad_ptr, argmax_ptr, spans_ptr, partial_ptr,
     words, filters, depth, num_windows, slot_stride, words_per_split,
     s_chars, s_grad, s_argmax, s_partial_split, s_partial_k,
-    HAS_SPANS: tl.constexpr, BLOCK_W: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, OPERANDS_IN_FLOAT32: tl.constexpr,
+    HAS_SPANS: tl.constexpr, BLOCK_W: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    OPERANDS_IN_FLOAT32: tl.constexpr,
 ):  # fmt: skip
     # One block of filters over one split of the words: sum over words and windows of window^T (grad where the
     # max was taken at that window), into this split's partial sum.
@@ -102,7 +103,8 @@ def _weight_grad_kernel(
             window = tl.load(windows + p * slot_stride, mask=row_ok[:, None] & k_ok[None, :], other=0.0)
             if OPERANDS_IN_FLOAT32:
                 window = window.to(tl.float32)
-            acc = tl.dot(tl.trans(window), tl.where(taken == p, grad, 0.0).to(window.dtype), acc)
+            taken_here = tl.where(taken == p, grad, 0.0).to(window.dtype)
+            acc = tl.dot(tl.trans(window), taken_here, acc, input_precision="ieee")
     partial = partial_ptr + tl.program_id(1) * s_partial_split + ks[:, None] * s_partial_k + cols[None, :]
     tl.store(partial, acc, mask=k_ok[:, None] & col_ok[None, :])
 
@@ -135,7 +137,7 @@ def _chars_grad_kernel(
             weight = tl.load(weight_rows + j * slot_dim, mask=weight_mask, other=0.0)
             if OPERANDS_IN_FLOAT32:
                 weight = weight.to(tl.float32)
-            acc = tl.dot(tl.where(taken == q - j, grad, 0.0).to(weight.dtype), weight, acc)
+            acc = tl.dot(tl.where(taken == q - j, grad, 0.0).to(weight.dtype), weight, acc, input_precision="ieee")
         tl.atomic_add(grad_chars + q * slot_dim, acc, mask=row_ok[:, None] & e_ok[None, :])
 
 
@@ -227,15 +229,13 @@ def window_max(
             (only where they lie inside its final run, whose value the caller takes into the max).
 
     Returns:
-        `(U, n)` maxima in `chars.dtype` (products accumulated in float32; -inf for a word with no window computed),
-        and `(U, n)` int16 window indices or None.
+        `(U, n)` maxima in `chars.dtype` (products accumulated in float32, float32 operands multiplied as such, not
+        rounded to TF32; -inf for a word with no window computed), and `(U, n)` int16 window indices or None.
     """
-    if not INTERPRETED and chars.dtype not in (torch.bfloat16, torch.float16):
-        # A GPU's float32 operands would be rounded to TF32: not for float32 models.
-        raise ValueError(f"window_max multiplies 16-bit operands on a GPU, got {chars.dtype}.")
     words, slots, slot_stride = chars.shape
     filters, depth = weight.shape
-    if not chars.is_contiguous() or weight.stride(1) != 1 or depth % slot_stride or num_windows + depth // slot_stride - 1 > slots:
+    width = depth // slot_stride
+    if not chars.is_contiguous() or weight.stride(1) != 1 or depth % slot_stride or num_windows + width - 1 > slots:
         raise ValueError(
             f"window_max needs contiguous chars (U, L, e) and a weight (n, w * e) with L >= windows + w - 1, got "
             f"chars {tuple(chars.shape)}, weight {tuple(weight.shape)}, {num_windows} windows."
@@ -288,13 +288,15 @@ def chars_grad(weight: torch.Tensor, grad: torch.Tensor, argmax: torch.Tensor, n
         weight, grad, argmax, argmax if spans is None else spans, grad_chars,
         words, filters, num_windows, slot_dim,
         weight.stride(0), grad.stride(0), argmax.stride(0), grad_chars.stride(0),
-        HAS_SPANS=spans is not None, WIDTH=depth // slot_dim, BLOCK_W=block_w, BLOCK_N=block_n, BLOCK_E=block_e, OPERANDS_IN_FLOAT32=INTERPRETED,
+        HAS_SPANS=spans is not None, WIDTH=depth // slot_dim, BLOCK_W=block_w, BLOCK_N=block_n, BLOCK_E=block_e,
+        OPERANDS_IN_FLOAT32=INTERPRETED,
     )  # fmt: skip
     return grad_chars
 
 
 class WindowMax(torch.autograd.Function):
-    """`window_max` with gradients: `(U, L, e)` chars, `(n, w * e)` weight, windows, optional `(U,)` spans -> `(U, n)`."""
+    """`window_max` with gradients: `(U, L, e)` chars, `(n, w * e)` weight, windows and optional `(U,)` spans
+    -> `(U, n)`."""
 
     @staticmethod
     def forward(ctx, chars, weight, num_windows, spans=None):

@@ -167,7 +167,7 @@ class ElmoCharacterEncoder(nn.Module):
         # the host to sort and group the words).
         self.deduplicate: bool | None = None
         # Whether each filter's window products and their max are one Triton kernel (`char_cnn_kernels.py`), which
-        # never writes the `(words, windows, filters)` products (`None`: for 16-bit products on a GPU).
+        # never writes the `(words, windows, filters)` products (`None`: where it pays, `_fused_windows_dtype`).
         self.fused_windows: bool | None = None
 
     def forward(self, char_ids: torch.LongTensor, word_ids: torch.LongTensor | None = None) -> torch.Tensor:
@@ -307,13 +307,20 @@ class ElmoCharacterEncoder(nn.Module):
 
     def _fused_windows_dtype(self, device: torch.device, dtype: torch.dtype) -> torch.dtype | None:
         """The dtype of the fused window products (`fused_windows`) for embedded characters of `dtype` on
-        `device`, or None where the products of PyTorch run: float32 models on a GPU (the kernel's products would be
-        TF32) and CPUs (the kernel runs there only under Triton's interpreter, for the tests)."""
+        `device`, or None where the products of PyTorch run. By default: on GPUs, for 16-bit products, and for
+        float32 ones (exact, without tensor cores) while a CUDA graph is captured, where the products of PyTorch
+        would take every slot of every word; not on CPUs (the kernels run there only under Triton's interpreter,
+        for the tests)."""
         if torch.is_autocast_enabled(device.type):
             dtype = torch.get_autocast_dtype(device.type)
         on_gpu = device.type == "cuda"
         if self.fused_windows is None:
-            use = on_gpu and dtype in (torch.bfloat16, torch.float16) and WindowMax is not None and not KERNELS_INTERPRETED
+            use = (
+                on_gpu
+                and WindowMax is not None
+                and not KERNELS_INTERPRETED
+                and (dtype in (torch.bfloat16, torch.float16) or torch.cuda.is_current_stream_capturing())
+            )
         else:
             use = self.fused_windows
         if use and (WindowMax is None or not (on_gpu or KERNELS_INTERPRETED)):

@@ -40,6 +40,7 @@ SCRIPT = textwrap.dedent(
         )
         assert compiled.asm.get("cubin"), kernel.__name__
         print("compiled", kernel.__name__, constexprs)
+        return compiled.asm["ptx"]
 
     masks = {"mask_ptr": "*u8", "mask_next_ptr": "*u8", "cell_passed_ptr": "*i8", "hidden_passed_ptr": "*i8"}
     memory = {"memory_in_ptr": "*fp32", "memory_out_ptr": "*fp32", "grad_memory_ptr": "*fp32"}
@@ -63,12 +64,23 @@ SCRIPT = textwrap.dedent(
         compile(char_cnn_kernels._window_max_kernel,
                 {"HAS_SPANS": True, "SAVE_ARGMAX": True, "BLOCK_W": 64, "BLOCK_N": block_n, "BLOCK_K": block_k,
                  "OPERANDS_IN_FLOAT32": False}, cnn, num_warps=8 if block_n == 128 else 4)
-    compile(char_cnn_kernels._weight_grad_kernel,
-            {"HAS_SPANS": True, "BLOCK_W": 64, "BLOCK_N": 64, "BLOCK_K": 128, "OPERANDS_IN_FLOAT32": False}, cnn,
-            num_warps=8)
-    compile(char_cnn_kernels._chars_grad_kernel,
-            {"HAS_SPANS": True, "WIDTH": 7, "BLOCK_W": 64, "BLOCK_N": 64, "BLOCK_E": 16, "OPERANDS_IN_FLOAT32": False},
-            cnn)
+    for dtype in ("*bf16", "*fp32"):
+        pointers = {**cnn, "chars_ptr": dtype}
+        ptx = [
+            compile(char_cnn_kernels._window_max_kernel,
+                    {"HAS_SPANS": True, "SAVE_ARGMAX": True, "BLOCK_W": 64, "BLOCK_N": 64, "BLOCK_K": 64,
+                     "OPERANDS_IN_FLOAT32": False}, pointers, default_pointer=dtype),
+            compile(char_cnn_kernels._weight_grad_kernel,
+                    {"HAS_SPANS": True, "BLOCK_W": 64, "BLOCK_N": 64, "BLOCK_K": 128, "OPERANDS_IN_FLOAT32": False},
+                    pointers, default_pointer=dtype, num_warps=8),
+            compile(char_cnn_kernels._chars_grad_kernel,
+                    {"HAS_SPANS": True, "WIDTH": 7, "BLOCK_W": 64, "BLOCK_N": 64, "BLOCK_E": 16,
+                     "OPERANDS_IN_FLOAT32": False}, pointers, default_pointer=dtype),
+        ]
+        if dtype == "*fp32":  # float32 products stay float32: no TF32 tensor-core instruction
+            assert all(".tf32" not in text and "fma.rn.f32" in text for text in ptx)
+        else:
+            assert all("bf16" in text and "mma" in text for text in ptx)
     highway = {"product_ptr": "*bf16", "x_ptr": "*fp32", "out_ptr": "*fp32", "grad_ptr": "*fp32",
                "grad_product_ptr": "*bf16", "grad_x_ptr": "*fp32"}
     compile(char_cnn_kernels._highway_forward_kernel, {"BLOCK": 1024}, highway)
@@ -83,4 +95,4 @@ def test_kernels_compile_for_hopper(tmp_path):
     env.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
     result = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, env=env, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
-    assert result.stdout.count("compiled") == 14
+    assert result.stdout.count("compiled") == 18
