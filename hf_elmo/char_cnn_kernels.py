@@ -76,6 +76,17 @@ def _window_max_kernel(
 
 
 @triton.jit
+def _gradient_and_window(grad_ptr, argmax_ptr, rows, cols, row_ok, col_ok, s_grad, s_argmax, OPERANDS_IN_FLOAT32):
+    # A block of the maxima's gradient and the windows they were taken at (-1 outside the block's rows and columns).
+    at = row_ok[:, None] & col_ok[None, :]
+    grad = tl.load(grad_ptr + rows[:, None] * s_grad + cols[None, :], mask=at, other=0.0)
+    taken = tl.load(argmax_ptr + rows[:, None] * s_argmax + cols[None, :], mask=at, other=-1).to(tl.int32)
+    if OPERANDS_IN_FLOAT32:  # the interpreter's products of bfloat16 operands are wrong (Triton 3.9)
+        grad = grad.to(tl.float32)
+    return grad, taken
+
+
+@triton.jit
 def _weight_grad_kernel(
     chars_ptr, grad_ptr, argmax_ptr, spans_ptr, partial_ptr,
     words, filters, depth, num_windows, slot_stride, words_per_split,
@@ -93,11 +104,8 @@ def _weight_grad_kernel(
     for start in range(first, first + words_per_split, BLOCK_W):
         rows = start + tl.arange(0, BLOCK_W)
         row_ok = (rows < words) & (rows < first + words_per_split)
-        at = row_ok[:, None] & col_ok[None, :]
-        grad = tl.load(grad_ptr + rows[:, None] * s_grad + cols[None, :], mask=at, other=0.0)
-        taken = tl.load(argmax_ptr + rows[:, None] * s_argmax + cols[None, :], mask=at, other=-1).to(tl.int32)
-        if OPERANDS_IN_FLOAT32:  # the interpreter's products of bfloat16 operands are wrong (Triton 3.9)
-            grad = grad.to(tl.float32)
+        grad, taken = _gradient_and_window(grad_ptr, argmax_ptr, rows, cols, row_ok, col_ok, s_grad, s_argmax,
+                                           OPERANDS_IN_FLOAT32)  # fmt: skip
         windows = chars_ptr + rows[:, None] * s_chars + ks[None, :]
         for p in range(_block_windows(spans_ptr, rows, row_ok, num_windows, HAS_SPANS)):
             window = tl.load(windows + p * slot_stride, mask=row_ok[:, None] & k_ok[None, :], other=0.0)
@@ -123,13 +131,10 @@ def _chars_grad_kernel(
     cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
     es = tl.arange(0, BLOCK_E)
     row_ok, col_ok, e_ok = rows < words, cols < filters, es < slot_dim
-    at = row_ok[:, None] & col_ok[None, :]
-    grad = tl.load(grad_ptr + rows[:, None] * s_grad + cols[None, :], mask=at, other=0.0)
-    taken = tl.load(argmax_ptr + rows[:, None] * s_argmax + cols[None, :], mask=at, other=-1).to(tl.int32)
+    grad, taken = _gradient_and_window(grad_ptr, argmax_ptr, rows, cols, row_ok, col_ok, s_grad, s_argmax,
+                                       OPERANDS_IN_FLOAT32)  # fmt: skip
     weight_rows = weight_ptr + cols[:, None] * s_weight + es[None, :]
     weight_mask = col_ok[:, None] & e_ok[None, :]
-    if OPERANDS_IN_FLOAT32:  # the interpreter's products of bfloat16 operands are wrong (Triton 3.9)
-        grad = grad.to(tl.float32)
     grad_chars = grad_chars_ptr + rows[:, None] * s_grad_chars + es[None, :]
     for q in range(_block_windows(spans_ptr, rows, row_ok, num_windows, HAS_SPANS) + WIDTH - 1):
         acc = tl.zeros((BLOCK_W, BLOCK_E), dtype=tl.float32)
