@@ -147,13 +147,15 @@ def _chars_grad_kernel(
 
 
 @triton.jit
-def _highway_forward_kernel(product_ptr, x_ptr, out_ptr, dim, s_product, s_x, s_out, BLOCK: tl.constexpr):
+def _highway_forward_kernel(
+    product_ptr, x_ptr, out_ptr, dim, s_product, s_x, s_out, COMPUTE: tl.constexpr, BLOCK: tl.constexpr
+):
     row = tl.program_id(0)
     cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     valid = cols < dim
-    a = tl.load(product_ptr + row * s_product + cols, mask=valid, other=0.0).to(tl.float32)
-    b = tl.load(product_ptr + row * s_product + dim + cols, mask=valid, other=0.0).to(tl.float32)
-    x = tl.load(x_ptr + row * s_x + cols, mask=valid, other=0.0).to(tl.float32)
+    a = tl.load(product_ptr + row * s_product + cols, mask=valid, other=0.0).to(COMPUTE)
+    b = tl.load(product_ptr + row * s_product + dim + cols, mask=valid, other=0.0).to(COMPUTE)
+    x = tl.load(x_ptr + row * s_x + cols, mask=valid, other=0.0).to(COMPUTE)
     t = tl.maximum(a, 0.0)
     g = 1.0 / (1.0 + tl.exp(-b))
     tl.store(out_ptr + row * s_out + cols, (t + g * (x - t)).to(out_ptr.dtype.element_ty), mask=valid)
@@ -162,15 +164,15 @@ def _highway_forward_kernel(product_ptr, x_ptr, out_ptr, dim, s_product, s_x, s_
 @triton.jit
 def _highway_backward_kernel(
     product_ptr, x_ptr, grad_ptr, grad_product_ptr, grad_x_ptr, dim, s_product, s_x, s_grad, s_gproduct, s_gx,
-    BLOCK: tl.constexpr,
+    COMPUTE: tl.constexpr, BLOCK: tl.constexpr,
 ):  # fmt: skip
     row = tl.program_id(0)
     cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     valid = cols < dim
-    a = tl.load(product_ptr + row * s_product + cols, mask=valid, other=0.0).to(tl.float32)
-    b = tl.load(product_ptr + row * s_product + dim + cols, mask=valid, other=0.0).to(tl.float32)
-    x = tl.load(x_ptr + row * s_x + cols, mask=valid, other=0.0).to(tl.float32)
-    grad = tl.load(grad_ptr + row * s_grad + cols, mask=valid, other=0.0).to(tl.float32)
+    a = tl.load(product_ptr + row * s_product + cols, mask=valid, other=0.0).to(COMPUTE)
+    b = tl.load(product_ptr + row * s_product + dim + cols, mask=valid, other=0.0).to(COMPUTE)
+    x = tl.load(x_ptr + row * s_x + cols, mask=valid, other=0.0).to(COMPUTE)
+    grad = tl.load(grad_ptr + row * s_grad + cols, mask=valid, other=0.0).to(COMPUTE)
     t = tl.maximum(a, 0.0)
     g = 1.0 / (1.0 + tl.exp(-b))
     grad_a = tl.where(a > 0.0, grad * (1.0 - g), 0.0)
@@ -184,9 +186,13 @@ def _highway_backward_kernel(
 _HIGHWAY_BLOCK = 1024
 
 
+def _compute_type(tensor: torch.Tensor):
+    return tl.float64 if tensor.dtype == torch.float64 else tl.float32
+
+
 class HighwayCombine(torch.autograd.Function):
     """`(U, 2F)` product `[a | b]` and `(U, F)` input `x` -> `relu(a) + sigmoid(b) (x - relu(a))` `(U, F)`, in the
-    dtype the two promote to, computed in float32."""
+    dtype the two promote to, computed in float32 (float64 for float64)."""
 
     @staticmethod
     def forward(ctx, product, x):
@@ -195,7 +201,8 @@ class HighwayCombine(torch.autograd.Function):
         out = x.new_empty(rows, dim, dtype=torch.promote_types(product.dtype, x.dtype))
         grid = (rows, triton.cdiv(dim, _HIGHWAY_BLOCK))
         _highway_forward_kernel[grid](
-            product, x, out, dim, product.stride(0), x.stride(0), out.stride(0), BLOCK=_HIGHWAY_BLOCK
+            product, x, out, dim, product.stride(0), x.stride(0), out.stride(0), COMPUTE=_compute_type(out),
+            BLOCK=_HIGHWAY_BLOCK,
         )
         ctx.save_for_backward(product, x)
         return out
@@ -211,7 +218,7 @@ class HighwayCombine(torch.autograd.Function):
         _highway_backward_kernel[grid](
             product, x, grad, grad_product, grad_x, dim,
             product.stride(0), x.stride(0), grad.stride(0), grad_product.stride(0), grad_x.stride(0),
-            BLOCK=_HIGHWAY_BLOCK,
+            COMPUTE=_compute_type(grad), BLOCK=_HIGHWAY_BLOCK,
         )  # fmt: skip
         return grad_product, grad_x
 

@@ -319,7 +319,10 @@ class ElmoCharacterEncoder(nn.Module):
                 on_gpu
                 and WindowMax is not None
                 and not KERNELS_INTERPRETED
-                and (dtype in (torch.bfloat16, torch.float16) or torch.cuda.is_current_stream_capturing())
+                and (
+                    dtype in (torch.bfloat16, torch.float16)
+                    or (dtype == torch.float32 and torch.cuda.is_current_stream_capturing())
+                )
             )
         else:
             use = self.fused_windows

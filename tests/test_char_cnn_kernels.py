@@ -179,6 +179,16 @@ def test_autocast_takes_the_fused_kernels_in_bfloat16(fused_calls):
     assert (outputs[True] - outputs[False]).abs().max() <= 2.0**-6 * outputs[False].abs().max()
 
 
+def test_highway_combine_computes_float64_in_float64():
+    generator = torch.Generator().manual_seed(8)
+    product = torch.randn(5, 2 * 40, generator=generator, dtype=torch.float64)
+    x = torch.randn(5, 40, generator=generator, dtype=torch.float64)
+    transformed, gate = product.relu()[:, :40], product[:, 40:].sigmoid()
+    out = kernels.HighwayCombine.apply(product, x)
+    assert out.dtype == torch.float64
+    assert (out - (transformed + gate * (x - transformed))).abs().max() <= 1e-14
+
+
 @pytest.mark.parametrize("dtypes", [(torch.float32, torch.float32), (torch.bfloat16, torch.float32)],
                          ids=["float32", "bfloat16 product, float32 input (autocast)"])  # fmt: skip
 def test_highway_combine_matches_float64(dtypes):

@@ -83,8 +83,8 @@ SCRIPT = textwrap.dedent(
             assert all("bf16" in text and "mma" in text for text in ptx)
     highway = {"product_ptr": "*bf16", "x_ptr": "*fp32", "out_ptr": "*fp32", "grad_ptr": "*fp32",
                "grad_product_ptr": "*bf16", "grad_x_ptr": "*fp32"}
-    compile(char_cnn_kernels._highway_forward_kernel, {"BLOCK": 1024}, highway)
-    compile(char_cnn_kernels._highway_backward_kernel, {"BLOCK": 1024}, highway)
+    compile(char_cnn_kernels._highway_forward_kernel, {"COMPUTE": triton.language.float32, "BLOCK": 1024}, highway)
+    compile(char_cnn_kernels._highway_backward_kernel, {"COMPUTE": triton.language.float32, "BLOCK": 1024}, highway)
     """
 )
 
