@@ -7,13 +7,14 @@ sentences of 20 words, where the max itself is `(words, filters)`. Here one prog
 block of filters in registers and takes the running max over the windows as it multiplies them, noting the window
 each max came from; the backward pass (`weight_grad`, `chars_grad`) multiplies each window by the gradient where its
 max was taken, in registers too, instead of scattering the gradient into a `(words, windows, filters)` tensor.
+Products accumulate in float32; float32 operands are multiplied as such, never rounded to TF32.
 
 A highway layer, `t + g (x - t)` with `t = relu(a)`, `g = sigmoid(b)` from its product `[a | b]`, is five
 elementwise operations in PyTorch, each a pass over `(words, filters)` tensors, and autograd keeps three of their
-results; `highway_combine` is one pass forward and one backward, and keeps only the product and `x`.
+results; `HighwayCombine` is one pass forward and one backward, and keeps only the product and `x`.
 
-Importing this module needs Triton. With `TRITON_INTERPRET=1` set before the import, the kernel runs on CPU
-tensors (slowly), which is how the CPU test suite checks it.
+Importing this module needs Triton. With `TRITON_INTERPRET=1` set before the import, the kernels run on CPU
+tensors (slowly), which is how the CPU test suite checks them; `tests/test_triton_compile.py` compiles them for a GPU.
 """
 
 import os
@@ -27,7 +28,7 @@ except ImportError:
     raise  # (inside `try`: transformers' check of a saved folder's imports then does not require Triton)
 
 INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
-"""Whether the kernel was defined for Triton's interpreter (it then runs on CPU tensors only)."""
+"""Whether the kernels were defined for Triton's interpreter (they then run on CPU tensors only)."""
 
 
 @triton.jit
