@@ -631,6 +631,8 @@ def test_api_refuses_with_a_clear_value_error(name, workspace):
 # The command runs in a child process that sends itself the signal from inside the write, at a chosen call.
 _SIGNALLED_RUN = """
 import importlib, os, signal, sys
+# SIGINT as in a terminal: a test run started in the background inherits it ignored, and Python keeps that.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 module, name, attribute, call, number, argv = sys.argv[1:7]
 owner = getattr(importlib.import_module(module), name) if name else importlib.import_module(module)
 original, calls = getattr(owner, attribute), [0]
