@@ -516,13 +516,15 @@ def _backward(saved, hiddens, memories, input_weights, state_weights, projection
                              grad_projected, grad_hidden, grad_memory)  # fmt: skip
 
     grad_inputs = _batched_product(grad_gates, _stacked(input_weights))  # (K, N, P_in)
-    # All three from one pass over the gate gradients: d[W_x | W_h | b] = d(gates)^T [x | h_in | 1].
+    # Both from one product: d[W_x | W_h] = d(gates)^T [x | h_in]. The bias's gradient is a sum of its own: as a
+    # column of ones in the product it made the product's width odd, which BLAS forms far slower (original size:
+    # 102 against 75 ms with the sum, mid size 5.5 against 5.1; two Zen 4 cores).
     input_dim, projection_dim = saved["packed_x"].shape[2], hidden0.shape[2]
-    operands = torch.empty(K, total, input_dim + projection_dim + 1, dtype=dtype, device=activations.device)
+    operands = torch.empty(K, total, input_dim + projection_dim, dtype=dtype, device=activations.device)
     operands[..., :input_dim] = saved["packed_x"]
-    operands[..., input_dim:-1] = steps.entering_state(saved["outputs"], hidden0)
-    operands[..., -1] = 1
-    grads = _weight_gradient(grad_gates, operands)  # (K, 4D, P_in + P + 1)
+    operands[..., input_dim:] = steps.entering_state(saved["outputs"], hidden0)
+    grads = _weight_gradient(grad_gates, operands)  # (K, 4D, P_in + P)
+    grad_biases = grad_gates.sum(dim=1)  # (K, 4D)
     grad_projection_weight = _weight_gradient(grad_projected, saved["cell_outputs"])  # (K, P, D)
     return [
         (
@@ -530,8 +532,8 @@ def _backward(saved, hiddens, memories, input_weights, state_weights, projection
             grad_hidden[k],
             grad_memory[k],
             grads[k, :, :input_dim],
-            grads[k, :, -1],
-            grads[k, :, input_dim:-1],
+            grad_biases[k],
+            grads[k, :, input_dim:],
             grad_projection_weight[k],
         )
         for k, backwards in enumerate(reverse)
