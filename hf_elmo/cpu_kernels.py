@@ -1,5 +1,6 @@
 """Compiled loops for float32 on CPUs: an LSTM layer's whole time loop, forward and backward; the sampled softmax's
-row-wise log-sum-exp and its gradient; Adagrad's step; dropout with a counter-based generator.
+row-wise log-sum-exp and its gradient; Adagrad's step; dropout with a counter-based generator; the character
+CNN's max over windows and its gradient.
 
 A step of ELMo's LSTM is two small matrix products and a dozen elementwise operations (gate nonlinearities, cell
 update, clip, the cell's tanh, the output gate); as PyTorch calls from Python, dispatching them costs more than
@@ -35,6 +36,8 @@ import warnings
 from pathlib import Path
 
 import torch
+
+from .onednn_linear import matmul_nt
 
 _SOURCE = r"""
 #include <stdint.h>
@@ -348,6 +351,55 @@ extern "C" void adagrad_step(int64_t n, float* param, const float* grad, float* 
     }
 }
 
+// The character CNN's max over windows, for the filters of one width: products (U, T, F) of each word's T windows
+// with F filters -> each word and filter's maximum (U, F) and the window it was taken at, the first of equal ones
+// and NaN over any number, as torch.max.
+extern "C" void window_max(int64_t U, int64_t T, int64_t F, const float* products, float* values, int64_t* windows) {
+    #pragma omp parallel for schedule(static) if (U * T * F >= 2 * MIN_CELLS_PER_THREAD)
+    for (int64_t u = 0; u < U; ++u) {
+        const float* p = products + u * T * F;
+        float* best = values + u * F;
+        int64_t* at = windows + u * F;
+        for (int64_t f = 0; f < F; ++f) { best[f] = p[f]; at[f] = 0; }
+        for (int64_t t = 1; t < T; ++t)
+            for (int64_t f = 0; f < F; ++f) {
+                const float v = p[t * F + f];
+                const bool take = v > best[f] || (v != v && best[f] == best[f]);
+                best[f] = take ? v : best[f];
+                at[f] = take ? t : at[f];
+            }
+    }
+}
+
+// Its gradient, which reaches only the window each maximum was taken at: the window at t of word u is the W x E
+// values from chars[u, t] on (chars (U, L, E)), and weight (F, W, E) holds the filters in that order. grad (U, F)
+// -> grad_weight (F, W, E), and added into grad_chars (U, L, E). Filters split over threads for the first, words
+// for the second: no two threads write the same value.
+extern "C" void window_max_backward(int64_t U, int64_t L, int64_t E, int64_t W, int64_t F, const float* chars,
+                                    const float* weight, const int64_t* windows, const float* grad,
+                                    float* grad_chars, float* grad_weight) {
+    const int64_t K = W * E;
+    const bool split = U * F * K >= 2 * MIN_CELLS_PER_THREAD;
+    #pragma omp parallel for schedule(static) if (split)
+    for (int64_t f = 0; f < F; ++f) {
+        float* out = grad_weight + f * K;
+        for (int64_t k = 0; k < K; ++k) out[k] = 0.0f;
+        for (int64_t u = 0; u < U; ++u) {
+            const float g = grad[u * F + f];
+            const float* x = chars + (u * L + windows[u * F + f]) * E;
+            for (int64_t k = 0; k < K; ++k) out[k] += g * x[k];
+        }
+    }
+    #pragma omp parallel for schedule(static) if (split)
+    for (int64_t u = 0; u < U; ++u)
+        for (int64_t f = 0; f < F; ++f) {
+            const float g = grad[u * F + f];
+            const float* w = weight + f * K;
+            float* out = grad_chars + (u * L + windows[u * F + f]) * E;
+            for (int64_t k = 0; k < K; ++k) out[k] += g * w[k];
+        }
+}
+
 // A 32-bit hash with good avalanche (Wellons' "lowbias32").
 static inline uint32_t mix32(uint32_t x) {
     x ^= x >> 16; x *= 0x7feb352dU; x ^= x >> 15; x *= 0x846ca68bU; x ^= x >> 16;
@@ -393,6 +445,8 @@ _FUNCTIONS = {
     "logsumexp_rows_backward": [ctypes.c_int64] * 2 + [ctypes.c_void_p] * 4,
     "adagrad_step": [ctypes.c_int64] + [ctypes.c_void_p] * 3 + [ctypes.c_float] * 3,
     "dropout": [ctypes.c_int64] + [ctypes.c_void_p] * 2 + [ctypes.c_uint64, ctypes.c_uint32, ctypes.c_float],
+    "window_max": [ctypes.c_int64] * 3 + [ctypes.c_void_p] * 3,
+    "window_max_backward": [ctypes.c_int64] * 5 + [ctypes.c_void_p] * 6,
 }
 
 
@@ -616,3 +670,49 @@ def dropout(x: torch.Tensor, threshold: int, scale: float, seed: int) -> torch.T
     pointers = _pointers((x, tuple(x.shape)), (out, tuple(x.shape)))
     _library()[0].dropout(x.numel(), *pointers, seed, threshold, scale)
     return out
+
+
+class WindowMax(torch.autograd.Function):
+    """The character CNN's filters of one width over the windows of a group of words: per word and filter, the
+    largest product of a window with the filter. The products are PyTorch's; their max, and the gradient, which
+    reaches only the window each max was taken at, are compiled loops. (As PyTorch operations the gradient was the
+    scatter of the maxima's gradients into every window, two products with that and the fold of the windows back
+    into characters: most of the character CNN's time in training.)"""
+
+    @staticmethod
+    def forward(ctx, chars: torch.Tensor, weight: torch.Tensor, num_windows: int) -> torch.Tensor:
+        """`chars` `(U, num_windows + W - 1, E)` float32, `weight` `(F, E, W)` (a `Conv1d`'s) -> `(U, F)`."""
+        num_filters, channels, width = weight.shape
+        chars = chars.contiguous()
+        # Windows and filters as (W, E): a window is then W x E consecutive values of its word's characters.
+        kernel = weight.transpose(1, 2).reshape(num_filters, width * channels)
+        windows = chars.unfold(1, width, 1).transpose(2, 3).reshape(-1, width * channels)  # (U T, W E)
+        products = matmul_nt(windows, kernel)  # (U T, F)
+        values = products.new_empty(chars.shape[0], num_filters)
+        taken_at = torch.empty(chars.shape[0], num_filters, dtype=torch.int64)
+        pointers = _pointers((products, (chars.shape[0] * num_windows, num_filters)), (values, tuple(values.shape)))
+        _library()[0].window_max(chars.shape[0], num_windows, num_filters, *pointers, taken_at.data_ptr())
+        ctx.save_for_backward(chars, kernel, taken_at)
+        ctx.mark_non_differentiable(taken_at)
+        return values
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad):
+        chars, kernel, taken_at = ctx.saved_tensors
+        words, length, channels = chars.shape
+        num_filters = kernel.shape[0]
+        width = kernel.shape[1] // channels
+        grad = grad.contiguous()
+        grad_chars = torch.zeros_like(chars)
+        grad_kernel = torch.empty_like(kernel)
+        pointers = _pointers(
+            (chars, (words, length, channels)), (kernel, (num_filters, width * channels)),
+            (grad, (words, num_filters)), (grad_chars, (words, length, channels)),
+            (grad_kernel, (num_filters, width * channels)),
+        )  # fmt: skip
+        _library()[0].window_max_backward(
+            words, length, channels, width, num_filters, pointers[0], pointers[1], taken_at.data_ptr(), *pointers[2:]
+        )
+        grad_weight = grad_kernel.view(num_filters, width, channels).transpose(1, 2)
+        return grad_chars, grad_weight, None

@@ -232,6 +232,57 @@ def test_logsumexp_rows_and_gradient_are_float64s(cols):
     assert (got.double() - want).abs().max() <= 1e-6 * want.abs().max()
 
 
+def window_max_float64(chars, weight, num_windows):
+    """The max over windows as the straightforward float64 computation: every window times the filters, the first
+    of equal maxima (`torch.max`)."""
+    windows = chars.double()[:, : num_windows + weight.shape[2] - 1].unfold(1, weight.shape[2], 1).flatten(2)
+    return (windows @ weight.double().flatten(1).t()).max(dim=1)
+
+
+@pytest.mark.parametrize(
+    "words, num_windows, channels, width, filters", [(7, 5, 4, 3, 6), (40, 12, 16, 5, 128), (3, 1, 2, 1, 9)]
+)
+def test_window_max_and_gradient_are_float64s(words, num_windows, channels, width, filters):
+    """Values, and gradients of characters and filters through the window each maximum was taken at, against
+    float64; word 0 repeats one character, so all its windows tie and the first must take the gradient."""
+    requires_library()
+    generator = torch.Generator().manual_seed(words)
+    chars = torch.randn(words, num_windows + width - 1, channels, generator=generator)
+    chars[0] = chars[0, :1]
+    weight = torch.randn(filters, channels, width, generator=generator)
+    grad = torch.randn(words, filters, generator=generator)
+
+    chars.requires_grad_(True), weight.requires_grad_(True)
+    values = cpu_kernels.WindowMax.apply(chars, weight, num_windows)
+    values.backward(grad)
+    chars64, weight64 = chars.detach().double().requires_grad_(True), weight.detach().double().requires_grad_(True)
+    expected = window_max_float64(chars64, weight64, num_windows).values
+    expected.backward(grad.double())
+
+    assert (values.double() - expected).abs().max() <= 1e-5 * expected.abs().max()
+    for got, want in ((chars.grad, chars64.grad), (weight.grad, weight64.grad)):
+        assert got.shape == want.shape
+        assert (got.double() - want).abs().max() <= 1e-5 * want.abs().max()
+    if num_windows > 1:  # the first window, characters 0 to width - 1, took every gradient of word 0
+        assert chars.grad[0, width:].abs().max() == 0 and chars.grad[0, 0].abs().max() > 0
+
+
+def test_window_max_lets_nan_win_as_torch_max_does():
+    """A NaN product is the maximum, whatever comes before or after it; infinities are ordinary values."""
+    requires_library()
+    chars = torch.ones(4, 5, 1)
+    chars[0, 2] = float("nan")
+    chars[1, 0] = float("nan")
+    chars[2, 3] = float("inf")
+    chars[3, 1] = float("-inf")
+    weight = torch.ones(2, 1, 1)
+    weight[1] = -1
+    values = cpu_kernels.WindowMax.apply(chars, weight, 5)
+    expected = window_max_float64(chars, weight, 5).values.float()
+    assert torch.equal(values.isnan(), expected.isnan())
+    assert torch.equal(values[~values.isnan()], expected[~expected.isnan()])
+
+
 def test_exp_is_float32_exp_over_the_whole_range():
     """exp(x) (the gradient of a one-column log-sum-exp at total 0) from underflow through subnormals to
     overflow: within two units in the last place of float64's where float32 is normal, within the smallest
