@@ -693,7 +693,6 @@ class WindowMax(torch.autograd.Function):
         pointers = _pointers((products, (chars.shape[0] * num_windows, num_filters)), (values, tuple(values.shape)))
         _library()[0].window_max(chars.shape[0], num_windows, num_filters, *pointers, taken_at.data_ptr())
         ctx.save_for_backward(chars, kernel, taken_at)
-        ctx.mark_non_differentiable(taken_at)
         return values
 
     @staticmethod

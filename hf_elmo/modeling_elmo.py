@@ -290,15 +290,16 @@ class ElmoCharacterEncoder(nn.Module):
                 has_run = (spans < num_chars - width + 1)[:, None]
                 value = torch.where(has_run & ~(window_max > value), value, window_max)
             elif num_windows > 0:
+                window_chars = chars[:, : num_windows + width - 1]
                 if compiled_loops_available(chars) and not torch.is_autocast_enabled("cpu"):
-                    window_max = CompiledWindowMax.apply(chars[:, : num_windows + width - 1], conv.weight, num_windows)
+                    window_max = CompiledWindowMax.apply(window_chars, conv.weight, num_windows)
                 else:
                     # max, not amax: its backward is one scatter (ties are identical windows, which give the
                     # weights the same gradient whichever of them takes it).
                     # Matrix products of the windows rather than cuDNN's convolutions: never rounded to TF32
                     # (cuDNN's float32 default), and on an H100 faster in bfloat16 too (cuDNN transposes these
                     # narrow inputs).
-                    windows = chars[:, : num_windows + width - 1].unfold(1, width, 1)  # (u, windows, e, width)
+                    windows = window_chars.unfold(1, width, 1)  # (u, windows, e, width)
                     window_max = linear(windows.flatten(2), conv.weight.flatten(1)).max(dim=1).values
                 # Windows from `span` on lie inside the final run; if the word has any, their value counts.
                 if num_windows < num_chars - width + 1:
