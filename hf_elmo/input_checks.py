@@ -37,8 +37,10 @@ def values_checked() -> bool:
     return _VALUES_CHECKED.get()
 
 
-def check_labels(config: ElmoConfig, labels, positions: torch.Size):
-    """Validates the biLM's `(B, T, 2)` targets: integer word ids of the model's vocabulary, or -100."""
+def check_labels(config: ElmoConfig, labels, positions: torch.Size, split_directions: bool = False):
+    """Validates the biLM's `(B, T, 2)` targets: integer word ids of the model's vocabulary, or -100; with
+    `split_directions` (the forward LM reads the first half of the rows, the backward LM the second), -100 in the
+    direction a row is not read by."""
     expected = (*positions, 2)
     if not isinstance(labels, torch.Tensor) or labels.shape != expected:
         got = tuple(labels.shape) if isinstance(labels, torch.Tensor) else type(labels).__name__
@@ -54,6 +56,12 @@ def check_labels(config: ElmoConfig, labels, positions: torch.Size):
         raise ValueError(
             f"labels must be word ids in [0, {config.vocab_size - 1}] or -100 (no target), found "
             f"{labels[bad][0].item()}; was the vocabulary used for the data the one of this model?"
+        )
+    half = positions[0] // 2
+    if split_directions and ((labels[:half, :, 1] != -100).any() or (labels[half:, :, 0] != -100).any()):
+        raise ValueError(
+            "with split_directions, the first half of the rows is read by the forward LM only and the second by the "
+            "backward LM only: labels[:B/2, :, 1] and labels[B/2:, :, 0] must be -100."
         )
 
 

@@ -493,63 +493,83 @@ class ElmoBiLstm(nn.Module):
         return super()._apply(fn, recurse)
 
     def forward(
-        self, token_embeddings: torch.Tensor, mask: torch.BoolTensor, state: ElmoState
+        self, token_embeddings: torch.Tensor, mask: torch.BoolTensor, state: ElmoState, split_directions: bool = False
     ) -> tuple[list[torch.Tensor], ElmoState]:
         """`(B, T, P)` embeddings, `(B, T)` right-padded mask -> `num_layers` outputs `(B, T, 2P)` (0 at
-        padding) and the final state."""
-        if self.config.implementation == "reference":
-            return self._reference_forward(token_embeddings, mask, state)
-        static_shapes = self.static_shapes if self.static_shapes is not None else token_embeddings.is_cuda
-        if static_shapes:
-            return self._forward_static(token_embeddings, mask, state)
-        return self._forward_sorted(token_embeddings, mask, state)
+        padding) and the final state.
 
-    def _reference_forward(
-        self, token_embeddings: torch.Tensor, mask: torch.BoolTensor, state: ElmoState
-    ) -> tuple[list[torch.Tensor], ElmoState]:
-        """The straightforward computation `forward` matches (`config.implementation = "reference"`): batch-major,
-        every row through every position, one direction after the other."""
+        `split_directions`: the forward stack reads rows `0..B/2-1` only and the backward stack rows `B/2..B-1`
+        only (continuous streams, `streams_bilm.py`, where the two directions read different token sequences); the
+        half of an output row that its direction did not compute is 0, and that half of its final state is the
+        state it started from."""
+        rows = _direction_rows(token_embeddings.shape[0], split_directions)
         hidden, memory = state
-        forward_in = backward_in = token_embeddings
-        layer_outputs, final_hidden, final_memory = [], [], []
-        for index, (forward_layer, backward_layer) in enumerate(zip(self.forward_layers, self.backward_layers)):
-            forward_hidden, backward_hidden = hidden[index].chunk(2, dim=-1)
-            forward_memory, backward_memory = memory[index].chunk(2, dim=-1)
-            forward_in, backward_in = self.dropout(forward_in), self.dropout(backward_in)
-            forward_out, forward_hidden, forward_memory = forward_layer._reference_forward(
-                forward_in, mask, forward_hidden, forward_memory, reverse=False
-            )
-            backward_out, backward_hidden, backward_memory = backward_layer._reference_forward(
-                backward_in, mask, backward_hidden, backward_memory, reverse=True
-            )
-            if self.use_skip_connections and index > 0:
-                forward_out, backward_out = forward_out + forward_in, backward_out + backward_in
-            forward_in, backward_in = forward_out, backward_out
-            layer_outputs.append(torch.cat([forward_out, backward_out], dim=-1))
-            final_hidden.append(torch.cat([forward_hidden, backward_hidden], dim=-1))
-            final_memory.append(torch.cat([forward_memory, backward_memory], dim=-1))
-        return layer_outputs, (torch.stack(final_hidden).to(hidden.dtype), torch.stack(final_memory).to(memory.dtype))
+        projection_dim, cell_dim = hidden.shape[-1] // 2, memory.shape[-1] // 2
+        if split_directions:
+            inputs, masks = [token_embeddings[r] for r in rows], [mask[r] for r in rows]
+        else:  # the same tensors, which the sorted path then sorts and lays out once
+            inputs, masks = [token_embeddings] * 2, [mask] * 2
+        states = [
+            (hidden[:, r, k * projection_dim : (k + 1) * projection_dim],
+             memory[:, r, k * cell_dim : (k + 1) * cell_dim])
+            for k, r in enumerate(rows)
+        ]  # fmt: skip
+        if self.config.implementation == "reference":
+            run = self._reference_forward
+        elif self.static_shapes if self.static_shapes is not None else token_embeddings.is_cuda:
+            run = self._forward_static
+        else:
+            run = self._forward_sorted
+        outputs, finals = run(inputs, masks, states)
+        layer_outputs = [join_directions(forward, backward, split_directions) for forward, backward in outputs]
+        # In the state's dtype, also under autocast, so that it can be passed back.
+        final_state = tuple(
+            _join_states(forward.to(start.dtype), backward.to(start.dtype), start, split_directions)
+            for forward, backward, start in zip(*finals, state)
+        )
+        return layer_outputs, final_state
 
-    def _forward_static(
-        self, token_embeddings: torch.Tensor, mask: torch.BoolTensor, state: ElmoState
-    ) -> tuple[list[torch.Tensor], ElmoState]:
-        batch_size, num_steps, projection_dim = token_embeddings.shape
-        device = token_embeddings.device
+    def _reference_forward(self, inputs, masks, states):
+        """The straightforward computation the other paths match (`config.implementation = "reference"`):
+        batch-major, every row through every position, one direction after the other.
+
+        Per direction `k` (0 forward, 1 backward): `inputs[k]` `(B', T, P)`, `masks[k]` `(B', T)`, `states[k]`
+        `(hidden (L, B', P), memory (L, B', D))`. Returns, per layer, the outputs `(B', T, P)` of both directions
+        (0 at padding), and per direction the final `(hidden (L, B', P), memory (L, B', D))`."""
+        layer_in, outputs, finals = list(inputs), [], [([], []), ([], [])]
+        for index, layers in enumerate(zip(self.forward_layers, self.backward_layers)):
+            layer_out = []
+            for k, layer in enumerate(layers):
+                # bilm-tf wraps every cell, residual included, in input dropout.
+                x = self.dropout(layer_in[k])
+                out, hidden, memory = layer._reference_forward(
+                    x, masks[k], states[k][0][index], states[k][1][index], reverse=k == 1
+                )
+                layer_out.append(out + x if self.use_skip_connections and index > 0 else out)
+                finals[k][0].append(hidden)
+                finals[k][1].append(memory)
+            outputs.append(layer_out)
+            layer_in = layer_out
+        return outputs, _stacked_finals(finals)
+
+    def _forward_static(self, inputs, masks, states):
+        """`_reference_forward`'s computation, both directions of a layer stepped together over the whole batch with
+        masks (`gpu_lstm.py`)."""
+        batch_size, num_steps, _ = inputs[0].shape
+        device = inputs[0].device
         first = self.forward_layers[0]
         if torch.is_autocast_enabled(device.type):
             dtype = torch.get_autocast_dtype(device.type)
         else:
             dtype = first.state_linearity.weight.dtype
         # Step order: direction 1 runs over reversed time, so step s of both directions is one batched step.
-        time_major = token_embeddings.transpose(0, 1)
-        inputs = torch.stack([time_major, time_major.flip(0)])  # (2, T, B, P)
+        stacked = torch.stack([inputs[0].transpose(0, 1), inputs[1].transpose(0, 1).flip(0)])  # (2, T, B', P)
         step_mask = torch.zeros(2, num_steps + 1, batch_size, dtype=torch.uint8, device=device)
-        step_mask[0, :num_steps] = mask.t()
-        step_mask[1, :num_steps] = mask.t().flip(0)
-        hidden, memory = state
+        step_mask[0, :num_steps] = masks[0].t()
+        step_mask[1, :num_steps] = masks[1].t().flip(0)
         kernels = self.elementwise_kernels or default_kernels(device)
         captured = self.captured if self.use_cuda_graphs else None
-        layer_outputs, final_hidden, final_memory = [], [], []
+        outputs, finals = [], [([], []), ([], [])]
         for index, (forward_layer, backward_layer) in enumerate(zip(self.forward_layers, self.backward_layers)):
             settings = LayerSettings(
                 forward_layer.cell_clip, forward_layer.proj_clip, forward_layer.forget_bias or 0.0, dtype, kernels,
@@ -562,71 +582,132 @@ class ElmoBiLstm(nn.Module):
                 for weight in (forward_layer.get_parameter(name), backward_layer.get_parameter(name))
             )  # fmt: skip
             # bilm-tf wraps every cell, residual included, in input dropout.
-            layer_in = self.dropout(inputs)
-            hidden0 = hidden[index].view(batch_size, 2, projection_dim).transpose(0, 1)
-            memory0 = memory[index].view(batch_size, 2, -1).transpose(0, 1)
-            outputs, layer_hidden, layer_memory = bidirectional_layer(
+            layer_in = self.dropout(stacked)
+            hidden0 = torch.stack([states[0][0][index], states[1][0][index]])  # (2, B', P)
+            memory0 = torch.stack([states[0][1][index], states[1][1][index]])
+            layer_out, layer_hidden, layer_memory = bidirectional_layer(
                 layer_in, step_mask, hidden0, memory0, weights, settings, captured, index
             )
             if self.use_skip_connections and index > 0:
-                outputs = outputs + layer_in
-            inputs = outputs
-            layer_output = outputs.new_empty(batch_size, num_steps, 2 * projection_dim)  # (B, T, [forward | backward])
-            layer_output[..., :projection_dim] = outputs[0].transpose(0, 1)
-            layer_output[..., projection_dim:] = outputs[1].flip(0).transpose(0, 1)
-            layer_outputs.append(layer_output)
-            final_hidden.append(layer_hidden.transpose(0, 1).reshape(batch_size, -1))
-            final_memory.append(layer_memory.transpose(0, 1).reshape(batch_size, -1))
-        final_state = (torch.stack(final_hidden).to(hidden.dtype), torch.stack(final_memory).to(memory.dtype))
-        return layer_outputs, final_state
+                layer_out = layer_out + layer_in
+            stacked = layer_out
+            outputs.append([layer_out[0].transpose(0, 1), layer_out[1].flip(0).transpose(0, 1)])
+            for k in range(2):
+                finals[k][0].append(layer_hidden[k])
+                finals[k][1].append(layer_memory[k])
+        return outputs, _stacked_finals(finals)
 
-    def _forward_sorted(
-        self, token_embeddings: torch.Tensor, mask: torch.BoolTensor, state: ElmoState
-    ) -> tuple[list[torch.Tensor], ElmoState]:
-        lengths = mask.sum(dim=1)
-        lengths, order = lengths.sort(descending=True, stable=True)
-        steps = torch.arange(mask.shape[1], device=mask.device)
-        batch_sizes = (lengths[None, :] > steps[:, None]).sum(dim=1).tolist()
-        if bool((order == torch.arange(len(order), device=order.device)).all()):
-            order = None  # already sorted: skip the gathers
-        hidden, memory = state
-        if order is not None:
-            token_embeddings, hidden, memory = token_embeddings[order], hidden[:, order], memory[:, order]
-        # Time-major, so that one step's rows are contiguous (and the input products fold into one matrix product).
-        forward_in = backward_in = token_embeddings.transpose(0, 1).contiguous()
-        steps = PackedSteps.from_batch_sizes(batch_sizes, forward_in.shape[1], forward_in.device)
-        layer_outputs, final_hidden, final_memory = [], [], []
-        for index, (forward_layer, backward_layer) in enumerate(zip(self.forward_layers, self.backward_layers)):
-            forward_hidden, backward_hidden = hidden[index].chunk(2, dim=-1)
-            forward_memory, backward_memory = memory[index].chunk(2, dim=-1)
+    def _forward_sorted(self, inputs, masks, states):
+        """`_reference_forward`'s computation with the rows sorted by length, each step multiplying only the rows
+        still running (`fast_lstm.py`); directions whose rows run equally long steps are stacked into one call."""
+        sorts = [_sort_by_length(masks[0])]
+        sorts.append(sorts[0] if masks[1] is masks[0] else _sort_by_length(masks[1]))
+        time_major, hidden, memory = [], [], []
+        for k, (order, _) in enumerate(sorts):
+            x, h, c = inputs[k], *states[k]
+            if order is not None:
+                x, h, c = x[order], h[:, order], c[:, order]
+            shared = k == 1 and inputs[1] is inputs[0] and sorts[1] is sorts[0]
+            # Time-major, so that one step's rows are contiguous (and the input products fold into one matrix product).
+            time_major.append(time_major[0] if shared else x.transpose(0, 1).contiguous())
+            hidden.append(h)
+            memory.append(c)
+        batch_sizes = [sizes for _, sizes in sorts]
+        steps = [PackedSteps.from_batch_sizes(sizes, len(mask), mask.device) for sizes, mask in zip(batch_sizes, masks)]
+        # Both directions in one call where they can be stacked (on two threads, forward and backward, where there
+        # are two); directions whose rows differ in length run one after the other.
+        groups = [(0, 1)] if batch_sizes[0] == batch_sizes[1] else [(0,), (1,)]
+        outputs, finals = [], [([], []), ([], [])]
+        for index, layers in enumerate(zip(self.forward_layers, self.backward_layers)):
             # bilm-tf wraps every cell, residual included, in input dropout.
-            forward_in, backward_in = self.dropout(forward_in), self.dropout(backward_in)
-            # Both directions in one call: on two threads, forward and backward, where there are two.
-            (forward_out, forward_hidden, forward_memory), (backward_out, backward_hidden, backward_memory) = lstm_layer(
-                [forward_in, backward_in],
-                [(forward_hidden, forward_memory), (backward_hidden, backward_memory)],
-                [forward_layer.weights(), backward_layer.weights()],
-                [False, True],
-                steps,
-                forward_layer.settings(),
-            )
-            if self.use_skip_connections and index > 0:
-                forward_out = forward_out + forward_in
-                backward_out = backward_out + backward_in
-            forward_in, backward_in = forward_out, backward_out
-            layer_outputs.append(torch.cat([forward_out, backward_out], dim=-1).transpose(0, 1))
-            final_hidden.append(torch.cat([forward_hidden, backward_hidden], dim=-1))
-            final_memory.append(torch.cat([forward_memory, backward_memory], dim=-1))
-        # In the state's dtype, also under autocast, so that it can be passed back.
-        final_state = (torch.stack(final_hidden).to(hidden.dtype), torch.stack(final_memory).to(memory.dtype))
-        if order is not None:
-            restore = torch.empty_like(order)
-            restore[order] = torch.arange(len(order), device=order.device)
-            layer_outputs = [output[restore] for output in layer_outputs]
-            final_state = (final_state[0][:, restore], final_state[1][:, restore])
-        else:
-            layer_outputs = [output.contiguous() for output in layer_outputs]
-        return layer_outputs, final_state
+            layer_in = [self.dropout(x) for x in time_major]
+            results = {}
+            for group in groups:
+                group_results = lstm_layer(
+                    [layer_in[k] for k in group],
+                    [(hidden[k][index], memory[k][index]) for k in group],
+                    [layers[k].weights() for k in group],
+                    [k == 1 for k in group],
+                    steps[group[0]],
+                    layers[0].settings(),
+                )
+                results.update(zip(group, group_results))
+            time_major = [
+                results[k][0] + layer_in[k] if self.use_skip_connections and index > 0 else results[k][0]
+                for k in range(2)
+            ]
+            outputs.append(time_major)
+            for k in range(2):
+                finals[k][0].append(results[k][1])
+                finals[k][1].append(results[k][2])
+        finals = _stacked_finals(finals)
+        # Back to the callers' row order, batch-major.
+        restores = [_inverse(order) for order, _ in sorts]
+        outputs = [
+            [_take(out.transpose(0, 1), restore, dim=0) for out, restore in zip(layer, restores)] for layer in outputs
+        ]
+        finals = [tuple(_take(t, restore, dim=1) for t in final) for final, restore in zip(finals, restores)]
+        return outputs, finals
+
+
+def _direction_rows(batch_size: int, split_directions: bool) -> tuple[slice, slice]:
+    """The rows each direction reads: all of them, or the first and the second half."""
+    if not split_directions:
+        return slice(None), slice(None)
+    if batch_size % 2:
+        raise ValueError(
+            f"split_directions needs an even batch (forward rows, then as many backward rows), got {batch_size} rows."
+        )
+    return slice(0, batch_size // 2), slice(batch_size // 2, None)
+
+
+def join_directions(forward: torch.Tensor, backward: torch.Tensor, split_directions: bool = False) -> torch.Tensor:
+    """`(B', T, X)` of each direction -> `(B, T, 2X)` rows `[forward | backward]`: `B' = B` rows holding both, or
+    with `split_directions` `B' = B/2` forward rows `[forward | 0]` followed by backward rows `[0 | backward]`."""
+    if not split_directions:
+        return torch.cat([forward, backward], dim=-1)
+    width = forward.shape[-1]
+    return torch.cat([F.pad(forward, (0, width)), F.pad(backward, (width, 0))])
+
+
+def _join_states(forward: torch.Tensor, backward: torch.Tensor, start: torch.Tensor, split_directions: bool):
+    """Final `(L, B', X)` of each direction -> `(L, B, 2X)`; with `split_directions` the half a row's direction did
+    not run keeps `start`'s `(L, B, 2X)` values."""
+    if not split_directions:
+        return torch.cat([forward, backward], dim=-1)
+    half, width = forward.shape[1], forward.shape[-1]
+    return torch.cat(
+        [torch.cat([forward, start[:, :half, width:]], dim=-1), torch.cat([start[:, half:, :width], backward], dim=-1)],
+        dim=1,
+    )
+
+
+def _stacked_finals(finals):
+    """Per direction, lists of each layer's final `(B', X)` hidden and memory -> `(L, B', X)` tensors."""
+    return [(torch.stack(hidden), torch.stack(memory)) for hidden, memory in finals]
+
+
+def _sort_by_length(mask: torch.BoolTensor) -> tuple[torch.LongTensor | None, list[int]]:
+    """`(B, T)` right-padded mask -> the rows' order by length, longest first (`None` where they already are), and
+    the `T` numbers of rows running at each step."""
+    lengths, order = mask.sum(dim=1).sort(descending=True, stable=True)
+    steps = torch.arange(mask.shape[1], device=mask.device)
+    batch_sizes = (lengths[None, :] > steps[:, None]).sum(dim=1).tolist()
+    if bool((order == torch.arange(len(order), device=order.device)).all()):
+        order = None  # already sorted: skip the gathers
+    return order, batch_sizes
+
+
+def _take(tensor: torch.Tensor, index: torch.LongTensor | None, dim: int) -> torch.Tensor:
+    return tensor if index is None else tensor.index_select(dim, index)
+
+
+def _inverse(order: torch.LongTensor | None) -> torch.LongTensor | None:
+    if order is None:
+        return None
+    inverse = torch.empty_like(order)
+    inverse[order] = torch.arange(len(order), device=order.device)
+    return inverse
 
 
 class ElmoPreTrainedModel(PreTrainedModel):
@@ -799,6 +880,7 @@ class ElmoModel(ElmoPreTrainedModel):
         output_hidden_states: bool | None = None,
         return_dict: bool | None = None,
         input_word_ids: torch.LongTensor | None = None,
+        split_directions: bool = False,
     ) -> ElmoModelOutput:
         r"""
         Args:
@@ -814,27 +896,37 @@ class ElmoModel(ElmoPreTrainedModel):
             output_hidden_states (`bool`, *optional*): return all `num_layers + 1` layers.
             input_word_ids (`torch.LongTensor` of shape `(B, T)`, *optional*): word ids from the tokenizer, needed
                 by (and only by) models with word embeddings (`config.input_word_dim > 0`, ELMoForManyLangs).
+            split_directions (`bool`, defaults to `False`): the forward LM reads rows `0..B/2-1` only and the
+                backward LM rows `B/2..B-1` only, as in continuous streams (`streams_bilm.py`), where the two
+                directions read different token sequences: each LSTM stack runs on its half of the rows. Every
+                layer's row then holds `[forward | 0]` (first half) or `[0 | backward]` (second half), and the half
+                of a row's final `state` that its direction did not run is the state it started from.
         """
         mask = self.check_inputs(input_ids, attention_mask, input_word_ids, state)
         output_hidden_states = (
             output_hidden_states if output_hidden_states is not None else self.config.output_hidden_states
         )
-        return self._forward_checked(input_ids, mask, state, use_cache, output_hidden_states, input_word_ids)
+        return self._forward_checked(
+            input_ids, mask, state, use_cache, output_hidden_states, input_word_ids, split_directions
+        )
 
     def _forward_checked(
-        self, input_ids, mask, state, use_cache, output_hidden_states, input_word_ids=None
+        self, input_ids, mask, state, use_cache, output_hidden_states, input_word_ids=None, split_directions=False
     ) -> ElmoModelOutput:
         """`forward` after `check_inputs`: no host synchronisation on a GPU beyond the character CNN's (none while
         a CUDA graph is being captured)."""
+        _direction_rows(input_ids.shape[0], split_directions)  # an odd batch fails before any work
         word_ids = input_word_ids.long() if input_word_ids is not None else None
         token_embeddings = self.char_encoder(input_ids.long(), word_ids)
         if state is None:
             # The model's dtype, not the embeddings' (bfloat16 under autocast): the state can then be passed back.
             state = self.initial_state(input_ids.shape[0], device=input_ids.device)
-        layer_outputs, final_state = self.encoder(token_embeddings, mask, state)
+        layer_outputs, final_state = self.encoder(token_embeddings, mask, state, split_directions)
         hidden_states = None
         if output_hidden_states:
-            layer0 = torch.cat([token_embeddings, token_embeddings], dim=-1) * mask[..., None]
+            forward_rows, backward_rows = _direction_rows(len(token_embeddings), split_directions)
+            layer0 = join_directions(token_embeddings[forward_rows], token_embeddings[backward_rows], split_directions)
+            layer0 = layer0 * mask[..., None]
             hidden_states = (layer0, *layer_outputs)
         return ElmoModelOutput(
             last_hidden_state=layer_outputs[-1],
@@ -935,12 +1027,16 @@ class ElmoForBiLM(ElmoPreTrainedModel):
         Other entries of a batch dict are ignored."""
         check_bilm_batch(self.config, input_ids, attention_mask, labels)
 
-    def _loss_sums(self, top: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def _loss_sums(
+        self, top: torch.Tensor, labels: torch.Tensor, split_directions: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """`(B, T, 2P)` top layer (after dropout) and `(B, T, 2)` labels -> the summed cross-entropy `(2,)` and the
-        number of targets `(2,)` of the forward and the backward LM."""
-        forward_hidden, backward_hidden = top.chunk(2, dim=-1)
-        hidden = torch.cat([forward_hidden.flatten(0, 1), backward_hidden.flatten(0, 1)])  # (2 B T, P)
-        targets = torch.cat([labels[..., 0].flatten(), labels[..., 1].flatten()]).long()
+        number of targets `(2,)` of the forward and the backward LM (with `split_directions`, of the forward LM on
+        the first half of the rows and the backward LM on the second)."""
+        forward_rows, backward_rows = _direction_rows(len(top), split_directions)
+        forward_hidden, backward_hidden = top[forward_rows].chunk(2, dim=-1)[0], top[backward_rows].chunk(2, dim=-1)[1]
+        hidden = torch.cat([forward_hidden.flatten(0, 1), backward_hidden.flatten(0, 1)])  # (2 B' T, P)
+        targets = torch.cat([labels[forward_rows, :, 0].flatten(), labels[backward_rows, :, 1].flatten()]).long()
         has_target = targets != -100
         # Every position is scored and the ones without a target are dropped from the sums: shapes then do not
         # depend on the data, so a GPU never waits for the host to count targets.
@@ -1017,6 +1113,7 @@ class ElmoForBiLM(ElmoPreTrainedModel):
         state: ElmoState | None = None,
         use_cache: bool | None = None,
         return_dict: bool | None = None,
+        split_directions: bool = False,
     ) -> ElmoBiLMOutput:
         r"""
         Args:
@@ -1032,13 +1129,20 @@ class ElmoForBiLM(ElmoPreTrainedModel):
                 targets (both directions counted) instead of this batch's count; passed by `Trainer`.
             state (`ElmoState`, *optional*), use_cache (`bool`, *optional*): as for `ElmoModel`: the state each row
                 starts from (default: the warm start state, else zeros) and whether to return the final one.
+            split_directions (`bool`, defaults to `False`): as for `ElmoModel`: the forward LM reads (and is scored
+                on) the first half of the rows only, the backward LM the second half (`DataCollatorForBiLMStreams`
+                batches); `labels[:B/2, :, 1]` and `labels[B/2:, :, 0]` must then be -100.
         """
         if labels is not None and isinstance(input_ids, torch.Tensor):
             # Before the model runs. On a GPU the check makes the host wait for the device; `hf-elmo train` checks
             # each batch on the host instead (`train_bilm.HostCheckedCollator`, `input_checks.values_checked_on_host`).
-            check_labels(self.config, labels, input_ids.shape[:2])
+            check_labels(self.config, labels, input_ids.shape[:2], split_directions)
         captured = None
-        if labels is not None and state is None and not (return_logits or output_hidden_states or use_cache):
+        if (
+            labels is not None
+            and state is None
+            and not (return_logits or output_hidden_states or use_cache or split_directions)
+        ):
             captured = self._captured_training_step(input_ids, attention_mask, labels)
         if captured is not None:
             sums, counts = captured
@@ -1050,10 +1154,11 @@ class ElmoForBiLM(ElmoPreTrainedModel):
                 state=state,
                 use_cache=use_cache,
                 output_hidden_states=output_hidden_states,
+                split_directions=split_directions,
             )
             top = self.dropout(outputs.last_hidden_state)
             if labels is not None:
-                sums, counts = self._loss_sums(top, labels)
+                sums, counts = self._loss_sums(top, labels, split_directions)
 
         loss = forward_loss = backward_loss = None
         if labels is not None:

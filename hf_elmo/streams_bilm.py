@@ -9,11 +9,11 @@ positions, a row whose sentence is used up taking the next unread sentence; the 
 no sentence left is dropped, and the streams end there.
 
 The two directions read different token sequences (the backward one is each sentence reversed, sentences in the same
-order), so a model that runs both directions on one input runs them on two: the forward streams go in rows `0..B-1`
+order), so a batch holds both: the forward streams go in rows `0..B-1`
 and the backward streams, each piece reversed in time, in rows `B..2B-1` (`stream_input_ids`, `StreamWindowDataset`);
-only the forward half of the first rows and the backward half of the others is scored. The final state of such a
-batch is the initial state of the next, the directions never mixing. (This runs each LSTM on twice the rows it
-needs; a model taking one input per direction would not.)
+the model runs each LSTM stack on its half of the rows only (`split_directions=True`) and scores the forward LM on
+the first rows and the backward LM on the others. The final state of such a batch is the initial state of the next,
+the directions never mixing.
 """
 
 from collections.abc import Sequence

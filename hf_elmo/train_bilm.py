@@ -593,7 +593,7 @@ class StreamTrainer(ElmoTrainer):
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         if not model.training:  # evaluation runs windows from the model's start state
             return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
-        inputs = {**inputs, "state": self.carried, "use_cache": True}
+        inputs = {**inputs, "state": self.carried, "use_cache": True, "split_directions": True}
         loss, outputs = super().compute_loss(model, inputs, return_outputs=True, num_items_in_batch=num_items_in_batch)
         self.carried = tuple(t.detach() for t in outputs.state)
         return (loss, outputs) if return_outputs else loss

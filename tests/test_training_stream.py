@@ -102,16 +102,16 @@ def test_training_carries_the_state_from_batch_to_batch(corpus, tmp_path):
     with torch.no_grad():
         for step in range(3):
             batch = {k: v.to(device) for k, v in collate([dataset[4 * step + row] for row in range(4)]).items()}
-            out = model(**batch, state=state, use_cache=True)
+            out = model(**batch, state=state, use_cache=True, split_directions=True)
             state = out.state
             carried.append(out.loss.item())
-        from_zeros = model(**batch, use_cache=True).state
+        from_zeros = model(**batch, use_cache=True, split_directions=True).state
     np.testing.assert_allclose(logged, carried, rtol=2e-4)
     saved = load_file(tmp_path / "run/checkpoint-3/stream_state-0.safetensors")
     torch.testing.assert_close(saved["hidden"], state[0].cpu())
     torch.testing.assert_close(saved["memory"], state[1].cpu())
     assert (saved["memory"] - from_zeros[1].cpu()).abs().max() > 0.1  # a batch started from zeros ends elsewhere
-    assert abs(carried[2] - model(**batch).loss.item()) > 1e-2
+    assert abs(carried[2] - model(**batch, split_directions=True).loss.item()) > 1e-2
     # The saved model starts from a warm state estimated from the training text.
     assert ElmoForBiLM.from_pretrained(tmp_path / "run").config.warm_state
 
