@@ -13,7 +13,9 @@ bilm-tf prints (batch_size x unroll_steps per direction). With `--corpus`, the b
 windows `hf-elmo train` makes of that text (`--split`, `--window`, vocabulary of the words seen at least
 `--min-count` times, shuffled with a fixed seed, one new batch per step) and tokens/s counts the real
 targets of one direction (bilm-tf predicts at every one of its positions; a packed window also has
-boundaries and padding). Prints the machine and a table.
+boundaries and padding). `--corpus ... --stream` trains on `hf-elmo train --stream`'s batches instead, the
+original's recipe: `--batch-size` continuous streams of the text, pieces of `--window` positions, every position
+a target, the LSTM state carried from step to step. Prints the machine and a table.
 
 `--size mid` is a model people train on one machine: character CNN of 384 filters (widths 1-5), two highway
 layers, two LSTM layers of 512 cells projected to 64.
@@ -32,6 +34,7 @@ import torch
 from hf_elmo.adagrad import Adagrad  # noqa: E402
 from hf_elmo import ElmoConfig, ElmoForBiLM, ElmoTokenizer
 from hf_elmo.data_bilm import SPLITS, DataCollatorForBiLM, build_word_vocabulary, load_bilm_dataset
+from hf_elmo.streams_bilm import DataCollatorForBiLMStreams, StreamWindowDataset, read_lines_as_sentences
 
 from bench_inference import CLOCKS, machine_description, reference_copy, speedup
 
@@ -51,10 +54,24 @@ def make_config(size: str, **kwargs) -> ElmoConfig:
     return ElmoConfig.from_preset(size, **kwargs)
 
 
-def corpus_batches(path: str, split: str, window: int, min_count: int, batch_size: int, device: str):
-    """The vocabulary size and an endless iterator over `hf-elmo train`'s batches of the corpus at `path`."""
+def corpus_batches(
+    path: str, split: str, window: int, min_count: int, batch_size: int, device: str, stream: bool = False
+):
+    """The vocabulary size and an endless iterator over `hf-elmo train`'s batches of the corpus at `path` (with
+    `stream`, `hf-elmo train --stream`'s)."""
     tokenizer = ElmoTokenizer()
     tokenizer.set_word_vocabulary(build_word_vocabulary([path], split, tokenizer, min_count))
+    if stream:
+        sentences = read_lines_as_sentences([path], split, tokenizer)
+        streams = StreamWindowDataset(sentences, tokenizer, batch_size, window, seed=0, epochs=1000)
+        collate_streams = DataCollatorForBiLMStreams()
+
+        def stream_batches():
+            for step in range(streams.steps):
+                examples = [streams[step * batch_size + row] for row in range(batch_size)]
+                yield {k: v.to(device) for k, v in collate_streams(examples).items()}
+
+        return len(tokenizer.word_vocabulary), stream_batches()
     dataset = load_bilm_dataset([path], tokenizer, window, split).shuffle(seed=0)
     collate = DataCollatorForBiLM()
 
@@ -102,6 +119,9 @@ def main():
     parser.add_argument("--split", choices=SPLITS, default="pretokenizer", help="with --corpus")
     parser.add_argument("--window", type=int, default=20, help="with --corpus: positions per window")
     parser.add_argument("--min-count", type=int, default=1, help="with --corpus: vocabulary of words seen this often")
+    parser.add_argument(
+        "--stream", action="store_true", help="with --corpus: continuous streams, the state carried (train --stream)"
+    )
     parser.add_argument("--clock", choices=list(CLOCKS), default="wall", help="cpu: processor time of the process")
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--warmup", type=int, default=2)
@@ -114,8 +134,10 @@ def main():
     torch.manual_seed(0)
     if args.corpus:
         args.vocab_size, batches = corpus_batches(
-            args.corpus, args.split, args.window, args.min_count, args.batch_size, args.device
+            args.corpus, args.split, args.window, args.min_count, args.batch_size, args.device, args.stream
         )
+    elif args.stream:
+        parser.error("--stream needs --corpus")
     else:
         batches = itertools.repeat(make_batch(args.batch_size, args.words, args.vocab_size, args.device))
     config = make_config(args.size, vocab_size=args.vocab_size, num_softmax_samples=args.num_samples, dropout=0.1)
@@ -130,6 +152,7 @@ def main():
     autocast = torch.autocast(device_type=device_type, dtype=torch.bfloat16, enabled=args.dtype == "bfloat16")
 
     clock = CLOCKS[args.clock]
+    carried = dict.fromkeys(models)  # with --stream: each model's state at the end of its last step
 
     def train_step(name, batch):
         model, optimizer = models[name], optimizers[name]
@@ -137,7 +160,12 @@ def main():
             torch.cuda.synchronize()
         start = clock()
         with autocast:
-            loss = model(**batch).loss
+            if args.stream:
+                outputs = model(**batch, state=carried[name], use_cache=True, split_directions=True)
+                carried[name] = tuple(t.detach() for t in outputs.state)
+                loss = outputs.loss
+            else:
+                loss = model(**batch).loss
         loss.backward()
         optimizer.clip_grad_norm_(10.0 / args.words)  # clipped inside the step, as hf-elmo train does
         optimizer.step()
@@ -160,8 +188,9 @@ def main():
 
     print(f"machine: {machine_description(args.device)}")
     if args.corpus:
+        rows = "streams in pieces" if args.stream else "windows"
         data = (
-            f"{args.corpus}: batch {args.batch_size} windows of {args.window}, "
+            f"{args.corpus}: batch {args.batch_size} {rows} of {args.window}, "
             f"{sum(tokens) / len(tokens):.0f} targets per direction and step on average"
         )
     else:
