@@ -14,7 +14,9 @@ Sections, each printed as a table (and all of them again at the end):
    multiplies each step's input together with its state (from batch 512 at the original size), also "static, state
    product", the GPU path without that (one product of all steps' inputs first); "static, characters not fused", the
    GPU path without the character encoder's kernels (the max over the windows taken as they are multiplied; the
-   highway layers); in bfloat16 also "static, steps not fused", without the step kernel that holds its product.
+   highway layers); in bfloat16 also "static, steps not fused", without the step kernel that holds its product;
+   and "static, streams", the original's recipe (`hf-elmo train --stream`): batch continuous streams per direction,
+   every position a target, the state carried from step to step, each LSTM stack on its own rows.
 3. Inference: words/s of `ElmoModel` (all layers), float32 and bfloat16 weights, the same paths; and the character
    encoder alone, forward and backward, with its fused kernels and without.
 4. Profile of a training step at batch 128 (original size): tokens/s with a synchronisation after each step and with
@@ -31,6 +33,7 @@ import os
 import sys
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -203,6 +206,31 @@ def train_step(model, optimizer, batch, dtype):
     optimizer.zero_grad(set_to_none=True)
 
 
+def stream_batch(batch_size: int, vocab_size: int) -> dict:
+    """A batch of `hf-elmo train --stream` (the original's recipe): `batch_size` forward rows then `batch_size` backward
+    rows of 20 positions, every position a target of its direction."""
+    batch = make_batch(2 * batch_size, 20, vocab_size, DEVICE)
+    ids = np.minimum(np.random.default_rng(1).zipf(1.1, size=(2 * batch_size, 20)) - 1, vocab_size - 1)
+    labels = torch.from_numpy(ids)
+    batch["labels"] = torch.full((2 * batch_size, 20, 2), -100, dtype=torch.long)
+    batch["labels"][:batch_size, :, 0] = labels[:batch_size]
+    batch["labels"][batch_size:, :, 1] = labels[batch_size:]
+    batch["labels"] = batch["labels"].to(DEVICE)
+    return batch
+
+
+def stream_step(model, optimizer, batch, dtype, carried: list):
+    """`train_step` on a stream batch: each direction's rows only, the state carried from the step before (`carried`:
+    a one-element list, `[None]` at first), as `StreamTrainer` does."""
+    with torch.autocast(DEVICE, dtype=torch.bfloat16, enabled=dtype == "bfloat16"):
+        outputs = model(**batch, state=carried[0], use_cache=True, split_directions=True)
+    carried[0] = tuple(t.detach() for t in outputs.state)
+    outputs.loss.backward()
+    optimizer.clip_grad_norm_(10.0 / 20)
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+
+
 def host_checked_step(model, optimizer, host_batch, dtype):
     """A step as `hf-elmo train` takes it on a GPU: the batch (pinned host memory) checked on the host, moved without
     waiting, and the model's device-side checks of values (each a wait for the GPU) skipped."""
@@ -245,15 +273,24 @@ def training(quick: bool, deadline: float):
             batch = make_batch(batch_size, 20, 100_000, DEVICE)
             for dtype in ("bfloat16", "float32"):
                 projection_dim = ElmoConfig.from_preset(size).projection_dim
-                for path in with_unfused(paths_for(batch_size, PATHS, projection_dim), dtype):
+                paths = with_unfused(paths_for(batch_size, PATHS, projection_dim), dtype)
+                if "static" in paths:  # the original's recipe: continuous streams, the state carried
+                    paths.insert(paths.index("static") + 1, "static, streams")
+                for path in paths:
                     if time.monotonic() > deadline:
                         rows.append([size, batch_size, dtype, path, "skipped (time)", "", ""])
                         continue
                     if not path.startswith("static") and batch_size == 2048 and size == "original":
                         rows.append([size, batch_size, dtype, path, "not run (time)", "", ""])
                         continue
-                    model, optimizer = training_model(size, path)
-                    seconds = time_steps(lambda: train_step(model, optimizer, batch, dtype), 3 if quick else 6, 3)
+                    if path == "static, streams":
+                        model, optimizer = training_model(size, "static")
+                        streams, carried = stream_batch(batch_size, model.config.vocab_size), [None]
+                        step = partial(stream_step, model, optimizer, streams, dtype, carried)
+                    else:
+                        model, optimizer = training_model(size, path)
+                        step = partial(train_step, model, optimizer, batch, dtype)
+                    seconds = time_steps(step, 3 if quick else 6, 3)
                     rows.append([size, batch_size, dtype, path, f"{batch_size * 20 / seconds:,.0f}", f"{seconds * 1e3:.1f}",
                                  steps_fused(model)])  # fmt: skip
                     del model, optimizer

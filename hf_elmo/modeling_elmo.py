@@ -1056,15 +1056,20 @@ class ElmoForBiLM(ElmoPreTrainedModel):
         sums = torch.where(has_target, losses, 0.0).view(2, -1).sum(dim=1)
         return sums, has_target.view(2, -1).sum(dim=1)
 
-    def _training_step_sums(self, input_ids, mask, labels):
-        outputs = self.elmo._forward_checked(input_ids, mask, None, False, False)
-        return self._loss_sums(self.dropout(outputs.last_hidden_state), labels)
+    def _training_step_sums(self, input_ids, mask, labels, *state, split_directions=False):
+        """`_loss_sums` of a training batch; given a start `state` (`hidden, memory`: continuous streams), also its
+        final state, through which no gradient flows (the caller carries it to the next batch detached)."""
+        start = tuple(state) or None
+        outputs = self.elmo._forward_checked(input_ids, mask, start, start is not None, False, None, split_directions)
+        sums = self._loss_sums(self.dropout(outputs.last_hidden_state), labels, split_directions)
+        return sums if start is None else (*sums, *(t.detach() for t in outputs.state))
 
-    def _captured_training_step(self, input_ids, attention_mask, labels):
-        """`_loss_sums` of a training batch replayed from CUDA graphs (`cuda_graphs.py`): a step of a GPU-sized batch
-        is otherwise a few thousand operations that the host issues more slowly than the GPU runs them. None where
-        that does not apply (CPU, evaluation, states or word embeddings, graphs turned off, a batch large enough to
-        keep the GPU busy without them) or when this shape is seen for the first time."""
+    def _captured_training_step(self, input_ids, attention_mask, labels, state=None, split_directions=False):
+        """`_training_step_sums` of a training batch replayed from CUDA graphs (`cuda_graphs.py`): a step of a
+        GPU-sized batch is otherwise a few thousand operations that the host issues more slowly than the GPU runs
+        them. None where that does not apply (CPU, evaluation, a start state that takes gradients, word embeddings,
+        graphs turned off, a batch large enough to keep the GPU busy without them) or when this shape is seen for
+        the first time."""
         elmo = self.elmo
         if not (
             self.training
@@ -1079,7 +1084,10 @@ class ElmoForBiLM(ElmoPreTrainedModel):
             and not torch.cuda.is_current_stream_capturing()
         ):
             return None
-        mask = elmo.check_inputs(input_ids, attention_mask)
+        mask = elmo.check_inputs(input_ids, attention_mask, state=state)
+        state = tuple(state) if state is not None else ()
+        if any(t.requires_grad for t in state):
+            return None
         autocast = torch.is_autocast_enabled("cuda")
         params = [p for p in self.parameters() if p.requires_grad]
         key = (
@@ -1087,19 +1095,21 @@ class ElmoForBiLM(ElmoPreTrainedModel):
             torch.get_autocast_dtype("cuda"), tuple(p.data_ptr() for p in params), self.dropout.p,
             elmo.encoder.dropout.p, torch.backends.cuda.matmul.allow_tf32,
             elmo.warm_hidden.data_ptr() if elmo.config.warm_state else None,  # the start state a graph reads
+            tuple((tuple(t.shape), t.dtype) for t in state), split_directions,
         )  # fmt: skip
+        step = functools.partial(self._training_step_sums, split_directions=split_directions)
 
         def capture():
             # The autocast cache would hand the graph casts of the weights made before it, never updated.
             with torch.autocast("cuda", dtype=torch.get_autocast_dtype("cuda"), enabled=autocast, cache_enabled=False):
-                return CapturedFunction(self._training_step_sums, (input_ids, mask, labels), params)
+                return CapturedFunction(step, (input_ids, mask, labels, *state), params)
 
         captured = self._captured_steps.get_or_capture(key, capture)
         if captured is None:
             return None
         if captured.busy:
             return None
-        return captured.replay(input_ids, mask, labels)
+        return captured.replay(input_ids, mask, labels, *state)
 
     @can_return_tuple
     def forward(
@@ -1138,15 +1148,13 @@ class ElmoForBiLM(ElmoPreTrainedModel):
             # each batch on the host instead (`train_bilm.HostCheckedCollator`, `input_checks.values_checked_on_host`).
             check_labels(self.config, labels, input_ids.shape[:2], split_directions)
         captured = None
-        if (
-            labels is not None
-            and state is None
-            and not (return_logits or output_hidden_states or use_cache or split_directions)
-        ):
-            captured = self._captured_training_step(input_ids, attention_mask, labels)
+        # Captured: a step from the start state, or one from a given state that returns its final one (streams).
+        carried = bool(use_cache) == (state is not None)
+        if labels is not None and carried and not (return_logits or output_hidden_states):
+            captured = self._captured_training_step(input_ids, attention_mask, labels, state, split_directions)
         if captured is not None:
-            sums, counts = captured
-            outputs = ElmoModelOutput()
+            sums, counts, *final_state = captured
+            outputs = ElmoModelOutput(state=tuple(final_state) or None)
         else:
             outputs = self.elmo(
                 input_ids,

@@ -166,3 +166,32 @@ def test_split_errors():
     labels[0, 1, 1] = 7  # a backward target on a row only the forward LM reads
     with pytest.raises(ValueError, match=r"labels\[:B/2, :, 1\] and labels\[B/2:, :, 0\] must be -100"):
         model(**inputs, labels=labels, split_directions=True)
+
+
+def test_the_captured_stream_step_computes_what_the_direct_step_does():
+    """A stream step on a GPU is captured as CUDA graphs around `_training_step_sums` with the carried start state
+    (`cuda_graphs.py`; the replay itself is tested on a GPU in `test_static_shapes.py`): that function gives the direct
+    step's loss sums, final state and gradients, and its final state takes no gradient."""
+    config = ElmoConfig(**{**fast_path_config().to_dict(), "vocab_size": 40, "num_softmax_samples": 0})
+    model = ElmoForBiLM(config).train()
+    random_weights(model, scale=1.0)
+    configured(model.elmo, "static")
+    sentences = BATCHES["halves of equal lengths"]
+    inputs = encode(sentences)
+    labels = stream_labels(*inputs["attention_mask"].shape, config.vocab_size)
+    labels[~inputs["attention_mask"].bool()] = -100
+    start = random_state(model.elmo, len(sentences))
+    direct = model(**inputs, labels=labels, state=start, use_cache=True, split_directions=True)
+    direct.loss.backward()
+    direct_grads = {name: p.grad.clone() for name, p in model.named_parameters()}
+    model.zero_grad(set_to_none=True)
+    mask = model.elmo.check_inputs(inputs["input_ids"], inputs["attention_mask"], state=start)
+    sums, counts, hidden, memory = model._training_step_sums(
+        inputs["input_ids"], mask, labels, *start, split_directions=True
+    )
+    assert not hidden.requires_grad and not memory.requires_grad
+    torch.testing.assert_close(sums.sum() / counts.sum(), direct.loss, rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close((hidden, memory), direct.state, rtol=0, atol=1e-6)
+    (sums.sum() / counts.sum()).backward()
+    for name, param in model.named_parameters():
+        torch.testing.assert_close(param.grad, direct_grads[name], rtol=1e-5, atol=1e-7, msg=name)

@@ -386,6 +386,40 @@ def test_captured_training_step_equals_direct_step(autocast):
 
 
 @needs_cuda
+def test_captured_stream_steps_equal_direct_steps():
+    """Stream batches (`split_directions`, the state carried from step to step) replayed from CUDA graphs give the
+    losses, final states and gradients of the steps run operation by operation."""
+    from hf_elmo import ElmoForBiLM
+
+    config = small_config(vocab_size=30, num_softmax_samples=0, dropout=0.0)
+    torch.manual_seed(0)
+    model = ElmoForBiLM(config).cuda().train()
+    static(model.elmo, device="cuda", graphs=True)
+    batch = _bilm_batch()
+    batch = {k: v[:4] for k, v in batch.items()}  # an even batch: forward rows, then backward rows
+    half = batch["labels"].shape[0] // 2
+    batch["labels"][:half, :, 1] = -100
+    batch["labels"][half:, :, 0] = -100
+    results = {}
+    for graphs in (False, True):
+        model.elmo.encoder.use_cuda_graphs = graphs
+        state = tuple(t + 0.1 for t in model.elmo.initial_state(batch["labels"].shape[0]))
+        for _ in range(4):  # the second step captures, the later ones replay
+            model.zero_grad(set_to_none=True)
+            out = model(**batch, state=state, use_cache=True, split_directions=True)
+            out.loss.backward()
+            state = tuple(t.detach() for t in out.state)  # carried as `StreamTrainer` carries it
+        results[graphs] = (out.loss.detach(), state, {name: p.grad.clone() for name, p in model.named_parameters()})
+    assert model._captured_steps.entries, "the stream step was not captured"
+    (direct_loss, direct_state, direct), (loss, replayed_state, replayed) = results[False], results[True]
+    assert torch.allclose(loss, direct_loss, rtol=1e-5, atol=1e-6)
+    for a, b in zip(replayed_state, direct_state):
+        assert torch.allclose(a, b, rtol=1e-5, atol=1e-6)
+    for name in direct:
+        assert torch.allclose(replayed[name], direct[name], rtol=1e-5, atol=1e-6), name
+
+
+@needs_cuda
 def test_captured_training_step_draws_new_random_numbers():
     """Dropout and the sampled softmax draw anew at every replay."""
     from hf_elmo import ElmoForBiLM
