@@ -521,7 +521,7 @@ class ElmoBiLstm(nn.Module):
         else:
             run = self._forward_sorted
         outputs, finals = run(inputs, masks, states)
-        layer_outputs = [join_directions(forward, backward, split_directions) for forward, backward in outputs]
+        layer_outputs = [_join_directions(forward, backward, split_directions) for forward, backward in outputs]
         # In the state's dtype, also under autocast, so that it can be passed back.
         final_state = tuple(
             _join_states(forward.to(start.dtype), backward.to(start.dtype), start, split_directions)
@@ -661,7 +661,7 @@ def _direction_rows(batch_size: int, split_directions: bool) -> tuple[slice, sli
     return slice(0, batch_size // 2), slice(batch_size // 2, None)
 
 
-def join_directions(forward: torch.Tensor, backward: torch.Tensor, split_directions: bool = False) -> torch.Tensor:
+def _join_directions(forward: torch.Tensor, backward: torch.Tensor, split_directions: bool = False) -> torch.Tensor:
     """`(B', T, X)` of each direction -> `(B, T, 2X)` rows `[forward | backward]`: `B' = B` rows holding both, or
     with `split_directions` `B' = B/2` forward rows `[forward | 0]` followed by backward rows `[0 | backward]`."""
     if not split_directions:
@@ -925,7 +925,7 @@ class ElmoModel(ElmoPreTrainedModel):
         hidden_states = None
         if output_hidden_states:
             forward_rows, backward_rows = _direction_rows(len(token_embeddings), split_directions)
-            layer0 = join_directions(token_embeddings[forward_rows], token_embeddings[backward_rows], split_directions)
+            layer0 = _join_directions(token_embeddings[forward_rows], token_embeddings[backward_rows], split_directions)
             layer0 = layer0 * mask[..., None]
             hidden_states = (layer0, *layer_outputs)
         return ElmoModelOutput(
