@@ -994,8 +994,8 @@ class ElmoForBiLM(ElmoPreTrainedModel):
         self._captured_steps = CaptureCache(max_entries=2)  # training steps by shape (`_captured_training_step`)
         self.post_init()
 
-    # Beyond this many positions per batch (e.g. 512 rows of 20) a GPU stays busy with operations issued one by one,
-    # and a captured step would only hold its memory twice.
+    # Beyond this many positions per batch and direction (e.g. 512 rows of 20) a GPU stays busy with operations issued
+    # one by one, and a captured step would only hold its memory twice.
     _MAX_CAPTURED_POSITIONS = 12_288
 
     def _apply(self, fn, recurse=True):
@@ -1071,6 +1071,7 @@ class ElmoForBiLM(ElmoPreTrainedModel):
         graphs turned off, a batch large enough to keep the GPU busy without them) or when this shape is seen for
         the first time."""
         elmo = self.elmo
+        directions_apart = 2 if split_directions else 1  # stream batches hold each direction's rows apart
         if not (
             self.training
             and isinstance(input_ids, torch.Tensor)
@@ -1080,7 +1081,7 @@ class ElmoForBiLM(ElmoPreTrainedModel):
             and elmo.char_encoder.deduplicate is not True
             and self.config.implementation != "reference"
             and not self.config.input_word_dim
-            and input_ids.shape[0] * input_ids.shape[1] <= self._MAX_CAPTURED_POSITIONS
+            and input_ids.shape[0] * input_ids.shape[1] <= self._MAX_CAPTURED_POSITIONS * directions_apart
             and not torch.cuda.is_current_stream_capturing()
         ):
             return None
