@@ -197,10 +197,15 @@ def training_model(size: str, path: str, vocab_size: int = 100_000, samples: int
     return model, optimizer
 
 
-def train_step(model, optimizer, batch, dtype):
+def train_step(model, optimizer, batch, dtype, carried: list | None = None):
+    """One training step; `carried` (a one-element list, `[None]` at first) for stream batches: each direction's rows
+    only, the state carried from the step before, as `StreamTrainer` does."""
+    stream = {} if carried is None else {"state": carried[0], "use_cache": True, "split_directions": True}
     with torch.autocast(DEVICE, dtype=torch.bfloat16, enabled=dtype == "bfloat16"):
-        loss = model(**batch).loss
-    loss.backward()
+        outputs = model(**batch, **stream)
+    if carried is not None:
+        carried[0] = tuple(t.detach() for t in outputs.state)
+    outputs.loss.backward()
     optimizer.clip_grad_norm_(10.0 / 20)  # clipped inside the step, as hf-elmo train does
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
@@ -217,18 +222,6 @@ def stream_batch(batch_size: int, vocab_size: int) -> dict:
     batch["labels"][batch_size:, :, 1] = labels[batch_size:]
     batch["labels"] = batch["labels"].to(DEVICE)
     return batch
-
-
-def stream_step(model, optimizer, batch, dtype, carried: list):
-    """`train_step` on a stream batch: each direction's rows only, the state carried from the step before (`carried`:
-    a one-element list, `[None]` at first), as `StreamTrainer` does."""
-    with torch.autocast(DEVICE, dtype=torch.bfloat16, enabled=dtype == "bfloat16"):
-        outputs = model(**batch, state=carried[0], use_cache=True, split_directions=True)
-    carried[0] = tuple(t.detach() for t in outputs.state)
-    outputs.loss.backward()
-    optimizer.clip_grad_norm_(10.0 / 20)
-    optimizer.step()
-    optimizer.zero_grad(set_to_none=True)
 
 
 def host_checked_step(model, optimizer, host_batch, dtype):
@@ -286,7 +279,7 @@ def training(quick: bool, deadline: float):
                     if path == "static, streams":
                         model, optimizer = training_model(size, "static")
                         streams, carried = stream_batch(batch_size, model.config.vocab_size), [None]
-                        step = partial(stream_step, model, optimizer, streams, dtype, carried)
+                        step = partial(train_step, model, optimizer, streams, dtype, carried)
                     else:
                         model, optimizer = training_model(size, path)
                         step = partial(train_step, model, optimizer, batch, dtype)
