@@ -15,7 +15,8 @@ windows `hf-elmo train` makes of that text (`--split`, `--window`, vocabulary of
 targets of one direction (bilm-tf predicts at every one of its positions; a packed window also has
 boundaries and padding). `--corpus ... --stream` trains on `hf-elmo train --stream`'s batches instead, the
 original's recipe: `--batch-size` continuous streams of the text, pieces of `--window` positions, every position
-a target, the LSTM state carried from step to step. Prints the machine and a table.
+a target, the LSTM state carried from step to step. Like `hf-elmo train`, it keeps the memory a step frees for the
+next step (`hf_elmo.freed_memory`; `--return-freed-memory` leaves malloc as it is). Prints the machine and a table.
 
 `--size mid` is a model people train on one machine: character CNN of 384 filters (widths 1-5), two highway
 layers, two LSTM layers of 512 cells projected to 64.
@@ -34,6 +35,7 @@ import torch
 from hf_elmo.adagrad import Adagrad  # noqa: E402
 from hf_elmo import ElmoConfig, ElmoForBiLM, ElmoTokenizer
 from hf_elmo.data_bilm import SPLITS, DataCollatorForBiLM, build_word_vocabulary, load_bilm_dataset
+from hf_elmo.freed_memory import keep_freed_memory
 from hf_elmo.streams_bilm import DataCollatorForBiLMStreams, StreamWindowDataset, read_lines_as_sentences
 
 from bench_inference import CLOCKS, machine_description, reference_copy, speedup
@@ -122,6 +124,11 @@ def main():
     parser.add_argument(
         "--stream", action="store_true", help="with --corpus: continuous streams, the state carried (train --stream)"
     )
+    parser.add_argument(
+        "--return-freed-memory",
+        action="store_true",
+        help="leave malloc as it is (hf-elmo train keeps freed memory for the next step: hf_elmo.freed_memory)",
+    )
     parser.add_argument("--clock", choices=list(CLOCKS), default="wall", help="cpu: processor time of the process")
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--warmup", type=int, default=2)
@@ -132,6 +139,8 @@ def main():
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
+    if not args.return_freed_memory:
+        keep_freed_memory()
     if args.corpus:
         args.vocab_size, batches = corpus_batches(
             args.corpus, args.split, args.window, args.min_count, args.batch_size, args.device, args.stream
@@ -158,7 +167,7 @@ def main():
         model, optimizer = models[name], optimizers[name]
         if args.device.startswith("cuda"):
             torch.cuda.synchronize()
-        start = clock()
+        start, faults_before = clock(), resource.getrusage(resource.RUSAGE_SELF).ru_minflt
         with autocast:
             if args.stream:
                 outputs = model(**batch, state=carried[name], use_cache=True, split_directions=True)
@@ -172,9 +181,11 @@ def main():
         optimizer.zero_grad(set_to_none=True)
         if args.device.startswith("cuda"):
             torch.cuda.synchronize()
+        page_faults[name] += resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults_before
         return clock() - start
 
     times = {name: [] for name in models}
+    page_faults = dict.fromkeys(models, 0)  # minor: first writes to fresh pages
     tokens = []  # per step: tokens of one direction
     for step in range(args.warmup + args.steps):
         batch = next(batches)
@@ -209,6 +220,8 @@ def main():
     if args.compare:
         print(f"{'':<21}{speedup(times)}")
     print(f"peak memory of the process: {peak_memory_mib(args.device):,.0f} MiB")
+    steps = args.warmup + args.steps
+    print("minor page faults per step: " + ", ".join(f"{name} {count / steps:,.0f}" for name, count in page_faults.items()))
 
 
 if __name__ == "__main__":

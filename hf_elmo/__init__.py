@@ -16,6 +16,7 @@ from transformers.pipelines import PIPELINE_REGISTRY
 
 from .configuration_elmo import ELMO_PRESETS, ElmoConfig
 from .cpu_backend import cpu_backend
+from .freed_memory import keep_freed_memory
 from .modeling_elmo import ElmoBiLMOutput, ElmoForBiLM, ElmoModel, ElmoModelOutput, ElmoPreTrainedModel
 from .modeling_elmo_heads import ElmoForSequenceClassification, ElmoForTokenClassification
 from .pipelines_elmo import ElmoTokenClassificationPipeline
@@ -60,4 +61,5 @@ __all__ = [
     "ElmoTokenizer",
     "ScalarMix",
     "cpu_backend",
+    "keep_freed_memory",
 ]

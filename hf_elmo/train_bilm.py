@@ -57,6 +57,7 @@ from .data_bilm import (
     load_bilm_dataset,
 )
 from .file_io import check_not_an_input, deferred_signals, read_json_object, write_atomically
+from .freed_memory import keep_freed_memory
 from .input_checks import check_bilm_batch, values_checked_on_host
 from .modeling_elmo import ElmoForBiLM
 from .streams_bilm import DataCollatorForBiLMStreams, StreamWindowDataset
@@ -79,7 +80,7 @@ CHECKPOINT_FILES = (
 # Options a resumed run may change: where things go, how often they are reported, how long to go on.
 RESUMABLE_CHANGES = {
     "output_dir", "resume", "data_cache_dir", "disable_progress_bar", "report_to", "logging_steps", "eval_steps",
-    "save_steps", "save_total_limit", "dataloader_workers", "max_minutes", "max_steps", "epochs",
+    "save_steps", "save_total_limit", "dataloader_workers", "keep_freed_memory", "max_minutes", "max_steps", "epochs",
 }
 
 OPTIMIZERS = ("adagrad", "adamw")
@@ -153,6 +154,11 @@ class BiLMTrainingOptions:
     seed: int = _option(42)
     bf16: bool = _option(False, help="bfloat16 autocast (GPU, or CPU)")
     dataloader_workers: int = _option(0)
+    keep_freed_memory: bool = _option(
+        True,
+        help="keep the memory each step frees in the process for the next step (glibc: hf_elmo.freed_memory): CPU "
+        "training 10-30%% faster, the process holding its busiest step's memory between steps",
+    )
     report_to: str = _option("none", help="none, tensorboard, wandb, ...")
     disable_progress_bar: bool = _option(False)
 
@@ -669,6 +675,8 @@ def train_bilm(options: BiLMTrainingOptions | None = None, **kwargs) -> dict:
     files, `eval_forward_perplexity`, `eval_backward_perplexity`, `eval_perplexity` (their geometric mean).
     """
     options = options if options is not None else BiLMTrainingOptions(**kwargs)
+    if options.keep_freed_memory:
+        keep_freed_memory()
     output_dir = _prepare_output_dir(options)
     created = not output_dir.exists()
     check_text_files(options.train_files, "training")
