@@ -16,7 +16,14 @@ from transformers import AutoModel
 from hf_elmo import ElmoConfig, ElmoForBiLM, ElmoModel, ElmoTokenizer
 from hf_elmo.cli import main as cli_main
 from hf_elmo.data_bilm import iter_sentences
-from hf_elmo.train_bilm import BiLMTrainingOptions, ElmoTrainer, _tokenizer_and_config, train_bilm
+from hf_elmo.train_bilm import (
+    BiLMTrainingOptions,
+    ElmoTrainer,
+    _loader_workers,
+    _tokenizer_and_config,
+    _training_arguments,
+    train_bilm,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 SHAKESPEARE = ROOT / "data/tinyshakespeare/input.txt"
@@ -417,3 +424,13 @@ def test_clipping_inside_adagrads_step_trains_the_same(corpus, tmp_path, monkeyp
     assert norms == logged_norms("trainer")
     expected, actual = (load_file(tmp_path / name / "model.safetensors") for name in ("trainer", "deferred"))
     assert expected.keys() == actual.keys() and all(torch.equal(expected[k], actual[k]) for k in expected)
+
+
+def test_loader_workers_default_to_two_on_a_gpu_and_none_on_the_cpu(tmp_path):
+    assert [_loader_workers(None, on_gpu) for on_gpu in (True, False)] == [2, 0]
+    assert [_loader_workers(chosen, True) for chosen in (0, 3)] == [0, 3]
+    options = BiLMTrainingOptions(output_dir=str(tmp_path / "out"), train_files=[str(tmp_path / "corpus.txt")])
+    arguments = _training_arguments(options, has_eval=False)
+    assert arguments.dataloader_num_workers == (2 if torch.cuda.is_available() else 0)
+    with pytest.raises(ValueError, match="dataloader_workers must be >= 0"):
+        BiLMTrainingOptions(output_dir="out", train_files=["corpus.txt"], dataloader_workers=-1)
