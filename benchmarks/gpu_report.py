@@ -144,7 +144,7 @@ def exactness(quick: bool):
         else:
             set_path(model, path)
             layers = model(**gpu_batch, output_hidden_states=True).hidden_states
-        value_error = max(float((a.double().cpu() - b).abs().max()) for a, b in zip(layers, truth_layers))
+        value_error = max(float((a.detach().double().cpu() - b).abs().max()) for a, b in zip(layers, truth_layers))
         sum((w.to(DEVICE).float() * t).sum() for w, t in zip(weights, layers)).backward()
         grad_error = max(
             float((p.grad.double().cpu() - truth_grads[n]).abs().max() / truth_grads[n].abs().max())
