@@ -640,6 +640,7 @@ def _loader_workers(chosen: int | None, on_gpu: bool) -> int:
 
 
 def _training_arguments(options: BiLMTrainingOptions, has_eval: bool) -> TrainingArguments:
+    on_gpu = torch.cuda.is_available()
     # Streams are one pass holding every epoch (StreamWindowDataset), read in order.
     stream = {"train_sampling_strategy": "sequential"} if options.stream else {}
     return TrainingArguments(
@@ -661,15 +662,15 @@ def _training_arguments(options: BiLMTrainingOptions, has_eval: bool) -> Trainin
         save_total_limit=options.save_total_limit,
         seed=options.seed,
         bf16=options.bf16,
-        use_cpu=not torch.cuda.is_available(),
+        use_cpu=not on_gpu,
         report_to=options.report_to,
         remove_unused_columns=False,
         label_names=["labels"],
-        dataloader_num_workers=_loader_workers(options.dataloader_workers, torch.cuda.is_available()),
+        dataloader_num_workers=_loader_workers(options.dataloader_workers, on_gpu),
         # Batches go to the GPU from pinned memory without waiting, and no per-step check of the loss makes the
         # host wait for the GPU (a NaN loss then shows in the logged mean instead of being left out of it).
-        dataloader_pin_memory=True,
-        accelerator_config={"non_blocking": True},
+        dataloader_pin_memory=on_gpu,
+        accelerator_config={"non_blocking": on_gpu},
         logging_nan_inf_filter=False,
         ddp_find_unused_parameters=False,
         disable_tqdm=options.disable_progress_bar,

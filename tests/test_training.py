@@ -426,11 +426,14 @@ def test_clipping_inside_adagrads_step_trains_the_same(corpus, tmp_path, monkeyp
     assert expected.keys() == actual.keys() and all(torch.equal(expected[k], actual[k]) for k in expected)
 
 
-def test_loader_workers_default_to_two_on_a_gpu_and_none_on_the_cpu(tmp_path):
+def test_loader_defaults_follow_the_device(tmp_path):
     assert [_loader_workers(None, on_gpu) for on_gpu in (True, False)] == [2, 0]
     assert [_loader_workers(chosen, True) for chosen in (0, 3)] == [0, 3]
     options = BiLMTrainingOptions(output_dir=str(tmp_path / "out"), train_files=[str(tmp_path / "corpus.txt")])
     arguments = _training_arguments(options, has_eval=False)
     assert arguments.dataloader_num_workers == (2 if torch.cuda.is_available() else 0)
+    # Pinned memory and copies without waiting only where there is a GPU to copy to (else transformers warns).
+    on_gpu = torch.cuda.is_available()
+    assert (arguments.dataloader_pin_memory, arguments.accelerator_config.non_blocking) == (on_gpu, on_gpu)
     with pytest.raises(ValueError, match="dataloader_workers must be >= 0"):
         BiLMTrainingOptions(output_dir="out", train_files=["corpus.txt"], dataloader_workers=-1)
