@@ -33,11 +33,13 @@ TRIM_THRESHOLD = 1 << 30
 def _glibc() -> ctypes.CDLL | None:
     try:
         process = ctypes.CDLL(None)
-        process.gnu_get_libc_version  # only glibc has it (and only glibc's mallopt takes these parameters)
-        process.mallopt.argtypes, process.mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
-        return process
-    except (OSError, AttributeError):
+    except (OSError, TypeError):  # TypeError: Windows cannot open the process itself
         return None
+    # Only glibc has gnu_get_libc_version, and only glibc's mallopt takes these parameters.
+    if not (hasattr(process, "gnu_get_libc_version") and hasattr(process, "mallopt")):
+        return None
+    process.mallopt.argtypes, process.mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
+    return process
 
 
 def keep_freed_memory() -> bool:
