@@ -27,7 +27,6 @@ import itertools
 import random
 import resource
 import string
-import time
 
 import numpy as np
 import torch
