@@ -161,7 +161,8 @@ class BiLMTrainingOptions:
     keep_freed_memory: bool = _option(
         True,
         help="keep the memory each step frees in the process for the next step (glibc: hf_elmo.freed_memory): CPU "
-        "training 10-30%% faster, the process holding its busiest step's memory between steps",
+        "training up to 1.2x as fast (the original size; about 1.04-1.08x for a mid-size model), the process holding "
+        "its busiest step's memory between steps",
     )
     report_to: str = _option("none", help="none, tensorboard, wandb, ...")
     disable_progress_bar: bool = _option(False)
