@@ -9,8 +9,8 @@ from hf_elmo import freed_memory, train_bilm
 
 pytestmark = pytest.mark.skipif(freed_memory._glibc() is None, reason="the C library is not glibc")
 
-# Steps of four tensors of about 40 MiB (as the original size's gradients, above the most glibc's dynamic threshold
-# reaches), sizes varying a little from step to step as a training step's do; the minor page faults of steps 4-9
+# Steps of four tensors of about 40 MiB (as the original size's gradients: above the highest mmap threshold glibc
+# sets itself), sizes varying a little from step to step as a training step's do; the minor page faults of steps 4-9
 # per page written. Returned to the system, every page faults again each step (1.0); kept, a block only now and then
 # lands where a smaller one was and grows the heap.
 _STEPS = """
