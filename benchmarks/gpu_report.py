@@ -135,6 +135,7 @@ def exactness(quick: bool):
     weights = [torch.randn(t.shape, dtype=torch.float64, generator=torch.Generator().manual_seed(2)) for t in truth_layers]
     sum((w * t).sum() for w, t in zip(weights, truth_layers)).backward()
     truth_grads = {n: p.grad for n, p in reference.named_parameters()}
+    truth_layers = [t.detach() for t in truth_layers]
     gpu_batch = {k: v.to(DEVICE) for k, v in batch.items()}
     for path in ("static", "static, joint product", "sorted", "reference"):
         model = copy.deepcopy(cpu_model).float().to(DEVICE)
@@ -157,7 +158,7 @@ def exactness(quick: bool):
         with torch.autocast(DEVICE, dtype=torch.bfloat16), torch.no_grad():
             layers = model(**gpu_batch, output_hidden_states=True).hidden_states
         cosines = [
-            float(torch.nn.functional.cosine_similarity(a.double().cpu()[mask], b.detach()[mask], dim=-1).mean())
+            float(torch.nn.functional.cosine_similarity(a.double().cpu()[mask], b[mask], dim=-1).mean())
             for a, b in zip(layers, truth_layers)
         ]
         rows.append([f"small, bfloat16 autocast, {path}: mean cosine per layer", " / ".join(f"{c:.5f}" for c in cosines), ""])
