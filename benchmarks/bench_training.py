@@ -27,6 +27,7 @@ import itertools
 import random
 import resource
 import string
+import time
 
 import numpy as np
 import torch
@@ -134,6 +135,9 @@ def main():
     parser.add_argument(
         "--compare", action="store_true", help="also time the straightforward encoder, alternating with the fast one"
     )
+    parser.add_argument(
+        "--profile", type=int, default=0, metavar="N", help="then profile N more steps: where a step's time goes"
+    )
     args = parser.parse_args()
 
     torch.set_num_threads(args.threads)
@@ -221,6 +225,38 @@ def main():
     print(f"peak memory of the process: {peak_memory_mib(args.device):,.0f} MiB")
     steps = args.warmup + args.steps
     print("minor page faults per step: " + ", ".join(f"{name} {count / steps:,.0f}" for name, count in page_faults.items()))
+    if args.profile:
+        print_profile(lambda: train_step("fast", next(batches)), args.profile, args.device)
+
+
+def print_profile(step, steps: int, device: str):
+    """The operators that take a step's time (self time per step) and the rate of its matrix products, beside the
+    rate of one large float32 product on the same threads (what the processor gives such products at best)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.startswith("cuda") else [])
+    with profile(activities=activities, with_flops=True) as profiler:
+        for _ in range(steps):
+            step()
+    events = sorted(profiler.key_averages(), key=lambda e: -e.self_device_time_total - e.self_cpu_time_total)
+    total = sum(e.self_cpu_time_total for e in events) / steps / 1e3
+    print(f"\nwhere a step's time goes ({steps} steps profiled; {total:.1f} ms of operators per step on the host)")
+    print(f"{'operator':<44}{'ms/step':>9}{'calls/step':>12}{'GFLOP/s':>9}")
+    for event in events[:15]:
+        microseconds = event.self_device_time_total or event.self_cpu_time_total
+        milliseconds = microseconds / steps / 1e3
+        rate = f"{event.flops / microseconds / 1e3:.0f}" if event.flops else ""
+        print(f"{event.key[:43]:<44}{milliseconds:>9.2f}{event.count / steps:>12.1f}{rate:>9}")
+    square = torch.randn(2048, 2048, device=device)
+    best = float("inf")
+    for _ in range(4):
+        began = time.perf_counter()
+        square @ square
+        if device.startswith("cuda"):
+            torch.cuda.synchronize()
+        best = min(best, time.perf_counter() - began)
+    rate = 2 * 2048**3 / best / 1e9
+    print(f"one float32 product 2,048 x 2,048 x 2,048 on the same threads: {rate:,.0f} GFLOP/s (best of four)")
 
 
 if __name__ == "__main__":
