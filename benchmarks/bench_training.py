@@ -5,6 +5,7 @@
     python benchmarks/bench_training.py --size small --compare   # the straightforward encoder too, alternating
     python benchmarks/bench_training.py --size mid --corpus data/tinyshakespeare/input.txt --num-samples 1024 \\
         --window 25 --min-count 2 --steps 40 --clock cpu              # real windows of a corpus, as hf-elmo train
+    python benchmarks/bench_training.py --size mid ... --profile 30   # then the operators of 30 more steps
 
 One step is what `hf-elmo train` does per batch: forward with the sampled softmax (dropout 0.1), backward,
 gradient clipping and an Adagrad update. Each row holds `--words` positions (`<S>`, random words, `</S>`),
