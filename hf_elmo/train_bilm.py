@@ -493,6 +493,7 @@ class ElmoTrainer(Trainer):
 
     _direction_sums: torch.Tensor | None = None
     _staging: str | None = None
+    _split_directions = False  # as the model is called in training (`StreamTrainer`: True)
 
     def __init__(self, *args, word_tokenizer: ElmoTokenizer | None = None, **kwargs):
         super().__init__(*args, **kwargs)
@@ -564,6 +565,11 @@ class ElmoTrainer(Trainer):
             self._direction_sums += torch.cat([sums.detach(), counts])
         return (loss, outputs) if return_outputs else loss
 
+    def floating_point_ops(self, inputs) -> int:
+        """The biLM's own count (`ElmoForBiLM.floating_point_ops`); `Trainer`'s counts each character slot as a
+        position, and walks every parameter to do so at every step."""
+        return self.accelerator.unwrap_model(self.model).floating_point_ops(inputs, self._split_directions)
+
     def evaluation_loop(
         self, dataloader, description, prediction_loss_only=None, ignore_keys=None, metric_key_prefix="eval"
     ):
@@ -600,6 +606,7 @@ class StreamTrainer(ElmoTrainer):
     (detached, as bilm-tf feeds it), and saves it with every checkpoint so that `--resume` continues the streams."""
 
     carried: tuple[torch.Tensor, torch.Tensor] | None = None
+    _split_directions = True  # each direction's LSTMs run on its own half of the rows
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         if not model.training:  # evaluation runs windows from the model's start state

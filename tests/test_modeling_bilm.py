@@ -212,3 +212,36 @@ def test_bfloat16_autocast_keeps_the_loss_in_float32():
     assert out.loss.dtype == torch.float32
     # bfloat16 keeps 8 bits of mantissa: a relative error within a few units of 2**-8
     assert abs(out.loss.item() - expected.item()) <= 4 * 2**-8 * expected.item()
+
+
+@pytest.mark.parametrize(
+    "samples, split_directions", [(8, False), (0, False), (8, True)], ids=["sampled", "full softmax", "split rows"]
+)
+def test_floating_point_ops_count_the_products_a_training_step_runs(samples, split_directions):
+    """`floating_point_ops` (what `hf-elmo train` reports as `total_flos`) against PyTorch's FLOP counter on the
+    reference path, whose every product is a PyTorch matrix product: the forward exactly a third of the count, the
+    backward twice the forward less the products with the start state, whose gradient autograd does not compute."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    config = tiny_config(num_softmax_samples=samples, max_characters_per_token=12, implementation="reference")
+    config.vocab_size = 40
+    model = ElmoForBiLM(config).train()
+    rows, length = 4, 5
+    generator = torch.Generator().manual_seed(0)
+    inputs = {
+        "input_ids": torch.randint(1, 262, (rows, length, 12), generator=generator),
+        "attention_mask": torch.ones(rows, length, dtype=torch.long),
+        "labels": torch.randint(0, 40, (rows, length, 2), generator=generator),
+    }
+    if split_directions:  # the first half of the rows is the forward LM's, the second the backward's
+        inputs["labels"][: rows // 2, :, 1] = inputs["labels"][rows // 2 :, :, 0] = -100
+    model(**inputs, split_directions=split_directions)  # loads what loads once, outside the counts
+    with FlopCounterMode(display=False) as forward:
+        loss = model(**inputs, split_directions=split_directions).loss
+    with FlopCounterMode(display=False) as backward:
+        loss.backward()
+    counted = model.floating_point_ops(inputs, split_directions=split_directions)
+    assert counted == 3 * forward.get_total_flops()
+    direction_rows = rows // 2 if split_directions else rows
+    start_state_products = 2 * config.num_layers * 2 * direction_rows * config.projection_dim * 4 * config.cell_dim
+    assert backward.get_total_flops() == 2 * forward.get_total_flops() - start_state_products

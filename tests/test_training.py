@@ -437,3 +437,25 @@ def test_loader_defaults_follow_the_device(tmp_path):
     assert (arguments.dataloader_pin_memory, arguments.accelerator_config.non_blocking) == (on_gpu, on_gpu)
     with pytest.raises(ValueError, match="dataloader_workers must be >= 0"):
         BiLMTrainingOptions(output_dir="out", train_files=["corpus.txt"], dataloader_workers=-1)
+
+
+def training_flops_spy(monkeypatch) -> list[int]:
+    """Makes `ElmoForBiLM.forward` note, for each training-mode call, the FLOPs its model counts for that batch."""
+    counted = []
+    forward = ElmoForBiLM.forward
+
+    def spy(self, input_ids=None, *args, split_directions=False, **kwargs):
+        if self.training:
+            counted.append(self.floating_point_ops({"input_ids": input_ids}, split_directions=split_directions))
+        return forward(self, input_ids, *args, split_directions=split_directions, **kwargs)
+
+    monkeypatch.setattr(ElmoForBiLM, "forward", spy)
+    return counted
+
+
+def test_total_flos_is_the_models_own_count(corpus, tmp_path, monkeypatch):
+    """`Trainer` would count 6 x parameters x `input_ids.numel()`, i.e. every character slot as a position."""
+    counted = training_flops_spy(monkeypatch)
+    train_bilm(**short_run(corpus, tmp_path / "run"))
+    state = json.loads((tmp_path / "run/checkpoint-6/trainer_state.json").read_text())
+    assert len(counted) == 6 and state["total_flos"] == sum(counted)

@@ -188,3 +188,12 @@ def test_stream_errors(corpus, tmp_path, capsys):
     for arguments, message in runs.items():
         assert cli_main([*base, *arguments]) == 2
         assert message in capsys.readouterr().err
+
+
+def test_total_flos_count_each_direction_on_its_own_rows(corpus, tmp_path, monkeypatch):
+    from test_training import training_flops_spy
+
+    counted = training_flops_spy(monkeypatch)
+    train_bilm(**options(corpus, tmp_path / "run"))
+    state = json.loads((tmp_path / "run/checkpoint-6/trainer_state.json").read_text())
+    assert len(counted) == 6 and state["total_flos"] == sum(counted)
