@@ -203,12 +203,15 @@ def sampled_softmax_loss(
     true_log_q = torch.log(expected_count(log_uniform_probability(targets, vocab_size), num_samples, num_tries))
     sampled_log_q = torch.log(expected_count(log_uniform_probability(sampled, vocab_size), num_samples, num_tries))
 
-    # Rows gathered with `index_select`, whose backward is one scatter-add into the weight's gradient (indexing's
-    # sorts the indices first, `embedding`'s waits for the GPU to count them).
-    true_logits = (hidden * weight.index_select(0, targets)).sum(-1) + bias.index_select(0, targets)
+    # The targets' and the sample's rows in one `index_select` each: its backward zeroes one `(V, P)` gradient and
+    # scatter-adds into it (indexing's sorts the indices first, `embedding`'s waits for the GPU to count them), where
+    # a gather each zeroed two and added them up (205 MB each at the original size).
+    rows = torch.cat([targets, sampled])
+    true_weight, sampled_weight = weight.index_select(0, rows).split([len(targets), num_samples])
+    true_bias, sampled_bias = bias.index_select(0, rows).split([len(targets), num_samples])
+    true_logits = (hidden * true_weight).sum(-1) + true_bias
     # The log-Q correction goes into the product's bias: one pass over the (N, S) logits less.
-    sampled_bias = (bias.index_select(0, sampled) - sampled_log_q).to(hidden.dtype)
-    sampled_weight = weight.index_select(0, sampled)
+    sampled_bias = (sampled_bias - sampled_log_q).to(hidden.dtype)
     # Accidental hits: the sampled word equal to a row's target, at most one per row (the sample is distinct),
     # is removed from that row's softmax.
     position_in_sample = torch.full((vocab_size,), num_samples, device=device)
