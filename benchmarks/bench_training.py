@@ -185,8 +185,7 @@ def main():
         optimizer.zero_grad(set_to_none=True)
         if args.device.startswith("cuda"):
             torch.cuda.synchronize()
-        page_faults[name] += resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults_before
-        return clock() - start
+        return clock() - start, resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults_before
 
     times = {name: [] for name in models}
     page_faults = dict.fromkeys(models, 0)  # minor: first writes to fresh pages
@@ -194,9 +193,10 @@ def main():
     for step in range(args.warmup + args.steps):
         batch = next(batches)
         for name in models:  # alternating, so that both paths see the same machine load
-            seconds = train_step(name, batch)
+            seconds, faults = train_step(name, batch)
             if step >= args.warmup:
                 times[name].append(seconds)
+                page_faults[name] += faults
         if step >= args.warmup:
             labels = batch["labels"]
             tokens.append(int((labels[..., 0] != -100).sum()) if args.corpus else labels.shape[0] * labels.shape[1])
@@ -224,8 +224,8 @@ def main():
     if args.compare:
         print(f"{'':<21}{speedup(times)}")
     print(f"peak memory of the process: {peak_memory_mib(args.device):,.0f} MiB")
-    steps = args.warmup + args.steps
-    print("minor page faults per step: " + ", ".join(f"{name} {count / steps:,.0f}" for name, count in page_faults.items()))
+    faults = ", ".join(f"{name} {count / args.steps:,.0f}" for name, count in page_faults.items())
+    print(f"minor page faults per timed step (the warm-up's not counted): {faults}")
     if args.profile:
         print_profile(lambda: train_step("fast", next(batches)), args.profile, args.device)
 
