@@ -1042,6 +1042,8 @@ class ElmoForBiLM(ElmoPreTrainedModel):
         with `split_directions` (continuous streams) each direction on half the rows. The original size with
         8,192 samples: 663 million per position. `Trainer`'s own estimate, 6 x parameters x `input_ids.numel()`,
         counts each position once per character slot."""
+        if not isinstance(inputs.get("input_ids"), torch.Tensor):
+            return 0  # as `Trainer` counts a batch without its main input
         rows, length = inputs["input_ids"].shape[:2]
         encoder, lstm = matrix_flops_per_position(self.config)
         softmax_words = self.config.num_softmax_samples if self.uses_sampled_softmax() else self.config.vocab_size
