@@ -2,6 +2,7 @@
 
     python benchmarks/gpu_report.py                 # everything, under 8 minutes on one H100
     python benchmarks/gpu_report.py --quick         # fewer shapes and steps, for a first look
+    python benchmarks/gpu_report.py --output report.txt   # also each table into a file as soon as it is measured
 
 Sections, each printed as a table (and all of them again at the end):
 1. Exactness: the GPU path in float32 against a float64 CPU run of the straightforward reference, all layers and
@@ -55,6 +56,7 @@ from hf_elmo.input_checks import values_checked_on_host  # noqa: E402
 
 DEVICE = "cuda"
 TABLES: list[str] = []
+OUTPUT: Path | None = None  # --output: each table appended as soon as it is measured (a run cut short keeps them)
 KERNEL_TABLES = 0  # --kernels N: also print the N costliest operations of each profiled step
 PATHS = ["static", "sorted", "reference"]
 BATCHES = None
@@ -67,8 +69,16 @@ def table(title: str, header: list[str], rows: list[list]) -> str:
     lines += ["  ".join(str(x).rjust(w) for x, w in zip(row, widths)) for row in rows]
     text = "\n".join(lines) + "\n"
     print(text, flush=True)
-    TABLES.append(text)
+    record(text)
     return text
+
+
+def record(text: str):
+    """Keeps `text` for the summary at the end, and writes it into `--output` at once."""
+    TABLES.append(text)
+    if OUTPUT is not None:
+        with OUTPUT.open("a", encoding="utf-8") as output:
+            output.write(text + "\n")
 
 
 def set_path(model, path: str):
@@ -543,14 +553,18 @@ def main():
     parser.add_argument("--paths", nargs="+", default=["static", "sorted", "reference"])
     parser.add_argument("--batches", nargs="+", type=int, help="training batch sizes (default 128 512 2048)")
     parser.add_argument("--profile-batches", nargs="+", type=int, default=[128])
+    parser.add_argument("--output", type=Path, help="also write each table into this file as soon as it is measured")
     args = parser.parse_args()
-    global KERNEL_TABLES, PATHS, BATCHES, PROFILE_BATCHES
+    global KERNEL_TABLES, PATHS, BATCHES, PROFILE_BATCHES, OUTPUT
     KERNEL_TABLES, PATHS, BATCHES, PROFILE_BATCHES = args.kernels, args.paths, args.batches, args.profile_batches
     if not torch.cuda.is_available():
         sys.exit("gpu_report.py needs a CUDA GPU.")
     start = time.monotonic()
     deadline = start + 60 * args.minutes
     print(f"machine: {machine_description(DEVICE)}")
+    if args.output is not None:
+        args.output.write_text(f"machine: {machine_description(DEVICE)}\n\n", encoding="utf-8")
+        OUTPUT = args.output
     import transformers
     import triton
 
@@ -568,10 +582,13 @@ def main():
             import traceback
 
             traceback.print_exc()
-            TABLES.append(f"{name}: failed: {type(error).__name__}: {error}\n")
+            record(f"{name}: failed: {type(error).__name__}: {error}\n")
         print(f"[{name}: {time.monotonic() - section_start:.0f} s]", flush=True)
     print("=" * 100)
     print(f"machine: {machine_description(DEVICE)}; total {time.monotonic() - start:.0f} s\n")
+    if OUTPUT is not None:
+        with OUTPUT.open("a", encoding="utf-8") as output:
+            output.write(f"total {time.monotonic() - start:.0f} s\n")
     print("\n".join(TABLES))
 
 
