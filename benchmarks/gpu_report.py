@@ -561,9 +561,10 @@ def main():
         sys.exit("gpu_report.py needs a CUDA GPU.")
     start = time.monotonic()
     deadline = start + 60 * args.minutes
-    print(f"machine: {machine_description(DEVICE)}")
+    machine = machine_description(DEVICE)
+    print(f"machine: {machine}")
     if args.output is not None:
-        args.output.write_text(f"machine: {machine_description(DEVICE)}\n\n", encoding="utf-8")
+        args.output.write_text(f"machine: {machine}\n\n", encoding="utf-8")
         OUTPUT = args.output
     import transformers
     import triton
@@ -585,11 +586,11 @@ def main():
             record(f"{name}: failed: {type(error).__name__}: {error}\n")
         print(f"[{name}: {time.monotonic() - section_start:.0f} s]", flush=True)
     print("=" * 100)
-    print(f"machine: {machine_description(DEVICE)}; total {time.monotonic() - start:.0f} s\n")
+    print(f"machine: {machine}; total {time.monotonic() - start:.0f} s\n")
+    print("\n".join(TABLES))
     if OUTPUT is not None:
         with OUTPUT.open("a", encoding="utf-8") as output:
             output.write(f"total {time.monotonic() - start:.0f} s\n")
-    print("\n".join(TABLES))
 
 
 if __name__ == "__main__":
