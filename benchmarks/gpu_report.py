@@ -61,6 +61,7 @@ KERNEL_TABLES = 0  # --kernels N: also print the N costliest operations of each 
 PATHS = ["static", "sorted", "reference"]
 BATCHES = None
 PROFILE_BATCHES = [128]
+CHAR_CNN_BATCHES = (128, 4096)
 
 
 def table(title: str, header: list[str], rows: list[list]) -> str:
@@ -343,7 +344,7 @@ def char_cnn(quick: bool, deadline: float):
     one word in 1,000 fills all slots."""
     rows = []
     encoder = random_model(ElmoConfig.from_preset("original"), DEVICE, torch.float32).char_encoder
-    for batch_size in (128, 4096):
+    for batch_size in CHAR_CNN_BATCHES:
         for text in ("words of 3-10 letters", "and 1 in 1,000 of 48"):
             sentences = random_sentences(batch_size, 20)
             if text != "words of 3-10 letters":

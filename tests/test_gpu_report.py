@@ -23,6 +23,7 @@ def report(monkeypatch):
     monkeypatch.setattr(gpu_report, "DEVICE", "cpu")
     monkeypatch.setattr(gpu_report, "TABLES", [])
     monkeypatch.setattr(gpu_report, "BATCHES", [4])
+    monkeypatch.setattr(gpu_report, "CHAR_CNN_BATCHES", (8,))
     monkeypatch.setattr(torch.cuda, "synchronize", lambda *args, **kwargs: None)
     monkeypatch.setattr(torch.cuda, "empty_cache", lambda *args, **kwargs: None)
     preset = ElmoConfig.from_preset.__func__
@@ -50,7 +51,8 @@ def test_report_sections_run_and_the_gpu_path_is_exact(report):
     report.exactness(quick=True)
     report.training(quick=True, deadline=deadline)
     report.inference(quick=True, deadline=deadline)
-    exactness, training, inference = report.TABLES
+    report.char_cnn(quick=True, deadline=deadline)
+    exactness, training, inference, character_encoder = report.TABLES
     # The GPU path (static shapes, Triton kernels interpreted), the CPU path and the reference, in float32, against
     # a float64 run of the reference: values 1e-5, gradients 1e-4 relative (the bounds).
     exact_rows = rows_of(exactness, "small, random weights")
@@ -65,6 +67,10 @@ def test_report_sections_run_and_the_gpu_path_is_exact(report):
     for table, first in ((training, ("small", "original")), (inference, ("float32", "bfloat16"))):
         rows = [row for name in first for row in rows_of(table, name)]
         assert rows and all(re.fullmatch(r"[\d,]+", row[4 if table is training else 3]) for row in rows), table
+    # The character encoder alone, with its kernels and without, on both texts.
+    timed = [re.split(r"\s{2,}", line.strip()) for line in character_encoder.splitlines()[2:] if line.strip()]
+    assert len(timed) == 4 and {row[2] for row in timed} == {"fused", "not fused"}, character_encoder
+    assert all(re.fullmatch(r"[\d.]+", value) for row in timed for value in row[3:]), character_encoder
 
 
 def test_output_file_gets_each_table_as_it_is_measured(report, tmp_path):
