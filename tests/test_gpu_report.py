@@ -3,7 +3,6 @@ paths run here, on CPU tensors with tiny sizes (Triton interpreted), so that the
 numbers here mean nothing except the exactness rows, which must hold on any device."""
 
 import re
-import sys
 import time
 from pathlib import Path
 
