@@ -6,8 +6,9 @@ freed (the threshold starts at 128 KiB and follows the largest block freed, up t
 size as the last one is mapped anew) and returns the top of its heap once more than twice that is free. The next
 step's tensors then land on fresh pages, and each 4 KiB page faults when first written: 2-3 us a fault on the
 virtual machines measured. Per step of the mid-size model (batch 32 windows of 25) that was 4,000-8,700 faults, of
-the small model (batch 32 x 20, 8,192 samples) about 65,000, of the original about 250,000 (a gigabyte of fresh
-pages at batch 16): 10-30% of the step, spent inside whichever operation first writes a new tensor.
+the small model (batch 32 x 20, 8,192 samples) about 65,000, of the original about 250,000 at batch 16 (averages over
+short runs, their first steps included, which fault most): time spent inside whichever operation first writes a
+new tensor.
 
 `keep_freed_memory()` raises both thresholds (blocks of up to 256 MiB come from the heap, which is trimmed only
 beyond 1 GiB free), after which 30-2,500 faults remain per step. The process holds on to the memory of its
