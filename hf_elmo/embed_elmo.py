@@ -10,6 +10,12 @@ The file reads like the output of AllenNLP's `allennlp elmo` command, so existin
   AllenNLP's `scalar_mix_parameters`). `--dtype float64` stores float64.
 * `sentence_to_index`: a one-element string dataset holding the JSON map from each line (stripped) to its key.
 
+`--layout packed` writes the same vectors for bulk embedding, where one dataset per line costs more than the model
+on a GPU (about 150-250 us per dataset of HDF5 bookkeeping): `vectors`, every line's words one after another along
+the words axis, `(L + 1, total_words, 2P)` or `(total_words, 2P)`, and `spans` `(lines, 2)` int64, line i's first
+row and word count, so that line i's dataset above is `vectors[..., start : start + count, :]`. The file's attribute
+`layout` is `"packed"`; `sentence_to_index` is the same.
+
 Lines are split on whitespace (`str.split`), or with `--raw` by the tokenizer's word splitter. Differences from
 the original command:
 
@@ -17,8 +23,8 @@ the original command:
   starts from the model's warm start state if it has one, else from zeros; up to float rounding: another
   `--batch-size` pads and sums differently, so bit-for-bit equality across batch sizes is not promised). Lines are
   sorted by length within a window of `--batch-size * 16` lines to pad little. A repeated line is computed once
-  and its dataset is an HDF5 hard link to the first one (identical vectors, no extra space); the map gives the
-  first key (AllenNLP's gave the last, which held different vectors). `--carry-state` restores the original
+  and its dataset is an HDF5 hard link to the first one (packed: the first one's span; identical vectors, no extra
+  space); the map gives the first key (AllenNLP's gave the last, which held different vectors). `--carry-state` restores the original
   behaviour: batches of consecutive lines, row k of each batch continuing the LSTM state of row k of the
   previous batch, no sorting and no sharing.
 * **Empty lines** give empty datasets, `(num_layers + 1, 0, 2P)` or `(0, 2P)`, instead of an error; with
@@ -147,9 +153,27 @@ class Embedder:
         self.device = model.device
         self.store = None  # carried (hidden, memory), with --carry-state
 
+    @property
+    def empty_shape(self) -> tuple[int, ...]:
+        """The shape of no words' vectors: `(L + 1, 0, 2P)` for `all`, `(0, 2P)` otherwise."""
+        layers = (self.model.config.num_layers + 1,) if self.select.mode == "all" else ()
+        return (*layers, 0, self.model.config.hidden_size)
+
+    @property
+    def numpy_dtype(self) -> np.dtype:
+        return torch.empty((), dtype=self.output_dtype).numpy().dtype
+
     @torch.inference_mode()
-    def __call__(self, sentences: list[list[str]], carry_state: bool = False) -> list[np.ndarray]:
+    def __call__(self, sentences: list[list[str]], carry_state: bool = False) -> np.ndarray:
+        """The words' vectors of all sentences, one sentence after another along the words axis: `(L + 1,
+        sum(n_words), 2P)` for `all`, `(sum(n_words), 2P)` otherwise; boundaries and padding left out."""
         batch = self.tokenizer(sentences, is_split_into_words=True, padding=True, return_tensors="pt")
+        # Row r's words sit at positions 1..n_r of its padded row; 0 and n_r + 1 hold the boundaries.
+        counts = np.array([len(words) for words in sentences])
+        row_starts = np.arange(len(sentences)) * batch["input_ids"].shape[1]
+        first_words = np.cumsum(counts) - counts
+        word_positions = np.arange(counts.sum()) + np.repeat(row_starts + 1 - first_words, counts)
+        word_positions = torch.from_numpy(word_positions).to(self.device)
         batch = {key: value.to(self.device) for key, value in batch.items()}
         state = None
         if carry_state and self.store is not None:
@@ -157,9 +181,68 @@ class Embedder:
         out = self.model(**batch, state=state, use_cache=carry_state, output_hidden_states=True)
         if carry_state:
             self.store = _store_rows(self.store, out.state)
-        selected = self.select(out.hidden_states).to("cpu", self.output_dtype).numpy()
-        # Positions 1..n hold the words; 0 and n + 1 the boundaries.
-        return [np.ascontiguousarray(selected[..., row, 1 : len(words) + 1, :]) for row, words in enumerate(sentences)]
+        selected = self.select(out.hidden_states)
+        words = selected.flatten(-3, -2).index_select(-2, word_positions)
+        return words.to("cpu", self.output_dtype).numpy()
+
+
+class PerLineStore:
+    """AllenNLP's layout: one dataset per line, named by its line number; a repeated line a hard link."""
+
+    def __init__(self, h5file):
+        self.h5file = h5file
+
+    def add(self, indices: list[int], counts: list[int], vectors: np.ndarray):
+        """`vectors` `(..., sum(counts), 2P)`: the lines `indices`, `counts[i]` words each, one after another."""
+        for index, words in zip(indices, np.split(vectors, np.cumsum(counts)[:-1], axis=-2)):
+            self.h5file.create_dataset(str(index), data=np.ascontiguousarray(words))
+
+    def repeat(self, index: int, first: int):
+        self.h5file[str(index)] = self.h5file[str(first)]  # a hard link: the same dataset under two names
+
+    def end_window(self, first_index: int, lines: int):
+        pass
+
+
+class PackedStore:
+    """The packed layout: the words of all lines in one dataset `vectors`, `(L + 1, total_words, 2P)` or
+    `(total_words, 2P)`, appended a batch at a time in the order computed, and `spans` `(lines, 2)` int64, line i's
+    first row and word count: its vectors are `vectors[..., start : start + count, :]`. A repeated line has its
+    first copy's span."""
+
+    CHUNK_BYTES = 1 << 18  # a quarter of HDF5's default chunk cache, so a batch's last, partial chunk stays cached
+
+    def __init__(self, h5file, empty_shape: tuple[int, ...], dtype: np.dtype):
+        """`empty_shape`: the shape of no words' vectors, `(L + 1, 0, 2P)` or `(0, 2P)`."""
+        self.h5file = h5file
+        word_bytes = np.dtype(dtype).itemsize * math.prod(empty_shape[:-2] + empty_shape[-1:])
+        chunks, maxshape = list(empty_shape), list(empty_shape)
+        chunks[-2], maxshape[-2] = max(1, self.CHUNK_BYTES // word_bytes), None
+        self.vectors = h5file.create_dataset(
+            "vectors", empty_shape, dtype=dtype, maxshape=tuple(maxshape), chunks=tuple(chunks)
+        )
+        self.spans = h5file.create_dataset("spans", (0, 2), dtype=np.int64, maxshape=(None, 2), chunks=(65536, 2))
+        self.window_spans: dict[int, tuple[int, int]] = {}
+        h5file.attrs["layout"] = "packed"
+
+    def add(self, indices: list[int], counts: list[int], vectors: np.ndarray):
+        start = self.vectors.shape[-2]
+        if vectors.shape[-2]:
+            self.vectors.resize(start + vectors.shape[-2], axis=self.vectors.ndim - 2)
+            self.vectors[..., start:, :] = vectors
+        for index, words, offset in zip(indices, counts, np.cumsum([0, *counts[:-1]])):
+            self.window_spans[index] = (start + int(offset), words)
+
+    def repeat(self, index: int, first: int):
+        if first not in self.window_spans:  # a line of an earlier window, already written
+            self.window_spans[first] = tuple(self.spans[first])
+        self.window_spans[index] = self.window_spans[first]
+
+    def end_window(self, first_index: int, lines: int):
+        """Writes the spans of the window's lines `first_index ..`, which are all known once it is embedded."""
+        self.spans.resize(first_index + lines, axis=0)
+        self.spans[first_index:] = [self.window_spans[index] for index in range(first_index, first_index + lines)]
+        self.window_spans.clear()
 
 
 def _windows(lines: Iterator[tuple[int, str, list[str]]], size: int) -> Iterator[list]:
@@ -183,6 +266,7 @@ def embed_file(
     carry_state: bool = False,
     forget_sentences: bool = False,
     force: bool = False,
+    packed: bool = False,
     progress: bool = True,
     inputs: Iterable = (),
 ) -> int:
@@ -209,13 +293,17 @@ def embed_file(
     def write(path):
         key_of_line: dict[str, str] = {}
         with h5py.File(path, "w") as h5file:
+            if packed:
+                store = PackedStore(h5file, embedder.empty_shape, embedder.numpy_dtype)
+            else:
+                store = PerLineStore(h5file)
             for window in _windows(lines, batch_size if carry_state else batch_size * WINDOW_BATCHES):
                 to_compute, repeats = [], []
                 for index, text, words in window:
                     if forget_sentences:
                         to_compute.append((index, words))
                     elif text in key_of_line and not carry_state:
-                        repeats.append((index, key_of_line[text]))
+                        repeats.append((index, int(key_of_line[text])))
                     else:
                         key_of_line.setdefault(text, str(index))
                         to_compute.append((index, words))
@@ -223,12 +311,13 @@ def embed_file(
                     to_compute.sort(key=lambda item: len(item[1]), reverse=True)  # stable: ties keep file order
                 for start in range(0, len(to_compute), batch_size):
                     batch = to_compute[start : start + batch_size]
-                    for (index, _), vectors in zip(batch, embedder([words for _, words in batch], carry_state)):
-                        h5file.create_dataset(str(index), data=vectors)
+                    vectors = embedder([words for _, words in batch], carry_state)
+                    store.add([index for index, _ in batch], [len(words) for _, words in batch], vectors)
                     bar.update(len(batch))
                     embedded[0] += len(batch)
-                for index, key in repeats:
-                    h5file[str(index)] = h5file[key]  # a hard link: the same dataset under two names
+                for index, first in repeats:
+                    store.repeat(index, first)
+                store.end_window(window[0][0], len(window))
                 bar.update(len(repeats))
                 embedded[0] += len(repeats)
             if not forget_sentences:
@@ -276,6 +365,13 @@ def add_arguments(parser: argparse.ArgumentParser):
         "previous batch",
     )
     parser.add_argument("--forget-sentences", action="store_true", help="do not write the sentence_to_index map")
+    parser.add_argument(
+        "--layout",
+        choices=["per-line", "packed"],
+        default="per-line",
+        help="per-line: one dataset per line, as AllenNLP's (default); packed: all words in one dataset "
+        "'vectors' and each line's (start, count) in 'spans', for bulk embedding",
+    )
     parser.add_argument("--force", action="store_true", help="replace an existing output file")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
 
@@ -337,6 +433,7 @@ def run(args: argparse.Namespace) -> int:
         carry_state=args.carry_state,
         forget_sentences=args.forget_sentences,
         force=args.force,
+        packed=args.layout == "packed",
         progress=not args.quiet,
         inputs=inputs[1:],
     )

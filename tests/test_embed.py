@@ -43,6 +43,14 @@ def embed(tmp_path, model_dir, lines, *options):
     return output
 
 
+def line_vectors(h5file, index):
+    """Line `index`'s dataset in either layout."""
+    if h5file.attrs.get("layout") == "packed":
+        start, count = h5file["spans"][index]
+        return h5file["vectors"][..., start : start + count, :]
+    return h5file[str(index)][...]
+
+
 def alone(model, words):
     """Layers `(L + 1, n_words, 2P)` of one sentence run on its own, boundaries removed."""
     batch = ElmoTokenizer()([words], is_split_into_words=True, return_tensors="pt")
@@ -69,19 +77,37 @@ EXPECTED = {
 }
 
 
+@pytest.mark.parametrize("layout", ["per-line", "packed"])
 @pytest.mark.parametrize("layers", EXPECTED)
-def test_datasets_equal_the_model_run_sentence_by_sentence(layers, converted_dirs, model64, tmp_path):
+def test_datasets_equal_the_model_run_sentence_by_sentence(layers, layout, converted_dirs, model64, tmp_path):
     extra = ["0.5", "-1.0", "2.0"] if layers == "--scalar-mix-weights" else []
     output = embed(
-        tmp_path, converted_dirs["allennlp"], LINES, layers, *extra, "--batch-size", "2", "--dtype", "float64"
+        tmp_path,
+        converted_dirs["allennlp"],
+        LINES,
+        layers,
+        *extra,
+        "--batch-size",
+        "2",
+        "--dtype",
+        "float64",
+        "--layout",
+        layout,
     )
     with h5py.File(output, "r") as f:
-        assert set(f) == {str(i) for i in range(len(LINES))} | {"sentence_to_index"}
+        if layout == "packed":
+            assert set(f) == {"vectors", "spans", "sentence_to_index"} and f["vectors"].dtype == np.float64
+            assert (f["spans"][4] == f["spans"][0]).all(), "a repeated line has its first copy's span"
+            distinct_words = sum(len(line.split()) for line in dict.fromkeys(line.strip() for line in LINES))
+            assert f["vectors"].shape[-2] == distinct_words, "each distinct line's words stored once"
+        else:
+            assert set(f) == {str(i) for i in range(len(LINES))} | {"sentence_to_index"}
+            assert f["4"] == f["0"], "a repeated line is a hard link to its first dataset"
         for i, line in enumerate(LINES):
             expected = EXPECTED[layers](alone(model64, line.split()))
-            assert f[str(i)].dtype == np.float64 and f[str(i)].shape == expected.shape
-            np.testing.assert_allclose(f[str(i)][...], expected, rtol=0, atol=1e-12)
-        assert f["4"] == f["0"], "a repeated line is a hard link to its first dataset"
+            actual = line_vectors(f, i)
+            assert actual.dtype == np.float64 and actual.shape == expected.shape
+            np.testing.assert_allclose(actual, expected, rtol=0, atol=1e-12)
         index = json.loads(f["sentence_to_index"][0])
     distinct = dict.fromkeys(line.strip() for line in LINES)
     assert index == {line: str(next(i for i, x in enumerate(LINES) if x.strip() == line)) for line in distinct}
@@ -116,6 +142,35 @@ def test_float32_output_and_empty_lines(converted_dirs, tmp_path):
         assert list(f) == ["sentence_to_index"] and json.loads(f["sentence_to_index"][0]) == {}
 
 
+def test_packed_layout_across_windows_and_empty_lines(converted_dirs, model64, tmp_path):
+    """Batches of 1 make windows of 16 lines: a line repeated in a later window gets the first copy's span, an empty
+    line an empty span, and the spans follow the file's lines while the rows follow the order computed."""
+    lines = [" ".join(f"w{n}x{i}" for i in range(1 + n % 5)) for n in range(20)]
+    lines += [lines[2], "", lines[0]]
+    output = embed(
+        tmp_path, converted_dirs["allennlp"], lines, "--all", "--batch-size", "1", "--layout", "packed", "--dtype",
+        "float64",
+    )
+    with h5py.File(output, "r") as f:
+        spans = f["spans"][...]
+        assert spans.shape == (23, 2) and f["vectors"].shape == (3, 60, 32)  # 20 lines of 1-5 words: 60 rows
+        assert (spans[20] == spans[2]).all() and (spans[22] == spans[0]).all() and spans[21][1] == 0
+        assert line_vectors(f, 21).shape == (3, 0, 32)
+        for i in (0, 4, 17, 20):
+            np.testing.assert_allclose(line_vectors(f, i), alone(model64, lines[i].split()), rtol=0, atol=1e-12)
+        rows = sorted(row for start, count in spans[:20] for row in range(start, start + count))
+        assert rows == list(range(60)), "every row belongs to exactly one line"
+    output.unlink()
+    (tmp_path / "empty.txt").write_bytes(b"")
+    code = cli_main(
+        ["embed", str(tmp_path / "empty.txt"), str(output), "--model", str(converted_dirs["allennlp"]), "--top"]
+        + ["--quiet", "--layout", "packed"]
+    )
+    with h5py.File(output, "r") as f:
+        assert code == 0 and f["vectors"].shape == (0, 32) and f["spans"].shape == (0, 2)
+        assert f["vectors"].dtype == np.float32
+
+
 def test_same_line_same_vectors_without_sharing(converted_dirs, model64, tmp_path):
     """With --forget-sentences nothing is shared between the two copies: each is computed in its own batch."""
     lines = ["x y z", "a b", "c d e f g h", "x y z"]
@@ -138,17 +193,20 @@ def test_same_line_same_vectors_without_sharing(converted_dirs, model64, tmp_pat
     np.testing.assert_allclose(last, expected, rtol=0, atol=1e-12)
 
 
+@pytest.mark.parametrize("layout", ["per-line", "packed"])
 @pytest.mark.parametrize("name", ["allennlp", "bilm-tf"])
-def test_carry_state_reproduces_the_original_outputs(name, converted_dirs, tmp_path):
+def test_carry_state_reproduces_the_original_outputs(name, layout, converted_dirs, tmp_path):
     """The fixture numbers came from running batch i = [s0[i], s1[i], s2[i]] in order through one stateful model:
     the same lines in that order with --carry-state --batch-size 3 must give them."""
     batches = fixture_batches(name)
     lines = [" ".join(words) for sentences, _ in batches for words in sentences]
-    output = embed(tmp_path, converted_dirs[name], lines, "--top", "--carry-state", "--batch-size", "3")
+    output = embed(
+        tmp_path, converted_dirs[name], lines, "--top", "--carry-state", "--batch-size", "3", "--layout", layout
+    )
     with h5py.File(output, "r") as f:
         for i, (sentences, expected) in enumerate(batches):
             for k in range(3):
-                actual = f[str(3 * i + k)][...]
+                actual = line_vectors(f, 3 * i + k)
                 assert np.allclose(actual, expected[k], atol=1e-6, rtol=1e-5), (i, k)
     # Without the carried state only the first batch matches.
     output.unlink()

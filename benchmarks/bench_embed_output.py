@@ -1,0 +1,119 @@
+"""What `hf-elmo embed`'s output file costs per line, without the model: the per-line layout (AllenNLP's, one
+dataset per line) against the packed one (`--layout packed`: one `vectors` dataset and `spans`), alternating runs.
+
+    python benchmarks/bench_embed_output.py --lines 20000 --width 1024 --rounds 3
+    python benchmarks/bench_embed_output.py --lines 20000 --width 1024 --layers 3   # --all of the original model
+    python benchmarks/bench_embed_output.py --model DIR --input lines.txt --batch-size 2048   # hf-elmo embed --top
+
+Each run writes the same batches (random float32 vectors, `--batch-size` lines each, the word counts of Tiny
+Shakespeare's lines in file order) through `embed_elmo.PerLineStore` or `PackedStore` into a fresh file in
+`--folder`, as `embed_file` does after the model. Reported: lines/s, words/s and MB/s of vectors written, the file's
+closing included. With `--model`, `embed_file` itself runs on `--input` with that model (`--top`), alternating the
+two layouts in one process: tokenizing and the model included, the loading of the model not.
+"""
+
+import argparse
+import tempfile
+import time
+from pathlib import Path
+
+import h5py
+import numpy as np
+import torch
+
+from hf_elmo import ElmoModel, ElmoTokenizer
+from hf_elmo.embed_elmo import Embedder, LayerSelector, PackedStore, PerLineStore, embed_file
+
+from bench_inference import machine_description
+
+CORPUS = Path(__file__).resolve().parent.parent / "data" / "tinyshakespeare" / "input.txt"
+
+
+def word_counts(lines: int) -> list[int]:
+    counts = [len(line.split()) for line in CORPUS.read_text(encoding="utf-8").splitlines()]
+    return (counts * (lines // len(counts) + 1))[:lines]
+
+
+def write(path, layout: str, batches: list[tuple[list[int], list[int], np.ndarray]], empty_shape) -> float:
+    start = time.perf_counter()
+    with h5py.File(path, "w") as h5file:
+        store = PackedStore(h5file, empty_shape, np.float32) if layout == "packed" else PerLineStore(h5file)
+        for indices, counts, vectors in batches:
+            store.add(indices, counts, vectors)
+        store.end_window(0, sum(len(indices) for indices, _, _ in batches))
+    return time.perf_counter() - start
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--lines", type=int, default=20000)
+    parser.add_argument("--width", type=int, default=1024, help="2P: 1,024 for the original model")
+    parser.add_argument("--layers", type=int, default=0, help="0: one layer per line (--top); L + 1 for --all")
+    parser.add_argument("--batch-size", type=int, default=256)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--folder", default=None, help="where the files are written (default: a temporary folder)")
+    parser.add_argument("--model", default=None, help="a model folder: time embed_file end to end instead")
+    parser.add_argument("--input", default=None, help="with --model: the text to embed, one sentence per line")
+    args = parser.parse_args()
+    if args.model:
+        return end_to_end(args)
+    counts = word_counts(args.lines)
+    layers = (args.layers,) if args.layers else ()
+    rng = np.random.default_rng(0)
+    batches = []
+    for first in range(0, args.lines, args.batch_size):
+        batch_counts = counts[first : first + args.batch_size]
+        vectors = rng.standard_normal((*layers, sum(batch_counts), args.width), dtype=np.float32)
+        batches.append((list(range(first, first + len(batch_counts))), batch_counts, vectors))
+    words = sum(counts)
+    megabytes = sum(vectors.nbytes for _, _, vectors in batches) / 1e6
+    times = {"per-line": [], "packed": []}
+    with tempfile.TemporaryDirectory(dir=args.folder) as folder:
+        for _ in range(args.rounds):
+            for layout in times:  # alternating, so that both see the same machine load
+                path = Path(folder) / f"{layout}.hdf5"
+                times[layout].append(write(path, layout, batches, (*layers, 0, args.width)))
+                path.unlink()
+    print(f"machine: {machine_description('cpu')}")
+    print(
+        f"{args.lines:,} lines, {words:,} words, vectors {(*layers, 'n', args.width)} float32 ({megabytes:,.0f} MB), "
+        f"batches of {args.batch_size}, median of {args.rounds}; h5py {h5py.version.version}, "
+        f"HDF5 {h5py.version.hdf5_version}, torch {torch.__version__}"
+    )
+    print("| layout | lines/s | words/s | MB/s | s (median) |\n| --- | ---: | ---: | ---: | ---: |")
+    for layout, values in times.items():
+        seconds = sorted(values)[len(values) // 2]
+        print(
+            f"| {layout} | {args.lines / seconds:,.0f} | {words / seconds:,.0f} | {megabytes / seconds:,.0f} "
+            f"| {seconds:.2f} |"
+        )
+
+
+def end_to_end(args):
+    model = ElmoModel.from_pretrained(args.model).eval()
+    embedder = Embedder(model, ElmoTokenizer.from_pretrained(args.model), LayerSelector("top", model.config.num_layers))
+    words = sum(len(line.split()) for line in Path(args.input).read_text(encoding="utf-8").splitlines())
+    times = {"per-line": [], "packed": []}
+    with tempfile.TemporaryDirectory(dir=args.folder) as folder:
+        for _ in range(args.rounds):
+            for layout in times:
+                path = Path(folder) / f"{layout}.hdf5"
+                start = time.perf_counter()
+                lines = embed_file(
+                    embedder, args.input, path, batch_size=args.batch_size, packed=layout == "packed", progress=False
+                )
+                times[layout].append(time.perf_counter() - start)
+                path.unlink()
+    print(f"machine: {machine_description('cpu')}")
+    print(
+        f"embed_file --top, {args.input}: {lines:,} lines, {words:,} words; model {args.model} "
+        f"(width {model.config.hidden_size}), batches of {args.batch_size}, median of {args.rounds}"
+    )
+    print("| layout | lines/s | words/s | s (median) |\n| --- | ---: | ---: | ---: |")
+    for layout, values in times.items():
+        seconds = sorted(values)[len(values) // 2]
+        print(f"| {layout} | {lines / seconds:,.0f} | {words / seconds:,.0f} | {seconds:.2f} |")
+
+
+if __name__ == "__main__":
+    main()
