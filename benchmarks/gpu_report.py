@@ -25,7 +25,8 @@ Sections, each printed as a table (and all of them again at the end):
    steps issued back to back (the host running ahead, as in training), the share of the step in which a kernel runs,
    kernels per step and launch calls per step, for the benchmark loop and for `Trainer` (`hf_elmo.train_bilm` on a
    generated corpus, with the host's time to read and collate one of its batches); and for the GPU path's loop,
-   where the kernel time of a step goes (matrix products, the LSTM's elementwise kernels, Adagrad, copies, ...).
+   where the kernel time of a step goes (matrix products, the LSTM's elementwise kernels, Adagrad, copies, ...);
+   the same for an inference batch at the bfloat16 inference target's batch (4,096 x 20).
 """
 
 import argparse
@@ -63,6 +64,7 @@ PATHS = ["static", "sorted", "reference"]
 BATCHES = None
 PROFILE_BATCHES = [128]
 CHAR_CNN_BATCHES = (128, 4096)
+INFERENCE_PROFILE_BATCH = 4096  # where the bfloat16 inference target was measured
 
 
 def table(title: str, header: list[str], rows: list[list]) -> str:
@@ -405,6 +407,7 @@ KERNEL_KINDS = [
                                           "_cell_backward_kernel")),
     ("Adagrad (Triton)", ("_adagrad_kernel",)),
     ("sampled softmax log-sum-exp (Triton)", ("logsumexp",)),
+    ("character CNN (Triton)", ("_window_max_kernel", "_weight_grad_kernel", "_chars_grad_kernel", "_highway_")),
     ("matrix products", ("gemm", "gemv", "nvjet", "cutlass", "xmma", "splitkreduce", "cublas")),
     ("copies and casts", ("memcpy", "memset", "copy_kernel", "copy_")),
     ("reductions (norms, sums, max)", ("reduce_kernel", "norm", "max_kernel")),
@@ -413,14 +416,18 @@ KERNEL_KINDS = [
 ]
 
 
+def kernel_kind(name: str) -> str:
+    name = name.lower()
+    return next((kind for kind, keys in KERNEL_KINDS if any(key in name for key in keys)), "other")
+
+
 def kernel_kinds(profiler, steps: int) -> list[list]:
     """Rows `[kind, ms per step, share of kernel time, kernels per step]`, costliest first, from a profile's kernels."""
     totals: dict[str, list[float]] = {}
     for event in profiler.events():
         if event.device_type != torch.autograd.DeviceType.CUDA:
             continue
-        name = event.name.lower()
-        kind = next((k for k, keys in KERNEL_KINDS if any(key in name for key in keys)), "other")
+        kind = kernel_kind(event.name)
         total = totals.setdefault(kind, [0.0, 0])
         total[0] += (event.time_range.end - event.time_range.start) / 1e3  # us -> ms
         total[1] += 1
@@ -513,6 +520,24 @@ def trainer_profile(dtype: str, steps: int = 30) -> list:
     return [f"Trainer (hf_elmo.train_bilm), {dtype}", f"{tokens_per_second:,.0f}", f"{tokens_per_second:,.0f}", f"{share:.0%}", f"{kernels:,.0f}", f"{launches:,.0f}", f"{read_ms:.1f}"]  # fmt: skip
 
 
+def inference_profile(batch_size: int) -> list:
+    """The bfloat16 inference target's batch (original size, static path, all layers): words/s, GPU busy, kernels and
+    launch calls per batch, and where its kernel time goes."""
+    model = set_path(random_model(ElmoConfig.from_preset("original"), DEVICE, torch.bfloat16), "static")
+    encoded = ElmoTokenizer()(random_sentences(batch_size, 20), is_split_into_words=True, padding=True,
+                              return_tensors="pt")  # fmt: skip
+    encoded = {k: v.to(DEVICE) for k, v in encoded.items()}
+
+    def run():
+        with torch.inference_mode():
+            model(**encoded, output_hidden_states=True)
+
+    seconds, back_to_back = time_steps(run, 5, 3), time_back_to_back(run, 10)
+    title = f"4b. Where the GPU time of an inference batch goes: static, bfloat16 weights, batch {batch_size} x 20"
+    share, kernels, launches = profile_steps(run, 5, f"inference static bfloat16 {batch_size}", title)
+    return [f"inference (words/s), batch {batch_size}, static, bfloat16", f"{batch_size * 20 / seconds:,.0f}", f"{batch_size * 20 / back_to_back:,.0f}", f"{share:.0%}", f"{kernels:,.0f}", f"{launches:,.0f}", ""]  # fmt: skip
+
+
 def profiles(quick: bool, deadline: float):
     rows = []
     for batch_size in PROFILE_BATCHES:
@@ -542,6 +567,11 @@ def profiles(quick: bool, deadline: float):
             rows.append([f"Trainer, {dtype}", "skipped (time)", "", "", "", "", ""])
             continue
         rows.append(trainer_profile(dtype))
+    if time.monotonic() > deadline:
+        rows.append([f"inference, batch {INFERENCE_PROFILE_BATCH}", "skipped (time)", "", "", "", "", ""])
+    else:
+        rows.append(inference_profile(INFERENCE_PROFILE_BATCH))
+        torch.cuda.empty_cache()
     table("4. A training step, rows of 20 positions, original size (GPU busy: share of the wall time with a kernel running)",
           ["what", "tokens/s", "back to back", "GPU busy", "kernels/step", "launch calls/step", "host ms to read a batch"], rows)  # fmt: skip
 

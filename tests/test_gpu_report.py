@@ -84,3 +84,20 @@ def test_output_file_gets_each_table_as_it_is_measured(report, tmp_path):
         report.OUTPUT = None
     text = output.read_text()
     assert text.startswith("machine: here") and text.index("1. a table") < text.index("training: failed")
+
+
+def test_inference_profile_runs(report):
+    """The inference batch's profile (a CUDA-only section otherwise) runs and gives a rate."""
+    row = report.inference_profile(8)
+    assert row[0].startswith("inference") and re.fullmatch(r"[\d,]+", row[1]) and re.fullmatch(r"[\d,]+", row[2])
+    assert report.TABLES[-1].startswith("4b. Where the GPU time of an inference batch goes")
+
+
+def test_kernels_are_told_apart_by_name(report):
+    """The Triton kernels of the character encoder are not counted as reductions (`_window_max_kernel` holds
+    `max_kernel`), nor the fused step as anything but the LSTM's."""
+    assert report.kernel_kind("_window_max_kernel") == "character CNN (Triton)"
+    assert report.kernel_kind("_highway_backward_kernel") == "character CNN (Triton)"
+    assert report.kernel_kind("_gates_cell_forward_kernel") == "LSTM steps, elementwise (Triton)"
+    assert report.kernel_kind("void at::native::reduce_kernel<512, 1>") == "reductions (norms, sums, max)"
+    assert report.kernel_kind("sm90_xmma_gemm_bf16bf16_bf16f32") == "matrix products"
