@@ -4,12 +4,14 @@ dataset per line) against the packed one (`--layout packed`: one `vectors` datas
     python benchmarks/bench_embed_output.py --lines 20000 --width 1024 --rounds 3
     python benchmarks/bench_embed_output.py --lines 20000 --width 1024 --layers 3   # --all of the original model
     python benchmarks/bench_embed_output.py --model DIR --input lines.txt --batch-size 2048   # hf-elmo embed --top
+    python benchmarks/bench_embed_output.py --model original --device cuda --dtype bfloat16 --input lines.txt
 
 Each run writes the same batches (random float32 vectors, `--batch-size` lines each, the word counts of Tiny
 Shakespeare's lines in file order) through `embed_elmo.PerLineStore` or `PackedStore` into a fresh file in
 `--folder`, as `embed_file` does after the model. Reported: lines/s, words/s and MB/s of vectors written, the file's
-closing included. With `--model`, `embed_file` itself runs on `--input` with that model (`--top`), alternating the
-two layouts in one process: tokenizing and the model included, the loading of the model not.
+closing included. With `--model` (a model folder, or a preset name for random weights of that size), `embed_file`
+itself runs on `--input` with that model (`--top`), alternating the two layouts in one process: tokenizing and the
+model included, the loading of the model not.
 """
 
 import argparse
@@ -21,10 +23,10 @@ import h5py
 import numpy as np
 import torch
 
-from hf_elmo import ElmoModel, ElmoTokenizer
+from hf_elmo import ELMO_PRESETS, ElmoConfig, ElmoModel, ElmoTokenizer
 from hf_elmo.embed_elmo import Embedder, LayerSelector, PackedStore, PerLineStore, embed_file
 
-from bench_inference import machine_description
+from bench_inference import machine_description, random_model
 
 CORPUS = Path(__file__).resolve().parent.parent / "data" / "tinyshakespeare" / "input.txt"
 
@@ -54,6 +56,8 @@ def main():
     parser.add_argument("--folder", default=None, help="where the files are written (default: a temporary folder)")
     parser.add_argument("--model", default=None, help="a model folder: time embed_file end to end instead")
     parser.add_argument("--input", default=None, help="with --model: the text to embed, one sentence per line")
+    parser.add_argument("--device", default="cpu", help="with --model")
+    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"], help="with --model: weights")
     args = parser.parse_args()
     if args.model:
         return end_to_end(args)
@@ -90,8 +94,13 @@ def main():
 
 
 def end_to_end(args):
-    model = ElmoModel.from_pretrained(args.model).eval()
-    embedder = Embedder(model, ElmoTokenizer.from_pretrained(args.model), LayerSelector("top", model.config.num_layers))
+    dtype = getattr(torch, args.dtype)
+    if args.model in ELMO_PRESETS:
+        model, tokenizer = random_model(ElmoConfig.from_preset(args.model), args.device, dtype), ElmoTokenizer()
+    else:
+        model = ElmoModel.from_pretrained(args.model).to(args.device, dtype).eval()
+        tokenizer = ElmoTokenizer.from_pretrained(args.model)
+    embedder = Embedder(model, tokenizer, LayerSelector("top", model.config.num_layers))
     words = sum(len(line.split()) for line in Path(args.input).read_text(encoding="utf-8").splitlines())
     times = {"per-line": [], "packed": []}
     with tempfile.TemporaryDirectory(dir=args.folder) as folder:
@@ -104,10 +113,11 @@ def end_to_end(args):
                 )
                 times[layout].append(time.perf_counter() - start)
                 path.unlink()
-    print(f"machine: {machine_description('cpu')}")
+    print(f"machine: {machine_description(args.device)}")
     print(
         f"embed_file --top, {args.input}: {lines:,} lines, {words:,} words; model {args.model} "
-        f"(width {model.config.hidden_size}), batches of {args.batch_size}, median of {args.rounds}"
+        f"(width {model.config.hidden_size}, {args.dtype} on {args.device}), batches of {args.batch_size}, median of "
+        f"{args.rounds}"
     )
     print("| layout | lines/s | words/s | s (median) |\n| --- | ---: | ---: | ---: |")
     for layout, values in times.items():

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Every GPU measurement the targets need, in one run of under ten minutes on one H100: the report (all sections,
+# cut at 5 minutes), the batch-1,024 training target, and bulk embedding to HDF5 in both layouts with the original
+# size in bfloat16. Each writes into FOLDER as it goes, so a run cut short keeps what it measured.
+#
+#     bash benchmarks/gpu_targets.sh FOLDER
+set -u
+folder=${1:?usage: bash benchmarks/gpu_targets.sh FOLDER}
+mkdir -p "$folder"
+export PYTHONUNBUFFERED=1
+cd "$(dirname "$0")/.."
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > "$folder/gpu.txt" 2>&1
+python benchmarks/gpu_report.py --minutes 5 --output "$folder/report.txt" > "$folder/report.log" 2>&1
+python benchmarks/gpu_report.py --sections training --batches 1024 --paths static --minutes 1.5 \
+    --output "$folder/training-1024.txt" > "$folder/training-1024.log" 2>&1
+cat data/tinyshakespeare/input.txt data/tinyshakespeare/input.txt | awk '{print NR, $0}' > "$folder/lines.txt"
+python benchmarks/bench_embed_output.py --model original --device cuda --dtype bfloat16 --input "$folder/lines.txt" \
+    --batch-size 2048 --rounds 2 > "$folder/embed.txt" 2>&1
+rm -f "$folder/lines.txt"
+tail -n 5 "$folder"/*.txt
