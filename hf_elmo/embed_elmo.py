@@ -221,7 +221,7 @@ class PackedStore:
         self.vectors = h5file.create_dataset(
             "vectors", empty_shape, dtype=dtype, maxshape=tuple(maxshape), chunks=tuple(chunks)
         )
-        self.spans = h5file.create_dataset("spans", (0, 2), dtype=np.int64, maxshape=(None, 2), chunks=(65536, 2))
+        self.spans = h5file.create_dataset("spans", (0, 2), dtype=np.int64, maxshape=(None, 2), chunks=(8192, 2))
         self.window_spans: dict[int, tuple[int, int]] = {}
         h5file.attrs["layout"] = "packed"
 
