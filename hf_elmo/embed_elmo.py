@@ -7,7 +7,9 @@ The file reads like the output of AllenNLP's `allennlp elmo` command, so existin
 * one float32 dataset per input line, named by its line number from 0: `(num_layers + 1, n_words, 2P)` with
   `--all`; `(n_words, 2P)` with `--top` (the last layer), `--average` (mean of all layers, layer 0 being the
   char-CNN `[x | x]`) or `--scalar-mix-weights` (`sum_k softmax(w)_k * layer_k`, the unnormalised weights of
-  AllenNLP's `scalar_mix_parameters`). `--dtype float64` stores float64.
+  AllenNLP's `scalar_mix_parameters`). `--dtype float64` stores float64; `--output-dtype float16` stores float16
+  (half the file, about 5e-4 relative rounding of each value; for bulk embedding, where writing the file is the
+  bound).
 * `sentence_to_index`: a one-element string dataset holding the JSON map from each line (stripped) to its key.
 
 `--layout packed` writes the same vectors for bulk embedding, where one dataset per line costs more than the model
@@ -57,6 +59,7 @@ WINDOW_BATCHES = 16
 """Lines sorted by length together, in batches: more pads less, holds more lines in memory."""
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "float16": torch.float16, "bfloat16": torch.bfloat16}
+OUTPUT_DTYPES = {"float16": torch.float16, "float32": torch.float32, "float64": torch.float64}  # HDF5 has no bfloat16
 
 
 def read_lines(path) -> Iterator[str]:
@@ -357,6 +360,12 @@ def add_arguments(parser: argparse.ArgumentParser):
     parser.add_argument("--batch-size", type=int, default=64, help="sentences per batch (default 64)")
     parser.add_argument("--device", default=None, help="torch device, e.g. cpu or cuda:0 (default: cuda if available)")
     parser.add_argument("--dtype", choices=sorted(DTYPES), default="float32", help="dtype the model runs in")
+    parser.add_argument(
+        "--output-dtype",
+        choices=sorted(OUTPUT_DTYPES),
+        default=None,
+        help="dtype of the stored vectors (default: float64 with --dtype float64, else float32)",
+    )
     parser.add_argument("--raw", action="store_true", help="split raw text into words with the tokenizer")
     parser.add_argument(
         "--carry-state",
@@ -422,7 +431,7 @@ def run(args: argparse.Namespace) -> int:
         model,
         tokenizer,
         LayerSelector(mode, model.config.num_layers, args.scalar_mix_weights),
-        torch.float64 if args.dtype == "float64" else torch.float32,
+        OUTPUT_DTYPES[args.output_dtype or ("float64" if args.dtype == "float64" else "float32")],
     )
     count = embed_file(
         embedder,

@@ -171,6 +171,22 @@ def test_packed_layout_across_windows_and_empty_lines(converted_dirs, model64, t
         assert f["vectors"].dtype == np.float32
 
 
+@pytest.mark.parametrize("layout", ["per-line", "packed"])
+def test_float16_output_is_the_float32_output_rounded(layout, converted_dirs, tmp_path):
+    lines = LINES[:4]
+    stored = {}
+    for dtype in ("float32", "float16"):
+        output = embed(
+            tmp_path, converted_dirs["allennlp"], lines, "--all", "--layout", layout, "--output-dtype", dtype
+        )
+        with h5py.File(output, "r") as f:
+            stored[dtype] = [line_vectors(f, i) for i in range(len(lines))]
+        output.unlink()
+    for wide, narrow in zip(stored["float32"], stored["float16"]):
+        assert wide.dtype == np.float32 and narrow.dtype == np.float16
+        np.testing.assert_array_equal(narrow, wide.astype(np.float16))
+
+
 def test_same_line_same_vectors_without_sharing(converted_dirs, model64, tmp_path):
     """With --forget-sentences nothing is shared between the two copies: each is computed in its own batch."""
     lines = ["x y z", "a b", "c d e f g h", "x y z"]
