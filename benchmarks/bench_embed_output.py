@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from hf_elmo import ELMO_PRESETS, ElmoConfig, ElmoModel, ElmoTokenizer
-from hf_elmo.embed_elmo import Embedder, LayerSelector, PackedStore, PerLineStore, embed_file
+from hf_elmo.embed_elmo import Embedder, LayerSelector, PackedStore, PerLineStore, embed_file, read_lines
 
 from bench_inference import machine_description, random_model
 
@@ -34,6 +34,29 @@ CORPUS = Path(__file__).resolve().parent.parent / "data" / "tinyshakespeare" / "
 def word_counts(lines: int) -> list[int]:
     counts = [len(line.split()) for line in CORPUS.read_text(encoding="utf-8").splitlines()]
     return (counts * (lines // len(counts) + 1))[:lines]
+
+
+def alternate(args, measure) -> dict[str, list[float]]:
+    """`measure(path, layout)` (seconds) for each layout, `args.rounds` times, alternating so that both see the same
+    machine load; each writes into a fresh file in `args.folder`, removed after."""
+    times = {"per-line": [], "packed": []}
+    with tempfile.TemporaryDirectory(dir=args.folder) as folder:
+        for _ in range(args.rounds):
+            for layout in times:
+                path = Path(folder) / f"{layout}.hdf5"
+                times[layout].append(measure(path, layout))
+                path.unlink()
+    return times
+
+
+def print_rates(times: dict[str, list[float]], lines: int, words: int, megabytes: float | None = None):
+    """A Markdown table of each layout's median rates."""
+    print("| layout | lines/s | words/s |" + (" MB/s |" if megabytes else "") + " s (median) |")
+    print("| --- | ---: | ---: |" + (" ---: |" if megabytes else "") + " ---: |")
+    for layout, values in times.items():
+        seconds = sorted(values)[len(values) // 2]
+        rate = f" {megabytes / seconds:,.0f} |" if megabytes else ""
+        print(f"| {layout} | {lines / seconds:,.0f} | {words / seconds:,.0f} |{rate} {seconds:.2f} |")
 
 
 def write(path, layout: str, batches: list[tuple[list[int], list[int], np.ndarray]], empty_shape) -> float:
@@ -71,26 +94,14 @@ def main():
         batches.append((list(range(first, first + len(batch_counts))), batch_counts, vectors))
     words = sum(counts)
     megabytes = sum(vectors.nbytes for _, _, vectors in batches) / 1e6
-    times = {"per-line": [], "packed": []}
-    with tempfile.TemporaryDirectory(dir=args.folder) as folder:
-        for _ in range(args.rounds):
-            for layout in times:  # alternating, so that both see the same machine load
-                path = Path(folder) / f"{layout}.hdf5"
-                times[layout].append(write(path, layout, batches, (*layers, 0, args.width)))
-                path.unlink()
+    times = alternate(args, lambda path, layout: write(path, layout, batches, (*layers, 0, args.width)))
     print(f"machine: {machine_description('cpu')}")
     print(
         f"{args.lines:,} lines, {words:,} words, vectors {(*layers, 'n', args.width)} float32 ({megabytes:,.0f} MB), "
         f"batches of {args.batch_size}, median of {args.rounds}; h5py {h5py.version.version}, "
         f"HDF5 {h5py.version.hdf5_version}, torch {torch.__version__}"
     )
-    print("| layout | lines/s | words/s | MB/s | s (median) |\n| --- | ---: | ---: | ---: | ---: |")
-    for layout, values in times.items():
-        seconds = sorted(values)[len(values) // 2]
-        print(
-            f"| {layout} | {args.lines / seconds:,.0f} | {words / seconds:,.0f} | {megabytes / seconds:,.0f} "
-            f"| {seconds:.2f} |"
-        )
+    print_rates(times, args.lines, words, megabytes)
 
 
 def end_to_end(args):
@@ -102,27 +113,21 @@ def end_to_end(args):
         tokenizer = ElmoTokenizer.from_pretrained(args.model)
     embedder = Embedder(model, tokenizer, LayerSelector("top", model.config.num_layers))
     words = sum(len(line.split()) for line in Path(args.input).read_text(encoding="utf-8").splitlines())
-    times = {"per-line": [], "packed": []}
-    with tempfile.TemporaryDirectory(dir=args.folder) as folder:
-        for _ in range(args.rounds):
-            for layout in times:
-                path = Path(folder) / f"{layout}.hdf5"
-                start = time.perf_counter()
-                lines = embed_file(
-                    embedder, args.input, path, batch_size=args.batch_size, packed=layout == "packed", progress=False
-                )
-                times[layout].append(time.perf_counter() - start)
-                path.unlink()
+    lines = sum(1 for _ in read_lines(args.input))
+
+    def embed(path, layout):
+        start = time.perf_counter()
+        embed_file(embedder, args.input, path, batch_size=args.batch_size, packed=layout == "packed", progress=False)
+        return time.perf_counter() - start
+
+    times = alternate(args, embed)
     print(f"machine: {machine_description(args.device)}")
     print(
         f"embed_file --top, {args.input}: {lines:,} lines, {words:,} words; model {args.model} "
         f"(width {model.config.hidden_size}, {args.dtype} on {args.device}), batches of {args.batch_size}, median of "
         f"{args.rounds}"
     )
-    print("| layout | lines/s | words/s | s (median) |\n| --- | ---: | ---: | ---: |")
-    for layout, values in times.items():
-        seconds = sorted(values)[len(values) // 2]
-        print(f"| {layout} | {lines / seconds:,.0f} | {words / seconds:,.0f} | {seconds:.2f} |")
+    print_rates(times, lines, words)
 
 
 if __name__ == "__main__":

@@ -311,6 +311,19 @@ def training(quick: bool, deadline: float):
 # --- 3. inference ---------------------------------------------------------------------------------------------
 
 
+def inference_run(model, batch_size: int):
+    """A function that runs `model` on `batch_size` random sentences of 20 words, all layers, without autograd."""
+    encoded = ElmoTokenizer()(random_sentences(batch_size, 20), is_split_into_words=True, padding=True,
+                              return_tensors="pt")  # fmt: skip
+    encoded = {k: v.to(DEVICE) for k, v in encoded.items()}
+
+    def run():
+        with torch.inference_mode():
+            model(**encoded, output_hidden_states=True)
+
+    return run
+
+
 def inference(quick: bool, deadline: float):
     rows = []
     config = ElmoConfig.from_preset("original")
@@ -323,14 +336,7 @@ def inference(quick: bool, deadline: float):
                 if time.monotonic() > deadline:
                     rows.append([str(dtype).split(".")[1], path, batch_size, "skipped (time)", "", ""])
                     continue
-                encoded = ElmoTokenizer()(random_sentences(batch_size, 20), is_split_into_words=True, padding=True,
-                                          return_tensors="pt")  # fmt: skip
-                encoded = {k: v.to(DEVICE) for k, v in encoded.items()}
-
-                def run():
-                    with torch.inference_mode():
-                        model(**encoded, output_hidden_states=True)
-
+                run = inference_run(model, batch_size)
                 seconds = time_steps(run, 5 if quick else 10, 3)
                 rows.append([str(dtype).split(".")[1], path, batch_size, f"{batch_size * 20 / seconds:,.0f}", f"{seconds * 1e3:.1f}",
                              steps_fused(model)])  # fmt: skip
@@ -524,14 +530,7 @@ def inference_profile(batch_size: int) -> list:
     """The bfloat16 inference target's batch (original size, static path, all layers): words/s, GPU busy, kernels and
     launch calls per batch, and where its kernel time goes."""
     model = set_path(random_model(ElmoConfig.from_preset("original"), DEVICE, torch.bfloat16), "static")
-    encoded = ElmoTokenizer()(random_sentences(batch_size, 20), is_split_into_words=True, padding=True,
-                              return_tensors="pt")  # fmt: skip
-    encoded = {k: v.to(DEVICE) for k, v in encoded.items()}
-
-    def run():
-        with torch.inference_mode():
-            model(**encoded, output_hidden_states=True)
-
+    run = inference_run(model, batch_size)
     seconds, back_to_back = time_steps(run, 5, 3), time_back_to_back(run, 10)
     title = f"4b. Where the GPU time of an inference batch goes: static, bfloat16 weights, batch {batch_size} x 20"
     share, kernels, launches = profile_steps(run, 5, f"inference static bfloat16 {batch_size}", title)
