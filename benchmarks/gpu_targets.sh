@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Every GPU measurement the targets need, in one run of under ten minutes on one H100: the report (all sections,
-# cut at 5 minutes), the batch-1,024 training target, and bulk embedding to HDF5 in both layouts with the original
-# size in bfloat16. Each writes into FOLDER as it goes, so a run cut short keeps what it measured.
+# cut at 5 minutes), the batch-1,024 training target and where its step's GPU time goes, and bulk embedding to HDF5
+# in both layouts with the original size in bfloat16. Each writes into FOLDER as it goes, so a run cut short keeps what it measured.
 #
 #     bash benchmarks/gpu_targets.sh FOLDER        # PYTHON=... to use another interpreter than python3
 #
@@ -14,10 +14,13 @@ cd "$(dirname "$0")/.."
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"  # the package from this tree, installed or not
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > "$folder/gpu.txt" 2>&1
 "$python" benchmarks/gpu_report.py --minutes 5 --output "$folder/report.txt" > "$folder/report.log" 2>&1
-"$python" benchmarks/gpu_report.py --sections training --batches 1024 --paths static --minutes 1.5 \
+"$python" benchmarks/gpu_report.py --sections training --batches 1024 --paths static --minutes 1 \
     --output "$folder/training-1024.txt" > "$folder/training-1024.log" 2>&1
 cat data/tinyshakespeare/input.txt data/tinyshakespeare/input.txt | awk '{print NR, $0}' > "$folder/lines.txt"
 "$python" benchmarks/bench_embed_output.py --model original --device cuda --dtype bfloat16 --input "$folder/lines.txt" \
     --batch-size 2048 --rounds 2 > "$folder/embed.txt" 2>&1
 rm -f "$folder/lines.txt"
+# Diagnostic, last: where a batch-1,024 step's GPU time goes.
+"$python" benchmarks/gpu_report.py --sections profile --profile-batches 1024 --paths static --minutes 1 \
+    --output "$folder/profile-1024.txt" > "$folder/profile-1024.log" 2>&1
 tail -n 5 "$folder"/*.txt
