@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Every GPU measurement the targets need, in one run of under ten minutes on one H100: the report (all sections,
-# cut at 5 minutes), the batch-1,024 training target and where its step's GPU time goes, and bulk embedding to HDF5
-# in both layouts with the original size in bfloat16. Each writes into FOLDER as it goes, so a run cut short keeps what it measured.
+# Every GPU measurement the targets need, in order of need: the report (all sections, cut at 5 minutes), the
+# batch-1,024 training target, bulk embedding to HDF5 in both layouts (original size, bfloat16), and last where a
+# batch-1,024 step's GPU time goes. Meant to fit in ten minutes on one H100 (the report alone took 135 s there);
+# each part writes into FOLDER as it goes, so a run cut short keeps what it measured.
 #
 #     bash benchmarks/gpu_targets.sh FOLDER        # PYTHON=... to use another interpreter than python3
 #
