@@ -26,9 +26,9 @@ the original command:
   `--batch-size` pads and sums differently, so bit-for-bit equality across batch sizes is not promised). Lines are
   sorted by length within a window of `--batch-size * 16` lines to pad little. A repeated line is computed once
   and its dataset is an HDF5 hard link to the first one (packed: the first one's span; identical vectors, no extra
-  space); the map gives the first key (AllenNLP's gave the last, which held different vectors). `--carry-state` restores the original
-  behaviour: batches of consecutive lines, row k of each batch continuing the LSTM state of row k of the
-  previous batch, no sorting and no sharing.
+  space); the map gives the first key (AllenNLP's gave the last, which held different vectors). `--carry-state`
+  restores the original behaviour: batches of consecutive lines, row k of each batch continuing the LSTM state of
+  row k of the previous batch, no sorting and no sharing.
 * **Empty lines** give empty datasets, `(num_layers + 1, 0, 2P)` or `(0, 2P)`, instead of an error; with
   `--carry-state` they still pass `<S> </S>` through their row.
 * **Memory** holds one window of lines and one batch of vectors, plus the map of distinct lines (about the size
