@@ -11,12 +11,15 @@ Shakespeare's lines in file order) through `embed_elmo.PerLineStore` or `PackedS
 `--folder`, as `embed_file` does after the model. Reported: lines/s, words/s and MB/s of vectors written, the file's
 closing included. With `--model` (a model folder, or a preset name for random weights of that size), `embed_file`
 itself runs on `--input` with that model (`--top`), alternating the two layouts in one process: tokenizing and the
-model included, the loading of the model not.
+model included, the loading of the model not; each layout also "written in turn" (the former way: a batch written
+before the next is computed, where `embed_file` writes it on a thread of its own meanwhile).
 """
 
 import argparse
+import contextlib
 import tempfile
 import time
+import unittest.mock
 from pathlib import Path
 
 import h5py
@@ -24,6 +27,7 @@ import numpy as np
 import torch
 
 from hf_elmo import ELMO_PRESETS, ElmoConfig, ElmoModel, ElmoTokenizer
+from hf_elmo import embed_elmo
 from hf_elmo.embed_elmo import Embedder, LayerSelector, PackedStore, PerLineStore, embed_file, read_lines
 
 from bench_inference import machine_description, random_model
@@ -36,14 +40,14 @@ def word_counts(lines: int) -> list[int]:
     return (counts * (lines // len(counts) + 1))[:lines]
 
 
-def alternate(args, measure) -> dict[str, list[float]]:
-    """`measure(path, layout)` (seconds) for each layout, `args.rounds` times, alternating so that both see the same
+def alternate(args, measure, layouts=("per-line", "packed")) -> dict[str, list[float]]:
+    """`measure(path, layout)` (seconds) for each layout, `args.rounds` times, alternating so that all see the same
     machine load; each writes into a fresh file in `args.folder`, removed after."""
-    times = {"per-line": [], "packed": []}
+    times = {layout: [] for layout in layouts}
     with tempfile.TemporaryDirectory(dir=args.folder) as folder:
         for _ in range(args.rounds):
-            for layout in times:
-                path = Path(folder) / f"{layout}.hdf5"
+            for number, layout in enumerate(times):
+                path = Path(folder) / f"{number}.hdf5"
                 times[layout].append(measure(path, layout))
                 path.unlink()
     return times
@@ -65,7 +69,7 @@ def write(path, layout: str, batches: list[tuple[list[int], list[int], np.ndarra
         store = PackedStore(h5file, empty_shape, np.float32) if layout == "packed" else PerLineStore(h5file)
         for indices, counts, vectors in batches:
             store.add(indices, counts, vectors)
-        store.end_window(0, sum(len(indices) for indices, _, _ in batches))
+        store.end_window(0, sum(len(indices) for indices, _, _ in batches), [])
     return time.perf_counter() - start
 
 
@@ -104,6 +108,26 @@ def main():
     print_rates(times, args.lines, words, megabytes)
 
 
+WRITTEN_IN_TURN = ", written in turn"
+
+
+class InTurn:
+    """The former way, for comparison: each batch written before the next is computed (`embed_elmo._InOrder` writes
+    it on a thread of its own meanwhile)."""
+
+    def run(self, function, *args):
+        function(*args)
+
+    def wait(self):
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info):
+        pass
+
+
 def end_to_end(args):
     dtype = getattr(torch, args.dtype)
     if args.model in ELMO_PRESETS:
@@ -117,10 +141,14 @@ def end_to_end(args):
 
     def embed(path, layout):
         start = time.perf_counter()
-        embed_file(embedder, args.input, path, batch_size=args.batch_size, packed=layout == "packed", progress=False)
+        with contextlib.ExitStack() as stack:
+            if layout.endswith(WRITTEN_IN_TURN):
+                stack.enter_context(unittest.mock.patch.object(embed_elmo, "_InOrder", InTurn))
+            packed = layout.startswith("packed")
+            embed_file(embedder, args.input, path, batch_size=args.batch_size, packed=packed, progress=False)
         return time.perf_counter() - start
 
-    times = alternate(args, embed)
+    times = alternate(args, embed, ("per-line", "packed", "per-line" + WRITTEN_IN_TURN, "packed" + WRITTEN_IN_TURN))
     print(f"machine: {machine_description(args.device)}")
     print(
         f"embed_file --top, {args.input}: {lines:,} lines, {words:,} words; model {args.model} "

@@ -31,8 +31,9 @@ the original command:
   row k of the previous batch, no sorting and no sharing.
 * **Empty lines** give empty datasets, `(num_layers + 1, 0, 2P)` or `(0, 2P)`, instead of an error; with
   `--carry-state` they still pass `<S> </S>` through their row.
-* **Memory** holds one window of lines and one batch of vectors, plus the map of distinct lines (about the size
-  of the distinct input text; `--forget-sentences` drops it, and with it the sharing of repeated lines).
+* **Memory** holds one window of lines and two batches of vectors (one is written to the file on a thread of its
+  own while the next is computed), plus the map of distinct lines (about the size of the distinct input text;
+  `--forget-sentences` drops it, and with it the sharing of repeated lines).
 * **Safe output**: everything is written to a hidden temporary file beside the output, renamed when complete,
   so an interrupted run leaves no output file; an existing output is kept unless `--force`, which replaces only an
   HDF5 file (see `file_io`).
@@ -43,7 +44,9 @@ import codecs
 import json
 import math
 import sys
+from collections import deque
 from collections.abc import Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -200,11 +203,10 @@ class PerLineStore:
         for index, words in zip(indices, np.split(vectors, np.cumsum(counts)[:-1], axis=-2)):
             self.h5file.create_dataset(str(index), data=np.ascontiguousarray(words))
 
-    def repeat(self, index: int, first: int):
-        self.h5file[str(index)] = self.h5file[str(first)]  # a hard link: the same dataset under two names
-
-    def end_window(self, first_index: int, lines: int):
-        pass
+    def end_window(self, first_index: int, lines: int, repeats: list[tuple[int, int]]):
+        """`repeats`: `(index, first)` for each line of the window that repeats line `first`."""
+        for index, first in repeats:
+            self.h5file[str(index)] = self.h5file[str(first)]  # a hard link: the same dataset under two names
 
 
 class PackedStore:
@@ -236,16 +238,42 @@ class PackedStore:
         for index, words, offset in zip(indices, counts, np.cumsum([0, *counts[:-1]])):
             self.window_spans[index] = (start + int(offset), words)
 
-    def repeat(self, index: int, first: int):
-        if first not in self.window_spans:  # a line of an earlier window, already written
-            self.window_spans[first] = tuple(self.spans[first])
-        self.window_spans[index] = self.window_spans[first]
-
-    def end_window(self, first_index: int, lines: int):
-        """Writes the spans of the window's lines `first_index ..`, which are all known once it is embedded."""
+    def end_window(self, first_index: int, lines: int, repeats: list[tuple[int, int]]):
+        """Writes the spans of the window's lines `first_index ..`, which are all known once it is embedded;
+        `repeats`: `(index, first)` for each line of the window that repeats line `first`."""
+        for index, first in repeats:
+            if first not in self.window_spans:  # a line of an earlier window, already written
+                self.window_spans[first] = tuple(self.spans[first])
+            self.window_spans[index] = self.window_spans[first]
         self.spans.resize(first_index + lines, axis=0)
         self.spans[first_index:] = [self.window_spans[index] for index in range(first_index, first_index + lines)]
         self.window_spans.clear()
+
+
+class _InOrder:
+    """Runs calls one after another on a thread of their own, so that the file is written while the next batch is
+    tokenized and computed (on a GPU, writing the file is most of a batch's time). `run` returns once the calls before
+    it are done, so one batch is written while the next is computed; a call's error is raised by the next `run` or by
+    `wait`. Leaving the block waits for the calls."""
+
+    def __init__(self):
+        self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hf-elmo-embed-writer")
+        self.pending: deque[Future] = deque()
+
+    def run(self, function, *args):
+        self.pending.append(self.executor.submit(function, *args))
+        while self.pending and (len(self.pending) > 1 or self.pending[0].done()):
+            self.pending.popleft().result()
+
+    def wait(self):
+        while self.pending:
+            self.pending.popleft().result()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info):
+        self.executor.shutdown(wait=True, cancel_futures=True)
 
 
 def _windows(lines: Iterator[tuple[int, str, list[str]]], size: int) -> Iterator[list]:
@@ -295,7 +323,7 @@ def embed_file(
 
     def write(path):
         key_of_line: dict[str, str] = {}
-        with h5py.File(path, "w") as h5file:
+        with h5py.File(path, "w") as h5file, _InOrder() as writer:
             if packed:
                 store = PackedStore(h5file, embedder.empty_shape, embedder.numpy_dtype)
             else:
@@ -315,14 +343,13 @@ def embed_file(
                 for start in range(0, len(to_compute), batch_size):
                     batch = to_compute[start : start + batch_size]
                     vectors = embedder([words for _, words in batch], carry_state)
-                    store.add([index for index, _ in batch], [len(words) for _, words in batch], vectors)
+                    writer.run(store.add, [index for index, _ in batch], [len(words) for _, words in batch], vectors)
                     bar.update(len(batch))
                     embedded[0] += len(batch)
-                for index, first in repeats:
-                    store.repeat(index, first)
-                store.end_window(window[0][0], len(window))
+                writer.run(store.end_window, window[0][0], len(window), repeats)
                 bar.update(len(repeats))
                 embedded[0] += len(repeats)
+            writer.wait()
             if not forget_sentences:
                 index_dataset = h5file.create_dataset("sentence_to_index", (1,), dtype=h5py.string_dtype())
                 index_dataset[0] = json.dumps(key_of_line)

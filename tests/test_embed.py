@@ -364,6 +364,63 @@ def test_interrupt_keeps_an_existing_output(converted_dirs, tmp_path, monkeypatc
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt", "out.hdf5"]
 
 
+@pytest.mark.parametrize("store", ["PerLineStore", "PackedStore"])
+def test_a_failed_write_is_one_line_and_leaves_nothing(store, converted_dirs, tmp_path, monkeypatch, capsys):
+    """The file is written on a thread of its own: its error still reaches the user, and no file is left."""
+    import errno
+
+    from hf_elmo import embed_elmo
+
+    calls = []
+
+    def full_disk(self, *args):
+        calls.append(args)
+        if len(calls) == 2:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(getattr(embed_elmo, store), "add", full_disk)
+    source = write_lines(tmp_path / "in.txt", [f"line {n}" for n in range(6)])
+    output = tmp_path / "out.hdf5"
+    layout = ["--layout", "packed"] if store == "PackedStore" else []
+    args = ["embed", str(source), str(output), "--model", str(converted_dirs["allennlp"]), "--top", "--quiet"]
+    assert cli_main([*args, "--batch-size", "1", *layout]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"error: {output}: not written ({os.strerror(errno.ENOSPC)})"], err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt"]
+
+
+def test_the_next_batch_is_computed_while_one_is_written(converted_dirs, tmp_path, monkeypatch):
+    """Writing batch k waits until batch k + 1 is being computed: the run finishes only if the two overlap."""
+    import threading
+
+    from hf_elmo import embed_elmo
+
+    second_batch_started = threading.Event()
+    compute, add = embed_elmo.Embedder.__call__, embed_elmo.PackedStore.add
+    batches = []
+
+    def counting_compute(self, sentences, carry_state=False):
+        batches.append(threading.current_thread())
+        if len(batches) == 2:
+            second_batch_started.set()
+        return compute(self, sentences, carry_state)
+
+    def waiting_add(self, indices, counts, vectors):
+        if indices == [0]:
+            assert second_batch_started.wait(timeout=30), "batch 2 was not computed while batch 1 was written"
+            assert threading.current_thread() is not batches[0]
+        add(self, indices, counts, vectors)
+
+    monkeypatch.setattr(embed_elmo.Embedder, "__call__", counting_compute)
+    monkeypatch.setattr(embed_elmo.PackedStore, "add", waiting_add)
+    output = embed(
+        tmp_path, converted_dirs["allennlp"], ["a b c", "d e", "f"], "--top", "--batch-size", "1", "--layout",
+        "packed",
+    )
+    with h5py.File(output, "r") as f:
+        assert len(batches) == 3 and f["spans"][:, 1].tolist() == [3, 2, 1]
+
+
 def _truncated_safetensors(folder):
     path = folder / "model.safetensors"
     path.write_bytes(path.read_bytes()[:3000])
