@@ -86,6 +86,7 @@ def test_output_file_gets_each_table_as_it_is_measured(report, tmp_path):
     assert text.startswith("machine: here") and text.index("1. a table") < text.index("training: failed")
 
 
+@pytest.mark.filterwarnings("ignore:CUDA is not available:UserWarning")  # the profiler asked for CUDA activity
 def test_inference_profile_runs(report):
     """The inference batch's profile (a CUDA-only section otherwise) runs and gives a rate."""
     row = report.inference_profile(8)
