@@ -141,9 +141,8 @@ def end_to_end(args):
 
     def embed(path, layout):
         start = time.perf_counter()
-        with contextlib.ExitStack() as stack:
-            if layout.endswith(WRITTEN_IN_TURN):
-                stack.enter_context(unittest.mock.patch.object(embed_elmo, "_InOrder", InTurn))
+        in_turn = layout.endswith(WRITTEN_IN_TURN)
+        with unittest.mock.patch.object(embed_elmo, "_InOrder", InTurn) if in_turn else contextlib.nullcontext():
             packed = layout.startswith("packed")
             embed_file(embedder, args.input, path, batch_size=args.batch_size, packed=packed, progress=False)
         return time.perf_counter() - start

@@ -44,7 +44,6 @@ import codecs
 import json
 import math
 import sys
-from collections import deque
 from collections.abc import Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -258,16 +257,17 @@ class _InOrder:
 
     def __init__(self):
         self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hf-elmo-embed-writer")
-        self.pending: deque[Future] = deque()
+        self.pending: Future | None = None
 
     def run(self, function, *args):
-        self.pending.append(self.executor.submit(function, *args))
-        while self.pending and (len(self.pending) > 1 or self.pending[0].done()):
-            self.pending.popleft().result()
+        submitted = self.executor.submit(function, *args)
+        self.wait()
+        self.pending = submitted
 
     def wait(self):
-        while self.pending:
-            self.pending.popleft().result()
+        pending, self.pending = self.pending, None
+        if pending is not None:
+            pending.result()
 
     def __enter__(self):
         return self
