@@ -85,6 +85,14 @@ def reference_from(model) -> ReferenceElmo:
     return reference.to(device=parameter.device, dtype=parameter.dtype).train(model.training)
 
 
+def rounding_bound(sum_of_magnitudes: torch.Tensor, terms: int, dtype=torch.float32) -> torch.Tensor:
+    """The most a sum of `terms` products computed in `dtype` can differ from the exact sum, in any order, with or
+    without fused multiply-adds: gamma_terms * sum |a_i b_i| (Higham, Accuracy and Stability of Numerical
+    Algorithms, 2nd ed., eq. 3.5), given `sum_of_magnitudes` = sum |a_i b_i| (any shape, float64)."""
+    unit_roundoff = torch.finfo(dtype).eps / 2
+    return terms * unit_roundoff / (1 - terms * unit_roundoff) * sum_of_magnitudes
+
+
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)

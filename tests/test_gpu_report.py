@@ -3,7 +3,6 @@ paths run here, on CPU tensors with tiny sizes (Triton interpreted), so that the
 numbers here mean nothing except the exactness rows, which must hold on any device."""
 
 import re
-import time
 from pathlib import Path
 
 import pytest
@@ -46,7 +45,7 @@ def rows_of(text: str, first_column: str) -> list[list[str]]:
 
 
 def test_report_sections_run_and_the_gpu_path_is_exact(report):
-    deadline = time.monotonic() + 600
+    deadline = float("inf")  # every section runs, however busy the machine
     report.exactness(quick=True)
     report.training(quick=True, deadline=deadline)
     report.inference(quick=True, deadline=deadline)
