@@ -140,21 +140,28 @@ def deferred_clip(optimizer, params, max_norm):
     return optimizer.clip_grad_norm_(max_norm)
 
 
-def assert_same_run(a, b):
+def assert_same_run(a, b, same_code: bool):
+    """The same norms (one function computes them) and, where `same_code`, the same parameters and accumulators to
+    the bit; else (the compiled or Triton step against PyTorch's, whose compilers may fuse multiply-adds
+    differently) within the rounding of a few float32 operations per step: the accumulator adds positive squares, a
+    step's update is a product, a square root and a quotient."""
     (params_a, optimizer_a, norms_a), (params_b, optimizer_b, norms_b) = a, b
     for norm_a, norm_b in zip(norms_a, norms_b, strict=True):
         assert torch.equal(norm_a, norm_b)
+    close = torch.equal if same_code else lambda x, y: torch.allclose(x, y, rtol=1e-6, atol=1e-7)
     for param_a, param_b in zip(params_a, params_b):
-        assert torch.equal(param_a, param_b)
-        assert torch.equal(optimizer_a.state[param_a]["sum"], optimizer_b.state[param_b]["sum"])
+        assert close(param_a, param_b)
+        assert close(optimizer_a.state[param_a]["sum"], optimizer_b.state[param_b]["sum"])
 
 
 def test_clipping_inside_the_step_equals_clipping_before_it(fused_calls):
-    """Same norms, parameters and accumulators to the bit as `torch.nn.utils.clip_grad_norm_` before the step."""
+    """Same norms, parameters and accumulators to the bit as `torch.nn.utils.clip_grad_norm_` before the same fused
+    step, and to float32 rounding as before PyTorch's Adagrad."""
     deferred = clipped_run(deferred_clip)
     assert len(fused_calls) == 14  # every step fused: 4 steps of 4 parameters, 2 without a gradient
     assert norms_clip_and_do_not_clip(deferred[2])
-    assert_same_run(deferred, clipped_run(torch_clip))
+    assert_same_run(deferred, clipped_run(torch_clip), same_code=True)
+    assert_same_run(deferred, clipped_run(torch_clip, torch.optim.Adagrad), same_code=False)
 
 
 def norms_clip_and_do_not_clip(norms):
@@ -165,7 +172,7 @@ def test_clipping_with_pytorchs_step_equals_clipping_before_it():
     """Where the fused step does not apply (here: weight decay), PyTorch's step on the gradients clipped first."""
     deferred = clipped_run(deferred_clip, weight_decay=0.01)
     assert norms_clip_and_do_not_clip(deferred[2])
-    assert_same_run(deferred, clipped_run(torch_clip, torch.optim.Adagrad, weight_decay=0.01))
+    assert_same_run(deferred, clipped_run(torch_clip, torch.optim.Adagrad, weight_decay=0.01), same_code=True)
 
 
 def test_clipping_must_be_right_before_the_step(fused_calls):

@@ -145,8 +145,11 @@ def test_state_continues_each_row():
 
 @pytest.mark.parametrize("source", ["fixture float32", "random float64"])
 def test_stateless_output_independent_of_batch_and_history(source, converted_dirs):
+    # Relative to each layer's largest value: float32 rounds each of the hundreds of products summed into a value, and
+    # the recurrence carries it, to some 1e-7 of the magnitudes in any order of summation; a sentence that saw
+    # another's state or padding differs by orders more.
     if source == "fixture float32":
-        model, tolerance = AutoModel.from_pretrained(converted_dirs["allennlp"]).eval(), 1e-6
+        model, tolerance = AutoModel.from_pretrained(converted_dirs["allennlp"]).eval(), 1e-5
     else:
         model, tolerance = random_model(small_config()), 1e-12
     tokenizer = ElmoTokenizer()
@@ -157,7 +160,7 @@ def test_stateless_output_independent_of_batch_and_history(source, converted_dir
             alone = model(**tokenizer([sentence], is_split_into_words=True, return_tensors="pt"), output_hidden_states=True)
             n = len(sentence) + 2
             for layer_alone, layer_together in zip(alone.hidden_states, together):
-                assert (layer_alone[0] - layer_together[k, :n]).abs().max() <= tolerance
+                assert (layer_alone[0] - layer_together[k, :n]).abs().max() <= tolerance * layer_together.abs().max()
         again = model(**batch, output_hidden_states=True).hidden_states
     assert all(torch.equal(a, b) for a, b in zip(together, again))
 

@@ -84,7 +84,8 @@ def test_warm_state_is_where_every_row_starts(warm_dir, converted_dirs):
         with torch.no_grad():
             alone = model(**batch).last_hidden_state[0]
         n = len(words) + 2
-        torch.testing.assert_close(alone, default.last_hidden_state[row, :n], rtol=0, atol=1e-6)
+        # float32 rounding in another order of summation, some 1e-7 of the magnitudes (test_modeling_elmo's bound)
+        assert (alone - default.last_hidden_state[row, :n]).abs().max() <= 1e-5 * default.last_hidden_state.abs().max()
 
 
 def test_warm_state_survives_loading_moving_and_heads(warm_dir, tmp_path):
