@@ -156,7 +156,7 @@ def test_two_processes_train_like_one_with_the_same_global_batch(corpus, tmp_pat
     result = subprocess.run(
         command + common + ["--batch-size", "4", "--output-dir", str(tmp_path / "ddp"),
                             "--data-cache-dir", str(tmp_path / "cache-ddp")],
-        env=env, capture_output=True, text=True, timeout=300,
+        env=env, capture_output=True, text=True, timeout=900,
     )
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
     assert cli_main(common + ["--batch-size", "8", "--output-dir", str(tmp_path / "single"),

@@ -157,7 +157,7 @@ def test_two_processes_stream_like_one_with_all_rows(corpus, tmp_path, monkeypat
     ]
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "hf_elmo.cli"]
     result = subprocess.run(command + common + ["--batch-size", "2", "--output-dir", str(tmp_path / "ddp")],
-                            env=env, capture_output=True, text=True, timeout=300)
+                            env=env, capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
     assert cli_main(common + ["--batch-size", "4", "--output-dir", str(tmp_path / "single")]) == 0
 
