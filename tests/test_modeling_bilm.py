@@ -111,12 +111,54 @@ def test_num_items_in_batch_normalises_the_summed_loss():
     np.testing.assert_allclose(scaled.loss.item() * 1000, out.loss.item() * targets, rtol=1e-12)
 
 
-def test_dropout_on_the_top_layer_only_in_training():
-    model = random_bilm(tiny_config(dropout=0.5, num_softmax_samples=0))
+def recorded_calls(module):
+    """The `(input, output)` of each call of `module` from now on."""
+    calls = []
+    module.register_forward_hook(lambda _, args, out: calls.append((args[0], out)))
+    return calls
+
+
+def assert_dropout_at_rate(calls, p):
+    """Every output is its input scaled by float32 `1 / (1 - p)` (PyTorch's scale) or 0, the fraction kept 1 - p
+    within five standard deviations of a binomial draw."""
+    scale = float(torch.tensor(1.0) / torch.tensor(1 - p, dtype=torch.float32))
+    kept = total = 0
+    for x, y in calls:
+        nonzero = x != 0
+        dropped = y == 0
+        assert torch.equal(y[~dropped], x[~dropped] * scale)
+        kept, total = kept + int((nonzero & ~dropped).sum()), total + int(nonzero.sum())
+    assert abs(kept / total - (1 - p)) <= 5 * (p * (1 - p) / total) ** 0.5, (kept, total)
+
+
+@pytest.mark.parametrize("implementation", ["default", "reference"])
+def test_dropout_at_each_lstm_input_and_on_the_top_layer_in_training(implementation):
+    """bilm-tf's placement: every LSTM layer's input (residual included) and the top layer before the softmax, each
+    element kept with probability 1 - p and scaled by 1 / (1 - p); nothing changes in evaluation."""
+    p = 0.3
+    config = tiny_config(dropout=p, num_softmax_samples=0, projection_dim=32, cell_dim=64)
+    config.implementation = implementation
+    model = random_bilm(config, dtype=torch.float32).train()
+    top_calls, encoder_calls = recorded_calls(model.dropout), recorded_calls(model.elmo.encoder.dropout)
+    elmo_outputs, char_outputs = recorded_calls(model.elmo), recorded_calls(model.elmo.char_encoder)
     inputs = batch()
     with torch.no_grad():
-        assert model.eval()(**inputs).loss.item() == model(**inputs).loss.item()
-        assert model.train()(**inputs).loss.item() != model(**inputs).loss.item()
+        model(**inputs)
+    # The top: once, on this forward pass's top layer.
+    assert len(top_calls) == 1 and torch.equal(top_calls[0][0], elmo_outputs[0][1].last_hidden_state)
+    assert_dropout_at_rate(top_calls, p)
+    # Each direction's input of each layer; the first layer's is the character encoder's output (the default path
+    # lays it out time-major, its rows sorted by length: the same values).
+    assert len(encoder_calls) == 2 * config.num_layers
+    token_embeddings = char_outputs[0][1].flatten().sort().values
+    for x, _ in encoder_calls[:2]:
+        assert torch.equal(x.flatten().sort().values, token_embeddings)
+    assert_dropout_at_rate(encoder_calls, p)
+    model.eval()
+    top_calls.clear(), encoder_calls.clear()
+    with torch.no_grad():
+        model(**inputs)
+    assert len(top_calls) == 1 and all(torch.equal(x, y) for x, y in top_calls + encoder_calls)
 
 
 def test_bad_labels_and_config_give_clear_errors():
