@@ -65,6 +65,41 @@ def test_warm_start_scores_like_bilm_tf_stream(checkpoint_dir, tmp_path, capsys)
     assert combined["warm"] < 0.95 * combined["zero"]
 
 
+def stream_mean_by_hand(model, sentences, streams):
+    """The warm-state estimate built from explicit `state=` calls, one row and one direction at a time: sentence k
+    goes to stream k mod `streams`; each stream's forward LM reads `<S> w_1 .. w_n` and its backward LM
+    `w_1 .. w_n </S>` (read right to left), each carrying its own state from the stream's previous sentence; the
+    state after every sentence is averaged."""
+    characters = ElmoTokenizer().characters
+    P, D = model.config.projection_dim, model.config.cell_dim
+    zeros = model.initial_state(1, warm=False)
+    carried = {(k, direction): zeros for k in range(streams) for direction in (0, 1)}
+    total_hidden, total_memory = torch.zeros_like(zeros[0][:, 0]), torch.zeros_like(zeros[1][:, 0])
+    for index, words in enumerate(sentences):
+        for direction, tokens in enumerate([["<S>", *words], [*words, "</S>"]]):
+            input_ids = torch.as_tensor(characters.rows(tokens))[None]
+            with torch.no_grad():
+                hidden, memory = model(input_ids, state=carried[index % streams, direction], use_cache=True).state
+            carried[index % streams, direction] = (hidden, memory)
+            total_hidden[:, direction * P : (direction + 1) * P] += hidden[:, 0, direction * P : (direction + 1) * P]
+            total_memory[:, direction * D : (direction + 1) * D] += memory[:, 0, direction * D : (direction + 1) * D]
+    return total_hidden / len(sentences), total_memory / len(sentences)
+
+
+def test_the_estimate_is_the_mean_over_continuous_streams(converted_dirs):
+    """`estimate_warm_state` against the same mean built by hand (float64 weights; the estimator keeps the carried
+    state in float32 between sentences, so within the propagation of that rounding, about 1e-7 of the values)."""
+    model = ElmoModel.from_pretrained(converted_dirs["allennlp"]).double().eval()
+    sentences = [line.split() for line in TEXT * 2] + [["one"], ["Two", "words"]]
+    estimate = estimate_warm_state(model, sentences, streams=3)
+    by_hand = stream_mean_by_hand(model, sentences, streams=3)
+    for got, expected in zip(estimate, by_hand):
+        assert (got.double() - expected).abs().max() <= 1e-6 * expected.abs().max()
+    # Each sentence from zeros instead (the mistake this guards against) is far outside that.
+    from_zeros = stream_mean_by_hand(model, sentences, streams=len(sentences))
+    assert (from_zeros[0] - by_hand[0]).abs().max() > 1e-3 * by_hand[0].abs().max()
+
+
 def test_warm_state_is_where_every_row_starts(warm_dir, converted_dirs):
     model = ElmoModel.from_pretrained(warm_dir).eval()
     plain = ElmoModel.from_pretrained(converted_dirs["allennlp"]).eval()
