@@ -1,6 +1,7 @@
 """ElmoForSequenceClassification / ElmoForTokenClassification: initialisation, the computation against float64
 recomputations, losses, label handling, word vectors, the frozen-biLM cache and training with Trainer."""
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -496,9 +497,23 @@ def test_pos_tagging_example_prints_the_ablation_table(converted_dirs, tmp_path)
     ablations = ["top layer only (input)", "all layers, learned weights (input + output)"]
     command = [sys.executable, str(ROOT / "examples/pos_tagging.py"), "--model", str(converted_dirs["allennlp"])]
     command += ["--train-sentences", "16", "--eval-sentences", "16", "--epochs", "1", "--output-dir", str(tmp_path)]
+    command += ["--predictions", str(tmp_path / "predictions.json")]
     result = subprocess.run(command + ["--ablations", *ablations], capture_output=True, text=True, cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     rows = re.findall(r"^\| (.+?) \| ([0-9.]+) \| (.+) \|$", result.stdout, flags=re.M)
     assert [name for name, _, _ in rows] == ablations
-    assert all(0 <= float(accuracy) <= 100 for _, accuracy, _ in rows)
+    # The accuracy is over the words alone: recomputed from the predicted tags against the file's own UPOS column.
+    gold = [[]]
+    for line in (ROOT / "examples/data/ud_english_ewt/en_ewt-ud-test.conllu").read_text(encoding="utf-8").splitlines():
+        columns = line.split("\t")
+        if len(columns) == 10 and columns[0].isdigit():
+            gold[-1].append(columns[3])
+        elif not line.strip() and gold[-1]:
+            gold.append([])
+    gold = gold[:16]
+    predicted = json.loads((tmp_path / "predictions.json").read_text())
+    for name, accuracy, _ in rows:
+        assert [len(tags) for tags in predicted[name]] == [len(tags) for tags in gold]
+        pairs = [(p, g) for tags, gold_tags in zip(predicted[name], gold) for p, g in zip(tags, gold_tags)]
+        assert float(accuracy) == pytest.approx(100 * sum(p == g for p, g in pairs) / len(pairs), abs=0.005)
     assert rows[0][2] == "—" and rows[1][2].startswith("input [") and ", output [" in rows[1][2]
