@@ -70,7 +70,9 @@ def predicted_tags(logits: np.ndarray, sentences: list[list[str]], labels: list[
 
 
 def word_accuracy(predicted: list[list[str]], gold: list[list[str]]) -> float:
-    pairs = [(p, g) for tags, gold_tags in zip(predicted, gold, strict=True) for p, g in zip(tags, gold_tags, strict=True)]
+    pairs = [
+        (p, g) for tags, gold_tags in zip(predicted, gold, strict=True) for p, g in zip(tags, gold_tags, strict=True)
+    ]
     return sum(p == g for p, g in pairs) / len(pairs)
 
 
@@ -85,7 +87,7 @@ def main():
     parser.add_argument("--encoder-hidden-size", type=int, default=64, help="task BiLSTM size per direction")
     parser.add_argument("--ablations", nargs="*", default=list(ABLATIONS), choices=list(ABLATIONS), metavar="NAME")
     parser.add_argument("--output-dir", default="outputs/pos_tagging")
-    parser.add_argument("--predictions", help="also write each ablation's predicted tags per sentence to this JSON file")
+    parser.add_argument("--predictions", help="also write each ablation's predicted tags to this JSON file")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
         "--threads", type=int, default=1, help="CPU threads (1 is fastest for small models, shared CPUs)"
