@@ -77,16 +77,21 @@ class Adagrad(torch.optim.Adagrad):
     def _gradients(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
         return [(param, param.grad) for group in self.param_groups for param in group["params"] if param.grad is not None]
 
-    def clip_grad_norm_(self, max_norm: float) -> torch.Tensor:
+    def clip_grad_norm_(self, max_norm: float, eps: float = 1e-6) -> torch.Tensor:
         """`torch.nn.utils.clip_grad_norm_` of this optimizer's parameters (2-norm), deferred: returns the same total
         norm (a 0-d tensor) and the next `step` makes the same update, but multiplies the gradients by the clipping
-        factor `min(max_norm / (norm + 1e-6), 1)` in its own pass over them instead of in a pass of their own (for
+        factor `min(max_norm / (norm + eps), 1)` in its own pass over them instead of in a pass of their own (for
         the original model, 145 million gradients read and written once less per step). Until then `.grad` holds
-        the gradients unclipped; the next `step` must follow with the gradients unchanged (else it raises)."""
+        the gradients unclipped; the next `step` must follow with the gradients unchanged (else it raises).
+
+        `eps=1e-6` is PyTorch's; `eps=0` is TensorFlow's `clip_by_global_norm` (bilm-tf's), `min(max_norm / norm,
+        1)`, which a clip at another scale (`hf-elmo train` clips the gradient of the mean loss, not of window x
+        loss) reproduces exactly."""
         pairs = self._gradients()
         total = torch.nn.utils.get_total_norm([grad for _, grad in pairs], 2.0)
-        # The factor as `torch.nn.utils.clip_grads_with_norm_` computes it, operation for operation.
-        factor = torch.clamp(float(max_norm) / (total + 1e-6), max=1.0)
+        # The factor as `torch.nn.utils.clip_grads_with_norm_` computes it, operation for operation (a zero norm
+        # without eps: max_norm / 0 = inf, clamped to 1).
+        factor = torch.clamp(float(max_norm) / (total + eps), max=1.0)
         self._clip = (factor, [(param, grad, grad._version) for param, grad in pairs])
         return total
 

@@ -200,8 +200,8 @@ class BiLMTrainingOptions:
         for name in ("learning_rate", "max_grad_norm"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}.")
-        if self.adagrad_initial_accumulator < 0:
-            raise ValueError(f"adagrad_initial_accumulator must be >= 0, got {self.adagrad_initial_accumulator}.")
+        if self.adagrad_initial_accumulator <= 0:  # as TensorFlow's Adagrad: the step divides by its square root
+            raise ValueError(f"adagrad_initial_accumulator must be > 0, got {self.adagrad_initial_accumulator}.")
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {self.dropout}.")
         if self.window < 3:
@@ -539,7 +539,7 @@ class ElmoTrainer(Trainer):
             and self.accelerator.distributed_type in (DistributedType.NO, DistributedType.MULTI_GPU, DistributedType.MULTI_CPU)
             and getattr(self.accelerator, "scaler", None) is None
         ):
-            return optimizer.clip_grad_norm_(self.args.max_grad_norm)
+            return optimizer.clip_grad_norm_(self.args.max_grad_norm, eps=0.0)  # bilm-tf's clip, at the mean's scale
         return super()._clip_grad_norm(model)
 
     def _load_from_checkpoint(self, resume_from_checkpoint, model=None):
@@ -763,6 +763,9 @@ def _train(options, output_dir, tokenizer, config, args, resume_from) -> dict:
             {
                 "lr": options.learning_rate,
                 "initial_accumulator_value": options.adagrad_initial_accumulator / options.window**2,
+                # bilm-tf's Adagrad adds no epsilon (its accumulator starts above 0); PyTorch's 1e-10 at the mean's
+                # scale would be window x 1e-10 at the original's.
+                "eps": 0.0,
             },
         )
     trainer = (StreamTrainer if options.stream else ElmoTrainer)(

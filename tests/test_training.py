@@ -399,19 +399,25 @@ def test_values_checked_on_host_skips_only_the_checks_of_values():
 
 def test_clipping_inside_adagrads_step_trains_the_same(corpus, tmp_path, monkeypatch):
     """`hf-elmo train` clips inside the optimizer's step (`Adagrad.clip_grad_norm_`, one pass over the gradients less):
-    the same weights to the bit and the same logged gradient norms as `Trainer`'s own clipping, which is in effect
-    at every step here."""
-    from transformers import Trainer
-
+    the same weights to the bit and the same logged gradient norms as clipping the gradients before the step, as
+    bilm-tf does (`g * max_norm / max(norm, max_norm)`), which is in effect at every step here."""
     from hf_elmo.adagrad import Adagrad
+
+    def clip_before_the_step(self, model):
+        gradients = [p.grad for p in model.parameters() if p.grad is not None]
+        norm = torch.nn.utils.get_total_norm(gradients)
+        torch._foreach_mul_(gradients, torch.clamp(self.args.max_grad_norm / norm, max=1.0))
+        return norm
 
     run = dict(max_grad_norm=0.05, logging_steps=1, save_steps=6)
     deferred_calls = []
     deferred = Adagrad.clip_grad_norm_
-    monkeypatch.setattr(Adagrad, "clip_grad_norm_", lambda self, *a: (deferred_calls.append(1), deferred(self, *a))[1])
+    monkeypatch.setattr(
+        Adagrad, "clip_grad_norm_", lambda self, *a, **k: (deferred_calls.append(1), deferred(self, *a, **k))[1]
+    )
     train_bilm(**short_run(corpus, tmp_path / "deferred", **run))
     assert len(deferred_calls) == 6
-    monkeypatch.setattr(ElmoTrainer, "_clip_grad_norm", Trainer._clip_grad_norm)
+    monkeypatch.setattr(ElmoTrainer, "_clip_grad_norm", clip_before_the_step)
     train_bilm(**short_run(corpus, tmp_path / "trainer", **run))
     assert len(deferred_calls) == 6
 
@@ -459,3 +465,61 @@ def test_total_flos_is_the_models_own_count(corpus, tmp_path, monkeypatch):
     train_bilm(**short_run(corpus, tmp_path / "run"))
     state = json.loads((tmp_path / "run/checkpoint-6/trainer_state.json").read_text())
     assert len(counted) == 6 and state["total_flos"] == sum(counted)
+
+
+@pytest.mark.parametrize("max_grad_norm", [1e-3, 1e6], ids=["every step clips", "no step clips"])
+def test_steps_are_adagrad_on_window_times_loss_with_the_original_settings(corpus, tmp_path, monkeypatch, max_grad_norm):
+    """`hf-elmo train` keeps the mean loss and folds the window into the optimizer (accumulator / window^2, clip /
+    window); in float64 its steps equal bilm-tf's on the gradient of window x loss, computed by hand on the same
+    batches: `torch.optim.Adagrad` without epsilon (TensorFlow's adds none) and TensorFlow's `clip_by_global_norm`,
+    `g * max_norm / max(norm, max_norm)`."""
+    import copy
+
+    from hf_elmo import train_bilm as train_module
+
+    built, batches = {}, []
+    build = train_module._build_model
+    monkeypatch.setattr(train_module, "_build_model", lambda *a: built.setdefault("model", build(*a).double()))
+    compute_loss = ElmoTrainer.compute_loss
+
+    def recording_compute_loss(self, model, inputs, *args, **kwargs):
+        if model.training:
+            batches.append({k: v.clone() for k, v in inputs.items()})
+            built.setdefault("initial", copy.deepcopy(model.state_dict()))
+        return compute_loss(self, model, inputs, *args, **kwargs)
+
+    monkeypatch.setattr(ElmoTrainer, "compute_loss", recording_compute_loss)
+    config = ElmoConfig.from_json_file(corpus / "tiny.json")
+    config.dropout = 0.0
+    config.to_json_file(tmp_path / "config.json")
+    window, learning_rate, accumulator = 22, 0.2, 1.0
+    run = options(
+        corpus, tmp_path / "run", train_files=[corpus / "small.txt"], config=str(tmp_path / "config.json"),
+        window=window, batch_size=8, max_steps=3, logging_steps=1, save_steps=3, dropout=0.0,
+        num_softmax_samples=0, learning_rate=learning_rate, adagrad_initial_accumulator=accumulator,
+        max_grad_norm=max_grad_norm,
+    )  # fmt: skip
+    train_bilm(**run)
+    assert len(batches) == 3
+    trained = load_file(tmp_path / "run" / "model.safetensors")
+
+    model = ElmoForBiLM(built["model"].config).double().train()
+    model.load_state_dict(built["initial"])
+    optimizer = torch.optim.Adagrad(model.parameters(), lr=learning_rate, initial_accumulator_value=accumulator, eps=0)
+    norms = []
+    for batch in batches:
+        (window * model(**batch).loss).backward()
+        norm = torch.linalg.vector_norm(torch.cat([p.grad.flatten() for p in model.parameters()]))
+        for param in model.parameters():
+            param.grad *= max_grad_norm / torch.maximum(norm, torch.tensor(max_grad_norm))
+        optimizer.step()
+        optimizer.zero_grad()
+        norms.append(float(norm))
+    assert all((norm > max_grad_norm) == (max_grad_norm < 1) for norm in norms), norms
+    expected = model.state_dict()
+    for name, value in trained.items():
+        # float64 rounding, in sums over every position of gradients that partly cancel, is some 1e-13 of a step;
+        # the mistakes this guards against (an unscaled clip or accumulator, an epsilon) are 1e-6 or more.
+        moved = (expected[name] - built["initial"][name]).abs().max()
+        assert value.dtype == torch.float64 and moved > 0, name
+        assert (value - expected[name]).abs().max() <= 1e-8 * moved, name
