@@ -56,7 +56,7 @@ from .data_bilm import (
     iter_sentences,
     load_bilm_dataset,
 )
-from .file_io import check_not_an_input, deferred_signals, read_json_object, write_atomically
+from .file_io import ElmoInputError, check_not_an_input, deferred_signals, read_json_object, write_atomically
 from .freed_memory import keep_freed_memory
 from .input_checks import check_bilm_batch, values_checked_on_host
 from .modeling_elmo import ElmoForBiLM
@@ -253,6 +253,8 @@ def _check_same_architecture(config: ElmoConfig, checkpoint: ElmoConfig, config_
 def _prepare_output_dir(options: BiLMTrainingOptions) -> Path:
     config_file = options.config if options.config not in ELMO_PRESETS else None
     inputs = [*options.train_files, *options.eval_files, options.vocab, config_file, options.init_from]
+    if Path(options.output_dir).is_symlink():  # as every command's output (file_io.check_output)
+        raise ElmoInputError(f"{options.output_dir}: is a symbolic link; give the folder itself or a new name")
     output_dir = check_not_an_input(options.output_dir, inputs)
     saved = output_dir / OPTIONS_FILE
     if options.resume:
