@@ -39,6 +39,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from safetensors import SafetensorError
 from accelerate.utils import DistributedType
 from transformers import Trainer, TrainerCallback, TrainingArguments, set_seed
 from transformers.trainer import TRAINER_STATE_NAME
@@ -59,6 +60,7 @@ from .data_bilm import (
 from .file_io import ElmoInputError, check_not_an_input, deferred_signals, read_json_object, write_atomically
 from .freed_memory import keep_freed_memory
 from .input_checks import check_bilm_batch, values_checked_on_host
+from .model_io import _safetensors_shapes
 from .modeling_elmo import ElmoForBiLM
 from .streams_bilm import DataCollatorForBiLMStreams, StreamWindowDataset
 from .tokenization_elmo import ElmoTokenizer
@@ -299,15 +301,30 @@ def _checkpoints(output_dir: Path) -> list[Path]:
 
 def _last_complete_checkpoint(output_dir: Path, world_size: int, stream: bool = False) -> Path:
     """The checkpoint --resume continues from: the last one holding everything a resume reads; later incomplete ones
-    (written by an older version, or damaged since) are named in the log and left alone."""
-    skipped = []
+    (written by an older version, or files removed since) are named in the log and left alone. A damaged one (a
+    safetensors file that cannot be read, e.g. truncated) is an error naming the file and the intact one before it:
+    whether to go back to that is the user's choice."""
+    skipped, damaged = [], None
     for checkpoint in reversed(_checkpoints(output_dir)):
         problems = _checkpoint_problems(checkpoint, world_size, stream)
-        if not problems:
-            if skipped:
-                _log(f"--resume: continuing from {checkpoint.name}; skipped incomplete " + "; ".join(skipped) + ".")
-            return checkpoint
-        skipped.append(f"{checkpoint.name} ({', '.join(problems)})")
+        if problems:
+            skipped.append(f"{checkpoint.name} ({', '.join(problems)})")
+            continue
+        try:
+            _safetensors_shapes(sorted(str(path) for path in checkpoint.glob("*.safetensors")))
+        except OSError as error:
+            damaged = damaged or (checkpoint, error)
+            continue
+        if damaged:
+            raise ValueError(
+                f"--resume: {damaged[1]}; {checkpoint.name} is intact: move {damaged[0].name} out of {output_dir} to "
+                "continue from it."
+            )
+        if skipped:
+            _log(f"--resume: continuing from {checkpoint.name}; skipped incomplete " + "; ".join(skipped) + ".")
+        return checkpoint
+    if damaged:
+        raise ValueError(f"--resume: {damaged[1]}; no earlier checkpoint is intact.")
     raise ValueError(
         f"--resume: {output_dir} holds no complete checkpoint of an earlier run to continue from"
         + (f" (incomplete: {'; '.join(skipped)})" if skipped else "")
@@ -597,7 +614,7 @@ def _one_line_load_errors(checkpoint, what: str):
     """A checkpoint file that cannot be read (damaged, tampered with: torch refuses unsafe pickles) as one line."""
     try:
         yield
-    except (pickle.UnpicklingError, EOFError, RuntimeError, OSError, KeyError, ValueError) as error:
+    except (pickle.UnpicklingError, EOFError, RuntimeError, OSError, KeyError, ValueError, SafetensorError) as error:
         message = " ".join(str(error).split())[:300] or type(error).__name__
         raise ValueError(f"--resume: {checkpoint}: cannot read the {what} ({message}).") from None
 
