@@ -60,7 +60,7 @@ from .data_bilm import (
 from .file_io import ElmoInputError, check_not_an_input, deferred_signals, read_json_object, write_atomically
 from .freed_memory import keep_freed_memory
 from .input_checks import check_bilm_batch, values_checked_on_host
-from .model_io import _safetensors_shapes
+from .model_io import _check_finite, _safetensors_shapes
 from .modeling_elmo import ElmoForBiLM
 from .streams_bilm import DataCollatorForBiLMStreams, StreamWindowDataset
 from .tokenization_elmo import ElmoTokenizer
@@ -513,6 +513,9 @@ class ElmoTrainer(Trainer):
     _direction_sums: torch.Tensor | None = None
     _staging: str | None = None
     _split_directions = False  # as the model is called in training (`StreamTrainer`: True)
+    # The first step whose training loss was not finite (0: none so far) and that loss, on the loss's device.
+    _non_finite_step: torch.Tensor | None = None
+    _non_finite_loss: torch.Tensor | None = None
 
     def __init__(self, *args, word_tokenizer: ElmoTokenizer | None = None, **kwargs):
         super().__init__(*args, **kwargs)
@@ -523,7 +526,47 @@ class ElmoTrainer(Trainer):
     def _get_output_dir(self, trial) -> str:
         return self._staging or super()._get_output_dir(trial)
 
+    def training_step(self, model, inputs, num_items_in_batch=None):
+        loss = super().training_step(model, inputs, num_items_in_batch)
+        # Noted on the device, without waiting for it: `check_finite` reads it where Trainer waits anyway.
+        if self._non_finite_step is None:
+            self._non_finite_step = torch.zeros((), dtype=torch.int64, device=loss.device)
+            self._non_finite_loss = torch.zeros((), dtype=torch.float32, device=loss.device)
+        first = torch.isfinite(loss).logical_not_().logical_and_(self._non_finite_step == 0)
+        self._non_finite_step = torch.where(first, self.state.global_step + 1, self._non_finite_step)
+        self._non_finite_loss = torch.where(first, loss.float(), self._non_finite_loss)
+        return loss
+
+    def check_finite(self, weights: bool = False):
+        """A `ValueError` naming the first step whose training loss was not finite (on any process) and, with
+        `weights`, one for weights that are not finite. Called where the host waits for the device anyway (when
+        Trainer logs the loss) and before every save: the loss of each step is checked exactly, with no wait per
+        step, and nothing non-finite is saved. Every process calls it at the same points (the losses are gathered)."""
+        if self._non_finite_step is not None:
+            noted = torch.stack([self._non_finite_step.double(), self._non_finite_loss.double()])[None]
+            found = [(int(step), loss) for step, loss in self.accelerator.gather(noted).tolist() if step > 0]
+            if found:
+                step, loss = min(found)
+                raise ValueError(f"training stopped: the loss of step {step} is {loss}; {self._what_was_kept()}")
+        if weights:
+            model = self.accelerator.unwrap_model(self.model)
+            try:
+                _check_finite(model, f"training stopped at step {self.state.global_step}")
+            except ValueError as error:
+                raise ValueError(f"{error}; {self._what_was_kept()}") from None
+
+    def _what_was_kept(self) -> str:
+        checkpoints = _checkpoints(Path(self.args.output_dir))
+        kept = f"the last checkpoint is {checkpoints[-1].name}" if checkpoints else "no checkpoint was written before"
+        return f"nothing from that step on was saved ({kept})"
+
+    def log(self, logs: dict, start_time=None):
+        if "loss" in logs:  # the training loss, which Trainer has just waited for
+            self.check_finite()
+        super().log(logs, start_time)
+
     def _save_checkpoint(self, model, trial):
+        self.check_finite(weights=True)
         run_dir = Path(self._get_output_dir(trial))
         name = f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
         staging = run_dir / STAGING_DIR
@@ -695,7 +738,8 @@ def _training_arguments(options: BiLMTrainingOptions, has_eval: bool) -> Trainin
         label_names=["labels"],
         dataloader_num_workers=_loader_workers(options.dataloader_workers, on_gpu),
         # Batches go to the GPU from pinned memory without waiting, and no per-step check of the loss makes the
-        # host wait for the GPU (a NaN loss then shows in the logged mean instead of being left out of it).
+        # host wait for the GPU (a non-finite loss is noted on the device and stops training when it is read:
+        # `ElmoTrainer.check_finite`).
         dataloader_pin_memory=on_gpu,
         accelerator_config={"non_blocking": on_gpu},
         logging_nan_inf_filter=False,
@@ -797,6 +841,7 @@ def _train(options, output_dir, tokenizer, config, args, resume_from) -> dict:
     if options.stream and resume_from is not None:
         trainer.load_carried_state(resume_from)
     result = trainer.train(resume_from_checkpoint=None if resume_from is None else str(resume_from))
+    trainer.check_finite(weights=True)
     if options.stream:
         # Trained on carried states, the model starts best from a warm state, not from zeros.
         sentences = list(itertools.islice(iter_sentences(options.train_files, options.split, tokenizer), 2000))
