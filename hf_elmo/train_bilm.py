@@ -607,10 +607,36 @@ class ElmoTrainer(Trainer):
     def _load_from_checkpoint(self, resume_from_checkpoint, model=None):
         with _one_line_load_errors(resume_from_checkpoint, "model weights"):
             super()._load_from_checkpoint(resume_from_checkpoint, model)
+        model = self.accelerator.unwrap_model(model if model is not None else self.model)
+        _check_finite(model, f"--resume: {Path(resume_from_checkpoint) / 'model.safetensors'}")
 
     def _load_optimizer_and_scheduler(self, checkpoint):
         with _one_line_load_errors(checkpoint, "optimizer or scheduler state"):
             super()._load_optimizer_and_scheduler(checkpoint)
+        if checkpoint is not None:
+            self._check_optimizer_state(Path(checkpoint))
+
+    def _check_optimizer_state(self, checkpoint: Path):
+        """The optimizer state just loaded from `checkpoint` must be finite and have taken as many steps as the
+        checkpoint's trainer state says (not, say, an optimizer.pt copied from an earlier checkpoint)."""
+        optimizer = getattr(self.optimizer, "optimizer", self.optimizer)  # accelerate wraps it
+        names = {param: name for name, param in self.accelerator.unwrap_model(self.model).named_parameters()}
+        where = checkpoint / "optimizer.pt"
+        taken = 0
+        for param, state in optimizer.state.items():
+            for key, value in state.items():
+                if torch.is_tensor(value) and value.is_floating_point() and not torch.isfinite(value).all():
+                    raise ValueError(
+                        f"--resume: {where}: the optimizer state holds NaN or infinite values ('{key}' of "
+                        f"'{names.get(param, 'a parameter')}')"
+                    )
+            if "step" in state:  # each parameter's count of the steps that updated it
+                taken = max(taken, int(state["step"]))
+        if taken != self.state.global_step:
+            raise ValueError(
+                f"--resume: {where}: the optimizer state is at step {taken}, but {TRAINER_STATE_NAME} there is at "
+                f"step {self.state.global_step}: the file belongs to another checkpoint"
+            )
 
     def _load_rng_state(self, checkpoint):
         with _one_line_load_errors(checkpoint, "random state"):
@@ -700,6 +726,8 @@ class StreamTrainer(ElmoTrainer):
             )
         with _one_line_load_errors(checkpoint, "stream state"):
             state = load_file(path)
+        if not all(torch.isfinite(tensor).all() for tensor in state.values()):
+            raise ValueError(f"--resume: {path}: the stream state holds NaN or infinite values")
         self.carried = (state["hidden"].to(self.args.device), state["memory"].to(self.args.device))
 
 
