@@ -104,7 +104,9 @@ class BiLMTrainingOptions:
 
     # data
     output_dir: str = _option(help="folder of the run: checkpoints, then the trained biLM")
-    train_files: list[str] = _option(help="text files, one sentence per line")
+    train_files: list[str] = _option(
+        [], help="text files, one sentence per line (needed, except with --resume: then the run's own by default)"
+    )
     eval_files: list[str] = _option([], help="held-out text files for periodic perplexity")
     vocab: str | None = _option(
         None,
@@ -137,7 +139,12 @@ class BiLMTrainingOptions:
     dropout: float = _option(0.1)
     num_softmax_samples: int = _option(8192, help="negatives of the sampled softmax; 0: full softmax")
     # optimisation
-    resume: bool = _option(False, help="continue from the last checkpoint in --output-dir")
+    resume: bool = _option(
+        False,
+        help="continue from the last checkpoint in --output-dir, with the options recorded there; options given again "
+        "must agree with them, except where they may change (where things go, how often they are reported, how long "
+        "to go on)",
+    )
     batch_size: int = _option(128, help="windows per process and step")
     gradient_accumulation_steps: int = _option(1)
     optimizer: str = _option("adagrad", choices=OPTIMIZERS)
@@ -177,6 +184,8 @@ class BiLMTrainingOptions:
         self.train_files = [os.fspath(f) for f in self.train_files]
         self.eval_files = [os.fspath(f) for f in self.eval_files]
         self.output_dir = os.fspath(self.output_dir)
+        if not self.train_files:
+            raise ValueError("train_files (--train-files) must name at least one text file, got none.")
         if self.split not in SPLITS:
             raise ValueError(f"split must be one of {SPLITS}, got {self.split!r}.")
         if self.optimizer not in OPTIMIZERS:
@@ -258,26 +267,49 @@ def _prepare_output_dir(options: BiLMTrainingOptions) -> Path:
     if Path(options.output_dir).is_symlink():  # as every command's output (file_io.check_output)
         raise ElmoInputError(f"{options.output_dir}: is a symbolic link; give the folder itself or a new name")
     output_dir = check_not_an_input(options.output_dir, inputs)
-    saved = output_dir / OPTIONS_FILE
-    if options.resume:
-        if not saved.is_file() or not _checkpoints(output_dir):
-            raise ValueError(f"--resume: {output_dir} holds no checkpoint of an earlier run to continue from.")
-        earlier = read_json_object(saved, "options file of the earlier run")
-        current = dataclasses.asdict(options)
-        different = [
-            f"{k}: was {earlier.get(k)!r}, now {v!r}"
-            for k, v in current.items()
-            if k not in RESUMABLE_CHANGES and earlier.get(k) != v
-        ]
-        if different:
-            raise ValueError(
-                f"--resume must repeat the options of the run in {output_dir}; changed: " + "; ".join(different)
-            )
-    elif output_dir.exists() and {p.name for p in output_dir.iterdir()} - set(LEFT_BEFORE_FIRST_CHECKPOINT):
+    if not options.resume and output_dir.exists() and {p.name for p in output_dir.iterdir()} - set(
+        LEFT_BEFORE_FIRST_CHECKPOINT
+    ):
         raise ValueError(
             f"Output folder {output_dir} is not empty: pass --resume to continue the run in it, or choose another folder."
         )
     return output_dir
+
+
+def _resumed_options(given: dict) -> BiLMTrainingOptions:
+    """The options of a resumed run: those recorded in its folder (`OPTIONS_FILE`), with the ones `given` again, which
+    must agree with the record except those a resumed run may change (`RESUMABLE_CHANGES`)."""
+    if given.get("output_dir") is None:
+        raise ValueError("--resume needs the folder of the run to continue (--output-dir).")
+    output_dir = Path(given["output_dir"])
+    saved = output_dir / OPTIONS_FILE
+    if not saved.is_file() or not _checkpoints(output_dir):
+        raise ValueError(f"--resume: {output_dir} holds no checkpoint of an earlier run to continue from.")
+    recorded = read_json_object(saved, "options file of the earlier run")
+    fields = {f.name: f for f in dataclasses.fields(BiLMTrainingOptions)}
+    try:
+        options = BiLMTrainingOptions(**{**{k: v for k, v in recorded.items() if k in fields}, **given})
+    except TypeError as error:
+        raise ElmoInputError(f"{saved}: not the options of a training run ({error})") from None
+
+    def earlier(name):  # a field the record lacks (written before the field existed) had its default
+        if name in recorded:
+            return recorded[name]
+        field_ = fields[name]
+        return field_.default_factory() if field_.default is dataclasses.MISSING else field_.default
+
+    now = dataclasses.asdict(options)
+    different = [
+        f"--{name.replace('_', '-')} {earlier(name)!r} there, {now[name]!r} given"
+        for name in given
+        if name in fields and name not in RESUMABLE_CHANGES and now[name] != earlier(name)
+    ]
+    if different:
+        raise ValueError(
+            f"--resume: the run in {output_dir} has other options ({OPTIONS_FILE}): " + "; ".join(different)
+            + "; leave them out to continue with the recorded ones."
+        )
+    return options
 
 
 def _checkpoint_problems(checkpoint: Path, world_size: int, stream: bool = False) -> list[str]:
@@ -780,11 +812,17 @@ def _training_arguments(options: BiLMTrainingOptions, has_eval: bool) -> Trainin
 def train_bilm(options: BiLMTrainingOptions | None = None, **kwargs) -> dict:
     """Train an `ElmoForBiLM` and save it (safetensors, tokenizer with its vocabulary, remote code) to `output_dir`.
 
-    Call with a `BiLMTrainingOptions` or with its fields as keyword arguments. All inputs are checked before
-    training starts. Returns the final metrics: `train_loss`, `train_runtime` (seconds), `steps` and, with evaluation
-    files, `eval_forward_perplexity`, `eval_backward_perplexity`, `eval_perplexity` (their geometric mean).
+    Call with a `BiLMTrainingOptions` or with its fields as keyword arguments; with `resume=True` the keyword
+    arguments left out are the ones recorded in `output_dir`. All inputs are checked before training starts.
+    Training stops with a `ValueError` at the first step whose loss is not finite, and before saving weights that are
+    not (the checkpoints before are kept). Returns the final metrics: `train_loss`, `train_runtime` (seconds),
+    `steps` and, with evaluation files, `eval_forward_perplexity`, `eval_backward_perplexity`, `eval_perplexity`
+    (their geometric mean).
     """
-    options = options if options is not None else BiLMTrainingOptions(**kwargs)
+    if options is None:
+        options = _resumed_options(kwargs) if kwargs.get("resume") else BiLMTrainingOptions(**kwargs)
+    elif options.resume:
+        options = _resumed_options(dataclasses.asdict(options))
     if options.keep_freed_memory:
         keep_freed_memory()
     output_dir = _prepare_output_dir(options)
@@ -833,7 +871,7 @@ def _train(options, output_dir, tokenizer, config, args, resume_from) -> dict:
         train_dataset = train_dataset.shuffle(seed=options.seed, buffer_size=10_000)
 
     if args.process_index == 0 and not options.resume:
-        # What --resume checks: a resumed run must be the same run.
+        # What --resume fills in and checks: a resumed run must be the same run.
         output_dir.mkdir(parents=True, exist_ok=True)
         write_atomically(output_dir / OPTIONS_FILE, json.dumps(dataclasses.asdict(options), indent=2) + "\n")
     softmax = "full softmax"
@@ -912,7 +950,8 @@ COMMAND_OPTIONS = BiLMTrainingOptions
 
 def run(args: argparse.Namespace) -> int:
     names = {f.name for f in dataclasses.fields(BiLMTrainingOptions)}
-    train_bilm(BiLMTrainingOptions(**{k: v for k, v in vars(args).items() if k in names}))
+    given = getattr(args, "given", names)  # the options on the command line: with --resume the others are recorded
+    train_bilm(**{k: v for k, v in vars(args).items() if k in names and k in given})
     return 0
 
 
