@@ -287,6 +287,8 @@ def _resumed_options(given: dict) -> BiLMTrainingOptions:
         raise ValueError(f"--resume: {output_dir} holds no checkpoint of an earlier run to continue from.")
     recorded = read_json_object(saved, "options file of the earlier run")
     fields = {f.name: f for f in dataclasses.fields(BiLMTrainingOptions)}
+    if set(given) - set(fields):
+        raise TypeError(f"Unknown training options: {', '.join(sorted(set(given) - set(fields)))}.")
     try:
         options = BiLMTrainingOptions(**{**{k: v for k, v in recorded.items() if k in fields}, **given})
     except TypeError as error:
