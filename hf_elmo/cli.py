@@ -51,7 +51,9 @@ def main(argv=None) -> int:
         if options is None:
             module.add_arguments(command)
         command.set_defaults(run=module.run)
+    argv = sys.argv[1:] if argv is None else list(argv)
     args = parser.parse_args(argv)
+    args.given = _given_options(commands.choices[args.command], argv[argv.index(args.command) + 1 :])
     with signals_as_interrupts():
         try:
             return args.run(args)
@@ -65,6 +67,21 @@ def main(argv=None) -> int:
             name = interrupt.args[0] if interrupt.args else "SIGINT"
             print(f"interrupted by {name}: the output in progress was not written", file=sys.stderr)
             return 130
+
+
+class _HoldsEveryOption(argparse.Namespace):
+    """A namespace that seems to hold every option already, so that argparse fills in no defaults."""
+
+    def __getattr__(self, name):
+        if name.startswith("_"):  # argparse's own bookkeeping
+            raise AttributeError(name)
+        return None
+
+
+def _given_options(command: argparse.ArgumentParser, arguments: list[str]) -> set[str]:
+    """The names of the options that `arguments` give to `command`, whatever their values (an option given with its
+    default value is given): what a resumed run must not change, and the others it may take from its record."""
+    return set(vars(command.parse_known_args(arguments, namespace=_HoldsEveryOption())[0]))
 
 
 if __name__ == "__main__":

@@ -39,6 +39,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from safetensors import SafetensorError
 from accelerate.utils import DistributedType
 from transformers import Trainer, TrainerCallback, TrainingArguments, set_seed
 from transformers.trainer import TRAINER_STATE_NAME
@@ -56,9 +57,10 @@ from .data_bilm import (
     iter_sentences,
     load_bilm_dataset,
 )
-from .file_io import check_not_an_input, deferred_signals, read_json_object, write_atomically
+from .file_io import ElmoInputError, check_not_an_input, deferred_signals, read_json_object, write_atomically
 from .freed_memory import keep_freed_memory
 from .input_checks import check_bilm_batch, values_checked_on_host
+from .model_io import _check_finite, _safetensors_shapes
 from .modeling_elmo import ElmoForBiLM
 from .streams_bilm import DataCollatorForBiLMStreams, StreamWindowDataset
 from .tokenization_elmo import ElmoTokenizer
@@ -102,7 +104,9 @@ class BiLMTrainingOptions:
 
     # data
     output_dir: str = _option(help="folder of the run: checkpoints, then the trained biLM")
-    train_files: list[str] = _option(help="text files, one sentence per line")
+    train_files: list[str] = _option(
+        [], help="text files, one sentence per line (needed, except with --resume: then the run's own by default)"
+    )
     eval_files: list[str] = _option([], help="held-out text files for periodic perplexity")
     vocab: str | None = _option(
         None,
@@ -135,7 +139,12 @@ class BiLMTrainingOptions:
     dropout: float = _option(0.1)
     num_softmax_samples: int = _option(8192, help="negatives of the sampled softmax; 0: full softmax")
     # optimisation
-    resume: bool = _option(False, help="continue from the last checkpoint in --output-dir")
+    resume: bool = _option(
+        False,
+        help="continue from the last checkpoint in --output-dir, with the options recorded there; options given again "
+        "must agree with them, except where they may change (where things go, how often they are reported, how long "
+        "to go on)",
+    )
     batch_size: int = _option(128, help="windows per process and step")
     gradient_accumulation_steps: int = _option(1)
     optimizer: str = _option("adagrad", choices=OPTIMIZERS)
@@ -175,6 +184,8 @@ class BiLMTrainingOptions:
         self.train_files = [os.fspath(f) for f in self.train_files]
         self.eval_files = [os.fspath(f) for f in self.eval_files]
         self.output_dir = os.fspath(self.output_dir)
+        if not self.train_files:
+            raise ValueError("train_files (--train-files) must name at least one text file, got none.")
         if self.split not in SPLITS:
             raise ValueError(f"split must be one of {SPLITS}, got {self.split!r}.")
         if self.optimizer not in OPTIMIZERS:
@@ -253,27 +264,54 @@ def _check_same_architecture(config: ElmoConfig, checkpoint: ElmoConfig, config_
 def _prepare_output_dir(options: BiLMTrainingOptions) -> Path:
     config_file = options.config if options.config not in ELMO_PRESETS else None
     inputs = [*options.train_files, *options.eval_files, options.vocab, config_file, options.init_from]
+    if Path(options.output_dir).is_symlink():  # as every command's output (file_io.check_output)
+        raise ElmoInputError(f"{options.output_dir}: is a symbolic link; give the folder itself or a new name")
     output_dir = check_not_an_input(options.output_dir, inputs)
-    saved = output_dir / OPTIONS_FILE
-    if options.resume:
-        if not saved.is_file() or not _checkpoints(output_dir):
-            raise ValueError(f"--resume: {output_dir} holds no checkpoint of an earlier run to continue from.")
-        earlier = read_json_object(saved, "options file of the earlier run")
-        current = dataclasses.asdict(options)
-        different = [
-            f"{k}: was {earlier.get(k)!r}, now {v!r}"
-            for k, v in current.items()
-            if k not in RESUMABLE_CHANGES and earlier.get(k) != v
-        ]
-        if different:
-            raise ValueError(
-                f"--resume must repeat the options of the run in {output_dir}; changed: " + "; ".join(different)
-            )
-    elif output_dir.exists() and {p.name for p in output_dir.iterdir()} - set(LEFT_BEFORE_FIRST_CHECKPOINT):
+    if not options.resume and output_dir.exists() and {p.name for p in output_dir.iterdir()} - set(
+        LEFT_BEFORE_FIRST_CHECKPOINT
+    ):
         raise ValueError(
             f"Output folder {output_dir} is not empty: pass --resume to continue the run in it, or choose another folder."
         )
     return output_dir
+
+
+def _resumed_options(given: dict) -> BiLMTrainingOptions:
+    """The options of a resumed run: those recorded in its folder (`OPTIONS_FILE`), with the ones `given` again, which
+    must agree with the record except those a resumed run may change (`RESUMABLE_CHANGES`)."""
+    if given.get("output_dir") is None:
+        raise ValueError("--resume needs the folder of the run to continue (--output-dir).")
+    output_dir = Path(given["output_dir"])
+    saved = output_dir / OPTIONS_FILE
+    if not saved.is_file() or not _checkpoints(output_dir):
+        raise ValueError(f"--resume: {output_dir} holds no checkpoint of an earlier run to continue from.")
+    recorded = read_json_object(saved, "options file of the earlier run")
+    fields = {f.name: f for f in dataclasses.fields(BiLMTrainingOptions)}
+    if set(given) - set(fields):
+        raise TypeError(f"Unknown training options: {', '.join(sorted(set(given) - set(fields)))}.")
+    try:
+        options = BiLMTrainingOptions(**{**{k: v for k, v in recorded.items() if k in fields}, **given})
+    except TypeError as error:
+        raise ElmoInputError(f"{saved}: not the options of a training run ({error})") from None
+
+    def earlier(name):  # a field the record lacks (written before the field existed) had its default
+        if name in recorded:
+            return recorded[name]
+        field_ = fields[name]
+        return field_.default_factory() if field_.default is dataclasses.MISSING else field_.default
+
+    now = dataclasses.asdict(options)
+    different = [
+        f"--{name.replace('_', '-')} {earlier(name)!r} there, {now[name]!r} given"
+        for name in given
+        if name in fields and name not in RESUMABLE_CHANGES and now[name] != earlier(name)
+    ]
+    if different:
+        raise ValueError(
+            f"--resume: the run in {output_dir} has other options ({OPTIONS_FILE}): " + "; ".join(different)
+            + "; leave them out to continue with the recorded ones."
+        )
+    return options
 
 
 def _checkpoint_problems(checkpoint: Path, world_size: int, stream: bool = False) -> list[str]:
@@ -297,15 +335,30 @@ def _checkpoints(output_dir: Path) -> list[Path]:
 
 def _last_complete_checkpoint(output_dir: Path, world_size: int, stream: bool = False) -> Path:
     """The checkpoint --resume continues from: the last one holding everything a resume reads; later incomplete ones
-    (written by an older version, or damaged since) are named in the log and left alone."""
-    skipped = []
+    (written by an older version, or files removed since) are named in the log and left alone. A damaged one (a
+    safetensors file that cannot be read, e.g. truncated) is an error naming the file and the intact one before it:
+    whether to go back to that is the user's choice."""
+    skipped, damaged = [], None
     for checkpoint in reversed(_checkpoints(output_dir)):
         problems = _checkpoint_problems(checkpoint, world_size, stream)
-        if not problems:
-            if skipped:
-                _log(f"--resume: continuing from {checkpoint.name}; skipped incomplete " + "; ".join(skipped) + ".")
-            return checkpoint
-        skipped.append(f"{checkpoint.name} ({', '.join(problems)})")
+        if problems:
+            skipped.append(f"{checkpoint.name} ({', '.join(problems)})")
+            continue
+        try:
+            _safetensors_shapes(sorted(str(path) for path in checkpoint.glob("*.safetensors")))
+        except OSError as error:
+            damaged = damaged or (checkpoint, error)
+            continue
+        if damaged:
+            raise ValueError(
+                f"--resume: {damaged[1]}; {checkpoint.name} is intact: move {damaged[0].name} out of {output_dir} to "
+                "continue from it."
+            )
+        if skipped:
+            _log(f"--resume: continuing from {checkpoint.name}; skipped incomplete " + "; ".join(skipped) + ".")
+        return checkpoint
+    if damaged:
+        raise ValueError(f"--resume: {damaged[1]}; no earlier checkpoint is intact.")
     raise ValueError(
         f"--resume: {output_dir} holds no complete checkpoint of an earlier run to continue from"
         + (f" (incomplete: {'; '.join(skipped)})" if skipped else "")
@@ -494,6 +547,9 @@ class ElmoTrainer(Trainer):
     _direction_sums: torch.Tensor | None = None
     _staging: str | None = None
     _split_directions = False  # as the model is called in training (`StreamTrainer`: True)
+    # The first step whose training loss was not finite (0: none so far) and that loss, on the loss's device.
+    _non_finite_step: torch.Tensor | None = None
+    _non_finite_loss: torch.Tensor | None = None
 
     def __init__(self, *args, word_tokenizer: ElmoTokenizer | None = None, **kwargs):
         super().__init__(*args, **kwargs)
@@ -504,7 +560,47 @@ class ElmoTrainer(Trainer):
     def _get_output_dir(self, trial) -> str:
         return self._staging or super()._get_output_dir(trial)
 
+    def training_step(self, model, inputs, num_items_in_batch=None):
+        loss = super().training_step(model, inputs, num_items_in_batch)
+        # Noted on the device, without waiting for it: `check_finite` reads it where Trainer waits anyway.
+        if self._non_finite_step is None:
+            self._non_finite_step = torch.zeros((), dtype=torch.int64, device=loss.device)
+            self._non_finite_loss = torch.zeros((), dtype=torch.float32, device=loss.device)
+        first = torch.isfinite(loss).logical_not_().logical_and_(self._non_finite_step == 0)
+        self._non_finite_step = torch.where(first, self.state.global_step + 1, self._non_finite_step)
+        self._non_finite_loss = torch.where(first, loss.float(), self._non_finite_loss)
+        return loss
+
+    def check_finite(self, weights: bool = False):
+        """A `ValueError` naming the first step whose training loss was not finite (on any process) and, with
+        `weights`, one for weights that are not finite. Called where the host waits for the device anyway (when
+        Trainer logs the loss) and before every save: the loss of each step is checked exactly, with no wait per
+        step, and nothing non-finite is saved. Every process calls it at the same points (the losses are gathered)."""
+        if self._non_finite_step is not None:
+            noted = torch.stack([self._non_finite_step.double(), self._non_finite_loss.double()])[None]
+            found = [(int(step), loss) for step, loss in self.accelerator.gather(noted).tolist() if step > 0]
+            if found:
+                step, loss = min(found)
+                raise ValueError(f"training stopped: the loss of step {step} is {loss}; {self._what_was_kept()}")
+        if weights:
+            model = self.accelerator.unwrap_model(self.model)
+            try:
+                _check_finite(model, f"training stopped at step {self.state.global_step}")
+            except ValueError as error:
+                raise ValueError(f"{error}; {self._what_was_kept()}") from None
+
+    def _what_was_kept(self) -> str:
+        checkpoints = _checkpoints(Path(self.args.output_dir))
+        kept = f"the last checkpoint is {checkpoints[-1].name}" if checkpoints else "no checkpoint was written before"
+        return f"nothing from that step on was saved ({kept})"
+
+    def log(self, logs: dict, start_time=None):
+        if "loss" in logs:  # the training loss, which Trainer has just waited for
+            self.check_finite()
+        super().log(logs, start_time)
+
     def _save_checkpoint(self, model, trial):
+        self.check_finite(weights=True)
         run_dir = Path(self._get_output_dir(trial))
         name = f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
         staging = run_dir / STAGING_DIR
@@ -545,10 +641,36 @@ class ElmoTrainer(Trainer):
     def _load_from_checkpoint(self, resume_from_checkpoint, model=None):
         with _one_line_load_errors(resume_from_checkpoint, "model weights"):
             super()._load_from_checkpoint(resume_from_checkpoint, model)
+        model = self.accelerator.unwrap_model(model if model is not None else self.model)
+        _check_finite(model, f"--resume: {Path(resume_from_checkpoint) / 'model.safetensors'}")
 
     def _load_optimizer_and_scheduler(self, checkpoint):
         with _one_line_load_errors(checkpoint, "optimizer or scheduler state"):
             super()._load_optimizer_and_scheduler(checkpoint)
+        if checkpoint is not None:
+            self._check_optimizer_state(Path(checkpoint))
+
+    def _check_optimizer_state(self, checkpoint: Path):
+        """The optimizer state just loaded from `checkpoint` must be finite and have taken as many steps as the
+        checkpoint's trainer state says (not, say, an optimizer.pt copied from an earlier checkpoint)."""
+        optimizer = getattr(self.optimizer, "optimizer", self.optimizer)  # accelerate wraps it
+        names = {param: name for name, param in self.accelerator.unwrap_model(self.model).named_parameters()}
+        where = checkpoint / "optimizer.pt"
+        taken = 0
+        for param, state in optimizer.state.items():
+            for key, value in state.items():
+                if torch.is_tensor(value) and value.is_floating_point() and not torch.isfinite(value).all():
+                    raise ValueError(
+                        f"--resume: {where}: the optimizer state holds NaN or infinite values ('{key}' of "
+                        f"'{names.get(param, 'a parameter')}')"
+                    )
+            if "step" in state:  # each parameter's count of the steps that updated it
+                taken = max(taken, int(state["step"]))
+        if taken != self.state.global_step:
+            raise ValueError(
+                f"--resume: {where}: the optimizer state is at step {taken}, but {TRAINER_STATE_NAME} there is at "
+                f"step {self.state.global_step}: the file belongs to another checkpoint"
+            )
 
     def _load_rng_state(self, checkpoint):
         with _one_line_load_errors(checkpoint, "random state"):
@@ -595,7 +717,7 @@ def _one_line_load_errors(checkpoint, what: str):
     """A checkpoint file that cannot be read (damaged, tampered with: torch refuses unsafe pickles) as one line."""
     try:
         yield
-    except (pickle.UnpicklingError, EOFError, RuntimeError, OSError, KeyError, ValueError) as error:
+    except (pickle.UnpicklingError, EOFError, RuntimeError, OSError, KeyError, ValueError, SafetensorError) as error:
         message = " ".join(str(error).split())[:300] or type(error).__name__
         raise ValueError(f"--resume: {checkpoint}: cannot read the {what} ({message}).") from None
 
@@ -638,6 +760,8 @@ class StreamTrainer(ElmoTrainer):
             )
         with _one_line_load_errors(checkpoint, "stream state"):
             state = load_file(path)
+        if not all(torch.isfinite(tensor).all() for tensor in state.values()):
+            raise ValueError(f"--resume: {path}: the stream state holds NaN or infinite values")
         self.carried = (state["hidden"].to(self.args.device), state["memory"].to(self.args.device))
 
 
@@ -676,7 +800,8 @@ def _training_arguments(options: BiLMTrainingOptions, has_eval: bool) -> Trainin
         label_names=["labels"],
         dataloader_num_workers=_loader_workers(options.dataloader_workers, on_gpu),
         # Batches go to the GPU from pinned memory without waiting, and no per-step check of the loss makes the
-        # host wait for the GPU (a NaN loss then shows in the logged mean instead of being left out of it).
+        # host wait for the GPU (a non-finite loss is noted on the device and stops training when it is read:
+        # `ElmoTrainer.check_finite`).
         dataloader_pin_memory=on_gpu,
         accelerator_config={"non_blocking": on_gpu},
         logging_nan_inf_filter=False,
@@ -689,11 +814,17 @@ def _training_arguments(options: BiLMTrainingOptions, has_eval: bool) -> Trainin
 def train_bilm(options: BiLMTrainingOptions | None = None, **kwargs) -> dict:
     """Train an `ElmoForBiLM` and save it (safetensors, tokenizer with its vocabulary, remote code) to `output_dir`.
 
-    Call with a `BiLMTrainingOptions` or with its fields as keyword arguments. All inputs are checked before
-    training starts. Returns the final metrics: `train_loss`, `train_runtime` (seconds), `steps` and, with evaluation
-    files, `eval_forward_perplexity`, `eval_backward_perplexity`, `eval_perplexity` (their geometric mean).
+    Call with a `BiLMTrainingOptions` or with its fields as keyword arguments; with `resume=True` the keyword
+    arguments left out are the ones recorded in `output_dir`. All inputs are checked before training starts.
+    Training stops with a `ValueError` at the first step whose loss is not finite, and before saving weights that are
+    not (the checkpoints before are kept). Returns the final metrics: `train_loss`, `train_runtime` (seconds),
+    `steps` and, with evaluation files, `eval_forward_perplexity`, `eval_backward_perplexity`, `eval_perplexity`
+    (their geometric mean).
     """
-    options = options if options is not None else BiLMTrainingOptions(**kwargs)
+    if options is None:
+        options = _resumed_options(kwargs) if kwargs.get("resume") else BiLMTrainingOptions(**kwargs)
+    elif options.resume:
+        options = _resumed_options(dataclasses.asdict(options))
     if options.keep_freed_memory:
         keep_freed_memory()
     output_dir = _prepare_output_dir(options)
@@ -742,7 +873,7 @@ def _train(options, output_dir, tokenizer, config, args, resume_from) -> dict:
         train_dataset = train_dataset.shuffle(seed=options.seed, buffer_size=10_000)
 
     if args.process_index == 0 and not options.resume:
-        # What --resume checks: a resumed run must be the same run.
+        # What --resume fills in and checks: a resumed run must be the same run.
         output_dir.mkdir(parents=True, exist_ok=True)
         write_atomically(output_dir / OPTIONS_FILE, json.dumps(dataclasses.asdict(options), indent=2) + "\n")
     softmax = "full softmax"
@@ -781,6 +912,7 @@ def _train(options, output_dir, tokenizer, config, args, resume_from) -> dict:
     if options.stream and resume_from is not None:
         trainer.load_carried_state(resume_from)
     result = trainer.train(resume_from_checkpoint=None if resume_from is None else str(resume_from))
+    trainer.check_finite(weights=True)
     if options.stream:
         # Trained on carried states, the model starts best from a warm state, not from zeros.
         sentences = list(itertools.islice(iter_sentences(options.train_files, options.split, tokenizer), 2000))
@@ -823,7 +955,8 @@ COMMAND_OPTIONS = BiLMTrainingOptions
 
 def run(args: argparse.Namespace) -> int:
     names = {f.name for f in dataclasses.fields(BiLMTrainingOptions)}
-    train_bilm(BiLMTrainingOptions(**{k: v for k, v in vars(args).items() if k in names}))
+    given = getattr(args, "given", names)  # the options on the command line: with --resume the others are recorded
+    train_bilm(**{k: v for k, v in vars(args).items() if k in names and k in given})
     return 0
 
 

@@ -142,6 +142,38 @@ def symlink(link, target):
     return create
 
 
+# --- training runs and their checkpoints, for the cases of `hf-elmo train` ---
+
+
+def trained(folder, options=""):
+    """A finished run of `TRAIN` (defined below) into `folder`; it also fills the data cache that a case's run then
+    reads without writing to it."""
+
+    def train(root):
+        assert cli_main(f"{TRAIN} --output-dir {folder} --logging-steps 100 {options}".split()) == 0
+
+    return train
+
+
+def copy(source, target):
+    return lambda root: shutil.copy(root / source, root / target)
+
+
+def truncate(path, cut):
+    return lambda root: os.truncate(root / path, (root / path).stat().st_size - cut)
+
+
+def nan_accumulator(path):
+    def damage(root):
+        import torch
+
+        state = torch.load(root / path, weights_only=True)
+        state["state"][0]["sum"].view(-1)[0] = float("nan")  # the first parameter's
+        torch.save(state, root / path)
+
+    return damage
+
+
 @dataclass
 class Case:
     command: str
@@ -254,6 +286,56 @@ CASES = {
     "train inside the model it starts from": Case(
         "train --train-files corpus.txt --init-from M --output-dir M/adapted --data-cache-dir cache",
         r"^error: M/adapted: is inside the input M;",
+    ),
+    # --- training: non-finite values, resuming, the output folder (hf-elmo train) ---
+    # Step 1's loss is that of the initial weights; its update at a learning rate of 1e30 leaves none finite after.
+    "train: --learning-rate 1e30 (Adagrad)": Case(
+        f"{TRAIN} --learning-rate 1e30 --max-steps 3",
+        r"^error: training stopped: the loss of step 2 is (nan|inf); nothing from that step on was saved \(no "
+        r"checkpoint was written before\)$",
+        [trained("earlier", "--max-steps 1")],
+    ),
+    "train: --learning-rate 1e30 (AdamW)": Case(
+        f"{TRAIN} --optimizer adamw --learning-rate 1e30 --max-steps 3",
+        r"^error: training stopped: the loss of step 2 is (nan|inf); nothing from that step on was saved",
+        [trained("earlier", "--max-steps 1")],
+    ),
+    "train --resume: an optimizer.pt with a NaN accumulator": Case(
+        f"{TRAIN} --save-steps 1 --resume --max-steps 3",
+        r"^error: --resume: run/checkpoint-2/optimizer\.pt: the optimizer state holds NaN or infinite values \('sum' "
+        r"of 'elmo\.char_encoder\.char_embedding\.weight'\)$",
+        [trained("run", "--max-steps 2 --save-steps 1"), nan_accumulator("run/checkpoint-2/optimizer.pt")],
+    ),
+    "train --resume: the optimizer.pt of an earlier checkpoint": Case(
+        f"{TRAIN} --save-steps 1 --resume --max-steps 3",
+        r"^error: --resume: run/checkpoint-2/optimizer\.pt: the optimizer state is at step 1, but trainer_state\.json "
+        r"there is at step 2: the file belongs to another checkpoint$",
+        [trained("run", "--max-steps 2 --save-steps 1"),
+         copy("run/checkpoint-1/optimizer.pt", "run/checkpoint-2/optimizer.pt")],
+    ),
+    "train --resume: a truncated model.safetensors in the last checkpoint": Case(
+        f"{TRAIN} --save-steps 1 --resume --max-steps 3",
+        r"^error: --resume: run/checkpoint-2/model\.safetensors: not a readable safetensors file \(.*\); checkpoint-1 "
+        r"is intact: move checkpoint-2 out of run to continue from it\.$",
+        [trained("run", "--max-steps 2 --save-steps 1"), truncate("run/checkpoint-2/model.safetensors", 100)],
+    ),
+    "train --resume --stream: a truncated stream state": Case(
+        f"{TRAIN} --stream --batch-size 2 --window 8 --save-steps 1 --resume --max-steps 3",
+        r"^error: --resume: run/checkpoint-2/stream_state-0\.safetensors: not a readable safetensors file \(.*\); "
+        r"checkpoint-1 is intact",
+        [trained("run", "--stream --batch-size 2 --window 8 --max-steps 2 --save-steps 1"),
+         truncate("run/checkpoint-2/stream_state-0.safetensors", 10)],
+    ),
+    "train --resume: an option given again with another value than the recorded one": Case(
+        "train --output-dir run --resume --batch-size 128",  # the default, given: not replaced by the record
+        r"^error: --resume: the run in run has other options \(bilm_training_options\.json\): --batch-size 4 there, "
+        r"128 given; leave them out to continue with the recorded ones\.$",
+        [trained("run", "--max-steps 2 --save-steps 1 --batch-size 4")],
+    ),
+    "train --output-dir a symbolic link": Case(
+        f"{TRAIN} --output-dir link",
+        r"^error: link: is a symbolic link; give the folder itself or a new name$",
+        [write("elsewhere/notes.txt", "mine"), symlink("link", "elsewhere")],
     ),
     # --- silent wrong answers: NaN, zero sizes, options that do not describe the weights ---
     "convert: NaN cell_clip in options.json": Case(

@@ -323,6 +323,63 @@ def test_damaged_checkpoint_is_one_line(corpus, tmp_path, capsys):
                         error), error
 
 
+def test_resume_takes_the_options_recorded_in_the_run(corpus, tmp_path, monkeypatch, uninterrupted):
+    run = short_run(corpus, tmp_path / "run")
+    crash_at(monkeypatch, "training_step", 3)
+    with pytest.raises(KeyboardInterrupt):
+        train_bilm(**run)
+    monkeypatch.undo()
+    assert cli_main(["train", "--output-dir", str(tmp_path / "run"), "--resume"]) == 0
+    assert_same_weights(uninterrupted, tmp_path / "run")
+
+
+def test_a_non_finite_loss_stops_training_at_its_step_and_keeps_the_checkpoints_before(corpus, tmp_path, monkeypatch):
+    from hf_elmo.model_io import _check_finite
+
+    original = ElmoTrainer.compute_loss
+
+    def nan_at_step_5(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        loss, outputs = original(self, model, inputs, True, num_items_in_batch)
+        if model.training and self.state.global_step + 1 == 5:
+            loss = loss * float("nan")
+        return (loss, outputs) if return_outputs else loss
+
+    monkeypatch.setattr(ElmoTrainer, "compute_loss", nan_at_step_5)
+    # The loss is read when it is logged and before a save: here first at step 6, which must name step 5.
+    run = short_run(corpus, tmp_path / "run", max_steps=8, save_steps=2, logging_steps=100)
+    with pytest.raises(ValueError, match=r"^training stopped: the loss of step 5 is nan; nothing from that step on "
+                                         r"was saved \(the last checkpoint is checkpoint-4\)$"):
+        train_bilm(**run)
+    assert sorted(p.name for p in (tmp_path / "run").iterdir()) == [
+        "bilm_training_options.json", "checkpoint-2", "checkpoint-4"]
+    _check_finite(ElmoForBiLM.from_pretrained(tmp_path / "run/checkpoint-4"), "checkpoint-4")
+
+
+def test_non_finite_weights_are_never_saved(corpus, tmp_path, monkeypatch):
+    from hf_elmo.adagrad import Adagrad
+
+    original = Adagrad.step
+
+    def overflow_at_the_second_step(self, *args, **kwargs):
+        loss = original(self, *args, **kwargs)
+        self.steps_taken = getattr(self, "steps_taken", 0) + 1
+        if self.steps_taken == 2:  # after the update of step 2, before its checkpoint; no loss has read it yet
+            for group in self.param_groups:
+                for param in group["params"]:
+                    param.data.view(-1)[0] = float("inf")
+        return loss
+
+    monkeypatch.setattr(Adagrad, "step", overflow_at_the_second_step)
+    tiny = ElmoConfig.from_json_file(corpus / "tiny.json")
+    tiny.vocab_size = 5
+    first = next(name for name, _ in ElmoForBiLM(tiny).named_parameters())  # the first one checked
+    with pytest.raises(ValueError, match=rf"^training stopped at step 2: the weights hold NaN or infinite values in "
+                                         rf"'{re.escape(first)}'; nothing from that step on was saved \(no "
+                                         rf"checkpoint was written before\)$"):
+        train_bilm(**short_run(corpus, tmp_path / "run", max_steps=4, save_steps=2))
+    assert not (tmp_path / "run").exists()
+
+
 @pytest.mark.parametrize("error", [KeyboardInterrupt, RuntimeError])
 def test_run_stopped_before_its_first_checkpoint_leaves_nothing(corpus, tmp_path, monkeypatch, error):
     run = short_run(corpus, tmp_path / "run")
