@@ -93,10 +93,10 @@ def cpu(tensors):
 )
 def test_values_match_reference_with_state_and_padding(overrides, kernels, device, sentences, fused_calls):
     interpreted = device == "cpu" and kernels in ("triton", "triton fused")
-    if interpreted and overrides not in ({}, {"cell_clip": None, "proj_clip": None}):
-        pytest.skip("interpreted Triton is slow: the kernels' two variants (with and without clips) suffice")
-    if interpreted and overrides and sentences is not SENTENCES:
-        pytest.skip("interpreted Triton is slow: the joint product's steps are the same kernels")
+    if interpreted and (overrides not in ({}, {"cell_clip": None, "proj_clip": None}) or sentences is not SENTENCES):
+        # Interpreted Triton is slow: every configuration family, on sentences of at most 3 words (the same rows,
+        # so the same choice of input product).
+        sentences = [words[:3] for words in sentences]
     config = small_config(**overrides)
     model = random_model(config)
     reference = reference_from(model)
