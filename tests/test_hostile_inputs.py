@@ -610,7 +610,7 @@ def memory_results(tmp_path_factory, converted_dirs, bilm_dir):
     # No GPU in these capped processes, and no CUDA probe: on a GPU machine its failure under the cap is a warning.
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "PYTORCH_NVML_BASED_CUDA_CHECK": "1"}
     done = subprocess.run(
-        [sys.executable, "-c", _LIMITED_RUNS, argument], capture_output=True, text=True, timeout=600, env=env
+        [sys.executable, "-c", _LIMITED_RUNS, argument], capture_output=True, text=True, timeout=900, env=env
     )
     assert done.returncode == 0, done.stderr[-3000:]
     results = json.loads(done.stdout.strip().splitlines()[-1])
@@ -760,7 +760,7 @@ def test_signal_while_writing_leaves_nothing(name, workspace):
     number = str(int(getattr(signal, signal_name)))
     done = subprocess.run(
         [sys.executable, "-c", _SIGNALLED_RUN, module, owner, attribute, str(call), number, command],
-        cwd=workspace, capture_output=True, timeout=300,
+        cwd=workspace, capture_output=True, timeout=900,
     )
     stderr = done.stderr.decode()  # not text=True, which would turn the progress bars' \r into line ends
     lines = [line for line in stderr.split("\n") if line.strip() and "\r" not in line]
@@ -779,7 +779,7 @@ def test_sigterm_while_a_checkpoint_is_written_keeps_the_earlier_ones(workspace)
     done = subprocess.run(
         [sys.executable, "-c", _SIGNALLED_RUN, "hf_elmo.train_bilm", "ElmoTrainer", "_save_rng_state", "2",
          str(int(signal.SIGTERM)), command],
-        cwd=workspace, capture_output=True, timeout=300,
+        cwd=workspace, capture_output=True, timeout=900,
     )
     stderr = done.stderr.decode()
     assert done.returncode == 130 and "Traceback" not in stderr, stderr
