@@ -19,21 +19,12 @@ it, with the same rounding, instead of clipping writing every gradient once more
 original model on two Zen 3 cores, clipping and step took 173 ms instead of 210).
 """
 
-import os
-
 import torch
 
 from .cpu_kernels import adagrad_step as compiled_adagrad_step
 from .cpu_kernels import available as compiled_loops_available
+from .triton_support import INTERPRETED, tl, triton
 
-try:
-    import triton
-    import triton.language as tl
-except ImportError:  # pragma: no cover - depends on the installation
-    triton = None
-
-# Whether the kernel below was defined for Triton's interpreter (then it runs on CPU tensors, for the tests).
-_INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
 _BLOCK = 4096
 
 if triton is not None:
@@ -130,9 +121,9 @@ class Adagrad(torch.optim.Adagrad):
     def _fused_step(self, param: torch.Tensor):
         """The one-pass step for `param`'s device, or None where there is none: Triton's on CUDA tensors (and on CPU
         tensors under Triton's interpreter, where tests ask for it), the compiled loop on float32 CPU tensors."""
-        if param.is_cuda and triton is not None and not _INTERPRETED:
+        if param.is_cuda and triton is not None and not INTERPRETED:
             return _triton_step
-        if param.is_cpu and self._FUSE_ON_CPU and triton is not None and _INTERPRETED:
+        if param.is_cpu and self._FUSE_ON_CPU and triton is not None and INTERPRETED:
             return _triton_step
         if param.is_cpu and param.dtype == torch.float32 and compiled_loops_available(param):
             return compiled_adagrad_step

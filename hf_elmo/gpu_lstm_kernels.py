@@ -10,18 +10,12 @@ Importing this module needs Triton. With `TRITON_INTERPRET=1` set before the imp
 tensors (slowly), which is how the CPU test suite checks them.
 """
 
-import os
 
 import torch
 
-try:  # without Triton this module cannot be imported, and its importer falls back to PyTorch operations
-    import triton
-    import triton.language as tl
-except ImportError:
-    raise  # (inside `try`: transformers' check of a saved folder's imports then does not require Triton)
+from .triton_support import INTERPRETED, require_triton, tl, triton
 
-INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
-"""Whether the kernels were defined for Triton's interpreter (they then run on CPU tensors only)."""
+require_triton(__name__)  # its importer then keeps PyTorch's operations
 
 _BLOCK = 512
 

@@ -9,18 +9,12 @@ arithmetic is float32, the forward pass reads them once (each block's max and su
 same function written with PyTorch operations elsewhere; the tests keep both equal.
 """
 
-import os
 
 import torch
 
-try:  # without Triton this module cannot be imported, and its importer falls back to PyTorch operations
-    import triton
-    import triton.language as tl
-except ImportError:
-    raise  # (inside `try`: transformers' check of a saved folder's imports then does not require Triton)
+from .triton_support import INTERPRETED, require_triton, tl, triton
 
-INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
-"""Whether the kernels were defined for Triton's interpreter (they then run on CPU tensors only)."""
+require_triton(__name__)  # its importer then keeps PyTorch's operations
 
 _BLOCK = 1024
 

@@ -16,7 +16,7 @@ def fused_calls(request, monkeypatch):
     tensors only). Returns the list of parameters it was called for."""
     name = "_triton_step" if request.param == "Triton kernel" else "compiled_adagrad_step"
     if request.param == "Triton kernel":
-        if adagrad.triton is None or (DEVICE == "cpu" and not adagrad._INTERPRETED):
+        if adagrad.triton is None or (DEVICE == "cpu" and not adagrad.INTERPRETED):
             pytest.skip("needs Triton")
         monkeypatch.setattr(Adagrad, "_FUSE_ON_CPU", DEVICE == "cpu")
     elif DEVICE != "cpu":
