@@ -35,6 +35,8 @@ from .tokenization_elmo import ElmoTokenizer
 
 STREAMS = 64
 DEFAULT_SENTENCES = 2000
+PIECE = 1024
+"""Positions of a sentence read per model call: a longer one is read in pieces (`_read_in_pieces`)."""
 
 
 def _padded(rows: list[np.ndarray], device) -> tuple[torch.Tensor, torch.Tensor]:
@@ -45,6 +47,31 @@ def _padded(rows: list[np.ndarray], device) -> tuple[torch.Tensor, torch.Tensor]
         ids[index, : len(row)] = row
         mask[index, : len(row)] = 1
     return torch.from_numpy(ids).to(device), torch.from_numpy(mask).to(device)
+
+
+def _read_in_pieces(model: ElmoModel, rows: list[np.ndarray], state: ElmoState, backward_from: int) -> ElmoState:
+    """The state after each of `rows` (the character ids of a sentence), from `state`: `PIECE` positions per model
+    call, each row's state carried from one call to the next, so that memory does not grow with the length of a
+    line. The rows from `backward_from` on are read by the backward LSTM, from their last position to their first:
+    their pieces are taken from the end. Rows that fit in one piece (ordinary sentences) are read in a single call."""
+    hidden, memory = state
+    for start in range(0, max(len(row) for row in rows), PIECE):
+        reading = [k for k, row in enumerate(rows) if len(row) > start]
+        pieces = [
+            rows[k][max(0, len(rows[k]) - start - PIECE) : len(rows[k]) - start] if k >= backward_from
+            else rows[k][start : start + PIECE]
+            for k in reading
+        ]
+        input_ids, attention_mask = _padded(pieces, hidden.device)
+        every_row = len(reading) == len(rows)
+        part = None if every_row else torch.tensor(reading, device=hidden.device)
+        state = (hidden, memory) if every_row else (hidden[:, part], memory[:, part])
+        new_hidden, new_memory = model(input_ids, attention_mask=attention_mask, state=state, use_cache=True).state
+        if every_row:
+            hidden, memory = new_hidden, new_memory
+        else:  # the rows that ended in an earlier piece keep their state
+            hidden, memory = hidden.index_copy(1, part, new_hidden), memory.index_copy(1, part, new_memory)
+    return hidden, memory
 
 
 @torch.no_grad()
@@ -79,10 +106,9 @@ def estimate_warm_state(
         words = [per_stream[k][step] for k in active]
         rows = [tokenizer.characters.rows([BOS_TOKEN, *w]) for w in words]
         rows += [tokenizer.characters.rows([*w, EOS_TOKEN]) for w in words]
-        input_ids, attention_mask = _padded(rows, device)
         index = torch.tensor(active + [count + k for k in active], device=device)
         state = (hidden[:, index].to(model.dtype), memory[:, index].to(model.dtype))
-        new_hidden, new_memory = model(input_ids, attention_mask=attention_mask, state=state, use_cache=True).state
+        new_hidden, new_memory = _read_in_pieces(model, rows, state, backward_from=len(words))
         hidden[:, index], memory[:, index] = new_hidden.float(), new_memory.float()
         n = len(active)
         for total, new, size in ((sums[0], new_hidden, projection_dim), (sums[1], new_memory, cell_dim)):
