@@ -52,7 +52,7 @@ import numpy as np
 import torch
 
 from .convert_original_elmo import load_original_elmo
-from .file_io import HDF5_FILE, ElmoInputError, check_output, write_output
+from .file_io import HDF5_FILE, ElmoInputError, HDF5Output, check_output, write_output
 from .model_io import load_model_folder
 from .modeling_elmo import ElmoModel
 from .tokenization_elmo import ElmoTokenizer
@@ -323,7 +323,8 @@ def embed_file(
 
     def write(path):
         key_of_line: dict[str, str] = {}
-        with h5py.File(path, "w") as h5file, _InOrder() as writer:
+        with HDF5Output(path) as output, _InOrder() as writer:
+            h5file = output.file
             if packed:
                 store = PackedStore(h5file, embedder.empty_shape, embedder.numpy_dtype)
             else:
@@ -344,6 +345,7 @@ def embed_file(
                     batch = to_compute[start : start + batch_size]
                     vectors = embedder([words for _, words in batch], carry_state)
                     writer.run(store.add, [index for index, _ in batch], [len(words) for _, words in batch], vectors)
+                    output.check()
                     bar.update(len(batch))
                     embedded[0] += len(batch)
                 writer.run(store.end_window, window[0][0], len(window), repeats)

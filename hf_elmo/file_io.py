@@ -257,6 +257,85 @@ def write_output(path, write: Callable[[Path], object], kind: OutputKind, inputs
     return path
 
 
+class HDF5Output:
+    """An HDF5 file being written, `.file` (`h5py.File`), whose failed writes (a full disk, a file-size limit) are
+    raised as `OSError` by `check()` and when the block ends.
+
+    HDF5 does not survive a failed write: h5py then cannot release its objects (a traceback per object, printed and
+    ignored, and the writing goes on) and closing the file crashes the process. So the file is written through a
+    Python file object (h5py's `fileobj` driver) that keeps the first error and from then on writes nothing and
+    reports success: HDF5 closes cleanly, and the caller discards the file."""
+
+    def __init__(self, path: str | os.PathLike):
+        import h5py
+
+        self.error: OSError | None = None
+        self._raw = open(path, "w+b", buffering=0)
+        try:
+            self.file = h5py.File(_FirstErrorKept(self), "w")
+        except BaseException:
+            self._raw.close()
+            raise
+
+    def check(self):
+        """Raises the first failed write's `OSError`, if there was one."""
+        if self.error is not None:
+            raise OSError(self.error.errno, self.error.strerror or str(self.error))
+
+    def __enter__(self) -> "HDF5Output":
+        return self
+
+    def __exit__(self, exc_type, exc, traceback):
+        try:
+            self.file.close()
+        finally:
+            self._raw.close()
+        if exc_type is None:
+            self.check()
+
+
+class _FirstErrorKept:
+    """The file object under an `HDF5Output`: keeps its first `OSError` and writes nothing after it."""
+
+    def __init__(self, output: HDF5Output):
+        self.output, self.raw = output, output._raw
+
+    def _attempt(self, operation, *args):
+        if self.output.error is None:
+            try:
+                operation(*args)
+            except OSError as error:
+                self.output.error = error
+
+    def _write_all(self, data):
+        view = memoryview(data).cast("B")
+        while view:
+            view = view[self.raw.write(view) :]
+
+    def write(self, data) -> int:
+        self._attempt(self._write_all, data)
+        return memoryview(data).nbytes
+
+    def truncate(self, size: int) -> int:
+        self._attempt(self.raw.truncate, size)
+        return size
+
+    def flush(self):
+        pass  # unbuffered
+
+    def read(self, size: int = -1) -> bytes:
+        return self.raw.read(size)
+
+    def readinto(self, buffer) -> int:
+        return self.raw.readinto(buffer)
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        return self.raw.seek(offset, whence)
+
+    def tell(self) -> int:
+        return self.raw.tell()
+
+
 def _raise_keyboard_interrupt(signum, frame):
     raise KeyboardInterrupt(signal.Signals(signum).name)
 
@@ -297,6 +376,7 @@ def deferred_signals():
 
 __all__ = [
     "HDF5_FILE",
+    "HDF5Output",
     "MODEL_FOLDER",
     "ORIGINAL_FOLDER",
     "VOCABULARY_FILE",

@@ -793,3 +793,44 @@ def test_a_panic_of_the_regex_engine_is_a_value_error():
 
     with pytest.raises(ValueError, match=r"the word splitter failed on this text \(Onig: .*retry-limit-in-match"):
         split_words(Panicking(), "text")
+
+
+# --- embedding, perplexity, export and warm-state commands: a full disk, permissions, one reader, the text split ---
+
+# Each command runs in a child process whose files may not grow beyond 64 KiB (RLIMIT_FSIZE), as on a full disk:
+# with SIGXFSZ ignored a write past the limit fails with EFBIG, as one on a full disk fails with ENOSPC.
+_FILE_SIZE_LIMITED_RUN = """
+import resource, signal, sys
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 16, 1 << 16))
+from hf_elmo.cli import main
+sys.exit(main(sys.argv[1].split()))
+"""
+
+FULL_DISK_CASES = {
+    # name: (command, the output it names)
+    "embed, one dataset per line": ("embed in.txt out.h5 --all --quiet --model M --batch-size 8", "out.h5"),
+    "embed --layout packed": ("embed in.txt out.h5 --all --quiet --model M --batch-size 8 --layout packed", "out.h5"),
+    "export": ("export --model M --output-dir out", "out"),
+}
+
+
+@pytest.mark.parametrize("name", FULL_DISK_CASES)
+def test_a_full_disk_is_one_line_and_leaves_nothing(name, workspace):
+    import errno
+    import subprocess
+    import sys
+
+    command, output = FULL_DISK_CASES[name]
+    (workspace / "in.txt").write_text("".join(f"the cat sat on the mat {n} times .\n" for n in range(300)))
+    before = snapshot(workspace)
+    done = subprocess.run(
+        [sys.executable, "-c", _FILE_SIZE_LIMITED_RUN, command], cwd=workspace, capture_output=True, timeout=300,
+        env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "CUDA_VISIBLE_DEVICES": ""},
+    )
+    stderr = done.stderr.decode()
+    lines = [line for line in stderr.split("\n") if line.strip() and "\r" not in line]
+    assert done.returncode == 2 and "Traceback" not in stderr, stderr[-3000:]
+    assert lines == [f"error: {output}: not written ({os.strerror(errno.EFBIG)})"], stderr[-3000:]
+    assert snapshot(workspace) == before
+
