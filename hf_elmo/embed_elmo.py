@@ -9,7 +9,8 @@ The file reads like the output of AllenNLP's `allennlp elmo` command, so existin
   char-CNN `[x | x]`) or `--scalar-mix-weights` (`sum_k softmax(w)_k * layer_k`, the unnormalised weights of
   AllenNLP's `scalar_mix_parameters`). `--dtype float64` stores float64; `--output-dtype float16` stores float16
   (half the file, about 5e-4 relative rounding of each value; for bulk embedding, where writing the file is the
-  bound).
+  bound). A value the output dtype cannot hold (beyond float16's range, or NaN or infinite as computed, e.g. under
+  `--dtype float16`) is an error naming the line: nothing is written.
 * `sentence_to_index`: a one-element string dataset holding the JSON map from each line (stripped) to its key.
 
 `--layout packed` writes the same vectors for bulk embedding, where one dataset per line costs more than the model
@@ -188,7 +189,34 @@ class Embedder:
             self.store = _store_rows(self.store, out.state)
         selected = self.select(out.hidden_states)
         words = selected.flatten(-3, -2).index_select(-2, word_positions)
-        return words.to("cpu", self.output_dtype).numpy()
+        stored = words.to("cpu", self.output_dtype)
+        finite = torch.isfinite(stored)
+        if not finite.all():
+            position = tuple((~finite).nonzero()[0].tolist())
+            row = int(np.searchsorted(np.cumsum(counts), position[-2], side="right"))
+            raise NonFiniteVectors(row, words[position].item(), self.model.dtype, self.output_dtype)
+        return stored.numpy()
+
+
+class NonFiniteVectors(ValueError):
+    """A vector value the output cannot hold: computed as NaN or infinite by the model, or beyond the range of the
+    output dtype; `row` is the sentence's row in its batch."""
+
+    def __init__(self, row: int, value: float, model_dtype: torch.dtype, output_dtype: torch.dtype):
+        self.row = row
+        model_name, output_name = (str(dtype).removeprefix("torch.") for dtype in (model_dtype, output_dtype))
+        if math.isfinite(value):
+            largest = torch.finfo(output_dtype).max
+            message = (
+                f"a vector value, {value:.6g}, is beyond the range of --output-dtype {output_name} (largest "
+                f"{largest:,.0f}); use a wider --output-dtype"
+            )
+        else:
+            message = f"the model, running in {model_name}, computed a vector value of {value}"
+            if model_dtype == torch.float16:
+                largest = torch.finfo(model_dtype).max
+                message += f" (float16 holds at most {largest:,.0f}): use --dtype float32 or bfloat16"
+        super().__init__(message)
 
 
 class PerLineStore:
@@ -343,7 +371,10 @@ def embed_file(
                     to_compute.sort(key=lambda item: len(item[1]), reverse=True)  # stable: ties keep file order
                 for start in range(0, len(to_compute), batch_size):
                     batch = to_compute[start : start + batch_size]
-                    vectors = embedder([words for _, words in batch], carry_state)
+                    try:
+                        vectors = embedder([words for _, words in batch], carry_state)
+                    except NonFiniteVectors as error:
+                        raise ElmoInputError(f"{input_path}: line {batch[error.row][0] + 1}: {error}") from None
                     writer.run(store.add, [index for index, _ in batch], [len(words) for _, words in batch], vectors)
                     output.check()
                     bar.update(len(batch))

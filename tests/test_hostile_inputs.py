@@ -418,6 +418,29 @@ CASES = {
         r"\(vocab\.txt\) has 9",
         [edit_json("B/config.json", vocab_size=10**8)],
     ),
+    # --- embedding, perplexity, export and warm-state commands: output dtypes, devices, the model's text split ---
+    # The character embedding row of 'Z' (ids are bytes + 1, rows ids - 1) made large: the first layer of its words
+    # goes beyond float16's range (about 1e5), the others' stays small.
+    "embed --all --output-dtype float16: a value beyond float16's range": Case(
+        "embed in.txt out.h5 --all --quiet --model M --output-dtype float16",
+        r"^error: in\.txt: line 2: a vector value, -?\d[\d.e+]*, is beyond the range of --output-dtype float16 "
+        r"\(largest 65,504\); use a wider --output-dtype$",
+        [edit_weights("M", lambda t: t["char_encoder.char_embedding.weight"][ord("Z")].fill_(1e5)),
+         write("in.txt", "The cat sat .\nA Zed .\n")],
+    ),
+    "embed --layout packed --output-dtype float16: a value beyond float16's range": Case(
+        "embed in.txt out.h5 --all --quiet --model M --output-dtype float16 --layout packed",
+        r"^error: in\.txt: line 2: a vector value, -?\d[\d.e+]*, is beyond the range of --output-dtype float16",
+        [edit_weights("M", lambda t: t["char_encoder.char_embedding.weight"][ord("Z")].fill_(1e5)),
+         write("in.txt", "The cat sat .\nA Zed .\n")],
+    ),
+    "embed --dtype float16: the model computes beyond float16's range": Case(
+        "embed in.txt out.h5 --all --quiet --model M --dtype float16 --device cpu",
+        r"^error: in\.txt: line 2: the model, running in float16, computed a vector value of -?(nan|inf) \(float16 "
+        r"holds at most 65,504\): use --dtype float32 or bfloat16$",
+        [edit_weights("M", lambda t: t["char_encoder.char_embedding.weight"][ord("Z")].fill_(1e5)),
+         write("in.txt", "The cat sat .\nA Zed .\n")],
+    ),
 }
 
 
