@@ -98,13 +98,30 @@ def write_atomically(path: str | os.PathLike, text: str) -> str:
     return replace_atomically(path, lambda temporary: temporary.write_text(text, encoding="utf-8"))
 
 
+def _umask() -> int:
+    try:  # Linux says it without changing it, which os.umask does for every thread
+        with open("/proc/self/status", encoding="ascii") as status:
+            return next(int(line.split()[1], 8) for line in status if line.startswith("Umask:"))
+    except (OSError, StopIteration, ValueError):
+        mask = os.umask(0o022)
+        os.umask(mask)
+        return mask
+
+
+def follow_umask(path: str | os.PathLike):
+    """Gives the file `path` the permissions any new file gets (0666 less the umask): safetensors creates its files
+    0600, unlike every other output."""
+    os.chmod(path, 0o666 & ~_umask())
+
+
 def replace_atomically(path: str | os.PathLike, write: Callable[[Path], object]) -> str:
     """`write(temporary)` on a temporary name beside `path`, then renames it over `path`: the file is the old one or
-    the complete new one (e.g. the weights of a model folder updated in place)."""
+    the complete new one (e.g. the weights of a model folder updated in place), with the permissions of a new file."""
     path = Path(path)
     temporary = path.with_name(f".{path.name}.tmp-{secrets.token_hex(4)}")
     try:
         write(temporary)
+        follow_umask(temporary)
         with deferred_signals():
             os.replace(temporary, path)
     finally:
@@ -388,6 +405,7 @@ __all__ = [
     "replace_atomically",
     "checked_filters",
     "deferred_signals",
+    "follow_umask",
     "json_field",
     "read_json_object",
     "read_utf8",

@@ -857,3 +857,14 @@ def test_a_full_disk_is_one_line_and_leaves_nothing(name, workspace):
     assert lines == [f"error: {output}: not written ({os.strerror(errno.EFBIG)})"], stderr[-3000:]
     assert snapshot(workspace) == before
 
+
+def test_weights_get_the_permissions_of_any_new_file(workspace):
+    umask = os.umask(0o027)
+    try:
+        assert cli_main(f"{CONVERT} --output-dir converted".split()) == 0
+        assert cli_main("warm-state --model M corpus.txt --device cpu".split()) == 0  # replaces M's weights
+    finally:
+        os.umask(umask)
+    for path in ("converted/model.safetensors", "converted/config.json", "M/model.safetensors"):
+        assert stat.S_IMODE((workspace / path).stat().st_mode) == 0o640, path
+
