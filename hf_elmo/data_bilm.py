@@ -31,7 +31,7 @@ import numpy as np
 import torch
 
 from .character_rows import BOS_TOKEN, EOS_TOKEN, pad_rows
-from .file_io import VOCABULARY_FILE, check_output, write_output
+from .file_io import VOCABULARY_FILE, check_output, read_lines, write_output
 from .tokenization_elmo import ElmoTokenizer
 from .word_vocabulary import count_word_vocabulary, write_word_vocabulary
 
@@ -104,17 +104,18 @@ def iter_sentences(
     split: str = "whitespace",
     tokenizer: ElmoTokenizer | None = None,
     locations: bool = False,
+    blank_lines: bool = False,
 ) -> Iterator[list[str]] | Iterator[tuple[str, list[str]]]:
-    """The word lists of the non-blank lines of `files`, in order; with `locations`, `("file, line N", words)` pairs.
-    A byte-order mark at the start of a file is not part of its first word."""
+    """The word lists of the non-blank lines of `files` (with `blank_lines`, of every line, a blank one as an empty
+    sentence, as bilm-tf reads them), in order; with `locations`, `("file, line N", words)` pairs. The lines are
+    those of `file_io.read_lines`."""
     _check_split(split, tokenizer)
     for path in files:
-        with open(path, encoding="utf-8-sig") as f:
-            for number, line in enumerate(f, start=1):
-                where = f"{path}, line {number}"
-                words = split_line(line, split, tokenizer, where)
-                if words:
-                    yield (where, words) if locations else words
+        for number, line in enumerate(read_lines(path), start=1):
+            where = f"{path}, line {number}"
+            words = split_line(line, split, tokenizer, where)
+            if words or blank_lines:
+                yield (where, words) if locations else words
 
 
 def build_word_vocabulary(

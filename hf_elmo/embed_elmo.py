@@ -41,7 +41,6 @@ the original command:
 """
 
 import argparse
-import codecs
 import json
 import math
 import sys
@@ -53,7 +52,7 @@ import numpy as np
 import torch
 
 from .convert_original_elmo import load_original_elmo
-from .file_io import HDF5_FILE, ElmoInputError, HDF5Output, check_output, write_output
+from .file_io import HDF5_FILE, ElmoInputError, HDF5Output, check_output, read_lines, write_output
 from .model_io import load_model_folder
 from .modeling_elmo import ElmoModel
 from .tokenization_elmo import ElmoTokenizer
@@ -63,31 +62,6 @@ WINDOW_BATCHES = 16
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "float16": torch.float16, "bfloat16": torch.bfloat16}
 OUTPUT_DTYPES = {"float16": torch.float16, "float32": torch.float32, "float64": torch.float64}  # HDF5 has no bfloat16
-
-
-def read_lines(path) -> Iterator[str]:
-    """The lines of a UTF-8 file (`-`: standard input) without their line ends; `\n`, `\r\n` and `\r` all end
-    a line, as in Python's text mode, and a byte-order mark at the start is not part of the first line. Invalid
-    UTF-8 is an `ElmoInputError` naming the line."""
-    stream = sys.stdin.buffer if str(path) == "-" else None
-    if stream is None:
-        try:
-            stream = open(path, "rb")
-        except OSError as error:
-            raise ElmoInputError(f"{path}: cannot read input ({error.strerror})") from None
-    number = 0
-    with stream:
-        for chunk in stream:  # split at b"\n" only; splitlines splits at \n, \r\n and \r (bytes: nothing else)
-            if number == 0:
-                chunk = chunk.removeprefix(codecs.BOM_UTF8)
-            for piece in chunk.splitlines():
-                number += 1
-                try:
-                    yield piece.decode("utf-8")
-                except UnicodeDecodeError as error:
-                    raise ElmoInputError(
-                        f"{path}: line {number} is not valid UTF-8 (byte {error.start + 1}: {error.reason})"
-                    ) from None
 
 
 def count_lines(path) -> int | None:

@@ -17,6 +17,7 @@ The output rule (`check_output`, `write_output`), the same for every command tha
   a hidden `.NAME.tmp-*` or `.NAME.old-*` behind.
 """
 
+import codecs
 import contextlib
 import json
 import os
@@ -24,8 +25,9 @@ import re
 import secrets
 import shutil
 import signal
+import sys
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -47,6 +49,31 @@ def read_utf8(path: str | os.PathLike, what: str) -> str:
         raise ElmoInputError(f"{path}: is a folder, expected the {what}") from None
     except (OSError, UnicodeDecodeError) as error:
         raise ElmoInputError(f"{path}: cannot read {what} ({error})") from None
+
+
+def read_lines(path) -> Iterator[str]:
+    """The lines of a UTF-8 file (`-`: standard input) without their line ends: the one reader of every command's
+    text. `\n`, `\r\n` and `\r` all end a line, as in Python's text mode, and a byte-order mark at the start is not
+    part of the first line. Invalid UTF-8 is an `ElmoInputError` naming the line."""
+    stream = sys.stdin.buffer if str(path) == "-" else None
+    if stream is None:
+        try:
+            stream = open(path, "rb")
+        except OSError as error:
+            raise ElmoInputError(f"{path}: cannot read input ({error.strerror})") from None
+    number = 0
+    with stream:
+        for chunk in stream:  # split at b"\n" only; splitlines splits at \n, \r\n and \r (bytes: nothing else)
+            if number == 0:
+                chunk = chunk.removeprefix(codecs.BOM_UTF8)
+            for piece in chunk.splitlines():
+                number += 1
+                try:
+                    yield piece.decode("utf-8")
+                except UnicodeDecodeError as error:
+                    raise ElmoInputError(
+                        f"{path}: line {number} is not valid UTF-8 (byte {error.start + 1}: {error.reason})"
+                    ) from None
 
 
 def read_json_object(path: str | os.PathLike, what: str) -> dict:
@@ -408,6 +435,7 @@ __all__ = [
     "follow_umask",
     "json_field",
     "read_json_object",
+    "read_lines",
     "read_utf8",
     "signals_as_interrupts",
     "write_atomically",

@@ -37,7 +37,7 @@ from .data_bilm import (
 )
 from .modeling_elmo import ElmoForBiLM
 from .sampled_softmax import full_softmax_loss
-from .streams_bilm import build_streams, read_lines_as_sentences, stream_input_ids
+from .streams_bilm import build_streams, stream_input_ids
 from .tokenization_elmo import ElmoTokenizer
 from .word_vocabulary import BOS_WORD_INDEX
 
@@ -100,7 +100,7 @@ def stream_perplexity(
     if batch_size < 1:
         raise ValueError(f"batch size must be >= 1, got {batch_size}.")
     files = check_text_files(files, "evaluation")
-    sentences = read_lines_as_sentences(files, split, tokenizer)
+    sentences = list(iter_sentences(files, split, tokenizer, blank_lines=True))
     streams = build_streams(sentences, tokenizer, batch_size, num_steps=1)
     if streams.length == 0:
         raise ValueError(
@@ -164,7 +164,7 @@ def sentence_perplexity(
     if batch_size < 1:
         raise ValueError(f"batch size must be >= 1, got {batch_size}.")
     files = check_text_files(files, "evaluation")
-    sentences = read_lines_as_sentences(files, split, tokenizer)
+    sentences = list(iter_sentences(files, split, tokenizer, blank_lines=True))
     # Results do not depend on the batch (a row's numbers are its own): batches of similar lengths pad least.
     order = sorted(range(len(sentences)), key=lambda k: len(sentences[k]))
     model.eval()

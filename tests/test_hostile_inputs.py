@@ -868,3 +868,25 @@ def test_weights_get_the_permissions_of_any_new_file(workspace):
     for path in ("converted/model.safetensors", "converted/config.json", "M/model.safetensors"):
         assert stat.S_IMODE((workspace / path).stat().st_mode) == 0o640, path
 
+
+HELD_OUT = (FIXTURES / "bilm-tf-checkpoint" / "heldout.txt").read_text(encoding="utf-8").split("\n")[:40]
+
+
+def perplexity_printed(capsys, model, *arguments) -> list[str]:
+    assert cli_main(["perplexity", "--model", str(model), *map(str, arguments)]) == 0
+    return capsys.readouterr().out.strip().split("\n")
+
+
+# The bilm-tf checkpoint's biLM: a trained model, whose perplexity tells a word from another.
+@pytest.mark.parametrize("mode", [[], ["--stream", "--batch-size", "4"], ["--start", "zero"]], ids=str)
+@pytest.mark.parametrize("variant", ["byte-order mark", "CR and CRLF"])
+def test_perplexity_reads_text_files_as_text_mode_does(variant, mode, checkpoint_dir, tmp_path, capsys):
+    text = "\n".join(HELD_OUT) + "\n"
+    (tmp_path / "plain.txt").write_text(text, encoding="utf-8")
+    if variant == "byte-order mark":
+        (tmp_path / "variant.txt").write_bytes(b"\xef\xbb\xbf" + text.encode())
+    else:
+        (tmp_path / "variant.txt").write_bytes(text.replace("\n", "\r", 3).replace("\n", "\r\n", 3).encode())
+    plain = perplexity_printed(capsys, checkpoint_dir, tmp_path / "plain.txt", "--window", "60", *mode)
+    assert perplexity_printed(capsys, checkpoint_dir, tmp_path / "variant.txt", "--window", "60", *mode) == plain
+
