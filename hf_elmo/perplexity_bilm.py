@@ -101,12 +101,12 @@ def stream_perplexity(
         raise ValueError(f"batch size must be >= 1, got {batch_size}.")
     files = check_text_files(files, "evaluation")
     sentences = list(iter_sentences(files, split, tokenizer, blank_lines=True))
-    streams = build_streams(sentences, tokenizer, batch_size, num_steps=1)
-    if streams.length == 0:
+    if len(sentences) < batch_size:  # before the streams are laid out: the first batch takes a line per row
         raise ValueError(
             f"{len(sentences)} lines cannot fill one batch of {batch_size} streams: every row needs a line of its own "
             "(use a smaller --batch-size)."
         )
+    streams = build_streams(sentences, tokenizer, batch_size, num_steps=1)
     char_ids = tokenizer.characters.rows(streams.words)
     model.eval()
     device, rows, length = model.device, streams.batch_size, streams.length

@@ -506,6 +506,12 @@ MEMORY_CASES = {
         "perplexity --model B corpus.txt",
         r"B: the model's softmax has 100,000,000 words",
     ),
+    # --- embedding, perplexity, export and warm-state commands ---
+    "perplexity --stream --batch-size 10**9": (
+        ("B/config.json", {}),
+        "perplexity --model B corpus.txt --stream --batch-size 1000000000",
+        r"^error: 3 lines cannot fill one batch of 1000000000 streams: every row needs a line of its own",
+    ),
 }
 
 # Runs every case in one process whose address space may grow by at most 2 GiB once the libraries are loaded, so that
