@@ -53,6 +53,7 @@ import torch
 
 from .convert_original_elmo import load_original_elmo
 from .file_io import HDF5_FILE, ElmoInputError, HDF5Output, check_output, read_lines, write_output
+from .input_checks import device_option
 from .model_io import load_model_folder
 from .modeling_elmo import ElmoModel
 from .tokenization_elmo import ElmoTokenizer
@@ -438,18 +439,6 @@ def _load(args):
     return model, ElmoTokenizer(max_characters_per_token=model.config.max_characters_per_token)
 
 
-def _device(name: str | None) -> torch.device:
-    if name is None:
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        device = torch.device(name)
-    except RuntimeError:
-        raise ElmoInputError(f"--device: unknown device {name!r} (e.g. cpu, cuda, cuda:1)") from None
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise ElmoInputError(f"--device {name}: CUDA is not available on this machine")
-    return device
-
-
 def run(args: argparse.Namespace) -> int:
     inputs = [args.input, args.model, args.options, args.weights]
     check_output(args.output, HDF5_FILE, inputs, args.force)  # before loading a large model
@@ -457,7 +446,7 @@ def run(args: argparse.Namespace) -> int:
         raise ElmoInputError(f"{args.input}: is a folder, expected the input text file")
     if str(args.input) != "-" and not Path(args.input).exists():
         raise ElmoInputError(f"{args.input}: no such input file")
-    device = _device(args.device)
+    device = device_option(args.device)
     model, tokenizer = _load(args)
     model.to(device=device, dtype=DTYPES[args.dtype])
     mode = "mix" if args.scalar_mix_weights is not None else args.layers

@@ -35,6 +35,7 @@ from .data_bilm import (
     iter_sentences,
     pack_sentences,
 )
+from .input_checks import device_option
 from .modeling_elmo import ElmoForBiLM
 from .sampled_softmax import full_softmax_loss
 from .streams_bilm import build_streams, stream_input_ids
@@ -280,11 +281,12 @@ def add_arguments(parser: argparse.ArgumentParser):
     parser.add_argument("--window", type=int, default=20, help="positions per window, as in training")
     parser.add_argument("--split", choices=SPLITS, default="whitespace", help=f"as in training; {SPLIT_HELP}")
     parser.add_argument("--batch-size", type=int, default=64, help="windows, lines or streams per batch")
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--device", help="torch device, e.g. cpu or cuda:0 (default: cuda if available)")
 
 
 def run(args: argparse.Namespace) -> int:
-    model, tokenizer = load_bilm(args.model, args.device)
+    device = device_option(args.device)
+    model, tokenizer = load_bilm(args.model, device)
     if args.stream:
         result = stream_perplexity(model, tokenizer, args.files, args.batch_size, args.split)
     elif args.start:

@@ -29,6 +29,7 @@ import torch
 from .character_rows import BOS_TOKEN, EOS_TOKEN
 from .data_bilm import SPLIT_HELP, SPLITS, check_text_files, iter_sentences
 from .file_io import ElmoInputError, replace_atomically
+from .input_checks import device_option
 from .model_io import load_model_folder
 from .modeling_elmo import ElmoModel, ElmoState
 from .tokenization_elmo import ElmoTokenizer
@@ -158,11 +159,12 @@ def add_arguments(parser: argparse.ArgumentParser):
     parser.add_argument("files", nargs="+", help="text files, one sentence per line (in-domain text is best)")
     parser.add_argument("--sentences", type=int, default=DEFAULT_SENTENCES, help="use the first N sentences")
     parser.add_argument("--split", choices=SPLITS, default="whitespace", help=SPLIT_HELP)
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--device", help="torch device, e.g. cpu or cuda:0 (default: cuda if available)")
 
 
 def run(args: argparse.Namespace) -> int:
-    model = load_model_folder(ElmoModel, args.model).to(args.device)
+    device = device_option(args.device)
+    model = load_model_folder(ElmoModel, args.model).to(device)
     tokenizer = ElmoTokenizer.from_pretrained(args.model)
     sentences = read_sentences(args.files, args.sentences, args.split, tokenizer)
     store_warm_state(args.model, estimate_warm_state(model, sentences, tokenizer))

@@ -441,6 +441,17 @@ CASES = {
         [edit_weights("M", lambda t: t["char_encoder.char_embedding.weight"][ord("Z")].fill_(1e5)),
          write("in.txt", "The cat sat .\nA Zed .\n")],
     ),
+    "perplexity --device bogus": Case(
+        "perplexity --model B corpus.txt --device bogus", r"^error: --device: unknown device 'bogus' \(e\.g\. cpu,"
+    ),
+    "perplexity --device cuda:99": Case(
+        "perplexity --model B corpus.txt --device cuda:99",
+        r"^error: --device cuda:99: (CUDA is not available on this machine|this machine has \d+ CUDA device\(s\))$",
+    ),
+    "warm-state --device bogus": Case(
+        "warm-state --model M corpus.txt --device bogus", r"^error: --device: unknown device 'bogus'",
+        untouched=("M/model.safetensors", "M/config.json"),
+    ),
 }
 
 
