@@ -27,12 +27,13 @@ import torch
 from .character_rows import EOS_TOKEN
 from .configuration_elmo import ElmoConfig
 from .data_bilm import (
-    SPLIT_HELP,
+    MODEL_SPLIT_HELP,
     SPLITS,
     DataCollatorForBiLM,
     check_text_files,
     encode_windows,
     iter_sentences,
+    model_split,
     pack_sentences,
 )
 from .input_checks import device_option
@@ -279,20 +280,22 @@ def add_arguments(parser: argparse.ArgumentParser):
     )
     mode.add_argument("--start", choices=STARTS, help="score every line on its own from the zero or the warm state")
     parser.add_argument("--window", type=int, default=20, help="positions per window, as in training")
-    parser.add_argument("--split", choices=SPLITS, default="whitespace", help=f"as in training; {SPLIT_HELP}")
+    parser.add_argument("--split", choices=SPLITS, help=MODEL_SPLIT_HELP)
     parser.add_argument("--batch-size", type=int, default=64, help="windows, lines or streams per batch")
     parser.add_argument("--device", help="torch device, e.g. cpu or cuda:0 (default: cuda if available)")
 
 
 def run(args: argparse.Namespace) -> int:
     device = device_option(args.device)
+    split = model_split(args.model, args.split)
     model, tokenizer = load_bilm(args.model, device)
     if args.stream:
-        result = stream_perplexity(model, tokenizer, args.files, args.batch_size, args.split)
+        result = stream_perplexity(model, tokenizer, args.files, args.batch_size, split)
     elif args.start:
-        result = sentence_perplexity(model, tokenizer, args.files, args.start, args.batch_size, args.split)
+        result = sentence_perplexity(model, tokenizer, args.files, args.start, args.batch_size, split)
     else:
-        result = compute_perplexity(model, tokenizer, args.files, args.window, args.split, args.batch_size)
+        result = compute_perplexity(model, tokenizer, args.files, args.window, split, args.batch_size)
+    print(f"text split             {split}")
     print(f"targets per direction  {result['targets']:,}")
     print(f"forward perplexity     {result['forward']:.3f}")
     print(f"backward perplexity    {result['backward']:.3f}")

@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 from .character_rows import BOS_TOKEN, EOS_TOKEN
-from .data_bilm import SPLIT_HELP, SPLITS, check_text_files, iter_sentences
+from .data_bilm import MODEL_SPLIT_HELP, SPLITS, check_text_files, iter_sentences, model_split
 from .file_io import ElmoInputError, replace_atomically
 from .input_checks import device_option
 from .model_io import load_model_folder
@@ -158,15 +158,16 @@ def add_arguments(parser: argparse.ArgumentParser):
     parser.add_argument("--model", required=True, help="model folder (hf-elmo convert / train / save_pretrained)")
     parser.add_argument("files", nargs="+", help="text files, one sentence per line (in-domain text is best)")
     parser.add_argument("--sentences", type=int, default=DEFAULT_SENTENCES, help="use the first N sentences")
-    parser.add_argument("--split", choices=SPLITS, default="whitespace", help=SPLIT_HELP)
+    parser.add_argument("--split", choices=SPLITS, help=MODEL_SPLIT_HELP)
     parser.add_argument("--device", help="torch device, e.g. cpu or cuda:0 (default: cuda if available)")
 
 
 def run(args: argparse.Namespace) -> int:
     device = device_option(args.device)
+    split = model_split(args.model, args.split)
     model = load_model_folder(ElmoModel, args.model).to(device)
     tokenizer = ElmoTokenizer.from_pretrained(args.model)
-    sentences = read_sentences(args.files, args.sentences, args.split, tokenizer)
+    sentences = read_sentences(args.files, args.sentences, split, tokenizer)
     store_warm_state(args.model, estimate_warm_state(model, sentences, tokenizer))
     print(f"Warm start state from {len(sentences):,} sentences written to {args.model}")
     return 0

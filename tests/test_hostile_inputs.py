@@ -452,6 +452,16 @@ CASES = {
         "warm-state --model M corpus.txt --device bogus", r"^error: --device: unknown device 'bogus'",
         untouched=("M/model.safetensors", "M/config.json"),
     ),
+    "perplexity: a training options file with an unknown split": Case(
+        "perplexity --model B corpus.txt",
+        r"^error: B/bilm_training_options\.json: field 'split' must be one of whitespace, pretokenizer, got 'words'$",
+        [write("B/bilm_training_options.json", json.dumps({"split": "words"}))],
+    ),
+    "warm-state: a training options file that is not JSON": Case(
+        "warm-state --model M corpus.txt",
+        r"^error: M/bilm_training_options\.json: not valid JSON \(line 1, column 1",
+        [write("M/bilm_training_options.json", "split: pretokenizer")],
+    ),
 }
 
 
@@ -907,3 +917,24 @@ def test_perplexity_reads_text_files_as_text_mode_does(variant, mode, checkpoint
     plain = perplexity_printed(capsys, checkpoint_dir, tmp_path / "plain.txt", "--window", "60", *mode)
     assert perplexity_printed(capsys, checkpoint_dir, tmp_path / "variant.txt", "--window", "60", *mode) == plain
 
+
+@pytest.mark.parametrize("mode", [[], ["--stream", "--batch-size", "4"], ["--start", "zero"]], ids=str)
+def test_perplexity_splits_text_as_the_model_was_trained(mode, checkpoint_dir, tmp_path, capsys):
+    model = tmp_path / "bilm"
+    shutil.copytree(checkpoint_dir, model)
+    # Raw text: the held-out sentences with their punctuation attached to the words before it.
+    raw = "".join(re.sub(r" ([.,:;?!])", r"\1", line) + "\n" for line in HELD_OUT)
+    (tmp_path / "raw.txt").write_text(raw, encoding="utf-8")
+    # The truth: the words of the tokenizer's splitter, written out separated by spaces, read as they are.
+    tokenizer = ElmoTokenizer.from_pretrained(model)
+    split = "".join(" ".join(tokenizer.split_words(line)) + "\n" for line in raw.splitlines())
+    (tmp_path / "split.txt").write_text(split, encoding="utf-8")
+    window = ["--window", "60"]
+    truth = perplexity_printed(capsys, model, tmp_path / "split.txt", "--split", "whitespace", *window, *mode)
+    assert truth[0] == "text split             whitespace"
+    (model / "bilm_training_options.json").write_text(json.dumps({"split": "pretokenizer"}))
+    recorded = perplexity_printed(capsys, model, tmp_path / "raw.txt", *window, *mode)
+    assert recorded == [truth[0].replace("whitespace", "pretokenizer"), *truth[1:]]
+    # An explicit --split overrides the recorded one; on the raw text, whitespace gives other words and numbers.
+    whitespace = perplexity_printed(capsys, model, tmp_path / "raw.txt", "--split", "whitespace", *window, *mode)
+    assert whitespace[0] == truth[0] and whitespace[2:] != truth[2:]
