@@ -35,9 +35,9 @@ import torch
 
 from hf_elmo.adagrad import Adagrad  # noqa: E402
 from hf_elmo import ElmoConfig, ElmoForBiLM, ElmoTokenizer
-from hf_elmo.data_bilm import SPLITS, DataCollatorForBiLM, build_word_vocabulary, load_bilm_dataset
+from hf_elmo.data_bilm import SPLITS, DataCollatorForBiLM, build_word_vocabulary, iter_sentences, load_bilm_dataset
 from hf_elmo.freed_memory import keep_freed_memory
-from hf_elmo.streams_bilm import DataCollatorForBiLMStreams, StreamWindowDataset, read_lines_as_sentences
+from hf_elmo.streams_bilm import DataCollatorForBiLMStreams, StreamWindowDataset
 
 from bench_inference import CLOCKS, machine_description, reference_copy, speedup
 
@@ -65,7 +65,7 @@ def corpus_batches(
     tokenizer = ElmoTokenizer()
     tokenizer.set_word_vocabulary(build_word_vocabulary([path], split, tokenizer, min_count))
     if stream:
-        sentences = read_lines_as_sentences([path], split, tokenizer)
+        sentences = list(iter_sentences([path], split, tokenizer, blank_lines=True))
         streams = StreamWindowDataset(sentences, tokenizer, batch_size, window, seed=0, epochs=1000)
         collate_streams = DataCollatorForBiLMStreams()
 

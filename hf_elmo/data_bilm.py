@@ -26,18 +26,33 @@ import os
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import partial
+from pathlib import Path
 
 import numpy as np
 import torch
 
 from .character_rows import BOS_TOKEN, EOS_TOKEN, pad_rows
-from .file_io import VOCABULARY_FILE, check_output, write_output
+from .file_io import (
+    VOCABULARY_FILE,
+    ElmoInputError,
+    check_output,
+    json_field,
+    read_json_object,
+    read_lines,
+    write_output,
+)
 from .tokenization_elmo import ElmoTokenizer
 from .word_vocabulary import count_word_vocabulary, write_word_vocabulary
 
 SPLITS = ("whitespace", "pretokenizer")
 SPLIT_HELP = "whitespace: text is tokenised already; pretokenizer: raw text through the tokenizer's splitter"
+MODEL_SPLIT_HELP = (
+    f"{SPLIT_HELP} (default: the split the model was trained with, recorded in its folder by hf-elmo train, else "
+    "whitespace)"
+)
 IGNORE_INDEX = -100
+TRAINING_OPTIONS_FILE = "bilm_training_options.json"
+"""What `hf-elmo train` writes into its output folder: the run's options, the text split among them."""
 
 
 def split_line(line: str, split: str, tokenizer: ElmoTokenizer | None = None, where: str | None = None) -> list[str]:
@@ -51,6 +66,20 @@ def split_line(line: str, split: str, tokenizer: ElmoTokenizer | None = None, wh
         except ValueError as error:
             raise ValueError(f"{where or 'a line'}: {error}") from None
     raise ValueError(f"split must be one of {SPLITS}, got {split!r}.")
+
+
+def model_split(model_dir: str | os.PathLike, split: str | None = None) -> str:
+    """`split` if given, else the split the model in `model_dir` was trained with (recorded by `hf-elmo train` in
+    the folder's `TRAINING_OPTIONS_FILE`), else `"whitespace"`: a model reads text as it was trained to."""
+    if split is not None:
+        return split
+    path = Path(model_dir) / TRAINING_OPTIONS_FILE
+    if not path.is_file():
+        return "whitespace"
+    recorded = json_field(read_json_object(path, "training options"), "split", str(path), "whitespace")
+    if recorded not in SPLITS:
+        raise ElmoInputError(f"{path}: field 'split' must be one of {', '.join(SPLITS)}, got {recorded!r}")
+    return recorded
 
 
 def _check_split(split: str, tokenizer: ElmoTokenizer | None):
@@ -104,17 +133,18 @@ def iter_sentences(
     split: str = "whitespace",
     tokenizer: ElmoTokenizer | None = None,
     locations: bool = False,
+    blank_lines: bool = False,
 ) -> Iterator[list[str]] | Iterator[tuple[str, list[str]]]:
-    """The word lists of the non-blank lines of `files`, in order; with `locations`, `("file, line N", words)` pairs.
-    A byte-order mark at the start of a file is not part of its first word."""
+    """The word lists of the non-blank lines of `files` (with `blank_lines`, of every line, a blank one as an empty
+    sentence, as bilm-tf reads them), in order; with `locations`, `("file, line N", words)` pairs. The lines are
+    those of `file_io.read_lines`."""
     _check_split(split, tokenizer)
     for path in files:
-        with open(path, encoding="utf-8-sig") as f:
-            for number, line in enumerate(f, start=1):
-                where = f"{path}, line {number}"
-                words = split_line(line, split, tokenizer, where)
-                if words:
-                    yield (where, words) if locations else words
+        for number, line in enumerate(read_lines(path), start=1):
+            where = f"{path}, line {number}"
+            words = split_line(line, split, tokenizer, where)
+            if words or blank_lines:
+                yield (where, words) if locations else words
 
 
 def build_word_vocabulary(
@@ -350,6 +380,7 @@ __all__ = [
     "encode_windows",
     "iter_sentences",
     "load_bilm_dataset",
+    "model_split",
     "pack_sentences",
     "split_line",
     "window_arrays",

@@ -9,7 +9,8 @@ The file reads like the output of AllenNLP's `allennlp elmo` command, so existin
   char-CNN `[x | x]`) or `--scalar-mix-weights` (`sum_k softmax(w)_k * layer_k`, the unnormalised weights of
   AllenNLP's `scalar_mix_parameters`). `--dtype float64` stores float64; `--output-dtype float16` stores float16
   (half the file, about 5e-4 relative rounding of each value; for bulk embedding, where writing the file is the
-  bound).
+  bound). A value the output dtype cannot hold (beyond float16's range, or NaN or infinite as computed, e.g. under
+  `--dtype float16`) is an error naming the line: nothing is written.
 * `sentence_to_index`: a one-element string dataset holding the JSON map from each line (stripped) to its key.
 
 `--layout packed` writes the same vectors for bulk embedding, where one dataset per line costs more than the model
@@ -40,7 +41,6 @@ the original command:
 """
 
 import argparse
-import codecs
 import json
 import math
 import sys
@@ -52,7 +52,8 @@ import numpy as np
 import torch
 
 from .convert_original_elmo import load_original_elmo
-from .file_io import HDF5_FILE, ElmoInputError, check_output, write_output
+from .file_io import HDF5_FILE, ElmoInputError, HDF5Output, check_output, read_lines, write_output
+from .input_checks import device_option
 from .model_io import load_model_folder
 from .modeling_elmo import ElmoModel
 from .tokenization_elmo import ElmoTokenizer
@@ -62,31 +63,6 @@ WINDOW_BATCHES = 16
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "float16": torch.float16, "bfloat16": torch.bfloat16}
 OUTPUT_DTYPES = {"float16": torch.float16, "float32": torch.float32, "float64": torch.float64}  # HDF5 has no bfloat16
-
-
-def read_lines(path) -> Iterator[str]:
-    """The lines of a UTF-8 file (`-`: standard input) without their line ends; `\n`, `\r\n` and `\r` all end
-    a line, as in Python's text mode, and a byte-order mark at the start is not part of the first line. Invalid
-    UTF-8 is an `ElmoInputError` naming the line."""
-    stream = sys.stdin.buffer if str(path) == "-" else None
-    if stream is None:
-        try:
-            stream = open(path, "rb")
-        except OSError as error:
-            raise ElmoInputError(f"{path}: cannot read input ({error.strerror})") from None
-    number = 0
-    with stream:
-        for chunk in stream:  # split at b"\n" only; splitlines splits at \n, \r\n and \r (bytes: nothing else)
-            if number == 0:
-                chunk = chunk.removeprefix(codecs.BOM_UTF8)
-            for piece in chunk.splitlines():
-                number += 1
-                try:
-                    yield piece.decode("utf-8")
-                except UnicodeDecodeError as error:
-                    raise ElmoInputError(
-                        f"{path}: line {number} is not valid UTF-8 (byte {error.start + 1}: {error.reason})"
-                    ) from None
 
 
 def count_lines(path) -> int | None:
@@ -188,7 +164,34 @@ class Embedder:
             self.store = _store_rows(self.store, out.state)
         selected = self.select(out.hidden_states)
         words = selected.flatten(-3, -2).index_select(-2, word_positions)
-        return words.to("cpu", self.output_dtype).numpy()
+        stored = words.to("cpu", self.output_dtype)
+        finite = torch.isfinite(stored)
+        if not finite.all():
+            position = tuple((~finite).nonzero()[0].tolist())
+            row = int(np.searchsorted(np.cumsum(counts), position[-2], side="right"))
+            raise NonFiniteVectors(row, words[position].item(), self.model.dtype, self.output_dtype)
+        return stored.numpy()
+
+
+class NonFiniteVectors(ValueError):
+    """A vector value the output cannot hold: computed as NaN or infinite by the model, or beyond the range of the
+    output dtype; `row` is the sentence's row in its batch."""
+
+    def __init__(self, row: int, value: float, model_dtype: torch.dtype, output_dtype: torch.dtype):
+        self.row = row
+        model_name, output_name = (str(dtype).removeprefix("torch.") for dtype in (model_dtype, output_dtype))
+        if math.isfinite(value):
+            largest = torch.finfo(output_dtype).max
+            message = (
+                f"a vector value, {value:.6g}, is beyond the range of --output-dtype {output_name} (largest "
+                f"{largest:,.0f}); use a wider --output-dtype"
+            )
+        else:
+            message = f"the model, running in {model_name}, computed a vector value of {value}"
+            if model_dtype == torch.float16:
+                largest = torch.finfo(model_dtype).max
+                message += f" (float16 holds at most {largest:,.0f}): use --dtype float32 or bfloat16"
+        super().__init__(message)
 
 
 class PerLineStore:
@@ -323,7 +326,8 @@ def embed_file(
 
     def write(path):
         key_of_line: dict[str, str] = {}
-        with h5py.File(path, "w") as h5file, _InOrder() as writer:
+        with HDF5Output(path) as output, _InOrder() as writer:
+            h5file = output.file
             if packed:
                 store = PackedStore(h5file, embedder.empty_shape, embedder.numpy_dtype)
             else:
@@ -342,8 +346,12 @@ def embed_file(
                     to_compute.sort(key=lambda item: len(item[1]), reverse=True)  # stable: ties keep file order
                 for start in range(0, len(to_compute), batch_size):
                     batch = to_compute[start : start + batch_size]
-                    vectors = embedder([words for _, words in batch], carry_state)
+                    try:
+                        vectors = embedder([words for _, words in batch], carry_state)
+                    except NonFiniteVectors as error:
+                        raise ElmoInputError(f"{input_path}: line {batch[error.row][0] + 1}: {error}") from None
                     writer.run(store.add, [index for index, _ in batch], [len(words) for _, words in batch], vectors)
+                    output.check()
                     bar.update(len(batch))
                     embedded[0] += len(batch)
                 writer.run(store.end_window, window[0][0], len(window), repeats)
@@ -431,18 +439,6 @@ def _load(args):
     return model, ElmoTokenizer(max_characters_per_token=model.config.max_characters_per_token)
 
 
-def _device(name: str | None) -> torch.device:
-    if name is None:
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        device = torch.device(name)
-    except RuntimeError:
-        raise ElmoInputError(f"--device: unknown device {name!r} (e.g. cpu, cuda, cuda:1)") from None
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise ElmoInputError(f"--device {name}: CUDA is not available on this machine")
-    return device
-
-
 def run(args: argparse.Namespace) -> int:
     inputs = [args.input, args.model, args.options, args.weights]
     check_output(args.output, HDF5_FILE, inputs, args.force)  # before loading a large model
@@ -450,7 +446,7 @@ def run(args: argparse.Namespace) -> int:
         raise ElmoInputError(f"{args.input}: is a folder, expected the input text file")
     if str(args.input) != "-" and not Path(args.input).exists():
         raise ElmoInputError(f"{args.input}: no such input file")
-    device = _device(args.device)
+    device = device_option(args.device)
     model, tokenizer = _load(args)
     model.to(device=device, dtype=DTYPES[args.dtype])
     mode = "mix" if args.scalar_mix_weights is not None else args.layers

@@ -16,15 +16,13 @@ import warnings
 from pathlib import Path
 
 from .convert_original_elmo import hdf5_datasets_from_state_dict, options_from_config
-from .file_io import ORIGINAL_FOLDER, check_output, write_output
+from .file_io import ORIGINAL_FOLDER, HDF5Output, check_output, write_output
 from .model_io import load_model_folder
 from .modeling_elmo import ElmoModel
 
 
 def export(model_dir, output_dir, force: bool = False) -> Path:
     """Writes `options.json` and `weights.hdf5` of the model in `model_dir` to `output_dir`."""
-    import h5py
-
     check_output(output_dir, ORIGINAL_FOLDER, [model_dir], force)
     model = load_model_folder(ElmoModel, model_dir)
     options = options_from_config(model.config)
@@ -39,9 +37,9 @@ def export(model_dir, output_dir, force: bool = False) -> Path:
     def write(folder):
         # allow_nan=False: NaN is not JSON (the config's floats are checked finite, so this never triggers)
         (folder / "options.json").write_text(json.dumps(options, indent=2, allow_nan=False) + "\n", encoding="utf-8")
-        with h5py.File(folder / "weights.hdf5", "w") as h5file:
+        with HDF5Output(folder / "weights.hdf5") as output:
             for name, array in datasets.items():
-                h5file.create_dataset(name, data=array)
+                output.file.create_dataset(name, data=array)
 
     return write_output(output_dir, write, ORIGINAL_FOLDER, [model_dir], force)
 

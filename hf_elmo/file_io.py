@@ -17,6 +17,7 @@ The output rule (`check_output`, `write_output`), the same for every command tha
   a hidden `.NAME.tmp-*` or `.NAME.old-*` behind.
 """
 
+import codecs
 import contextlib
 import json
 import os
@@ -24,8 +25,9 @@ import re
 import secrets
 import shutil
 import signal
+import sys
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -47,6 +49,31 @@ def read_utf8(path: str | os.PathLike, what: str) -> str:
         raise ElmoInputError(f"{path}: is a folder, expected the {what}") from None
     except (OSError, UnicodeDecodeError) as error:
         raise ElmoInputError(f"{path}: cannot read {what} ({error})") from None
+
+
+def read_lines(path) -> Iterator[str]:
+    """The lines of a UTF-8 file (`-`: standard input) without their line ends: the one reader of every command's
+    text. `\n`, `\r\n` and `\r` all end a line, as in Python's text mode, and a byte-order mark at the start is not
+    part of the first line. Invalid UTF-8 is an `ElmoInputError` naming the line."""
+    stream = sys.stdin.buffer if str(path) == "-" else None
+    if stream is None:
+        try:
+            stream = open(path, "rb")
+        except OSError as error:
+            raise ElmoInputError(f"{path}: cannot read input ({error.strerror})") from None
+    number = 0
+    with stream:
+        for chunk in stream:  # split at b"\n" only; splitlines splits at \n, \r\n and \r (bytes: nothing else)
+            if number == 0:
+                chunk = chunk.removeprefix(codecs.BOM_UTF8)
+            for piece in chunk.splitlines():
+                number += 1
+                try:
+                    yield piece.decode("utf-8")
+                except UnicodeDecodeError as error:
+                    raise ElmoInputError(
+                        f"{path}: line {number} is not valid UTF-8 (byte {error.start + 1}: {error.reason})"
+                    ) from None
 
 
 def read_json_object(path: str | os.PathLike, what: str) -> dict:
@@ -98,13 +125,30 @@ def write_atomically(path: str | os.PathLike, text: str) -> str:
     return replace_atomically(path, lambda temporary: temporary.write_text(text, encoding="utf-8"))
 
 
+def _umask() -> int:
+    try:  # Linux says it without changing it, which os.umask does for every thread
+        with open("/proc/self/status", encoding="ascii") as status:
+            return next(int(line.split()[1], 8) for line in status if line.startswith("Umask:"))
+    except (OSError, StopIteration, ValueError):
+        mask = os.umask(0o022)
+        os.umask(mask)
+        return mask
+
+
+def follow_umask(path: str | os.PathLike):
+    """Gives the file `path` the permissions any new file gets (0666 less the umask): safetensors creates its files
+    0600, unlike every other output."""
+    os.chmod(path, 0o666 & ~_umask())
+
+
 def replace_atomically(path: str | os.PathLike, write: Callable[[Path], object]) -> str:
     """`write(temporary)` on a temporary name beside `path`, then renames it over `path`: the file is the old one or
-    the complete new one (e.g. the weights of a model folder updated in place)."""
+    the complete new one (e.g. the weights of a model folder updated in place), with the permissions of a new file."""
     path = Path(path)
     temporary = path.with_name(f".{path.name}.tmp-{secrets.token_hex(4)}")
     try:
         write(temporary)
+        follow_umask(temporary)
         with deferred_signals():
             os.replace(temporary, path)
     finally:
@@ -257,6 +301,85 @@ def write_output(path, write: Callable[[Path], object], kind: OutputKind, inputs
     return path
 
 
+class HDF5Output:
+    """An HDF5 file being written, `.file` (`h5py.File`), whose failed writes (a full disk, a file-size limit) are
+    raised as `OSError` by `check()` and when the block ends.
+
+    HDF5 does not survive a failed write: h5py then cannot release its objects (a traceback per object, printed and
+    ignored, and the writing goes on) and closing the file crashes the process. So the file is written through a
+    Python file object (h5py's `fileobj` driver) that keeps the first error and from then on writes nothing and
+    reports success: HDF5 closes cleanly, and the caller discards the file."""
+
+    def __init__(self, path: str | os.PathLike):
+        import h5py
+
+        self.error: OSError | None = None
+        self._raw = open(path, "w+b", buffering=0)
+        try:
+            self.file = h5py.File(_FirstErrorKept(self), "w")
+        except BaseException:
+            self._raw.close()
+            raise
+
+    def check(self):
+        """Raises the first failed write's `OSError`, if there was one."""
+        if self.error is not None:
+            raise OSError(self.error.errno, self.error.strerror or str(self.error))
+
+    def __enter__(self) -> "HDF5Output":
+        return self
+
+    def __exit__(self, exc_type, exc, traceback):
+        try:
+            self.file.close()
+        finally:
+            self._raw.close()
+        if exc_type is None:
+            self.check()
+
+
+class _FirstErrorKept:
+    """The file object under an `HDF5Output`: keeps its first `OSError` and writes nothing after it."""
+
+    def __init__(self, output: HDF5Output):
+        self.output, self.raw = output, output._raw
+
+    def _attempt(self, operation, *args):
+        if self.output.error is None:
+            try:
+                operation(*args)
+            except OSError as error:
+                self.output.error = error
+
+    def _write_all(self, data):
+        view = memoryview(data).cast("B")
+        while view:
+            view = view[self.raw.write(view) :]
+
+    def write(self, data) -> int:
+        self._attempt(self._write_all, data)
+        return memoryview(data).nbytes
+
+    def truncate(self, size: int) -> int:
+        self._attempt(self.raw.truncate, size)
+        return size
+
+    def flush(self):
+        pass  # unbuffered
+
+    def read(self, size: int = -1) -> bytes:
+        return self.raw.read(size)
+
+    def readinto(self, buffer) -> int:
+        return self.raw.readinto(buffer)
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        return self.raw.seek(offset, whence)
+
+    def tell(self) -> int:
+        return self.raw.tell()
+
+
 def _raise_keyboard_interrupt(signum, frame):
     raise KeyboardInterrupt(signal.Signals(signum).name)
 
@@ -297,6 +420,7 @@ def deferred_signals():
 
 __all__ = [
     "HDF5_FILE",
+    "HDF5Output",
     "MODEL_FOLDER",
     "ORIGINAL_FOLDER",
     "VOCABULARY_FILE",
@@ -308,8 +432,10 @@ __all__ = [
     "replace_atomically",
     "checked_filters",
     "deferred_signals",
+    "follow_umask",
     "json_field",
     "read_json_object",
+    "read_lines",
     "read_utf8",
     "signals_as_interrupts",
     "write_atomically",

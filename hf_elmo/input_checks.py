@@ -37,6 +37,22 @@ def values_checked() -> bool:
     return _VALUES_CHECKED.get()
 
 
+def device_option(name: str | None) -> torch.device:
+    """The device a command's `--device` names (`None`: cuda if available, else cpu); an unknown name, or cuda on a
+    machine without it, is a one-line error naming the option."""
+    if name is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise ValueError(f"--device: unknown device {name!r} (e.g. cpu, cuda, cuda:1)") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"--device {name}: CUDA is not available on this machine")
+    if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
+        raise ValueError(f"--device {name}: this machine has {torch.cuda.device_count()} CUDA device(s)")
+    return device
+
+
 def check_labels(config: ElmoConfig, labels, positions: torch.Size, split_directions: bool = False):
     """Validates the biLM's `(B, T, 2)` targets: integer word ids of the model's vocabulary, or -100; with
     `split_directions` (the forward LM reads the first half of the rows, the backward LM the second), -100 in the

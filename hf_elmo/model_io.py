@@ -16,7 +16,8 @@
 `ElmoTokenizer.from_pretrained` is `load_tokenizer`: a tokenizer file that is not valid JSON is named, and a tokenizer
 that reads characters otherwise than the model of the same folder is refused (`_check_tokenizer_matches_model`).
 
-`ElmoPreTrainedModel.save_pretrained` ends with `name_pipeline`: a model class with a `pipeline_class` (for its
+`ElmoPreTrainedModel.save_pretrained` gives the weight files the permissions of any new file (safetensors writes
+them 0600; `weights_follow_umask`) and ends with `name_pipeline`: a model class with a `pipeline_class` (for its
 `pipeline_task`) writes it into the folder's `config.json` as `custom_pipelines`, so that `pipeline(task,
 model=folder, trust_remote_code=True)` uses it (its module, imported by the model's, is saved with the remote
 code). `load_model_folder` is how the commands read a model folder.
@@ -34,7 +35,7 @@ from transformers import PreTrainedConfig
 from transformers.utils import CONFIG_NAME, cached_file
 from transformers.utils import logging as hf_logging
 
-from .file_io import ElmoInputError, write_atomically
+from .file_io import ElmoInputError, follow_umask, write_atomically
 
 _PICKLE_REFUSED = (
     "ELMo loads weights only from safetensors by default, because a pickle checkpoint (pytorch_model.bin) can run "
@@ -244,6 +245,13 @@ def name_pipeline(model, save_directory):
     write_atomically(config_file, json.dumps(values, indent=2, sort_keys=True) + "\n")
 
 
+def weights_follow_umask(save_directory):
+    """Gives the weight files `save_pretrained` wrote into `save_directory` the permissions of any new file, as its
+    other files have (safetensors creates them 0600)."""
+    for path in Path(save_directory).glob("model*.safetensors"):
+        follow_umask(path)
+
+
 def load_model_folder(model_class, folder):
     """`model_class.from_pretrained(folder)` in eval mode for a command: a missing or damaged folder is a one-line
     `ElmoInputError`, and a checkpoint that lacks some of the model's weights is refused (transformers would fill
@@ -271,4 +279,11 @@ def load_model_folder(model_class, folder):
     return model.eval()
 
 
-__all__ = ["align_parameters", "load_model_folder", "load_pretrained", "load_tokenizer", "name_pipeline"]
+__all__ = [
+    "align_parameters",
+    "load_model_folder",
+    "load_pretrained",
+    "load_tokenizer",
+    "name_pipeline",
+    "weights_follow_umask",
+]

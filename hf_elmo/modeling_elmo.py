@@ -27,7 +27,7 @@ from .fast_lstm import LstmSettings, PackedSteps, lstm_layer
 from .gpu_lstm import CapturedLayers, LayerSettings, bidirectional_layer, default_kernels
 from .hub_elmo import push_to_hub_with_model_card
 from .input_checks import check_bilm_batch, check_inputs, check_labels
-from .model_io import load_pretrained, name_pipeline
+from .model_io import load_pretrained, name_pipeline, weights_follow_umask
 from .onednn_linear import linear
 from .sampled_softmax import full_softmax_loss, sampled_softmax_loss
 
@@ -745,6 +745,7 @@ class ElmoPreTrainedModel(PreTrainedModel):
         """`PreTrainedModel.save_pretrained`, plus the pipeline of a tagger in `config.json` (`model_io`)."""
         super().save_pretrained(save_directory, *args, **kwargs)
         if kwargs.get("is_main_process", True):
+            weights_follow_umask(save_directory)
             name_pipeline(self, save_directory)
 
     def push_to_hub(self, repo_id: str, **kwargs):

@@ -27,17 +27,19 @@ import torch
 from .character_rows import EOS_TOKEN
 from .configuration_elmo import ElmoConfig
 from .data_bilm import (
-    SPLIT_HELP,
+    MODEL_SPLIT_HELP,
     SPLITS,
     DataCollatorForBiLM,
     check_text_files,
     encode_windows,
     iter_sentences,
+    model_split,
     pack_sentences,
 )
+from .input_checks import device_option
 from .modeling_elmo import ElmoForBiLM
 from .sampled_softmax import full_softmax_loss
-from .streams_bilm import build_streams, read_lines_as_sentences, stream_input_ids
+from .streams_bilm import build_streams, stream_input_ids
 from .tokenization_elmo import ElmoTokenizer
 from .word_vocabulary import BOS_WORD_INDEX
 
@@ -100,13 +102,13 @@ def stream_perplexity(
     if batch_size < 1:
         raise ValueError(f"batch size must be >= 1, got {batch_size}.")
     files = check_text_files(files, "evaluation")
-    sentences = read_lines_as_sentences(files, split, tokenizer)
-    streams = build_streams(sentences, tokenizer, batch_size, num_steps=1)
-    if streams.length == 0:
+    sentences = list(iter_sentences(files, split, tokenizer, blank_lines=True))
+    if len(sentences) < batch_size:  # before the streams are laid out: the first batch takes a line per row
         raise ValueError(
             f"{len(sentences)} lines cannot fill one batch of {batch_size} streams: every row needs a line of its own "
             "(use a smaller --batch-size)."
         )
+    streams = build_streams(sentences, tokenizer, batch_size, num_steps=1)
     char_ids = tokenizer.characters.rows(streams.words)
     model.eval()
     device, rows, length = model.device, streams.batch_size, streams.length
@@ -164,7 +166,7 @@ def sentence_perplexity(
     if batch_size < 1:
         raise ValueError(f"batch size must be >= 1, got {batch_size}.")
     files = check_text_files(files, "evaluation")
-    sentences = read_lines_as_sentences(files, split, tokenizer)
+    sentences = list(iter_sentences(files, split, tokenizer, blank_lines=True))
     # Results do not depend on the batch (a row's numbers are its own): batches of similar lengths pad least.
     order = sorted(range(len(sentences)), key=lambda k: len(sentences[k]))
     model.eval()
@@ -278,19 +280,22 @@ def add_arguments(parser: argparse.ArgumentParser):
     )
     mode.add_argument("--start", choices=STARTS, help="score every line on its own from the zero or the warm state")
     parser.add_argument("--window", type=int, default=20, help="positions per window, as in training")
-    parser.add_argument("--split", choices=SPLITS, default="whitespace", help=f"as in training; {SPLIT_HELP}")
+    parser.add_argument("--split", choices=SPLITS, help=MODEL_SPLIT_HELP)
     parser.add_argument("--batch-size", type=int, default=64, help="windows, lines or streams per batch")
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--device", help="torch device, e.g. cpu or cuda:0 (default: cuda if available)")
 
 
 def run(args: argparse.Namespace) -> int:
-    model, tokenizer = load_bilm(args.model, args.device)
+    device = device_option(args.device)
+    split = model_split(args.model, args.split)
+    model, tokenizer = load_bilm(args.model, device)
     if args.stream:
-        result = stream_perplexity(model, tokenizer, args.files, args.batch_size, args.split)
+        result = stream_perplexity(model, tokenizer, args.files, args.batch_size, split)
     elif args.start:
-        result = sentence_perplexity(model, tokenizer, args.files, args.start, args.batch_size, args.split)
+        result = sentence_perplexity(model, tokenizer, args.files, args.start, args.batch_size, split)
     else:
-        result = compute_perplexity(model, tokenizer, args.files, args.window, args.split, args.batch_size)
+        result = compute_perplexity(model, tokenizer, args.files, args.window, split, args.batch_size)
+    print(f"text split             {split}")
     print(f"targets per direction  {result['targets']:,}")
     print(f"forward perplexity     {result['forward']:.3f}")
     print(f"backward perplexity    {result['backward']:.3f}")

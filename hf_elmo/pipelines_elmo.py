@@ -49,25 +49,18 @@ class ElmoTokenClassificationPipeline(Pipeline):
         self, model_outputs: dict[str, Any], ignore_labels: list[str] | None = None
     ) -> list[dict[str, Any]]:
         ignore_labels = ["O"] if ignore_labels is None else ignore_labels
-        scores = model_outputs["logits"][0].float().softmax(dim=-1)
-        text, entities, cursor = model_outputs["text"], [], 0
-        for index, word in enumerate(model_outputs["words"]):
-            position = index + 1  # after <S>
-            label_id = int(scores[position].argmax())
-            # Words are verbatim pieces of the text, in order: find each after the previous one (text that lost
-            # characters to the splitter's Unicode cleaning may not contain a word: no offsets then).
-            start = end = text.find(word, cursor)
-            if start < 0:
-                start = end = None
-            else:
-                end = cursor = start + len(word)
-            label = self.model.config.id2label[label_id]
+        words, id2label = model_outputs["words"], self.model.config.id2label
+        scores = model_outputs["logits"][0, 1 : len(words) + 1].float().softmax(dim=-1)  # the words, after <S>
+        best, label_ids = (values.tolist() for values in scores.max(dim=-1))
+        entities = []
+        for index, (word, (start, end)) in enumerate(zip(words, word_spans(model_outputs["text"], words))):
+            label = id2label[label_ids[index]]
             if label not in ignore_labels:
                 entities.append(
                     {
                         "entity": label,
-                        "score": float(scores[position, label_id]),
-                        "index": position,
+                        "score": best[index],
+                        "index": index + 1,
                         "word": word,
                         "start": start,
                         "end": end,
@@ -76,4 +69,39 @@ class ElmoTokenClassificationPipeline(Pipeline):
         return entities
 
 
-__all__ = ["ElmoTokenClassificationPipeline"]
+def word_spans(text: str, words: list[str]) -> list[tuple[int | None, int | None]]:
+    """The character offsets `(start, end)` of each of `words` in `text`, the words the splitter cut it into: pieces
+    of the text, in order, with whitespace and lone surrogates (which the splitter drops) between them. A word that
+    lost a lone surrogate from its inside is not a piece of the text: `(None, None)`. Each character of the text is
+    looked at a bounded number of times (a search for a word that is not there would scan the rest of the text)."""
+    spans, cursor = [], 0
+    for word in words:
+        start = cursor
+        while start < len(text) and text[start] != word[:1] and _between_words(text[start]):
+            start += 1
+        if text.startswith(word, start):
+            cursor = start + len(word)
+            spans.append((start, cursor))
+            continue
+        spans.append((None, None))
+        end = start
+        for character in word:  # the word's characters, with the dropped surrogates among them
+            while end < len(text) and _is_surrogate(text[end]):
+                end += 1
+            if end == len(text) or text[end] != character:
+                break  # not there either: the next word is looked for from the same place
+            end += 1
+        else:
+            cursor = end
+    return spans
+
+
+def _is_surrogate(character: str) -> bool:
+    return "\ud800" <= character <= "\udfff"
+
+
+def _between_words(character: str) -> bool:
+    return character.isspace() or _is_surrogate(character)
+
+
+__all__ = ["ElmoTokenClassificationPipeline", "word_spans"]

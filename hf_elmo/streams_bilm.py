@@ -23,17 +23,8 @@ import numpy as np
 import torch
 
 from .character_rows import BOS_TOKEN, EOS_TOKEN
-from .data_bilm import IGNORE_INDEX, split_line
+from .data_bilm import IGNORE_INDEX
 from .tokenization_elmo import ElmoTokenizer
-
-
-def read_lines_as_sentences(files: Sequence[str], split: str = "whitespace", tokenizer=None) -> list[list[str]]:
-    """The word lists of every line of `files`, in order; a blank line is an empty sentence (as bilm-tf reads them)."""
-    sentences = []
-    for path in files:
-        with open(path, encoding="utf-8") as f:
-            sentences += [split_line(line, split, tokenizer) for line in f]
-    return sentences
 
 
 def assign_rows(lengths: Sequence[int], batch_size: int, num_steps: int) -> tuple[list[list[int]], int]:
@@ -235,6 +226,5 @@ __all__ = [
     "assign_rows",
     "build_streams",
     "encode_sentences",
-    "read_lines_as_sentences",
     "stream_input_ids",
 ]

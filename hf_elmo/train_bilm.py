@@ -51,6 +51,7 @@ from .convert_original_elmo import config_from_options
 from .data_bilm import (
     SPLIT_HELP,
     SPLITS,
+    TRAINING_OPTIONS_FILE,
     DataCollatorForBiLM,
     build_word_vocabulary,
     check_text_files,
@@ -67,7 +68,7 @@ from .tokenization_elmo import ElmoTokenizer
 from .warm_state import estimate_warm_state
 from .word_vocabulary import WORD_VOCABULARY_FILE, WORD_VOCABULARY_SPECIALS, read_word_vocabulary
 
-OPTIONS_FILE = "bilm_training_options.json"
+OPTIONS_FILE = TRAINING_OPTIONS_FILE
 STAGING_DIR = ".staging"
 """Folder in the output folder where a checkpoint or the final model is written, then moved into place."""
 STREAM_STATE_FILE = "stream_state-{rank}.safetensors"

@@ -27,14 +27,17 @@ import numpy as np
 import torch
 
 from .character_rows import BOS_TOKEN, EOS_TOKEN
-from .data_bilm import SPLIT_HELP, SPLITS, check_text_files, iter_sentences
+from .data_bilm import MODEL_SPLIT_HELP, SPLITS, check_text_files, iter_sentences, model_split
 from .file_io import ElmoInputError, replace_atomically
+from .input_checks import device_option
 from .model_io import load_model_folder
 from .modeling_elmo import ElmoModel, ElmoState
 from .tokenization_elmo import ElmoTokenizer
 
 STREAMS = 64
 DEFAULT_SENTENCES = 2000
+PIECE = 1024
+"""Positions of a sentence read per model call: a longer one is read in pieces (`_read_in_pieces`)."""
 
 
 def _padded(rows: list[np.ndarray], device) -> tuple[torch.Tensor, torch.Tensor]:
@@ -45,6 +48,31 @@ def _padded(rows: list[np.ndarray], device) -> tuple[torch.Tensor, torch.Tensor]
         ids[index, : len(row)] = row
         mask[index, : len(row)] = 1
     return torch.from_numpy(ids).to(device), torch.from_numpy(mask).to(device)
+
+
+def _read_in_pieces(model: ElmoModel, rows: list[np.ndarray], state: ElmoState, backward_from: int) -> ElmoState:
+    """The state after each of `rows` (the character ids of a sentence), from `state`: `PIECE` positions per model
+    call, each row's state carried from one call to the next, so that memory does not grow with the length of a
+    line. The rows from `backward_from` on are read by the backward LSTM, from their last position to their first:
+    their pieces are taken from the end. Rows that fit in one piece (ordinary sentences) are read in a single call."""
+    hidden, memory = state
+    for start in range(0, max(len(row) for row in rows), PIECE):
+        reading = [k for k, row in enumerate(rows) if len(row) > start]
+        pieces = [
+            rows[k][max(0, len(rows[k]) - start - PIECE) : len(rows[k]) - start] if k >= backward_from
+            else rows[k][start : start + PIECE]
+            for k in reading
+        ]
+        input_ids, attention_mask = _padded(pieces, hidden.device)
+        every_row = len(reading) == len(rows)
+        part = None if every_row else torch.tensor(reading, device=hidden.device)
+        state = (hidden, memory) if every_row else (hidden[:, part], memory[:, part])
+        new_hidden, new_memory = model(input_ids, attention_mask=attention_mask, state=state, use_cache=True).state
+        if every_row:
+            hidden, memory = new_hidden, new_memory
+        else:  # the rows that ended in an earlier piece keep their state
+            hidden, memory = hidden.index_copy(1, part, new_hidden), memory.index_copy(1, part, new_memory)
+    return hidden, memory
 
 
 @torch.no_grad()
@@ -79,10 +107,9 @@ def estimate_warm_state(
         words = [per_stream[k][step] for k in active]
         rows = [tokenizer.characters.rows([BOS_TOKEN, *w]) for w in words]
         rows += [tokenizer.characters.rows([*w, EOS_TOKEN]) for w in words]
-        input_ids, attention_mask = _padded(rows, device)
         index = torch.tensor(active + [count + k for k in active], device=device)
         state = (hidden[:, index].to(model.dtype), memory[:, index].to(model.dtype))
-        new_hidden, new_memory = model(input_ids, attention_mask=attention_mask, state=state, use_cache=True).state
+        new_hidden, new_memory = _read_in_pieces(model, rows, state, backward_from=len(words))
         hidden[:, index], memory[:, index] = new_hidden.float(), new_memory.float()
         n = len(active)
         for total, new, size in ((sums[0], new_hidden, projection_dim), (sums[1], new_memory, cell_dim)):
@@ -131,14 +158,16 @@ def add_arguments(parser: argparse.ArgumentParser):
     parser.add_argument("--model", required=True, help="model folder (hf-elmo convert / train / save_pretrained)")
     parser.add_argument("files", nargs="+", help="text files, one sentence per line (in-domain text is best)")
     parser.add_argument("--sentences", type=int, default=DEFAULT_SENTENCES, help="use the first N sentences")
-    parser.add_argument("--split", choices=SPLITS, default="whitespace", help=SPLIT_HELP)
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--split", choices=SPLITS, help=MODEL_SPLIT_HELP)
+    parser.add_argument("--device", help="torch device, e.g. cpu or cuda:0 (default: cuda if available)")
 
 
 def run(args: argparse.Namespace) -> int:
-    model = load_model_folder(ElmoModel, args.model).to(args.device)
+    device = device_option(args.device)
+    split = model_split(args.model, args.split)
+    model = load_model_folder(ElmoModel, args.model).to(device)
     tokenizer = ElmoTokenizer.from_pretrained(args.model)
-    sentences = read_sentences(args.files, args.sentences, args.split, tokenizer)
+    sentences = read_sentences(args.files, args.sentences, split, tokenizer)
     store_warm_state(args.model, estimate_warm_state(model, sentences, tokenizer))
     print(f"Warm start state from {len(sentences):,} sentences written to {args.model}")
     return 0

@@ -500,6 +500,50 @@ CASES = {
         r"\(vocab\.txt\) has 9",
         [edit_json("B/config.json", vocab_size=10**8)],
     ),
+    # --- embedding, perplexity, export and warm-state commands: output dtypes, devices, the model's text split ---
+    # The character embedding row of 'Z' (ids are bytes + 1, rows ids - 1) made large: the first layer of its words
+    # goes beyond float16's range (about 1e5), the others' stays small.
+    "embed --all --output-dtype float16: a value beyond float16's range": Case(
+        "embed in.txt out.h5 --all --quiet --model M --output-dtype float16",
+        r"^error: in\.txt: line 2: a vector value, -?\d[\d.e+]*, is beyond the range of --output-dtype float16 "
+        r"\(largest 65,504\); use a wider --output-dtype$",
+        [edit_weights("M", lambda t: t["char_encoder.char_embedding.weight"][ord("Z")].fill_(1e5)),
+         write("in.txt", "The cat sat .\nA Zed .\n")],
+    ),
+    "embed --layout packed --output-dtype float16: a value beyond float16's range": Case(
+        "embed in.txt out.h5 --all --quiet --model M --output-dtype float16 --layout packed",
+        r"^error: in\.txt: line 2: a vector value, -?\d[\d.e+]*, is beyond the range of --output-dtype float16",
+        [edit_weights("M", lambda t: t["char_encoder.char_embedding.weight"][ord("Z")].fill_(1e5)),
+         write("in.txt", "The cat sat .\nA Zed .\n")],
+    ),
+    "embed --dtype float16: the model computes beyond float16's range": Case(
+        "embed in.txt out.h5 --all --quiet --model M --dtype float16 --device cpu",
+        r"^error: in\.txt: line 2: the model, running in float16, computed a vector value of -?(nan|inf) \(float16 "
+        r"holds at most 65,504\): use --dtype float32 or bfloat16$",
+        [edit_weights("M", lambda t: t["char_encoder.char_embedding.weight"][ord("Z")].fill_(1e5)),
+         write("in.txt", "The cat sat .\nA Zed .\n")],
+    ),
+    "perplexity --device bogus": Case(
+        "perplexity --model B corpus.txt --device bogus", r"^error: --device: unknown device 'bogus' \(e\.g\. cpu,"
+    ),
+    "perplexity --device cuda:99": Case(
+        "perplexity --model B corpus.txt --device cuda:99",
+        r"^error: --device cuda:99: (CUDA is not available on this machine|this machine has \d+ CUDA device\(s\))$",
+    ),
+    "warm-state --device bogus": Case(
+        "warm-state --model M corpus.txt --device bogus", r"^error: --device: unknown device 'bogus'",
+        untouched=("M/model.safetensors", "M/config.json"),
+    ),
+    "perplexity: a training options file with an unknown split": Case(
+        "perplexity --model B corpus.txt",
+        r"^error: B/bilm_training_options\.json: field 'split' must be one of whitespace, pretokenizer, got 'words'$",
+        [write("B/bilm_training_options.json", json.dumps({"split": "words"}))],
+    ),
+    "warm-state: a training options file that is not JSON": Case(
+        "warm-state --model M corpus.txt",
+        r"^error: M/bilm_training_options\.json: not valid JSON \(line 1, column 1",
+        [write("M/bilm_training_options.json", "split: pretokenizer")],
+    ),
 }
 
 
@@ -564,6 +608,12 @@ MEMORY_CASES = {
         ("B/config.json", {"vocab_size": 10**8}),
         "perplexity --model B corpus.txt",
         r"B: the model's softmax has 100,000,000 words",
+    ),
+    # --- embedding, perplexity, export and warm-state commands ---
+    "perplexity --stream --batch-size 10**9": (
+        ("B/config.json", {}),
+        "perplexity --model B corpus.txt --stream --batch-size 1000000000",
+        r"^error: 3 lines cannot fill one batch of 1000000000 streams: every row needs a line of its own",
     ),
 }
 
@@ -875,3 +925,98 @@ def test_a_panic_of_the_regex_engine_is_a_value_error():
 
     with pytest.raises(ValueError, match=r"the word splitter failed on this text \(Onig: .*retry-limit-in-match"):
         split_words(Panicking(), "text")
+
+
+# --- embedding, perplexity, export and warm-state commands: a full disk, permissions, one reader, the text split ---
+
+# Each command runs in a child process whose files may not grow beyond 64 KiB (RLIMIT_FSIZE), as on a full disk:
+# with SIGXFSZ ignored a write past the limit fails with EFBIG, as one on a full disk fails with ENOSPC.
+_FILE_SIZE_LIMITED_RUN = """
+import resource, signal, sys
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 16, 1 << 16))
+from hf_elmo.cli import main
+sys.exit(main(sys.argv[1].split()))
+"""
+
+FULL_DISK_CASES = {
+    # name: (command, the output it names)
+    "embed, one dataset per line": ("embed in.txt out.h5 --all --quiet --model M --batch-size 8", "out.h5"),
+    "embed --layout packed": ("embed in.txt out.h5 --all --quiet --model M --batch-size 8 --layout packed", "out.h5"),
+    "export": ("export --model M --output-dir out", "out"),
+}
+
+
+@pytest.mark.parametrize("name", FULL_DISK_CASES)
+def test_a_full_disk_is_one_line_and_leaves_nothing(name, workspace):
+    import errno
+    import subprocess
+    import sys
+
+    command, output = FULL_DISK_CASES[name]
+    (workspace / "in.txt").write_text("".join(f"the cat sat on the mat {n} times .\n" for n in range(300)))
+    before = snapshot(workspace)
+    done = subprocess.run(
+        [sys.executable, "-c", _FILE_SIZE_LIMITED_RUN, command], cwd=workspace, capture_output=True, timeout=300,
+        env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "CUDA_VISIBLE_DEVICES": ""},
+    )
+    stderr = done.stderr.decode()
+    lines = [line for line in stderr.split("\n") if line.strip() and "\r" not in line]
+    assert done.returncode == 2 and "Traceback" not in stderr, stderr[-3000:]
+    assert lines == [f"error: {output}: not written ({os.strerror(errno.EFBIG)})"], stderr[-3000:]
+    assert snapshot(workspace) == before
+
+
+def test_weights_get_the_permissions_of_any_new_file(workspace):
+    umask = os.umask(0o027)
+    try:
+        assert cli_main(f"{CONVERT} --output-dir converted".split()) == 0
+        assert cli_main("warm-state --model M corpus.txt --device cpu".split()) == 0  # replaces M's weights
+    finally:
+        os.umask(umask)
+    for path in ("converted/model.safetensors", "converted/config.json", "M/model.safetensors"):
+        assert stat.S_IMODE((workspace / path).stat().st_mode) == 0o640, path
+
+
+HELD_OUT = (FIXTURES / "bilm-tf-checkpoint" / "heldout.txt").read_text(encoding="utf-8").split("\n")[:40]
+
+
+def perplexity_printed(capsys, model, *arguments) -> list[str]:
+    assert cli_main(["perplexity", "--model", str(model), *map(str, arguments)]) == 0
+    return capsys.readouterr().out.strip().split("\n")
+
+
+# The bilm-tf checkpoint's biLM: a trained model, whose perplexity tells a word from another.
+@pytest.mark.parametrize("mode", [[], ["--stream", "--batch-size", "4"], ["--start", "zero"]], ids=str)
+@pytest.mark.parametrize("variant", ["byte-order mark", "CR and CRLF"])
+def test_perplexity_reads_text_files_as_text_mode_does(variant, mode, checkpoint_dir, tmp_path, capsys):
+    text = "\n".join(HELD_OUT) + "\n"
+    (tmp_path / "plain.txt").write_text(text, encoding="utf-8")
+    if variant == "byte-order mark":
+        (tmp_path / "variant.txt").write_bytes(b"\xef\xbb\xbf" + text.encode())
+    else:
+        (tmp_path / "variant.txt").write_bytes(text.replace("\n", "\r", 3).replace("\n", "\r\n", 3).encode())
+    plain = perplexity_printed(capsys, checkpoint_dir, tmp_path / "plain.txt", "--window", "60", *mode)
+    assert perplexity_printed(capsys, checkpoint_dir, tmp_path / "variant.txt", "--window", "60", *mode) == plain
+
+
+@pytest.mark.parametrize("mode", [[], ["--stream", "--batch-size", "4"], ["--start", "zero"]], ids=str)
+def test_perplexity_splits_text_as_the_model_was_trained(mode, checkpoint_dir, tmp_path, capsys):
+    model = tmp_path / "bilm"
+    shutil.copytree(checkpoint_dir, model)
+    # Raw text: the held-out sentences with their punctuation attached to the words before it.
+    raw = "".join(re.sub(r" ([.,:;?!])", r"\1", line) + "\n" for line in HELD_OUT)
+    (tmp_path / "raw.txt").write_text(raw, encoding="utf-8")
+    # The truth: the words of the tokenizer's splitter, written out separated by spaces, read as they are.
+    tokenizer = ElmoTokenizer.from_pretrained(model)
+    split = "".join(" ".join(tokenizer.split_words(line)) + "\n" for line in raw.splitlines())
+    (tmp_path / "split.txt").write_text(split, encoding="utf-8")
+    window = ["--window", "60"]
+    truth = perplexity_printed(capsys, model, tmp_path / "split.txt", "--split", "whitespace", *window, *mode)
+    assert truth[0] == "text split             whitespace"
+    (model / "bilm_training_options.json").write_text(json.dumps({"split": "pretokenizer"}))
+    recorded = perplexity_printed(capsys, model, tmp_path / "raw.txt", *window, *mode)
+    assert recorded == [truth[0].replace("whitespace", "pretokenizer"), *truth[1:]]
+    # An explicit --split overrides the recorded one; on the raw text, whitespace gives other words and numbers.
+    whitespace = perplexity_printed(capsys, model, tmp_path / "raw.txt", "--split", "whitespace", *window, *mode)
+    assert whitespace[0] == truth[0] and whitespace[2:] != truth[2:]

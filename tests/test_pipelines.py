@@ -3,7 +3,7 @@ import pytest
 import torch
 from transformers import AutoModel, AutoModelForTokenClassification, AutoTokenizer, pipeline
 
-from hf_elmo import ElmoTokenClassificationPipeline
+from hf_elmo import ElmoTokenClassificationPipeline, ElmoTokenizer
 
 TEXTS = ["I don't think it's raining, is it?", 'He said "no" -- twice.']
 LABELS = {0: "O", 1: "NOUN", 2: "VERB", 3: "PUNCT"}
@@ -88,3 +88,48 @@ def test_pipeline_bad_input(tagger_dir):
         tagger([["pre", "split"]])
     with pytest.raises(ValueError, match="unknown arguments"):
         tagger("text", aggregation_strategy="simple")
+
+
+class CountingText(str):
+    """A text that counts the characters its searches may have looked at (a failed search: the rest of the text)."""
+
+    looked_at = 0
+
+    def startswith(self, prefix, start=0, *end):
+        self.looked_at += len(prefix)
+        return super().startswith(prefix, start, *end)
+
+    def find(self, sub, start=0, *end):
+        found = super().find(sub, start, *end)
+        self.looked_at += (len(self) if found < 0 else found + len(sub)) - start
+        return found
+
+    def index(self, sub, start=0, *end):
+        self.looked_at += len(self) - start
+        return super().index(sub, start, *end)
+
+    def __getitem__(self, key):
+        item = super().__getitem__(key)
+        self.looked_at += len(item)
+        return item
+
+
+def test_word_offsets_take_one_pass_over_the_text():
+    from hf_elmo.pipelines_elmo import word_spans
+
+    # The truth: a text built from words at known places; every 7th word has a lone surrogate inside, which the
+    # splitter drops (the word it gives is not a piece of the text: no offsets); some separators hold one too.
+    pieces, words, expected, length = [], [], [], 0
+    for index in range(3000):
+        separator = [" ", "\n\t", " \udc80 "][index % 3]
+        word = f"w{index}\udc80x" if index % 7 == 0 else f"w{index}x"
+        pieces += [separator, word]
+        words.append(word.replace("\udc80", ""))
+        start = length + len(separator)
+        expected.append((None, None) if index % 7 == 0 else (start, start + len(word)))
+        length += len(separator) + len(word)
+    text = CountingText("".join(pieces))
+    assert ElmoTokenizer().split_words(text) == words
+    text.looked_at = 0
+    assert word_spans(text, words) == expected
+    assert text.looked_at <= 3 * len(text)  # a bounded number of looks per character, not a search per word

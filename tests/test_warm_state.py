@@ -238,6 +238,22 @@ def test_bilm_checkpoint_with_warm_state_and_estimator_input(checkpoint_dir):
     torch.testing.assert_close(state[1], torch.cat([forward[1][:, 0, :D], backward[1][:, 0, D:]], -1))
 
 
+def test_long_lines_are_read_in_pieces_with_their_state_carried(converted_dirs, monkeypatch):
+    from hf_elmo import warm_state
+
+    model = ElmoModel.from_pretrained(converted_dirs["allennlp"]).eval()
+    # Two streams; lines of 210, 3, 40 and 3 words, so that the rows of a step end in different pieces.
+    sentences = [TEXT[0].split() * 30, TEXT[1].split(), TEXT[2].split() * 5, TEXT[1].split()]
+    whole = estimate_warm_state(model, sentences, streams=2)  # every line in one call: the truth
+    positions = []
+    model.register_forward_pre_hook(lambda module, args: positions.append(args[0].shape[1]))
+    monkeypatch.setattr(warm_state, "PIECE", 16)
+    in_pieces = estimate_warm_state(model, sentences, streams=2)
+    assert max(positions) == 16 and len(positions) == 17  # 211 positions: 14 pieces; 41: 3 pieces
+    for carried, expected in zip(in_pieces, whole):
+        torch.testing.assert_close(carried, expected)
+
+
 def test_warm_state_errors(warm_dir, converted_dirs, tmp_path, capsys, monkeypatch):
     model = ElmoModel.from_pretrained(converted_dirs["allennlp"])
     shapes = r"must be \(hidden, memory\) of shapes \(2, 32\) and \(2, 128\).*got \[\(2, 16\)"
