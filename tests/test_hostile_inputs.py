@@ -23,7 +23,7 @@ from safetensors.torch import load_file, save_file
 from hf_elmo import ElmoConfig, ElmoForBiLM, ElmoTokenizer
 from hf_elmo.cli import main as cli_main
 
-from conftest import FIXTURES
+from conftest import CHECKPOINT, FIXTURES
 
 CORPUS = "the cat sat on the mat .\nthe dog sat .\na cat and a dog .\n"
 TINY = dict(char_embedding_dim=4, filters=[[1, 4], [2, 4]], n_highway=1, cell_dim=8, projection_dim=4, num_layers=1)
@@ -142,6 +142,45 @@ def symlink(link, target):
     return create
 
 
+# --- checkpoint conversion, configuration and model-input checks: preparing the working folder ---
+
+
+def tf_checkpoint(root):
+    """`t/`: the bilm-tf training checkpoint with its options.json and vocabulary."""
+    shutil.copytree(CHECKPOINT / "tf_checkpoint", root / "t")
+    shutil.copy(CHECKPOINT / "vocab.txt", root / "t/vocab.txt")
+
+
+def rewrite_tf_index(edit):
+    """`t/`'s index rewritten: `edit(entries)` takes and returns the list of (name, serialized entry)."""
+
+    def rewrite(root):
+        from hf_elmo.tf_checkpoint import _table_entries
+
+        from test_tf_checkpoint import write_index
+
+        index = root / "t/model.ckpt-252.index"
+        write_index(index, edit(_table_entries(str(index))))
+
+    return rewrite
+
+
+def with_entry(name, value_of):
+    """Adds or replaces the entry `name`; `value_of(entries)` gives its serialized `BundleEntryProto`."""
+    return lambda entries: [(k, v) for k, v in entries if k != name.encode()] + [(name.encode(), value_of(entries))]
+
+
+def entry_of(name):
+    return lambda entries: dict(entries)[name.encode()]
+
+
+def scalar_softmax(root):
+    from test_tf_checkpoint import _entry
+
+    first = (root / "t/model.ckpt-252.data-00000-of-00001").read_bytes()[:4]
+    rewrite_tf_index(with_entry("lm/softmax/W", lambda entries: _entry(1, (), 0, 4, first)))(root)
+
+
 @dataclass
 class Case:
     command: str
@@ -158,6 +197,7 @@ BYTE_FOLDER_CHARACTERS = {
 TRAIN = "train --train-files corpus.txt --config B --output-dir run --disable-progress-bar --data-cache-dir cache"
 EMBED = "embed in.txt out.h5 --top --quiet"
 CONVERT = "convert --options d/options.json --weights d/lm_weights.hdf5"
+TF_CONVERT = "convert --tf-checkpoint t --vocab t/vocab.txt"
 
 CASES = {
     # --- data loss: outputs that are, hold or lie inside an input; --force over what the command did not write ---
@@ -417,6 +457,37 @@ CASES = {
         r"B: the model's softmax has 100,000,000 words \(config\.json vocab_size\) but its vocabulary "
         r"\(vocab\.txt\) has 9",
         [edit_json("B/config.json", vocab_size=10**8)],
+    ),
+    # --- checkpoint conversion, configuration and model-input checks ---
+    "convert --tf-checkpoint: options beside it with fewer LSTM layers": Case(
+        f"{TF_CONVERT} --output-dir out",
+        r"^error: t/model\.ckpt-252\.index: variable 'lm/RNN_0/rnn/multi_rnn_cell/cell_1/lstm_cell/bias' \(and 5 "
+        r"more\) is not part of the model the options describe \(lstm\.n_layers = 1,",
+        [tf_checkpoint, edit_json("t/options.json", **{"lstm.n_layers": 1})],
+    ),
+    "convert --tf-checkpoint: --options with fewer highway layers": Case(
+        f"{TF_CONVERT} --options o.json --output-dir out",
+        r"^error: t/model\.ckpt-252\.index: variable 'lm/CNN_high_0/W_carry' \(and 3 more\) is not part of the model "
+        r"the options describe .*char_cnn\.n_highway = 0",
+        [tf_checkpoint, lambda root: shutil.copy(root / "t/options.json", root / "o.json"),
+         edit_json("o.json", **{"char_cnn.n_highway": 0})],
+    ),
+    "convert --tf-checkpoint: a variable the options know nothing of": Case(
+        f"{TF_CONVERT} --output-dir out",
+        r"^error: t/model\.ckpt-252\.index: variable 'lm/CNN_proj/W_extra' is not part of the model the options",
+        [tf_checkpoint, rewrite_tf_index(with_entry("lm/CNN_proj/W_extra", entry_of("lm/CNN_proj/b_proj")))],
+    ),
+    "convert --tf-checkpoint: a scalar softmax": Case(
+        f"{TF_CONVERT} --output-dir out",
+        r"^error: t/model\.ckpt-252\.index: variable 'lm/softmax/W' has shape \(\), expected \(vocabulary size, "
+        r"lstm\.projection_dim = 32\)$",
+        [tf_checkpoint, scalar_softmax],
+    ),
+    "convert --tf-checkpoint without --vocab": Case(
+        "convert --tf-checkpoint t --output-dir out",
+        r"^error: t: no vocabulary given \(--vocab\): the checkpoint's softmax holds one row per word but not the "
+        r"words",
+        [tf_checkpoint],
     ),
 }
 
