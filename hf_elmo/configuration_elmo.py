@@ -5,6 +5,8 @@ import math
 from huggingface_hub.dataclasses import strict
 from transformers import PreTrainedConfig
 
+from .character_rows import MAX_CHARACTERS_PER_TOKEN
+
 # The released biLMs share the character CNN of the "original" model; they differ in the
 # highway depth, the LSTM cell size and the projection size (bilm-tf README, "Pre-trained models").
 _RELEASED_FILTERS = [[1, 32], [2, 32], [3, 64], [4, 128], [5, 256], [6, 512], [7, 1024]]
@@ -136,8 +138,8 @@ class ElmoConfig(PreTrainedConfig):
             the full softmax.
 
     Use `ElmoConfig.from_preset("small" | "medium" | "original")` for the released sizes. A configuration is refused
-    (`ValueError`) if a float field is not finite, or if it describes more than `MAX_PARAMETERS` (2**31) parameters or
-    more than `MAX_LAYERS` (1,000) layers of one kind.
+    (`ValueError`) if a float field is not finite, or if it describes more than `MAX_PARAMETERS` (2**31) parameters,
+    more than `MAX_LAYERS` (1,000) layers of one kind or more than `MAX_CHARACTERS_PER_TOKEN` (1,000) slots per word.
     """
 
     model_type = "elmo"
@@ -262,6 +264,11 @@ class ElmoConfig(PreTrainedConfig):
             raise ValueError(
                 "ElmoConfig.max_characters_per_token must be >= 3 (begin of word, a character, end of word), got "
                 f"{self.max_characters_per_token}."
+            )
+        if self.max_characters_per_token > MAX_CHARACTERS_PER_TOKEN:
+            raise ValueError(
+                f"ElmoConfig.max_characters_per_token is {self.max_characters_per_token:,}, more than the limit of "
+                f"{MAX_CHARACTERS_PER_TOKEN:,} slots per word."
             )
         if not self.filters:
             raise ValueError("ElmoConfig.filters must list at least one [width, number] pair.")

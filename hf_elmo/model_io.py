@@ -134,7 +134,8 @@ def load_pretrained(load, cls, pretrained_model_name_or_path, *model_args, use_s
 
 def load_tokenizer(load, pretrained_model_name_or_path, *args, **kwargs):
     """`load(...)` (`PreTrainedTokenizer.from_pretrained` of `ElmoTokenizer`) with the policy of the module docstring:
-    a `json.JSONDecodeError` becomes a `ValueError` naming the file."""
+    a `json.JSONDecodeError` becomes a `ValueError` naming the file, and the tokenizer's own `ValueError` names the
+    folder."""
     hub = {key: kwargs[key] for key in _HUB_KEYS if key in kwargs}
     locate = partial(cached_file, pretrained_model_name_or_path, _raise_exceptions_for_missing_entries=False, **hub)
     try:
@@ -153,6 +154,10 @@ def load_tokenizer(load, pretrained_model_name_or_path, *args, **kwargs):
         where = f"line {error.lineno}, column {error.colno}"
         message = f"{pretrained_model_name_or_path}: {name} is not valid JSON ({where}: {error.msg})"
         raise ValueError(message) from None
+    except ValueError as error:  # the tokenizer's checks of the values its files hold: name the folder
+        if str(pretrained_model_name_or_path) in str(error):
+            raise
+        raise ValueError(f"{pretrained_model_name_or_path}: {error}") from None
     _check_tokenizer_matches_model(tokenizer, pretrained_model_name_or_path, locate(CONFIG_NAME))
     return tokenizer
 

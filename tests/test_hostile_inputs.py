@@ -554,6 +554,23 @@ MEMORY_CASES = {
         "perplexity --model B corpus.txt",
         r"B: the model's softmax has 100,000,000 words",
     ),
+    # --- checkpoint conversion, configuration and model-input checks ---
+    "options.json max_characters_per_token 10**9": (
+        ("d/options.json", {"char_cnn.max_characters_per_token": 10**9}),
+        "convert --options d/options.json --weights d/lm_weights.hdf5 --output-dir out",
+        r"^error: d/options\.json: ElmoConfig\.max_characters_per_token is 1,000,000,000, more than the limit of 1,000 "
+        r"slots per word\.$",
+    ),
+    "config.json max_characters_per_token 10**9": (
+        ("M/config.json", {"max_characters_per_token": 10**9}),
+        f"{EMBED} --model M",
+        r"^error: M: config\.json: ElmoConfig\.max_characters_per_token is 1,000,000,000, more than the limit",
+    ),
+    "tokenizer_config.json max_characters_per_token 10**9": (
+        ("B/tokenizer_config.json", {"max_characters_per_token": 10**9}),
+        "perplexity --model B corpus.txt",
+        r"^error: B: .*max_characters_per_token is 1,000,000,000, more than the limit of 1,000 slots per word",
+    ),
 }
 
 # Runs every case in one process whose address space may grow by at most 2 GiB once the libraries are loaded, so that
