@@ -13,8 +13,9 @@
 * loaded parameters are copied to 64-byte aligned memory (see `align_parameters`), and weights holding NaN or
   infinite values are refused.
 
-`ElmoTokenizer.from_pretrained` is `load_tokenizer`: a tokenizer file that is not valid JSON is named, and a tokenizer
-that reads characters otherwise than the model of the same folder is refused (`_check_tokenizer_matches_model`).
+`ElmoTokenizer.from_pretrained` is `load_tokenizer`: a tokenizer file that is not valid JSON is named, and a
+`tokenizer_class` other than ElmoTokenizer (`_check_tokenizer_class`) or a tokenizer that reads characters otherwise
+than the model of the same folder (`_check_tokenizer_matches_model`) is refused.
 
 `ElmoPreTrainedModel.save_pretrained` ends with `name_pipeline`: a model class with a `pipeline_class` (for its
 `pipeline_task`) writes it into the folder's `config.json` as `custom_pipelines`, so that `pipeline(task,
@@ -29,7 +30,6 @@ from functools import partial
 from pathlib import Path
 
 import torch
-from huggingface_hub.errors import StrictDataclassError
 from transformers import PreTrainedConfig
 from transformers.utils import CONFIG_NAME, cached_file
 from transformers.utils import logging as hf_logging
@@ -80,8 +80,8 @@ def _check_weights_before_loading(cls, path, kwargs):
     if not isinstance(config, PreTrainedConfig):
         try:
             config = cls.config_class.from_pretrained(path, **{k: v for k, v in kwargs.items() if k != "config"})
-        except StrictDataclassError as error:  # a validator's ValueError, wrapped by huggingface_hub
-            raise ValueError(f"{path}: config.json: {error.__cause__ or error}") from None
+        except ValueError as error:  # named once: the JSON reader's own errors name the file
+            raise ValueError(str(error) if str(path) in str(error) else f"{path}: config.json: {error}") from None
         config = config[0] if isinstance(config, tuple) else config
     prefix = f"{cls.base_model_prefix}."
     on_disk = {name.removeprefix(prefix): shape for name, shape in _safetensors_shapes(files).items()}
@@ -158,8 +158,21 @@ def load_tokenizer(load, pretrained_model_name_or_path, *args, **kwargs):
         if str(pretrained_model_name_or_path) in str(error):
             raise
         raise ValueError(f"{pretrained_model_name_or_path}: {error}") from None
+    _check_tokenizer_class(pretrained_model_name_or_path, locate("tokenizer_config.json"))
     _check_tokenizer_matches_model(tokenizer, pretrained_model_name_or_path, locate(CONFIG_NAME))
     return tokenizer
+
+
+def _check_tokenizer_class(where, tokenizer_config_file):
+    """Refuses a `tokenizer_class` other than ElmoTokenizer: `AutoTokenizer` would load that class from the folder,
+    whose ids fail only once they reach the model."""
+    values = json.loads(Path(tokenizer_config_file).read_text(encoding="utf-8")) if tokenizer_config_file else {}
+    named = values.get("tokenizer_class") if isinstance(values, dict) else None
+    if named not in (None, "ElmoTokenizer"):
+        raise ValueError(
+            f"{where}: tokenizer_config.json names tokenizer_class {named!r}, expected 'ElmoTokenizer': the folder's "
+            "tokenizer files are not ELMo's"
+        )
 
 
 def _check_tokenizer_matches_model(tokenizer, where, config_file):

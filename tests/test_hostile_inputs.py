@@ -459,6 +459,24 @@ CASES = {
         [edit_json("B/config.json", vocab_size=10**8)],
     ),
     # --- checkpoint conversion, configuration and model-input checks ---
+    "embed: config.json dtype float8_e4m3fn": Case(
+        f"{EMBED} --model M",
+        r"ElmoConfig\.dtype must name a torch dtype such as 'float32', got 'float8_e4m3fn'; the model computes in",
+        [edit_json("M/config.json", dtype="float8_e4m3fn")],
+    ),
+    "embed: config.json a bare number": Case(
+        f"{EMBED} --model M",
+        r"M/config\.json: expected a JSON object of configuration fields, got 5",
+        [write("M/config.json", "5")],
+    ),
+    "embed: config.json cell_dim of the wrong type": Case(
+        f"{EMBED} --model M", r"ElmoConfig\.cell_dim must be int, got '16'", [edit_json("M/config.json", cell_dim="16")]
+    ),
+    "perplexity: tokenizer_class BertTokenizer": Case(
+        "perplexity --model B corpus.txt",
+        r"^error: B: tokenizer_config\.json names tokenizer_class 'BertTokenizer', expected 'ElmoTokenizer'",
+        [edit_json("B/tokenizer_config.json", tokenizer_class="BertTokenizer")],
+    ),
     "convert --tf-checkpoint: options beside it with fewer LSTM layers": Case(
         f"{TF_CONVERT} --output-dir out",
         r"^error: t/model\.ckpt-252\.index: variable 'lm/RNN_0/rnn/multi_rnn_cell/cell_1/lstm_cell/bias' \(and 5 "
@@ -699,6 +717,51 @@ API_CASES = {
         [edit_json("M/config.json", model_type="bert")],
         load("ElmoModel", "M"),
         r"model_type 'bert', not 'elmo'",
+    ),
+    # --- checkpoint conversion, configuration and model-input checks ---
+    "ElmoConfig num_labels 10**9": (
+        [],
+        lambda root: ElmoConfig(**TINY, num_labels=10**9),
+        r"^ElmoConfig\.num_labels must be an int from 1 to 100,000, got 1000000000\.$",
+    ),
+    "ElmoConfig num_labels 0": (
+        [], lambda root: ElmoConfig(**TINY, num_labels=0), r"^ElmoConfig\.num_labels .* got 0\.$"
+    ),
+    "ElmoConfig num_labels -1": (
+        [], lambda root: ElmoConfig(**TINY, num_labels=-1), r"^ElmoConfig\.num_labels .* got -1\.$"
+    ),
+    "num_labels set on a config": (
+        [], lambda root: setattr(ElmoConfig(**TINY), "num_labels", 10**9), r"^ElmoConfig\.num_labels must be an int"
+    ),
+    "a classifier from a config.json with num_labels 10**9": (
+        [edit_json("M/config.json", num_labels=10**9)],
+        load("ElmoForSequenceClassification", "M"),
+        r"M: config\.json: ElmoConfig\.num_labels must be an int from 1 to 100,000, got 1000000000\.$",
+    ),
+    "ElmoConfig: a field of the wrong type": (
+        [], lambda root: ElmoConfig(**{**TINY, "cell_dim": "8"}), r"^ElmoConfig\.cell_dim must be int, got '8'\.$"
+    ),
+    "ElmoConfig: a field set to the wrong type": (
+        [], lambda root: setattr(ElmoConfig(**TINY), "filters", 3), r"^ElmoConfig\.filters must be list\[list\[int\]\]"
+    ),
+    "ElmoConfig: a value its validator refuses": (
+        [], lambda root: ElmoConfig(**TINY, dropout=1.5), r"^ElmoConfig\.dropout must be in \[0, 1\), got 1\.5\.$"
+    ),
+    "ElmoModel from a config.json that is a bare number": (
+        [write("M/config.json", "5")],
+        load("ElmoModel", "M"),
+        r"M/config\.json: expected a JSON object of configuration fields, got 5$",
+    ),
+    "ElmoModel from a config.json with torch_dtype float8": (
+        [edit_json("M/config.json", torch_dtype="float8_e4m3fn")],
+        load("ElmoModel", "M"),
+        r"M: config\.json: ElmoConfig\.torch_dtype must name a torch dtype such as 'float32', got 'float8_e4m3fn'; the "
+        r"model computes in float32, float16, bfloat16, float64\.$",
+    ),
+    "ElmoTokenizer from a folder whose tokenizer_class is BertTokenizer": (
+        [edit_json("M/tokenizer_config.json", tokenizer_class="BertTokenizer")],
+        lambda root: ElmoTokenizer.from_pretrained(root / "M"),
+        r"M: tokenizer_config\.json names tokenizer_class 'BertTokenizer', expected 'ElmoTokenizer'",
     ),
 }
 
