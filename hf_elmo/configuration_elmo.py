@@ -95,7 +95,8 @@ class ElmoConfig(PreTrainedConfig):
         forget_bias (`float`, defaults to 0.0): constant added to the forget-gate pre-activation at run time, as
             TensorFlow's `LSTMCell(forget_bias=1.0)` does. Converted bilm-tf weights keep their stored bias and use
             1.0, so that exporting them gives back the original file bit for bit (folding the 1.0 into a float32
-            bias would round it).
+            bias would round it). A config.json without the field means 0.0: folders converted before it existed
+            hold TensorFlow's 1.0 folded into their stored bias.
         char_vocabulary (`bool`, defaults to `False`): character ids come from the tokenizer's vocabulary of
             Unicode characters (ELMoForManyLangs models) instead of UTF-8 bytes; `n_characters` is then the
             vocabulary size + 1 and may be below 262.

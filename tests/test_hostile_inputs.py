@@ -944,3 +944,36 @@ def test_a_panic_of_the_regex_engine_is_a_value_error():
 
     with pytest.raises(ValueError, match=r"the word splitter failed on this text \(Onig: .*retry-limit-in-match"):
         split_words(Panicking(), "text")
+
+
+# --- checkpoint conversion, configuration and model-input checks: the right results ---------------------------------
+
+
+def test_a_config_json_without_forget_bias_is_read_as_the_folders_that_lacked_it(workspace):
+    """Folders converted before `forget_bias` existed hold TensorFlow's 1.0 folded into the stored bias and no such
+    field; a missing field therefore means 0, and such a folder gives the original's vectors."""
+    import numpy as np
+    import torch
+
+    from hf_elmo import ElmoModel
+
+    from conftest import fixture_batches
+
+    values = json.loads((workspace / "M/config.json").read_text())
+    assert values.pop("forget_bias") == 1.0
+    (workspace / "M/config.json").write_text(json.dumps(values))
+    D = values["cell_dim"]
+
+    def fold(tensors):
+        for name, tensor in tensors.items():
+            if name.endswith("state_linearity.bias"):  # gates [i, f, g, o]
+                tensor[D : 2 * D] += 1.0
+
+    edit_weights("M", fold)(workspace)
+    model = ElmoModel.from_pretrained(workspace / "M").eval()
+    words, expected = fixture_batches("allennlp")[0]
+    batch = ElmoTokenizer()(words, is_split_into_words=True, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        top = model(**batch).last_hidden_state
+    for k, sentence in enumerate(words):  # the original's rule, as tests/test_modeling_elmo.py compares
+        np.testing.assert_allclose(top[k, 1 : len(sentence) + 1].numpy(), expected[k], atol=1e-6, rtol=1e-5)
