@@ -7,6 +7,7 @@ from huggingface_hub.errors import StrictDataclassClassValidationError, StrictDa
 from transformers import PreTrainedConfig
 
 from .character_rows import MAX_CHARACTERS_PER_TOKEN
+from .file_io import read_json_object
 
 # The released biLMs share the character CNN of the "original" model; they differ in the
 # highway depth, the LSTM cell size and the projection size (bilm-tf README, "Pre-trained models").
@@ -233,10 +234,8 @@ class ElmoConfig(PreTrainedConfig):
 
     @classmethod
     def _dict_from_json_file(cls, json_file):
-        values = super()._dict_from_json_file(json_file)
-        if not isinstance(values, dict):  # transformers would fail on it with a TypeError or AttributeError
-            raise ValueError(f"{json_file}: expected a JSON object of configuration fields, got {values!r:.100}")
-        return values
+        # transformers would fail on a JSON value that is not an object with a TypeError or AttributeError
+        return cls._decode_special_floats(read_json_object(json_file, "configuration fields"))
 
     @classmethod
     def from_preset(cls, name: str, **kwargs) -> "ElmoConfig":

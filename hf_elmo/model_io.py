@@ -9,7 +9,8 @@
   of labels (transformers only logs the shapes), unless `ignore_mismatched_sizes=True`;
 * before anything is allocated, the model the configuration describes is compared with the tensors on disk (their
   headers): a biLM tensor of another shape, one the configuration has no place for, and a missing one (which
-  transformers would fill with fresh values, with only a warning) are refused (`_check_weights_before_loading`);
+  transformers would fill with fresh values, with only a warning) are refused (`_check_weights_before_loading`), as
+  is a shard index naming a file outside the folder;
 * loaded parameters are copied to 64-byte aligned memory (see `align_parameters`), and weights holding NaN or
   infinite values are refused.
 
@@ -34,7 +35,7 @@ from transformers import PreTrainedConfig
 from transformers.utils import CONFIG_NAME, cached_file
 from transformers.utils import logging as hf_logging
 
-from .file_io import ElmoInputError, write_atomically
+from .file_io import ElmoInputError, json_field, read_json_object, write_atomically
 
 _PICKLE_REFUSED = (
     "ELMo loads weights only from safetensors by default, because a pickle checkpoint (pytorch_model.bin) can run "
@@ -74,8 +75,15 @@ def _check_weights_before_loading(cls, path, kwargs):
         index = locate(SAFE_WEIGHTS_INDEX_NAME)
         if index is None:
             return  # transformers reports the missing weights
-        with open(index, encoding="utf-8") as f:
-            files = [locate(shard) for shard in sorted(set(json.load(f)["weight_map"].values()))]
+        weight_map = json_field(read_json_object(index, "shard index"), "weight_map", index)
+        shards = sorted(set(map(str, weight_map.values()))) if isinstance(weight_map, dict) else []
+        outside = [shard for shard in shards if Path(shard).is_absolute() or ".." in Path(shard).parts]
+        if outside:  # transformers would read it wherever it is
+            raise ValueError(
+                f"{path}: {SAFE_WEIGHTS_INDEX_NAME} names the shard {outside[0]!r}, outside the model folder; shards "
+                "must lie in it"
+            )
+        files = [locate(shard) for shard in shards]
     config = kwargs.get("config")
     if not isinstance(config, PreTrainedConfig):
         try:

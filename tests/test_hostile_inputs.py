@@ -174,6 +174,14 @@ def entry_of(name):
     return lambda entries: dict(entries)[name.encode()]
 
 
+def shards_outside(root):
+    """`M`'s weights moved beside the folder, and a shard index in `M` pointing at them."""
+    tensors = load_file(root / "M/model.safetensors")
+    (root / "M/model.safetensors").rename(root / "x.safetensors")
+    index = {"metadata": {}, "weight_map": {name: "../x.safetensors" for name in tensors}}
+    (root / "M/model.safetensors.index.json").write_text(json.dumps(index))
+
+
 def scalar_softmax(root):
     from test_tf_checkpoint import _entry
 
@@ -466,11 +474,16 @@ CASES = {
     ),
     "embed: config.json a bare number": Case(
         f"{EMBED} --model M",
-        r"M/config\.json: expected a JSON object of configuration fields, got 5",
+        r"M/config\.json: expected a JSON object \(configuration fields\), got int",
         [write("M/config.json", "5")],
     ),
     "embed: config.json cell_dim of the wrong type": Case(
         f"{EMBED} --model M", r"ElmoConfig\.cell_dim must be int, got '16'", [edit_json("M/config.json", cell_dim="16")]
+    ),
+    "embed: a shard index that points outside the model folder": Case(
+        f"{EMBED} --model M",
+        r"^error: M: model\.safetensors\.index\.json names the shard '\.\./x\.safetensors', outside the model folder",
+        [shards_outside],
     ),
     "perplexity: tokenizer_class BertTokenizer": Case(
         "perplexity --model B corpus.txt",
@@ -750,13 +763,18 @@ API_CASES = {
     "ElmoModel from a config.json that is a bare number": (
         [write("M/config.json", "5")],
         load("ElmoModel", "M"),
-        r"M/config\.json: expected a JSON object of configuration fields, got 5$",
+        r"M/config\.json: expected a JSON object \(configuration fields\), got int$",
     ),
     "ElmoModel from a config.json with torch_dtype float8": (
         [edit_json("M/config.json", torch_dtype="float8_e4m3fn")],
         load("ElmoModel", "M"),
         r"M: config\.json: ElmoConfig\.torch_dtype must name a torch dtype such as 'float32', got 'float8_e4m3fn'; the "
         r"model computes in float32, float16, bfloat16, float64\.$",
+    ),
+    "ElmoModel from a shard index that points outside the folder": (
+        [shards_outside],
+        load("ElmoModel", "M"),
+        r"M: model\.safetensors\.index\.json names the shard '\.\./x\.safetensors', outside the model folder",
     ),
     "ElmoTokenizer from a folder whose tokenizer_class is BertTokenizer": (
         [edit_json("M/tokenizer_config.json", tokenizer_class="BertTokenizer")],
