@@ -690,6 +690,40 @@ def load(model_class, folder):
     return run
 
 
+# --- checkpoint conversion, configuration and model-input checks: calls -----------------------------------------
+
+
+def run_model(transform, model_class="ElmoModel", labels=None, **load_kwargs):
+    """`model_class` from `M` called on `transform(batch, model)` (a dict of keyword arguments)."""
+
+    def call(root):
+        import hf_elmo
+
+        model = getattr(hf_elmo, model_class).from_pretrained(root / "M", **load_kwargs).eval()
+        return model(**transform(dict(padded_batch(root)), model))
+
+    return call
+
+
+def with_ids_as(dtype_or_device):
+    import torch
+
+    to = getattr(torch, dtype_or_device, dtype_or_device)
+    return lambda batch, model: {**batch, "input_ids": batch["input_ids"].to(to)}
+
+
+def with_nan_state(batch, model):
+    hidden, memory = model(**batch, use_cache=True).state
+    memory[0, 1, 2] = float("nan")
+    return {**batch, "state": (hidden, memory)}
+
+
+def with_labels(*values):
+    import torch
+
+    return lambda batch, model: {**batch, "labels": torch.tensor(values)}
+
+
 API_CASES = {
     "attention_mask of 1 over padding rows": (
         [],
@@ -775,6 +809,27 @@ API_CASES = {
         [shards_outside],
         load("ElmoModel", "M"),
         r"M: model\.safetensors\.index\.json names the shard '\.\./x\.safetensors', outside the model folder",
+    ),
+    "int8 input_ids": (
+        [],
+        run_model(with_ids_as("int8")),
+        r"^input_ids of dtype torch\.int8 cannot hold this model's character ids \(up to 261\); use torch\.int64",
+    ),
+    "uint8 input_ids": ([], run_model(with_ids_as("uint8")), r"^input_ids of dtype torch\.uint8 cannot hold"),
+    "state with a NaN": ([], run_model(with_nan_state), r"^state holds NaN or infinite values"),
+    "input_ids on the meta device": (
+        [], run_model(with_ids_as("meta")), r"^input_ids is on the meta device, which holds shapes but no values"
+    ),
+    "a NaN regression label": (
+        [],
+        run_model(with_labels(1.0, float("nan")), "ElmoForSequenceClassification", num_labels=1),
+        r"^labels hold NaN or infinite values \(regression\): the loss would be NaN\.$",
+    ),
+    "a NaN multi-label label": (
+        [],
+        run_model(with_labels([1.0, float("nan")], [0.0, 1.0]), "ElmoForSequenceClassification", num_labels=2,
+                  problem_type="multi_label_classification"),
+        r"^labels hold NaN or infinite values \(multi_label_classification\)",
     ),
     "ElmoTokenizer from a folder whose tokenizer_class is BertTokenizer": (
         [edit_json("M/tokenizer_config.json", tokenizer_class="BertTokenizer")],
@@ -995,3 +1050,21 @@ def test_a_config_json_without_forget_bias_is_read_as_the_folders_that_lacked_it
         top = model(**batch).last_hidden_state
     for k, sentence in enumerate(words):  # the original's rule, as tests/test_modeling_elmo.py compares
         np.testing.assert_allclose(top[k, 1 : len(sentence) + 1].numpy(), expected[k], atol=1e-6, rtol=1e-5)
+
+
+def test_a_token_batch_without_labels_gives_what_bert_gives(workspace):
+    """All -100: NaN, the mean over no positions, as transformers' BERT token classifier gives."""
+    import torch
+    from transformers import BertConfig, BertForTokenClassification
+
+    from hf_elmo import ElmoForTokenClassification
+
+    batch = padded_batch(workspace)
+    no_labels = torch.full(batch["attention_mask"].shape, -100)
+    ours = ElmoForTokenClassification.from_pretrained(workspace / "M", num_labels=3).eval()
+    bert = BertForTokenClassification(
+        BertConfig(vocab_size=8, hidden_size=8, num_hidden_layers=1, num_attention_heads=2, intermediate_size=8,
+                   num_labels=3)
+    ).eval()
+    assert torch.isnan(ours(**batch, labels=no_labels).loss)
+    assert torch.isnan(bert(input_ids=torch.ones_like(no_labels), labels=no_labels).loss)
