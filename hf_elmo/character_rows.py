@@ -26,8 +26,8 @@ import numpy as np
 MAX_WORD_LENGTH = 50
 """Slots per word row (hard-coded in AllenNLP's mapper and bilm-tf)."""
 MAX_CHARACTERS_PER_TOKEN = 1000
-"""Stated limit on the slots per row a tokenizer or a configuration may ask for (checked before any row is laid
-out): twenty times the released models' width, far past any word's bytes worth a convolution."""
+"""Stated limit on the slots per row a tokenizer or a configuration may ask for, checked before any row is laid out
+(twenty times the released models' width)."""
 MAX_WORD_BYTES = MAX_WORD_LENGTH - 2
 """Characters (UTF-8 bytes or code points) kept per word: the row also holds begin-of-word and end-of-word."""
 

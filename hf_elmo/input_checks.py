@@ -1,9 +1,9 @@
 """Checks of what an ELMo model is given; a problem is a one-line `ValueError` naming the input, expected vs got.
 
-Shapes, dtypes and devices are checked on the host. The checks of values (ids in range, right padding, and for
-the task heads the sentence boundaries) are reduced on the device and read back in one transfer per call: on a
-GPU every transfer makes the host wait for the device, so a caller that has checked a batch on the host already
-(`check_bilm_batch` before moving it) runs the model inside `values_checked_on_host()`, where they are skipped.
+Shapes, dtypes and devices are checked on the host. The checks of values (ids in range, right padding, a finite
+`state`, and for the task heads the sentence boundaries) are reduced on the device and read back in one transfer per
+call: on a GPU every transfer makes the host wait for the device, so a caller that has checked a batch on the host
+already (`check_bilm_batch` before moving it) runs the model inside `values_checked_on_host()`, where they are skipped.
 """
 
 import contextlib
