@@ -65,6 +65,12 @@ def check_labels(config: ElmoConfig, labels, positions: torch.Size, split_direct
         )
 
 
+def check_finite_labels(labels: torch.Tensor, problem_type: str):
+    """The float labels of the sequence heads (regression, multi-label): a NaN would make the loss NaN."""
+    if not values_checked() and not torch.isfinite(labels).all():
+        raise ValueError(f"labels hold NaN or infinite values ({problem_type}): the loss would be NaN.")
+
+
 def check_bilm_batch(config: ElmoConfig, input_ids, attention_mask=None, labels=None) -> None:
     """`check_inputs` and `check_labels` of a biLM batch, as `ElmoForBiLM.forward` runs them."""
     check_inputs(config, input_ids, attention_mask)

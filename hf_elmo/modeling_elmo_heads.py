@@ -17,7 +17,7 @@ from transformers.utils import can_return_tuple
 
 from .character_rows import byte_id, words_to_char_ids
 from .configuration_elmo import PROBLEM_TYPES, ElmoConfig
-from .input_checks import values_checked
+from .input_checks import check_finite_labels
 from .modeling_elmo import ElmoModel, ElmoPreTrainedModel
 from .pipelines_elmo import ElmoTokenClassificationPipeline
 from .scalar_mix import ScalarMix
@@ -302,7 +302,7 @@ class ElmoForSequenceClassification(ElmoTaskPreTrainedModel):
                     f"Regression labels must be floats of shape ({batch_size},) or ({batch_size}, {num_labels}), got "
                     f"{labels.dtype} {tuple(labels.shape)}."
                 )
-            _check_finite_labels(labels, config.problem_type)
+            check_finite_labels(labels, config.problem_type)
             return F.mse_loss(logits.squeeze(-1) if labels.dim() == 1 else logits, labels.to(logits.dtype))
         if config.problem_type == "single_label_classification":
             if labels.shape != (batch_size,) or labels.is_floating_point():
@@ -321,7 +321,7 @@ class ElmoForSequenceClassification(ElmoTaskPreTrainedModel):
                     f"Multi-label classification needs labels of shape ({batch_size}, {num_labels}) (one 0/1 column "
                     f"per label), got {tuple(labels.shape)}."
                 )
-            _check_finite_labels(labels, config.problem_type)
+            check_finite_labels(labels, config.problem_type)
             return F.binary_cross_entropy_with_logits(logits, labels.to(logits.dtype))
         raise ValueError(f"Unknown problem_type {config.problem_type!r}; expected one of {PROBLEM_TYPES} or None.")
 
@@ -431,11 +431,6 @@ class ElmoForTokenClassification(ElmoTaskPreTrainedModel):
             self._check_labels(labels, mask)
             loss = self._add_l2_penalty(F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=-100))
         return TokenClassifierOutput(loss=loss, logits=logits)
-
-
-def _check_finite_labels(labels: torch.Tensor, problem_type: str):
-    if not values_checked() and not torch.isfinite(labels).all():
-        raise ValueError(f"labels hold NaN or infinite values ({problem_type}): the loss would be NaN.")
 
 
 __all__ = ["ElmoForSequenceClassification", "ElmoForTokenClassification", "ElmoTaskPreTrainedModel"]
