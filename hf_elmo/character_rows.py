@@ -25,6 +25,9 @@ import numpy as np
 
 MAX_WORD_LENGTH = 50
 """Slots per word row (hard-coded in AllenNLP's mapper and bilm-tf)."""
+MAX_CHARACTERS_PER_TOKEN = 1000
+"""Stated limit on the slots per row a tokenizer or a configuration may ask for, checked before any row is laid out
+(twenty times the released models' width)."""
 MAX_WORD_BYTES = MAX_WORD_LENGTH - 2
 """Characters (UTF-8 bytes or code points) kept per word: the row also holds begin-of-word and end-of-word."""
 
@@ -164,6 +167,11 @@ class Utf8Bytes:
         if not isinstance(width, int) or width < 3:
             raise ValueError(
                 f"max_characters_per_token must be an int >= 3 (begin of word, a character, end of word), got {width!r}"
+            )
+        if width > MAX_CHARACTERS_PER_TOKEN:
+            raise ValueError(
+                f"max_characters_per_token is {width:,}, more than the limit of {MAX_CHARACTERS_PER_TOKEN:,} slots per "
+                "word"
             )
         self.width = width
         self.boundary_rows = boundary_rows(width)

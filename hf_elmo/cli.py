@@ -8,7 +8,6 @@ and SIGHUP stop a command as Ctrl-C does (exit status 130), after it removed wha
 import argparse
 import sys
 
-from huggingface_hub.errors import StrictDataclassError
 from transformers import HfArgumentParser
 
 from . import (
@@ -59,9 +58,6 @@ def main(argv=None) -> int:
             return args.run(args)
         except (ValueError, OSError) as error:
             print(f"error: {error}", file=sys.stderr)
-            return 2
-        except StrictDataclassError as error:  # a config validator's ValueError, wrapped by huggingface_hub
-            print(f"error: {error.__cause__ or error}", file=sys.stderr)
             return 2
         except KeyboardInterrupt as interrupt:  # Ctrl-C, or SIGTERM / SIGHUP: what was being written is removed
             name = interrupt.args[0] if interrupt.args else "SIGINT"

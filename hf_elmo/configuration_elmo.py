@@ -3,7 +3,11 @@
 import math
 
 from huggingface_hub.dataclasses import strict
+from huggingface_hub.errors import StrictDataclassClassValidationError, StrictDataclassFieldValidationError
 from transformers import PreTrainedConfig
+
+from .character_rows import MAX_CHARACTERS_PER_TOKEN
+from .file_io import read_json_object
 
 # The released biLMs share the character CNN of the "original" model; they differ in the
 # highway depth, the LSTM cell size and the projection size (bilm-tf README, "Pre-trained models").
@@ -35,6 +39,8 @@ MAX_PARAMETERS = 2**31
 """Parameters (8 GiB in float32) an `ElmoConfig` may describe."""
 MAX_LAYERS = 1000
 """Layers of each kind (LSTM layers, highway layers, convolutions, task-encoder layers) an `ElmoConfig` may describe."""
+MAX_LABELS = 100_000
+"""Labels (`num_labels`) an `ElmoConfig` may describe; each gets an entry in `id2label` as soon as it is set."""
 ARCHITECTURE_FIELDS = (
     "char_embedding_dim",
     "filters",
@@ -54,6 +60,8 @@ WEIGHT_FORMAT_FIELDS = ("forget_bias", "char_vocabulary", "input_word_vocab_size
 """The fields that say how a checkpoint's weights are to be read (converted weights' run-time forget bias, an
 ELMoForManyLangs model's character vocabulary and word embeddings, a warm start state)."""
 
+COMPUTE_DTYPES = ("float32", "float16", "bfloat16", "float64")
+"""The dtypes a config may name (`dtype`, `torch_dtype`): those the model computes in."""
 PROBLEM_TYPES = ("regression", "single_label_classification", "multi_label_classification")
 ELMO_PLACEMENTS = ("input", "output")
 POOLINGS = ("mean", "max", "mean_max")
@@ -88,7 +96,8 @@ class ElmoConfig(PreTrainedConfig):
         forget_bias (`float`, defaults to 0.0): constant added to the forget-gate pre-activation at run time, as
             TensorFlow's `LSTMCell(forget_bias=1.0)` does. Converted bilm-tf weights keep their stored bias and use
             1.0, so that exporting them gives back the original file bit for bit (folding the 1.0 into a float32
-            bias would round it).
+            bias would round it). A config.json without the field means 0.0: folders converted before it existed
+            hold TensorFlow's 1.0 folded into their stored bias.
         char_vocabulary (`bool`, defaults to `False`): character ids come from the tokenizer's vocabulary of
             Unicode characters (ELMoForManyLangs models) instead of UTF-8 bytes; `n_characters` is then the
             vocabulary size + 1 and may be below 262.
@@ -136,8 +145,9 @@ class ElmoConfig(PreTrainedConfig):
             the full softmax.
 
     Use `ElmoConfig.from_preset("small" | "medium" | "original")` for the released sizes. A configuration is refused
-    (`ValueError`) if a float field is not finite, or if it describes more than `MAX_PARAMETERS` (2**31) parameters or
-    more than `MAX_LAYERS` (1,000) layers of one kind.
+    (`ValueError`) if a float field is not finite, or if it describes more than `MAX_PARAMETERS` (2**31) parameters,
+    more than `MAX_LAYERS` (1,000) layers of one kind, more than `MAX_CHARACTERS_PER_TOKEN` (1,000) slots per word or
+    a `num_labels` outside 1 to `MAX_LABELS` (100,000).
     """
 
     model_type = "elmo"
@@ -185,12 +195,31 @@ class ElmoConfig(PreTrainedConfig):
 
     def __post_init__(self, **kwargs):
         for name, value in (("dtype", self.dtype), ("torch_dtype", kwargs.get("torch_dtype"))):
-            if isinstance(value, str) and value != "auto" and not _is_torch_dtype_name(value):
-                raise ValueError(f"ElmoConfig.{name} must name a torch dtype such as 'float32', got {value!r}.")
+            spelled = None if value is None else str(value).removeprefix("torch.")
+            if spelled not in (None, "auto", *COMPUTE_DTYPES):
+                raise ValueError(
+                    f"ElmoConfig.{name} must name a torch dtype such as 'float32', got {spelled!r}; the model computes "
+                    f"in {', '.join(COMPUTE_DTYPES)}."
+                )
+        labels = self.id2label
+        if labels is not None and (not isinstance(labels, dict) or len(labels) > MAX_LABELS):
+            got = f"{len(labels):,} labels" if isinstance(labels, dict) else repr(labels)[:100]
+            raise ValueError(f"ElmoConfig.id2label must map at most {MAX_LABELS:,} label ids to names, got {got}.")
         self.filters = [list(f) for f in self.filters]
         self.elmo_placement = list(self.elmo_placement)
         kwargs.setdefault("auto_map", dict(AUTO_MAP))
         super().__post_init__(**kwargs)
+
+    @property
+    def num_labels(self) -> int | None:
+        return PreTrainedConfig.num_labels.fget(self)
+
+    @num_labels.setter
+    def num_labels(self, num_labels: int):
+        # Checked before transformers lays out `id2label`, one entry per label.
+        if isinstance(num_labels, bool) or not isinstance(num_labels, int) or not 1 <= num_labels <= MAX_LABELS:
+            raise ValueError(f"ElmoConfig.num_labels must be an int from 1 to {MAX_LABELS:,}, got {num_labels!r}.")
+        PreTrainedConfig.num_labels.fset(self, num_labels)
 
     @classmethod
     def from_dict(cls, config_dict: dict, **kwargs) -> "ElmoConfig":
@@ -202,6 +231,11 @@ class ElmoConfig(PreTrainedConfig):
                 f"The configuration has model_type {model_type!r}, not {cls.model_type!r}: it is not an ELMo model."
             )
         return super().from_dict(config_dict, **kwargs)
+
+    @classmethod
+    def _dict_from_json_file(cls, json_file):
+        # transformers would fail on a JSON value that is not an object with a TypeError or AttributeError
+        return cls._decode_special_floats(read_json_object(json_file, "configuration fields"))
 
     @classmethod
     def from_preset(cls, name: str, **kwargs) -> "ElmoConfig":
@@ -262,6 +296,11 @@ class ElmoConfig(PreTrainedConfig):
             raise ValueError(
                 "ElmoConfig.max_characters_per_token must be >= 3 (begin of word, a character, end of word), got "
                 f"{self.max_characters_per_token}."
+            )
+        if self.max_characters_per_token > MAX_CHARACTERS_PER_TOKEN:
+            raise ValueError(
+                f"ElmoConfig.max_characters_per_token is {self.max_characters_per_token:,}, more than the limit of "
+                f"{MAX_CHARACTERS_PER_TOKEN:,} slots per word."
             )
         if not self.filters:
             raise ValueError("ElmoConfig.filters must list at least one [width, number] pair.")
@@ -384,10 +423,32 @@ class ElmoConfig(PreTrainedConfig):
             )
 
 
-def _is_torch_dtype_name(name: str) -> bool:
-    import torch
+def _one_line_value_errors(cls):
+    """huggingface_hub's strict dataclass reports a field of the wrong type, and wraps a validator's `ValueError`, in
+    errors of its own over several lines: both become the one-line `ValueError` naming the field that the rest of the
+    package raises."""
+    strict_validate, strict_setattr = cls.validate, cls.__setattr__
 
-    return isinstance(getattr(torch, name, None), torch.dtype)
+    def validate(self):
+        try:
+            strict_validate(self)
+        except StrictDataclassClassValidationError as error:
+            raise ValueError(" ".join(str(error.__cause__).split())) from None
+
+    def __setattr__(self, name, value):
+        try:
+            strict_setattr(self, name, value)
+        except StrictDataclassFieldValidationError:
+            expected = cls.__dataclass_fields__[name].type
+            expected = expected.__name__ if type(expected) is type else str(expected)
+            raise ValueError(f"{cls.__name__}.{name} must be {expected}, got {value!r:.100}.") from None
+
+    validate.__is_defined_by_strict_decorator__ = True  # strict subclasses may replace it, as they would its own
+    cls.validate, cls.__setattr__ = validate, __setattr__
+    return cls
+
+
+_one_line_value_errors(ElmoConfig)
 
 
 __all__ = ["ARCHITECTURE_FIELDS", "ELMO_PRESETS", "ElmoConfig", "WEIGHT_FORMAT_FIELDS"]

@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 
 from .configuration_elmo import ElmoConfig
-from .convert_original_elmo import config_from_options, load_options, weight_links
+from .convert_original_elmo import config_from_options, load_options, not_described_error, weight_links
 from .file_io import MODEL_FOLDER, ElmoInputError, check_output, write_output
 from .modeling_elmo import ElmoForBiLM
 from .tf_checkpoint import TFCheckpoint
@@ -32,6 +32,8 @@ from .word_vocabulary import read_word_vocabulary
 _LSTM_NAME = re.compile(r"RNN_(\d+)/RNN/MultiRNNCell/Cell(\d+)/LSTMCell/(W_0|B|W_P_0)")
 _LSTM_PARTS = {"W_0": "kernel", "B": "bias", "W_P_0": "projection/kernel"}
 SOFTMAX_WEIGHT, SOFTMAX_BIAS = "lm/softmax/W", "lm/softmax/b"
+TRAINING_STATE = ("global_step", "train_perplexity")
+"""Variables bilm-tf's `train()` saves that are not part of the model (besides the optimizer's `*/Adagrad` slots)."""
 
 
 def checkpoint_name(hdf5_name: str) -> str:
@@ -103,7 +105,13 @@ def load_bilm_tf_checkpoint(checkpoint_path, options_path=None, vocab_path=None)
             f"{checkpoint.index_path}: missing variable {SOFTMAX_WEIGHT!r} (the word softmax of a bilm-tf training "
             "checkpoint)"
         )
-    vocab_size = checkpoint.variables[SOFTMAX_WEIGHT].shape[0]
+    softmax_shape = checkpoint.variables[SOFTMAX_WEIGHT].shape
+    if len(softmax_shape) != 2:
+        raise ElmoInputError(
+            f"{checkpoint.index_path}: variable {SOFTMAX_WEIGHT!r} has shape {softmax_shape}, expected (vocabulary "
+            f"size, lstm.projection_dim = {config.projection_dim})"
+        )
+    vocab_size = softmax_shape[0]
     declared = options.get("n_tokens_vocab")
     if declared is not None and declared != vocab_size:
         raise ElmoInputError(
@@ -122,8 +130,19 @@ def load_bilm_tf_checkpoint(checkpoint_path, options_path=None, vocab_path=None)
                 "vocabulary the model was trained with"
             )
 
+    links = weight_links(config)
+    described = {checkpoint_name(name) for link in links for name in link.datasets}
+    described.update((SOFTMAX_WEIGHT, SOFTMAX_BIAS, *TRAINING_STATE))
+
+    def optimizer_slot(name):  # accounted for with its variable: described, missing or reported itself
+        variable = name.removesuffix("/Adagrad")
+        return variable != name and (variable in described or variable in checkpoint)
+
+    unused = [name for name in checkpoint.variables if name not in described and not optimizer_slot(name)]
+    if unused:
+        raise not_described_error(checkpoint.index_path, "variable", unused, config)
     state = {}
-    for link in weight_links(config):
+    for link in links:
         names = {checkpoint_name(name): shape for name, shape in link.datasets.items()}
         if link.when_absent is not None and not any(name in checkpoint for name in names):
             tensors = link.when_absent()
@@ -154,17 +173,22 @@ def convert_bilm_tf_checkpoint(
     warm_state_text=None,
     warm_state_sentences=2000,
 ) -> Path:
-    """Writes the `ElmoForBiLM` of a bilm-tf training checkpoint, with its tokenizer (and word vocabulary, when
-    `vocab_path` is given), to `output_dir`; with `warm_state_text`, also a warm start state estimated from those
-    text files. Nothing is written if anything fails."""
+    """Writes the `ElmoForBiLM` of a bilm-tf training checkpoint, with its tokenizer and the word vocabulary of
+    `vocab_path`, to `output_dir`; with `warm_state_text`, also a warm start state estimated from those text files.
+    Nothing is written if anything fails."""
+    if vocab_path is None:
+        # Without its words the softmax scores nothing (perplexity refuses such a folder).
+        raise ElmoInputError(
+            f"{checkpoint_path}: no vocabulary given (--vocab): the checkpoint's softmax holds one row per word but "
+            "not the words; give the vocabulary file the model was trained with"
+        )
     inputs = [checkpoint_path, options_path, vocab_path, *(warm_state_text or [])]
     check_output(output_dir, MODEL_FOLDER, inputs, force)  # before reading large checkpoints
     model, words = load_bilm_tf_checkpoint(checkpoint_path, options_path, vocab_path)
     if warm_state_text:
         add_warm_state(model.elmo, warm_state_text, warm_state_sentences)
     tokenizer = ElmoTokenizer(max_characters_per_token=model.config.max_characters_per_token)
-    if words is not None:
-        tokenizer.set_word_vocabulary(words)
+    tokenizer.set_word_vocabulary(words)
 
     def write(folder):
         model.save_pretrained(folder)

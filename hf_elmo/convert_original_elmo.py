@@ -252,6 +252,16 @@ def weight_links(config: ElmoConfig) -> list[WeightLink]:
 UNUSED_DATASETS = ("softmax/W", "softmax/b")
 
 
+def not_described_error(source: str, kind: str, unused: list[str], config: ElmoConfig) -> ElmoInputError:
+    """The error for weights (`kind`: dataset, variable) that the options leave unused."""
+    more = f" (and {len(unused) - 1} more)" if len(unused) > 1 else ""
+    return ElmoInputError(
+        f"{source}: {kind} '{unused[0]}'{more} is not part of the model the options describe (lstm.n_layers = "
+        f"{config.num_layers}, char_cnn.n_highway = {config.n_highway}, {len(config.filters)} filters): the "
+        "options and the weights do not belong together"
+    )
+
+
 def state_dict_from_hdf5(h5file, config: ElmoConfig, source: str = "weights.hdf5") -> dict[str, torch.Tensor]:
     """`ElmoModel` state dict from an open original weight file, every dataset checked against `config`; a dataset
     the options leave unused (more layers, highways or convolutions than they describe) is an error too."""
@@ -264,12 +274,7 @@ def state_dict_from_hdf5(h5file, config: ElmoConfig, source: str = "weights.hdf5
     h5file.visititems(lambda name, item: in_file.append(name) if isinstance(item, h5py.Dataset) else None)
     unused = [name for name in in_file if name not in expected and name not in UNUSED_DATASETS]
     if unused:
-        more = f" (and {len(unused) - 1} more)" if len(unused) > 1 else ""
-        raise ElmoInputError(
-            f"{source}: dataset '{unused[0]}'{more} is not part of the model the options describe (lstm.n_layers = "
-            f"{config.num_layers}, char_cnn.n_highway = {config.n_highway}, {len(config.filters)} filters): the "
-            "options and the weights do not belong together"
-        )
+        raise not_described_error(source, "dataset", unused, config)
     state = {}
     for link in links:
         if link.when_absent is not None and not any(name in h5file for name in link.datasets):
@@ -373,7 +378,7 @@ def add_arguments(parser: argparse.ArgumentParser):
         help="a bilm-tf training checkpoint (folder with the 'checkpoint' file, or prefix): converted with its word "
         "softmax to an ElmoForBiLM, read without TensorFlow; --options defaults to its options.json",
     )
-    parser.add_argument("--vocab", help="with --tf-checkpoint: the vocabulary file it was trained with")
+    parser.add_argument("--vocab", help="with --tf-checkpoint (required): the vocabulary file it was trained with")
     parser.add_argument(
         "--warm-state-text", nargs="+", help="text files to estimate a warm start state from (see hf-elmo warm-state)"
     )

@@ -1,9 +1,9 @@
 """Checks of what an ELMo model is given; a problem is a one-line `ValueError` naming the input, expected vs got.
 
-Shapes, dtypes and devices are checked on the host. The checks of values (ids in range, right padding, and for
-the task heads the sentence boundaries) are reduced on the device and read back in one transfer per call: on a
-GPU every transfer makes the host wait for the device, so a caller that has checked a batch on the host already
-(`check_bilm_batch` before moving it) runs the model inside `values_checked_on_host()`, where they are skipped.
+Shapes, dtypes and devices are checked on the host. The checks of values (ids in range, right padding, a finite
+`state`, and for the task heads the sentence boundaries) are reduced on the device and read back in one transfer per
+call: on a GPU every transfer makes the host wait for the device, so a caller that has checked a batch on the host
+already (`check_bilm_batch` before moving it) runs the model inside `values_checked_on_host()`, where they are skipped.
 """
 
 import contextlib
@@ -81,6 +81,12 @@ def check_labels(config: ElmoConfig, labels, positions: torch.Size, split_direct
         )
 
 
+def check_finite_labels(labels: torch.Tensor, problem_type: str):
+    """The float labels of the sequence heads (regression, multi-label): a NaN would make the loss NaN."""
+    if not values_checked() and not torch.isfinite(labels).all():
+        raise ValueError(f"labels hold NaN or infinite values ({problem_type}): the loss would be NaN.")
+
+
 def check_bilm_batch(config: ElmoConfig, input_ids, attention_mask=None, labels=None) -> None:
     """`check_inputs` and `check_labels` of a biLM batch, as `ElmoForBiLM.forward` runs them."""
     check_inputs(config, input_ids, attention_mask)
@@ -126,6 +132,15 @@ def check_inputs(
         )
     if input_ids.dtype not in INTEGER_DTYPES:
         raise ValueError(f"input_ids must hold integer character ids, got dtype {input_ids.dtype}.")
+    if torch.iinfo(input_ids.dtype).max < config.n_characters - 1:  # the ids were wrapped when the tensor was made
+        raise ValueError(
+            f"input_ids of dtype {input_ids.dtype} cannot hold this model's character ids (up to "
+            f"{config.n_characters - 1}); use torch.int64, as the tokenizer returns them."
+        )
+    inputs = {"input_ids": input_ids, "attention_mask": attention_mask, "input_word_ids": input_word_ids}
+    for name, tensor in inputs.items():
+        if isinstance(tensor, torch.Tensor) and tensor.is_meta:  # a state follows input_ids' device (_check_state)
+            raise ValueError(f"{name} is on the meta device, which holds shapes but no values; pass real tensors.")
     if input_ids.shape[0] == 0:
         raise ValueError(f"input_ids is an empty batch: shape {tuple(input_ids.shape)}; pass at least one sentence.")
     if input_ids.shape[1] == 0:
@@ -157,6 +172,8 @@ def check_inputs(
         values["over_padding"] = (mask & ~has_word).any()
     if input_word_ids is not None:
         values.update(word_low=input_word_ids.min(), word_high=input_word_ids.max())
+    if state is not None:
+        values["state_not_finite"] = ~(torch.isfinite(state[0]).all() & torch.isfinite(state[1]).all())
     if framed:
         values["unframed"] = ~_framed(config, input_ids, lengths)
     values = dict(zip(values, torch.stack([value.long() for value in values.values()]).tolist()))
@@ -166,6 +183,8 @@ def check_inputs(
             f"input_ids must be in [0, {config.n_characters - 1}], found values in [{values['low']}, "
             f"{values['high']}]; were they made by this model's tokenizer?"
         )
+    if values.get("state_not_finite"):
+        raise ValueError("state holds NaN or infinite values; every output would be NaN.")
     if values["ragged"]:
         raise ValueError("ELMo needs right-padded input: every attention_mask row must be ones then zeros.")
     if values.get("over_padding"):

@@ -9,12 +9,14 @@
   of labels (transformers only logs the shapes), unless `ignore_mismatched_sizes=True`;
 * before anything is allocated, the model the configuration describes is compared with the tensors on disk (their
   headers): a biLM tensor of another shape, one the configuration has no place for, and a missing one (which
-  transformers would fill with fresh values, with only a warning) are refused (`_check_weights_before_loading`);
+  transformers would fill with fresh values, with only a warning) are refused (`_check_weights_before_loading`), as
+  is a shard index naming a file outside the folder;
 * loaded parameters are copied to 64-byte aligned memory (see `align_parameters`), and weights holding NaN or
   infinite values are refused.
 
-`ElmoTokenizer.from_pretrained` is `load_tokenizer`: a tokenizer file that is not valid JSON is named, and a tokenizer
-that reads characters otherwise than the model of the same folder is refused (`_check_tokenizer_matches_model`).
+`ElmoTokenizer.from_pretrained` is `load_tokenizer`: a tokenizer file that is not valid JSON is named, and a
+`tokenizer_class` other than ElmoTokenizer (`_check_tokenizer_class`) or a tokenizer that reads characters otherwise
+than the model of the same folder (`_check_tokenizer_matches_model`) is refused.
 
 `ElmoPreTrainedModel.save_pretrained` gives the weight files the permissions of any new file (safetensors writes
 them 0600; `weights_follow_umask`) and ends with `name_pipeline`: a model class with a `pipeline_class` (for its
@@ -30,12 +32,11 @@ from functools import partial
 from pathlib import Path
 
 import torch
-from huggingface_hub.errors import StrictDataclassError
 from transformers import PreTrainedConfig
 from transformers.utils import CONFIG_NAME, cached_file
 from transformers.utils import logging as hf_logging
 
-from .file_io import ElmoInputError, follow_umask, write_atomically
+from .file_io import ElmoInputError, follow_umask, json_field, read_json_object, write_atomically
 
 _PICKLE_REFUSED = (
     "ELMo loads weights only from safetensors by default, because a pickle checkpoint (pytorch_model.bin) can run "
@@ -75,14 +76,21 @@ def _check_weights_before_loading(cls, path, kwargs):
         index = locate(SAFE_WEIGHTS_INDEX_NAME)
         if index is None:
             return  # transformers reports the missing weights
-        with open(index, encoding="utf-8") as f:
-            files = [locate(shard) for shard in sorted(set(json.load(f)["weight_map"].values()))]
+        weight_map = json_field(read_json_object(index, "shard index"), "weight_map", index)
+        shards = sorted(set(map(str, weight_map.values()))) if isinstance(weight_map, dict) else []
+        outside = [shard for shard in shards if Path(shard).is_absolute() or ".." in Path(shard).parts]
+        if outside:  # transformers would read it wherever it is
+            raise ValueError(
+                f"{path}: {SAFE_WEIGHTS_INDEX_NAME} names the shard {outside[0]!r}, outside the model folder; shards "
+                "must lie in it"
+            )
+        files = [locate(shard) for shard in shards]
     config = kwargs.get("config")
     if not isinstance(config, PreTrainedConfig):
         try:
             config = cls.config_class.from_pretrained(path, **{k: v for k, v in kwargs.items() if k != "config"})
-        except StrictDataclassError as error:  # a validator's ValueError, wrapped by huggingface_hub
-            raise ValueError(f"{path}: config.json: {error.__cause__ or error}") from None
+        except ValueError as error:  # named once: the JSON reader's own errors name the file
+            raise ValueError(str(error) if str(path) in str(error) else f"{path}: config.json: {error}") from None
         config = config[0] if isinstance(config, tuple) else config
     prefix = f"{cls.base_model_prefix}."
     on_disk = {name.removeprefix(prefix): shape for name, shape in _safetensors_shapes(files).items()}
@@ -135,7 +143,8 @@ def load_pretrained(load, cls, pretrained_model_name_or_path, *model_args, use_s
 
 def load_tokenizer(load, pretrained_model_name_or_path, *args, **kwargs):
     """`load(...)` (`PreTrainedTokenizer.from_pretrained` of `ElmoTokenizer`) with the policy of the module docstring:
-    a `json.JSONDecodeError` becomes a `ValueError` naming the file."""
+    a `json.JSONDecodeError` becomes a `ValueError` naming the file, and the tokenizer's own `ValueError` names the
+    folder."""
     hub = {key: kwargs[key] for key in _HUB_KEYS if key in kwargs}
     locate = partial(cached_file, pretrained_model_name_or_path, _raise_exceptions_for_missing_entries=False, **hub)
     try:
@@ -154,8 +163,25 @@ def load_tokenizer(load, pretrained_model_name_or_path, *args, **kwargs):
         where = f"line {error.lineno}, column {error.colno}"
         message = f"{pretrained_model_name_or_path}: {name} is not valid JSON ({where}: {error.msg})"
         raise ValueError(message) from None
+    except ValueError as error:  # the tokenizer's checks of the values its files hold: name the folder
+        if str(pretrained_model_name_or_path) in str(error):
+            raise
+        raise ValueError(f"{pretrained_model_name_or_path}: {error}") from None
+    _check_tokenizer_class(pretrained_model_name_or_path, locate("tokenizer_config.json"))
     _check_tokenizer_matches_model(tokenizer, pretrained_model_name_or_path, locate(CONFIG_NAME))
     return tokenizer
+
+
+def _check_tokenizer_class(where, tokenizer_config_file):
+    """Refuses a `tokenizer_class` other than ElmoTokenizer: `AutoTokenizer` would load that class from the folder,
+    whose ids fail only once they reach the model."""
+    values = json.loads(Path(tokenizer_config_file).read_text(encoding="utf-8")) if tokenizer_config_file else {}
+    named = values.get("tokenizer_class") if isinstance(values, dict) else None
+    if named not in (None, "ElmoTokenizer"):
+        raise ValueError(
+            f"{where}: tokenizer_config.json names tokenizer_class {named!r}, expected 'ElmoTokenizer': the folder's "
+            "tokenizer files are not ELMo's"
+        )
 
 
 def _check_tokenizer_matches_model(tokenizer, where, config_file):

@@ -17,6 +17,7 @@ from transformers.utils import can_return_tuple
 
 from .character_rows import byte_id, words_to_char_ids
 from .configuration_elmo import PROBLEM_TYPES, ElmoConfig
+from .input_checks import check_finite_labels
 from .modeling_elmo import ElmoModel, ElmoPreTrainedModel
 from .pipelines_elmo import ElmoTokenClassificationPipeline
 from .scalar_mix import ScalarMix
@@ -301,6 +302,7 @@ class ElmoForSequenceClassification(ElmoTaskPreTrainedModel):
                     f"Regression labels must be floats of shape ({batch_size},) or ({batch_size}, {num_labels}), got "
                     f"{labels.dtype} {tuple(labels.shape)}."
                 )
+            check_finite_labels(labels, config.problem_type)
             return F.mse_loss(logits.squeeze(-1) if labels.dim() == 1 else logits, labels.to(logits.dtype))
         if config.problem_type == "single_label_classification":
             if labels.shape != (batch_size,) or labels.is_floating_point():
@@ -319,6 +321,7 @@ class ElmoForSequenceClassification(ElmoTaskPreTrainedModel):
                     f"Multi-label classification needs labels of shape ({batch_size}, {num_labels}) (one 0/1 column "
                     f"per label), got {tuple(labels.shape)}."
                 )
+            check_finite_labels(labels, config.problem_type)
             return F.binary_cross_entropy_with_logits(logits, labels.to(logits.dtype))
         raise ValueError(f"Unknown problem_type {config.problem_type!r}; expected one of {PROBLEM_TYPES} or None.")
 
@@ -417,7 +420,9 @@ class ElmoForTokenClassification(ElmoTaskPreTrainedModel):
 
         Returns:
             `TokenClassifierOutput` with `logits` `(B, T, num_labels)` and, with labels, the mean cross-entropy over
-            the labelled positions (plus the ScalarMix L2 penalty when `config.scalar_mix_l2 > 0`).
+            the labelled positions (plus the ScalarMix L2 penalty when `config.scalar_mix_l2 > 0`). A batch without
+            any labelled position (all -100) gives NaN, as BERT's token classifier (torch's `CrossEntropyLoss`
+            averages over no terms); leave such batches out of training.
         """
         features, mask = self._task_features(input_ids, attention_mask, elmo_hidden_states, input_word_ids)
         logits = F.pad(self.classifier(features) * mask[:, 2:, None], (0, 0, 1, 1))

@@ -42,7 +42,7 @@ def test_unknown_preset():
     ],
 )
 def test_invalid_values_raise_at_construction(kwargs, message):
-    with pytest.raises(Exception, match=message):
+    with pytest.raises(ValueError, match=message):
         ElmoConfig(**kwargs)
 
 

@@ -357,11 +357,11 @@ def test_bad_labels_give_clear_errors():
 def test_bad_head_options_give_clear_errors(converted_dirs, tmp_path):
     with pytest.raises(ValueError, match="problem_type must be one of"):
         AutoModelForSequenceClassification.from_pretrained(converted_dirs["allennlp"], problem_type="ordinal")
-    with pytest.raises(Exception, match="'output' needs a task encoder"):
+    with pytest.raises(ValueError, match="'output' needs a task encoder"):
         tiny_config(elmo_placement=["output"])
-    with pytest.raises(Exception, match=r"scalar_mix_layers must be in \[0, 2\]"):
+    with pytest.raises(ValueError, match=r"scalar_mix_layers must be in \[0, 2\]"):
         tiny_config(scalar_mix_layers=[3])
-    with pytest.raises(Exception, match=r"scalar_mix_weights needs one value per mixed layer \(2\)"):
+    with pytest.raises(ValueError, match=r"scalar_mix_weights needs one value per mixed layer \(2\)"):
         tiny_config(scalar_mix_layers=[0, 2], scalar_mix_weights=[1.0])
     # A saved classifier loaded for another number of labels.
     ElmoForTokenClassification(tiny_config(num_labels=4)).save_pretrained(tmp_path / "tagger")

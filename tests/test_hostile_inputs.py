@@ -23,7 +23,7 @@ from safetensors.torch import load_file, save_file
 from hf_elmo import ElmoConfig, ElmoForBiLM, ElmoTokenizer
 from hf_elmo.cli import main as cli_main
 
-from conftest import FIXTURES
+from conftest import CHECKPOINT, FIXTURES
 
 CORPUS = "the cat sat on the mat .\nthe dog sat .\na cat and a dog .\n"
 TINY = dict(char_embedding_dim=4, filters=[[1, 4], [2, 4]], n_highway=1, cell_dim=8, projection_dim=4, num_layers=1)
@@ -174,6 +174,53 @@ def nan_accumulator(path):
     return damage
 
 
+# --- checkpoint conversion, configuration and model-input checks: preparing the working folder ---
+
+
+def tf_checkpoint(root):
+    """`t/`: the bilm-tf training checkpoint with its options.json and vocabulary."""
+    shutil.copytree(CHECKPOINT / "tf_checkpoint", root / "t")
+    shutil.copy(CHECKPOINT / "vocab.txt", root / "t/vocab.txt")
+
+
+def rewrite_tf_index(edit):
+    """`t/`'s index rewritten: `edit(entries)` takes and returns the list of (name, serialized entry)."""
+
+    def rewrite(root):
+        from hf_elmo.tf_checkpoint import _table_entries
+
+        from test_tf_checkpoint import write_index
+
+        index = root / "t/model.ckpt-252.index"
+        write_index(index, edit(_table_entries(str(index))))
+
+    return rewrite
+
+
+def with_entry(name, value_of):
+    """Adds or replaces the entry `name`; `value_of(entries)` gives its serialized `BundleEntryProto`."""
+    return lambda entries: [(k, v) for k, v in entries if k != name.encode()] + [(name.encode(), value_of(entries))]
+
+
+def entry_of(name):
+    return lambda entries: dict(entries)[name.encode()]
+
+
+def shards_outside(root):
+    """`M`'s weights moved beside the folder, and a shard index in `M` pointing at them."""
+    tensors = load_file(root / "M/model.safetensors")
+    (root / "M/model.safetensors").rename(root / "x.safetensors")
+    index = {"metadata": {}, "weight_map": {name: "../x.safetensors" for name in tensors}}
+    (root / "M/model.safetensors.index.json").write_text(json.dumps(index))
+
+
+def scalar_softmax(root):
+    from test_tf_checkpoint import _entry
+
+    first = (root / "t/model.ckpt-252.data-00000-of-00001").read_bytes()[:4]
+    rewrite_tf_index(with_entry("lm/softmax/W", lambda entries: _entry(1, (), 0, 4, first)))(root)
+
+
 @dataclass
 class Case:
     command: str
@@ -190,6 +237,7 @@ BYTE_FOLDER_CHARACTERS = {
 TRAIN = "train --train-files corpus.txt --config B --output-dir run --disable-progress-bar --data-cache-dir cache"
 EMBED = "embed in.txt out.h5 --top --quiet"
 CONVERT = "convert --options d/options.json --weights d/lm_weights.hdf5"
+TF_CONVERT = "convert --tf-checkpoint t --vocab t/vocab.txt"
 
 CASES = {
     # --- data loss: outputs that are, hold or lie inside an input; --force over what the command did not write ---
@@ -544,6 +592,60 @@ CASES = {
         r"^error: M/bilm_training_options\.json: not valid JSON \(line 1, column 1",
         [write("M/bilm_training_options.json", "split: pretokenizer")],
     ),
+    # --- checkpoint conversion, configuration and model-input checks ---
+    "embed: config.json dtype float8_e4m3fn": Case(
+        f"{EMBED} --model M",
+        r"ElmoConfig\.dtype must name a torch dtype such as 'float32', got 'float8_e4m3fn'; the model computes in",
+        [edit_json("M/config.json", dtype="float8_e4m3fn")],
+    ),
+    "embed: config.json a bare number": Case(
+        f"{EMBED} --model M",
+        r"M/config\.json: expected a JSON object \(configuration fields\), got int",
+        [write("M/config.json", "5")],
+    ),
+    "embed: config.json cell_dim of the wrong type": Case(
+        f"{EMBED} --model M", r"ElmoConfig\.cell_dim must be int, got '16'", [edit_json("M/config.json", cell_dim="16")]
+    ),
+    "embed: a shard index that points outside the model folder": Case(
+        f"{EMBED} --model M",
+        r"^error: M: model\.safetensors\.index\.json names the shard '\.\./x\.safetensors', outside the model folder",
+        [shards_outside],
+    ),
+    "perplexity: tokenizer_class BertTokenizer": Case(
+        "perplexity --model B corpus.txt",
+        r"^error: B: tokenizer_config\.json names tokenizer_class 'BertTokenizer', expected 'ElmoTokenizer'",
+        [edit_json("B/tokenizer_config.json", tokenizer_class="BertTokenizer")],
+    ),
+    "convert --tf-checkpoint: options beside it with fewer LSTM layers": Case(
+        f"{TF_CONVERT} --output-dir out",
+        r"^error: t/model\.ckpt-252\.index: variable 'lm/RNN_0/rnn/multi_rnn_cell/cell_1/lstm_cell/bias' \(and 5 "
+        r"more\) is not part of the model the options describe \(lstm\.n_layers = 1,",
+        [tf_checkpoint, edit_json("t/options.json", **{"lstm.n_layers": 1})],
+    ),
+    "convert --tf-checkpoint: --options with fewer highway layers": Case(
+        f"{TF_CONVERT} --options o.json --output-dir out",
+        r"^error: t/model\.ckpt-252\.index: variable 'lm/CNN_high_0/W_carry' \(and 3 more\) is not part of the model "
+        r"the options describe .*char_cnn\.n_highway = 0",
+        [tf_checkpoint, lambda root: shutil.copy(root / "t/options.json", root / "o.json"),
+         edit_json("o.json", **{"char_cnn.n_highway": 0})],
+    ),
+    "convert --tf-checkpoint: a variable the options know nothing of": Case(
+        f"{TF_CONVERT} --output-dir out",
+        r"^error: t/model\.ckpt-252\.index: variable 'lm/CNN_proj/W_extra' is not part of the model the options",
+        [tf_checkpoint, rewrite_tf_index(with_entry("lm/CNN_proj/W_extra", entry_of("lm/CNN_proj/b_proj")))],
+    ),
+    "convert --tf-checkpoint: a scalar softmax": Case(
+        f"{TF_CONVERT} --output-dir out",
+        r"^error: t/model\.ckpt-252\.index: variable 'lm/softmax/W' has shape \(\), expected \(vocabulary size, "
+        r"lstm\.projection_dim = 32\)$",
+        [tf_checkpoint, scalar_softmax],
+    ),
+    "convert --tf-checkpoint without --vocab": Case(
+        "convert --tf-checkpoint t --output-dir out",
+        r"^error: t: no vocabulary given \(--vocab\): the checkpoint's softmax holds one row per word but not the "
+        r"words",
+        [tf_checkpoint],
+    ),
 }
 
 
@@ -614,6 +716,23 @@ MEMORY_CASES = {
         ("B/config.json", {}),
         "perplexity --model B corpus.txt --stream --batch-size 1000000000",
         r"^error: 3 lines cannot fill one batch of 1000000000 streams: every row needs a line of its own",
+    ),
+    # --- checkpoint conversion, configuration and model-input checks ---
+    "options.json max_characters_per_token 10**9": (
+        ("d/options.json", {"char_cnn.max_characters_per_token": 10**9}),
+        "convert --options d/options.json --weights d/lm_weights.hdf5 --output-dir out",
+        r"^error: d/options\.json: ElmoConfig\.max_characters_per_token is 1,000,000,000, more than the limit of 1,000 "
+        r"slots per word\.$",
+    ),
+    "config.json max_characters_per_token 10**9": (
+        ("M/config.json", {"max_characters_per_token": 10**9}),
+        f"{EMBED} --model M",
+        r"^error: M: config\.json: ElmoConfig\.max_characters_per_token is 1,000,000,000, more than the limit",
+    ),
+    "tokenizer_config.json max_characters_per_token 10**9": (
+        ("B/tokenizer_config.json", {"max_characters_per_token": 10**9}),
+        "perplexity --model B corpus.txt",
+        r"^error: B: .*max_characters_per_token is 1,000,000,000, more than the limit of 1,000 slots per word",
     ),
 }
 
@@ -703,6 +822,40 @@ def load(model_class, folder):
     return run
 
 
+# --- checkpoint conversion, configuration and model-input checks: calls -----------------------------------------
+
+
+def run_model(transform, model_class="ElmoModel", labels=None, **load_kwargs):
+    """`model_class` from `M` called on `transform(batch, model)` (a dict of keyword arguments)."""
+
+    def call(root):
+        import hf_elmo
+
+        model = getattr(hf_elmo, model_class).from_pretrained(root / "M", **load_kwargs).eval()
+        return model(**transform(dict(padded_batch(root)), model))
+
+    return call
+
+
+def with_ids_as(dtype_or_device):
+    import torch
+
+    to = getattr(torch, dtype_or_device, dtype_or_device)
+    return lambda batch, model: {**batch, "input_ids": batch["input_ids"].to(to)}
+
+
+def with_nan_state(batch, model):
+    hidden, memory = model(**batch, use_cache=True).state
+    memory[0, 1, 2] = float("nan")
+    return {**batch, "state": (hidden, memory)}
+
+
+def with_labels(*values):
+    import torch
+
+    return lambda batch, model: {**batch, "labels": torch.tensor(values)}
+
+
 API_CASES = {
     "attention_mask of 1 over padding rows": (
         [],
@@ -743,6 +896,77 @@ API_CASES = {
         [edit_json("M/config.json", model_type="bert")],
         load("ElmoModel", "M"),
         r"model_type 'bert', not 'elmo'",
+    ),
+    # --- checkpoint conversion, configuration and model-input checks ---
+    "ElmoConfig num_labels 10**9": (
+        [],
+        lambda root: ElmoConfig(**TINY, num_labels=10**9),
+        r"^ElmoConfig\.num_labels must be an int from 1 to 100,000, got 1000000000\.$",
+    ),
+    "ElmoConfig num_labels 0": (
+        [], lambda root: ElmoConfig(**TINY, num_labels=0), r"^ElmoConfig\.num_labels .* got 0\.$"
+    ),
+    "ElmoConfig num_labels -1": (
+        [], lambda root: ElmoConfig(**TINY, num_labels=-1), r"^ElmoConfig\.num_labels .* got -1\.$"
+    ),
+    "num_labels set on a config": (
+        [], lambda root: setattr(ElmoConfig(**TINY), "num_labels", 10**9), r"^ElmoConfig\.num_labels must be an int"
+    ),
+    "a classifier from a config.json with num_labels 10**9": (
+        [edit_json("M/config.json", num_labels=10**9)],
+        load("ElmoForSequenceClassification", "M"),
+        r"M: config\.json: ElmoConfig\.num_labels must be an int from 1 to 100,000, got 1000000000\.$",
+    ),
+    "ElmoConfig: a field of the wrong type": (
+        [], lambda root: ElmoConfig(**{**TINY, "cell_dim": "8"}), r"^ElmoConfig\.cell_dim must be int, got '8'\.$"
+    ),
+    "ElmoConfig: a field set to the wrong type": (
+        [], lambda root: setattr(ElmoConfig(**TINY), "filters", 3), r"^ElmoConfig\.filters must be list\[list\[int\]\]"
+    ),
+    "ElmoConfig: a value its validator refuses": (
+        [], lambda root: ElmoConfig(**TINY, dropout=1.5), r"^ElmoConfig\.dropout must be in \[0, 1\), got 1\.5\.$"
+    ),
+    "ElmoModel from a config.json that is a bare number": (
+        [write("M/config.json", "5")],
+        load("ElmoModel", "M"),
+        r"M/config\.json: expected a JSON object \(configuration fields\), got int$",
+    ),
+    "ElmoModel from a config.json with torch_dtype float8": (
+        [edit_json("M/config.json", torch_dtype="float8_e4m3fn")],
+        load("ElmoModel", "M"),
+        r"M: config\.json: ElmoConfig\.torch_dtype must name a torch dtype such as 'float32', got 'float8_e4m3fn'; the "
+        r"model computes in float32, float16, bfloat16, float64\.$",
+    ),
+    "ElmoModel from a shard index that points outside the folder": (
+        [shards_outside],
+        load("ElmoModel", "M"),
+        r"M: model\.safetensors\.index\.json names the shard '\.\./x\.safetensors', outside the model folder",
+    ),
+    "int8 input_ids": (
+        [],
+        run_model(with_ids_as("int8")),
+        r"^input_ids of dtype torch\.int8 cannot hold this model's character ids \(up to 261\); use torch\.int64",
+    ),
+    "uint8 input_ids": ([], run_model(with_ids_as("uint8")), r"^input_ids of dtype torch\.uint8 cannot hold"),
+    "state with a NaN": ([], run_model(with_nan_state), r"^state holds NaN or infinite values"),
+    "input_ids on the meta device": (
+        [], run_model(with_ids_as("meta")), r"^input_ids is on the meta device, which holds shapes but no values"
+    ),
+    "a NaN regression label": (
+        [],
+        run_model(with_labels(1.0, float("nan")), "ElmoForSequenceClassification", num_labels=1),
+        r"^labels hold NaN or infinite values \(regression\): the loss would be NaN\.$",
+    ),
+    "a NaN multi-label label": (
+        [],
+        run_model(with_labels([1.0, float("nan")], [0.0, 1.0]), "ElmoForSequenceClassification", num_labels=2,
+                  problem_type="multi_label_classification"),
+        r"^labels hold NaN or infinite values \(multi_label_classification\)",
+    ),
+    "ElmoTokenizer from a folder whose tokenizer_class is BertTokenizer": (
+        [edit_json("M/tokenizer_config.json", tokenizer_class="BertTokenizer")],
+        lambda root: ElmoTokenizer.from_pretrained(root / "M"),
+        r"M: tokenizer_config\.json names tokenizer_class 'BertTokenizer', expected 'ElmoTokenizer'",
     ),
 }
 
@@ -1020,3 +1244,54 @@ def test_perplexity_splits_text_as_the_model_was_trained(mode, checkpoint_dir, t
     # An explicit --split overrides the recorded one; on the raw text, whitespace gives other words and numbers.
     whitespace = perplexity_printed(capsys, model, tmp_path / "raw.txt", "--split", "whitespace", *window, *mode)
     assert whitespace[0] == truth[0] and whitespace[2:] != truth[2:]
+
+
+# --- checkpoint conversion, configuration and model-input checks: the right results ---------------------------------
+
+
+def test_a_config_json_without_forget_bias_is_read_as_the_folders_that_lacked_it(workspace):
+    """Folders converted before `forget_bias` existed hold TensorFlow's 1.0 folded into the stored bias and no such
+    field; a missing field therefore means 0, and such a folder gives the original's vectors."""
+    import numpy as np
+    import torch
+
+    from hf_elmo import ElmoModel
+
+    from conftest import fixture_batches
+
+    values = json.loads((workspace / "M/config.json").read_text())
+    assert values.pop("forget_bias") == 1.0
+    (workspace / "M/config.json").write_text(json.dumps(values))
+    D = values["cell_dim"]
+
+    def fold(tensors):
+        for name, tensor in tensors.items():
+            if name.endswith("state_linearity.bias"):  # gates [i, f, g, o]
+                tensor[D : 2 * D] += 1.0
+
+    edit_weights("M", fold)(workspace)
+    model = ElmoModel.from_pretrained(workspace / "M").eval()
+    words, expected = fixture_batches("allennlp")[0]
+    batch = ElmoTokenizer()(words, is_split_into_words=True, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        top = model(**batch).last_hidden_state
+    for k, sentence in enumerate(words):  # the original's rule, as tests/test_modeling_elmo.py compares
+        np.testing.assert_allclose(top[k, 1 : len(sentence) + 1].numpy(), expected[k], atol=1e-6, rtol=1e-5)
+
+
+def test_a_token_batch_without_labels_gives_what_bert_gives(workspace):
+    """All -100: NaN, the mean over no positions, as transformers' BERT token classifier gives."""
+    import torch
+    from transformers import BertConfig, BertForTokenClassification
+
+    from hf_elmo import ElmoForTokenClassification
+
+    batch = padded_batch(workspace)
+    no_labels = torch.full(batch["attention_mask"].shape, -100)
+    ours = ElmoForTokenClassification.from_pretrained(workspace / "M", num_labels=3).eval()
+    bert = BertForTokenClassification(
+        BertConfig(vocab_size=8, hidden_size=8, num_hidden_layers=1, num_attention_heads=2, intermediate_size=8,
+                   num_labels=3)
+    ).eval()
+    assert torch.isnan(ours(**batch, labels=no_labels).loss)
+    assert torch.isnan(bert(input_ids=torch.ones_like(no_labels), labels=no_labels).loss)

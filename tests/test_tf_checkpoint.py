@@ -17,6 +17,7 @@ from conftest import CHECKPOINT
 
 TF_DIR = CHECKPOINT / "tf_checkpoint"
 PREFIX = "model.ckpt-252"
+VOCAB = CHECKPOINT / "vocab.txt"
 CELL = "lm/RNN_{}/rnn/multi_rnn_cell/cell_{}/lstm_cell/"
 # The variables listed in the fixture's README (its "checkpoint's variables" table).
 EXPECTED_SHAPES = {
@@ -139,7 +140,8 @@ def test_damaged_checkpoints_give_one_line_errors(case, tmp_path):
             checkpoint.read(name)
     assert message in str(error.value) and "\n" not in str(error.value)
     # The same error from the command, and no output folder.
-    assert cli_main(["convert", "--tf-checkpoint", str(folder), "--output-dir", str(tmp_path / "out")]) == 2
+    out = str(tmp_path / "out")
+    assert cli_main(["convert", "--tf-checkpoint", str(folder), "--vocab", str(VOCAB), "--output-dir", out]) == 2
     assert not (tmp_path / "out").exists()
 
 
@@ -191,7 +193,7 @@ CONVERT_ERRORS = {
 def test_conversion_errors_name_the_problem(case, tmp_path):
     arguments, message = CONVERT_ERRORS[case]
     with pytest.raises(ElmoConversionError) as error:
-        convert_bilm_tf_checkpoint(TF_DIR, tmp_path / "out", **arguments(tmp_path))
+        convert_bilm_tf_checkpoint(TF_DIR, tmp_path / "out", **{"vocab_path": VOCAB, **arguments(tmp_path)})
     assert message.format(tmp=tmp_path) in str(error.value) and "\n" not in str(error.value)
     assert not (tmp_path / "out").exists()
 
@@ -200,7 +202,7 @@ def test_missing_options_and_bad_flag_combinations(tmp_path, capsys):
     folder = copy_checkpoint(tmp_path)
     (folder / "options.json").unlink()
     with pytest.raises(ElmoConversionError, match="no options.json beside the checkpoint .* give it with --options"):
-        convert_bilm_tf_checkpoint(folder, tmp_path / "out")
+        convert_bilm_tf_checkpoint(folder, tmp_path / "out", VOCAB)
     out = str(tmp_path / "out")
     runs = {
         ("--tf-checkpoint", str(TF_DIR), "--weights", "w.hdf5"): "--tf-checkpoint takes --vocab and --options",
@@ -210,7 +212,7 @@ def test_missing_options_and_bad_flag_combinations(tmp_path, capsys):
         assert cli_main(["convert", *arguments, "--output-dir", out]) == 2
         assert message in capsys.readouterr().err
     # Given explicitly, an options.json elsewhere is used.
-    convert_bilm_tf_checkpoint(folder, tmp_path / "out", options_path=TF_DIR / "options.json")
+    convert_bilm_tf_checkpoint(folder, tmp_path / "out", VOCAB, options_path=TF_DIR / "options.json")
     assert (tmp_path / "out/model.safetensors").is_file()
 
 
@@ -229,7 +231,7 @@ def test_continued_training_starts_from_the_checkpoint(checkpoint_dir, tmp_path,
 
 def test_convert_command_with_vocabulary_and_warm_state(tmp_path, capsys):
     out = tmp_path / "bilm"
-    arguments = ["convert", "--tf-checkpoint", str(TF_DIR / PREFIX), "--vocab", str(CHECKPOINT / "vocab.txt"),
+    arguments = ["convert", "--tf-checkpoint", str(TF_DIR / PREFIX), "--vocab", str(VOCAB),
                  "--output-dir", str(out), "--warm-state-text", str(CHECKPOINT / "train.txt"),
                  "--warm-state-sentences", "20"]
     assert cli_main(arguments) == 0
@@ -237,10 +239,6 @@ def test_convert_command_with_vocabulary_and_warm_state(tmp_path, capsys):
     model = ElmoForBiLM.from_pretrained(out)
     assert model.config.warm_state and model.elmo.warm_hidden.abs().sum() > 0
     assert len(ElmoTokenizer.from_pretrained(out).word_vocabulary) == 2149
-    # Without --vocab the model keeps its softmax; `hf-elmo train --init-from ... --vocab` can add the words later.
-    assert cli_main(["convert", "--tf-checkpoint", str(TF_DIR), "--output-dir", str(tmp_path / "plain")]) == 0
-    assert ElmoTokenizer.from_pretrained(tmp_path / "plain").word_vocabulary is None
-    assert ElmoForBiLM.from_pretrained(tmp_path / "plain").config.vocab_size == 2149
 
 
 # --- crafted checkpoints for the error paths the real one cannot reach ----------------------------------------------
@@ -372,22 +370,22 @@ def _without(tmp_path, names, replace=None, extra_data=b""):
 def test_converter_errors_on_crafted_variables(tmp_path):
     missing_softmax = _without(tmp_path / "a", {"lm/softmax/W"})
     with pytest.raises(ElmoConversionError, match="missing variable 'lm/softmax/W' \\(the word softmax of a bilm-tf"):
-        convert_bilm_tf_checkpoint(missing_softmax, tmp_path / "out")
+        convert_bilm_tf_checkpoint(missing_softmax, tmp_path / "out", VOCAB)
     missing_cnn = _without(tmp_path / "b", {"lm/CNN/W_cnn_0"})
     with pytest.raises(ElmoConversionError, match="missing variable 'lm/CNN/W_cnn_0' \\(char_cnn.filters\\[0\\]"):
-        convert_bilm_tf_checkpoint(missing_cnn, tmp_path / "out")
+        convert_bilm_tf_checkpoint(missing_cnn, tmp_path / "out", VOCAB)
     nan = np.full(32, np.nan, dtype="<f4").tobytes()
     with_nan = _without(tmp_path / "c", set(), {"lm/CNN_proj/b_proj": lambda o: _entry(1, (32,), o, 128, nan)}, nan)
     with pytest.raises(ElmoConversionError, match="variable 'lm/CNN_proj/b_proj' contains NaN or infinite values"):
-        convert_bilm_tf_checkpoint(with_nan, tmp_path / "out")
+        convert_bilm_tf_checkpoint(with_nan, tmp_path / "out", VOCAB)
     doubles = np.zeros(32, dtype="<f8").tobytes()
     as_int = _without(tmp_path / "d", set(), {"lm/CNN_proj/b_proj": lambda o: _entry(3, (32,), o, 128, doubles[:128])},
                       doubles[:128])
     with pytest.raises(ElmoConversionError, match="variable 'lm/CNN_proj/b_proj' has type int32, expected float32"):
-        convert_bilm_tf_checkpoint(as_int, tmp_path / "out")
+        convert_bilm_tf_checkpoint(as_int, tmp_path / "out", VOCAB)
     options = json.loads((TF_DIR / "options.json").read_text())
     del options["char_cnn"]
     (tmp_path / "words.json").write_text(json.dumps(options))
     with pytest.raises(ElmoConversionError, match="no char_cnn section; only character-input biLMs"):
-        convert_bilm_tf_checkpoint(TF_DIR, tmp_path / "out", options_path=tmp_path / "words.json")
+        convert_bilm_tf_checkpoint(TF_DIR, tmp_path / "out", VOCAB, options_path=tmp_path / "words.json")
     assert not (tmp_path / "out").exists()
