@@ -1,10 +1,11 @@
-"""ELMoForManyLangs (HIT-SCIR) conversion, against a small model written here in their folder layout (legacy
-`torch.save` pickles tagged `cuda:0`, `char.dic` with a lone-id U+3000 line, a model configuration found through
-the basename fallback) with random weights. The expected outputs come from a float64 NumPy implementation of their
-model written from the format description, reading their state dicts and building their character ids (with
-`<eow>` first and `<bow>` last, as their batcher does): it shares no code with the converter or the model."""
+"""ELMoForManyLangs (HIT-SCIR) conversion, against a small model in their folder layout (legacy `torch.save` pickles
+tagged `cuda:0`, `char.dic` with a lone-id U+3000 line, a model configuration found through the basename fallback)
+with random weights, `tests/fixtures/elmoformanylangs/`. Two truths: the outputs of HIT-SCIR's own `Embedder` on
+that model (float32, stored with the model; its README says how they were made), and a float64 NumPy
+implementation of their model written from the format description, reading their state dicts and building their
+character ids (with `<eow>` first and `<bow>` last, as their batcher does): neither shares code with the converter
+or the model, and they agree with each other."""
 
-import collections
 import json
 import re
 import shutil
@@ -14,7 +15,6 @@ import h5py
 import numpy as np
 import pytest
 import torch
-import torch.serialization
 from datasets import Dataset
 from transformers import (
     AutoModel,
@@ -28,103 +28,15 @@ from hf_elmo import ElmoTokenizer
 from hf_elmo.cli import main as cli_main
 from hf_elmo.data_elmo import DataCollatorForElmo, ElmoLayerCache, tokenize_and_align_labels
 
+from conftest import FIXTURES
 from reference_elmo import lstm_direction, sigmoid
 
-# Training words in order of first appearance; the corpus holds the literal <bos>/<eos>, so '<', 'b', 'o', 's', '>'
-# come first, as in their trainer.
-CORPUS_WORDS = ["<bos>", "the", "cat", "naïve", "Ελλάδα", "мир", "日本語", "😀", "𝐀𝐁", "ab" * 30, "<eos>"]
-IDEOGRAPHIC_SPACE = "\u3000"
-WORDS = ["the", "cat", "naïve", "日本語", ("ab" * 30)[:48]]  # the 48-character prefix, as their trainer counts it
-CONFIG = {
-    # clips lower than the released 3 so that these small random weights reach them
-    "encoder": {"name": "elmo", "projection_dim": 8, "cell_clip": 1.0, "proj_clip": 0.5, "dim": 16, "n_layers": 2},
-    "token_embedder": {
-        "name": "cnn",
-        "activation": "relu",
-        "filters": [[1, 2], [2, 2], [3, 4]],
-        "n_highway": 2,
-        "word_dim": 5,
-        "char_dim": 4,
-        "max_characters_per_token": 50,
-    },
-    "classifier": {"name": "sampled_softmax", "n_samples": 8192},
-    "dropout": 0.1,
-}
+FIXTURE = FIXTURES / "elmoformanylangs"
+MODEL_DIR = FIXTURE / "zz.model"
 CONFIG_NAME = "cnn_4_5_8_16_sample.json"
-SENTENCES = [
-    ["the", "cat", "sat"],  # "sat" is not in word.dic, its 's' and 'a' are in char.dic, 't' too
-    ["naïve", "nai\u0301ve", "Ελλάδα", "日本語", "😀", "𝐀𝐁"],  # NFD: U+0301 is not in char.dic
-    ["ab" * 30, "<bos>", "<pad>", "a" + IDEOGRAPHIC_SPACE + "b", "zzz"],
-    [],
-]
-
-
-def characters():
-    seen = dict.fromkeys(c for word in CORPUS_WORDS for c in word)
-    return [*seen, IDEOGRAPHIC_SPACE, "<bos>", "<eos>", "<oov>", "<pad>", "<bow>", "<eow>"]
-
-
-def save_legacy_cuda(state, path):
-    """torch.save in torch 0.4's non-zip format with storages tagged cuda:0, as the released files are."""
-    original = torch.serialization.location_tag
-    torch.serialization.location_tag = lambda storage: "cuda:0"
-    try:
-        torch.save(state, path, _use_new_zipfile_serialization=False)
-    finally:
-        torch.serialization.location_tag = original
-
-
-def build_model_folder(folder, seed=0):
-    folder.mkdir()
-    chars = characters()
-    # The U+3000 line strips down to its id: their loader makes it the entry U+3000 again.
-    (folder / "char.dic").write_text("".join(f"{c}\t{i}\n" for i, c in enumerate(chars)), encoding="utf-8")
-    words = ["<oov>", "<bos>", "<eos>", "<pad>", *WORDS]
-    (folder / "word.dic").write_text("".join(f"{w}\t{i}\n" for i, w in enumerate(words)), encoding="utf-8")
-    (folder / CONFIG_NAME).write_text(json.dumps(CONFIG))
-    training = {
-        "seed": 1,
-        "gpu": 0,
-        "train_path": "/data/elmo_stand_in/train.txt",
-        "valid_path": None,
-        "test_path": None,
-        "config_path": f"/data/elmo_stand_in/{CONFIG_NAME}",
-        "word_embedding": None,
-    }
-    (folder / "config.json").write_text(json.dumps(training))
-
-    generator = torch.Generator().manual_seed(seed)
-    randn = lambda *shape, scale=1.0: torch.randn(*shape, generator=generator) * scale  # noqa: E731
-    tok, enc = CONFIG["token_embedder"], CONFIG["encoder"]
-    e, P, D, W = tok["char_dim"], enc["projection_dim"], enc["dim"], tok["word_dim"]
-    F = sum(n for _, n in tok["filters"])
-    unit_rows = lambda rows, dim: torch.nn.functional.normalize(randn(rows, dim), dim=1)  # noqa: E731
-    embedder = collections.OrderedDict()
-    embedder["word_emb_layer.embedding.weight"] = unit_rows(len(words), W)
-    embedder["char_emb_layer.embedding.weight"] = unit_rows(len(chars), e)  # the <pad> row is not zero
-    for k, (width, num) in enumerate(tok["filters"]):
-        embedder[f"convolutions.{k}.weight"] = randn(num, e, width, scale=(e * width) ** -0.5)
-        embedder[f"convolutions.{k}.bias"] = randn(num, scale=0.1)
-    for j in range(tok["n_highway"]):
-        embedder[f"highways._layers.{j}.weight"] = randn(2 * F, F, scale=F**-0.5)
-        embedder[f"highways._layers.{j}.bias"] = randn(2 * F, scale=0.1) + torch.cat(
-            [torch.zeros(F), torch.full((F,), 0.5)]
-        )
-    embedder["projection.weight"] = randn(P, W + F, scale=2 * (W + F) ** -0.5)
-    embedder["projection.bias"] = randn(P, scale=0.1)
-    encoder = collections.OrderedDict()
-    for layer in range(enc["n_layers"]):
-        for direction in ("forward", "backward"):
-            prefix = f"{direction}_layer_{layer}"
-            encoder[f"{prefix}.input_linearity.weight"] = randn(4 * D, P, scale=2 * P**-0.5)
-            encoder[f"{prefix}.state_linearity.weight"] = randn(4 * D, P, scale=2 * P**-0.5)
-            encoder[f"{prefix}.state_linearity.bias"] = randn(4 * D, scale=0.1) + torch.cat(
-                [torch.zeros(D), torch.full((D,), 1.5), torch.zeros(2 * D)]
-            )
-            encoder[f"{prefix}.state_projection.weight"] = randn(P, D, scale=2 * D**-0.5)
-    save_legacy_cuda(embedder, folder / "token_embedder.pkl")
-    save_legacy_cuda(encoder, folder / "encoder.pkl")
-    return folder
+CONFIG = json.loads((MODEL_DIR / CONFIG_NAME).read_text())
+SENTENCES = json.loads((FIXTURE / "sentences.json").read_text(encoding="utf-8"))
+IDEOGRAPHIC_SPACE = "\u3000"
 
 
 # --- their model in NumPy (from the format description) ------------------------------------------
@@ -187,6 +99,39 @@ def their_layers(folder, words):
     return np.stack(layers)[:, 1:-1]
 
 
+# --- their Embedder's numbers (stored with the model) --------------------------------------------
+
+OUTPUT_LAYERS = (-1, 0, 1, 2)
+
+
+def their_embedder_outputs():
+    """HIT-SCIR's `sents2elmo` on `SENTENCES` in one batch: `{(output_layer, sentence): (n_words, 2P)}` from fresh
+    `Embedder`s (-1, their mean of the layers, fails on the empty sentence), and `{sentence: (3, n_words, 2P)}`
+    from a second call on one of them, which starts each row from the state the first call left it."""
+    with np.load(FIXTURE / "sents2elmo.npz") as stored:
+        arrays = dict(stored)
+    first = {
+        (layer, k): arrays.pop(f"output_layer_{layer}_sentence_{k}")
+        for layer in OUTPUT_LAYERS
+        for k, words in enumerate(SENTENCES)
+        if words or layer != -1
+    }
+    second = {k: arrays.pop(f"second_call_sentence_{k}") for k in range(len(SENTENCES))}
+    assert not arrays, f"stored but not checked: {sorted(arrays)}"
+    return first, second
+
+
+def assert_their_numbers(ours, theirs):
+    """`ours` equals their float32 `theirs` (`(n_words, 2P)` or layers of it) to float32 rounding: every value is
+    the end of a few hundred rounded float32 products and sums (character CNN, highways, projection, then up to 8
+    LSTM steps of 16-term products per layer, clipped), each off by at most 2^-24 relative, on their side and, in
+    float32, on ours: within 1e-5 of each layer's largest value (docs/testing.md), never relative to one value."""
+    assert ours.shape == theirs.shape
+    layers = lambda a: a if a.ndim == 3 else a[None]  # noqa: E731
+    for mine, expected in zip(layers(ours), layers(theirs)):
+        assert np.abs(mine - expected).max(initial=0) <= 1e-5 * np.abs(expected).max(initial=0)
+
+
 # --- tests ---------------------------------------------------------------------------------------
 
 
@@ -195,8 +140,8 @@ def convert_args(folder, output):
 
 
 @pytest.fixture(scope="module")
-def their_folder(tmp_path_factory):
-    return build_model_folder(tmp_path_factory.mktemp("elmoformanylangs") / "zz.model")
+def their_folder():
+    return MODEL_DIR
 
 
 @pytest.fixture(scope="module")
@@ -219,7 +164,7 @@ def test_the_stand_in_needs_the_cpu_map_location(their_folder):
 
 def test_hand_derived_ids(converted, their_folder):
     tokenizer = AutoTokenizer.from_pretrained(converted)
-    chars = {c: i for i, c in enumerate(characters())}
+    chars = read_dic(their_folder / "char.dic")
     shifted = lambda *names: [chars[n] + 1 for n in names]  # noqa: E731  (ids in input_ids are char.dic ids + 1)
     bow, eow, pad, oov = shifted("<bow>", "<eow>", "<pad>", "<oov>")
     enc = tokenizer(
@@ -255,6 +200,50 @@ def test_converted_model_matches_their_computation(converted, their_folder):
         np.testing.assert_allclose(layers[:, k, 1 : len(words) + 1].numpy(), expected, rtol=0, atol=1e-10)
         clipped += int((np.abs(expected[1]) >= CONFIG["encoder"]["proj_clip"] - 1e-12).sum())
     assert 0 < clipped < layers[1].numel() / 2, "the projection clip should be exercised, not everywhere"
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_converted_model_gives_their_embedders_numbers(converted, dtype):
+    first, second = their_embedder_outputs()
+    model = AutoModel.from_pretrained(converted).to(dtype).eval()
+    tokenizer = AutoTokenizer.from_pretrained(converted)
+    batch = tokenizer(SENTENCES, is_split_into_words=True, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        out = model(**batch, output_hidden_states=True, use_cache=True)
+        again = model(**batch, output_hidden_states=True, state=out.state)
+    layers, carried = (torch.stack(o.hidden_states).double().numpy() for o in (out, again))
+    for (output_layer, k), theirs in first.items():
+        words = layers[:, k, 1 : len(SENTENCES[k]) + 1]
+        assert_their_numbers(words.mean(axis=0) if output_layer == -1 else words[output_layer], theirs)
+    for k, theirs in second.items():
+        assert_their_numbers(carried[:, k, 1 : len(SENTENCES[k]) + 1], theirs)
+
+
+def test_embed_average_and_carried_state_give_their_embedders_numbers(converted, tmp_path):
+    """`embed --average` is their `output_layer=-1`; `--carry-state` over the sentences twice, one batch each time,
+    is their second call. Lines are split on whitespace, so the sentence with U+3000 inside a word is left out (a
+    batch's rows are computed independently, in theirs too)."""
+    first, second = their_embedder_outputs()
+    kept = [k for k, words in enumerate(SENTENCES) if all(len(word.split()) == 1 for word in words)]
+    assert len(kept) == len(SENTENCES) - 1
+    (tmp_path / "in.txt").write_text("".join(" ".join(SENTENCES[k]) + "\n" for k in kept * 2), encoding="utf-8")
+    embed = ["embed", str(tmp_path / "in.txt"), "--model", str(converted), "--quiet"]
+    assert cli_main([*embed, str(tmp_path / "average.hdf5"), "--average"]) == 0
+    assert cli_main(
+        [*embed, str(tmp_path / "carried.hdf5"), "--all", "--carry-state", "--batch-size", str(len(kept))]
+    ) == 0
+    with h5py.File(tmp_path / "average.hdf5", "r") as average, h5py.File(tmp_path / "carried.hdf5", "r") as carried:
+        for line, k in enumerate(kept):
+            if SENTENCES[k]:
+                assert_their_numbers(average[str(line)][...], first[-1, k])
+            assert_their_numbers(carried[str(len(kept) + line)][...], second[k])
+
+
+def test_numpy_reference_gives_their_embedders_numbers(their_folder):
+    first, _ = their_embedder_outputs()
+    layers = [their_layers(their_folder, words) for words in SENTENCES]
+    for (output_layer, k), theirs in first.items():
+        assert_their_numbers(layers[k].mean(axis=0) if output_layer == -1 else layers[k][output_layer], theirs)
 
 
 def test_embed_reads_word_ids_too(converted, their_folder, tmp_path):
