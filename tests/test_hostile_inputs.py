@@ -407,11 +407,6 @@ CASES = {
         r"Evaluation file 'bad\.txt': line 1 is not valid UTF-8",
         [write("bad.txt", b"\xc3(")],
     ),
-    "perplexity: a line longer than the window": Case(
-        "perplexity --model B long.txt --window 5",
-        r"long\.txt, line 2: 4 words plus <S> and </S> need 6 positions, more than the window of 5",
-        [write("long.txt", "the cat\nthe cat sat .\n")],
-    ),
     "perplexity: config.json's softmax larger than the vocabulary": Case(
         "perplexity --model B corpus.txt",
         r"B: the model's softmax has 100,000,000 words \(config\.json vocab_size\) but its vocabulary "
