@@ -37,7 +37,10 @@ from .tokenization_elmo import ElmoTokenizer
 from .word_vocabulary import count_word_vocabulary, write_word_vocabulary
 
 SPLITS = ("whitespace", "pretokenizer")
-SPLIT_HELP = "whitespace: text is tokenised already; pretokenizer: raw text through the tokenizer's splitter"
+SPLIT_HELP = (
+    "pretokenizer: raw text, split as the tokenizer splits text given to the model; whitespace: text tokenised already "
+    "(the original's 1B Word Benchmark)"
+)
 IGNORE_INDEX = -100
 
 
@@ -331,7 +334,7 @@ def add_arguments(parser: argparse.ArgumentParser):
     parser.add_argument("--force", action="store_true", help="replace an earlier vocabulary file")
     parser.add_argument("--min-count", type=int, default=1, help="keep words seen at least this often")
     parser.add_argument("--max-size", type=int, help="at most this many entries, <S>, </S>, <UNK> included")
-    parser.add_argument("--split", choices=SPLITS, default="whitespace", help=SPLIT_HELP)
+    parser.add_argument("--split", choices=SPLITS, default="pretokenizer", help=f"as in training; {SPLIT_HELP}")
 
 
 def run(args: argparse.Namespace) -> int:

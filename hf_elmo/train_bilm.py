@@ -111,7 +111,7 @@ class BiLMTrainingOptions:
     )
     min_count: int = _option(1, help="when building the vocabulary: keep words seen at least this often")
     max_vocab_size: int | None = _option(None, help="when building the vocabulary: at most this many entries")
-    split: str = _option("whitespace", help=SPLIT_HELP, choices=SPLITS)
+    split: str = _option("pretokenizer", help=SPLIT_HELP, choices=SPLITS)
     window: int = _option(20, help="positions per example, <S> and </S> included; with --stream, positions per piece")
     stream: bool = _option(
         False,
@@ -754,7 +754,11 @@ def _train(options, output_dir, tokenizer, config, args, resume_from) -> dict:
             f"{options.batch_size} continuous streams per process in pieces of {options.window} positions, "
             f"{train_dataset.steps_per_epoch:,} steps per epoch"
         )
-    _log(f"ElmoForBiLM: {sum(p.numel() for p in model.parameters()):,} parameters, {softmax} in training; {layout}.")
+    processes = f"{args.world_size} process" + ("es" if args.world_size > 1 else "")
+    _log(
+        f"ElmoForBiLM: {sum(p.numel() for p in model.parameters()):,} parameters, {softmax} in training; {layout}; "
+        f"{processes} training."
+    )
 
     optimizer = None
     if options.optimizer == "adagrad":

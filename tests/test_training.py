@@ -206,6 +206,22 @@ def test_bad_input_stops_before_training(corpus, tmp_path, converted_dirs, capsy
         assert not list(output_dir.glob("checkpoint-*"))
 
 
+def test_tiny_preset_trains_on_the_bundled_corpus_with_the_default_options(tmp_path, capsys):
+    # The corpus is raw text with a line longer than the default window: the default split and window must take it.
+    longest = max(len(ElmoTokenizer().split_words(line)) for line in SHAKESPEARE.read_text(encoding="utf-8").splitlines())
+    assert longest + 2 > BiLMTrainingOptions.__dataclass_fields__["window"].default
+    output_dir = tmp_path / "run"
+    arguments = ["train", "--config", "tiny", "--train-files", str(SHAKESPEARE), "--output-dir", str(output_dir),
+                 "--max-steps", "8", "--logging-steps", "1", "--data-cache-dir", str(tmp_path / "cache"),
+                 "--disable-progress-bar"]
+    assert cli_main(arguments) == 0
+    assert "; 1 process training." in capsys.readouterr().out
+    state = json.loads((output_dir / "checkpoint-8/trainer_state.json").read_text())
+    losses = [entry["loss"] for entry in state["log_history"] if "loss" in entry]
+    assert len(losses) == 8 and losses[-1] < losses[0] - 0.1, losses
+    assert ElmoConfig.from_pretrained(output_dir).cell_dim == ElmoConfig.from_preset("tiny").cell_dim == 256
+
+
 def test_streaming_run(corpus, tmp_path):
     metrics = train_bilm(**options(corpus, tmp_path / "streamed", train_files=[corpus / "small.txt"], streaming=True,
                                    max_steps=3, save_steps=3, eval_files=[corpus / "small.txt"], eval_steps=3))
