@@ -159,6 +159,7 @@ def test_two_processes_train_like_one_with_the_same_global_batch(corpus, tmp_pat
         env=env, capture_output=True, text=True, timeout=300,
     )
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
+    assert result.stdout.count("; 2 processes training.") == 1, result.stdout[-2000:]  # rank 0 says it, once
     assert cli_main(common + ["--batch-size", "8", "--output-dir", str(tmp_path / "single"),
                               "--data-cache-dir", str(tmp_path / "cache-single")]) == 0
     # Gradient accumulation is the same global batch once more: the loss is normalised by all its targets.
