@@ -413,6 +413,12 @@ CASES = {
         r"\(vocab\.txt\) has 9",
         [edit_json("B/config.json", vocab_size=10**8)],
     ),
+    # --- training defaults and presets (a sentence longer than the window is no longer refused: it is cut, see
+    # tests/test_data_bilm.py) ---
+    "train: --config naming neither a preset nor a file": Case(
+        TRAIN.replace("--config B", "--config huge"),
+        r"--config 'huge' is neither a preset \(tiny, small, medium, original\) nor an existing file or folder\.$",
+    ),
 }
 
 
