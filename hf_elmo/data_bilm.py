@@ -334,7 +334,9 @@ def add_arguments(parser: argparse.ArgumentParser):
     parser.add_argument("--force", action="store_true", help="replace an earlier vocabulary file")
     parser.add_argument("--min-count", type=int, default=1, help="keep words seen at least this often")
     parser.add_argument("--max-size", type=int, help="at most this many entries, <S>, </S>, <UNK> included")
-    parser.add_argument("--split", choices=SPLITS, default="pretokenizer", help=f"as in training; {SPLIT_HELP}")
+    parser.add_argument(
+        "--split", choices=SPLITS, default="pretokenizer", help=f"as in training (default: pretokenizer); {SPLIT_HELP}"
+    )
 
 
 def run(args: argparse.Namespace) -> int:

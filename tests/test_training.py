@@ -221,6 +221,9 @@ def test_tiny_preset_trains_on_the_bundled_corpus_with_the_default_options(tmp_p
     losses = [entry["loss"] for entry in state["log_history"] if "loss" in entry]
     assert len(losses) == 8 and losses[-1] < losses[0] - 0.1, losses
     assert ElmoConfig.from_pretrained(output_dir).cell_dim == ElmoConfig.from_preset("tiny").cell_dim == 256
+    # `vocab` splits as `train` does by default: the README's vocab-then-train commands agree on the words.
+    assert cli_main(["vocab", str(SHAKESPEARE), "--output", str(tmp_path / "vocab.txt")]) == 0
+    assert (tmp_path / "vocab.txt").read_bytes() == (output_dir / "vocab.txt").read_bytes()
 
 
 def test_streaming_run(corpus, tmp_path):
