@@ -11,9 +11,10 @@ folded into the optimizer instead, which gives the same updates: with gradient `
 clipping `g'` to `n / c`. So `max_grad_norm` and `adagrad_initial_accumulator` are given on the original
 scale and divided by `window` and `window ** 2` before they reach `Trainer`.
 
-Runs unchanged under `torchrun --nproc_per_node=N` and `accelerate launch` (DDP): `batch_size` is per process,
-and the loss is normalised by the number of targets over all processes, so N processes with batch b train
-like one process with batch N * b.
+Runs unchanged under `torchrun --nproc_per_node=N` and `accelerate launch --multi_gpu --num_processes N` (DDP; without
+`--multi_gpu` accelerate starts one process on a machine without a GPU, which the log's process count shows):
+`batch_size` is per process, and the loss is normalised by the number of targets over all processes, so N processes
+with batch b train like one process with batch N * b.
 
 The examples are windows of whole sentences, each from the start state (`data_bilm`). `stream=True` (`--stream`)
 trains the way bilm-tf did instead: every batch row reads one continuous stream of the (each epoch reshuffled)
