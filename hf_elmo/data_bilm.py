@@ -184,7 +184,9 @@ def encode_windows(
     labels[1:, 1] = word_ids[:-1]
     labels[starts, 1] = IGNORE_INDEX
     if window is not None:
-        window_lengths = [min(window, length - start) for length in window_lengths for start in range(0, length, window)]
+        window_lengths = [
+            min(window, length - start) for length in window_lengths for start in range(0, length, window)
+        ]
     splits = np.cumsum(window_lengths)[:-1]
     return {"input_ids": np.split(char_ids, splits), "labels": np.split(labels, splits)}
 

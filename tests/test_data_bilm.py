@@ -168,7 +168,8 @@ def test_bad_data_files(tmp_path):
         load_bilm_dataset([tmp_path / "missing.txt"], tokenizer)
     long = tmp_path / "long.txt"
     long.write_text("a b\n\n" + " ".join(["w"] * 30) + "\n", encoding="utf-8")
-    cut = load_bilm_dataset([long], tokenizer, window=20, cache_dir=tmp_path / "cache")  # a long line is cut, not refused
+    # A line longer than the window is cut, not refused.
+    cut = load_bilm_dataset([long], tokenizer, window=20, cache_dir=tmp_path / "cache")
     assert [len(window_arrays(row)[0]) for row in cut] == [4, 20, 12]
     with pytest.raises(ValueError, match="has no word vocabulary"):
         load_bilm_dataset([long], ElmoTokenizer())

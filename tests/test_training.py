@@ -209,7 +209,8 @@ def test_bad_input_stops_before_training(corpus, tmp_path, converted_dirs, capsy
 
 def test_tiny_preset_trains_on_the_bundled_corpus_with_the_default_options(tmp_path, capsys):
     # The corpus is raw text with a line longer than the default window: the default split and window must take it.
-    longest = max(len(ElmoTokenizer().split_words(line)) for line in SHAKESPEARE.read_text(encoding="utf-8").splitlines())
+    lines = SHAKESPEARE.read_text(encoding="utf-8").splitlines()
+    longest = max(len(ElmoTokenizer().split_words(line)) for line in lines)
     assert longest + 2 > BiLMTrainingOptions.__dataclass_fields__["window"].default
     output_dir = tmp_path / "run"
     arguments = ["train", "--config", "tiny", "--train-files", str(SHAKESPEARE), "--output-dir", str(output_dir),
