@@ -34,14 +34,7 @@ from hf_elmo.word_vocabulary import write_word_vocabulary
 
 ROOT = Path(__file__).resolve().parents[1]
 CORPUS = ROOT / "data/tinyshakespeare/input.txt"
-CONFIG = ElmoConfig(  # examples/demo.py's model
-    char_embedding_dim=16,
-    filters=[[1, 32], [2, 32], [3, 64], [4, 64], [5, 64]],
-    n_highway=1,
-    cell_dim=256,
-    projection_dim=64,
-    num_layers=2,
-)
+CONFIG = ElmoConfig.from_preset("tiny")  # examples/demo.py's model
 WINDOW = {"windows": 22, "stream": 20}  # the longest line has 20 words; bilm-tf's pieces have 20 positions
 
 

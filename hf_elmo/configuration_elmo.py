@@ -14,6 +14,14 @@ from .file_io import read_json_object
 _RELEASED_FILTERS = [[1, 32], [2, 32], [3, 64], [4, 128], [5, 256], [6, 512], [7, 1024]]
 
 ELMO_PRESETS = {
+    # Not a released size: "small" scaled down (256 filters, a 256-cell LSTM) so that a corpus such as the bundled
+    # Shakespeare trains in minutes on a CPU; the demo's model.
+    "tiny": {
+        "filters": [[1, 32], [2, 32], [3, 64], [4, 64], [5, 64]],
+        "n_highway": 1,
+        "cell_dim": 256,
+        "projection_dim": 64,
+    },
     "small": {"n_highway": 1, "cell_dim": 1024, "projection_dim": 128},
     "medium": {"n_highway": 1, "cell_dim": 2048, "projection_dim": 256},
     "original": {"n_highway": 2, "cell_dim": 4096, "projection_dim": 512},
@@ -144,10 +152,10 @@ class ElmoConfig(PreTrainedConfig):
             (`ElmoForBiLM`); 0, or at least `vocab_size`, trains with the full softmax. Evaluation always uses
             the full softmax.
 
-    Use `ElmoConfig.from_preset("small" | "medium" | "original")` for the released sizes. A configuration is refused
-    (`ValueError`) if a float field is not finite, or if it describes more than `MAX_PARAMETERS` (2**31) parameters,
-    more than `MAX_LAYERS` (1,000) layers of one kind, more than `MAX_CHARACTERS_PER_TOKEN` (1,000) slots per word or
-    a `num_labels` outside 1 to `MAX_LABELS` (100,000).
+    Use `ElmoConfig.from_preset("small" | "medium" | "original")` for the released sizes, `"tiny"` for a model that
+    trains in minutes on a CPU. A configuration is refused (`ValueError`) if a float field is not finite, or if it
+    describes more than `MAX_PARAMETERS` (2**31) parameters, more than `MAX_LAYERS` (1,000) layers of one kind, more
+    than `MAX_CHARACTERS_PER_TOKEN` (1,000) slots per word or a `num_labels` outside 1 to `MAX_LABELS` (100,000).
     """
 
     model_type = "elmo"
@@ -239,7 +247,7 @@ class ElmoConfig(PreTrainedConfig):
 
     @classmethod
     def from_preset(cls, name: str, **kwargs) -> "ElmoConfig":
-        """A configuration of one of the released sizes (`small`, `medium`, `original`)."""
+        """A configuration of one of the released sizes (`small`, `medium`, `original`) or of `tiny`."""
         if name not in ELMO_PRESETS:
             raise ValueError(f"Unknown ELMo preset {name!r}; expected one of {sorted(ELMO_PRESETS)}.")
         return cls(**{**ELMO_PRESETS[name], **kwargs})

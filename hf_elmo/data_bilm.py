@@ -11,7 +11,8 @@ original (bilm-tf) instead cut one continuous stream of sentences into 20-token 
 row's LSTM state from batch to batch, so a sentence could be split between batches and the model saw
 context from earlier batches (`hf-elmo train --stream` does that, see `streams_bilm`). Windows of whole sentences
 make every example independent: they can be shuffled, sharded over processes and resumed exactly, and they match how
-`ElmoModel` is used (stateless, sentence by sentence), at the cost of no context beyond the window.
+`ElmoModel` is used (stateless, sentence by sentence), at the cost of no context beyond the window. A sentence longer
+than the window is cut into consecutive windows, as bilm-tf's stream was, each starting from a zero state.
 
 Targets, per sentence of `n` words: the forward LM predicts `w_1 ... w_n, </S>` from the positions of
 `<S>, w_1 ... w_n`; the backward LM predicts `<S>, w_1 ... w_n` from the positions of `w_1 ... w_n, </S>`.
@@ -45,7 +46,10 @@ from .tokenization_elmo import ElmoTokenizer
 from .word_vocabulary import count_word_vocabulary, write_word_vocabulary
 
 SPLITS = ("whitespace", "pretokenizer")
-SPLIT_HELP = "whitespace: text is tokenised already; pretokenizer: raw text through the tokenizer's splitter"
+SPLIT_HELP = (
+    "pretokenizer: raw text, split as the tokenizer splits text given to the model; whitespace: text tokenised already "
+    "(the original's 1B Word Benchmark)"
+)
 MODEL_SPLIT_HELP = (
     f"{SPLIT_HELP} (default: the split the model was trained with, recorded in its folder by hf-elmo train, else "
     "whitespace)"
@@ -161,24 +165,15 @@ def build_word_vocabulary(
     return count_word_vocabulary(iter_sentences(files, split, tokenizer), min_count, max_size)
 
 
-def pack_sentences(
-    sentences: Iterable[list[str]], window: int, where: Iterable[str] | None = None
-) -> Iterator[list[list[str]]]:
+def pack_sentences(sentences: Iterable[list[str]], window: int) -> Iterator[list[list[str]]]:
     """Group consecutive sentences greedily into windows of at most `window` positions (`n + 2` per sentence).
 
-    `where` names each sentence (e.g. `"file, line 12"`) for the error raised when one does not fit.
+    A sentence longer than that is a group of its own, which `encode_windows(..., window)` cuts into windows.
     """
     current, used = [], 0
-    where = iter(where) if where is not None else None
     for words in sentences:
-        location = next(where) if where is not None else "a sentence"
         needed = len(words) + 2
-        if needed > window:
-            raise ValueError(
-                f"{location}: {len(words)} words plus <S> and </S> need {needed} positions, more than the "
-                f"window of {window}; use a larger window or split the line."
-            )
-        if used + needed > window:
+        if current and used + needed > window:
             yield current
             current, used = [], 0
         current.append(words)
@@ -187,8 +182,14 @@ def pack_sentences(
         yield current
 
 
-def encode_windows(windows: Sequence[Sequence[list[str]]], tokenizer: ElmoTokenizer) -> dict[str, list[np.ndarray]]:
+def encode_windows(
+    windows: Sequence[Sequence[list[str]]], tokenizer: ElmoTokenizer, window: int | None = None
+) -> dict[str, list[np.ndarray]]:
     """Character ids and LM targets of packed windows.
+
+    With `window`, a group longer than `window` positions (a sentence longer than the window, alone in its group:
+    `pack_sentences`) is cut into consecutive windows of `window` positions, as bilm-tf cut its stream into pieces:
+    each of its words is still a target once in each direction, predicted from the context of its own window only.
 
     Returns:
         `{"input_ids": [(T_i, C) int16], "labels": [(T_i, 2) int32]}` with `T_i` the positions of window `i` and `C`
@@ -196,9 +197,9 @@ def encode_windows(windows: Sequence[Sequence[list[str]]], tokenizer: ElmoTokeni
         `labels[t] = [id of the word after t, id of the word before t]` within t's sentence, -100 where none.
     """
     flat, sentence_lengths, window_lengths = [], [], []
-    for window in windows:
+    for group in windows:
         window_lengths.append(0)
-        for words in window:
+        for words in group:
             flat += [BOS_TOKEN, *words, EOS_TOKEN]
             sentence_lengths.append(len(words) + 2)
             window_lengths[-1] += len(words) + 2
@@ -212,21 +213,23 @@ def encode_windows(windows: Sequence[Sequence[list[str]]], tokenizer: ElmoTokeni
     labels[ends, 0] = IGNORE_INDEX
     labels[1:, 1] = word_ids[:-1]
     labels[starts, 1] = IGNORE_INDEX
+    if window is not None:
+        window_lengths = [
+            min(window, length - start) for length in window_lengths for start in range(0, length, window)
+        ]
     splits = np.cumsum(window_lengths)[:-1]
     return {"input_ids": np.split(char_ids, splits), "labels": np.split(labels, splits)}
 
 
 def _encode_lines(batch, indices, tokenizer, window, split, source):
     words = [split_line(line, split, tokenizer, f"{source}, line {i + 1}") for line, i in zip(batch["text"], indices)]
-    kept = [i for i, w in enumerate(words) if w]
-    windows = list(
-        pack_sentences((words[i] for i in kept), window, (f"{source}, line {indices[i] + 1}" for i in kept))
-    )
+    windows = list(pack_sentences((w for w in words if w), window))
     if not windows:
         return {"input_ids": [], "labels": []}
     # Stored flat: Arrow reads a batch of flat lists some 15x faster than of `Array2D` rows (which it converts one
     # by one), and that read is the host's work per training step.
-    return {name: [array.reshape(-1) for array in arrays] for name, arrays in encode_windows(windows, tokenizer).items()}
+    encoded = encode_windows(windows, tokenizer, window)
+    return {name: [array.reshape(-1) for array in arrays] for name, arrays in encoded.items()}
 
 
 def load_bilm_dataset(
@@ -247,10 +250,11 @@ def load_bilm_dataset(
     Args:
         files: text files, one sentence per line.
         tokenizer: an `ElmoTokenizer` with a word vocabulary (the targets; out-of-vocabulary words -> `<UNK>`).
-        window: positions per example, boundaries included; a sentence longer than `window - 2` words is an error.
+        window: positions per example, boundaries included; a sentence longer than `window - 2` words is cut into
+            consecutive windows (`encode_windows`).
         split: `"whitespace"` (tokenised text) or `"pretokenizer"` (raw text through `tokenizer.split_words`).
         streaming: read the files lazily (`datasets.IterableDataset`) for corpora larger than memory or disk
-            cache; a too-long sentence is then reported when it is reached instead of up front.
+            cache.
         cache_dir: where `datasets` keeps its Arrow files (default: its own cache).
         role: word used in error messages (`"training"`, `"evaluation"`).
 
@@ -362,7 +366,9 @@ def add_arguments(parser: argparse.ArgumentParser):
     parser.add_argument("--force", action="store_true", help="replace an earlier vocabulary file")
     parser.add_argument("--min-count", type=int, default=1, help="keep words seen at least this often")
     parser.add_argument("--max-size", type=int, help="at most this many entries, <S>, </S>, <UNK> included")
-    parser.add_argument("--split", choices=SPLITS, default="whitespace", help=SPLIT_HELP)
+    parser.add_argument(
+        "--split", choices=SPLITS, default="pretokenizer", help=f"as in training (default: pretokenizer); {SPLIT_HELP}"
+    )
 
 
 def run(args: argparse.Namespace) -> int:

@@ -47,15 +47,17 @@ STARTS = ("zero", "warm")
 
 
 def _batches(files, tokenizer, window, split, batch_size):
-    sentences, located = itertools.tee(iter_sentences(files, split, tokenizer, locations=True))
-    windows = pack_sentences((words for _, words in sentences), window, (where for where, _ in located))
+    groups = pack_sentences(iter_sentences(files, split, tokenizer), window)
     collate = DataCollatorForBiLM()
-    while True:
-        chunk = [w for _, w in zip(range(batch_size), windows)]
-        if not chunk:
-            return
-        encoded = encode_windows(chunk, tokenizer)
-        yield collate([{"input_ids": i, "labels": l} for i, l in zip(encoded["input_ids"], encoded["labels"])])
+    rows = []  # a group holding a sentence longer than the window encodes as several windows
+    while chunk := list(itertools.islice(groups, batch_size)):
+        encoded = encode_windows(chunk, tokenizer, window)
+        rows += [{"input_ids": i, "labels": l} for i, l in zip(encoded["input_ids"], encoded["labels"])]
+        while len(rows) >= batch_size:
+            yield collate(rows[:batch_size])
+            rows = rows[batch_size:]
+    if rows:
+        yield collate(rows)
 
 
 def _check_vocabulary(model: ElmoForBiLM, tokenizer: ElmoTokenizer):

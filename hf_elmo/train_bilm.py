@@ -11,9 +11,10 @@ folded into the optimizer instead, which gives the same updates: with gradient `
 clipping `g'` to `n / c`. So `max_grad_norm` and `adagrad_initial_accumulator` are given on the original
 scale and divided by `window` and `window ** 2` before they reach `Trainer`.
 
-Runs unchanged under `torchrun --nproc_per_node=N` and `accelerate launch` (DDP): `batch_size` is per process,
-and the loss is normalised by the number of targets over all processes, so N processes with batch b train
-like one process with batch N * b.
+Runs unchanged under `torchrun --nproc_per_node=N` and `accelerate launch --multi_gpu --num_processes N` (DDP; without
+`--multi_gpu` accelerate starts one process on a machine without a GPU, which the log's process count shows):
+`batch_size` is per process, and the loss is normalised by the number of targets over all processes, so N processes
+with batch b train like one process with batch N * b.
 
 The examples are windows of whole sentences, each from the start state (`data_bilm`). `stream=True` (`--stream`)
 trains the way bilm-tf did instead: every batch row reads one continuous stream of the (each epoch reshuffled)
@@ -116,7 +117,7 @@ class BiLMTrainingOptions:
     )
     min_count: int = _option(1, help="when building the vocabulary: keep words seen at least this often")
     max_vocab_size: int | None = _option(None, help="when building the vocabulary: at most this many entries")
-    split: str = _option("whitespace", help=SPLIT_HELP, choices=SPLITS)
+    split: str = _option("pretokenizer", help=SPLIT_HELP, choices=SPLITS)
     window: int = _option(20, help="positions per example, <S> and </S> included; with --stream, positions per piece")
     stream: bool = _option(
         False,
@@ -886,7 +887,11 @@ def _train(options, output_dir, tokenizer, config, args, resume_from) -> dict:
             f"{options.batch_size} continuous streams per process in pieces of {options.window} positions, "
             f"{train_dataset.steps_per_epoch:,} steps per epoch"
         )
-    _log(f"ElmoForBiLM: {sum(p.numel() for p in model.parameters()):,} parameters, {softmax} in training; {layout}.")
+    processes = f"{args.world_size} process" + ("es" if args.world_size > 1 else "")
+    _log(
+        f"ElmoForBiLM: {sum(p.numel() for p in model.parameters()):,} parameters, {softmax} in training; {layout}; "
+        f"{processes} training."
+    )
 
     optimizer = None
     if options.optimizer == "adagrad":

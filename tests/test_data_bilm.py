@@ -56,8 +56,18 @@ def test_packing_is_greedy_and_keeps_every_sentence_once():
         assert used <= 20
         if following is not None:
             assert used + len(following[0]) + 2 > 20  # the next sentence did not fit
-    with pytest.raises(ValueError, match="line 7: 19 words plus <S> and </S> need 21 positions, more than the window of 20"):
-        list(pack_sentences([["w"] * 19], 20, where=["f.txt, line 7"]))
+    assert list(pack_sentences([["a"], ["w"] * 19, ["b"]], 20)) == [[["a"]], [["w"] * 19], [["b"]]]  # alone
+
+
+def test_a_sentence_longer_than_the_window_is_cut_and_each_target_kept_once():
+    tokenizer = tokenizer_with(["<S>", "</S>", "<UNK>", "a", "b", "w"])
+    sentences = [["a", "b"], ["w"] * 9, ["b"]]
+    cut = encode_windows(list(pack_sentences(sentences, 5)), tokenizer, window=5)
+    assert [len(ids) for ids in cut["input_ids"]] == [4, 5, 5, 1, 3]
+    # The windows read the same positions with the same targets as one window holding everything, uncut.
+    whole = encode_windows([sentences], tokenizer)
+    for name in ("input_ids", "labels"):
+        assert np.array_equal(np.concatenate(cut[name]), whole[name][0])
 
 
 def test_vocabulary_builder_counts_the_corpus(tmp_path):
@@ -158,7 +168,42 @@ def test_bad_data_files(tmp_path):
         load_bilm_dataset([tmp_path / "missing.txt"], tokenizer)
     long = tmp_path / "long.txt"
     long.write_text("a b\n\n" + " ".join(["w"] * 30) + "\n", encoding="utf-8")
-    with pytest.raises(ValueError, match=f"{long}, line 3: 30 words plus <S> and </S> need 32 positions"):
-        load_bilm_dataset([long], tokenizer, window=20, cache_dir=tmp_path / "cache")
+    # A line longer than the window is cut, not refused.
+    cut = load_bilm_dataset([long], tokenizer, window=20, cache_dir=tmp_path / "cache")
+    assert [len(window_arrays(row)[0]) for row in cut] == [4, 20, 12]
     with pytest.raises(ValueError, match="has no word vocabulary"):
         load_bilm_dataset([long], ElmoTokenizer())
+
+
+def test_perplexity_of_a_line_longer_than_the_window_scores_its_cut_windows(tmp_path):
+    from hf_elmo import ElmoConfig, ElmoForBiLM
+    from hf_elmo.character_rows import BOS_TOKEN, EOS_TOKEN
+    from hf_elmo.perplexity_bilm import compute_perplexity
+
+    words = ["<S>", "</S>", "<UNK>", "the", "cat", "sat", "on", "mat", "."]
+    tokenizer = tokenizer_with(words)
+    torch.manual_seed(0)
+    config = ElmoConfig(char_embedding_dim=4, filters=[[1, 4], [2, 4]], n_highway=1, cell_dim=8, projection_dim=4,
+                        num_layers=1, vocab_size=len(words))
+    model = ElmoForBiLM(config).eval()
+    text = tmp_path / "long.txt"
+    text.write_text("the cat sat on the mat .\n", encoding="utf-8")
+
+    # By hand: <S> the cat sat on | the mat . </S>, each window from the start state, every target once.
+    S, E, the, cat, sat, on, mat, dot, none = 0, 1, 3, 4, 5, 6, 7, 8, -100
+    windows = [
+        ([BOS_TOKEN, "the", "cat", "sat", "on"], [[the, none], [cat, S], [sat, the], [on, cat], [the, sat]]),
+        (["the", "mat", ".", EOS_TOKEN], [[mat, on], [dot, the], [E, mat], [none, dot]]),
+    ]
+    nll = torch.zeros(2, dtype=torch.float64)
+    with torch.no_grad():
+        for positions, labels in windows:
+            ids = torch.from_numpy(tokenizer.characters.rows(positions).astype(np.int64))[None]
+            out = model(input_ids=ids, labels=torch.tensor([labels]))
+            counts = torch.tensor(labels).ne(none).sum(dim=0)
+            nll += torch.stack([out.forward_loss, out.backward_loss]).double() * counts
+    expected = torch.exp(nll / 8).tolist()
+
+    result = compute_perplexity(model, tokenizer, [text], window=5, split="whitespace")
+    assert result["targets"] == 8
+    assert [result["forward"], result["backward"]] == pytest.approx(expected, rel=1e-6)
