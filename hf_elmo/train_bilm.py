@@ -21,7 +21,7 @@ trains the way bilm-tf did instead: every batch row reads one continuous stream 
 sentences in pieces of `window` positions, its LSTM state carried from batch to batch (`StreamTrainer`, data in
 `streams_bilm`); the carried states are saved with each checkpoint (one file per process) and restored by `resume`,
 and the saved model gets a warm start state estimated from the first 2,000 training sentences. On the bundled
-Shakespeare at equal wall-clock the windows gave the better model (README, "Warm start state"), so they stay the
+Shakespeare at equal wall-clock the windows gave the better model (docs/warm-state.md), so they stay the
 default.
 """
 

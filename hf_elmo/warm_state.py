@@ -11,8 +11,8 @@ The estimate is the mean, over the sentence boundaries of continuous streams of 
 starts from: the text's first `N` sentences are dealt round-robin to 64 streams, each read the way bilm-tf read its
 training data (the forward LSTM reads `<S> w_1 .. w_n` and goes on with the next sentence's `<S>`, the backward one
 reads `</S> w_n .. w_1`, sentences in the same order), and the state after each sentence is averaged, per layer and
-direction, hidden and memory separately. Measured on the bilm-tf checkpoint of the test fixtures (README, "Warm start
-state"), it scores within 0.1% of bilm-tf's own stream evaluation; the mean final state of sentences each run from
+direction, hidden and memory separately. Measured on the bilm-tf checkpoint of the test fixtures (docs/warm-state.md),
+it scores within 0.1% of bilm-tf's own stream evaluation; the mean final state of sentences each run from
 zeros (with or without reading `</S>` / `<S>`) is a little worse, and a fixed point of that iteration no better.
 """
 
