@@ -280,14 +280,15 @@ def load_bilm_dataset(
     )
     parts = []
     for path in files:
-        part = datasets.load_dataset(
-            "text",
-            data_files=[path],
-            split="train",
-            encoding="utf-8-sig",  # a byte-order mark is not part of the first word
-            streaming=streaming,
-            cache_dir=None if cache_dir is None else os.fspath(cache_dir),
-        )
+        # The lines of `read_lines`, the one reader of every command; the file's size and modification time are
+        # part of the cache key, as `load_dataset` makes them for its data files.
+        info = os.stat(path)
+        source = {"path": path, "stamp": (info.st_size, info.st_mtime_ns)}
+        if streaming:
+            part = datasets.IterableDataset.from_generator(_text_rows, gen_kwargs=source)
+        else:
+            cache = None if cache_dir is None else os.fspath(cache_dir)
+            part = datasets.Dataset.from_generator(_text_rows, gen_kwargs=source, cache_dir=cache)
         options = {} if streaming else {"desc": f"Packing {os.path.basename(path)} into windows of {window}"}
         part = part.map(
             _encode_lines,
@@ -304,6 +305,12 @@ def load_bilm_dataset(
     if not streaming and len(dataset) == 0:
         raise ValueError(f"The {role} files {files} hold no sentence.")
     return dataset.with_format("numpy")
+
+
+def _text_rows(path: str, stamp: tuple[int, int]) -> Iterator[dict]:
+    """`{"text": line}` for each line of `path` (`stamp` keys the cache only)."""
+    for line in read_lines(path):
+        yield {"text": line}
 
 
 def window_arrays(example: dict, index: int = 0) -> tuple[np.ndarray, np.ndarray]:
