@@ -173,6 +173,16 @@ def test_vocab_to_cache_reads_word_ids_and_falls_back_to_characters():
     torch.testing.assert_close(nested["elmo_representations"][0][0], by_characters["elmo_representations"][0])
 
 
+def test_empty_sentences():
+    out = Elmo(*original_files(), 1)(batch_to_ids([[]]))
+    assert out["elmo_representations"][0].shape == (1, 0, 32) and out["mask"].shape == (1, 0)
+    embedder = ElmoEmbedder(*original_files())
+    assert [v.shape for v in embedder.embed_batch([[]])] == [(3, 0, 32)]
+    assert embedder.elmo_bilm._states is None, "a batch of only an empty sentence is not run, as in AllenNLP"
+    assert [v.shape for v in embedder.embed_batch([[], ["a"]])] == [(3, 0, 32), (3, 1, 32)]
+    assert embedder.elmo_bilm._states[0].shape == (2, 2, 32), "an empty sentence still takes its row"
+
+
 def test_batch_to_ids_writes_allennlps_ids():
     """Expected ids written by hand from AllenNLP's rule: UTF-8 bytes + 1 between begin-of-word 259 and end-of-word
     260, the first 48 bytes only (a cut may split a character), padding character 261, a literal <S> / </S> the
@@ -277,6 +287,9 @@ def test_embed_file_refuses_bad_input_and_writes_nothing(lines, options, message
         (lambda: Elmo(*original_files(), 1, module=torch.nn.Linear(2, 2)), "not both"),
         (lambda: Elmo("https://example.org/options.json", "w.hdf5", 1), "URLs are not downloaded"),
         (lambda: Elmo(*original_files(), 1)(torch.zeros(2, 3, 10, dtype=torch.long)), r"\(batch_size, timesteps, 50\)"),
+        (lambda: Elmo(*original_files(), 1)(-batch_to_ids([["a"]])), "character ids must be >= 0"),
+        (lambda: Elmo(*original_files(), 1)(batch_to_ids([])), "the batch holds no sentence"),
+        (lambda: Elmo("no/such/folder", None, 1), "no such model folder"),
         (lambda: batch_to_ids("The cat"), "expects a list of tokenized sentences"),
         (lambda: batch_to_ids(["The cat"]), "sentence 0 must be a list of str"),
         (lambda: batch_to_ids([["The", 3]]), "sentence 0: Every word must be a str, but word 1 is int"),

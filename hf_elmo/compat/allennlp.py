@@ -237,8 +237,12 @@ class Elmo(nn.Module):
             raise ElmoInputError(
                 f"Elmo expects character ids (batch_size, timesteps, {MAX_WORD_LENGTH}) from batch_to_ids, got {shape}"
             )
+        if inputs.numel() and bool((inputs < 0).any()):
+            raise ElmoInputError(f"Elmo: character ids must be >= 0 (from batch_to_ids), found {int(inputs.min())}")
         output_shape = inputs.shape[:-1]
-        char_ids = inputs.reshape(-1, *inputs.shape[-2:])
+        char_ids = inputs.reshape(math.prod(inputs.shape[:-2]), *inputs.shape[-2:])
+        if not len(char_ids):
+            raise ElmoInputError("Elmo: the batch holds no sentence")
         if word_inputs is not None and not self._has_cached_vocab:
             logger.warning("Word inputs were passed to ELMo but it does not have a cached vocab.")
         elif word_inputs is not None:

@@ -32,6 +32,8 @@ def load_elmo(source, weight_file=None) -> tuple[ElmoModel, ElmoTokenizer]:
             f"{source}: an original options file needs its weight file (weights.hdf5); only an hf-elmo folder or "
             "a Hub id is loaded alone"
         )
+    elif str(source).startswith((".", "/", "~")) or str(source).count("/") > 1:
+        raise ElmoInputError(f"{source}: no such model folder (nor a Hub id, which is 'name' or 'namespace/name')")
     else:
         try:
             model = ElmoModel.from_pretrained(str(source)).eval()
