@@ -276,6 +276,20 @@ def test_embed_file_refuses_bad_input_and_writes_nothing(lines, options, message
     assert list(tmp_path.iterdir()) == [source]
 
 
+def test_embed_file_never_replaces_its_input_or_the_model(tmp_path):
+    source = tmp_path / "in.txt"
+    source.write_text("a b\n", encoding="utf-8")
+    weights = tmp_path / "weights.hdf5"
+    weights.write_bytes((FIXTURES / "allennlp" / "lm_weights.hdf5").read_bytes())
+    embedder = ElmoEmbedder(original_files()[0], str(weights))
+    for output in (source, weights):
+        before = output.read_bytes()
+        with pytest.raises(ValueError, match=f"{output}: is the input"):
+            embedder.embed_file(open(source, encoding="utf-8"), output)
+        assert output.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt", "weights.hdf5"]
+
+
 @pytest.mark.parametrize(
     "build, message",
     [

@@ -56,6 +56,10 @@ def test_strings_split_at_spaces_like_the_tokens_signature(hub_elmo, converted_d
     from_tokens = hub_elmo(tokens=[["a", "b", "c"], ["d", "", ""]], sequence_len=torch.tensor([3, 1]))
     for key, value in from_strings.items():
         torch.testing.assert_close(value, from_tokens[key], rtol=0, atol=0)
+    as_in_tfhub = hub_elmo(inputs={"tokens": [["a", "b", "c"], ["d", "", ""]], "sequence_len": [3, 1]}, signature="tokens",
+                           as_dict=True)
+    torch.testing.assert_close(as_in_tfhub["elmo"], from_strings["elmo"], rtol=0, atol=0)
+    torch.testing.assert_close(hub_elmo(["a  b c", "d"], as_dict=False), from_strings["default"], rtol=0, atol=0)
     from_model = TFHubElmo(ElmoModel.from_pretrained(converted_dirs["allennlp"]))(["a  b c", "d"])
     torch.testing.assert_close(from_model["lstm_outputs2"], from_strings["lstm_outputs2"], rtol=0, atol=0)
 
@@ -68,6 +72,8 @@ def test_strings_split_at_spaces_like_the_tokens_signature(hub_elmo, converted_d
         (lambda e: e(tokens=[["a"]]), "tokens need sequence_len"),
         (lambda e: e(tokens=[["a", ""]], sequence_len=[3]), r"sequence_len\[0\] = 3 is not in \[0, 2\]"),
         (lambda e: e(tokens=[["a"]], sequence_len=[1, 1]), "one int per row of tokens"),
+        (lambda e: e(["a"], signature="word_emb"), "signature must be 'default' or 'tokens', got 'word_emb'"),
+        (lambda e: e(["a"], signature="tokens"), 'signature="tokens" takes inputs='),
     ],
 )
 def test_bad_arguments_are_one_line_value_errors(call, message, hub_elmo):

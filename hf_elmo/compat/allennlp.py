@@ -284,6 +284,7 @@ class ElmoEmbedder:
             raise ElmoInputError(f"cuda_device={cuda_device}: this machine has {torch.cuda.device_count()} CUDA devices")
         model, _ = load_elmo(options_file, weight_file)
         model = _check_byte_model(model, options_file).requires_grad_(False)
+        self._model_files = [options_file, weight_file]  # never replaced by embed_file's output
         self.elmo_bilm = _CarriedStateBiLM(model, stateful)
         if cuda_device >= 0:
             self.elmo_bilm = self.elmo_bilm.cuda(device=cuda_device)
@@ -348,11 +349,13 @@ class ElmoEmbedder:
             raise ElmoInputError(f"output_format must be one of {', '.join(OUTPUT_FORMATS)}; got {output_format!r}")
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise ElmoInputError(f"batch_size must be an int >= 1, got {batch_size!r}")
-        inputs = []
+        inputs = list(self._model_files)
         if isinstance(input_file, (str, os.PathLike)):
             inputs.append(input_file)
             sentences = [line.strip() for line in read_lines(input_file)]
         else:
+            if isinstance(getattr(input_file, "name", None), str):
+                inputs.append(input_file.name)  # so that the output cannot replace it
             try:
                 sentences = [line.strip() for line in input_file]
             finally:

@@ -6,8 +6,8 @@
 ->
     from hf_elmo.compat.tfhub import TFHubElmo
     elmo = TFHubElmo("path/to/folder")   # or a Hub id, or an ElmoModel (and its tokenizer)
-    out = elmo(["the cat is on the mat"])
-    out = elmo(tokens=tokens, sequence_len=lengths)
+    out = elmo(["the cat is on the mat"])  # or elmo([...], signature="default", as_dict=True)
+    out = elmo(tokens=tokens, sequence_len=lengths)  # or TF-Hub's inputs={...}, signature="tokens"
 
 `out` holds torch tensors under TF-Hub's names, `T` being the longest sentence of the call: `word_emb` `(B, T, P)`
 (the character CNN), `lstm_outputs1` and `lstm_outputs2` `(B, T, 2P)` (one per LSTM layer), `elmo` `(B, T, 2P)`
@@ -59,7 +59,18 @@ class TFHubElmo(nn.Module):
         self.model.eval()
         return self
 
-    def forward(self, strings=None, *, tokens=None, sequence_len=None) -> dict[str, torch.Tensor]:
+    def forward(
+        self, inputs=None, signature: str = "default", as_dict: bool = True, *, tokens=None, sequence_len=None
+    ) -> dict[str, torch.Tensor] | torch.Tensor:
+        """TF-Hub's call: `inputs` a list of strings (`signature="default"`) or `{"tokens": ..., "sequence_len": ...}`
+        (`signature="tokens"`), or the keywords `tokens` and `sequence_len`; `as_dict=False` returns `default`."""
+        if signature not in ("default", "tokens"):
+            raise ElmoInputError(f"signature must be 'default' or 'tokens', got {signature!r}")
+        if signature == "tokens":
+            if not isinstance(inputs, dict) or set(inputs) != {"tokens", "sequence_len"}:
+                raise ElmoInputError('signature="tokens" takes inputs={"tokens": ..., "sequence_len": ...}')
+            tokens, sequence_len, inputs = inputs["tokens"], inputs["sequence_len"], None
+        strings = inputs
         if (strings is None) == (tokens is None):
             raise ElmoInputError("give strings (the default signature) or tokens with sequence_len, one of them")
         if strings is not None:
@@ -90,7 +101,7 @@ class TFHubElmo(nn.Module):
         outputs.update({f"lstm_outputs{k}": layer for k, layer in enumerate(layers[1:], start=1)})
         outputs["elmo"] = elmo
         outputs["default"] = elmo.sum(dim=1) / counts.clamp(min=1)[:, None].to(elmo.dtype)
-        return outputs
+        return outputs if as_dict else outputs["default"]
 
 
 __all__ = ["TFHubElmo"]
