@@ -66,7 +66,12 @@ def test_the_note_on_state_is_logged_once(caplog, monkeypatch):
 def test_the_state_store_grows_and_shrinks_like_allennlps():
     """Batches of 2, 1, 3 and 2 sentences: a smaller batch continues and replaces only the first rows, a larger one
     starts its new rows from zeros (AllenNLP's `_EncoderBase`), checked against the model run with explicit states."""
-    batches = [[["a", "b", "c"], ["d", "e"]], [["f", "g", "h", "i"]], [["j"], ["k", "l"], ["m", "n", "o"]], [["p"], ["q"]]]
+    batches = [
+        [["a", "b", "c"], ["d", "e"]],
+        [["f", "g", "h", "i"]],
+        [["j"], ["k", "l"], ["m", "n", "o"]],
+        [["p"], ["q"]],
+    ]
     embedder = ElmoEmbedder(*original_files())
     model = embedder.elmo_bilm.model.double()
     tokenizer = ElmoTokenizer()
@@ -207,7 +212,10 @@ def test_batch_to_ids_writes_allennlps_ids():
         row(ord("<") + 1, ord("s") + 1, ord(">") + 1),
         row(),
     ]
-    expected_second = [row(0xE6 + 1, 0x97 + 1, 0xA5 + 1, 0xE6 + 1, 0x9C + 1, 0xAC + 1), row(ord("A") + 1)] + [[0] * 50] * 8
+    expected_second = [
+        row(0xE6 + 1, 0x97 + 1, 0xA5 + 1, 0xE6 + 1, 0x9C + 1, 0xAC + 1),
+        row(ord("A") + 1),
+    ] + [[0] * 50] * 8
     ids = batch_to_ids(sentences)
     assert ids.dtype == torch.int64 and ids.shape == (2, 10, 50)
     assert ids[0].tolist() == expected_first

@@ -56,8 +56,8 @@ def test_strings_split_at_spaces_like_the_tokens_signature(hub_elmo, converted_d
     from_tokens = hub_elmo(tokens=[["a", "b", "c"], ["d", "", ""]], sequence_len=torch.tensor([3, 1]))
     for key, value in from_strings.items():
         torch.testing.assert_close(value, from_tokens[key], rtol=0, atol=0)
-    as_in_tfhub = hub_elmo(inputs={"tokens": [["a", "b", "c"], ["d", "", ""]], "sequence_len": [3, 1]}, signature="tokens",
-                           as_dict=True)
+    tokens = {"tokens": [["a", "b", "c"], ["d", "", ""]], "sequence_len": [3, 1]}
+    as_in_tfhub = hub_elmo(inputs=tokens, signature="tokens", as_dict=True)
     torch.testing.assert_close(as_in_tfhub["elmo"], from_strings["elmo"], rtol=0, atol=0)
     torch.testing.assert_close(hub_elmo(["a  b c", "d"], as_dict=False), from_strings["default"], rtol=0, atol=0)
     from_model = TFHubElmo(ElmoModel.from_pretrained(converted_dirs["allennlp"]))(["a  b c", "d"])

@@ -281,7 +281,9 @@ class ElmoEmbedder:
         if isinstance(cuda_device, bool) or not isinstance(cuda_device, int):
             raise ElmoInputError(f"cuda_device must be an int (-1 for the CPU), got {cuda_device!r}")
         if cuda_device >= 0 and cuda_device >= torch.cuda.device_count():
-            raise ElmoInputError(f"cuda_device={cuda_device}: this machine has {torch.cuda.device_count()} CUDA devices")
+            raise ElmoInputError(
+                f"cuda_device={cuda_device}: this machine has {torch.cuda.device_count()} CUDA devices"
+            )
         model, _ = load_elmo(options_file, weight_file)
         model = _check_byte_model(model, options_file).requires_grad_(False)
         self._model_files = [options_file, weight_file]  # never replaced by embed_file's output

@@ -88,7 +88,9 @@ class TFHubElmo(nn.Module):
             for index, (row, length) in enumerate(zip(rows, lengths.tolist())):
                 row = _words(row, f"tokens row {index}")
                 if not 0 <= length <= len(row):
-                    raise ElmoInputError(f"sequence_len[{index}] = {length} is not in [0, {len(row)}] (the row's length)")
+                    raise ElmoInputError(
+                        f"sequence_len[{index}] = {length} is not in [0, {len(row)}] (the row's length)"
+                    )
                 sentences.append(row[:length])
         counts = torch.tensor([len(words) for words in sentences], device=self.model.device)
         batch = self.tokenizer(sentences, is_split_into_words=True, padding=True, return_tensors="pt")
