@@ -52,6 +52,23 @@ def test_stateless_and_reset_embedders_start_every_batch_from_zeros():
         np.testing.assert_array_equal(got, again)
 
 
+def test_reset_states_with_a_mask_restarts_only_those_rows():
+    first, second = [["a", "b"], ["c"]], [["d", "e", "f"], ["g", "h"]]
+    carried = ElmoEmbedder(*original_files())
+    carried.embed_batch(first)
+    carried.reset_states()  # as if nothing came before
+    fresh = carried.embed_batch(second)
+    partly = ElmoEmbedder(*original_files())
+    partly.embed_batch(first)
+    after_first = ElmoEmbedder(*original_files())
+    after_first.embed_batch(first)
+    partly.elmo_bilm.reset_states(torch.tensor([False, True]))
+    got, continued = partly.embed_batch(second), after_first.embed_batch(second)
+    np.testing.assert_allclose(got[0], continued[0], rtol=0, atol=1e-6)
+    np.testing.assert_allclose(got[1], fresh[1], rtol=0, atol=1e-6)
+    assert not np.allclose(continued[1], fresh[1], atol=1e-3)
+
+
 def test_the_note_on_state_is_logged_once(caplog, monkeypatch):
     monkeypatch.setattr(compat, "_noted_state", False)
     embedder = ElmoEmbedder(*original_files())
