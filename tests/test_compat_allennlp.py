@@ -69,6 +69,25 @@ def test_reset_states_with_a_mask_restarts_only_those_rows():
     assert not np.allclose(continued[1], fresh[1], atol=1e-3)
 
 
+def test_without_carried_state_every_sentence_starts_from_the_warm_start_state(converted_dirs):
+    model = ElmoModel.from_pretrained(converted_dirs["allennlp"]).eval()
+    warm = (torch.randn(2, 32) * 0.1, torch.randn(2, 128) * 0.1)
+    model.set_warm_state(warm)
+    elmo = Elmo(None, None, 1, dropout=0.0, module=model, scalar_mix_parameters=[-9e10, -9e10, 1.0], stateful=False)
+    sentences = [["The", "bank"], ["of", "the", "river", "."]]
+    encoded = ElmoTokenizer()(sentences, is_split_into_words=True, padding=True, return_tensors="pt")
+    start = tuple(t[:, None].expand(-1, 2, -1).contiguous() for t in warm)
+    with torch.no_grad():
+        expected = model(**encoded, state=start).last_hidden_state
+        zeros = model(**encoded, state=model.initial_state(2, warm=False)).last_hidden_state
+        for _ in range(2):  # the same every call
+            got = elmo(batch_to_ids(sentences))["elmo_representations"][0]
+            for k, words in enumerate(sentences):
+                n = len(words)
+                torch.testing.assert_close(got[k, :n], expected[k, 1 : n + 1])
+                assert not torch.allclose(got[k, :n], zeros[k, 1 : n + 1], atol=1e-4)
+
+
 def test_the_note_on_state_is_logged_once(caplog, monkeypatch):
     monkeypatch.setattr(compat, "_noted_state", False)
     embedder = ElmoEmbedder(*original_files())

@@ -160,7 +160,7 @@ class Elmo(nn.Module):
     dimensions) and returns `{"elmo_representations": [num_output_representations tensors (batch_size, timesteps,
     2P)], "mask": (batch_size, timesteps) bool}`, the sentence boundaries removed unless
     `keep_sentence_boundaries`. `module` may be an `ElmoModel` (e.g. `AutoModel.from_pretrained(...)`) instead of
-    the files. `vocab_to_cache`: `word_inputs` `(batch_size, timesteps)` are then ids into that list (0 = padding)
+    the files (its parameters keep their `requires_grad`, as AllenNLP ignores `requires_grad` then). `vocab_to_cache`: `word_inputs` `(batch_size, timesteps)` are then ids into that list (0 = padding)
     and replace `inputs`; ids outside it fall back to `inputs`, as in AllenNLP. `stateful`: see the module
     docstring.
     """
