@@ -5,6 +5,8 @@ by hand from the documented rule) and the HDF5 layout of `allennlp elmo`."""
 
 import json
 import logging
+import subprocess
+import sys
 
 import h5py
 import numpy as np
@@ -365,3 +367,8 @@ def test_saved_models_do_not_carry_the_compat_modules(tmp_path):
     elmo._elmo_lstm.model.save_pretrained(tmp_path / "saved")
     code = {path.name: path.read_text() for path in (tmp_path / "saved").glob("*.py")}
     assert code and not any("compat" in text for text in code.values())
+    loaded = subprocess.run(
+        [sys.executable, "-c", "import sys, hf_elmo; print(sorted(m for m in sys.modules if 'compat' in m))"],
+        capture_output=True, text=True, check=True,
+    )
+    assert "hf_elmo.compat" not in loaded.stdout, "importing the package must not import the compat modules"
