@@ -333,7 +333,12 @@ def test_embed_file_never_replaces_its_input_or_the_model(tmp_path):
         with pytest.raises(ValueError, match=f"{output}: is the input"):
             embedder.embed_file(open(source, encoding="utf-8"), output)
         assert output.read_bytes() == before
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt", "weights.hdf5"]
+    notes = tmp_path / "notes.hdf5"
+    notes.write_text("not vectors", encoding="utf-8")
+    with pytest.raises(ValueError, match="is not an HDF5 file"):
+        embedder.embed_file(str(source), notes)
+    assert notes.read_text(encoding="utf-8") == "not vectors"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt", "notes.hdf5", "weights.hdf5"]
 
 
 @pytest.mark.parametrize(
