@@ -207,3 +207,21 @@ def test_perplexity_of_a_line_longer_than_the_window_scores_its_cut_windows(tmp_
     result = compute_perplexity(model, tokenizer, [text], window=5, split="whitespace")
     assert result["targets"] == 8
     assert [result["forward"], result["backward"]] == pytest.approx(expected, rel=1e-6)
+
+
+@pytest.mark.parametrize("streaming", [False, True], ids=["cached", "streaming"])
+def test_training_windows_read_lines_as_every_command_does(tmp_path, streaming):
+    """A byte-order mark is not part of the first word, `\\n`, `\\r\\n` and `\\r` end lines and nothing else does
+    (U+2028, form feed and vertical tab stay inside a line, as `file_io.read_lines` keeps them); an edited file is read
+    again, not taken from the cache."""
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_bytes("\ufeffa b\r\nc\u2028d\rb\x0ca\x0bc\nd\n".encode("utf-8"))
+    tokenizer = tokenizer_with(["<S>", "</S>", "<UNK>", "a", "b", "c", "d"])
+    sentences = [["a", "b"], ["c", "d"], ["b", "a", "c"], ["d"]]
+    flat = [w for s in sentences for w in ["<S>", *s, "</S>"]]
+    options = dict(window=20, split="whitespace", streaming=streaming, cache_dir=tmp_path / "cache")
+    windows = [window_arrays(row) for row in load_bilm_dataset([corpus], tokenizer, **options)]
+    assert np.array_equal(np.concatenate([ids for ids, _ in windows]), words_to_char_ids(flat))
+    corpus.write_text("d c\n", encoding="utf-8")
+    windows = [window_arrays(row) for row in load_bilm_dataset([corpus], tokenizer, **options)]
+    assert np.array_equal(np.concatenate([ids for ids, _ in windows]), words_to_char_ids(["<S>", "d", "c", "</S>"]))
