@@ -1,0 +1,117 @@
+"""The common model contract of transformers, as its own `ModelTesterMixin` checks it, for every ELMo class: loading
+from a state dict without a folder, initialising exactly the weights a checkpoint lacks, hidden states from the
+heads, a useful `ElmoForBiLM` output without labels, the input embeddings, added tokens, gradient checkpointing and
+the error of a classifier of another size."""
+
+import h5py
+import pytest
+import torch
+from datasets import Dataset
+from torch import nn
+from transformers import Trainer, TrainingArguments, default_data_collator
+
+from hf_elmo import (
+    ElmoConfig,
+    ElmoForBiLM,
+    ElmoForSequenceClassification,
+    ElmoForTokenClassification,
+    ElmoModel,
+    ElmoTokenizer,
+)
+from conftest import FIXTURES
+
+HEADS = [ElmoForTokenClassification, ElmoForSequenceClassification]
+SENTENCES = [["The", "cat", "sat", "on", "the", "mat", "."], ["Hi"], ["Über", "naïve", "words"], []]
+
+
+def tiny_config(**overrides):
+    values = dict(
+        char_embedding_dim=4,
+        filters=[[1, 4], [2, 6]],
+        n_highway=1,
+        cell_dim=12,
+        projection_dim=6,
+        num_layers=2,
+        dropout=0.0,
+        num_labels=3,
+        vocab_size=20,
+    )
+    values.update(overrides)
+    return ElmoConfig(**values)
+
+
+def randomised(model):
+    """`model` with every parameter random: values no initialisation gives."""
+    with torch.no_grad():
+        for param in model.parameters():
+            param.copy_(torch.randn_like(param))
+    return model
+
+
+def batch(sentences=SENTENCES):
+    return ElmoTokenizer()(sentences, is_split_into_words=True, padding=True, return_tensors="pt")
+
+
+def bilm_labels(encoded):
+    """Forward and backward targets at every word position of `encoded` (ids below `tiny_config`'s vocab_size)."""
+    mask = encoded["attention_mask"].bool()
+    labels = torch.randint(3, 20, (*mask.shape, 2))
+    return labels.masked_fill(~mask[..., None], -100)
+
+
+# --- loading and initialisation ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("cls", [ElmoModel, ElmoForBiLM, *HEADS])
+def test_every_class_loads_from_none_with_a_config_and_a_state_dict(cls):
+    model = randomised(cls(tiny_config()))
+    loaded = cls.from_pretrained(None, config=model.config, state_dict=model.state_dict())
+    assert type(loaded) is cls and loaded.state_dict().keys() == model.state_dict().keys()
+    assert all(torch.equal(loaded.state_dict()[k], v) for k, v in model.state_dict().items())
+
+
+@pytest.mark.parametrize("cls", HEADS)
+@pytest.mark.parametrize("source", ["folder", "state_dict"])
+def test_a_head_on_a_base_checkpoint_initialises_exactly_the_weights_it_lacks(cls, source, tmp_path):
+    base = randomised(ElmoModel(tiny_config()))
+    options = dict(
+        num_labels=4,
+        task_encoder_hidden_size=5,
+        elmo_placement=["input", "output"],
+        scalar_mix_weights=[1.5, 0.0, -2.0],
+        scalar_mix_gamma=0.25,
+        word_vectors_size=3,
+        word_vectors_dim=2,
+    )
+    if source == "folder":
+        base.save_pretrained(tmp_path)
+        head, info = cls.from_pretrained(tmp_path, output_loading_info=True, **options)
+    else:
+        config = tiny_config(**options)
+        head, info = cls.from_pretrained(None, config=config, state_dict=base.state_dict(), output_loading_info=True)
+    new = {name for name in head.state_dict() if not name.startswith("elmo.")}
+    assert set(info["missing_keys"]) == new and not info["mismatched_keys"]
+    # Loaded: the base's values exactly, none of them re-initialised.
+    assert {f"elmo.{name}" for name in base.state_dict()} == set(head.state_dict()) - new
+    assert all(torch.equal(head.elmo.state_dict()[k], v) for k, v in base.state_dict().items())
+    # New: each one initialised, to values memory garbage cannot match.
+    for mix in head.task_encoder.scalar_mixes.values():
+        assert mix.scalar_parameters.tolist() == [1.5, 0.0, -2.0] and mix.gamma.tolist() == [0.25]
+    vectors = head.task_encoder.word_vectors
+    assert not vectors.weight.any() and (vectors.sorted_keys == -1).all() and not vectors.rows.any()
+    bound = 1 / 5**0.5
+    for name, param in head.task_encoder.lstm.named_parameters():
+        assert param.abs().max() <= bound and param.std() > bound / 4, name  # PyTorch's uniform(-bound, bound)
+    assert not head.classifier.bias.any()
+    assert 0.01 < head.classifier.weight.std() < 0.04  # transformers' normal(0, 0.02) of a Linear
+
+
+def test_a_classifier_of_another_size_raises_what_transformers_raises_unless_mismatches_are_ignored(tmp_path):
+    tagger = randomised(ElmoForTokenClassification(tiny_config(num_labels=4)))
+    tagger.save_pretrained(tmp_path)
+    with pytest.raises(RuntimeError, match="holds a classifier for 4 labels but 7 labels were requested"):
+        ElmoForTokenClassification.from_pretrained(tmp_path, num_labels=7)
+    replaced = ElmoForTokenClassification.from_pretrained(tmp_path, num_labels=7, ignore_mismatched_sizes=True)
+    assert replaced.classifier.weight.shape == (7, tagger.task_encoder.output_size)
+    assert not replaced.classifier.bias.any()
+    assert all(torch.equal(replaced.elmo.state_dict()[k], v) for k, v in tagger.elmo.state_dict().items())
