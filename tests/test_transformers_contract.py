@@ -115,3 +115,28 @@ def test_a_classifier_of_another_size_raises_what_transformers_raises_unless_mis
     assert replaced.classifier.weight.shape == (7, tagger.task_encoder.output_size)
     assert not replaced.classifier.bias.any()
     assert all(torch.equal(replaced.elmo.state_dict()[k], v) for k, v in tagger.elmo.state_dict().items())
+
+
+# --- outputs -------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("cls", HEADS)
+def test_heads_return_the_bilm_layers_when_asked_by_argument_or_config(cls):
+    head = randomised(cls(tiny_config())).double().eval()
+    encoded = batch()
+    with torch.no_grad():
+        expected = head.elmo(**encoded, output_hidden_states=True).hidden_states
+        assert len(expected) == head.config.num_layers + 1
+        by_argument = head(**encoded, output_hidden_states=True)
+        assert head(**encoded).hidden_states is None
+        head.config.output_hidden_states = True
+        by_config = head(**encoded)
+        assert head(**encoded, output_hidden_states=False).hidden_states is None
+        cached = torch.stack(expected, dim=2)
+        from_cache = head(**encoded, elmo_hidden_states=cached)
+    for output in (by_argument, by_config, from_cache):
+        assert len(output.hidden_states) == len(expected)
+        assert all(torch.equal(a, b) for a, b in zip(output.hidden_states, expected))
+        assert torch.equal(output.logits, by_argument.logits)
+    assert torch.equal(by_argument.to_tuple()[1][0], expected[0])  # after the logits, as transformers orders them
+
