@@ -958,6 +958,9 @@ class ElmoBiLMOutput(ModelOutput):
             when `config.num_softmax_samples` is below the vocabulary size, full softmax otherwise.
         forward_loss (`torch.FloatTensor` of shape `()`, *optional*): mean cross-entropy of the forward LM.
         backward_loss (`torch.FloatTensor` of shape `()`, *optional*): mean cross-entropy of the backward LM.
+        last_hidden_state (`torch.FloatTensor` of shape `(B, T, 2P)`, *optional*): without `labels`: the biLM's top
+            layer, as `ElmoModel.last_hidden_state` (so that `outputs[0]` is it, as for transformers'
+            `*ForPreTraining` models); left out with `labels`, where `Trainer`'s evaluation would gather it.
         forward_logits (`torch.FloatTensor` of shape `(B, T, V)`, *optional*): with `return_logits=True`: full
             softmax scores of the word following each position.
         backward_logits (`torch.FloatTensor` of shape `(B, T, V)`, *optional*): same for the preceding word.
@@ -968,6 +971,7 @@ class ElmoBiLMOutput(ModelOutput):
     loss: torch.FloatTensor | None = None
     forward_loss: torch.FloatTensor | None = None
     backward_loss: torch.FloatTensor | None = None
+    last_hidden_state: torch.FloatTensor | None = None
     forward_logits: torch.FloatTensor | None = None
     backward_logits: torch.FloatTensor | None = None
     hidden_states: tuple[torch.FloatTensor, ...] | None = None
@@ -1214,6 +1218,7 @@ class ElmoForBiLM(ElmoPreTrainedModel):
             loss=loss,
             forward_loss=forward_loss,
             backward_loss=backward_loss,
+            last_hidden_state=outputs.last_hidden_state if labels is None else None,
             forward_logits=forward_logits,
             backward_logits=backward_logits,
             hidden_states=outputs.hidden_states,

@@ -140,3 +140,17 @@ def test_heads_return_the_bilm_layers_when_asked_by_argument_or_config(cls):
         assert torch.equal(output.logits, by_argument.logits)
     assert torch.equal(by_argument.to_tuple()[1][0], expected[0])  # after the logits, as transformers orders them
 
+
+def test_bilm_without_labels_returns_its_top_layer_first():
+    bilm = randomised(ElmoForBiLM(tiny_config())).double().eval()
+    encoded = batch()
+    with torch.no_grad():
+        top = bilm.elmo(**encoded).last_hidden_state
+        outputs = bilm(**encoded)
+        as_tuple = bilm(**encoded, return_dict=False)
+        with_logits = bilm(**encoded, return_logits=True)
+        with_labels = bilm(**encoded, labels=bilm_labels(encoded))
+    assert torch.equal(outputs[0], top) and torch.equal(outputs.last_hidden_state, top)
+    assert torch.equal(as_tuple[0], top) and torch.equal(with_logits[0], top)
+    assert torch.equal(with_logits.forward_logits, bilm.softmax(top[..., :6]))
+    assert with_labels.last_hidden_state is None and torch.equal(with_labels[0], with_labels.loss)
