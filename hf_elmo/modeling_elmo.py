@@ -90,15 +90,15 @@ class _CompiledDropout(torch.autograd.Function):
         return compiled_dropout(grad, ctx.threshold, ctx.scale, ctx.seed), None
 
 
-class ElmoCharacterEmbedding(nn.Module):
+class ElmoCharacterEmbedding(nn.Embedding):
     """Character embedding whose id 0 (no character: a padded word) is a fixed zero vector.
 
-    Only the `n_characters - 1` real rows are parameters, as in the original weight file.
+    An `nn.Embedding` (the model's input embeddings) whose `weight` holds only the `n_characters - 1` real rows, as
+    in the original weight file: id `k > 0` reads row `k - 1`.
     """
 
     def __init__(self, config: ElmoConfig):
-        super().__init__()
-        self.weight = nn.Parameter(torch.empty(config.n_characters - 1, config.char_embedding_dim))
+        super().__init__(config.n_characters - 1, config.char_embedding_dim)
 
     def forward(self, char_ids: torch.LongTensor) -> torch.Tensor:
         """`(..., C)` ids -> `(..., C, e)` embeddings."""
@@ -753,6 +753,14 @@ class ElmoPreTrainedModel(PreTrainedModel):
         card's metadata."""
         return push_to_hub_with_model_card(self, repo_id, **kwargs)
 
+    def resize_token_embeddings(self, *args, **kwargs):
+        # transformers would put a plain `nn.Embedding` in its place, whose rows are off by one (see
+        # `ElmoCharacterEmbedding`): every character read as another.
+        raise NotImplementedError(
+            f"{type(self).__name__} has no token embeddings to resize: it reads every word by its characters, whose "
+            "ids the tokenizer fixes (ElmoTokenizer adds no tokens)."
+        )
+
     @torch.no_grad()
     def _init_weights(self, module: nn.Module):
         """bilm-tf's initialisation for training from scratch (AllenNLP's for the LSTM)."""
@@ -851,7 +859,7 @@ class ElmoModel(ElmoPreTrainedModel):
             self._register_warm_state(hidden.clone(), memory.clone())
         config.warm_state = True
 
-    def get_input_embeddings(self) -> nn.Module:
+    def get_input_embeddings(self) -> ElmoCharacterEmbedding:
         return self.char_encoder.char_embedding
 
     def set_input_embeddings(self, value: nn.Module):

@@ -154,3 +154,29 @@ def test_bilm_without_labels_returns_its_top_layer_first():
     assert torch.equal(as_tuple[0], top) and torch.equal(with_logits[0], top)
     assert torch.equal(with_logits.forward_logits, bilm.softmax(top[..., :6]))
     assert with_labels.last_hidden_state is None and torch.equal(with_labels[0], with_labels.loss)
+
+
+# --- the character embedding ---------------------------------------------------------------------------------------
+
+
+def test_the_character_embedding_is_an_nn_embedding_whose_id_0_stays_a_fixed_zero(converted_dirs):
+    model = ElmoModel.from_pretrained(converted_dirs["allennlp"])
+    embedding = model.get_input_embeddings()
+    assert isinstance(embedding, nn.Embedding)
+    with h5py.File(FIXTURES / "allennlp" / "lm_weights.hdf5", "r") as weights:
+        char_embed = torch.from_numpy(weights["char_embed"][...])
+    # The saved name and rows are the original file's: one per character id but 0.
+    assert list(model.state_dict())[0] == "char_encoder.char_embedding.weight"
+    assert torch.equal(model.state_dict()["char_encoder.char_embedding.weight"], char_embed.float())
+    ids = torch.tensor([[0, 1, 5, 0], [261, 0, 2, 3]])
+    table = torch.cat([torch.zeros(1, char_embed.shape[1]), char_embed.float()])
+    assert torch.equal(embedding(ids), table[ids])
+    # Trained, id 0 still reads exactly zero: it is no parameter.
+    optimizer = torch.optim.SGD(embedding.parameters(), lr=1.0, weight_decay=0.5)
+    embedding(ids).pow(2).sum().backward()
+    optimizer.step()
+    assert embedding.weight.shape == char_embed.shape
+    assert not embedding(torch.zeros(3, dtype=torch.long)).any()
+    assert not torch.equal(embedding(ids), table[ids])
+    with pytest.raises(NotImplementedError, match="has no token embeddings to resize"):
+        model.resize_token_embeddings(300)
