@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 from transformers import PreTrainedModel
 from transformers import initialization as init
 from transformers.utils import ModelOutput, can_return_tuple
@@ -698,6 +699,10 @@ def _sort_by_length(mask: torch.BoolTensor) -> tuple[torch.LongTensor | None, li
     return order, batch_sizes
 
 
+def _call(function, *args):
+    return function(*args)
+
+
 def matrix_flops_per_position(config: ElmoConfig) -> tuple[int, int]:
     """Forward FLOPs (two per multiply-add) of the matrix products for one word position: `(character encoder, the
     LSTM layers of one direction)`, the convolutions over every character slot. The original size: 53.3 million
@@ -730,6 +735,7 @@ class ElmoPreTrainedModel(PreTrainedModel):
     main_input_name = "input_ids"
     _no_split_modules = ["ElmoBiLstm"]
     _is_stateful = True
+    supports_gradient_checkpointing = True  # `ElmoModel._forward_checked`
     # A pre-training checkpoint (`ElmoForBiLM`) holds the word softmax, which other heads leave out on purpose; a
     # warm start state is left out when loading with `warm_state=False`.
     _keys_to_ignore_on_load_unexpected = [r"^softmax\.", r"warm_(hidden|memory)$"]
@@ -752,6 +758,16 @@ class ElmoPreTrainedModel(PreTrainedModel):
         without one, is the ELMo model card (`model_card.md`). Extra arguments `datasets` and `license` fill the
         card's metadata."""
         return push_to_hub_with_model_card(self, repo_id, **kwargs)
+
+    def _set_gradient_checkpointing(self, enable=True, gradient_checkpointing_func=checkpoint, every_n_layers=1):
+        if enable and getattr(gradient_checkpointing_func, "keywords", {}).get("use_reentrant"):
+            # Reentrant checkpoints pass gradients only to inputs that take them, and character ids never do: the
+            # biLM would silently get none.
+            raise ValueError(
+                f"{type(self).__name__} supports gradient checkpointing with use_reentrant=False only (the default); "
+                "got gradient_checkpointing_kwargs with use_reentrant=True."
+            )
+        super()._set_gradient_checkpointing(enable, gradient_checkpointing_func, every_n_layers)
 
     def resize_token_embeddings(self, *args, **kwargs):
         # transformers would put a plain `nn.Embedding` in its place, whose rows are off by one (see
@@ -804,7 +820,14 @@ class ElmoPreTrainedModel(PreTrainedModel):
 
 class ElmoModel(ElmoPreTrainedModel):
     """The ELMo biLM: character ids `(B, T, C)` (boundaries included by the tokenizer) -> `num_layers + 1`
-    layers of `(B, T, 2P)` contextual representations."""
+    layers of `(B, T, 2P)` contextual representations.
+
+    With gradient checkpointing (`gradient_checkpointing_enable()`, `TrainingArguments(gradient_checkpointing=True)`)
+    the character encoder and the biLSTM each run as one checkpointed segment in training: what they save for the
+    backward pass through autograd is recomputed there instead of being kept.
+    """
+
+    gradient_checkpointing = False  # set by `gradient_checkpointing_enable()`
 
     def __init__(self, config: ElmoConfig):
         super().__init__(config)
@@ -938,11 +961,15 @@ class ElmoModel(ElmoPreTrainedModel):
         a CUDA graph is being captured)."""
         _direction_rows(input_ids.shape[0], split_directions)  # an odd batch fails before any work
         word_ids = input_word_ids.long() if input_word_ids is not None else None
-        token_embeddings = self.char_encoder(input_ids.long(), word_ids)
+        if self.gradient_checkpointing and self.training and torch.is_grad_enabled():
+            run = self._gradient_checkpointing_func
+        else:
+            run = _call
+        token_embeddings = run(self.char_encoder, input_ids.long(), word_ids)
         if state is None:
             # The model's dtype, not the embeddings' (bfloat16 under autocast): the state can then be passed back.
             state = self.initial_state(input_ids.shape[0], device=input_ids.device)
-        layer_outputs, final_state = self.encoder(token_embeddings, mask, state, split_directions)
+        layer_outputs, final_state = run(self.encoder, token_embeddings, mask, state, split_directions)
         hidden_states = None
         if output_hidden_states:
             forward_rows, backward_rows = _direction_rows(len(token_embeddings), split_directions)
@@ -1110,8 +1137,8 @@ class ElmoForBiLM(ElmoPreTrainedModel):
         """`_training_step_sums` of a training batch replayed from CUDA graphs (`cuda_graphs.py`): a step of a
         GPU-sized batch is otherwise a few thousand operations that the host issues more slowly than the GPU runs
         them. None where that does not apply (CPU, evaluation, a start state that takes gradients, word embeddings,
-        graphs turned off, a batch large enough to keep the GPU busy without them) or when this shape is seen for
-        the first time."""
+        graphs turned off, gradient checkpointing, a batch large enough to keep the GPU busy without them) or when
+        this shape is seen for the first time."""
         elmo = self.elmo
         directions_apart = 2 if split_directions else 1  # stream batches hold each direction's rows apart
         if not (
@@ -1119,6 +1146,7 @@ class ElmoForBiLM(ElmoPreTrainedModel):
             and isinstance(input_ids, torch.Tensor)
             and input_ids.is_cuda
             and elmo.encoder.use_cuda_graphs
+            and not elmo.gradient_checkpointing
             and elmo.encoder.static_shapes is not False  # the sorted path and deduplicated words wait for the host
             and elmo.char_encoder.deduplicate is not True
             and self.config.implementation != "reference"

@@ -204,3 +204,77 @@ def test_the_tokenizer_refuses_added_tokens_and_keeps_pre_split_markers_whole():
     assert tokenizer.add_tokens(["<S>"], special_tokens=True) == 0  # already a (special) token of its own
     encoded = tokenizer([["a", "[X]", "b"]], is_split_into_words=True)
     assert tokenizer.convert_ids_to_tokens(encoded["input_ids"][0]) == ["<S>", "a", "[X]", "b", "</S>"]
+
+
+# --- gradient checkpointing ----------------------------------------------------------------------------------------
+
+
+def gradients(model, loss_of):
+    """The gradients of `loss_of(model)` and how many tensors its forward pass kept for the backward pass."""
+    model.zero_grad()
+    torch.manual_seed(3)  # the same dropout masks each time
+    kept = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: kept.append(1) or t, lambda t: t):
+        loss = loss_of(model)
+    loss.backward()
+    return {name: param.grad.clone() for name, param in model.named_parameters() if param.grad is not None}, len(kept)
+
+
+@pytest.mark.parametrize("cls", [ElmoForBiLM, ElmoForTokenClassification])
+def test_gradient_checkpointing_gives_the_gradients_of_a_plain_backward(cls):
+    config = tiny_config(dropout=0.3, elmo_dropout=0.2, freeze_elmo=False)
+    model = randomised(cls(config)).double().train()
+    encoded = batch()
+    if cls is ElmoForBiLM:
+        labels = bilm_labels(encoded)
+    else:
+        labels = torch.randint(0, 3, encoded["attention_mask"].shape).masked_fill(encoded["attention_mask"] == 0, -100)
+        labels[:, 0] = -100
+        labels[torch.arange(4), encoded["attention_mask"].sum(1) - 1] = -100
+
+    def loss_of(model):
+        return model(**encoded, labels=labels).loss
+
+    plain, kept_without = gradients(model, loss_of)
+    model.gradient_checkpointing_enable()
+    assert model.is_gradient_checkpointing and model.elmo.gradient_checkpointing
+    checkpointed, kept_with = gradients(model, loss_of)
+    assert kept_with < kept_without / 2  # the biLM's own are recomputed in the backward pass
+    assert plain.keys() == checkpointed.keys() == {n for n, p in model.named_parameters() if p.requires_grad}
+    assert any(name.startswith("elmo.char_encoder.") for name in plain)
+    for name, grad in plain.items():
+        assert torch.equal(checkpointed[name], grad), name
+    with pytest.raises(ValueError, match="use_reentrant=False only"):
+        cls(config).gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": True})
+
+
+def test_trainer_with_gradient_checkpointing_takes_the_same_steps(tmp_path):
+    tokenizer = ElmoTokenizer()
+    encoded = tokenizer(
+        [words for words in SENTENCES if words], is_split_into_words=True, padding=True, return_tensors="pt"
+    )
+    rows = {"input_ids": encoded["input_ids"].tolist(), "attention_mask": encoded["attention_mask"].tolist()}
+    rows["labels"] = bilm_labels(encoded).tolist()
+    dataset = Dataset.from_dict(rows)
+    start = randomised(ElmoForBiLM(tiny_config(dropout=0.3))).state_dict()
+    trained = {}
+    for checkpointing in (False, True):
+        model = ElmoForBiLM(tiny_config(dropout=0.3))
+        model.load_state_dict(start)
+        args = TrainingArguments(
+            output_dir=str(tmp_path / str(checkpointing)),
+            gradient_checkpointing=checkpointing,
+            max_steps=2,
+            per_device_train_batch_size=2,
+            learning_rate=0.1,
+            report_to="none",
+            save_strategy="no",
+            use_cpu=True,
+            seed=5,
+        )
+        Trainer(model=model, args=args, train_dataset=dataset, data_collator=default_data_collator).train()
+        assert model.elmo.gradient_checkpointing == checkpointing
+        trained[checkpointing] = model.state_dict()
+    assert any(not torch.equal(start[k], v) for k, v in trained[False].items())
+    for name, value in trained[False].items():
+        assert torch.equal(trained[True][name], value), name
