@@ -99,7 +99,10 @@ class ElmoCharacterEmbedding(nn.Embedding):
     """
 
     def __init__(self, config: ElmoConfig):
-        super().__init__(config.n_characters - 1, config.char_embedding_dim)
+        rows, dim = config.n_characters - 1, config.char_embedding_dim
+        # Uninitialised, as the other layers leave it to `_init_weights`: `nn.Embedding`'s own initialisation would
+        # draw from the random generator and shift every draw after it.
+        super().__init__(rows, dim, _weight=torch.empty(rows, dim))
 
     def forward(self, char_ids: torch.LongTensor) -> torch.Tensor:
         """`(..., C)` ids -> `(..., C, e)` embeddings."""
