@@ -68,6 +68,10 @@ def test_every_class_loads_from_none_with_a_config_and_a_state_dict(cls):
     loaded = cls.from_pretrained(None, config=model.config, state_dict=model.state_dict())
     assert type(loaded) is cls and loaded.state_dict().keys() == model.state_dict().keys()
     assert all(torch.equal(loaded.state_dict()[k], v) for k, v in model.state_dict().items())
+    # Checked as a folder's weights are: a biLM tensor missing is refused, not filled with fresh values.
+    lacking = {k: v for k, v in model.state_dict().items() if not k.endswith("state_projection.weight")}
+    with pytest.raises(ValueError, match=r"state_dict lack 4 tensor\(s\) of the model .* e\.g\. '.*state_projection"):
+        cls.from_pretrained(None, config=model.config, state_dict=lacking)
 
 
 @pytest.mark.parametrize("cls", HEADS)
