@@ -6,11 +6,13 @@
   (`pytorch_model.bin`) is a program that runs while it is read; transformers restricts it with `weights_only`,
   but that unpickler has had escapes;
 * a model with a classifier (`has_classifier`) refuses up front to load a saved classifier into a different number
-  of labels (transformers only logs the shapes), unless `ignore_mismatched_sizes=True`;
+  of labels, unless `ignore_mismatched_sizes=True`, with the `RuntimeError` transformers raises for a tensor of
+  another size (in one line);
 * before anything is allocated, the model the configuration describes is compared with the tensors on disk (their
-  headers): a biLM tensor of another shape, one the configuration has no place for, and a missing one (which
-  transformers would fill with fresh values, with only a warning) are refused (`_check_weights_before_loading`), as
-  is a shard index naming a file outside the folder;
+  headers; with `from_pretrained(None, config=..., state_dict=...)` the tensors given): a biLM tensor of another
+  shape, one the configuration has no place for, and a missing one (which transformers would fill with fresh values,
+  with only a warning) are refused (`_check_weights_before_loading`), as is a shard index naming a file outside the
+  folder;
 * loaded parameters are copied to 64-byte aligned memory (see `align_parameters`), and weights holding NaN or
   infinite values are refused.
 
@@ -63,12 +65,16 @@ def _safetensors_shapes(files: list[str]) -> dict[str, tuple[int, ...]]:
 
 def _check_weights_before_loading(cls, path, kwargs):
     """Compares the model the configuration describes with the tensors on disk (their headers), before transformers
-    allocates anything. A `ValueError` naming the tensor for: a biLM tensor of another shape (or a softmax of another
-    vocabulary size), one the configuration has no place for (e.g. a third LSTM layer), and a missing one that
-    transformers would fill with fresh values with only a warning: any biLM tensor, and any tensor at all when the
-    folder was saved from this very class (a new task head or softmax is what loading into another class is for)."""
+    allocates anything (`_check_weight_shapes`); with no path, with the tensors of `state_dict=`."""
     from transformers.utils import SAFE_WEIGHTS_INDEX_NAME, SAFE_WEIGHTS_NAME
 
+    config = kwargs.get("config")
+    if path is None:  # `from_pretrained(None, config=..., state_dict=...)`, as transformers allows
+        state_dict = kwargs.get("state_dict")
+        if isinstance(config, PreTrainedConfig) and state_dict is not None:
+            shapes = {name: tuple(tensor.shape) for name, tensor in state_dict.items()}
+            _check_weight_shapes(cls, config, shapes, "from_pretrained(None, ...): state_dict")
+        return
     hub = {key: kwargs[key] for key in _HUB_KEYS if key in kwargs}
     locate = partial(cached_file, path, _raise_exceptions_for_missing_entries=False, **hub)
     files = [locate(SAFE_WEIGHTS_NAME)]
@@ -85,20 +91,27 @@ def _check_weights_before_loading(cls, path, kwargs):
                 "must lie in it"
             )
         files = [locate(shard) for shard in shards]
-    config = kwargs.get("config")
     if not isinstance(config, PreTrainedConfig):
         try:
             config = cls.config_class.from_pretrained(path, **{k: v for k, v in kwargs.items() if k != "config"})
         except ValueError as error:  # named once: the JSON reader's own errors name the file
             raise ValueError(str(error) if str(path) in str(error) else f"{path}: config.json: {error}") from None
         config = config[0] if isinstance(config, tuple) else config
+    where = f"{path}: the weights ({os.path.basename(files[0])})"
+    _check_weight_shapes(cls, config, _safetensors_shapes(files), where)
+
+
+def _check_weight_shapes(cls, config, shapes: dict[str, tuple[int, ...]], where: str):
+    """A `ValueError` naming the tensor for: a biLM tensor of another shape (or a softmax of another vocabulary size),
+    one the configuration has no place for (e.g. a third LSTM layer), and a missing one that transformers would fill
+    with fresh values with only a warning: any biLM tensor, and any tensor at all when the weights were saved from
+    this very class (a new task head or softmax is what loading into another class is for)."""
     prefix = f"{cls.base_model_prefix}."
-    on_disk = {name.removeprefix(prefix): shape for name, shape in _safetensors_shapes(files).items()}
+    on_disk = {name.removeprefix(prefix): shape for name, shape in shapes.items()}
     with torch.device("meta"):
         expected = {name.removeprefix(prefix): tuple(t.shape) for name, t in cls(config).state_dict().items()}
     bilm = [name for name in expected if name.startswith(_BILM_PREFIXES)]
     required = expected if cls.__name__ in (config.architectures or []) else bilm
-    where = f"{path}: the weights ({os.path.basename(files[0])})"
     missing = [name for name in required if name not in on_disk]
     if missing:
         raise ValueError(
@@ -121,9 +134,10 @@ def _check_weights_before_loading(cls, path, kwargs):
 
 def load_pretrained(load, cls, pretrained_model_name_or_path, *model_args, use_safetensors=None, **kwargs):
     """`load(...)` (`PreTrainedModel.from_pretrained` of `cls`) with the policy of the module docstring."""
-    if use_safetensors is None:
+    from_files = pretrained_model_name_or_path is not None
+    if use_safetensors is None and from_files:
         _refuse_pickle_checkpoints(str(pretrained_model_name_or_path), kwargs.get("subfolder", ""))
-    if cls.has_classifier and not kwargs.get("ignore_mismatched_sizes"):
+    if cls.has_classifier and not kwargs.get("ignore_mismatched_sizes") and from_files:
         _check_saved_classifier(cls, pretrained_model_name_or_path, kwargs)
     if use_safetensors is not False:
         _check_weights_before_loading(cls, pretrained_model_name_or_path, kwargs)
@@ -234,7 +248,7 @@ def _check_saved_classifier(cls, pretrained_model_name_or_path, kwargs: dict):
     saved_labels = len(saved["id2label"]) if saved.get("id2label") else saved.get("num_labels", 2)
     heads = {"ElmoForSequenceClassification", "ElmoForTokenClassification"}
     if heads & set(saved.get("architectures") or []) and saved_labels != requested:
-        raise ValueError(
+        raise RuntimeError(
             f"{pretrained_model_name_or_path} holds a classifier for {saved_labels} labels but {requested} "
             "labels were requested. Load it without num_labels/id2label to keep its classifier, or pass "
             f"ignore_mismatched_sizes=True to replace the classifier with a new one for {requested} labels."

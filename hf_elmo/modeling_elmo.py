@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 from transformers import PreTrainedModel
 from transformers import initialization as init
 from transformers.utils import ModelOutput, can_return_tuple
@@ -90,15 +91,18 @@ class _CompiledDropout(torch.autograd.Function):
         return compiled_dropout(grad, ctx.threshold, ctx.scale, ctx.seed), None
 
 
-class ElmoCharacterEmbedding(nn.Module):
+class ElmoCharacterEmbedding(nn.Embedding):
     """Character embedding whose id 0 (no character: a padded word) is a fixed zero vector.
 
-    Only the `n_characters - 1` real rows are parameters, as in the original weight file.
+    An `nn.Embedding` (the model's input embeddings) whose `weight` holds only the `n_characters - 1` real rows, as
+    in the original weight file: id `k > 0` reads row `k - 1`.
     """
 
     def __init__(self, config: ElmoConfig):
-        super().__init__()
-        self.weight = nn.Parameter(torch.empty(config.n_characters - 1, config.char_embedding_dim))
+        rows, dim = config.n_characters - 1, config.char_embedding_dim
+        # Uninitialised, as the other layers leave it to `_init_weights`: `nn.Embedding`'s own initialisation would
+        # draw from the random generator and shift every draw after it.
+        super().__init__(rows, dim, _weight=torch.empty(rows, dim))
 
     def forward(self, char_ids: torch.LongTensor) -> torch.Tensor:
         """`(..., C)` ids -> `(..., C, e)` embeddings."""
@@ -698,6 +702,10 @@ def _sort_by_length(mask: torch.BoolTensor) -> tuple[torch.LongTensor | None, li
     return order, batch_sizes
 
 
+def _call(function, *args):
+    return function(*args)
+
+
 def matrix_flops_per_position(config: ElmoConfig) -> tuple[int, int]:
     """Forward FLOPs (two per multiply-add) of the matrix products for one word position: `(character encoder, the
     LSTM layers of one direction)`, the convolutions over every character slot. The original size: 53.3 million
@@ -730,6 +738,7 @@ class ElmoPreTrainedModel(PreTrainedModel):
     main_input_name = "input_ids"
     _no_split_modules = ["ElmoBiLstm"]
     _is_stateful = True
+    supports_gradient_checkpointing = True  # `ElmoModel._forward_checked`
     # A pre-training checkpoint (`ElmoForBiLM`) holds the word softmax, which other heads leave out on purpose; a
     # warm start state is left out when loading with `warm_state=False`.
     _keys_to_ignore_on_load_unexpected = [r"^softmax\.", r"warm_(hidden|memory)$"]
@@ -753,6 +762,24 @@ class ElmoPreTrainedModel(PreTrainedModel):
         without one, is the ELMo model card (`model_card.md`). Extra arguments `datasets` and `license` fill the
         card's metadata."""
         return push_to_hub_with_model_card(self, repo_id, **kwargs)
+
+    def _set_gradient_checkpointing(self, enable=True, gradient_checkpointing_func=checkpoint, every_n_layers=1):
+        if enable and getattr(gradient_checkpointing_func, "keywords", {}).get("use_reentrant"):
+            # Reentrant checkpoints pass gradients only to inputs that take them, and character ids never do: the
+            # biLM would silently get none.
+            raise ValueError(
+                f"{type(self).__name__} supports gradient checkpointing with use_reentrant=False only (the default); "
+                "got gradient_checkpointing_kwargs with use_reentrant=True."
+            )
+        super()._set_gradient_checkpointing(enable, gradient_checkpointing_func, every_n_layers)
+
+    def resize_token_embeddings(self, *args, **kwargs):
+        # transformers would put a plain `nn.Embedding` in its place, whose rows are off by one (see
+        # `ElmoCharacterEmbedding`): every character read as another.
+        raise NotImplementedError(
+            f"{type(self).__name__} has no token embeddings to resize: it reads every word by its characters, whose "
+            "ids the tokenizer fixes (ElmoTokenizer adds no tokens)."
+        )
 
     @torch.no_grad()
     def _init_weights(self, module: nn.Module):
@@ -797,7 +824,14 @@ class ElmoPreTrainedModel(PreTrainedModel):
 
 class ElmoModel(ElmoPreTrainedModel):
     """The ELMo biLM: character ids `(B, T, C)` (boundaries included by the tokenizer) -> `num_layers + 1`
-    layers of `(B, T, 2P)` contextual representations."""
+    layers of `(B, T, 2P)` contextual representations.
+
+    With gradient checkpointing (`gradient_checkpointing_enable()`, `TrainingArguments(gradient_checkpointing=True)`)
+    the character encoder and the biLSTM each run as one checkpointed segment in training: what they save for the
+    backward pass through autograd is recomputed there instead of being kept.
+    """
+
+    gradient_checkpointing = False  # set by `gradient_checkpointing_enable()`
 
     def __init__(self, config: ElmoConfig):
         super().__init__(config)
@@ -852,7 +886,7 @@ class ElmoModel(ElmoPreTrainedModel):
             self._register_warm_state(hidden.clone(), memory.clone())
         config.warm_state = True
 
-    def get_input_embeddings(self) -> nn.Module:
+    def get_input_embeddings(self) -> ElmoCharacterEmbedding:
         return self.char_encoder.char_embedding
 
     def set_input_embeddings(self, value: nn.Module):
@@ -931,11 +965,15 @@ class ElmoModel(ElmoPreTrainedModel):
         a CUDA graph is being captured)."""
         _direction_rows(input_ids.shape[0], split_directions)  # an odd batch fails before any work
         word_ids = input_word_ids.long() if input_word_ids is not None else None
-        token_embeddings = self.char_encoder(input_ids.long(), word_ids)
+        if self.gradient_checkpointing and self.training and torch.is_grad_enabled():
+            run = self._gradient_checkpointing_func
+        else:
+            run = _call
+        token_embeddings = run(self.char_encoder, input_ids.long(), word_ids)
         if state is None:
             # The model's dtype, not the embeddings' (bfloat16 under autocast): the state can then be passed back.
             state = self.initial_state(input_ids.shape[0], device=input_ids.device)
-        layer_outputs, final_state = self.encoder(token_embeddings, mask, state, split_directions)
+        layer_outputs, final_state = run(self.encoder, token_embeddings, mask, state, split_directions)
         hidden_states = None
         if output_hidden_states:
             forward_rows, backward_rows = _direction_rows(len(token_embeddings), split_directions)
@@ -959,6 +997,9 @@ class ElmoBiLMOutput(ModelOutput):
             when `config.num_softmax_samples` is below the vocabulary size, full softmax otherwise.
         forward_loss (`torch.FloatTensor` of shape `()`, *optional*): mean cross-entropy of the forward LM.
         backward_loss (`torch.FloatTensor` of shape `()`, *optional*): mean cross-entropy of the backward LM.
+        last_hidden_state (`torch.FloatTensor` of shape `(B, T, 2P)`, *optional*): without `labels`: the biLM's top
+            layer, as `ElmoModel.last_hidden_state` (so that `outputs[0]` is it, as for transformers'
+            `*ForPreTraining` models); left out with `labels`, where `Trainer`'s evaluation would gather it.
         forward_logits (`torch.FloatTensor` of shape `(B, T, V)`, *optional*): with `return_logits=True`: full
             softmax scores of the word following each position.
         backward_logits (`torch.FloatTensor` of shape `(B, T, V)`, *optional*): same for the preceding word.
@@ -969,6 +1010,7 @@ class ElmoBiLMOutput(ModelOutput):
     loss: torch.FloatTensor | None = None
     forward_loss: torch.FloatTensor | None = None
     backward_loss: torch.FloatTensor | None = None
+    last_hidden_state: torch.FloatTensor | None = None
     forward_logits: torch.FloatTensor | None = None
     backward_logits: torch.FloatTensor | None = None
     hidden_states: tuple[torch.FloatTensor, ...] | None = None
@@ -1099,8 +1141,8 @@ class ElmoForBiLM(ElmoPreTrainedModel):
         """`_training_step_sums` of a training batch replayed from CUDA graphs (`cuda_graphs.py`): a step of a
         GPU-sized batch is otherwise a few thousand operations that the host issues more slowly than the GPU runs
         them. None where that does not apply (CPU, evaluation, a start state that takes gradients, word embeddings,
-        graphs turned off, a batch large enough to keep the GPU busy without them) or when this shape is seen for
-        the first time."""
+        graphs turned off, gradient checkpointing, a batch large enough to keep the GPU busy without them) or when
+        this shape is seen for the first time."""
         elmo = self.elmo
         directions_apart = 2 if split_directions else 1  # stream batches hold each direction's rows apart
         if not (
@@ -1108,6 +1150,7 @@ class ElmoForBiLM(ElmoPreTrainedModel):
             and isinstance(input_ids, torch.Tensor)
             and input_ids.is_cuda
             and elmo.encoder.use_cuda_graphs
+            and not elmo.gradient_checkpointing
             and elmo.encoder.static_shapes is not False  # the sorted path and deduplicated words wait for the host
             and elmo.char_encoder.deduplicate is not True
             and self.config.implementation != "reference"
@@ -1215,6 +1258,7 @@ class ElmoForBiLM(ElmoPreTrainedModel):
             loss=loss,
             forward_loss=forward_loss,
             backward_loss=backward_loss,
+            last_hidden_state=outputs.last_hidden_state if labels is None else None,
             forward_logits=forward_logits,
             backward_logits=backward_logits,
             hidden_states=outputs.hidden_states,

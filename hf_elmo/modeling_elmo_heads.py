@@ -235,8 +235,9 @@ class ElmoTaskPreTrainedModel(ElmoPreTrainedModel):
         attention_mask: torch.Tensor | None,
         elmo_hidden_states: torch.Tensor | None,
         input_word_ids: torch.LongTensor | None,
-    ) -> tuple[torch.Tensor, torch.BoolTensor]:
-        """Word features `(B, T - 2, F)` and the `(B, T)` mask of real positions (boundaries included)."""
+    ) -> tuple[torch.Tensor, torch.BoolTensor, torch.Tensor]:
+        """Word features `(B, T - 2, F)`, the `(B, T)` mask of real positions (boundaries included) and the biLM
+        layers `(B, T, num_layers + 1, 2P)` they were computed from."""
         mask = self.elmo.check_inputs(input_ids, attention_mask, input_word_ids, framed=True)
         if elmo_hidden_states is None:
             with torch.set_grad_enabled(torch.is_grad_enabled() and not self.config.freeze_elmo):
@@ -256,7 +257,13 @@ class ElmoTaskPreTrainedModel(ElmoPreTrainedModel):
                     f"elmo_hidden_states must have shape {expected} (batch, positions, num_layers + 1, 2P) to match "
                     f"input_ids, got {tuple(elmo_hidden_states.shape)}."
                 )
-        return self.task_encoder(input_ids, elmo_hidden_states, mask), mask
+        return self.task_encoder(input_ids, elmo_hidden_states, mask), mask, elmo_hidden_states
+
+    def _hidden_states(self, layers: torch.Tensor, output_hidden_states: bool | None) -> tuple[torch.Tensor, ...]:
+        """The biLM layers as `ElmoModel` returns them, when asked for by the argument or else by the config."""
+        if output_hidden_states is None:
+            output_hidden_states = self.config.output_hidden_states
+        return layers.unbind(dim=2) if output_hidden_states else None
 
     def _add_l2_penalty(self, loss: torch.Tensor) -> torch.Tensor:
         if self.config.scalar_mix_l2:
@@ -334,6 +341,7 @@ class ElmoForSequenceClassification(ElmoTaskPreTrainedModel):
         elmo_hidden_states: torch.Tensor | None = None,
         return_dict: bool | None = None,
         input_word_ids: torch.LongTensor | None = None,
+        output_hidden_states: bool | None = None,
     ) -> SequenceClassifierOutput:
         r"""
         Args:
@@ -345,15 +353,18 @@ class ElmoForSequenceClassification(ElmoTaskPreTrainedModel):
                 layers (see `hf_elmo.data_elmo.ElmoLayerCache`); the biLM is not run when given.
             input_word_ids (`torch.LongTensor` of shape `(B, T)`, *optional*): word ids from the tokenizer, for models
                 with word embeddings (converted from ELMoForManyLangs).
+            output_hidden_states (`bool`, *optional*): also return the biLM's `num_layers + 1` layers `(B, T, 2P)` as
+                `hidden_states` (as `ElmoModel` does; default: `config.output_hidden_states`).
 
         Returns:
             `SequenceClassifierOutput` with `logits` `(B, num_labels)` and, with labels, the loss (plus the ScalarMix L2
             penalty when `config.scalar_mix_l2 > 0`).
         """
-        features, mask = self._task_features(input_ids, attention_mask, elmo_hidden_states, input_word_ids)
+        features, mask, layers = self._task_features(input_ids, attention_mask, elmo_hidden_states, input_word_ids)
         logits = self.classifier(self._pool(features, mask[:, 2:]))
         loss = None if labels is None else self._add_l2_penalty(self._loss(logits, labels))
-        return SequenceClassifierOutput(loss=loss, logits=logits)
+        hidden_states = self._hidden_states(layers, output_hidden_states)
+        return SequenceClassifierOutput(loss=loss, logits=logits, hidden_states=hidden_states)
 
 
 class ElmoForTokenClassification(ElmoTaskPreTrainedModel):
@@ -406,6 +417,7 @@ class ElmoForTokenClassification(ElmoTaskPreTrainedModel):
         elmo_hidden_states: torch.Tensor | None = None,
         return_dict: bool | None = None,
         input_word_ids: torch.LongTensor | None = None,
+        output_hidden_states: bool | None = None,
     ) -> TokenClassifierOutput:
         r"""
         Args:
@@ -417,6 +429,8 @@ class ElmoForTokenClassification(ElmoTaskPreTrainedModel):
                 layers (see `hf_elmo.data_elmo.ElmoLayerCache`); the biLM is not run when given.
             input_word_ids (`torch.LongTensor` of shape `(B, T)`, *optional*): word ids from the tokenizer, for models
                 with word embeddings (converted from ELMoForManyLangs).
+            output_hidden_states (`bool`, *optional*): also return the biLM's `num_layers + 1` layers `(B, T, 2P)` as
+                `hidden_states` (as `ElmoModel` does; default: `config.output_hidden_states`).
 
         Returns:
             `TokenClassifierOutput` with `logits` `(B, T, num_labels)` and, with labels, the mean cross-entropy over
@@ -424,13 +438,14 @@ class ElmoForTokenClassification(ElmoTaskPreTrainedModel):
             any labelled position (all -100) gives NaN, as BERT's token classifier (torch's `CrossEntropyLoss`
             averages over no terms); leave such batches out of training.
         """
-        features, mask = self._task_features(input_ids, attention_mask, elmo_hidden_states, input_word_ids)
+        features, mask, layers = self._task_features(input_ids, attention_mask, elmo_hidden_states, input_word_ids)
         logits = F.pad(self.classifier(features) * mask[:, 2:, None], (0, 0, 1, 1))
         loss = None
         if labels is not None:
             self._check_labels(labels, mask)
             loss = self._add_l2_penalty(F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=-100))
-        return TokenClassifierOutput(loss=loss, logits=logits)
+        hidden_states = self._hidden_states(layers, output_hidden_states)
+        return TokenClassifierOutput(loss=loss, logits=logits, hidden_states=hidden_states)
 
 
 __all__ = ["ElmoForSequenceClassification", "ElmoForTokenClassification", "ElmoTaskPreTrainedModel"]

@@ -111,6 +111,12 @@ class ElmoTokenizer(PreTrainedTokenizer):
     (or the `char_vocab.json` / `input_word_vocab.json` files it saves) maps characters through the vocabulary as
     `CharacterVocabulary` describes; the boundary words are then `<bos>` / `<eos>`, and with a word vocabulary
     the output also has `input_word_ids` `(B, T + 2)`.
+
+    Added tokens are refused (`add_tokens`, `add_special_tokens`, `extra_special_tokens=`: a `ValueError`): ELMo has no
+    token vocabulary to extend, since it reads every word by its characters, so any string is already a word it can
+    read (and there is no embedding row to add, `resize_token_embeddings` refuses too). To keep a marker such as
+    `"[X]"` one word, which the word splitter would cut into `[`, `X`, `]`, pass pre-split words
+    (`is_split_into_words=True`).
     """
 
     vocab_files_names: dict[str, str] = {
@@ -220,6 +226,28 @@ class ElmoTokenizer(PreTrainedTokenizer):
         vocab.update(getattr(self, "_added_tokens_encoder", {}))
         return vocab
 
+    def _refuse_new_tokens(self, tokens) -> None:
+        """Tokens of the pseudo-vocabulary (`<S>`, `</S>`, `<pad>`, ...) may be (re)declared special; others are
+        refused (see the class docstring)."""
+        known = {**self._vocab, **getattr(self, "_added_tokens_encoder", {})}
+        new = [str(token) for token in tokens if str(token) and str(token) not in known]
+        if new:
+            raise ValueError(
+                f"ElmoTokenizer cannot add the token {new[0]!r}: ELMo reads every word by its characters, so there is "
+                "no token vocabulary to extend; to keep it one word, pass pre-split words (is_split_into_words=True)."
+            )
+
+    def add_special_tokens(self, special_tokens_dict, replace_extra_special_tokens=True) -> int:
+        # Checked before the base class assigns any of them.
+        values = (special_tokens_dict or {}).values()
+        self._refuse_new_tokens([t for v in values for t in (v if isinstance(v, (list, tuple)) else [v])])
+        return super().add_special_tokens(special_tokens_dict, replace_extra_special_tokens)
+
+    def _add_tokens(self, new_tokens, special_tokens: bool = False) -> int:
+        # Reached by `add_tokens` and by `__init__` for the special tokens.
+        self._refuse_new_tokens(new_tokens or [])
+        return super()._add_tokens(new_tokens, special_tokens=special_tokens)
+
     def _convert_token_to_id(self, token: str) -> int | None:
         # Words have no single id (they are rows of character ids); like fast tokenizers without
         # an unk token, unknown tokens give None.
@@ -303,7 +331,7 @@ class ElmoTokenizer(PreTrainedTokenizer):
         return split_words(self.pre_tokenizer, text)
 
     def tokenize(self, text: str, **kwargs) -> list[str]:
-        """The words of `text` (`split_words`); added-token splitting does not apply to ELMo."""
+        """The words of `text` (`split_words`); there are no added tokens to keep whole (see the class docstring)."""
         return self.split_words(text)
 
     # --- special tokens: whole rows (the base class counts and types them through these) -------------
