@@ -1,5 +1,6 @@
-"""The character CNN's fused window products (`char_cnn_kernels.py`, run by Triton's interpreter on CPU tensors)
-against a float64 recomputation, and the character encoder with them against the reference path."""
+"""The character CNN's fused window products (`char_cnn_kernels.py`) against a float64 recomputation, and the
+character encoder with them against the reference path: on CUDA tensors where a GPU is at hand, else run by Triton's
+interpreter on CPU tensors (`TRITON_INTERPRET=1`, which the suite sets without a GPU)."""
 
 import pytest
 import torch
@@ -10,8 +11,22 @@ from conftest import reference_from, rounding_bound
 from test_fast_path import SENTENCES, encode, random_model, small_config
 
 kernels = pytest.importorskip("hf_elmo.char_cnn_kernels")
-if not kernels.INTERPRETED:
-    pytest.skip("these tests run the kernel on CPU tensors, under TRITON_INTERPRET=1", allow_module_level=True)
+DEVICE = "cpu" if kernels.INTERPRETED else "cuda"
+if DEVICE == "cuda" and not torch.cuda.is_available():
+    pytest.skip("the kernels need CUDA tensors, or TRITON_INTERPRET=1 for CPU tensors", allow_module_level=True)
+
+
+def window_max(chars, weight, num_windows, **kwargs):
+    """`kernels.window_max` on `DEVICE`, its results back on the CPU."""
+    spans = kwargs.pop("spans", None)
+    spans = None if spans is None else spans.to(DEVICE)
+    values, argmax = kernels.window_max(chars.to(DEVICE), weight.to(DEVICE), num_windows, spans=spans, **kwargs)
+    return values.cpu(), None if argmax is None else argmax.cpu()
+
+
+def leaves(*tensors):
+    """Copies on `DEVICE` that take gradients."""
+    return [t.to(DEVICE).requires_grad_() for t in tensors]
 
 
 def dense_window_max(chars, weight, num_windows):
@@ -46,7 +61,7 @@ def test_window_max_matches_float64(words, slots, slot_dim, width, filters, num_
     weight = torch.randn(filters, width * slot_dim, generator=generator)
     products, bounds = exact_window_products(chars, weight, num_windows)
     expected = products.max(dim=1)
-    values, argmax = kernels.window_max(chars, weight, num_windows, save_argmax=True)
+    values, argmax = window_max(chars, weight, num_windows, save_argmax=True)
     assert values.dtype == torch.float32 and argmax.dtype == torch.int16
     # A max moves by no more than the largest error of what it is taken over.
     assert ((values.double() - expected.values).abs() <= bounds.max(dim=1).values).all()
@@ -62,7 +77,7 @@ def test_first_of_equal_windows_and_nan_win():
     chars[1, 7, 0] = float("nan")  # in windows 6 and 7 of width 2
     weight = torch.zeros(16, 32)  # width 2: only each window's first slot counts
     weight[:8, :16], weight[8:, :16] = 1.0, -1.0
-    values, argmax = kernels.window_max(chars, weight, 9, save_argmax=True)
+    values, argmax = window_max(chars, weight, 9, save_argmax=True)
     assert (values[0, :8] == 16).all() and (argmax[0, :8] == 2).all()  # windows 2 and 3 are equal
     assert (values[0, 8:] == 0).all() and (argmax[0, 8:] == 0).all()  # windows 0, 1 and 4-8 are equal
     assert values[1].isnan().all() and (argmax[1] == 6).all()
@@ -77,12 +92,12 @@ def test_gradients_match_float64(words, slots, slot_dim, width, filters, num_win
     chars = torch.randn(words, slots, slot_dim, generator=generator, dtype=torch.float64)
     weight = torch.randn(filters, width * slot_dim, generator=generator, dtype=torch.float64)
     grad = torch.randn(words, filters, generator=generator, dtype=torch.float64)
-    fused = [chars.float().requires_grad_(), weight.float().requires_grad_()]
-    kernels.WindowMax.apply(*fused, num_windows).backward(grad.float())
+    fused = leaves(chars.float(), weight.float())
+    kernels.WindowMax.apply(*fused, num_windows).backward(grad.float().to(DEVICE))
     dense = [chars.clone().requires_grad_(), weight.clone().requires_grad_()]
     dense_window_max(*dense, num_windows).max(dim=1).values.backward(grad)
     for a, b in zip(fused, dense):
-        assert (a.grad.double() - b.grad).abs().max() <= 1e-5 * b.grad.abs().max()
+        assert (a.grad.cpu().double() - b.grad).abs().max() <= 1e-5 * b.grad.abs().max()
 
 
 @pytest.fixture
@@ -122,7 +137,7 @@ def test_spans_bound_each_block_of_words():
     spans = modeling_elmo._spans(ids)
     chars = torch.randn(262, 16, generator=torch.Generator().manual_seed(1))[ids]
     weight = torch.randn(24, 5 * 16, generator=torch.Generator().manual_seed(2))
-    values, argmax = kernels.window_max(chars, weight, 46, save_argmax=True, spans=spans)
+    values, argmax = window_max(chars, weight, 46, save_argmax=True, spans=spans)
     products, bounds = exact_window_products(chars, weight, 46)
     running_max, bound = products.cummax(dim=1).values, bounds.max(dim=1).values  # (U, windows, n), (U, n)
     for word in range(150):
@@ -138,10 +153,10 @@ def test_windows_stop_at_the_spans():
     chars = torch.randn(90, 20, 16, generator=generator)
     weight = torch.randn(24, 3 * 16, generator=generator)
     products, bounds = exact_window_products(chars, weight, 18)
-    values, argmax = kernels.window_max(chars, weight, 18, save_argmax=True, spans=torch.full((90,), 2))
+    values, argmax = window_max(chars, weight, 18, save_argmax=True, spans=torch.full((90,), 2))
     assert ((values.double() - products[:, :2].max(dim=1).values).abs() <= bounds[:, :2].max(dim=1).values).all()
     assert (argmax.long() < 2).all()
-    values, argmax = kernels.window_max(chars, weight, 18, save_argmax=True, spans=torch.zeros(90, dtype=torch.long))
+    values, argmax = window_max(chars, weight, 18, save_argmax=True, spans=torch.zeros(90, dtype=torch.long))
     assert (values == float("-inf")).all() and (argmax == 0).all()
 
 
@@ -154,18 +169,19 @@ def test_encoder_with_fused_windows_matches_reference(deduplicate, ids, fused_ca
     model.char_encoder.deduplicate = deduplicate
     fuse(model, True)
     reference = reference_from(model)
+    model.to(DEVICE)
     ids = encode(SENTENCES)["input_ids"] if ids == "sentences" else words_with_runs(200, [5, 130, 140], seed=0)
-    fused, expected = model.char_encoder(ids), reference.char_encoder(ids)
+    fused, expected = model.char_encoder(ids.to(DEVICE)), reference.char_encoder(ids)
     assert {kind for kind, _ in fused_calls} == {"windows", "highway"}
-    assert (fused - expected).abs().max() <= 1e-5
+    assert (fused.cpu() - expected).abs().max() <= 1e-5
     weights = torch.randn(fused.shape, generator=torch.Generator().manual_seed(0))
-    (weights * fused).sum().backward()
+    (weights.to(DEVICE) * fused).sum().backward()
     (weights * expected).sum().backward()
     reference_params = dict(reference.char_encoder.named_parameters())
     for name, param in model.char_encoder.named_parameters():
         scale = reference_params[name].grad.abs().max()
         assert scale > 0, name
-        assert (param.grad - reference_params[name].grad).abs().max() <= 1e-4 * scale, name
+        assert (param.grad.cpu() - reference_params[name].grad).abs().max() <= 1e-4 * scale, name
 
 
 def test_bfloat16_maxima_match_the_unfused_products():
@@ -175,19 +191,19 @@ def test_bfloat16_maxima_match_the_unfused_products():
     chars = torch.randn(64, 50, 16, generator=generator).bfloat16()
     weight = (0.1 * torch.randn(96, 7 * 16, generator=generator)).bfloat16()
     expected = dense_window_max(chars, weight, 44).max(dim=1).values
-    values, _ = kernels.window_max(chars, weight, 44, save_argmax=False)
+    values, _ = window_max(chars, weight, 44, save_argmax=False)
     assert values.dtype == torch.bfloat16
     step = 2.0**-7 * expected.float().abs()
     assert ((values.float() - expected.float()).abs() <= step).all()
 
 
 def test_autocast_takes_the_fused_kernels_in_bfloat16(fused_calls):
-    model = random_model(small_config())
-    ids = encode(SENTENCES)["input_ids"]
+    model = random_model(small_config()).to(DEVICE)
+    ids = encode(SENTENCES)["input_ids"].to(DEVICE)
     outputs = {}
     for fused in (False, True):
         fuse(model, fused)
-        with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        with torch.no_grad(), torch.autocast(DEVICE, dtype=torch.bfloat16):
             outputs[fused] = model.char_encoder(ids).float()
     assert {kind for kind, _ in fused_calls} == {"windows", "highway"}
     assert (outputs[True] - outputs[False]).abs().max() <= 2.0**-6 * outputs[False].abs().max()
@@ -198,7 +214,7 @@ def test_highway_combine_computes_float64_in_float64():
     product = torch.randn(5, 2 * 40, generator=generator, dtype=torch.float64)
     x = torch.randn(5, 40, generator=generator, dtype=torch.float64)
     transformed, gate = product.relu()[:, :40], product[:, 40:].sigmoid()
-    out = kernels.HighwayCombine.apply(product, x)
+    out = kernels.HighwayCombine.apply(product.to(DEVICE), x.to(DEVICE)).cpu()
     assert out.dtype == torch.float64
     assert (out - (transformed + gate * (x - transformed))).abs().max() <= 1e-14
 
@@ -211,23 +227,23 @@ def test_highway_combine_matches_float64(dtypes):
     product = (2 * torch.randn(37, 2 * 1100, generator=generator, dtype=torch.float64)).to(product_dtype).double()
     x = torch.randn(37, 1100, generator=generator, dtype=torch.float64).to(x_dtype).double()
     grad = torch.randn(37, 1100, generator=generator, dtype=torch.float64)
-    fused_inputs = [product.to(product_dtype).requires_grad_(), x.to(x_dtype).requires_grad_()]
+    fused_inputs = leaves(product.to(product_dtype), x.to(x_dtype))
     out = kernels.HighwayCombine.apply(*fused_inputs)
-    out.backward(grad.to(out.dtype))
+    out.backward(grad.to(device=DEVICE, dtype=out.dtype))
     exact_inputs = [product.clone().requires_grad_(), x.clone().requires_grad_()]
     transformed, gate = exact_inputs[0].chunk(2, dim=-1)
     transformed, gate = torch.relu(transformed), torch.sigmoid(gate)
     expected = transformed + gate * (exact_inputs[1] - transformed)
     expected.backward(grad)
     assert out.dtype == torch.float32
-    assert (out.double() - expected).abs().max() <= 1e-6 * expected.abs().max()
+    assert (out.cpu().double() - expected).abs().max() <= 1e-6 * expected.abs().max()
     for fused_input, exact_input in zip(fused_inputs, exact_inputs):
         assert fused_input.grad.dtype == fused_input.dtype
         # float32 arithmetic (1 - sigmoid loses digits where the gate is near 1, as PyTorch's does), converted once
         # to the input's dtype: within one bfloat16 step (Triton's interpreter truncates where a GPU rounds)
         step = 2.0**-7 if fused_input.dtype == torch.bfloat16 else 0.0
         tolerance = step * exact_input.grad.abs() + 1e-6 * exact_input.grad.abs().max()
-        assert ((fused_input.grad.double() - exact_input.grad).abs() <= tolerance).all()
+        assert ((fused_input.grad.cpu().double() - exact_input.grad).abs() <= tolerance).all()
 
 
 @pytest.mark.parametrize("switch", ["fused_windows", "highway.fused"])
