@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Every GPU measurement the targets need, in order of need: the report (all sections, cut at 5 minutes), the
+# The suite's GPU tests, then every GPU measurement the targets need, in order of need: the report (all sections, cut at 5 minutes), the
 # batch-1,024 training target, bulk embedding to HDF5 in both layouts (original size, bfloat16), and last where a
 # batch-1,024 step's GPU time goes. Meant to fit in ten minutes on one H100 (the report alone took 135 s there);
 # each part writes into FOLDER as it goes, so a run cut short keeps what it measured.
@@ -14,6 +14,9 @@ python=${PYTHON:-python3}
 cd "$(dirname "$0")/.."
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"  # the package from this tree, installed or not
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > "$folder/gpu.txt" 2>&1
+# The suite's GPU tests first (the kernels on CUDA tensors, CUDA graphs, the static-shape path), at most 3 minutes.
+timeout 180 "$python" -m pytest -q -p no:cacheprovider tests/test_char_cnn_kernels.py tests/test_cuda_graphs.py \
+    tests/test_static_shapes.py tests/test_adagrad.py tests/test_sampled_softmax.py > "$folder/tests.txt" 2>&1
 "$python" benchmarks/gpu_report.py --minutes 5 --output "$folder/report.txt" > "$folder/report.log" 2>&1
 "$python" benchmarks/gpu_report.py --sections training --batches 1024 --paths static --minutes 1 \
     --output "$folder/training-1024.txt" > "$folder/training-1024.log" 2>&1
