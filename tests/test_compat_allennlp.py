@@ -5,6 +5,7 @@ by hand from the documented rule) and the HDF5 layout of `allennlp elmo`."""
 
 import json
 import logging
+import os
 import subprocess
 import sys
 
@@ -268,6 +269,32 @@ def test_folder_and_module_give_the_numbers_of_the_original_files(converted_dirs
     module = ElmoModel.from_pretrained(converted_dirs["allennlp"])
     elmo = Elmo(None, None, 1, dropout=0.0, module=module, scalar_mix_parameters=[-9e10, -9e10, 1.0])
     torch.testing.assert_close(elmo(batch_to_ids(sentences))["elmo_representations"][0], expected[:, 2])
+
+
+def test_a_hub_id_gives_the_numbers_of_the_original_files(converted_dirs, tmp_path, monkeypatch):
+    """`ElmoEmbedder("org/elmo")` and `Elmo("org/elmo", None, 1)` load a model pushed to a (faked) Hub by its id, in a
+    fresh offline process, and give the original files' numbers."""
+    from fake_hub import FakeHub
+
+    hub = FakeHub(tmp_path / "hub-cache").install(monkeypatch)
+    ElmoModel.from_pretrained(converted_dirs["allennlp"]).push_to_hub("org/elmo")
+    ElmoTokenizer.from_pretrained(converted_dirs["allennlp"]).push_to_hub("org/elmo")
+    assert hub.snapshot("org/elmo") is not None
+    sentences = [["The", "bank"], ["of", "the", "river", "."]]
+    expected = ElmoEmbedder(*original_files()).batch_to_embeddings(sentences)[0]
+    script = f"""
+import numpy as np, torch
+from hf_elmo.compat.allennlp import Elmo, ElmoEmbedder, batch_to_ids
+sentences = {sentences!r}
+layers = ElmoEmbedder("org/elmo").batch_to_embeddings(sentences)[0]
+top = Elmo("org/elmo", None, 1, dropout=0.0, scalar_mix_parameters=[-9e10, -9e10, 1.0])(batch_to_ids(sentences))
+np.save("layers.npy", layers.numpy()); np.save("top.npy", top["elmo_representations"][0].detach().numpy())
+"""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HUB_CACHE": str(tmp_path / "hub-cache")}
+    result = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-3000:]
+    torch.testing.assert_close(torch.from_numpy(np.load(tmp_path / "layers.npy")), expected, rtol=0, atol=0)
+    torch.testing.assert_close(torch.from_numpy(np.load(tmp_path / "top.npy")), expected[:, 2])
 
 
 def test_embed_file_writes_allennlps_layout(tmp_path):
