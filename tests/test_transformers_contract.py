@@ -224,8 +224,11 @@ def gradients(model, loss_of):
     return {name: param.grad.clone() for name, param in model.named_parameters() if param.grad is not None}, len(kept)
 
 
+@pytest.mark.filterwarnings("ignore:`(gradient_checkpointing_enable|is_gradient_checkpointing)` is deprecated")
+@pytest.mark.parametrize("enable", ["activation_checkpointing_enable", "gradient_checkpointing_enable"])
 @pytest.mark.parametrize("cls", [ElmoForBiLM, ElmoForTokenClassification])
-def test_gradient_checkpointing_gives_the_gradients_of_a_plain_backward(cls):
+def test_gradient_checkpointing_gives_the_gradients_of_a_plain_backward(cls, enable):
+    """Under transformers 5's name and the older one, which it still accepts (deprecated)."""
     config = tiny_config(dropout=0.3, elmo_dropout=0.2, freeze_elmo=False)
     model = randomised(cls(config)).double().train()
     encoded = batch()
@@ -240,8 +243,8 @@ def test_gradient_checkpointing_gives_the_gradients_of_a_plain_backward(cls):
         return model(**encoded, labels=labels).loss
 
     plain, kept_without = gradients(model, loss_of)
-    model.gradient_checkpointing_enable()
-    assert model.is_gradient_checkpointing and model.elmo.gradient_checkpointing
+    getattr(model, enable)()
+    assert model.elmo.gradient_checkpointing
     checkpointed, kept_with = gradients(model, loss_of)
     assert kept_with < kept_without / 2  # the biLM's own are recomputed in the backward pass
     assert plain.keys() == checkpointed.keys() == {n for n, p in model.named_parameters() if p.requires_grad}
@@ -252,7 +255,9 @@ def test_gradient_checkpointing_gives_the_gradients_of_a_plain_backward(cls):
         cls(config).gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": True})
 
 
-def test_trainer_with_gradient_checkpointing_takes_the_same_steps(tmp_path):
+@pytest.mark.filterwarnings("ignore:`gradient_checkpointing` is deprecated")
+@pytest.mark.parametrize("flag", ["activation_checkpointing", "gradient_checkpointing"])
+def test_trainer_with_gradient_checkpointing_takes_the_same_steps(tmp_path, flag):
     tokenizer = ElmoTokenizer()
     encoded = tokenizer(
         [words for words in SENTENCES if words], is_split_into_words=True, padding=True, return_tensors="pt"
@@ -267,7 +272,7 @@ def test_trainer_with_gradient_checkpointing_takes_the_same_steps(tmp_path):
         model.load_state_dict(start)
         args = TrainingArguments(
             output_dir=str(tmp_path / str(checkpointing)),
-            gradient_checkpointing=checkpointing,
+            **{flag: checkpointing},
             max_steps=2,
             per_device_train_batch_size=2,
             learning_rate=0.1,
