@@ -857,6 +857,20 @@ def with_labels(*values):
     return lambda batch, model: {**batch, "labels": torch.tensor(values)}
 
 
+# --- pipelines, sentence embeddings and model cards: calls ---
+
+
+def tag(inputs, **options):
+    """The `token-classification` pipeline of a tagger head on `M` called on `inputs`."""
+
+    def call(root):
+        from transformers import pipeline
+
+        return pipeline("token-classification", model=str(root / "M"))(inputs, **options)
+
+    return call
+
+
 API_CASES = {
     "attention_mask of 1 over padding rows": (
         [],
@@ -968,6 +982,26 @@ API_CASES = {
         [edit_json("M/tokenizer_config.json", tokenizer_class="BertTokenizer")],
         lambda root: ElmoTokenizer.from_pretrained(root / "M"),
         r"M: tokenizer_config\.json names tokenizer_class 'BertTokenizer', expected 'ElmoTokenizer'",
+    ),
+    # --- pipelines, sentence embeddings and model cards ---
+    "token-classification pipeline: lists of words without is_split_into_words": (
+        [], tag([["The", "cat"]]), r"^ElmoTokenClassificationPipeline expects raw text \(str\), or lists of words with "
+        r"is_split_into_words=True; got list\.$"
+    ),
+    "token-classification pipeline: raw text with is_split_into_words=True": (
+        [], tag("The cat", is_split_into_words=True), r"^With is_split_into_words=True each input must be a list of "
+        r"words \(str\), got str\.$"
+    ),
+    "token-classification pipeline: a word that is not a str": (
+        [], tag(["The", 3], is_split_into_words=True), r"^With is_split_into_words=True each word must be a str, got "
+        r"int at 1\.$"
+    ),
+    "token-classification pipeline: an unknown aggregation_strategy": (
+        [], tag("The cat", aggregation_strategy="longest"), r"^aggregation_strategy must be one of \['none', "
+        r"'simple', 'first', 'average', 'max'\], got 'longest'$"
+    ),
+    "token-classification pipeline: stride, which reads subword tokens": (
+        [], tag("The cat", stride=2), r"^ElmoTokenClassificationPipeline got unsupported arguments \['stride'\]"
     ),
 }
 
