@@ -647,6 +647,13 @@ CASES = {
         TRAIN.replace("--config B", "--config huge"),
         r"--config 'huge' is neither a preset \(tiny, small, medium, original\) nor an existing file or folder\.$",
     ),
+    # --- pipelines, sentence embeddings and model cards ---
+    "convert --force over a folder whose README.md someone else wrote": Case(
+        f"{CONVERT} --output-dir out --force",
+        r"^error: out: holds 'README\.md', which is not part of a model folder",
+        [converted_earlier("out"), write("out/README.md", "# My notes on this model\n")],
+        ("out/README.md", "out/model.safetensors"),
+    ),
 }
 
 
