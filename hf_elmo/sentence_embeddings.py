@@ -22,6 +22,8 @@ DEFAULT_MAX_SEQ_LENGTH = 512
 """Positions (words and the two boundaries) a sentence keeps; longer ones are cut, keeping `</S>`. ELMo itself has no
 length limit: this bounds the memory and time of one batch, which grow with its longest sentence."""
 
+POOLING_MODES = ("mean", "max")
+
 
 class ElmoWordPooling(Pooling):
     """sentence-transformers' `Pooling` over the words only: each row's first position (`<S>`) and last unpadded one
@@ -41,6 +43,12 @@ def elmo_sentence_transformer(
 ) -> SentenceTransformer:
     """A `SentenceTransformer` of the ELMo model in `model_name_or_path`: its top layer pooled over the words
     (`ElmoWordPooling`, `pooling_mode` `mean` or `max`), sentences cut to `max_seq_length` positions."""
+    if pooling_mode not in POOLING_MODES:  # the others read single positions, which for ELMo are the boundaries
+        raise ValueError(f"pooling_mode must be one of {POOLING_MODES} (over the words), got {pooling_mode!r}")
+    if isinstance(max_seq_length, bool) or not isinstance(max_seq_length, int) or max_seq_length < 3:
+        raise ValueError(
+            f"max_seq_length must be an int of at least 3 positions (<S>, a word, </S>), got {max_seq_length!r}"
+        )
     transformer = Transformer(
         str(model_name_or_path), processor_kwargs={"model_max_length": max_seq_length}, model_kwargs=model_kwargs
     )

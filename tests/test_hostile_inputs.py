@@ -878,6 +878,17 @@ def tag(inputs, **options):
     return call
 
 
+def sentence_model(**options):
+    """The sentence-transformers recipe on `M` with `options`, encoding a sentence."""
+
+    def call(root):
+        from hf_elmo.sentence_embeddings import elmo_sentence_transformer
+
+        return elmo_sentence_transformer(root / "M", **options).encode(["The cat sat ."])
+
+    return call
+
+
 API_CASES = {
     "attention_mask of 1 over padding rows": (
         [],
@@ -1009,6 +1020,14 @@ API_CASES = {
     ),
     "token-classification pipeline: stride, which reads subword tokens": (
         [], tag("The cat", stride=2), r"^ElmoTokenClassificationPipeline got unsupported arguments \['stride'\]"
+    ),
+    "sentence embeddings: max_seq_length leaving no room for a word": (
+        [], sentence_model(max_seq_length=2), r"^max_seq_length must be an int of at least 3 positions \(<S>, a word, "
+        r"</S>\), got 2$"
+    ),
+    "sentence embeddings: a pooling mode that reads the boundary positions": (
+        [], sentence_model(pooling_mode="cls"), r"^pooling_mode must be one of \('mean', 'max'\) \(over the words\), "
+        r"got 'cls'$"
     ),
 }
 
