@@ -51,19 +51,21 @@ def write_model_card(model, save_directory):
         return
     if readme.exists() and CARD_MARKER not in readme.read_text(encoding="utf-8", errors="replace"):
         return
-    card = render_model_card(model, Path(save_directory).resolve().name, marker=CARD_MARKER)
+    # No name: commands write into a temporary folder that is renamed when complete.
+    card = render_model_card(model, None, marker=CARD_MARKER)
     write_atomically(readme, str(card))
 
 
 def render_model_card(
     model,
-    repo_id: str,
+    repo_id: str | None,
     datasets: list[str] | None = None,
     license: str = "apache-2.0",
     tags: list[str] | None = None,
     marker: str = "",
 ) -> ModelCard:
-    """The ELMo model card for `model` published as `repo_id` (a local folder: its name).
+    """The ELMo model card for `model` published as `repo_id` (`None` for a folder: its usage examples then say
+    "path/to/this/folder").
 
     The template is `model_card.md` beside this file; code loaded from a saved folder has no template and gets
     huggingface_hub's default card with the same metadata.

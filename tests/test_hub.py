@@ -183,6 +183,8 @@ def test_every_saved_folder_carries_its_card(converted_dirs, tmp_path):
     card = ModelCard.load(converted / "README.md")
     assert card.data.pipeline_tag == "feature-extraction" and card.text.lstrip().startswith(CARD_MARKER)
     assert card_origin(card.text)[0].startswith("Converted by `hf-elmo convert` from an original bilm-tf")
+    # convert writes into a temporary folder renamed when complete: the card names no folder
+    assert "\n# ELMo\n" in card.text and 'from_pretrained("path/to/this/folder"' in card.text
 
     torch.manual_seed(0)
     model = ElmoForTokenClassification.from_pretrained(converted, id2label=MANY_LABELS)
