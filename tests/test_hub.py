@@ -214,3 +214,15 @@ def test_every_saved_folder_carries_its_card(converted_dirs, tmp_path):
     (tmp_path / "again" / "README.md").write_text("# My tagger\n", encoding="utf-8")
     again.save_pretrained(tmp_path / "again")
     assert (tmp_path / "again" / "README.md").read_text(encoding="utf-8") == "# My tagger\n"
+
+
+def test_a_converted_training_checkpoint_card_names_its_source(checkpoint_dir):
+    from conftest import CHECKPOINT
+
+    words = [line for line in (CHECKPOINT / "vocab.txt").read_text(encoding="utf-8").splitlines() if line]
+    card = ModelCard.load(checkpoint_dir / "README.md")
+    assert card.data.pipeline_tag == "feature-extraction" and "Class `ElmoForBiLM`" in card.text
+    assert card_origin(card.text) == [
+        f"Converted by `hf-elmo convert` from the bilm-tf training checkpoint `tf_checkpoint`, with its softmax and "
+        f"the {len(words):,}-word vocabulary `vocab.txt`."
+    ]
