@@ -91,6 +91,28 @@ def test_token_classification_task_uses_the_elmo_pipeline_from_a_folder(tagger_d
         assert [(r["word"], r["entity"]) for r in tagger(TEXTS[1], ignore_labels=[])] == expected
 
 
+def test_token_classification_from_a_folder_without_the_package(tagger_dir, tmp_path):
+    import json
+    import textwrap
+
+    from conftest import run_without_hf_elmo
+
+    model = AutoModelForTokenClassification.from_pretrained(tagger_dir).eval()
+    expected = [[w, t] for w, t, _ in expected_tags(model, AutoTokenizer.from_pretrained(tagger_dir), TEXTS[1])]
+    script = textwrap.dedent(
+        f"""
+        import json
+        from transformers import pipeline
+        tagger = pipeline("token-classification", model={str(tagger_dir)!r}, trust_remote_code=True, device="cpu")
+        assert type(tagger).__module__.startswith("transformers_modules"), type(tagger).__module__
+        tags = [[r["word"], r["entity"]] for r in tagger({TEXTS[1]!r}, ignore_labels=[])]
+        open("tags.json", "w").write(json.dumps(tags))
+        """
+    )
+    run_without_hf_elmo(script, tmp_path)
+    assert json.loads((tmp_path / "tags.json").read_text()) == expected
+
+
 def test_token_classification_task_keeps_the_built_in_pipeline_for_other_models(tmp_path):
     from transformers import BertConfig, BertForTokenClassification, BertTokenizer, TokenClassificationPipeline
 
