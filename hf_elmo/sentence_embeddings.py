@@ -33,7 +33,8 @@ class ElmoWordPooling(Pooling):
         mask = features["attention_mask"]
         words = mask.clone()
         words[:, 0] = 0
-        words[torch.arange(len(mask), device=mask.device), mask.sum(dim=1) - 1] = 0  # right padding only (ElmoTokenizer)
+        last = mask.sum(dim=1) - 1  # ElmoTokenizer pads on the right only
+        words[torch.arange(len(mask), device=mask.device), last] = 0
         pooled = super().forward({**features, "attention_mask": words}, **kwargs)
         return {**pooled, "attention_mask": mask}
 
