@@ -19,7 +19,7 @@ from .cpu_backend import cpu_backend
 from .freed_memory import keep_freed_memory
 from .modeling_elmo import ElmoBiLMOutput, ElmoForBiLM, ElmoModel, ElmoModelOutput, ElmoPreTrainedModel
 from .modeling_elmo_heads import ElmoForSequenceClassification, ElmoForTokenClassification
-from .pipelines_elmo import ElmoTokenClassificationPipeline
+from .pipelines_elmo import ElmoTokenClassificationPipeline, TokenClassificationPipelineForAnyModel
 from .scalar_mix import ScalarMix
 from .tokenization_elmo import ElmoTokenizer
 
@@ -37,7 +37,9 @@ ElmoForSequenceClassification.register_for_auto_class("AutoModelForSequenceClass
 ElmoForTokenClassification.register_for_auto_class("AutoModelForTokenClassification")
 ElmoTokenizer.register_for_auto_class("AutoTokenizer")
 
-# The built-in "token-classification" pipeline cannot read 3-D character ids.
+# The built-in "token-classification" pipeline cannot read 3-D character ids: the task builds ELMo's for ELMo models
+# and the built-in one for any other (it picks its class before it loads the model).
+PIPELINE_REGISTRY.supported_tasks["token-classification"]["impl"] = TokenClassificationPipelineForAnyModel
 PIPELINE_REGISTRY.register_pipeline(
     "elmo-token-classification",
     pipeline_class=ElmoTokenClassificationPipeline,

@@ -216,6 +216,10 @@ class ElmoConfig(PreTrainedConfig):
         self.filters = [list(f) for f in self.filters]
         self.elmo_placement = list(self.elmo_placement)
         kwargs.setdefault("auto_map", dict(AUTO_MAP))
+        if __name__ == "hf_elmo.configuration_elmo":
+            # The installed package builds ELMo's pipeline under the built-in task name (see hf_elmo/__init__.py);
+            # the saved `custom_pipelines` is for the folder's remote code, where it would ask for trust_remote_code.
+            kwargs.pop("custom_pipelines", None)
         super().__post_init__(**kwargs)
 
     @property

@@ -23,6 +23,7 @@ import torch
 from .configuration_elmo import ElmoConfig
 from .convert_original_elmo import config_from_options, load_options, not_described_error, weight_links
 from .file_io import MODEL_FOLDER, ElmoInputError, check_output, write_output
+from .hub_elmo import add_origin
 from .modeling_elmo import ElmoForBiLM
 from .tf_checkpoint import TFCheckpoint
 from .tokenization_elmo import ElmoTokenizer
@@ -189,6 +190,11 @@ def convert_bilm_tf_checkpoint(
         add_warm_state(model.elmo, warm_state_text, warm_state_sentences)
     tokenizer = ElmoTokenizer(max_characters_per_token=model.config.max_characters_per_token)
     tokenizer.set_word_vocabulary(words)
+    add_origin(
+        model.config,
+        f"Converted by `hf-elmo convert` from the bilm-tf training checkpoint `{Path(checkpoint_path).name}`, with "
+        f"its softmax and the {len(words):,}-word vocabulary `{Path(vocab_path).name}`.",
+    )
 
     def write(folder):
         model.save_pretrained(folder)

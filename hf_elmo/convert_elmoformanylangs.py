@@ -44,6 +44,7 @@ from .file_io import (
     read_utf8,
     write_output,
 )
+from .hub_elmo import add_origin
 from .modeling_elmo import ElmoModel
 from .character_rows import (
     VOCAB_BEGINNING_OF_WORD,
@@ -282,6 +283,11 @@ def convert_elmoformanylangs(model_dir, output_dir, model_config=None, force: bo
     inputs = [model_dir, model_config]
     check_output(output_dir, MODEL_FOLDER, inputs, force)
     model, tokenizer = load_elmoformanylangs(model_dir, model_config)
+    add_origin(
+        model.config,
+        f"Converted by `hf-elmo convert --format elmoformanylangs` from the ELMoForManyLangs model "
+        f"`{Path(model_dir).resolve().name}`.",
+    )
 
     def write(folder):
         model.save_pretrained(folder)

@@ -41,6 +41,7 @@ from .file_io import (
     read_json_object,
     write_output,
 )
+from .hub_elmo import add_origin
 from .modeling_elmo import ElmoModel
 from .tokenization_elmo import ElmoTokenizer
 from .warm_state import add_warm_state
@@ -353,6 +354,11 @@ def convert(
     model = load_original_elmo(options_path, weights_path)
     if warm_state_text:
         add_warm_state(model, warm_state_text, warm_state_sentences)
+    add_origin(
+        model.config,
+        f"Converted by `hf-elmo convert` from an original bilm-tf / AllenNLP model (`{Path(options_path).name}`, "
+        f"`{Path(weights_path).name}`).",
+    )
 
     def write(folder):
         model.save_pretrained(folder)

@@ -159,6 +159,11 @@ def replace_atomically(path: str | os.PathLike, write: Callable[[Path], object])
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
+CARD_MARKER = "<!-- Written by hf-elmo's save_pretrained, which rewrites it: delete this line to keep your edits. -->"
+"""The first line of the model card `save_pretrained` wrote (`hub_elmo`), and so may write again; a README.md without it
+is someone else's."""
+
+
 @dataclass(frozen=True)
 class OutputKind:
     """What a command writes, and how an earlier output of the same command is recognised: the only thing `--force`
@@ -178,6 +183,11 @@ def _is_model_folder_file(path: Path) -> bool:
     }  # fmt: skip
     ours = path.name in names or re.fullmatch(r"model-\d{5}-of-\d{5}\.safetensors", path.name) is not None
     ours = ours or (path.suffix == ".py" and (Path(__file__).parent / path.name).is_file())
+    if path.name == "README.md":  # the model card save_pretrained wrote, not one written by someone else
+        try:
+            return CARD_MARKER in path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):
+            return False
     if ours and path.name == "config.json":
         try:
             return json.loads(path.read_text(encoding="utf-8")).get("model_type") == "elmo"

@@ -1,10 +1,18 @@
-"""Pushing ELMo models to the Hub with the ELMo model card (`model_card.md`) as the repository README."""
+"""The ELMo model card (`model_card.md`): written into every folder `save_pretrained` writes (`write_model_card`) and
+pushed to the Hub as the repository README.
+
+The card tells what the folder holds (class, task, labels in id order, sizes) and how it was made, from the history a
+model's config carries (`config.json` `elmo_origin`, added to by `add_origin`): converted by `hf-elmo convert`, trained
+by `hf-elmo train`, a task head put on the biLM of a named folder or repository. It reports no evaluation.
+"""
 
 import tempfile
 from pathlib import Path
 
 from huggingface_hub import HfApi, ModelCard, ModelCardData
 from huggingface_hub.errors import EntryNotFoundError
+
+from .file_io import CARD_MARKER, write_atomically
 
 # The project's top-level model_card.md, linked into the package so installed copies carry it.
 MODEL_CARD_TEMPLATE = Path(__file__).with_name("model_card.md")
@@ -16,10 +24,48 @@ PIPELINE_TAGS = {
 _TRANSFORMERS_PLACEHOLDER = "This model card has been automatically generated."
 
 
+def add_origin(config, line: str):
+    """Adds `line` to the history of how the model was made (`config.elmo_origin`, saved in config.json)."""
+    config.elmo_origin = [*(getattr(config, "elmo_origin", None) or []), line]
+
+
+def describe_source(name_or_path) -> str:
+    """A folder by its name (where it lies on this machine is no part of the model's history), a Hub repository by its
+    id."""
+    path = Path(str(name_or_path))
+    return f"the folder `{path.name}`" if path.exists() else f"the Hub repository `{name_or_path}`"
+
+
+def note_new_head(model, name_or_path, saved_architectures):
+    """Records a task head loaded from the folder of another class (`from_pretrained`): its biLM came from there."""
+    model_class = type(model).__name__
+    if model.has_classifier and name_or_path is not None and model_class not in (saved_architectures or []):
+        add_origin(model.config, f"`{model_class}` head put on the biLM of {describe_source(name_or_path)}.")
+
+
+def write_model_card(model, save_directory):
+    """Writes the card of `model` as `save_directory/README.md`, unless a README.md there is not one this function
+    wrote (see `CARD_MARKER`), or the template is missing (the folder's copy of this code loaded as remote code)."""
+    readme = Path(save_directory) / "README.md"
+    if not MODEL_CARD_TEMPLATE.is_file():
+        return
+    if readme.exists() and CARD_MARKER not in readme.read_text(encoding="utf-8", errors="replace"):
+        return
+    # No name: commands write into a temporary folder that is renamed when complete.
+    card = render_model_card(model, None, marker=CARD_MARKER)
+    write_atomically(readme, str(card))
+
+
 def render_model_card(
-    model, repo_id: str, datasets: list[str] | None = None, license: str = "apache-2.0", tags: list[str] | None = None
+    model,
+    repo_id: str | None,
+    datasets: list[str] | None = None,
+    license: str = "apache-2.0",
+    tags: list[str] | None = None,
+    marker: str = "",
 ) -> ModelCard:
-    """The ELMo model card for `model` published as `repo_id`.
+    """The ELMo model card for `model` published as `repo_id` (`None` for a folder: its usage examples then say
+    "path/to/this/folder").
 
     The template is `model_card.md` beside this file; code loaded from a saved folder has no template and gets
     huggingface_hub's default card with the same metadata.
@@ -34,13 +80,19 @@ def render_model_card(
     )
     config = model.config
     template_kwargs = dict(
+        marker=marker,
         repo_id=repo_id,
         model_class=model_class,
-        labels=list(config.id2label.values()) if model_class in PIPELINE_TAGS else None,
+        task=card_data.pipeline_tag,
+        labels=[config.id2label[i] for i in sorted(config.id2label)] if model_class in PIPELINE_TAGS else None,
         num_layers=config.num_layers,
         projection_dim=config.projection_dim,
         cell_dim=config.cell_dim,
+        max_characters_per_token=config.max_characters_per_token,
         num_parameters=model.num_parameters(),
+        origin=getattr(config, "elmo_origin", None) or [],
+        freeze_elmo=config.freeze_elmo,
+        warm_state=config.warm_state,
     )
     if MODEL_CARD_TEMPLATE.is_file():
         return ModelCard.from_template(card_data, template_path=str(MODEL_CARD_TEMPLATE), **template_kwargs)
@@ -88,4 +140,11 @@ def push_to_hub_with_model_card(
         )
 
 
-__all__ = ["push_to_hub_with_model_card", "render_model_card"]
+__all__ = [
+    "add_origin",
+    "describe_source",
+    "note_new_head",
+    "push_to_hub_with_model_card",
+    "render_model_card",
+    "write_model_card",
+]

@@ -39,6 +39,7 @@ from transformers.utils import CONFIG_NAME, cached_file
 from transformers.utils import logging as hf_logging
 
 from .file_io import ElmoInputError, follow_umask, json_field, read_json_object, write_atomically
+from .hub_elmo import note_new_head
 
 _PICKLE_REFUSED = (
     "ELMo loads weights only from safetensors by default, because a pickle checkpoint (pytorch_model.bin) can run "
@@ -152,6 +153,7 @@ def load_pretrained(load, cls, pretrained_model_name_or_path, *model_args, use_s
     model = loaded[0] if isinstance(loaded, tuple) else loaded
     align_parameters(model)
     _check_finite(model, pretrained_model_name_or_path)
+    note_new_head(model, pretrained_model_name_or_path, model.config.architectures)
     return loaded
 
 

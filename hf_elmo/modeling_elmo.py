@@ -26,7 +26,7 @@ from .cpu_kernels import dropout as compiled_dropout
 from .cuda_graphs import CaptureCache, CapturedFunction
 from .fast_lstm import LstmSettings, PackedSteps, lstm_layer
 from .gpu_lstm import CapturedLayers, LayerSettings, bidirectional_layer, default_kernels
-from .hub_elmo import push_to_hub_with_model_card
+from .hub_elmo import push_to_hub_with_model_card, write_model_card
 from .input_checks import check_bilm_batch, check_inputs, check_labels
 from .model_io import load_pretrained, name_pipeline, weights_follow_umask
 from .onednn_linear import linear
@@ -751,11 +751,13 @@ class ElmoPreTrainedModel(PreTrainedModel):
         return load_pretrained(super().from_pretrained, cls, pretrained_model_name_or_path, *model_args, **kwargs)
 
     def save_pretrained(self, save_directory, *args, **kwargs):
-        """`PreTrainedModel.save_pretrained`, plus the pipeline of a tagger in `config.json` (`model_io`)."""
+        """`PreTrainedModel.save_pretrained`, plus the pipeline of a tagger in `config.json` (`model_io`) and the model
+        card as `README.md` (`hub_elmo.write_model_card`)."""
         super().save_pretrained(save_directory, *args, **kwargs)
         if kwargs.get("is_main_process", True):
             weights_follow_umask(save_directory)
             name_pipeline(self, save_directory)
+            write_model_card(self, save_directory)
 
     def push_to_hub(self, repo_id: str, **kwargs):
         """`PreTrainedModel.push_to_hub` (weights, config, remote code of every class) whose README, in a repository

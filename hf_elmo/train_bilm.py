@@ -61,6 +61,7 @@ from .data_bilm import (
 )
 from .file_io import ElmoInputError, check_not_an_input, deferred_signals, read_json_object, write_atomically
 from .freed_memory import keep_freed_memory
+from .hub_elmo import add_origin, describe_source
 from .input_checks import check_bilm_batch, values_checked_on_host
 from .model_io import _check_finite, _safetensors_shapes
 from .modeling_elmo import ElmoForBiLM
@@ -383,6 +384,20 @@ def _remove_run_leftovers(output_dir: Path, created: bool):
         output_dir.rmdir()
 
 
+def _record_training(options: BiLMTrainingOptions, config: ElmoConfig, checkpoint_config: ElmoConfig | None):
+    """Adds this run to the history the model card tells (`hub_elmo`), after that of the --init-from checkpoint."""
+    if checkpoint_config is not None:
+        config.elmo_origin = getattr(checkpoint_config, "elmo_origin", None)
+    start = "from scratch" if options.init_from is None else f"from the weights of {describe_source(options.init_from)}"
+    names = ", ".join(f"`{Path(file).name}`" for file in options.train_files[:5])
+    more = f" and {len(options.train_files) - 5:,} more" if len(options.train_files) > 5 else ""
+    add_origin(
+        config,
+        f"biLM trained {start} by `hf-elmo train` on {names}{more}; the run's arguments are in `{OPTIONS_FILE}` in "
+        "its output folder.",
+    )
+
+
 def _tokenizer_and_config(options: BiLMTrainingOptions) -> tuple[ElmoTokenizer, ElmoConfig]:
     """The tokenizer with its word vocabulary and the run's config, checked against the --init-from checkpoint."""
     checkpoint_config = None
@@ -403,6 +418,7 @@ def _tokenizer_and_config(options: BiLMTrainingOptions) -> tuple[ElmoTokenizer, 
     else:
         config = checkpoint_config if checkpoint_config is not None else ElmoConfig.from_preset("small")
 
+    _record_training(options, config, checkpoint_config)
     tokenizer = ElmoTokenizer(max_characters_per_token=config.max_characters_per_token)
     checkpoint_words = None
     if options.init_from is not None and (Path(options.init_from) / WORD_VOCABULARY_FILE).is_file():

@@ -466,3 +466,11 @@ def test_vocabulary_tokenizer_pads_decodes_and_round_trips(tmp_path):
 def test_bad_vocabularies_are_refused(kwargs, message):
     with pytest.raises(ValueError, match=message):
         ElmoTokenizer(**kwargs)
+
+
+def test_the_converted_folder_card_names_its_source(converted, their_folder):
+    card = (converted / "README.md").read_text(encoding="utf-8")
+    assert (
+        f"* Converted by `hf-elmo convert --format elmoformanylangs` from the ELMoForManyLangs model "
+        f"`{their_folder.name}`.\n" in card
+    )

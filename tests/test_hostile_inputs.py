@@ -647,6 +647,13 @@ CASES = {
         TRAIN.replace("--config B", "--config huge"),
         r"--config 'huge' is neither a preset \(tiny, small, medium, original\) nor an existing file or folder\.$",
     ),
+    # --- pipelines, sentence embeddings and model cards ---
+    "convert --force over a folder whose README.md someone else wrote": Case(
+        f"{CONVERT} --output-dir out --force",
+        r"^error: out: holds 'README\.md', which is not part of a model folder",
+        [converted_earlier("out"), write("out/README.md", "# My notes on this model\n")],
+        ("out/README.md", "out/model.safetensors"),
+    ),
 }
 
 
@@ -857,6 +864,31 @@ def with_labels(*values):
     return lambda batch, model: {**batch, "labels": torch.tensor(values)}
 
 
+# --- pipelines, sentence embeddings and model cards: calls ---
+
+
+def tag(inputs, **options):
+    """The `token-classification` pipeline of a tagger head on `M` called on `inputs`."""
+
+    def call(root):
+        from transformers import pipeline
+
+        return pipeline("token-classification", model=str(root / "M"))(inputs, **options)
+
+    return call
+
+
+def sentence_model(**options):
+    """The sentence-transformers recipe on `M` with `options`, encoding a sentence."""
+
+    def call(root):
+        from hf_elmo.sentence_embeddings import elmo_sentence_transformer
+
+        return elmo_sentence_transformer(root / "M", **options).encode(["The cat sat ."])
+
+    return call
+
+
 API_CASES = {
     "attention_mask of 1 over padding rows": (
         [],
@@ -968,6 +1000,34 @@ API_CASES = {
         [edit_json("M/tokenizer_config.json", tokenizer_class="BertTokenizer")],
         lambda root: ElmoTokenizer.from_pretrained(root / "M"),
         r"M: tokenizer_config\.json names tokenizer_class 'BertTokenizer', expected 'ElmoTokenizer'",
+    ),
+    # --- pipelines, sentence embeddings and model cards ---
+    "token-classification pipeline: lists of words without is_split_into_words": (
+        [], tag([["The", "cat"]]), r"^ElmoTokenClassificationPipeline expects raw text \(str\), or lists of words with "
+        r"is_split_into_words=True; got list\.$"
+    ),
+    "token-classification pipeline: raw text with is_split_into_words=True": (
+        [], tag("The cat", is_split_into_words=True), r"^With is_split_into_words=True each input must be a list of "
+        r"words \(str\), got str\.$"
+    ),
+    "token-classification pipeline: a word that is not a str": (
+        [], tag(["The", 3], is_split_into_words=True), r"^With is_split_into_words=True each word must be a str, got "
+        r"int at 1\.$"
+    ),
+    "token-classification pipeline: an unknown aggregation_strategy": (
+        [], tag("The cat", aggregation_strategy="longest"), r"^aggregation_strategy must be one of \['none', "
+        r"'simple', 'first', 'average', 'max'\], got 'longest'$"
+    ),
+    "token-classification pipeline: stride, which reads subword tokens": (
+        [], tag("The cat", stride=2), r"^ElmoTokenClassificationPipeline got unsupported arguments \['stride'\]"
+    ),
+    "sentence embeddings: max_seq_length leaving no room for a word": (
+        [], sentence_model(max_seq_length=2), r"^max_seq_length must be an int of at least 3 positions \(<S>, a word, "
+        r"</S>\), got 2$"
+    ),
+    "sentence embeddings: a pooling mode that reads the boundary positions": (
+        [], sentence_model(pooling_mode="cls"), r"^pooling_mode must be one of \('mean', 'max'\) \(over the words\), "
+        r"got 'cls'$"
     ),
 }
 

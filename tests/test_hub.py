@@ -134,13 +134,95 @@ def test_trainer_push_to_hub(converted_dirs, tmp_path, monkeypatch):
     expected_logits, expected_top = outputs(model, tokenizer)
     assert np.array_equal(logits, expected_logits) and np.array_equal(top, expected_top)
 
+# Twelve labels, so that string order of the ids ("0", "1", "10", "11", "2", ...) differs from id order.
+MANY_LABELS = {i: f"TAG{i}" for i in range(12)}
+
+
+def card_labels(text):
+    """The labels a card lists, in its order."""
+    listed = text.split("labels in id order (", 1)[1].split(")", 1)[0]
+    return [label.strip(" `\n") for label in listed.split(",")]
+
+
+def card_origin(text):
+    """The bullet points of the card's "How this model was made" section, each as one line."""
+    bullets = text.split("## How this model was made", 1)[1].strip().split("\n\n", 1)[0]
+    return [" ".join(item.split()) for item in ("\n" + bullets).split("\n* ")[1:]]
+
 
 def test_model_card_for_each_class(converted_dirs):
-    from hf_elmo import ElmoForSequenceClassification, ElmoModel
+    from hf_elmo import ElmoForSequenceClassification, ElmoForTokenClassification, ElmoModel
     from hf_elmo.hub_elmo import render_model_card
 
     folder = converted_dirs["allennlp"]
-    for cls, tag in [(ElmoModel, "feature-extraction"), (ElmoForSequenceClassification, "text-classification")]:
-        card = render_model_card(cls.from_pretrained(folder), "org/name", license="mit")
+    for cls, tag in [
+        (ElmoModel, "feature-extraction"),
+        (ElmoForSequenceClassification, "text-classification"),
+        (ElmoForTokenClassification, "token-classification"),
+    ]:
+        options = {} if cls is ElmoModel else {"id2label": MANY_LABELS}
+        card = render_model_card(cls.from_pretrained(folder, **options), "org/name", license="mit")
         assert card.data.pipeline_tag == tag and card.data.license == "mit"
         assert "org/name" in card.text and "@inproceedings{peters-etal-2018-deep" in card.text
+        assert f"Class `{cls.__name__}` (task: {tag})" in card.text
+        if options:
+            assert card_labels(card.text) == [MANY_LABELS[i] for i in range(12)]
+        # What the card says it came from is what happened to it; it holds no results (no table, no accuracy).
+        assert card_origin(card.text)[0] == (
+            "Converted by `hf-elmo convert` from an original bilm-tf / AllenNLP model (`options.json`, "
+            "`lm_weights.hdf5`)."
+        )
+        assert "|" not in card.text and "%" not in card.text and "accuracy" not in card.text.lower()
+
+
+def test_every_saved_folder_carries_its_card(converted_dirs, tmp_path):
+    from hf_elmo import ElmoForTokenClassification
+    from hf_elmo.file_io import CARD_MARKER
+
+    converted = converted_dirs["allennlp"]
+    card = ModelCard.load(converted / "README.md")
+    assert card.data.pipeline_tag == "feature-extraction" and card.text.lstrip().startswith(CARD_MARKER)
+    assert card_origin(card.text)[0].startswith("Converted by `hf-elmo convert` from an original bilm-tf")
+    # convert writes into a temporary folder renamed when complete: the card names no folder
+    assert "\n# ELMo\n" in card.text and 'from_pretrained("path/to/this/folder"' in card.text
+
+    torch.manual_seed(0)
+    model = ElmoForTokenClassification.from_pretrained(converted, id2label=MANY_LABELS)
+    tokenizer = AutoTokenizer.from_pretrained(converted)
+    label2id = {v: k for k, v in MANY_LABELS.items()}
+    tags = [[f"TAG{(3 * i + len(words)) % 12}" for i in range(len(words))] for words in WORDS]
+    encoded = tokenize_and_align_labels(tokenizer, WORDS, tags, label2id=label2id)
+    args = TrainingArguments(output_dir=str(tmp_path / "run"), max_steps=1, per_device_train_batch_size=2,
+                             report_to=[], disable_tqdm=True, use_cpu=True, save_strategy="no")
+    trainer = Trainer(model=model, args=args, data_collator=DataCollatorForElmo(tokenizer),
+                      train_dataset=[{key: encoded[key][i] for key in encoded} for i in range(len(WORDS))])
+    trainer.train()
+    trainer.save_model(str(tmp_path / "tagger"))
+    card = ModelCard.load(tmp_path / "tagger" / "README.md")
+    assert card.data.pipeline_tag == "token-classification" and "Class `ElmoForTokenClassification`" in card.text
+    assert card_labels(card.text) == [MANY_LABELS[i] for i in range(12)]
+    history = card_origin(card.text)
+    assert history[:2] == [card_origin(ModelCard.load(converted / "README.md").text)[0],
+                           f"`ElmoForTokenClassification` head put on the biLM of the folder `{converted.name}`."]
+    assert "`freeze_elmo=True`" in history[2]
+
+    # Loaded back and saved again, the head has the same history; a README.md someone else wrote is left alone, one
+    # this package wrote is written again.
+    again = ElmoForTokenClassification.from_pretrained(tmp_path / "tagger")
+    again.save_pretrained(tmp_path / "again")
+    assert card_origin(ModelCard.load(tmp_path / "again" / "README.md").text) == history
+    (tmp_path / "again" / "README.md").write_text("# My tagger\n", encoding="utf-8")
+    again.save_pretrained(tmp_path / "again")
+    assert (tmp_path / "again" / "README.md").read_text(encoding="utf-8") == "# My tagger\n"
+
+
+def test_a_converted_training_checkpoint_card_names_its_source(checkpoint_dir):
+    from conftest import CHECKPOINT
+
+    words = [line for line in (CHECKPOINT / "vocab.txt").read_text(encoding="utf-8").splitlines() if line]
+    card = ModelCard.load(checkpoint_dir / "README.md")
+    assert card.data.pipeline_tag == "feature-extraction" and "Class `ElmoForBiLM`" in card.text
+    assert card_origin(card.text) == [
+        f"Converted by `hf-elmo convert` from the bilm-tf training checkpoint `tf_checkpoint`, with its softmax and "
+        f"the {len(words):,}-word vocabulary `vocab.txt`."
+    ]

@@ -258,6 +258,15 @@ def test_adapting_converted_weights_gets_a_fresh_softmax(corpus, tmp_path, conve
     assert changed, "two steps of training should move the biLM"
     tokenizer = ElmoTokenizer.from_pretrained(tmp_path / "adapted")
     assert len(tokenizer.word_vocabulary) == ElmoConfig.from_pretrained(tmp_path / "adapted").vocab_size
+    # Its model card tells both steps, in order: the conversion, then this run (whose arguments file is there).
+    card = (tmp_path / "adapted" / "README.md").read_text(encoding="utf-8")
+    converted = "* Converted by `hf-elmo convert` from an original bilm-tf / AllenNLP model (`options.json`, "
+    trained = (
+        f"* biLM trained from the weights of the folder `{folder.name}` by `hf-elmo train` on `valid.txt`; the run's "
+        "arguments are in `bilm_training_options.json` in its output folder."
+    )
+    assert converted in card and trained in card and card.index(converted) < card.index(trained)
+    assert (tmp_path / "adapted" / "bilm_training_options.json").is_file()
 
 
 def crash_at(monkeypatch, method, step, error=KeyboardInterrupt):
