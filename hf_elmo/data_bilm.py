@@ -23,6 +23,8 @@ sentences were packed together.
 
 import argparse
 import codecs
+import hashlib
+import itertools
 import os
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -43,7 +45,7 @@ from .file_io import (
     write_output,
 )
 from .tokenization_elmo import ElmoTokenizer
-from .word_vocabulary import count_word_vocabulary, write_word_vocabulary
+from .word_vocabulary import BOS_WORD_INDEX, EOS_WORD_INDEX, count_word_vocabulary, write_word_vocabulary
 
 SPLITS = ("whitespace", "pretokenizer")
 SPLIT_HELP = (
@@ -91,6 +93,14 @@ def _check_split(split: str, tokenizer: ElmoTokenizer | None):
         raise ValueError(f"split must be one of {SPLITS}, got {split!r}.")
     if split == "pretokenizer" and tokenizer is None:
         raise ValueError("split='pretokenizer' needs the tokenizer whose split_words cuts the lines.")
+
+
+def _check_targets(tokenizer: ElmoTokenizer):
+    if tokenizer.word_vocabulary is None:
+        raise ValueError(
+            "The tokenizer has no word vocabulary for the LM targets: build one (build_word_vocabulary) and attach "
+            "it with tokenizer.set_word_vocabulary(words)."
+        )
 
 
 def check_text_files(files: Sequence[str | os.PathLike], role: str = "data") -> list[str]:
@@ -263,11 +273,7 @@ def load_bilm_dataset(
     """
     import datasets
 
-    if tokenizer.word_vocabulary is None:
-        raise ValueError(
-            "The tokenizer has no word vocabulary for the LM targets: build one (build_word_vocabulary) and attach "
-            "it with tokenizer.set_word_vocabulary(words)."
-        )
+    _check_targets(tokenizer)
     if window < 3:
         raise ValueError(f"window must be >= 3 positions (<S>, one word, </S>), got {window}.")
     _check_split(split, tokenizer)
@@ -336,14 +342,18 @@ class DataCollatorForBiLM:
 
     Padding positions are all-zero character rows with mask 0 and labels -100. Examples are dicts with
     `input_ids` `(T_i, C)` and `labels` `(T_i, 2)`, or both flattened as `load_bilm_dataset` stores them (lists,
-    numpy or torch); `C` is the model's `max_characters_per_token`, 50 unless it says otherwise.
+    numpy or torch); `C` is the model's `max_characters_per_token`, 50 unless it says otherwise. With `words`, the
+    examples are the compact rows of `load_compact_bilm_dataset` (`positions`), made into rows and targets here.
     """
 
     pad_to_multiple_of: int | None = None
+    words: "WordTable | None" = None
 
     def __call__(self, examples: Sequence[dict]) -> dict[str, torch.Tensor]:
         if not examples:
             raise ValueError("DataCollatorForBiLM got no examples.")
+        if self.words is not None:
+            return self._compact_batch(examples)
         ids, labels = zip(*(window_arrays(example, index) for index, example in enumerate(examples)))
         width = ids[0].shape[1]
         for index, rows in enumerate(ids):
@@ -362,6 +372,182 @@ class DataCollatorForBiLM:
             "attention_mask": torch.from_numpy(mask),
             "labels": torch.from_numpy(batch_labels),
         }
+
+    def _compact_batch(self, examples: Sequence[dict]) -> dict[str, torch.Tensor]:
+        positions = max(len(example["positions"]) - 2 for example in examples)
+        if self.pad_to_multiple_of:
+            positions = -(-positions // self.pad_to_multiple_of) * self.pad_to_multiple_of
+        ids, mask, labels = self.words.batch([example["positions"] for example in examples], positions)
+        arrays = {"input_ids": ids, "attention_mask": mask, "labels": labels}
+        return {name: torch.from_numpy(array) for name, array in arrays.items()}
+
+
+# Compact prepared windows: a position is stored as one int32, an index into the corpus's table of distinct words
+# (`WordTable`), and the collator makes the character rows and targets of each batch from the table.
+
+WINDOWS_FORMAT = "hf-elmo compact windows 1"
+"""Part of every cache key: a change of the stored layout must not read files written in the old one."""
+NO_NEIGHBOUR = -1
+LINES_PER_PACK = 1000
+"""Windows are packed within blocks of this many lines of a file, as `load_bilm_dataset` packs each batch of its map:
+both preparations give the same windows."""
+
+
+class WordTable:
+    """The distinct words of a corpus: the vocabulary's words first (so a word's index is its word id), then, sorted,
+    the corpus's other words and its literal `<S>` and `</S>` words (indices 0 and 1 are the sentence boundaries
+    only, which the targets tell apart from the same words written in the text). `rows` are their character rows and
+    `targets` their word ids."""
+
+    def __init__(self, tokenizer: ElmoTokenizer, words_seen: Iterable[str]):
+        _check_targets(tokenizer)
+        vocabulary = tokenizer.word_vocabulary
+        known = set(vocabulary)
+        extra = sorted(word for word in set(words_seen) if word not in known or word in (BOS_TOKEN, EOS_TOKEN))
+        self.words = (*vocabulary, *extra)
+        # A literal <S> or </S> of the text maps to its own entry, after the vocabulary.
+        self.index = {word: i for i, word in enumerate(self.words)}
+        self.rows = tokenizer.characters.rows(self.words).astype(np.int16)
+        self.targets = tokenizer.word_targets(self.words).astype(np.int64)
+        self.digest = hashlib.sha256("\n".join(self.words).encode("utf-8", "surrogatepass")).hexdigest()
+
+    @classmethod
+    def of_files(cls, files, tokenizer: ElmoTokenizer, split: str = "whitespace") -> "WordTable":
+        """The table of the words of `files` (read once, line by line)."""
+        seen = set()
+        for words in iter_sentences(check_text_files(files), split, tokenizer):
+            seen.update(words)
+        return cls(tokenizer, seen)
+
+    def window_arrays(self, positions, index: int = 0) -> tuple[np.ndarray, np.ndarray]:
+        """A stored window `[before, p_1 ... p_T, after]` (table indices; `before`/`after` the neighbours of a window
+        cut out of a longer sentence, else -1) as `(input_ids (T, C), labels (T, 2))` int64, as `encode_windows`
+        gives them."""
+        ids, _, labels = self.batch([positions], first_index=index)
+        return ids[0], labels[0]
+
+    def batch(self, windows: Sequence, positions: int | None = None, first_index: int = 0):
+        """Stored windows as a padded batch, all at once: `input_ids` `(B, P, C)`, `attention_mask` `(B, P)` and
+        `labels` `(B, P, 2)`, int64, with `P` the longest window (or `positions`)."""
+        windows = [np.asarray(window) for window in windows]
+        for index, window in enumerate(windows, start=first_index):
+            if window.ndim != 1 or window.size < 3:
+                raise ValueError(f"Example {index}: expected a stored window of 3 entries or more, got {window.shape}.")
+        stored = np.concatenate(windows).astype(np.int64)
+        if stored.min() < NO_NEIGHBOUR or stored.max() >= len(self.words):
+            bad = next(i for i, w in enumerate(windows) if w.min() < NO_NEIGHBOUR or w.max() >= len(self.words))
+            raise ValueError(
+                f"Example {first_index + bad}: stored word indices must be in [-1, {len(self.words) - 1}], got "
+                f"[{windows[bad].min()}, {windows[bad].max()}]: the window was prepared with another word table."
+            )
+        lengths = np.array([window.size - 2 for window in windows])
+        width = max(lengths) if positions is None else positions
+        rows = np.repeat(np.arange(len(windows)), lengths)
+        columns = np.arange(lengths.sum()) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+        inside = rows * 2 + 1 + np.arange(lengths.sum())  # where each position is in `stored`
+        words = stored[inside]
+        targets = np.where(stored == NO_NEIGHBOUR, IGNORE_INDEX, self.targets[stored])
+        labels = np.full((len(windows), width, 2), IGNORE_INDEX, dtype=np.int64)
+        labels[rows, columns, 0] = np.where(words == EOS_WORD_INDEX, IGNORE_INDEX, targets[inside + 1])
+        labels[rows, columns, 1] = np.where(words == BOS_WORD_INDEX, IGNORE_INDEX, targets[inside - 1])
+        ids = np.zeros((len(windows), width, self.rows.shape[1]), dtype=np.int64)
+        ids[rows, columns] = self.rows[words]
+        mask = (np.arange(width)[None, :] < lengths[:, None]).astype(np.int64)
+        return ids, mask, labels
+
+
+def _pack_block(lines, first_number, table: WordTable, window, split, tokenizer, source) -> tuple[np.ndarray, ...]:
+    """The stored windows of one block of lines: `(offsets, values)` of the list column."""
+    index, flat, lengths = table.index, [], []
+    sentences = (
+        split_line(line, split, tokenizer, f"{source}, line {first_number + i}") for i, line in enumerate(lines)
+    )
+    for group in pack_sentences((words for words in sentences if words), window):
+        length = 0
+        for words in group:
+            flat.append(BOS_WORD_INDEX)
+            flat.extend(index.get(word, NO_NEIGHBOUR) for word in words)
+            flat.append(EOS_WORD_INDEX)
+            length += len(words) + 2
+        lengths += [min(window, length - start) for start in range(0, length, window)]
+    flat = np.asarray(flat, dtype=np.int32)
+    if (flat == NO_NEIGHBOUR).any():
+        raise ElmoInputError(f"{source}: changed while it was being prepared; run again")
+    lengths = np.asarray(lengths, dtype=np.int64)
+    ends = np.cumsum(lengths)
+    starts = ends - lengths
+    values = np.empty(flat.size + 2 * lengths.size, dtype=np.int32)
+    shift = 2 * np.arange(lengths.size)
+    values[np.arange(flat.size) + np.repeat(shift, lengths) + 1] = flat
+    cut_before = flat[starts] != BOS_WORD_INDEX
+    cut_after = flat[ends - 1] != EOS_WORD_INDEX
+    values[starts + shift] = np.where(cut_before, flat[np.maximum(starts - 1, 0)], NO_NEIGHBOUR)
+    values[ends + shift + 1] = np.where(cut_after, flat[np.minimum(ends, flat.size - 1)], NO_NEIGHBOUR)
+    offsets = np.concatenate([[0], ends + shift + 2]).astype(np.int32)
+    return offsets, values
+
+
+def _write_compact_file(path: str, target: Path, table: WordTable, window, split, tokenizer):
+    """The windows of one text file into the Arrow file `target` (written aside, then renamed: complete or absent)."""
+    import pyarrow as pa
+
+    schema = pa.schema([("positions", pa.list_(pa.int32()))])
+    partial_target = target.with_name(f".{target.name}.{os.getpid()}.partial")
+    try:
+        with pa.OSFile(str(partial_target), "wb") as sink, pa.ipc.new_stream(sink, schema) as writer:
+            lines = read_lines(path)
+            for first in itertools.count(1, LINES_PER_PACK):
+                block = list(itertools.islice(lines, LINES_PER_PACK))
+                if not block:
+                    break
+                offsets, values = _pack_block(block, first, table, window, split, tokenizer, path)
+                if len(offsets) > 1:
+                    column = pa.ListArray.from_arrays(pa.array(offsets), pa.array(values))
+                    writer.write_batch(pa.record_batch([column], schema=schema))
+        os.replace(partial_target, target)
+    finally:
+        partial_target.unlink(missing_ok=True)
+
+
+def load_compact_bilm_dataset(
+    files: Sequence[str | os.PathLike],
+    table: WordTable,
+    tokenizer: ElmoTokenizer,
+    window: int = 20,
+    split: str = "whitespace",
+    cache_dir: str | os.PathLike | None = None,
+    role: str = "data",
+):
+    """The windows of `load_bilm_dataset`, stored compactly: one row per window, `positions` `(T + 2,)` int32
+    (`WordTable.window_arrays`); `DataCollatorForBiLM(words=table)` makes batches of them, the same batches.
+
+    Each text file is prepared once into an Arrow file of the cache (`cache_dir`, default the `datasets` cache), keyed
+    by the file's path, size and modification time, the window, the split and the table; the files are then
+    memory-mapped, so preparing and training take memory independent of the corpus's size.
+    """
+    import datasets
+    from datasets.fingerprint import Hasher
+
+    if window < 3:
+        raise ValueError(f"window must be >= 3 positions (<S>, one word, </S>), got {window}.")
+    _check_split(split, tokenizer)
+    files = check_text_files(files, role)
+    folder = Path(cache_dir if cache_dir is not None else datasets.config.HF_DATASETS_CACHE) / "hf_elmo_windows"
+    folder.mkdir(parents=True, exist_ok=True)
+    splitter = tokenizer if split == "pretokenizer" else None
+    parts = []
+    for path in files:
+        info = os.stat(path)
+        source = (os.path.abspath(path), info.st_size, info.st_mtime_ns)
+        key = Hasher.hash((WINDOWS_FORMAT, source, window, split, splitter, table.digest))
+        target = folder / f"{key}.arrow"
+        if not target.is_file():
+            _write_compact_file(path, target, table, window, split, tokenizer)
+        parts.append(datasets.Dataset.from_file(str(target)))
+    dataset = parts[0] if len(parts) == 1 else datasets.concatenate_datasets(parts)
+    if len(dataset) == 0:
+        raise ValueError(f"The {role} files {files} hold no sentence.")
+    return dataset.with_format("numpy")
 
 
 # `hf-elmo vocab`: the vocabulary builder as a command.
@@ -388,11 +574,13 @@ def run(args: argparse.Namespace) -> int:
 
 __all__ = [
     "DataCollatorForBiLM",
+    "WordTable",
     "build_word_vocabulary",
     "check_text_files",
     "encode_windows",
     "iter_sentences",
     "load_bilm_dataset",
+    "load_compact_bilm_dataset",
     "model_split",
     "pack_sentences",
     "split_line",

@@ -54,10 +54,12 @@ from .data_bilm import (
     SPLITS,
     TRAINING_OPTIONS_FILE,
     DataCollatorForBiLM,
+    WordTable,
     build_word_vocabulary,
     check_text_files,
     iter_sentences,
     load_bilm_dataset,
+    load_compact_bilm_dataset,
 )
 from .file_io import ElmoInputError, check_not_an_input, deferred_signals, read_json_object, write_atomically
 from .freed_memory import keep_freed_memory
@@ -813,6 +815,20 @@ def _training_arguments(options: BiLMTrainingOptions, has_eval: bool) -> Trainin
     )
 
 
+def _eval_windows(options: BiLMTrainingOptions, tokenizer: ElmoTokenizer, cache_dir, words: WordTable | None):
+    """The evaluation windows: compact with the training's word table `words`, else as `load_bilm_dataset` makes
+    them."""
+    if not options.eval_files:
+        return None
+    if words is None:
+        return load_bilm_dataset(
+            options.eval_files, tokenizer, options.window, options.split, False, cache_dir, "evaluation"
+        )
+    return load_compact_bilm_dataset(
+        options.eval_files, words, tokenizer, options.window, options.split, cache_dir, "evaluation"
+    )
+
+
 def train_bilm(options: BiLMTrainingOptions | None = None, **kwargs) -> dict:
     """Train an `ElmoForBiLM` and save it (safetensors, tokenizer with its vocabulary, remote code) to `output_dir`.
 
@@ -850,7 +866,7 @@ def train_bilm(options: BiLMTrainingOptions | None = None, **kwargs) -> dict:
 
 def _train(options, output_dir, tokenizer, config, args, resume_from) -> dict:
     model = _build_model(options, config)  # before the data: --init-from problems are found before any work
-    cache_dir = options.data_cache_dir
+    cache_dir, words = options.data_cache_dir, None
     with args.main_process_first(desc="preparing the data"):
         if options.stream:
             train_dataset = StreamWindowDataset(
@@ -862,15 +878,19 @@ def _train(options, output_dir, tokenizer, config, args, resume_from) -> dict:
                 epochs=options.epochs,
                 steps=options.max_steps * options.gradient_accumulation_steps if options.max_steps > 0 else None,
             )
-        else:
+            eval_dataset = _eval_windows(options, tokenizer, cache_dir, None)
+        elif options.streaming:
             train_dataset = load_bilm_dataset(
-                options.train_files, tokenizer, options.window, options.split, options.streaming, cache_dir, "training"
+                options.train_files, tokenizer, options.window, options.split, True, cache_dir, "training"
             )
-        eval_dataset = None
-        if options.eval_files:
-            eval_dataset = load_bilm_dataset(
-                options.eval_files, tokenizer, options.window, options.split, False, cache_dir, "evaluation"
+            eval_dataset = _eval_windows(options, tokenizer, cache_dir, None)
+        else:
+            # One table for both: the collator makes the training and the evaluation batches.
+            words = WordTable.of_files([*options.train_files, *options.eval_files], tokenizer, options.split)
+            train_dataset = load_compact_bilm_dataset(
+                options.train_files, words, tokenizer, options.window, options.split, cache_dir, "training"
             )
+            eval_dataset = _eval_windows(options, tokenizer, cache_dir, words)
     if options.streaming:
         train_dataset = train_dataset.shuffle(seed=options.seed, buffer_size=10_000)
 
@@ -908,7 +928,7 @@ def _train(options, output_dir, tokenizer, config, args, resume_from) -> dict:
     trainer = (StreamTrainer if options.stream else ElmoTrainer)(
         model=model,
         args=args,
-        data_collator=DataCollatorForBiLMStreams() if options.stream else DataCollatorForBiLM(),
+        data_collator=DataCollatorForBiLMStreams() if options.stream else DataCollatorForBiLM(words=words),
         train_dataset=train_dataset,
         eval_dataset=eval_dataset,
         optimizer_cls_and_kwargs=optimizer,

@@ -9,10 +9,12 @@ from transformers import AutoTokenizer
 from hf_elmo import ElmoTokenizer
 from hf_elmo.data_bilm import (
     DataCollatorForBiLM,
+    WordTable,
     build_word_vocabulary,
     encode_windows,
     iter_sentences,
     load_bilm_dataset,
+    load_compact_bilm_dataset,
     pack_sentences,
     window_arrays,
 )
@@ -225,3 +227,58 @@ def test_training_windows_read_lines_as_every_command_does(tmp_path, streaming):
     corpus.write_text("d c\n", encoding="utf-8")
     windows = [window_arrays(row) for row in load_bilm_dataset([corpus], tokenizer, **options)]
     assert np.array_equal(np.concatenate([ids for ids, _ in windows]), words_to_char_ids(["<S>", "d", "c", "</S>"]))
+
+
+def hostile_corpus(folder: Path) -> list[Path]:
+    """Two files: sentences longer than the window, blank lines, the literal words <S>, </S> and <UNK>, words outside
+    the vocabulary, and more lines than one packing block (1000)."""
+    rng = np.random.default_rng(3)
+    words = [f"w{i}" for i in range(60)] + ["<S>", "</S>", "<UNK>", "é" * 40]
+    files = []
+    for name, count in (("a.txt", 2300), ("b.txt", 400)):
+        lengths = rng.choice([0, 1, 2, 5, 9, 17, 18, 19, 30, 41], count)
+        lines = [" ".join(rng.choice(words, n)) for n in lengths]
+        (folder / name).write_text("\n".join(lines) + "\n", encoding="utf-8")
+        files.append(folder / name)
+    return files
+
+
+@pytest.mark.parametrize("window", [20, 7])
+def test_compact_windows_give_the_batches_and_the_loss_of_full_rows(tmp_path, window):
+    from hf_elmo import ElmoConfig, ElmoForBiLM
+
+    files = hostile_corpus(tmp_path)
+    tokenizer = tokenizer_with(build_word_vocabulary(files, max_size=40))  # words outside it: <UNK> targets
+    full = load_bilm_dataset(files, tokenizer, window, cache_dir=tmp_path / "full")
+    table = WordTable.of_files(files, tokenizer)
+    compact = load_compact_bilm_dataset(files, table, tokenizer, window, cache_dir=tmp_path / "compact")
+    assert len(compact) == len(full)
+    order = np.random.default_rng(0).permutation(len(full))
+    model = ElmoForBiLM(ElmoConfig(filters=[[1, 4], [2, 4]], n_highway=1, cell_dim=8, projection_dim=4,
+                                   num_layers=1, vocab_size=len(tokenizer.word_vocabulary))).eval()
+    for start in range(0, len(order), 64):
+        rows = order[start : start + 64].tolist()
+        expected = DataCollatorForBiLM(pad_to_multiple_of=8)([full[i] for i in rows])
+        batch = DataCollatorForBiLM(pad_to_multiple_of=8, words=table)([compact[i] for i in rows])
+        assert all(torch.equal(batch[name], expected[name]) for name in expected)
+        with torch.no_grad():
+            assert torch.equal(model(**batch).loss, model(**expected).loss)
+
+
+def test_compact_windows_take_a_few_bytes_a_position_and_are_prepared_once(tmp_path):
+    files = hostile_corpus(tmp_path)
+    tokenizer = tokenizer_with(build_word_vocabulary(files))
+    table = WordTable.of_files(files, tokenizer)
+    cache = tmp_path / "cache"
+    dataset = load_compact_bilm_dataset(files, table, tokenizer, cache_dir=cache)
+    positions = sum(len(row["positions"]) - 2 for row in dataset)
+    stored = sorted(cache.rglob("*.arrow"))
+    assert len(stored) == 2 and sum(p.stat().st_size for p in stored) <= 8 * positions
+    assert sorted(p for p in cache.rglob("*") if p.is_file()) == stored  # nothing half-written left
+    times = {p: p.stat().st_mtime_ns for p in stored}
+    load_compact_bilm_dataset(files, table, tokenizer, cache_dir=cache)
+    assert {p: p.stat().st_mtime_ns for p in sorted(cache.rglob("*.arrow"))} == times
+    files[1].write_text("w1 w2\n", encoding="utf-8")  # edited: prepared again, the other file not
+    edited = load_compact_bilm_dataset(files, table, tokenizer, cache_dir=cache)
+    assert len(list(cache.rglob("*.arrow"))) == 3 and all(p.stat().st_mtime_ns == t for p, t in times.items())
+    assert edited[-1]["positions"].tolist() == [-1, 0, table.index["w1"], table.index["w2"], 1, -1]
