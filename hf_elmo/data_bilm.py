@@ -23,6 +23,7 @@ sentences were packed together.
 
 import argparse
 import codecs
+import contextlib
 import hashlib
 import itertools
 import os
@@ -458,21 +459,25 @@ class WordTable:
 
 def _pack_block(lines, first_number, table: WordTable, window, split, tokenizer, source) -> tuple[np.ndarray, ...]:
     """The stored windows of one block of lines: `(offsets, values)` of the list column."""
-    index, flat, lengths = table.index, [], []
+    lookup, flat, lengths = table.index.__getitem__, [], []
     sentences = (
         split_line(line, split, tokenizer, f"{source}, line {first_number + i}") for i, line in enumerate(lines)
     )
-    for group in pack_sentences((words for words in sentences if words), window):
-        length = 0
-        for words in group:
-            flat.append(BOS_WORD_INDEX)
-            flat.extend(index.get(word, NO_NEIGHBOUR) for word in words)
-            flat.append(EOS_WORD_INDEX)
-            length += len(words) + 2
-        lengths += [min(window, length - start) for start in range(0, length, window)]
+    try:
+        for group in pack_sentences((words for words in sentences if words), window):
+            length = 0
+            for words in group:
+                flat.append(BOS_WORD_INDEX)
+                flat.extend(map(lookup, words))
+                flat.append(EOS_WORD_INDEX)
+                length += len(words) + 2
+            lengths += [min(window, length - start) for start in range(0, length, window)]
+    except KeyError as error:  # a word the table's pass did not see
+        raise ElmoInputError(
+            f"{source}: the word {error.args[0]!r} is not in the word table: the file changed after the table was "
+            "made from it, or the table was made from other files"
+        ) from None
     flat = np.asarray(flat, dtype=np.int32)
-    if (flat == NO_NEIGHBOUR).any():
-        raise ElmoInputError(f"{source}: changed while it was being prepared; run again")
     lengths = np.asarray(lengths, dtype=np.int64)
     ends = np.cumsum(lengths)
     starts = ends - lengths
@@ -492,7 +497,10 @@ def _write_compact_file(path: str, target: Path, table: WordTable, window, split
     import pyarrow as pa
 
     schema = pa.schema([("positions", pa.list_(pa.int32()))])
+    created = [folder for folder in (target.parent, *target.parent.parents) if not folder.exists()]
+    target.parent.mkdir(parents=True, exist_ok=True)
     partial_target = target.with_name(f".{target.name}.{os.getpid()}.partial")
+    written = False
     try:
         with pa.OSFile(str(partial_target), "wb") as sink, pa.ipc.new_stream(sink, schema) as writer:
             lines = read_lines(path)
@@ -505,8 +513,20 @@ def _write_compact_file(path: str, target: Path, table: WordTable, window, split
                     column = pa.ListArray.from_arrays(pa.array(offsets), pa.array(values))
                     writer.write_batch(pa.record_batch([column], schema=schema))
         os.replace(partial_target, target)
+        written = True
     finally:
         partial_target.unlink(missing_ok=True)
+        for folder in [] if written else created:  # a failed preparation leaves no empty cache folder behind
+            with contextlib.suppress(OSError):
+                folder.rmdir()
+
+
+def window_positions(dataset) -> int:
+    """The positions of all windows of a `load_compact_bilm_dataset` dataset, from its stored offsets."""
+    import pyarrow.compute as pc
+
+    column = dataset.data.column("positions")
+    return int(pc.sum(pc.list_value_length(column)).as_py()) - 2 * len(column)
 
 
 def load_compact_bilm_dataset(
@@ -533,7 +553,6 @@ def load_compact_bilm_dataset(
     _check_split(split, tokenizer)
     files = check_text_files(files, role)
     folder = Path(cache_dir if cache_dir is not None else datasets.config.HF_DATASETS_CACHE) / "hf_elmo_windows"
-    folder.mkdir(parents=True, exist_ok=True)
     splitter = tokenizer if split == "pretokenizer" else None
     parts = []
     for path in files:
@@ -585,4 +604,5 @@ __all__ = [
     "pack_sentences",
     "split_line",
     "window_arrays",
+    "window_positions",
 ]
