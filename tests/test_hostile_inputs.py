@@ -22,6 +22,7 @@ from safetensors.torch import load_file, save_file
 
 from hf_elmo import ElmoConfig, ElmoForBiLM, ElmoTokenizer
 from hf_elmo.cli import main as cli_main
+from hf_elmo.data_bilm import DataCollatorForBiLM, WordTable, load_compact_bilm_dataset
 
 from conftest import CHECKPOINT, FIXTURES
 
@@ -735,6 +736,14 @@ MEMORY_CASES = {
         "perplexity --model B corpus.txt",
         r"^error: B: .*max_characters_per_token is 1,000,000,000, more than the limit of 1,000 slots per word",
     ),
+    # --- compact training data and its guard-rails ---
+    "train: weights, gradients and optimizer state beyond the memory": (
+        ("B/config.json", {"projection_dim": 10**5, "cell_dim": 1000}),
+        TRAIN,
+        r"^error: the weights, their gradients and the adagrad state need 20\.1 GiB before activations \(0\.0\d+ GiB "
+        r"of it for the softmax of \d+ words x 100001\), more than the [\d.]+ GiB of this process's address space "
+        r"limit",
+    ),
 }
 
 # Runs every case in one process whose address space may grow by at most 2 GiB once the libraries are loaded, so that
@@ -857,6 +866,27 @@ def with_labels(*values):
     return lambda batch, model: {**batch, "labels": torch.tensor(values)}
 
 
+# --- compact training data and its guard-rails: calls ---
+
+
+def word_table(words=()):
+    """The word table of `words` with the vocabulary of `B`."""
+    tokenizer = ElmoTokenizer()
+    tokenizer.set_word_vocabulary(["<S>", "</S>", "<UNK>", "the", "cat", "sat", "a", "dog", "."])
+    return WordTable(tokenizer, words)
+
+
+def collate_compact(*windows):
+    return lambda root: DataCollatorForBiLM(words=word_table())([{"positions": window} for window in windows])
+
+
+def compact_windows(root, table_words):
+    table = word_table(table_words)
+    tokenizer = ElmoTokenizer()
+    tokenizer.set_word_vocabulary(list(table.words[:9]))
+    return load_compact_bilm_dataset(["corpus.txt"], table, tokenizer, cache_dir=root / "cache")
+
+
 API_CASES = {
     "attention_mask of 1 over padding rows": (
         [],
@@ -968,6 +998,27 @@ API_CASES = {
         [edit_json("M/tokenizer_config.json", tokenizer_class="BertTokenizer")],
         lambda root: ElmoTokenizer.from_pretrained(root / "M"),
         r"M: tokenizer_config\.json names tokenizer_class 'BertTokenizer', expected 'ElmoTokenizer'",
+    ),
+    # --- compact training data and its guard-rails ---
+    "compact windows of a file with the word table of other files": (
+        [],
+        lambda root: compact_windows(root, table_words=[]),
+        r"^corpus\.txt: the word 'on' is not in the word table: the file changed after the table was made from it, or "
+        r"the table was made from other files$",
+    ),
+    "a compact window too short": (
+        [],
+        collate_compact([-1, 0, 3, 1, -1], [0, 50]),
+        r"^Example 1: expected a stored window of 3 entries or more, got \(2,\)\.$",
+    ),
+    "compact windows collated with the word table of other files": (
+        [],
+        collate_compact([-1, 0, 3, 1, -1], [-1, 0, 50, 1, -1]),
+        r"^Example 1: stored word indices must be in \[-1, 8\], got \[-1, 50\]: the window was prepared with another "
+        r"word table\.$",
+    ),
+    "a word table without a word vocabulary": (
+        [], lambda root: WordTable(ElmoTokenizer(), ["a"]), r"^The tokenizer has no word vocabulary for the LM targets"
     ),
 }
 
