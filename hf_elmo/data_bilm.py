@@ -24,6 +24,7 @@ sentences were packed together.
 import argparse
 import codecs
 import contextlib
+import glob
 import hashlib
 import itertools
 import os
@@ -104,12 +105,31 @@ def _check_targets(tokenizer: ElmoTokenizer):
         )
 
 
-def check_text_files(files: Sequence[str | os.PathLike], role: str = "data") -> list[str]:
-    """Paths as strings; raises if one is missing, not a file, not UTF-8 text (naming the line), or has no word at
-    all. Reads every file once, in blocks."""
+def expand_shards(files: Sequence[str | os.PathLike] | str | os.PathLike, role: str = "data") -> list[str]:
+    """The text files a corpus names: a folder stands for its files (hidden ones aside) and a pattern (`*`, `?`, `[`)
+    naming no file itself for the files it matches, each in sorted order, as the 1B Word Benchmark's shards."""
     if isinstance(files, (str, os.PathLike)):
         files = [files]
-    files = [os.fspath(f) for f in files]
+    expanded = []
+    for name in map(os.fspath, files):
+        if os.path.isdir(name):
+            shards = sorted(str(p) for p in Path(name).iterdir() if p.is_file() and not p.name.startswith("."))
+            if not shards:
+                raise ValueError(f"{role.capitalize()} folder {name!r} holds no file.")
+        elif not os.path.exists(name) and set("*?[") & set(name):
+            shards = sorted(glob.glob(name))
+            if not shards:
+                raise ValueError(f"{role.capitalize()} files {name!r}: no file matches the pattern.")
+        else:
+            shards = [name]
+        expanded += shards
+    return expanded
+
+
+def check_text_files(files: Sequence[str | os.PathLike], role: str = "data") -> list[str]:
+    """Paths as strings (folders and patterns as `expand_shards` gives them); raises if one is missing, not a file, not
+    UTF-8 text (naming the line), or has no word at all. Reads every file once, in blocks."""
+    files = expand_shards(files, role)
     if not files:
         raise ValueError(f"No {role} files given.")
     for path in files:
@@ -154,7 +174,7 @@ def iter_sentences(
     sentence, as bilm-tf reads them), in order; with `locations`, `("file, line N", words)` pairs. The lines are
     those of `file_io.read_lines`."""
     _check_split(split, tokenizer)
-    for path in files:
+    for path in expand_shards(files):
         for number, line in enumerate(read_lines(path), start=1):
             where = f"{path}, line {number}"
             words = split_line(line, split, tokenizer, where)
@@ -537,13 +557,15 @@ def load_compact_bilm_dataset(
     split: str = "whitespace",
     cache_dir: str | os.PathLike | None = None,
     role: str = "data",
+    processes: int | None = None,
 ):
     """The windows of `load_bilm_dataset`, stored compactly: one row per window, `positions` `(T + 2,)` int32
     (`WordTable.window_arrays`); `DataCollatorForBiLM(words=table)` makes batches of them, the same batches.
 
     Each text file is prepared once into an Arrow file of the cache (`cache_dir`, default the `datasets` cache), keyed
     by the file's path, size and modification time, the window, the split and the table; the files are then
-    memory-mapped, so preparing and training take memory independent of the corpus's size.
+    memory-mapped, so preparing and training take memory independent of the corpus's size. Files not prepared yet
+    are prepared by `processes` processes at once (default: one per file, at most one per core).
     """
     import datasets
     from datasets.fingerprint import Hasher
@@ -554,15 +576,27 @@ def load_compact_bilm_dataset(
     files = check_text_files(files, role)
     folder = Path(cache_dir if cache_dir is not None else datasets.config.HF_DATASETS_CACHE) / "hf_elmo_windows"
     splitter = tokenizer if split == "pretokenizer" else None
-    parts = []
+    targets = []
     for path in files:
         info = os.stat(path)
         source = (os.path.abspath(path), info.st_size, info.st_mtime_ns)
         key = Hasher.hash((WINDOWS_FORMAT, source, window, split, splitter, table.digest))
-        target = folder / f"{key}.arrow"
-        if not target.is_file():
-            _write_compact_file(path, target, table, window, split, tokenizer)
-        parts.append(datasets.Dataset.from_file(str(target)))
+        targets.append(folder / f"{key}.arrow")
+    missing = [(path, target) for path, target in zip(files, targets) if not target.is_file()]
+    processes = min(len(missing), os.cpu_count() or 1) if processes is None else min(processes, len(missing))
+    write = partial(_write_compact_file, table=table, window=window, split=split, tokenizer=tokenizer)
+    if processes > 1:
+        from concurrent.futures import ProcessPoolExecutor
+        from multiprocessing import get_context
+
+        # Forked, the workers share the table instead of each receiving a copy.
+        with ProcessPoolExecutor(processes, mp_context=get_context("fork")) as pool:
+            for done in [pool.submit(write, path, target) for path, target in missing]:
+                done.result()
+    else:
+        for path, target in missing:
+            write(path, target)
+    parts = [datasets.Dataset.from_file(str(target)) for target in targets]
     dataset = parts[0] if len(parts) == 1 else datasets.concatenate_datasets(parts)
     if len(dataset) == 0:
         raise ValueError(f"The {role} files {files} hold no sentence.")
@@ -597,6 +631,7 @@ __all__ = [
     "build_word_vocabulary",
     "check_text_files",
     "encode_windows",
+    "expand_shards",
     "iter_sentences",
     "load_bilm_dataset",
     "load_compact_bilm_dataset",

@@ -111,9 +111,11 @@ class BiLMTrainingOptions:
     # data
     output_dir: str = _option(help="folder of the run: checkpoints, then the trained biLM")
     train_files: list[str] = _option(
-        [], help="text files, one sentence per line (needed, except with --resume: then the run's own by default)"
+        [],
+        help="text files, one sentence per line, or folders of them, or patterns such as 'shards/*.txt' (needed, except "
+        "with --resume: then the run's own by default)",
     )
-    eval_files: list[str] = _option([], help="held-out text files for periodic perplexity")
+    eval_files: list[str] = _option([], help="held-out text files (or folders, or patterns) for periodic perplexity")
     vocab: str | None = _option(
         None,
         help="vocabulary file (one word per line, <S>, </S>, <UNK> first); default: the --init-from model's, else "

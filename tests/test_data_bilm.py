@@ -282,3 +282,25 @@ def test_compact_windows_take_a_few_bytes_a_position_and_are_prepared_once(tmp_p
     edited = load_compact_bilm_dataset(files, table, tokenizer, cache_dir=cache)
     assert len(list(cache.rglob("*.arrow"))) == 3 and all(p.stat().st_mtime_ns == t for p, t in times.items())
     assert edited[-1]["positions"].tolist() == [-1, 0, table.index["w1"], table.index["w2"], 1, -1]
+
+
+def test_a_folder_or_a_pattern_of_shards_reads_as_its_files_in_order(tmp_path):
+    first, second = hostile_corpus(tmp_path)
+    shards = tmp_path / "shards"
+    shards.mkdir()
+    lines = (first.read_text(encoding="utf-8") + second.read_text(encoding="utf-8")).splitlines(keepends=True)
+    names = [f"part-{i:02d}.txt" for i in range(5)]
+    for index, name in enumerate(names):
+        (shards / name).write_text("".join(lines[index::5]), encoding="utf-8")
+    (shards / ".notes").write_text("not a shard\n", encoding="utf-8")
+    listed = [shards / name for name in names]
+    tokenizer = tokenizer_with(build_word_vocabulary(listed, max_size=40))
+    assert build_word_vocabulary([shards], max_size=40) == tokenizer.word_vocabulary
+    table = WordTable.of_files(listed, tokenizer)
+    expected = load_compact_bilm_dataset(listed, table, tokenizer, cache_dir=tmp_path / "one", processes=1)
+    for corpus in ([shards], [str(shards / "part-*.txt")]):
+        assert WordTable.of_files(corpus, tokenizer).words == table.words
+        # Prepared by several processes (one per shard, up to one per core) into a cache of its own.
+        dataset = load_compact_bilm_dataset(corpus, table, tokenizer, cache_dir=tmp_path / type(corpus[0]).__name__)
+        assert len(dataset) == len(expected)
+        assert all(np.array_equal(a["positions"], b["positions"]) for a, b in zip(dataset, expected))

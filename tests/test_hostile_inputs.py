@@ -648,6 +648,16 @@ CASES = {
         TRAIN.replace("--config B", "--config huge"),
         r"--config 'huge' is neither a preset \(tiny, small, medium, original\) nor an existing file or folder\.$",
     ),
+    # --- compact training data and its guard-rails ---
+    "train: a pattern of shards that matches no file": Case(
+        TRAIN.replace("corpus.txt", "shards/*.txt"),
+        r"^error: Training files 'shards/\*\.txt': no file matches the pattern\.$",
+    ),
+    "train: a folder of shards that holds no file": Case(
+        TRAIN.replace("corpus.txt", "shards"),
+        r"^error: Training folder 'shards' holds no file\.$",
+        [lambda root: (root / "shards" / ".hidden").mkdir(parents=True)],
+    ),
 }
 
 
