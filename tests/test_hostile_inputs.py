@@ -876,7 +876,7 @@ def with_labels(*values):
     return lambda batch, model: {**batch, "labels": torch.tensor(values)}
 
 
-# --- compact training data and its guard-rails: calls ---
+# --- compact training data, its guard-rails and embedding in several processes: calls ---
 
 
 def word_table(words=()):
@@ -888,6 +888,16 @@ def word_table(words=()):
 
 def collate_compact(*windows):
     return lambda root: DataCollatorForBiLM(words=word_table())([{"positions": window} for window in windows])
+
+
+def embed_in_parts(*arguments):
+    import argparse
+
+    from hf_elmo.embed_elmo import add_arguments, check_split_between_processes
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    check_split_between_processes(parser.parse_args([arguments[0], "out.h5", "--model", "M", *arguments[1:]]), 2)
 
 
 def compact_windows(root, table_words):
@@ -1009,7 +1019,7 @@ API_CASES = {
         lambda root: ElmoTokenizer.from_pretrained(root / "M"),
         r"M: tokenizer_config\.json names tokenizer_class 'BertTokenizer', expected 'ElmoTokenizer'",
     ),
-    # --- compact training data and its guard-rails ---
+    # --- compact training data, its guard-rails and embedding in several processes ---
     "compact windows of a file with the word table of other files": (
         [],
         lambda root: compact_windows(root, table_words=[]),
@@ -1026,6 +1036,19 @@ API_CASES = {
         collate_compact([-1, 0, 3, 1, -1], [-1, 0, 50, 1, -1]),
         r"^Example 1: stored word indices must be in \[-1, 8\], got \[-1, 50\]: the window was prepared with another "
         r"word table\.$",
+    ),
+    "embed split between two processes from standard input": (
+        [],
+        lambda root: embed_in_parts("-", "--top"),
+        r"^standard input cannot be split between 2 processes \(each embeds one line in 2\): embed with one process$",
+    ),
+    "embed split between two processes with --carry-state": (
+        [], lambda root: embed_in_parts("in.txt", "--top", "--carry-state"), r"^--carry-state cannot be split between 2"
+    ),
+    "embed split between two processes into the packed layout": (
+        [],
+        lambda root: embed_in_parts("in.txt", "--top", "--layout", "packed"),
+        r"^--layout packed cannot be split between 2",
     ),
     "a word table without a word vocabulary": (
         [], lambda root: WordTable(ElmoTokenizer(), ["a"]), r"^The tokenizer has no word vocabulary for the LM targets"
