@@ -512,33 +512,87 @@ def _pack_block(lines, first_number, table: WordTable, window, split, tokenizer,
     return offsets, values
 
 
-def _write_compact_file(path: str, target: Path, table: WordTable, window, split, tokenizer):
-    """The windows of one text file into the Arrow file `target` (written aside, then renamed: complete or absent)."""
+def _compact_schema():
     import pyarrow as pa
 
-    schema = pa.schema([("positions", pa.list_(pa.int32()))])
+    return pa.schema([("positions", pa.list_(pa.int32()))])
+
+
+@contextlib.contextmanager
+def _written_aside(target: Path):
+    """A path to write `target` at, renamed to it when the block ends without error: `target` is complete or absent,
+    and a failed write leaves no empty cache folder behind."""
     created = [folder for folder in (target.parent, *target.parent.parents) if not folder.exists()]
     target.parent.mkdir(parents=True, exist_ok=True)
-    partial_target = target.with_name(f".{target.name}.{os.getpid()}.partial")
+    aside = target.with_name(f".{target.name}.{os.getpid()}.partial")
     written = False
     try:
-        with pa.OSFile(str(partial_target), "wb") as sink, pa.ipc.new_stream(sink, schema) as writer:
-            lines = read_lines(path)
-            for first in itertools.count(1, LINES_PER_PACK):
-                block = list(itertools.islice(lines, LINES_PER_PACK))
-                if not block:
-                    break
-                offsets, values = _pack_block(block, first, table, window, split, tokenizer, path)
-                if len(offsets) > 1:
-                    column = pa.ListArray.from_arrays(pa.array(offsets), pa.array(values))
-                    writer.write_batch(pa.record_batch([column], schema=schema))
-        os.replace(partial_target, target)
+        yield aside
+        os.replace(aside, target)
         written = True
     finally:
-        partial_target.unlink(missing_ok=True)
-        for folder in [] if written else created:  # a failed preparation leaves no empty cache folder behind
+        aside.unlink(missing_ok=True)
+        for folder in [] if written else created:
             with contextlib.suppress(OSError):
                 folder.rmdir()
+
+
+def _write_blocks(path: str, target: Path, table: WordTable, window, split, tokenizer, part=(0, 1)):
+    """The windows of the blocks of `LINES_PER_PACK` lines of `path` whose number is `part[0]` modulo `part[1]`, one
+    record batch per block (empty ones too when there are several parts, so that the parts interleave), into the
+    Arrow stream file `target`."""
+    import pyarrow as pa
+
+    rank, parts = part
+    schema = _compact_schema()
+    with pa.OSFile(str(target), "wb") as sink, pa.ipc.new_stream(sink, schema) as writer:
+        lines = read_lines(path)
+        for number in itertools.count():
+            block = list(itertools.islice(lines, LINES_PER_PACK))
+            if not block:
+                break
+            if number % parts != rank:
+                continue
+            offsets, values = _pack_block(block, number * LINES_PER_PACK + 1, table, window, split, tokenizer, path)
+            if len(offsets) > 1 or parts > 1:
+                column = pa.ListArray.from_arrays(pa.array(offsets), pa.array(values, type=pa.int32()))
+                writer.write_batch(pa.record_batch([column], schema=schema))
+
+
+def _write_compact_file(path: str, target: Path, table: WordTable, window, split, tokenizer, processes: int = 1):
+    """The windows of one text file into the Arrow file `target`; with several `processes`, each packs one block of
+    lines in `processes` (reading the whole file, packing only its blocks), and the parts are interleaved."""
+    import pyarrow as pa
+
+    with _written_aside(target) as aside:
+        if processes == 1:
+            _write_blocks(path, aside, table, window, split, tokenizer)
+            return
+        from concurrent.futures import ProcessPoolExecutor
+        from multiprocessing import get_context
+
+        pieces = [aside.with_name(f"{aside.name}.{rank}") for rank in range(processes)]
+        try:
+            with ProcessPoolExecutor(processes, mp_context=get_context("fork")) as pool:
+                jobs = [
+                    pool.submit(_write_blocks, path, piece, table, window, split, tokenizer, (rank, processes))
+                    for rank, piece in enumerate(pieces)
+                ]
+                for job in jobs:
+                    job.result()
+            with contextlib.ExitStack() as stack, pa.OSFile(str(aside), "wb") as sink:
+                readers = [stack.enter_context(pa.ipc.open_stream(pa.memory_map(str(piece)))) for piece in pieces]
+                with pa.ipc.new_stream(sink, _compact_schema()) as writer:
+                    for reader in itertools.cycle(readers):  # block n is in piece n modulo processes
+                        try:
+                            batch = reader.read_next_batch()
+                        except StopIteration:
+                            break
+                        if batch.num_rows:
+                            writer.write_batch(batch)
+        finally:
+            for piece in pieces:
+                piece.unlink(missing_ok=True)
 
 
 def window_positions(dataset) -> int:
@@ -565,7 +619,8 @@ def load_compact_bilm_dataset(
     Each text file is prepared once into an Arrow file of the cache (`cache_dir`, default the `datasets` cache), keyed
     by the file's path, size and modification time, the window, the split and the table; the files are then
     memory-mapped, so preparing and training take memory independent of the corpus's size. Files not prepared yet
-    are prepared by `processes` processes at once (default: one per file, at most one per core).
+    are prepared by `processes` processes (default: one per core): one file each when there are as many files, else
+    sharing each file's blocks of lines.
     """
     import datasets
     from datasets.fingerprint import Hasher
@@ -583,9 +638,9 @@ def load_compact_bilm_dataset(
         key = Hasher.hash((WINDOWS_FORMAT, source, window, split, splitter, table.digest))
         targets.append(folder / f"{key}.arrow")
     missing = [(path, target) for path, target in zip(files, targets) if not target.is_file()]
-    processes = min(len(missing), os.cpu_count() or 1) if processes is None else min(processes, len(missing))
+    processes = (os.cpu_count() or 1) if processes is None else processes
     write = partial(_write_compact_file, table=table, window=window, split=split, tokenizer=tokenizer)
-    if processes > 1:
+    if 1 < processes <= len(missing):
         from concurrent.futures import ProcessPoolExecutor
         from multiprocessing import get_context
 
@@ -593,9 +648,9 @@ def load_compact_bilm_dataset(
         with ProcessPoolExecutor(processes, mp_context=get_context("fork")) as pool:
             for done in [pool.submit(write, path, target) for path, target in missing]:
                 done.result()
-    else:
+    else:  # fewer files than processes: the processes share each file's blocks
         for path, target in missing:
-            write(path, target)
+            write(path, target, processes=processes)
     parts = [datasets.Dataset.from_file(str(target)) for target in targets]
     dataset = parts[0] if len(parts) == 1 else datasets.concatenate_datasets(parts)
     if len(dataset) == 0:

@@ -251,8 +251,11 @@ def test_compact_windows_give_the_batches_and_the_loss_of_full_rows(tmp_path, wi
     tokenizer = tokenizer_with(build_word_vocabulary(files, max_size=40))  # words outside it: <UNK> targets
     full = load_bilm_dataset(files, tokenizer, window, cache_dir=tmp_path / "full")
     table = WordTable.of_files(files, tokenizer)
-    compact = load_compact_bilm_dataset(files, table, tokenizer, window, cache_dir=tmp_path / "compact")
+    compact = load_compact_bilm_dataset(files, table, tokenizer, window, cache_dir=tmp_path / "compact", processes=1)
     assert len(compact) == len(full)
+    # Three processes share the blocks of lines of each file (fewer files than processes): the same rows.
+    shared = load_compact_bilm_dataset(files, table, tokenizer, window, cache_dir=tmp_path / "shared", processes=3)
+    assert all(np.array_equal(a["positions"], b["positions"]) for a, b in zip(shared, compact, strict=True))
     order = np.random.default_rng(0).permutation(len(full))
     model = ElmoForBiLM(ElmoConfig(filters=[[1, 4], [2, 4]], n_highway=1, cell_dim=8, projection_dim=4,
                                    num_layers=1, vocab_size=len(tokenizer.word_vocabulary))).eval()
