@@ -23,6 +23,10 @@ sentences were packed together.
 
 import argparse
 import codecs
+import contextlib
+import glob
+import hashlib
+import itertools
 import os
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -43,7 +47,7 @@ from .file_io import (
     write_output,
 )
 from .tokenization_elmo import ElmoTokenizer
-from .word_vocabulary import count_word_vocabulary, write_word_vocabulary
+from .word_vocabulary import BOS_WORD_INDEX, EOS_WORD_INDEX, count_word_vocabulary, write_word_vocabulary
 
 SPLITS = ("whitespace", "pretokenizer")
 SPLIT_HELP = (
@@ -93,12 +97,39 @@ def _check_split(split: str, tokenizer: ElmoTokenizer | None):
         raise ValueError("split='pretokenizer' needs the tokenizer whose split_words cuts the lines.")
 
 
-def check_text_files(files: Sequence[str | os.PathLike], role: str = "data") -> list[str]:
-    """Paths as strings; raises if one is missing, not a file, not UTF-8 text (naming the line), or has no word at
-    all. Reads every file once, in blocks."""
+def _check_targets(tokenizer: ElmoTokenizer):
+    if tokenizer.word_vocabulary is None:
+        raise ValueError(
+            "The tokenizer has no word vocabulary for the LM targets: build one (build_word_vocabulary) and attach "
+            "it with tokenizer.set_word_vocabulary(words)."
+        )
+
+
+def expand_shards(files: Sequence[str | os.PathLike] | str | os.PathLike, role: str = "data") -> list[str]:
+    """The text files a corpus names: a folder stands for its files (hidden ones aside) and a pattern (`*`, `?`, `[`)
+    naming no file itself for the files it matches, each in sorted order, as the 1B Word Benchmark's shards."""
     if isinstance(files, (str, os.PathLike)):
         files = [files]
-    files = [os.fspath(f) for f in files]
+    expanded = []
+    for name in map(os.fspath, files):
+        if os.path.isdir(name):
+            shards = sorted(str(p) for p in Path(name).iterdir() if p.is_file() and not p.name.startswith("."))
+            if not shards:
+                raise ValueError(f"{role.capitalize()} folder {name!r} holds no file.")
+        elif not os.path.exists(name) and set("*?[") & set(name):
+            shards = sorted(glob.glob(name))
+            if not shards:
+                raise ValueError(f"{role.capitalize()} files {name!r}: no file matches the pattern.")
+        else:
+            shards = [name]
+        expanded += shards
+    return expanded
+
+
+def check_text_files(files: Sequence[str | os.PathLike], role: str = "data") -> list[str]:
+    """Paths as strings (folders and patterns as `expand_shards` gives them); raises if one is missing, not a file, not
+    UTF-8 text (naming the line), or has no word at all. Reads every file once, in blocks."""
+    files = expand_shards(files, role)
     if not files:
         raise ValueError(f"No {role} files given.")
     for path in files:
@@ -143,7 +174,7 @@ def iter_sentences(
     sentence, as bilm-tf reads them), in order; with `locations`, `("file, line N", words)` pairs. The lines are
     those of `file_io.read_lines`."""
     _check_split(split, tokenizer)
-    for path in files:
+    for path in expand_shards(files):
         for number, line in enumerate(read_lines(path), start=1):
             where = f"{path}, line {number}"
             words = split_line(line, split, tokenizer, where)
@@ -263,11 +294,7 @@ def load_bilm_dataset(
     """
     import datasets
 
-    if tokenizer.word_vocabulary is None:
-        raise ValueError(
-            "The tokenizer has no word vocabulary for the LM targets: build one (build_word_vocabulary) and attach "
-            "it with tokenizer.set_word_vocabulary(words)."
-        )
+    _check_targets(tokenizer)
     if window < 3:
         raise ValueError(f"window must be >= 3 positions (<S>, one word, </S>), got {window}.")
     _check_split(split, tokenizer)
@@ -336,14 +363,18 @@ class DataCollatorForBiLM:
 
     Padding positions are all-zero character rows with mask 0 and labels -100. Examples are dicts with
     `input_ids` `(T_i, C)` and `labels` `(T_i, 2)`, or both flattened as `load_bilm_dataset` stores them (lists,
-    numpy or torch); `C` is the model's `max_characters_per_token`, 50 unless it says otherwise.
+    numpy or torch); `C` is the model's `max_characters_per_token`, 50 unless it says otherwise. With `words`, the
+    examples are the compact rows of `load_compact_bilm_dataset` (`positions`), made into rows and targets here.
     """
 
     pad_to_multiple_of: int | None = None
+    words: "WordTable | None" = None
 
     def __call__(self, examples: Sequence[dict]) -> dict[str, torch.Tensor]:
         if not examples:
             raise ValueError("DataCollatorForBiLM got no examples.")
+        if self.words is not None:
+            return self._compact_batch(examples)
         ids, labels = zip(*(window_arrays(example, index) for index, example in enumerate(examples)))
         width = ids[0].shape[1]
         for index, rows in enumerate(ids):
@@ -362,6 +393,269 @@ class DataCollatorForBiLM:
             "attention_mask": torch.from_numpy(mask),
             "labels": torch.from_numpy(batch_labels),
         }
+
+    def _compact_batch(self, examples: Sequence[dict]) -> dict[str, torch.Tensor]:
+        positions = max(len(example["positions"]) - 2 for example in examples)
+        if self.pad_to_multiple_of:
+            positions = -(-positions // self.pad_to_multiple_of) * self.pad_to_multiple_of
+        ids, mask, labels = self.words.batch([example["positions"] for example in examples], positions)
+        arrays = {"input_ids": ids, "attention_mask": mask, "labels": labels}
+        return {name: torch.from_numpy(array) for name, array in arrays.items()}
+
+
+# Compact prepared windows: a position is stored as one int32, an index into the corpus's table of distinct words
+# (`WordTable`), and the collator makes the character rows and targets of each batch from the table.
+
+WINDOWS_FORMAT = "hf-elmo compact windows 1"
+"""Part of every cache key: a change of the stored layout must not read files written in the old one."""
+NO_NEIGHBOUR = -1
+LINES_PER_PACK = 1000
+"""Windows are packed within blocks of this many lines of a file, as `load_bilm_dataset` packs each batch of its map:
+both preparations give the same windows."""
+
+
+class WordTable:
+    """The distinct words of a corpus: the vocabulary's words first (so a word's index is its word id), then, sorted,
+    the corpus's other words and its literal `<S>` and `</S>` words (indices 0 and 1 are the sentence boundaries
+    only, which the targets tell apart from the same words written in the text). `rows` are their character rows and
+    `targets` their word ids."""
+
+    def __init__(self, tokenizer: ElmoTokenizer, words_seen: Iterable[str]):
+        _check_targets(tokenizer)
+        vocabulary = tokenizer.word_vocabulary
+        known = set(vocabulary)
+        extra = sorted(word for word in set(words_seen) if word not in known or word in (BOS_TOKEN, EOS_TOKEN))
+        self.words = (*vocabulary, *extra)
+        # A literal <S> or </S> of the text maps to its own entry, after the vocabulary.
+        self.index = {word: i for i, word in enumerate(self.words)}
+        self.rows = tokenizer.characters.rows(self.words).astype(np.int16)
+        self.targets = tokenizer.word_targets(self.words).astype(np.int64)
+        self.digest = hashlib.sha256("\n".join(self.words).encode("utf-8", "surrogatepass")).hexdigest()
+
+    @classmethod
+    def of_files(cls, files, tokenizer: ElmoTokenizer, split: str = "whitespace") -> "WordTable":
+        """The table of the words of `files` (read once, line by line)."""
+        seen = set()
+        for words in iter_sentences(check_text_files(files), split, tokenizer):
+            seen.update(words)
+        return cls(tokenizer, seen)
+
+    def window_arrays(self, positions, index: int = 0) -> tuple[np.ndarray, np.ndarray]:
+        """A stored window `[before, p_1 ... p_T, after]` (table indices; `before`/`after` the neighbours of a window
+        cut out of a longer sentence, else -1) as `(input_ids (T, C), labels (T, 2))` int64, as `encode_windows`
+        gives them."""
+        ids, _, labels = self.batch([positions], first_index=index)
+        return ids[0], labels[0]
+
+    def batch(self, windows: Sequence, positions: int | None = None, first_index: int = 0):
+        """Stored windows as a padded batch, all at once: `input_ids` `(B, P, C)`, `attention_mask` `(B, P)` and
+        `labels` `(B, P, 2)`, int64, with `P` the longest window (or `positions`)."""
+        windows = [np.asarray(window) for window in windows]
+        for index, window in enumerate(windows, start=first_index):
+            if window.ndim != 1 or window.size < 3:
+                raise ValueError(f"Example {index}: expected a stored window of 3 entries or more, got {window.shape}.")
+        stored = np.concatenate(windows).astype(np.int64)
+        if stored.min() < NO_NEIGHBOUR or stored.max() >= len(self.words):
+            bad = next(i for i, w in enumerate(windows) if w.min() < NO_NEIGHBOUR or w.max() >= len(self.words))
+            raise ValueError(
+                f"Example {first_index + bad}: stored word indices must be in [-1, {len(self.words) - 1}], got "
+                f"[{windows[bad].min()}, {windows[bad].max()}]: the window was prepared with another word table."
+            )
+        lengths = np.array([window.size - 2 for window in windows])
+        width = max(lengths) if positions is None else positions
+        rows = np.repeat(np.arange(len(windows)), lengths)
+        columns = np.arange(lengths.sum()) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+        inside = rows * 2 + 1 + np.arange(lengths.sum())  # where each position is in `stored`
+        words = stored[inside]
+        targets = np.where(stored == NO_NEIGHBOUR, IGNORE_INDEX, self.targets[stored])
+        labels = np.full((len(windows), width, 2), IGNORE_INDEX, dtype=np.int64)
+        labels[rows, columns, 0] = np.where(words == EOS_WORD_INDEX, IGNORE_INDEX, targets[inside + 1])
+        labels[rows, columns, 1] = np.where(words == BOS_WORD_INDEX, IGNORE_INDEX, targets[inside - 1])
+        ids = np.zeros((len(windows), width, self.rows.shape[1]), dtype=np.int64)
+        ids[rows, columns] = self.rows[words]
+        mask = (np.arange(width)[None, :] < lengths[:, None]).astype(np.int64)
+        return ids, mask, labels
+
+
+def _pack_block(lines, first_number, table: WordTable, window, split, tokenizer, source) -> tuple[np.ndarray, ...]:
+    """The stored windows of one block of lines: `(offsets, values)` of the list column."""
+    lookup, flat, lengths = table.index.__getitem__, [], []
+    sentences = (
+        split_line(line, split, tokenizer, f"{source}, line {first_number + i}") for i, line in enumerate(lines)
+    )
+    try:
+        for group in pack_sentences((words for words in sentences if words), window):
+            length = 0
+            for words in group:
+                flat.append(BOS_WORD_INDEX)
+                flat.extend(map(lookup, words))
+                flat.append(EOS_WORD_INDEX)
+                length += len(words) + 2
+            lengths += [min(window, length - start) for start in range(0, length, window)]
+    except KeyError as error:  # a word the table's pass did not see
+        raise ElmoInputError(
+            f"{source}: the word {error.args[0]!r} is not in the word table: the file changed after the table was "
+            "made from it, or the table was made from other files"
+        ) from None
+    flat = np.asarray(flat, dtype=np.int32)
+    lengths = np.asarray(lengths, dtype=np.int64)
+    ends = np.cumsum(lengths)
+    starts = ends - lengths
+    values = np.empty(flat.size + 2 * lengths.size, dtype=np.int32)
+    shift = 2 * np.arange(lengths.size)
+    values[np.arange(flat.size) + np.repeat(shift, lengths) + 1] = flat
+    cut_before = flat[starts] != BOS_WORD_INDEX
+    cut_after = flat[ends - 1] != EOS_WORD_INDEX
+    values[starts + shift] = np.where(cut_before, flat[np.maximum(starts - 1, 0)], NO_NEIGHBOUR)
+    values[ends + shift + 1] = np.where(cut_after, flat[np.minimum(ends, flat.size - 1)], NO_NEIGHBOUR)
+    offsets = np.concatenate([[0], ends + shift + 2]).astype(np.int32)
+    return offsets, values
+
+
+def _compact_schema():
+    import pyarrow as pa
+
+    return pa.schema([("positions", pa.list_(pa.int32()))])
+
+
+@contextlib.contextmanager
+def _written_aside(target: Path):
+    """A path to write `target` at, renamed to it when the block ends without error: `target` is complete or absent,
+    and a failed write leaves no empty cache folder behind."""
+    created = [folder for folder in (target.parent, *target.parent.parents) if not folder.exists()]
+    target.parent.mkdir(parents=True, exist_ok=True)
+    aside = target.with_name(f".{target.name}.{os.getpid()}.partial")
+    written = False
+    try:
+        yield aside
+        os.replace(aside, target)
+        written = True
+    finally:
+        aside.unlink(missing_ok=True)
+        for folder in [] if written else created:
+            with contextlib.suppress(OSError):
+                folder.rmdir()
+
+
+def _write_blocks(path: str, target: Path, table: WordTable, window, split, tokenizer, part=(0, 1)):
+    """The windows of the blocks of `LINES_PER_PACK` lines of `path` whose number is `part[0]` modulo `part[1]`, one
+    record batch per block (empty ones too when there are several parts, so that the parts interleave), into the
+    Arrow stream file `target`."""
+    import pyarrow as pa
+
+    rank, parts = part
+    schema = _compact_schema()
+    with pa.OSFile(str(target), "wb") as sink, pa.ipc.new_stream(sink, schema) as writer:
+        lines = read_lines(path)
+        for number in itertools.count():
+            block = list(itertools.islice(lines, LINES_PER_PACK))
+            if not block:
+                break
+            if number % parts != rank:
+                continue
+            offsets, values = _pack_block(block, number * LINES_PER_PACK + 1, table, window, split, tokenizer, path)
+            if len(offsets) > 1 or parts > 1:
+                column = pa.ListArray.from_arrays(pa.array(offsets), pa.array(values, type=pa.int32()))
+                writer.write_batch(pa.record_batch([column], schema=schema))
+
+
+def _write_compact_file(path: str, target: Path, table: WordTable, window, split, tokenizer, processes: int = 1):
+    """The windows of one text file into the Arrow file `target`; with several `processes`, each packs one block of
+    lines in `processes` (reading the whole file, packing only its blocks), and the parts are interleaved."""
+    import pyarrow as pa
+
+    with _written_aside(target) as aside:
+        if processes == 1:
+            _write_blocks(path, aside, table, window, split, tokenizer)
+            return
+        from concurrent.futures import ProcessPoolExecutor
+        from multiprocessing import get_context
+
+        pieces = [aside.with_name(f"{aside.name}.{rank}") for rank in range(processes)]
+        try:
+            with ProcessPoolExecutor(processes, mp_context=get_context("fork")) as pool:
+                jobs = [
+                    pool.submit(_write_blocks, path, piece, table, window, split, tokenizer, (rank, processes))
+                    for rank, piece in enumerate(pieces)
+                ]
+                for job in jobs:
+                    job.result()
+            with contextlib.ExitStack() as stack, pa.OSFile(str(aside), "wb") as sink:
+                readers = [stack.enter_context(pa.ipc.open_stream(pa.memory_map(str(piece)))) for piece in pieces]
+                with pa.ipc.new_stream(sink, _compact_schema()) as writer:
+                    for reader in itertools.cycle(readers):  # block n is in piece n modulo processes
+                        try:
+                            batch = reader.read_next_batch()
+                        except StopIteration:
+                            break
+                        if batch.num_rows:
+                            writer.write_batch(batch)
+        finally:
+            for piece in pieces:
+                piece.unlink(missing_ok=True)
+
+
+def window_positions(dataset) -> int:
+    """The positions of all windows of a `load_compact_bilm_dataset` dataset, from its stored offsets."""
+    import pyarrow.compute as pc
+
+    column = dataset.data.column("positions")
+    return int(pc.sum(pc.list_value_length(column)).as_py()) - 2 * len(column)
+
+
+def load_compact_bilm_dataset(
+    files: Sequence[str | os.PathLike],
+    table: WordTable,
+    tokenizer: ElmoTokenizer,
+    window: int = 20,
+    split: str = "whitespace",
+    cache_dir: str | os.PathLike | None = None,
+    role: str = "data",
+    processes: int | None = None,
+):
+    """The windows of `load_bilm_dataset`, stored compactly: one row per window, `positions` `(T + 2,)` int32
+    (`WordTable.window_arrays`); `DataCollatorForBiLM(words=table)` makes batches of them, the same batches.
+
+    Each text file is prepared once into an Arrow file of the cache (`cache_dir`, default the `datasets` cache), keyed
+    by the file's path, size and modification time, the window, the split and the table; the files are then
+    memory-mapped, so preparing and training take memory independent of the corpus's size. Files not prepared yet
+    are prepared by `processes` processes (default: one per core): one file each when there are as many files, else
+    sharing each file's blocks of lines.
+    """
+    import datasets
+    from datasets.fingerprint import Hasher
+
+    if window < 3:
+        raise ValueError(f"window must be >= 3 positions (<S>, one word, </S>), got {window}.")
+    _check_split(split, tokenizer)
+    files = check_text_files(files, role)
+    folder = Path(cache_dir if cache_dir is not None else datasets.config.HF_DATASETS_CACHE) / "hf_elmo_windows"
+    splitter = tokenizer if split == "pretokenizer" else None
+    targets = []
+    for path in files:
+        info = os.stat(path)
+        source = (os.path.abspath(path), info.st_size, info.st_mtime_ns)
+        key = Hasher.hash((WINDOWS_FORMAT, source, window, split, splitter, table.digest))
+        targets.append(folder / f"{key}.arrow")
+    missing = [(path, target) for path, target in zip(files, targets) if not target.is_file()]
+    processes = (os.cpu_count() or 1) if processes is None else processes
+    write = partial(_write_compact_file, table=table, window=window, split=split, tokenizer=tokenizer)
+    if 1 < processes <= len(missing):
+        from concurrent.futures import ProcessPoolExecutor
+        from multiprocessing import get_context
+
+        # Forked, the workers share the table instead of each receiving a copy.
+        with ProcessPoolExecutor(processes, mp_context=get_context("fork")) as pool:
+            for done in [pool.submit(write, path, target) for path, target in missing]:
+                done.result()
+    else:  # fewer files than processes: the processes share each file's blocks
+        for path, target in missing:
+            write(path, target, processes=processes)
+    parts = [datasets.Dataset.from_file(str(target)) for target in targets]
+    dataset = parts[0] if len(parts) == 1 else datasets.concatenate_datasets(parts)
+    if len(dataset) == 0:
+        raise ValueError(f"The {role} files {files} hold no sentence.")
+    return dataset.with_format("numpy")
 
 
 # `hf-elmo vocab`: the vocabulary builder as a command.
@@ -388,13 +682,17 @@ def run(args: argparse.Namespace) -> int:
 
 __all__ = [
     "DataCollatorForBiLM",
+    "WordTable",
     "build_word_vocabulary",
     "check_text_files",
     "encode_windows",
+    "expand_shards",
     "iter_sentences",
     "load_bilm_dataset",
+    "load_compact_bilm_dataset",
     "model_split",
     "pack_sentences",
     "split_line",
     "window_arrays",
+    "window_positions",
 ]

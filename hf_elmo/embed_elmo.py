@@ -41,8 +41,10 @@ the original command:
 """
 
 import argparse
+import contextlib
 import json
 import math
+import os
 import sys
 from collections.abc import Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -303,9 +305,11 @@ def embed_file(
     packed: bool = False,
     progress: bool = True,
     inputs: Iterable = (),
+    part: tuple[int, int] = (0, 1),
 ) -> int:
     """Writes the HDF5 file described in the module docstring; returns the number of lines embedded. `inputs` are the
-    other files the run reads (the model's), which the output must not be, hold or lie inside."""
+    other files the run reads (the model's), which the output must not be, hold or lie inside. With `part` `(k, n)`
+    only the lines whose number is k modulo n are embedded, under their numbers in the whole input."""
     import h5py
     from tqdm.auto import tqdm
 
@@ -319,8 +323,15 @@ def embed_file(
         except ValueError as error:
             raise ElmoInputError(f"{input_path}: line {index + 1}: {error}") from None
 
-    lines = ((index, text.strip(), split(index, text)) for index, text in enumerate(read_lines(input_path)))
-    bar = tqdm(total=count_lines(input_path) if progress else None, unit=" sentences", disable=not progress)
+    rank, processes = part
+    lines = (
+        (index, text.strip(), split(index, text))
+        for index, text in enumerate(read_lines(input_path))
+        if index % processes == rank
+    )
+    total = count_lines(input_path) if progress else None
+    total = None if total is None else len(range(rank, total, processes))
+    bar = tqdm(total=total, unit=" sentences", disable=not progress)
 
     embedded = [0]  # lines written; the bar counts nothing when disabled
 
@@ -367,6 +378,70 @@ def embed_file(
     finally:
         bar.close()
     return embedded[0]
+
+
+def process_part() -> tuple[int, int]:
+    """`(rank, processes)` of this process under `torchrun` or `accelerate launch` (their `RANK` and `WORLD_SIZE`),
+    else `(0, 1)`."""
+    return int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def check_split_between_processes(args: argparse.Namespace, processes: int):
+    """Refuses what the lines of a part, every `processes`-th line, cannot give."""
+    if processes == 1:
+        return
+    for given, option in (
+        (str(args.input) == "-", "standard input"),
+        (args.carry_state, "--carry-state"),
+        (args.layout == "packed", "--layout packed"),
+    ):
+        if given:
+            raise ElmoInputError(
+                f"{option} cannot be split between {processes} processes (each embeds one line in {processes}): "
+                "embed with one process"
+            )
+
+
+def part_path(output, rank: int, processes: int) -> Path:
+    """Where process `rank` writes its part of `output`: a hidden file beside it."""
+    output = Path(output)
+    return output.with_name(f".{output.name}.part-{rank}-of-{processes}")
+
+
+def merge_parts(parts: list[Path], output, force: bool = False, inputs: Iterable = ()) -> int:
+    """The per-line files of `parts` (line i in part i modulo their number) as one file `output`, in the input's line
+    order, as one process writes it: a line repeated within a part stays a hard link, and `sentence_to_index` maps each
+    line to its first key over all parts. Returns the number of lines."""
+    import h5py
+
+    def write(path):
+        with HDF5Output(path) as output_file, contextlib.ExitStack() as stack:
+            sources = [stack.enter_context(h5py.File(part, "r")) for part in parts]
+            lines = sum(len(source) - ("sentence_to_index" in source) for source in sources)
+            first_copy = {}
+            for index in range(lines):
+                source = sources[index % len(sources)]
+                stored = source[str(index)]
+                where = (index % len(sources), h5py.h5o.get_info(stored.id).addr)
+                if where in first_copy:
+                    output_file.file[str(index)] = output_file.file[first_copy[where]]
+                else:
+                    source.copy(stored, output_file.file, name=str(index))
+                    first_copy[where] = str(index)
+                output_file.check()
+            if all("sentence_to_index" in source for source in sources):
+                key_of_line = {}
+                for source in sources:
+                    for text, key in json.loads(source["sentence_to_index"][0]).items():
+                        if text not in key_of_line or int(key) < int(key_of_line[text]):
+                            key_of_line[text] = key
+                index_dataset = output_file.file.create_dataset("sentence_to_index", (1,), dtype=h5py.string_dtype())
+                index_dataset[0] = json.dumps(dict(sorted(key_of_line.items(), key=lambda item: int(item[1]))))
+            counted[0] = lines
+
+    counted = [0]
+    write_output(output, write, HDF5_FILE, [*parts, *inputs], force)
+    return counted[0]
 
 
 def add_arguments(parser: argparse.ArgumentParser):
@@ -446,7 +521,9 @@ def run(args: argparse.Namespace) -> int:
         raise ElmoInputError(f"{args.input}: is a folder, expected the input text file")
     if str(args.input) != "-" and not Path(args.input).exists():
         raise ElmoInputError(f"{args.input}: no such input file")
-    device = device_option(args.device)
+    rank, processes = process_part()
+    check_split_between_processes(args, processes)
+    device = device_option(args.device if processes == 1 or args.device else _local_device())
     model, tokenizer = _load(args)
     model.to(device=device, dtype=DTYPES[args.dtype])
     mode = "mix" if args.scalar_mix_weights is not None else args.layers
@@ -459,15 +536,45 @@ def run(args: argparse.Namespace) -> int:
     count = embed_file(
         embedder,
         args.input,
-        args.output,
+        args.output if processes == 1 else part_path(args.output, rank, processes),
         batch_size=args.batch_size,
         raw=args.raw,
         carry_state=args.carry_state,
         forget_sentences=args.forget_sentences,
-        force=args.force,
+        force=args.force or processes > 1,  # a part left by an interrupted run is replaced
         packed=args.layout == "packed",
         progress=not args.quiet,
         inputs=inputs[1:],
+        part=(rank, processes),
     )
-    print(f"{count} sentences embedded to {args.output}", file=sys.stderr)
+    if processes > 1:
+        count = _merge_when_all_are_done(args, rank, processes, inputs[1:])
+    if rank == 0:
+        print(f"{count} sentences embedded to {args.output}", file=sys.stderr)
     return 0
+
+
+def _local_device() -> str | None:
+    """Each process of a launch on its own GPU (`LOCAL_RANK`), if there are GPUs."""
+    return f"cuda:{os.environ.get('LOCAL_RANK', '0')}" if torch.cuda.is_available() else None
+
+
+def _merge_when_all_are_done(args, rank: int, processes: int, inputs) -> int:
+    """Once every process has written its part, process 0 merges them into the output; each removes its own part."""
+    import datetime
+
+    import torch.distributed as distributed
+
+    if not distributed.is_initialized():
+        # Parts can take hours: the processes wait for the slowest as long as it takes.
+        distributed.init_process_group("gloo", timeout=datetime.timedelta(days=7))
+    parts = [part_path(args.output, k, processes) for k in range(processes)]
+    count = 0
+    try:
+        distributed.barrier()
+        if rank == 0:
+            count = merge_parts(parts, args.output, args.force, [args.input, *inputs])
+        distributed.barrier()
+    finally:
+        parts[rank].unlink(missing_ok=True)
+    return count

@@ -33,6 +33,7 @@ import json
 import math
 import os
 import pickle
+import resource
 import shutil
 import time
 from dataclasses import dataclass, field
@@ -54,10 +55,13 @@ from .data_bilm import (
     SPLITS,
     TRAINING_OPTIONS_FILE,
     DataCollatorForBiLM,
+    WordTable,
     build_word_vocabulary,
     check_text_files,
     iter_sentences,
     load_bilm_dataset,
+    load_compact_bilm_dataset,
+    window_positions,
 )
 from .file_io import ElmoInputError, check_not_an_input, deferred_signals, read_json_object, write_atomically
 from .freed_memory import keep_freed_memory
@@ -108,9 +112,11 @@ class BiLMTrainingOptions:
     # data
     output_dir: str = _option(help="folder of the run: checkpoints, then the trained biLM")
     train_files: list[str] = _option(
-        [], help="text files, one sentence per line (needed, except with --resume: then the run's own by default)"
+        [],
+        help="text files, one sentence per line, or folders of them, or patterns such as 'shards/*.txt' (needed, except "
+        "with --resume: then the run's own by default)",
     )
-    eval_files: list[str] = _option([], help="held-out text files for periodic perplexity")
+    eval_files: list[str] = _option([], help="held-out text files (or folders, or patterns) for periodic perplexity")
     vocab: str | None = _option(
         None,
         help="vocabulary file (one word per line, <S>, </S>, <UNK> first); default: the --init-from model's, else "
@@ -490,6 +496,45 @@ def _check_frequency_order(words: list[str], options: BiLMTrainingOptions, sourc
         )
 
 
+OPTIMIZER_STATES = {"adagrad": 1, "adamw": 2}
+"""Values the optimizer keeps per weight: Adagrad its accumulator, AdamW two moments."""
+
+
+def _memory_available(device: torch.device) -> tuple[int, str]:
+    """Bytes a training on `device` may allocate at most, and what holds them."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_properties(device).total_memory, torch.cuda.get_device_name(device)
+    available, holder = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"), "this machine's memory"
+    limit = resource.getrlimit(resource.RLIMIT_AS)[0]
+    if limit != resource.RLIM_INFINITY:
+        with open("/proc/self/status") as status:
+            used = int(next(line for line in status if line.startswith("VmSize:")).split()[1]) << 10
+        if limit - used < available:
+            available, holder = max(limit - used, 0), "this process's address space limit"
+    return available, holder
+
+
+def _check_training_memory(options: BiLMTrainingOptions, config: ElmoConfig, device: torch.device):
+    """Logs the memory of the weights, their gradients and the optimizer's state, computed from the configuration and
+    the vocabulary before anything is allocated, and refuses a run that cannot hold them."""
+    counts = config.parameter_counts()
+    copies = 2 + OPTIMIZER_STATES[options.optimizer]  # float32 weights and gradients, the optimizer's state
+    needed = sum(counts.values()) * 4 * copies
+    softmax = counts["vocab_size x projection_dim"] * 4 * copies
+    available, holder = _memory_available(device)
+    what = (
+        f"the weights, their gradients and the {options.optimizer} state need {needed / 2**30:.3g} GiB before "
+        f"activations ({softmax / 2**30:.3g} GiB of it for the softmax of {config.vocab_size:,} words x "
+        f"{config.projection_dim + 1})"
+    )
+    if needed > available:
+        raise ValueError(
+            f"{what}, more than the {available / 2**30:.3g} GiB of {holder}: use a smaller vocabulary "
+            "(--max-vocab-size, --min-count) or model (--config)"
+        )
+    _log(f"Memory: {what}; {holder}: {available / 2**30:.3g} GiB.")
+
+
 def _build_model(options: BiLMTrainingOptions, config: ElmoConfig) -> ElmoForBiLM:
     set_seed(options.seed)
     if options.init_from is None:
@@ -531,6 +576,42 @@ class TimeLimitCallback(TrainerCallback):
             _log(f"Time limit of {self.seconds / 60:g} minutes reached at step {state.global_step}.")
             control.should_training_stop = True
             control.should_save = True
+
+
+def _steps_per_epoch(windows: int, options: BiLMTrainingOptions, world_size: int) -> int:
+    """Optimizer steps in one pass over `windows`, as `Trainer` takes them: each process reads its share (padded to
+    equal shares), in batches, `gradient_accumulation_steps` batches a step."""
+    batches = -(-(-(-windows // world_size)) // options.batch_size)
+    return max(batches // options.gradient_accumulation_steps, 1)
+
+
+class EpochTimeCallback(TrainerCallback):
+    """Logs, once `logging_steps` steps have run after the first (which also warms up), how long an epoch and the run
+    take at the rate of those steps."""
+
+    def __init__(self, steps_per_epoch: int):
+        self.steps_per_epoch = steps_per_epoch
+        self.start = None
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if self.start is None:
+            self.start = (time.monotonic(), state.global_step)
+            return
+        started, first = self.start
+        if state.global_step - first != args.logging_steps:
+            return
+        per_step = (time.monotonic() - started) / args.logging_steps
+        remaining = state.max_steps - state.global_step
+        _log(
+            f"Steps {first + 1}-{state.global_step}: {per_step:.3g} s a step; an epoch of {self.steps_per_epoch:,} "
+            f"steps takes about {_duration(per_step * self.steps_per_epoch)}, the remaining {remaining:,} steps of "
+            f"the run about {_duration(per_step * remaining)}."
+        )
+
+
+def _duration(seconds: float) -> str:
+    hours, minutes = divmod(round(seconds / 60), 60)
+    return f"{hours} h {minutes:02d} min" if hours else f"{minutes} min" if minutes else f"{seconds:.0f} s"
 
 
 def _on_accelerator(args: TrainingArguments) -> bool:
@@ -829,6 +910,20 @@ def _training_arguments(options: BiLMTrainingOptions, has_eval: bool) -> Trainin
     )
 
 
+def _eval_windows(options: BiLMTrainingOptions, tokenizer: ElmoTokenizer, cache_dir, words: WordTable | None):
+    """The evaluation windows: compact with the training's word table `words`, else as `load_bilm_dataset` makes
+    them."""
+    if not options.eval_files:
+        return None
+    if words is None:
+        return load_bilm_dataset(
+            options.eval_files, tokenizer, options.window, options.split, False, cache_dir, "evaluation"
+        )
+    return load_compact_bilm_dataset(
+        options.eval_files, words, tokenizer, options.window, options.split, cache_dir, "evaluation"
+    )
+
+
 def train_bilm(options: BiLMTrainingOptions | None = None, **kwargs) -> dict:
     """Train an `ElmoForBiLM` and save it (safetensors, tokenizer with its vocabulary, remote code) to `output_dir`.
 
@@ -853,6 +948,7 @@ def train_bilm(options: BiLMTrainingOptions | None = None, **kwargs) -> dict:
     tokenizer, config = _tokenizer_and_config(options)
 
     args = _training_arguments(options, has_eval=bool(options.eval_files))
+    _check_training_memory(options, config, args.device)
     resume_from = _last_complete_checkpoint(output_dir, args.world_size, options.stream) if options.resume else None
     try:
         return _train(options, output_dir, tokenizer, config, args, resume_from)
@@ -866,7 +962,7 @@ def train_bilm(options: BiLMTrainingOptions | None = None, **kwargs) -> dict:
 
 def _train(options, output_dir, tokenizer, config, args, resume_from) -> dict:
     model = _build_model(options, config)  # before the data: --init-from problems are found before any work
-    cache_dir = options.data_cache_dir
+    cache_dir, words = options.data_cache_dir, None
     with args.main_process_first(desc="preparing the data"):
         if options.stream:
             train_dataset = StreamWindowDataset(
@@ -878,15 +974,19 @@ def _train(options, output_dir, tokenizer, config, args, resume_from) -> dict:
                 epochs=options.epochs,
                 steps=options.max_steps * options.gradient_accumulation_steps if options.max_steps > 0 else None,
             )
-        else:
+            eval_dataset = _eval_windows(options, tokenizer, cache_dir, None)
+        elif options.streaming:
             train_dataset = load_bilm_dataset(
-                options.train_files, tokenizer, options.window, options.split, options.streaming, cache_dir, "training"
+                options.train_files, tokenizer, options.window, options.split, True, cache_dir, "training"
             )
-        eval_dataset = None
-        if options.eval_files:
-            eval_dataset = load_bilm_dataset(
-                options.eval_files, tokenizer, options.window, options.split, False, cache_dir, "evaluation"
+            eval_dataset = _eval_windows(options, tokenizer, cache_dir, None)
+        else:
+            # One table for both: the collator makes the training and the evaluation batches.
+            words = WordTable.of_files([*options.train_files, *options.eval_files], tokenizer, options.split)
+            train_dataset = load_compact_bilm_dataset(
+                options.train_files, words, tokenizer, options.window, options.split, cache_dir, "training"
             )
+            eval_dataset = _eval_windows(options, tokenizer, cache_dir, words)
     if options.streaming:
         train_dataset = train_dataset.shuffle(seed=options.seed, buffer_size=10_000)
 
@@ -908,6 +1008,15 @@ def _train(options, output_dir, tokenizer, config, args, resume_from) -> dict:
         f"ElmoForBiLM: {sum(p.numel() for p in model.parameters()):,} parameters, {softmax} in training; {layout}; "
         f"{processes} training."
     )
+    steps_per_epoch = None
+    if options.stream:
+        steps_per_epoch = train_dataset.steps_per_epoch
+    elif words is not None:
+        steps_per_epoch = _steps_per_epoch(len(train_dataset), options, args.world_size)
+        _log(
+            f"Training data: {len(train_dataset):,} windows, {window_positions(train_dataset):,} positions, "
+            f"{steps_per_epoch:,} steps per epoch."
+        )
 
     optimizer = None
     if options.optimizer == "adagrad":
@@ -924,11 +1033,14 @@ def _train(options, output_dir, tokenizer, config, args, resume_from) -> dict:
     trainer = (StreamTrainer if options.stream else ElmoTrainer)(
         model=model,
         args=args,
-        data_collator=DataCollatorForBiLMStreams() if options.stream else DataCollatorForBiLM(),
+        data_collator=DataCollatorForBiLMStreams() if options.stream else DataCollatorForBiLM(words=words),
         train_dataset=train_dataset,
         eval_dataset=eval_dataset,
         optimizer_cls_and_kwargs=optimizer,
-        callbacks=[TimeLimitCallback(options.max_minutes)] if options.max_minutes else [],
+        callbacks=[
+            *([TimeLimitCallback(options.max_minutes)] if options.max_minutes else []),
+            *([EpochTimeCallback(steps_per_epoch)] if steps_per_epoch else []),
+        ],
         word_tokenizer=tokenizer,
     )
     if options.stream and resume_from is not None:

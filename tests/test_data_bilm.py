@@ -9,10 +9,12 @@ from transformers import AutoTokenizer
 from hf_elmo import ElmoTokenizer
 from hf_elmo.data_bilm import (
     DataCollatorForBiLM,
+    WordTable,
     build_word_vocabulary,
     encode_windows,
     iter_sentences,
     load_bilm_dataset,
+    load_compact_bilm_dataset,
     pack_sentences,
     window_arrays,
 )
@@ -225,3 +227,83 @@ def test_training_windows_read_lines_as_every_command_does(tmp_path, streaming):
     corpus.write_text("d c\n", encoding="utf-8")
     windows = [window_arrays(row) for row in load_bilm_dataset([corpus], tokenizer, **options)]
     assert np.array_equal(np.concatenate([ids for ids, _ in windows]), words_to_char_ids(["<S>", "d", "c", "</S>"]))
+
+
+def hostile_corpus(folder: Path) -> list[Path]:
+    """Two files: sentences longer than the window, blank lines, the literal words <S>, </S> and <UNK>, words outside
+    the vocabulary, and more lines than one packing block (1000)."""
+    rng = np.random.default_rng(3)
+    words = [f"w{i}" for i in range(60)] + ["<S>", "</S>", "<UNK>", "é" * 40]
+    files = []
+    for name, count in (("a.txt", 2300), ("b.txt", 400)):
+        lengths = rng.choice([0, 1, 2, 5, 9, 17, 18, 19, 30, 41], count)
+        lines = [" ".join(rng.choice(words, n)) for n in lengths]
+        (folder / name).write_text("\n".join(lines) + "\n", encoding="utf-8")
+        files.append(folder / name)
+    return files
+
+
+@pytest.mark.parametrize("window", [20, 7])
+def test_compact_windows_give_the_batches_and_the_loss_of_full_rows(tmp_path, window):
+    from hf_elmo import ElmoConfig, ElmoForBiLM
+
+    files = hostile_corpus(tmp_path)
+    tokenizer = tokenizer_with(build_word_vocabulary(files, max_size=40))  # words outside it: <UNK> targets
+    full = load_bilm_dataset(files, tokenizer, window, cache_dir=tmp_path / "full")
+    table = WordTable.of_files(files, tokenizer)
+    compact = load_compact_bilm_dataset(files, table, tokenizer, window, cache_dir=tmp_path / "compact", processes=1)
+    assert len(compact) == len(full)
+    # Three processes share the blocks of lines of each file (fewer files than processes): the same rows.
+    shared = load_compact_bilm_dataset(files, table, tokenizer, window, cache_dir=tmp_path / "shared", processes=3)
+    assert all(np.array_equal(a["positions"], b["positions"]) for a, b in zip(shared, compact, strict=True))
+    order = np.random.default_rng(0).permutation(len(full))
+    model = ElmoForBiLM(ElmoConfig(filters=[[1, 4], [2, 4]], n_highway=1, cell_dim=8, projection_dim=4,
+                                   num_layers=1, vocab_size=len(tokenizer.word_vocabulary))).eval()
+    for start in range(0, len(order), 64):
+        rows = order[start : start + 64].tolist()
+        expected = DataCollatorForBiLM(pad_to_multiple_of=8)([full[i] for i in rows])
+        batch = DataCollatorForBiLM(pad_to_multiple_of=8, words=table)([compact[i] for i in rows])
+        assert all(torch.equal(batch[name], expected[name]) for name in expected)
+        with torch.no_grad():
+            assert torch.equal(model(**batch).loss, model(**expected).loss)
+
+
+def test_compact_windows_take_a_few_bytes_a_position_and_are_prepared_once(tmp_path):
+    files = hostile_corpus(tmp_path)
+    tokenizer = tokenizer_with(build_word_vocabulary(files))
+    table = WordTable.of_files(files, tokenizer)
+    cache = tmp_path / "cache"
+    dataset = load_compact_bilm_dataset(files, table, tokenizer, cache_dir=cache)
+    positions = sum(len(row["positions"]) - 2 for row in dataset)
+    stored = sorted(cache.rglob("*.arrow"))
+    assert len(stored) == 2 and sum(p.stat().st_size for p in stored) <= 8 * positions
+    assert sorted(p for p in cache.rglob("*") if p.is_file()) == stored  # nothing half-written left
+    times = {p: p.stat().st_mtime_ns for p in stored}
+    load_compact_bilm_dataset(files, table, tokenizer, cache_dir=cache)
+    assert {p: p.stat().st_mtime_ns for p in sorted(cache.rglob("*.arrow"))} == times
+    files[1].write_text("w1 w2\n", encoding="utf-8")  # edited: prepared again, the other file not
+    edited = load_compact_bilm_dataset(files, table, tokenizer, cache_dir=cache)
+    assert len(list(cache.rglob("*.arrow"))) == 3 and all(p.stat().st_mtime_ns == t for p, t in times.items())
+    assert edited[-1]["positions"].tolist() == [-1, 0, table.index["w1"], table.index["w2"], 1, -1]
+
+
+def test_a_folder_or_a_pattern_of_shards_reads_as_its_files_in_order(tmp_path):
+    first, second = hostile_corpus(tmp_path)
+    shards = tmp_path / "shards"
+    shards.mkdir()
+    lines = (first.read_text(encoding="utf-8") + second.read_text(encoding="utf-8")).splitlines(keepends=True)
+    names = [f"part-{i:02d}.txt" for i in range(5)]
+    for index, name in enumerate(names):
+        (shards / name).write_text("".join(lines[index::5]), encoding="utf-8")
+    (shards / ".notes").write_text("not a shard\n", encoding="utf-8")
+    listed = [shards / name for name in names]
+    tokenizer = tokenizer_with(build_word_vocabulary(listed, max_size=40))
+    assert build_word_vocabulary([shards], max_size=40) == tokenizer.word_vocabulary
+    table = WordTable.of_files(listed, tokenizer)
+    expected = load_compact_bilm_dataset(listed, table, tokenizer, cache_dir=tmp_path / "one", processes=1)
+    for corpus in ([shards], [str(shards / "part-*.txt")]):
+        assert WordTable.of_files(corpus, tokenizer).words == table.words
+        # Prepared by several processes (one per shard, up to one per core) into a cache of its own.
+        dataset = load_compact_bilm_dataset(corpus, table, tokenizer, cache_dir=tmp_path / type(corpus[0]).__name__)
+        assert len(dataset) == len(expected)
+        assert all(np.array_equal(a["positions"], b["positions"]) for a, b in zip(dataset, expected))

@@ -524,3 +524,29 @@ def test_existing_output_needs_force(converted_dirs, tmp_path, capsys):
     assert cli_main([*args, "--force"]) == 0
     with h5py.File(output, "r") as f:
         assert f["0"].shape == (1, 32)
+
+
+def test_two_processes_embed_their_parts_into_one_file_in_line_order(converted_dirs, model64, tmp_path):
+    """`torchrun --nproc_per_node 2 -m hf_elmo.cli embed ...`: each process embeds every other line into a part of
+    its own, and the output reads as one file in the input's order, each line's vectors those of the line alone."""
+    lines = [*LINES, "a", "The bank of the river .", "", "b c d"]  # repeats within a part and across parts
+    source = write_lines(tmp_path / "in.txt", lines)
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "hf_elmo.cli",
+               "embed", str(source), str(tmp_path / "out.hdf5"), "--model", str(converted_dirs["allennlp"]), "--all",
+               "--dtype", "float64", "--batch-size", "2", "--quiet"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
+    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert result.stderr.count(f"{len(lines)} sentences embedded to") == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt", "out.hdf5"]  # no part left
+    with h5py.File(tmp_path / "out.hdf5", "r") as f:
+        assert sorted(f) == sorted([*map(str, range(len(lines))), "sentence_to_index"])
+        for index, line in enumerate(lines):
+            np.testing.assert_allclose(f[str(index)][...], alone(model64, line.split()), atol=1e-9, rtol=0)
+        first = {}
+        for index, line in enumerate(lines):
+            first.setdefault(line.strip(), str(index))
+        assert json.loads(f["sentence_to_index"][0]) == first
+        address = {index: h5py.h5o.get_info(f[str(index)].id).addr for index in range(len(lines))}
+        assert address[0] == address[4] == address[8]  # a line repeated within part 0: stored once
+        assert address[6] != address[7]  # "a" in each part: computed by both

@@ -22,6 +22,7 @@ from safetensors.torch import load_file, save_file
 
 from hf_elmo import ElmoConfig, ElmoForBiLM, ElmoTokenizer
 from hf_elmo.cli import main as cli_main
+from hf_elmo.data_bilm import DataCollatorForBiLM, WordTable, load_compact_bilm_dataset
 
 from conftest import CHECKPOINT, FIXTURES
 
@@ -654,6 +655,16 @@ CASES = {
         [converted_earlier("out"), write("out/README.md", "# My notes on this model\n")],
         ("out/README.md", "out/model.safetensors"),
     ),
+    # --- compact training data and its guard-rails ---
+    "train: a pattern of shards that matches no file": Case(
+        TRAIN.replace("corpus.txt", "shards/*.txt"),
+        r"^error: Training files 'shards/\*\.txt': no file matches the pattern\.$",
+    ),
+    "train: a folder of shards that holds no file": Case(
+        TRAIN.replace("corpus.txt", "shards"),
+        r"^error: Training folder 'shards' holds no file\.$",
+        [lambda root: (root / "shards" / ".hidden").mkdir(parents=True)],
+    ),
 }
 
 
@@ -741,6 +752,14 @@ MEMORY_CASES = {
         ("B/tokenizer_config.json", {"max_characters_per_token": 10**9}),
         "perplexity --model B corpus.txt",
         r"^error: B: .*max_characters_per_token is 1,000,000,000, more than the limit of 1,000 slots per word",
+    ),
+    # --- compact training data and its guard-rails ---
+    "train: weights, gradients and optimizer state beyond the memory": (
+        ("B/config.json", {"projection_dim": 10**5, "cell_dim": 1000}),
+        TRAIN,
+        r"^error: the weights, their gradients and the adagrad state need 20\.1 GiB before activations \(0\.0\d+ GiB "
+        r"of it for the softmax of \d+ words x 100001\), more than the [\d.]+ GiB of this process's address space "
+        r"limit",
     ),
 }
 
@@ -889,6 +908,37 @@ def sentence_model(**options):
     return call
 
 
+# --- compact training data, its guard-rails and embedding in several processes: calls ---
+
+
+def word_table(words=()):
+    """The word table of `words` with the vocabulary of `B`."""
+    tokenizer = ElmoTokenizer()
+    tokenizer.set_word_vocabulary(["<S>", "</S>", "<UNK>", "the", "cat", "sat", "a", "dog", "."])
+    return WordTable(tokenizer, words)
+
+
+def collate_compact(*windows):
+    return lambda root: DataCollatorForBiLM(words=word_table())([{"positions": window} for window in windows])
+
+
+def embed_in_parts(*arguments):
+    import argparse
+
+    from hf_elmo.embed_elmo import add_arguments, check_split_between_processes
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    check_split_between_processes(parser.parse_args([arguments[0], "out.h5", "--model", "M", *arguments[1:]]), 2)
+
+
+def compact_windows(root, table_words):
+    table = word_table(table_words)
+    tokenizer = ElmoTokenizer()
+    tokenizer.set_word_vocabulary(list(table.words[:9]))
+    return load_compact_bilm_dataset(["corpus.txt"], table, tokenizer, cache_dir=root / "cache")
+
+
 API_CASES = {
     "attention_mask of 1 over padding rows": (
         [],
@@ -1028,6 +1078,40 @@ API_CASES = {
     "sentence embeddings: a pooling mode that reads the boundary positions": (
         [], sentence_model(pooling_mode="cls"), r"^pooling_mode must be one of \('mean', 'max'\) \(over the words\), "
         r"got 'cls'$"
+    ),
+    # --- compact training data, its guard-rails and embedding in several processes ---
+    "compact windows of a file with the word table of other files": (
+        [],
+        lambda root: compact_windows(root, table_words=[]),
+        r"^corpus\.txt: the word 'on' is not in the word table: the file changed after the table was made from it, or "
+        r"the table was made from other files$",
+    ),
+    "a compact window too short": (
+        [],
+        collate_compact([-1, 0, 3, 1, -1], [0, 50]),
+        r"^Example 1: expected a stored window of 3 entries or more, got \(2,\)\.$",
+    ),
+    "compact windows collated with the word table of other files": (
+        [],
+        collate_compact([-1, 0, 3, 1, -1], [-1, 0, 50, 1, -1]),
+        r"^Example 1: stored word indices must be in \[-1, 8\], got \[-1, 50\]: the window was prepared with another "
+        r"word table\.$",
+    ),
+    "embed split between two processes from standard input": (
+        [],
+        lambda root: embed_in_parts("-", "--top"),
+        r"^standard input cannot be split between 2 processes \(each embeds one line in 2\): embed with one process$",
+    ),
+    "embed split between two processes with --carry-state": (
+        [], lambda root: embed_in_parts("in.txt", "--top", "--carry-state"), r"^--carry-state cannot be split between 2"
+    ),
+    "embed split between two processes into the packed layout": (
+        [],
+        lambda root: embed_in_parts("in.txt", "--top", "--layout", "packed"),
+        r"^--layout packed cannot be split between 2",
+    ),
+    "a word table without a word vocabulary": (
+        [], lambda root: WordTable(ElmoTokenizer(), ["a"]), r"^The tokenizer has no word vocabulary for the LM targets"
     ),
 }
 

@@ -606,3 +606,27 @@ def test_steps_are_adagrad_on_window_times_loss_with_the_original_settings(corpu
         moved = (expected[name] - built["initial"][name]).abs().max()
         assert value.dtype == torch.float64 and moved > 0, name
         assert (value - expected[name]).abs().max() <= 1e-8 * moved, name
+
+
+def test_the_log_gives_the_memory_the_data_and_the_time_per_epoch(corpus, tmp_path, capsys):
+    from hf_elmo.data_bilm import load_bilm_dataset, window_arrays
+
+    run = options(corpus, tmp_path / "run", train_files=[corpus / "small.txt"], epochs=1, logging_steps=2,
+                  save_steps=1000)
+    metrics = train_bilm(**run)
+    log = capsys.readouterr().out
+    tokenizer = ElmoTokenizer.from_pretrained(tmp_path / "run")
+    config = ElmoConfig.from_pretrained(tmp_path / "run")
+    rows = load_bilm_dataset([corpus / "small.txt"], tokenizer, 22, "pretokenizer")
+    windows = [window_arrays(row)[0] for row in rows]
+    steps = math.ceil(len(windows) / 16)
+    assert metrics["steps"] == steps
+    positions = sum(map(len, windows))
+    assert f"Training data: {len(windows):,} windows, {positions:,} positions, {steps:,} steps per epoch." in log
+    assert re.search(rf"^Steps 2-3: [\d.e-]+ s a step; an epoch of {steps:,} steps takes about .*, the remaining "
+                     rf"{steps - 3:,} steps of the run about ", log, re.M), log
+    weights = sum(p.numel() for p in ElmoForBiLM(config).parameters())
+    softmax = config.vocab_size * (config.projection_dim + 1)
+    assert (f"Memory: the weights, their gradients and the adagrad state need {weights * 12 / 2**30:.3g} GiB before "
+            f"activations ({softmax * 12 / 2**30:.3g} GiB of it for the softmax of {config.vocab_size:,} words x "
+            f"{config.projection_dim + 1})") in log

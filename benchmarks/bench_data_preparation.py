@@ -1,0 +1,136 @@
+"""Preparing training windows at scale: generates a corpus of N words (Zipfian over a 13,000-word vocabulary, 5-18
+words a line, seeded) and measures, in a fresh process per size, the preparation `hf-elmo train` does (the word
+table's pass, then the compact windows: `WordTable.of_files`, `load_compact_bilm_dataset`): time, words a second,
+bytes of cache per word and peak memory; then the collation rate of shuffled batches in the main process.
+
+    python benchmarks/bench_data_preparation.py --words 1000000 10000000
+    python benchmarks/bench_data_preparation.py --words 1000000 --previous   # also load_bilm_dataset's full rows
+
+The vocabulary is built before the clock starts (with `--vocab`, `hf-elmo train` reads a given one instead).
+"""
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+VOCABULARY_SIZE = 13_000
+LETTERS = np.frombuffer(b"abcdefghijklmnopqrstuvwxyz", dtype=np.uint8)
+
+
+def generate_corpus(path: Path, words: int, seed: int = 0, lines_per_block: int = 100_000):
+    """`words` words (about) in lines of 5-18 words drawn with probability proportional to 1 / rank."""
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(2, 11, VOCABULARY_SIZE)
+    vocabulary = [LETTERS[rng.integers(0, 26, n)].tobytes().decode() for n in lengths]
+    weights = 1.0 / np.arange(1, VOCABULARY_SIZE + 1)
+    weights /= weights.sum()
+    written = 0
+    with open(path, "w", encoding="utf-8") as f:
+        while written < words:
+            per_line = rng.integers(5, 19, lines_per_block)
+            per_line = per_line[: np.searchsorted(np.cumsum(per_line), words - written, side="right") + 1]
+            ids = rng.choice(VOCABULARY_SIZE, size=int(per_line.sum()), p=weights)
+            tokens = [vocabulary[i] for i in ids]
+            ends = np.cumsum(per_line)
+            f.write("".join(" ".join(tokens[end - n : end]) + "\n" for n, end in zip(per_line, ends)))
+            written += int(per_line.sum())
+    return written
+
+
+def folder_bytes(folder: Path) -> int:
+    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+
+
+def measure(corpus: str, vocabulary: str, cache: str, previous: bool, batch_size: int, window: int, workers) -> dict:
+    """One preparation in this process (fresh: its peak memory is the preparation's)."""
+    import torch
+
+    from hf_elmo import ElmoTokenizer
+    from hf_elmo.data_bilm import DataCollatorForBiLM, WordTable, load_bilm_dataset, load_compact_bilm_dataset
+    from hf_elmo.word_vocabulary import read_word_vocabulary
+
+    tokenizer = ElmoTokenizer()
+    tokenizer.set_word_vocabulary(read_word_vocabulary(vocabulary))
+    start = time.perf_counter()
+    if previous:
+        dataset, collate = load_bilm_dataset([corpus], tokenizer, window, cache_dir=cache), DataCollatorForBiLM()
+    else:
+        table = WordTable.of_files([corpus], tokenizer)
+        dataset = load_compact_bilm_dataset([corpus], table, tokenizer, window, cache_dir=cache)
+        collate = DataCollatorForBiLM(words=table)
+    seconds = time.perf_counter() - start
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    rates = {}
+    for count in workers:
+        loader = torch.utils.data.DataLoader(
+            dataset, batch_size=batch_size, shuffle=True, collate_fn=collate, num_workers=count
+        )
+        batches, positions = iter(loader), 0
+        next(batches)
+        start = time.perf_counter()
+        for _, batch in zip(range(50 * max(count, 1)), batches):
+            positions += int(batch["attention_mask"].sum())
+        rates[count] = positions / (time.perf_counter() - start)
+    return {"seconds": seconds, "peak_bytes": peak, "collated_positions_per_second": rates}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--words", type=int, nargs="+", default=[1_000_000, 10_000_000])
+    parser.add_argument("--previous", action="store_true", help="also measure load_bilm_dataset (full rows)")
+    parser.add_argument("--folder", help="where the corpora and caches go (default: a temporary folder, removed)")
+    parser.add_argument("--window", type=int, default=20)
+    parser.add_argument("--batch-size", type=int, default=128)
+    parser.add_argument("--workers", type=int, nargs="+", default=[0], help="data loader processes to measure with")
+    parser.add_argument("--measure", nargs=4, help=argparse.SUPPRESS)  # corpus vocabulary cache previous: the child
+    args = parser.parse_args()
+    if args.measure:
+        corpus, vocabulary, cache, previous = args.measure
+        result = measure(corpus, vocabulary, cache, previous == "1", args.batch_size, args.window, args.workers)
+        print(json.dumps(result))
+        return
+    from bench_inference import machine_description
+
+    from hf_elmo.data_bilm import build_word_vocabulary
+    from hf_elmo.word_vocabulary import write_word_vocabulary
+
+    print(machine_description("cpu"))
+    rates = " | ".join(f"collated positions/s, {count} workers" for count in args.workers)
+    print(f"| words | preparation | seconds | words/s | cache bytes/word | peak memory MiB | {rates} |")
+    print("| ---: | --- | ---: | ---: | ---: | ---: |" + " ---: |" * len(args.workers))
+    with tempfile.TemporaryDirectory() as temporary:
+        folder = Path(args.folder or temporary)
+        folder.mkdir(parents=True, exist_ok=True)
+        for size in args.words:
+            corpus = folder / f"corpus-{size}.txt"
+            words = generate_corpus(corpus, size)
+            vocabulary = folder / f"vocab-{size}.txt"
+            write_word_vocabulary(build_word_vocabulary([corpus]), vocabulary)
+            for previous in ([True] if args.previous else []) + [False]:
+                cache = folder / f"cache-{size}-{'previous' if previous else 'compact'}"
+                child = [sys.executable, __file__, "--measure", str(corpus), str(vocabulary), str(cache)]
+                child += [str(int(previous)), "--window", str(args.window), "--batch-size", str(args.batch_size), "--workers"]
+                child += [str(count) for count in args.workers]
+                environment = {**os.environ, "HF_DATASETS_DISABLE_PROGRESS_BARS": "1"}
+                output = subprocess.run(child, check=True, capture_output=True, text=True, env=environment).stdout
+                result = json.loads(output.strip().splitlines()[-1])
+                print(
+                    f"| {words:,} | {'load_bilm_dataset' if previous else 'compact'} | {result['seconds']:.1f} | "
+                    f"{words / result['seconds']:,.0f} | {folder_bytes(cache) / words:.1f} | "
+                    f"{result['peak_bytes'] / 2**20:,.0f} | "
+                    + " | ".join(f"{rate:,.0f}" for rate in result["collated_positions_per_second"].values())
+                    + " |",
+                    flush=True,
+                )
+
+
+if __name__ == "__main__":
+    main()
