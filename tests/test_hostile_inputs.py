@@ -969,6 +969,22 @@ API_CASES = {
         lambda root: ElmoTokenizer.from_pretrained(root / "M"),
         r"M: tokenizer_config\.json names tokenizer_class 'BertTokenizer', expected 'ElmoTokenizer'",
     ),
+    # --- sentence pairs and question answering ---
+    "a pair of one sentence and a batch": (
+        [],
+        lambda root: ElmoTokenizer()("A man sleeps .", ["Someone rests ."]),
+        r"^text and text_pair must both be one sentence or both a batch of sentences, got one sentence and a batch$",
+    ),
+    "pairs of batches of different lengths": (
+        [],
+        lambda root: ElmoTokenizer()(["A man sleeps .", "Hi"], ["Someone rests ."]),
+        r"^text has 2 sentences but text_pair has 1: each sentence needs its pair$",
+    ),
+    "truncation only_second without a pair": (
+        [],
+        lambda root: ElmoTokenizer()("A man sleeps .", truncation="only_second", max_length=3),
+        r"^truncation='only_second' needs sequence pairs: pass text_pair$",
+    ),
 }
 
 
