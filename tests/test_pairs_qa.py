@@ -3,6 +3,10 @@
 pair through the biLM on its own; the span decoder against a brute-force search; the pipelines, the layer cache and
 save / load."""
 
+import json
+import re
+import sys
+
 import numpy as np
 import pytest
 import torch
@@ -12,7 +16,10 @@ from hf_elmo import ElmoForQuestionAnswering, ElmoForSequenceClassification, Elm
 from hf_elmo.data_elmo import DataCollatorForElmo, ElmoLayerCache
 from hf_elmo.pipelines_elmo import best_answer_span, context_windows
 
-from test_heads import bilm_layers, mixed_elmo, tiny_model
+from test_heads import ROOT, bilm_layers, mixed_elmo, tiny_model
+
+sys.path.insert(0, str(ROOT / "examples"))
+from pos_tagging import DATA, read_conllu  # noqa: E402
 
 FIRST = [["A", "man", "sleeps", "."], ["Who", "sat", "?"], ["Hi"]]
 SECOND = [["Someone", "is", "resting"], ["The", "cat", "sat", "on", "the", "mat", "."], ["Über", "naïve", "words"]]
@@ -248,3 +255,46 @@ def test_question_answering_model_round_trips_and_loads_the_pipeline_from_a_fold
     assert type(qa).__name__ == "ElmoQuestionAnsweringPipeline"
     expected = pipeline("elmo-question-answering", model=model, tokenizer=tokenizer)(question="Who?", context="The cat sat.")
     assert qa(question="Who?", context="The cat sat.") == expected
+
+
+# --- the examples: data built from the bundled EWT sentences, run briefly ------------------------------------------
+
+
+def run_example(script, converted_dirs, tmp_path, *options):
+    import subprocess
+
+    command = [sys.executable, str(ROOT / "examples" / script), "--model", str(converted_dirs["allennlp"])]
+    command += ["--epochs", "1", "--output-dir", str(tmp_path / "out"), "--predictions", str(tmp_path / "p.json")]
+    result = subprocess.run(command + list(options), capture_output=True, text=True, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result.stdout, json.loads((tmp_path / "p.json").read_text())
+
+
+def test_sentence_pairs_example_reports_the_accuracy_of_its_predictions(converted_dirs, tmp_path):
+    stdout, rows = run_example("sentence_pairs.py", converted_dirs, tmp_path, "--train-pairs", "32", "--eval-pairs", "24")
+    accuracy = float(re.search(r"held-out accuracy ([0-9.]+)% on 24 \(chance 33\.33%\)", stdout).group(1))
+    assert len(rows) == 24
+    assert accuracy == pytest.approx(100 * np.mean([r["gold"] == r["predicted"] for r in rows]), abs=0.005)
+    for row in rows:  # the labels follow the documented construction
+        premise, hypothesis = row["premise"], row["hypothesis"]
+        spans = [premise[i : i + len(hypothesis)] for i in range(len(premise) - len(hypothesis) + 1)]
+        mismatches = min(sum(a != b for a, b in zip(span, hypothesis)) for span in spans) if spans else None
+        if row["gold"] == "entailment":
+            assert mismatches == 0
+        elif row["gold"] == "contradiction":
+            assert mismatches == 1 and 3 <= len(hypothesis) <= 8
+
+
+def test_question_answering_example_reports_the_exact_match_of_its_predictions(converted_dirs, tmp_path):
+    stdout, rows = run_example(
+        "question_answering.py", converted_dirs, tmp_path, "--train-questions", "32", "--eval-questions", "24"
+    )
+    exact = float(re.search(r"held-out exact match ([0-9.]+)% on 24 \(chance [0-9.]+%\)", stdout).group(1))
+    assert len(rows) == 24
+    assert exact == pytest.approx(100 * np.mean([r["predicted"] in r["gold"] for r in rows]), abs=0.005)
+    contexts = [" ".join(words) for words in read_conllu(DATA / "en_ewt-ud-test.conllu")[0]]
+    for row in rows:  # the gold answer is the word, or the two words, after the question's word in some sentence
+        question = row["question"].split()
+        anchor, length = question[-2], 2 if "two" in question else 1
+        assert len(row["gold"][0].split()) == length
+        assert any(f" {anchor} {row['gold'][0]} " in f" {context} " for context in contexts)
