@@ -1,4 +1,5 @@
-"""The paper's task models on top of the ELMo biLM: `ElmoForSequenceClassification` and `ElmoForTokenClassification`.
+"""The paper's task models on top of the ELMo biLM: `ElmoForSequenceClassification` (single sentences, or sentence
+pairs with ESIM's comparison), `ElmoForTokenClassification` and `ElmoForQuestionAnswering` (BiDAF's answer spans).
 
 A `ScalarMix` of the biLM layers (frozen by default), dropout, an optional BiLSTM task encoder with ELMo at its
 input and/or output, optional user-supplied word vectors, and a linear classifier; the options are `ElmoConfig`
