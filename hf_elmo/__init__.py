@@ -54,7 +54,6 @@ PIPELINE_REGISTRY.register_pipeline(
     type="text",
 )
 
-
 __version__ = "0.1.0"
 
 __all__ = [
