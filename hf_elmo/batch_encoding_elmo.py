@@ -96,10 +96,15 @@ def split_pairs(encoded_inputs: Any) -> tuple[Any, Any]:
         return [first for first, _ in halves], [second for _, second in halves]
     if not isinstance(encoded_inputs, Mapping) or not any(str(key).startswith(PAIR_PREFIX) for key in encoded_inputs):
         return encoded_inputs, None
-    first = {key: value for key, value in encoded_inputs.items() if not str(key).startswith(PAIR_PREFIX)}
-    second = {key[len(PAIR_PREFIX) :]: value for key, value in encoded_inputs.items() if str(key).startswith(PAIR_PREFIX)}
+    first, second = {}, {}
+    for key, value in encoded_inputs.items():
+        if str(key).startswith(PAIR_PREFIX):
+            second[key[len(PAIR_PREFIX) :]] = value
+        else:
+            first[key] = value
     if "input_ids" not in second:
-        raise ValueError(f"pad() got pair features {sorted(PAIR_PREFIX + key for key in second)} without `pair_input_ids`")
+        names = sorted(PAIR_PREFIX + key for key in second)
+        raise ValueError(f"pad() got pair features {names} without `pair_input_ids`")
     return first, second
 
 

@@ -452,7 +452,8 @@ class ElmoForSequenceClassification(ElmoTaskPreTrainedModel):
         """
         first = dict(zip(_SIDE_INPUTS, (input_ids, attention_mask, elmo_hidden_states, input_word_ids)))
         if self.pair_comparison is not None:
-            second = dict(zip(_SIDE_INPUTS, (pair_input_ids, pair_attention_mask, pair_elmo_hidden_states, pair_input_word_ids)))
+            pair = (pair_input_ids, pair_attention_mask, pair_elmo_hidden_states, pair_input_word_ids)
+            second = dict(zip(_SIDE_INPUTS, pair))
             (a, a_mask, layers), (b, b_mask, _) = self._pair_task_features(first, second)
             logits = self.classifier(self.pair_comparison(a, a_mask, b, b_mask))
         else:
@@ -597,7 +598,8 @@ class ElmoForQuestionAnswering(ElmoTaskPreTrainedModel):
         )
 
     def _lstm(self, lstm: nn.LSTM, inputs: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        packed = nn.utils.rnn.pack_padded_sequence(inputs, mask.sum(dim=1).cpu(), batch_first=True, enforce_sorted=False)
+        lengths = mask.sum(dim=1).cpu()
+        packed = nn.utils.rnn.pack_padded_sequence(inputs, lengths, batch_first=True, enforce_sorted=False)
         output = nn.utils.rnn.pad_packed_sequence(lstm(packed)[0], batch_first=True, total_length=inputs.shape[1])[0]
         return output * mask[..., None]
 
@@ -646,7 +648,8 @@ class ElmoForQuestionAnswering(ElmoTaskPreTrainedModel):
             the mean of the start and end cross-entropies (plus the ScalarMix L2 penalty when `scalar_mix_l2 > 0`).
         """
         first = dict(zip(_SIDE_INPUTS, (input_ids, attention_mask, elmo_hidden_states, input_word_ids)))
-        second = dict(zip(_SIDE_INPUTS, (pair_input_ids, pair_attention_mask, pair_elmo_hidden_states, pair_input_word_ids)))
+        pair = (pair_input_ids, pair_attention_mask, pair_elmo_hidden_states, pair_input_word_ids)
+        second = dict(zip(_SIDE_INPUTS, pair))
         (question, question_mask, layers), (context, context_mask, _) = self._pair_task_features(first, second)
         flow = self._attention(context, context_mask, question, question_mask)
         modeled = self._lstm(self.modeling, self.dropout(flow), context_mask)
@@ -657,7 +660,8 @@ class ElmoForQuestionAnswering(ElmoTaskPreTrainedModel):
         pooled = start_features.masked_fill(~context_mask[..., None], lowest).amax(dim=1)
         no_answer = self.no_answer_output(pooled)
         logits = []
-        for index, (output, features) in enumerate(((self.start_output, start_features), (self.end_output, end_features))):
+        outputs = ((self.start_output, start_features), (self.end_output, end_features))
+        for index, (output, features) in enumerate(outputs):
             word_logits = output(features)[..., 0].masked_fill(~context_mask, lowest)
             end_boundary = word_logits.new_full((word_logits.shape[0], 1), lowest)
             logits.append(torch.cat([no_answer[:, index : index + 1], word_logits, end_boundary], dim=1))

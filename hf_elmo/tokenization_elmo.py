@@ -390,7 +390,8 @@ class ElmoTokenizer(PreTrainedTokenizer):
     ) -> ElmoBatchEncoding:
         """Encode one sentence or a batch, all words of the batch at once; see the class docstring for the shapes."""
         if text_pair is not None:
-            options = {key: value for key, value in locals().items() if key not in ("self", "text", "text_pair", "kwargs")}
+            unshared = ("self", "text", "text_pair", "kwargs")
+            options = {key: value for key, value in locals().items() if key not in unshared}
             return self._encode_sentence_pairs(text, text_pair, **options, **kwargs)
         if return_overflowing_tokens:
             raise ValueError("ElmoTokenizer does not support return_overflowing_tokens")
@@ -463,7 +464,9 @@ class ElmoTokenizer(PreTrainedTokenizer):
             ("text", text, (TruncationStrategy.LONGEST_FIRST, TruncationStrategy.ONLY_FIRST)),
             ("text_pair", text_pair, (TruncationStrategy.LONGEST_FIRST, TruncationStrategy.ONLY_SECOND)),
         ):
-            side_strategy = TruncationStrategy.LONGEST_FIRST if strategy in truncated else TruncationStrategy.DO_NOT_TRUNCATE
+            side_strategy = TruncationStrategy.DO_NOT_TRUNCATE
+            if strategy in truncated:
+                side_strategy = TruncationStrategy.LONGEST_FIRST
             sides.append(self._encode_plus(value, truncation_strategy=side_strategy, **options))
         first, second = sides
         if first._batched != second._batched:

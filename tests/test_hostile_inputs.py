@@ -1050,6 +1050,16 @@ API_CASES = {
         answer(question="Who sat?", context="  "),
         r"^the context has no words$",
     ),
+    "a question-answering pipeline given more questions than contexts": (
+        [],
+        answer(question=["Who sat?", "Where?"], context=["The cat sat."]),
+        r"^2 questions but 1 contexts: each needs its context$",
+    ),
+    "a question-answering pipeline whose windows would not move": (
+        [],
+        answer(question="Who sat?", context="The cat sat.", max_context_words=4, stride=4),
+        r"^stride must be in \[0, max_context_words\) = \[0, 4\), got 4$",
+    ),
 }
 
 

@@ -93,7 +93,9 @@ def test_pair_classifier_is_esim_over_each_sentences_own_elmo():
 
 def test_pair_classifier_with_the_layer_cache_trains_as_with_the_bilm():
     tokenizer = ElmoTokenizer()
-    examples = [dict(tokenizer(a, b, is_split_into_words=True), labels=i % 3) for i, (a, b) in enumerate(zip(FIRST, SECOND))]
+    examples = [
+        dict(tokenizer(a, b, is_split_into_words=True), labels=i % 3) for i, (a, b) in enumerate(zip(FIRST, SECOND))
+    ]
     model = tiny_model(ElmoForSequenceClassification, sentence_pairs=True, num_labels=3).float()
     cache = ElmoLayerCache(model, batch_size=1)
     columns = {key: [example[key] for example in examples] for key in examples[0]}
@@ -113,7 +115,8 @@ def test_text_classification_pipeline_takes_pairs_and_the_classifier_round_trips
     classify = pipeline("text-classification", model=model, tokenizer=tokenizer, top_k=None)
     result = classify({"text": "A man sleeps.", "text_pair": "Someone is resting."})
     with torch.no_grad():
-        probabilities = model(**tokenizer("A man sleeps.", "Someone is resting.", return_tensors="pt")).logits.softmax(-1)
+        encoded = tokenizer("A man sleeps.", "Someone is resting.", return_tensors="pt")
+        probabilities = model(**encoded).logits.softmax(-1)
     assert {r["label"]: r["score"] for r in result} == pytest.approx(
         {model.config.id2label[i]: p for i, p in enumerate(probabilities[0].tolist())}, abs=1e-6
     )
@@ -167,8 +170,8 @@ def test_question_answering_loss_is_the_mean_of_the_start_and_end_cross_entropie
         output = model(**encoded, start_positions=starts, end_positions=ends)
     expected = []
     for logits, positions in ((output.start_logits, starts), (output.end_logits, ends)):
-        log_p = logits.numpy() - np.log(np.exp(logits.numpy() - logits.numpy().max(1, keepdims=True)).sum(1, keepdims=True))
-        log_p -= logits.numpy().max(1, keepdims=True)
+        shifted = logits.numpy() - logits.numpy().max(1, keepdims=True)
+        log_p = shifted - np.log(np.exp(shifted).sum(1, keepdims=True))
         expected.append(-np.mean([log_p[row, p] for row, p in enumerate(positions.tolist())]))
     assert output.loss.item() == pytest.approx(sum(expected) / 2, abs=1e-12)
 
@@ -186,7 +189,7 @@ def brute_force_span(start, end, max_length):
 def test_best_answer_span_is_the_best_span_that_starts_before_it_ends(n, max_length):
     generator = torch.Generator().manual_seed(n * 100 + max_length)
     for _ in range(20):
-        start, end = torch.randn(n, generator=generator, dtype=torch.float64), torch.randn(n, generator=generator, dtype=torch.float64)
+        start, end = torch.randn(2, n, generator=generator, dtype=torch.float64)
         first, last, probability = best_answer_span(start, end, max_length)
         i, j, score = brute_force_span(start.tolist(), end.tolist(), max_length)
         assert (first, last) == (i, j) and probability == pytest.approx(np.exp(score), rel=1e-12)
@@ -214,8 +217,11 @@ def test_question_answering_pipeline_answers_with_offsets_into_the_context(tmp_p
         for start in context_windows(len(context_words), window, stride):
             piece = context_words[start : start + window]
             with torch.no_grad():
-                out = model(**tokenizer(tokenizer.split_words(question), piece, is_split_into_words=True, return_tensors="pt"))
-            log_start, log_end = (logits[0].double().log_softmax(-1)[1 : len(piece) + 1] for logits in (out.start_logits, out.end_logits))
+                encoded = tokenizer(tokenizer.split_words(question), piece, is_split_into_words=True, return_tensors="pt")
+                out = model(**encoded)
+            log_start, log_end = (
+                logits[0].double().log_softmax(-1)[1 : len(piece) + 1] for logits in (out.start_logits, out.end_logits)
+            )
             i, j, score = brute_force_span(log_start.tolist(), log_end.tolist(), 3)
             if best is None or score > best[2]:
                 best = (start + i, start + j, score)
@@ -253,7 +259,8 @@ def test_question_answering_model_round_trips_and_loads_the_pipeline_from_a_fold
         assert torch.equal(reloaded(**encoded).start_logits, model(**encoded).start_logits)
     qa = pipeline("question-answering", model=str(tmp_path / "qa"), trust_remote_code=True)
     assert type(qa).__name__ == "ElmoQuestionAnsweringPipeline"
-    expected = pipeline("elmo-question-answering", model=model, tokenizer=tokenizer)(question="Who?", context="The cat sat.")
+    in_memory = pipeline("elmo-question-answering", model=model, tokenizer=tokenizer)
+    expected = in_memory(question="Who?", context="The cat sat.")
     assert qa(question="Who?", context="The cat sat.") == expected
 
 
@@ -271,7 +278,8 @@ def run_example(script, converted_dirs, tmp_path, *options):
 
 
 def test_sentence_pairs_example_reports_the_accuracy_of_its_predictions(converted_dirs, tmp_path):
-    stdout, rows = run_example("sentence_pairs.py", converted_dirs, tmp_path, "--train-pairs", "32", "--eval-pairs", "24")
+    options = ("--train-pairs", "32", "--eval-pairs", "24")
+    stdout, rows = run_example("sentence_pairs.py", converted_dirs, tmp_path, *options)
     accuracy = float(re.search(r"held-out accuracy ([0-9.]+)% on 24 \(chance 33\.33%\)", stdout).group(1))
     assert len(rows) == 24
     assert accuracy == pytest.approx(100 * np.mean([r["gold"] == r["predicted"] for r in rows]), abs=0.005)

@@ -385,7 +385,9 @@ def test_pad_and_collators_pad_both_sides(tok):
     from hf_elmo.data_elmo import DataCollatorForElmo
 
     premises, hypotheses = [["a", "b"], ["c"]], [["d"], ["e", "f", "g"]]
-    features = [dict(tok(p, h, is_split_into_words=True), labels=i) for i, (p, h) in enumerate(zip(premises, hypotheses))]
+    features = [
+        dict(tok(p, h, is_split_into_words=True), labels=i) for i, (p, h) in enumerate(zip(premises, hypotheses))
+    ]
     expected = tok(premises, hypotheses, is_split_into_words=True, padding=True, return_tensors="pt")
     for batch in (tok.pad(features, return_tensors="pt"), DataCollatorWithPadding(tok)(features),
                   DataCollatorForElmo(tok)(features)):
