@@ -858,7 +858,8 @@ def with_labels(*values):
 
 
 def with_pair(second_sentences, **positions):
-    """The batch's sentences paired with `second_sentences` (`pair_...` inputs), plus `positions` as tensors."""
+    """The batch's sentences paired with `second_sentences` (`pair_...` inputs), plus `positions` (keyword arguments
+    of the model) as tensors."""
     import torch
 
     def transform(batch, model):
@@ -1028,6 +1029,11 @@ API_CASES = {
         [],
         run_model(with_pair(["a", "b"]), "ElmoForSequenceClassification"),
         r"^pair_input_ids given to a single-sentence classifier: build a pair classifier with sentence_pairs=True",
+    ),
+    "cached layers of the second sentences of the wrong shape": (
+        [],
+        run_model(with_pair(["a b", "c"], pair_elmo_hidden_states=[[[[0.0] * 32]] * 4] * 2), "ElmoForQuestionAnswering"),
+        r"^the second sentences \(pair_\.\.\.\): elmo_hidden_states must have shape \(2, 4, 3, 32\)",
     ),
     "an answer span outside the context": (
         [],

@@ -109,6 +109,18 @@ def test_pair_classifier_with_the_layer_cache_trains_as_with_the_bilm():
     torch.testing.assert_close(from_cache.loss, direct.loss, rtol=0, atol=1e-5)
 
 
+@pytest.mark.parametrize("cls", [ElmoForSequenceClassification, ElmoForQuestionAnswering])
+def test_pair_heads_fine_tune_the_bilm_only_when_asked(cls):
+    encoded = pair_batch()
+    for freeze, expect_gradients in ((True, False), (False, True)):
+        model = tiny_model(cls, sentence_pairs=True, freeze_elmo=freeze).train()
+        outputs = model(**encoded)
+        logits = outputs.logits if cls is ElmoForSequenceClassification else outputs.start_logits
+        logits.masked_fill(logits == torch.finfo(logits.dtype).min, 0).sum().backward()
+        gradients = [p.grad for p in model.elmo.parameters() if p.grad is not None and p.grad.any()]
+        assert bool(gradients) is expect_gradients
+
+
 def test_text_classification_pipeline_takes_pairs_and_the_classifier_round_trips(tmp_path):
     model = tiny_model(ElmoForSequenceClassification, sentence_pairs=True, num_labels=3).float()
     tokenizer = ElmoTokenizer()
