@@ -318,3 +318,39 @@ def test_question_answering_example_reports_the_exact_match_of_its_predictions(c
         anchor, length = question[-2], 2 if "two" in question else 1
         assert len(row["gold"][0].split()) == length
         assert any(f" {anchor} {row['gold'][0]} " in f" {context} " for context in contexts)
+
+
+def test_the_examples_read_squad_and_snli_as_their_dataset_cards_describe_them(monkeypatch):
+    import datasets
+
+    import question_answering
+    import sentence_pairs
+
+    context = "Fine. The  Eiffel Tower, in Paris, opened in 1889 ; it is 330 m tall."
+    tables = {
+        "squad": datasets.Dataset.from_dict(
+            {
+                "question": ["When did it open?", "Where is it?", "How tall?"],
+                "context": [context] * 3,
+                "answers": [
+                    {"text": ["1889"], "answer_start": [context.index("1889")]},
+                    {"text": ["in Paris"], "answer_start": [context.index("in Paris")]},
+                    {"text": ["330 m tall"], "answer_start": [context.index("330")]},
+                ],
+            }
+        ),
+        "snli": datasets.Dataset.from_dict(
+            {"premise": ["A man sleeps.", "x", "y"], "hypothesis": ["He rests.", "z", "w"], "label": [0, -1, 2]}
+        ),
+    }
+    monkeypatch.setattr(datasets, "load_dataset", lambda name, split: tables[name])
+    tokenizer = ElmoTokenizer()
+    examples = question_answering.squad_questions("validation", None, tokenizer, None)
+    assert [" ".join(e["context"][e["answer"][0] : e["answer"][1] + 1]) for e in examples] == [
+        "1889", "in Paris", "330 m tall"
+    ]
+    # Training keeps the questions whose answer lies in the first words only.
+    first_words = tokenizer.split_words(context).index("Paris") + 1
+    kept = question_answering.squad_questions("train", None, tokenizer, first_words)
+    assert [e["gold"] for e in kept] == [["in Paris"]] and len(kept[0]["context"]) == first_words
+    assert sentence_pairs.snli_pairs("train", None) == [("A man sleeps.", "He rests.", 0), ("y", "w", 2)]
