@@ -23,6 +23,8 @@ from .character_rows import (
 
 PER_POSITION_FEATURES = ("attention_mask", "token_type_ids", "special_tokens_mask", "input_word_ids")
 """Features with one value per position besides `input_ids`: padded and cut back like it."""
+PAIR_PREFIX = "pair_"
+"""Prefix of the second sentence's features in an encoded pair (`pair_input_ids`, `pair_attention_mask`, ...)."""
 
 
 def padded_length(
@@ -80,6 +82,30 @@ def collect_examples(encoded_inputs: Any, width: int) -> tuple[dict[str, list], 
     raise ValueError(
         f"`input_ids` must be one example of shape (positions, {width}) or a batch of them, got a {depth}-D value"
     )
+
+
+def split_pairs(encoded_inputs: Any) -> tuple[Any, Any]:
+    """What `pad` is given, split into the first sentences and the second (`pair_...` features, without the prefix):
+    in the same form (a list of per-example dicts or a dict of features); the second is None if there are none."""
+    if isinstance(encoded_inputs, (list, tuple)) and encoded_inputs and isinstance(encoded_inputs[0], Mapping):
+        if not any(str(key).startswith(PAIR_PREFIX) for key in encoded_inputs[0]):
+            return encoded_inputs, None
+        halves = [split_pairs(example) for example in encoded_inputs]
+        if any(second is None for _, second in halves):
+            raise ValueError("pad() got examples with and without `pair_input_ids`: every example must be a pair")
+        return [first for first, _ in halves], [second for _, second in halves]
+    if not isinstance(encoded_inputs, Mapping) or not any(str(key).startswith(PAIR_PREFIX) for key in encoded_inputs):
+        return encoded_inputs, None
+    first, second = {}, {}
+    for key, value in encoded_inputs.items():
+        if str(key).startswith(PAIR_PREFIX):
+            second[key[len(PAIR_PREFIX) :]] = value
+        else:
+            first[key] = value
+    if "input_ids" not in second:
+        names = sorted(PAIR_PREFIX + key for key in second)
+        raise ValueError(f"pad() got pair features {names} without `pair_input_ids`")
+    return first, second
 
 
 def per_position_values(examples: list, key: str, lengths: np.ndarray) -> list[np.ndarray]:
@@ -141,6 +167,8 @@ class ElmoBatchEncoding(BatchEncoding):
         self._word_spans = word_spans
         self._batched = batched
         self._boundary_rows = boundary_rows
+        # The second sentences' own encoding, for a pair (`pair_word_ids`).
+        self.pair: ElmoBatchEncoding | None = None
 
     @classmethod
     def from_arrays(
@@ -193,6 +221,7 @@ class ElmoBatchEncoding(BatchEncoding):
         state["word_spans"] = self._word_spans
         state["batched"] = self._batched
         state["boundary_rows"] = self._boundary_rows
+        state["pair"] = self.pair
         return state
 
     def __setstate__(self, state):
@@ -200,6 +229,7 @@ class ElmoBatchEncoding(BatchEncoding):
         self._word_spans = state.get("word_spans")
         self._batched = state.get("batched", True)
         self._boundary_rows = state.get("boundary_rows", (BOS_WORD_IDS, EOS_WORD_IDS))
+        self.pair = state.get("pair")
 
     def _sequence_ids_array(self, batch_index: int) -> Any:
         ids = self.data["input_ids"]
@@ -222,6 +252,12 @@ class ElmoBatchEncoding(BatchEncoding):
         words = list(range(first_word, first_word + n_words))
         return [None] * first_position + words + [None] * (n_positions - first_position - n_words)
 
+    def pair_word_ids(self, batch_index: int = 0) -> list[int | None]:
+        """`word_ids` of the second sentence of pair `batch_index` (its `pair_input_ids`)."""
+        if self.pair is None:
+            raise ValueError("pair_word_ids needs an encoded pair: tokenizer(text, text_pair)")
+        return self.pair.word_ids(batch_index)
+
     def token_to_word(self, batch_or_token_index: int, token_index: int | None = None) -> int | None:
         """Word index at a position (`None` for boundaries and padding)."""
         batch_index, token_index = (
@@ -241,4 +277,11 @@ class ElmoBatchEncoding(BatchEncoding):
         return TokenSpan(position, position + 1)
 
 
-__all__ = ["ElmoBatchEncoding", "collect_examples", "padded_length", "per_position_values"]
+__all__ = [
+    "PAIR_PREFIX",
+    "ElmoBatchEncoding",
+    "collect_examples",
+    "padded_length",
+    "per_position_values",
+    "split_pairs",
+]

@@ -39,6 +39,7 @@ AUTO_MAP = {
     "AutoTokenizer": ["tokenization_elmo.ElmoTokenizer", None],
     "AutoModelForSequenceClassification": "modeling_elmo_heads.ElmoForSequenceClassification",
     "AutoModelForTokenClassification": "modeling_elmo_heads.ElmoForTokenClassification",
+    "AutoModelForQuestionAnswering": "modeling_elmo_heads.ElmoForQuestionAnswering",
 }
 
 # Stated limits on what a configuration may describe, so that a hostile or mistyped config.json cannot exhaust memory
@@ -122,7 +123,8 @@ class ElmoConfig(PreTrainedConfig):
             are tested against; several times slower). Read at each call: `model.config.implementation =
             "reference"` switches a model.
 
-    Task heads (`ElmoForSequenceClassification`, `ElmoForTokenClassification`; the biLM ignores these):
+    Task heads (`ElmoForSequenceClassification`, `ElmoForTokenClassification`, `ElmoForQuestionAnswering`; the biLM
+    ignores these):
         freeze_elmo (`bool`, defaults to `True`): keep the biLM fixed (no gradients, eval mode); `False` fine-tunes it.
         elmo_dropout (`float`, defaults to 0.5): dropout on each ELMo representation.
         scalar_mix_layers (`list[int]`, *optional*): biLM layers each ScalarMix mixes (0 = character CNN);
@@ -148,6 +150,9 @@ class ElmoConfig(PreTrainedConfig):
         word_vectors_trainable (`bool`, defaults to `False`): update the word vectors during training.
         classifier_pooling (`str`, defaults to `"mean"`): sequence classification pooling over the words
             (boundaries excluded): `"mean"`, `"max"` or `"mean_max"` (both, concatenated).
+        sentence_pairs (`bool`, defaults to `False`): `ElmoForSequenceClassification` classifies sentence pairs
+            (`pair_input_ids`, e.g. SNLI) with ESIM's soft alignment and pooled comparison instead of pooling one
+            sentence (`classifier_pooling` is then not used).
         num_softmax_samples (`int`, defaults to 8192): negative words of the sampled softmax used in training
             (`ElmoForBiLM`); 0, or at least `vocab_size`, trains with the full softmax. Evaluation always uses
             the full softmax.
@@ -200,6 +205,7 @@ class ElmoConfig(PreTrainedConfig):
     word_vectors_lowercase: bool = False
     word_vectors_trainable: bool = False
     classifier_pooling: str = "mean"
+    sentence_pairs: bool = False
 
     def __post_init__(self, **kwargs):
         for name, value in (("dtype", self.dtype), ("torch_dtype", kwargs.get("torch_dtype"))):

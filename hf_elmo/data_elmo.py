@@ -6,6 +6,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from .batch_encoding_elmo import PAIR_PREFIX
 from .character_rows import pad_rows
 from .modeling_elmo import ElmoModel
 
@@ -60,7 +61,8 @@ def _as_tensor(value: Any, dtype: torch.dtype | None = None) -> torch.Tensor:
 
 class DataCollatorForElmo:
     """Batches examples for the ELMo heads: pads `input_ids`/`attention_mask` with the tokenizer, per-position
-    `labels` with -100, and cached `elmo_hidden_states` `(T_i, num_layers + 1, 2P)` with zeros.
+    `labels` with -100, and cached `elmo_hidden_states` `(T_i, num_layers + 1, 2P)` with zeros; for sentence pairs,
+    the `pair_...` features and `pair_elmo_hidden_states` of the second sentences likewise.
 
     Per-example labels that are scalars or fixed-size vectors (sequence classification) are stacked as they are.
     """
@@ -71,15 +73,14 @@ class DataCollatorForElmo:
 
     def __call__(self, features: list[Mapping[str, Any]]) -> dict[str, torch.Tensor]:
         labels = [feature["labels"] for feature in features] if "labels" in features[0] else None
-        layers = (
-            [feature["elmo_hidden_states"] for feature in features] if "elmo_hidden_states" in features[0] else None
-        )
-        rest = [{k: v for k, v in f.items() if k not in ("labels", "elmo_hidden_states")} for f in features]
+        cached = [key for key in ("elmo_hidden_states", PAIR_PREFIX + "elmo_hidden_states") if key in features[0]]
+        rest = [{k: v for k, v in f.items() if k != "labels" and k not in cached} for f in features]
         batch = dict(self.tokenizer.pad(rest, padding=True, return_tensors="pt"))
         positions = batch["input_ids"].shape[1]
-        if layers is not None:
-            layers = [_as_tensor(layer, torch.float32) for layer in layers]
-            batch["elmo_hidden_states"] = torch.from_numpy(pad_rows(layers, positions, dtype=np.float32))
+        for key in cached:  # the layers of each side, padded as its input_ids
+            layers = [_as_tensor(feature[key], torch.float32) for feature in features]
+            side_positions = batch[key.replace("elmo_hidden_states", "input_ids")].shape[1]
+            batch[key] = torch.from_numpy(pad_rows(layers, side_positions, dtype=np.float32))
         if labels is not None:
             lengths = [len(f["input_ids"]) for f in features]
             labels = [_as_tensor(label) for label in labels]
@@ -99,7 +100,7 @@ class ElmoLayerCache:
 
         dataset = dataset.map(ElmoLayerCache(model), batched=True, batch_size=64)
         # each example gains "elmo_hidden_states" (T_i, num_layers + 1, 2P); DataCollatorForElmo pads it and the
-        # heads use it instead of running the biLM.
+        # heads use it instead of running the biLM. Pairs also gain "pair_elmo_hidden_states", their second sentences'.
 
     The layers are computed in evaluation mode, exactly as a frozen biLM computes them inside the heads. A sentence's
     layers do not depend on the rest of its batch (the model is stateless) up to float rounding of different batch
@@ -123,7 +124,14 @@ class ElmoLayerCache:
     def __call__(self, examples: Mapping[str, Sequence[Any]]) -> dict[str, list[np.ndarray]]:
         was_training = self.model.training
         self.model.eval()
-        rows, word_ids = examples["input_ids"], examples.get("input_word_ids")
+        cached = {"elmo_hidden_states": self._layers(examples["input_ids"], examples.get("input_word_ids"))}
+        if PAIR_PREFIX + "input_ids" in examples:  # sentence pairs: each side is a sentence of its own
+            rows, word_ids = examples[PAIR_PREFIX + "input_ids"], examples.get(PAIR_PREFIX + "input_word_ids")
+            cached[PAIR_PREFIX + "elmo_hidden_states"] = self._layers(rows, word_ids)
+        self.model.train(was_training)
+        return cached
+
+    def _layers(self, rows: Sequence[Any], word_ids: Sequence[Any] | None) -> list[np.ndarray]:
         device = self.model.device
         cached = []
         for start in range(0, len(rows), self.batch_size):
@@ -137,8 +145,7 @@ class ElmoLayerCache:
             layers = self.model(**inputs, output_hidden_states=True)
             stacked = torch.stack(layers.hidden_states, dim=2).float().cpu().numpy()
             cached.extend(stacked[i, :n] for i, n in enumerate(lengths))
-        self.model.train(was_training)
-        return {"elmo_hidden_states": cached}
+        return cached
 
 
 __all__ = ["DataCollatorForElmo", "ElmoLayerCache", "tokenize_and_align_labels"]

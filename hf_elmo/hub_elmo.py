@@ -19,6 +19,7 @@ MODEL_CARD_TEMPLATE = Path(__file__).with_name("model_card.md")
 PIPELINE_TAGS = {
     "ElmoForSequenceClassification": "text-classification",
     "ElmoForTokenClassification": "token-classification",
+    "ElmoForQuestionAnswering": "question-answering",
 }
 # The placeholder card transformers uploads when a repository has none (e.g. after tokenizer.push_to_hub).
 _TRANSFORMERS_PLACEHOLDER = "This model card has been automatically generated."

@@ -46,7 +46,10 @@ _PICKLE_REFUSED = (
     "code hidden in it while loading. If you trust its origin, pass use_safetensors=False explicitly."
 )
 _HUB_KEYS = ("cache_dir", "force_download", "local_files_only", "token", "revision", "subfolder")
-_AUTO_CLASS_OF_TASK = {"token-classification": "AutoModelForTokenClassification"}
+_AUTO_CLASS_OF_TASK = {
+    "token-classification": "AutoModelForTokenClassification",
+    "question-answering": "AutoModelForQuestionAnswering",
+}
 _BILM_PREFIXES = ("char_encoder.", "encoder.")
 
 

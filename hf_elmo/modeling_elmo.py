@@ -1272,8 +1272,14 @@ def __getattr__(name: str):
     # The task heads and ScalarMix were defined or imported here in earlier versions; the heads build on this module,
     # so they are imported on first use. (Being imported here, the heads' module is also saved with this one by
     # save_pretrained: a folder of any ELMo class loads as a head with trust_remote_code=True.)
-    if name in ("ElmoForSequenceClassification", "ElmoForTokenClassification", "ElmoTaskPreTrainedModel"):
+    if name in (
+        "ElmoForQuestionAnswering",
+        "ElmoForSequenceClassification",
+        "ElmoForTokenClassification",
+        "ElmoTaskPreTrainedModel",
+    ):
         from .modeling_elmo_heads import (  # noqa: F401
+            ElmoForQuestionAnswering,
             ElmoForSequenceClassification,
             ElmoForTokenClassification,
             ElmoTaskPreTrainedModel,

@@ -1,4 +1,5 @@
-"""The paper's task models on top of the ELMo biLM: `ElmoForSequenceClassification` and `ElmoForTokenClassification`.
+"""The paper's task models on top of the ELMo biLM: `ElmoForSequenceClassification` (single sentences, or sentence
+pairs with ESIM's comparison), `ElmoForTokenClassification` and `ElmoForQuestionAnswering` (BiDAF's answer spans).
 
 A `ScalarMix` of the biLM layers (frozen by default), dropout, an optional BiLSTM task encoder with ELMo at its
 input and/or output, optional user-supplied word vectors, and a linear classifier; the options are `ElmoConfig`
@@ -12,17 +13,23 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from transformers import initialization as init
-from transformers.modeling_outputs import SequenceClassifierOutput, TokenClassifierOutput
+from transformers.modeling_outputs import (
+    QuestionAnsweringModelOutput,
+    SequenceClassifierOutput,
+    TokenClassifierOutput,
+)
 from transformers.utils import can_return_tuple
 
+from .batch_encoding_elmo import PAIR_PREFIX
 from .character_rows import byte_id, words_to_char_ids
 from .configuration_elmo import PROBLEM_TYPES, ElmoConfig
 from .input_checks import check_finite_labels
 from .modeling_elmo import ElmoModel, ElmoPreTrainedModel
-from .pipelines_elmo import ElmoTokenClassificationPipeline
+from .pipelines_elmo import ElmoQuestionAnsweringPipeline, ElmoTokenClassificationPipeline
 from .scalar_mix import ScalarMix
 
 _ASCII_UPPER = (byte_id(ord("A")), byte_id(ord("Z")))
+_SIDE_INPUTS = ("input_ids", "attention_mask", "elmo_hidden_states", "input_word_ids")
 _HASH_MODULI = (2_147_483_647, 2_147_483_629)  # two primes below 2**31: the key is both hashes, 62 bits
 
 
@@ -175,6 +182,40 @@ class ElmoTaskEncoder(nn.Module):
         return sum(mix.l2_penalty() for mix in self.scalar_mixes.values())
 
 
+def _masked_softmax(scores: torch.Tensor, mask: torch.Tensor, dim: int) -> torch.Tensor:
+    """Softmax of `scores` along `dim` over the entries where `mask` (broadcast to `scores`) is True."""
+    return scores.masked_fill(~mask, torch.finfo(scores.dtype).min).softmax(dim=dim)
+
+
+class ElmoPairComparison(nn.Module):
+    """ESIM's local inference (Chen et al. 2017) between two sentences' word features, pooled for a classifier.
+
+    Each word is softly aligned with the words of the other sentence (dot-product attention), enhanced as
+    `[a; a~; a - a~; a * a~]`, projected (ReLU), and each sentence's projections are mean- and max-pooled over its
+    words: `[mean_a; max_a; mean_b; max_b]`, `4 * feature_size` features.
+    """
+
+    def __init__(self, config: ElmoConfig, feature_size: int):
+        super().__init__()
+        self.projection = nn.Linear(4 * feature_size, feature_size)
+        self.dropout = nn.Dropout(config.elmo_dropout)
+        self.output_size = 4 * feature_size
+
+    def forward(self, a: torch.Tensor, a_mask: torch.Tensor, b: torch.Tensor, b_mask: torch.Tensor) -> torch.Tensor:
+        """`a` `(B, Wa, F)`, `b` `(B, Wb, F)` with their word masks -> `(B, 4F)`."""
+        similarity = a @ b.transpose(1, 2)
+        aligned_a = _masked_softmax(similarity, b_mask[:, None, :], dim=2) @ b
+        aligned_b = _masked_softmax(similarity.transpose(1, 2), a_mask[:, None, :], dim=2) @ a
+        pooled = []
+        for words, aligned, mask in ((a, aligned_a, a_mask), (b, aligned_b, b_mask)):
+            enhanced = torch.cat([words, aligned, words - aligned, words * aligned], dim=-1)
+            projected = F.relu(self.projection(self.dropout(enhanced)))
+            weights = mask[..., None].to(projected.dtype)
+            pooled.append((projected * weights).sum(dim=1) / weights.sum(dim=1))
+            pooled.append(projected.masked_fill(~mask[..., None], float("-inf")).amax(dim=1))
+        return self.dropout(torch.cat(pooled, dim=-1))
+
+
 class ElmoTaskPreTrainedModel(ElmoPreTrainedModel):
     """Shared machinery of the task heads: the biLM (frozen by default), the task encoder, initialisation."""
 
@@ -259,6 +300,39 @@ class ElmoTaskPreTrainedModel(ElmoPreTrainedModel):
                 )
         return self.task_encoder(input_ids, elmo_hidden_states, mask), mask, elmo_hidden_states
 
+    def _pair_task_features(self, first: dict, second: dict) -> tuple[tuple, tuple]:
+        """`_task_features` of each side of a sentence pair: `first` and `second` hold each side's `input_ids`,
+        `attention_mask`, `elmo_hidden_states` and `input_word_ids` (the second side's are the `pair_...` inputs).
+        Returns, per side, the word features `(B, W, F)`, the `(B, W)` mask of its words and its biLM layers."""
+        if second["input_ids"] is None:
+            raise ValueError(
+                f"{type(self).__name__} reads sentence pairs: pass pair_input_ids (and pair_attention_mask) for the "
+                "second sentences, as tokenizer(text, text_pair) returns them"
+            )
+        sides = []
+        for prefix, side in (("", first), (PAIR_PREFIX, second)):
+            try:
+                features, mask, layers = self._task_features(*(side[key] for key in _SIDE_INPUTS))
+            except ValueError as error:
+                if not prefix:
+                    raise
+                raise ValueError(f"the second sentences ({prefix}...): {error}") from None
+            word_mask = mask[:, 2:]
+            empty = (~word_mask.any(dim=1)).nonzero()
+            if len(empty):
+                raise ValueError(
+                    f"{prefix}input_ids row {int(empty[0])} has no words: each side of a sentence pair needs at least "
+                    "one word"
+                )
+            sides.append((features, word_mask, layers))
+        (first_features, _, _), (second_features, _, _) = sides
+        if first_features.shape[0] != second_features.shape[0]:
+            raise ValueError(
+                f"input_ids has {first_features.shape[0]} rows but pair_input_ids has {second_features.shape[0]}: "
+                "each sentence needs its pair"
+            )
+        return tuple(sides)
+
     def _hidden_states(self, layers: torch.Tensor, output_hidden_states: bool | None) -> tuple[torch.Tensor, ...]:
         """The biLM layers as `ElmoModel` returns them, when asked for by the argument or else by the config."""
         if output_hidden_states is None:
@@ -273,11 +347,19 @@ class ElmoTaskPreTrainedModel(ElmoPreTrainedModel):
 
 class ElmoForSequenceClassification(ElmoTaskPreTrainedModel):
     """ELMo sentence classifier / regressor: task features pooled over the words (boundaries excluded), then a
-    linear layer. The loss follows `config.problem_type` as in transformers."""
+    linear layer. The loss follows `config.problem_type` as in transformers.
+
+    With `config.sentence_pairs`, it classifies sentence pairs (SNLI): each sentence through the biLM and the task
+    encoder on its own, then ESIM's comparison (`ElmoPairComparison`); pass `model(**tokenizer(a, b, ...))`.
+    """
 
     def __init__(self, config: ElmoConfig):
         super().__init__(config)
         pooled_size = self.task_encoder.output_size * (2 if config.classifier_pooling == "mean_max" else 1)
+        self.pair_comparison = None
+        if config.sentence_pairs:
+            self.pair_comparison = ElmoPairComparison(config, self.task_encoder.output_size)
+            pooled_size = self.pair_comparison.output_size
         self.classifier = nn.Linear(pooled_size, config.num_labels)
         self.post_init()
 
@@ -342,6 +424,10 @@ class ElmoForSequenceClassification(ElmoTaskPreTrainedModel):
         return_dict: bool | None = None,
         input_word_ids: torch.LongTensor | None = None,
         output_hidden_states: bool | None = None,
+        pair_input_ids: torch.LongTensor | None = None,
+        pair_attention_mask: torch.Tensor | None = None,
+        pair_elmo_hidden_states: torch.Tensor | None = None,
+        pair_input_word_ids: torch.LongTensor | None = None,
     ) -> SequenceClassifierOutput:
         r"""
         Args:
@@ -354,14 +440,30 @@ class ElmoForSequenceClassification(ElmoTaskPreTrainedModel):
             input_word_ids (`torch.LongTensor` of shape `(B, T)`, *optional*): word ids from the tokenizer, for models
                 with word embeddings (converted from ELMoForManyLangs).
             output_hidden_states (`bool`, *optional*): also return the biLM's `num_layers + 1` layers `(B, T, 2P)` as
-                `hidden_states` (as `ElmoModel` does; default: `config.output_hidden_states`).
+                `hidden_states` (as `ElmoModel` does; default: `config.output_hidden_states`); for pairs, those of
+                the first sentences.
+            pair_input_ids, pair_attention_mask, pair_elmo_hidden_states, pair_input_word_ids (*optional*): the
+                second sentences of sentence pairs, as `tokenizer(text, text_pair)` returns them; needed by (and only
+                by) a pair classifier (`config.sentence_pairs`).
 
         Returns:
             `SequenceClassifierOutput` with `logits` `(B, num_labels)` and, with labels, the loss (plus the ScalarMix L2
             penalty when `config.scalar_mix_l2 > 0`).
         """
-        features, mask, layers = self._task_features(input_ids, attention_mask, elmo_hidden_states, input_word_ids)
-        logits = self.classifier(self._pool(features, mask[:, 2:]))
+        first = dict(zip(_SIDE_INPUTS, (input_ids, attention_mask, elmo_hidden_states, input_word_ids)))
+        if self.pair_comparison is not None:
+            pair = (pair_input_ids, pair_attention_mask, pair_elmo_hidden_states, pair_input_word_ids)
+            second = dict(zip(_SIDE_INPUTS, pair))
+            (a, a_mask, layers), (b, b_mask, _) = self._pair_task_features(first, second)
+            logits = self.classifier(self.pair_comparison(a, a_mask, b, b_mask))
+        else:
+            if pair_input_ids is not None:
+                raise ValueError(
+                    "pair_input_ids given to a single-sentence classifier: build a pair classifier with "
+                    "sentence_pairs=True, e.g. from_pretrained(folder, num_labels=..., sentence_pairs=True)"
+                )
+            features, mask, layers = self._task_features(*first.values())
+            logits = self.classifier(self._pool(features, mask[:, 2:]))
         loss = None if labels is None else self._add_l2_penalty(self._loss(logits, labels))
         hidden_states = self._hidden_states(layers, output_hidden_states)
         return SequenceClassifierOutput(loss=loss, logits=logits, hidden_states=hidden_states)
@@ -448,4 +550,147 @@ class ElmoForTokenClassification(ElmoTaskPreTrainedModel):
         return TokenClassifierOutput(loss=loss, logits=logits, hidden_states=hidden_states)
 
 
-__all__ = ["ElmoForSequenceClassification", "ElmoForTokenClassification", "ElmoTaskPreTrainedModel"]
+class ElmoForQuestionAnswering(ElmoTaskPreTrainedModel):
+    """ELMo answer-span model in the manner of BiDAF (Seo et al. 2017): the question (`input_ids`, first, as in
+    transformers) and the context (`pair_input_ids`) each through the biLM and the task encoder on their own, then
+    bi-directional attention (context-to-question and question-to-context), two modelling BiLSTMs, and start and end
+    logits over the context positions.
+
+    Logits are `(B, Tc)` over the positions of `pair_input_ids`: position `j + 1` is context word `j`; position 0 (the
+    context's `<S>`) is the empty answer (SQuAD 2.0; as BERT's `[CLS]`); `</S>` and padding get the dtype's lowest
+    value. `start_positions` / `end_positions` are positions in the same frame (0 for unanswerable questions). The
+    modelling BiLSTMs have `task_encoder_hidden_size` units per direction (`projection_dim` when that is 0).
+    `ElmoQuestionAnsweringPipeline` decodes the best span and handles long contexts in windows.
+    """
+
+    # As for the tagger: the built-in pipeline reads one id per token (see `model_io.name_pipeline`).
+    pipeline_task, pipeline_class = "question-answering", ElmoQuestionAnsweringPipeline
+
+    def __init__(self, config: ElmoConfig):
+        super().__init__(config)
+        size = self.task_encoder.output_size
+        hidden = config.task_encoder_hidden_size or config.projection_dim
+        self.similarity = nn.Linear(3 * size, 1)  # BiDAF's w^T [h; u; h * u]
+        self.modeling = nn.LSTM(4 * size, hidden, batch_first=True, bidirectional=True)
+        self.end_modeling = nn.LSTM(2 * hidden, hidden, batch_first=True, bidirectional=True)
+        self.start_output = nn.Linear(4 * size + 2 * hidden, 1)
+        self.end_output = nn.Linear(4 * size + 2 * hidden, 1)
+        self.no_answer_output = nn.Linear(4 * size + 2 * hidden, 2)
+        self.dropout = nn.Dropout(config.elmo_dropout)
+        self.post_init()
+
+    def _attention(self, context, context_mask, question, question_mask):
+        """BiDAF's attention flow: `(B, Wc, F)`, `(B, Wq, F)` -> `G` `(B, Wc, 4F)`."""
+        weight = self.similarity.weight[0]
+        size = context.shape[-1]
+        w_context, w_question, w_product = weight[:size], weight[size : 2 * size], weight[2 * size :]
+        similarity = (
+            (context @ w_context)[:, :, None]
+            + (question @ w_question)[:, None, :]
+            + (context * w_product) @ question.transpose(1, 2)
+            + self.similarity.bias
+        )
+        attended_question = _masked_softmax(similarity, question_mask[:, None, :], dim=2) @ question
+        best = similarity.masked_fill(~question_mask[:, None, :], torch.finfo(similarity.dtype).min).amax(dim=2)
+        attended_context = (_masked_softmax(best, context_mask, dim=1)[:, None, :] @ context).expand_as(context)
+        return torch.cat(
+            [context, attended_question, context * attended_question, context * attended_context], dim=-1
+        )
+
+    def _lstm(self, lstm: nn.LSTM, inputs: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        lengths = mask.sum(dim=1).cpu()
+        packed = nn.utils.rnn.pack_padded_sequence(inputs, lengths, batch_first=True, enforce_sorted=False)
+        output = nn.utils.rnn.pad_packed_sequence(lstm(packed)[0], batch_first=True, total_length=inputs.shape[1])[0]
+        return output * mask[..., None]
+
+    def _check_positions(self, positions: torch.Tensor, name: str, context_mask: torch.Tensor):
+        words = context_mask.sum(dim=1)
+        if positions.shape != words.shape or positions.is_floating_point():
+            raise ValueError(
+                f"{name} must be integer positions of shape {tuple(words.shape)} (one per question), got "
+                f"{positions.dtype} {tuple(positions.shape)}"
+            )
+        outside = ((positions < 0) | (positions > words)).nonzero()
+        if len(outside):
+            row = int(outside[0])
+            raise ValueError(
+                f"{name}[{row}] = {int(positions[row])} is outside the context: its words are at positions 1 to "
+                f"{int(words[row])} of pair_input_ids (0: no answer)"
+            )
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.LongTensor = None,
+        attention_mask: torch.Tensor | None = None,
+        pair_input_ids: torch.LongTensor | None = None,
+        pair_attention_mask: torch.Tensor | None = None,
+        start_positions: torch.LongTensor | None = None,
+        end_positions: torch.LongTensor | None = None,
+        elmo_hidden_states: torch.Tensor | None = None,
+        pair_elmo_hidden_states: torch.Tensor | None = None,
+        input_word_ids: torch.LongTensor | None = None,
+        pair_input_word_ids: torch.LongTensor | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+    ) -> QuestionAnsweringModelOutput:
+        r"""
+        Args:
+            input_ids, attention_mask, elmo_hidden_states, input_word_ids: the questions, as for the other heads.
+            pair_input_ids, pair_attention_mask, pair_elmo_hidden_states, pair_input_word_ids: the contexts
+                (`tokenizer(questions, contexts)` gives both).
+            start_positions, end_positions (`torch.LongTensor` of shape `(B,)`, *optional*): the answer's first and
+                last word as positions of `pair_input_ids` (word `j` at `j + 1`), 0 for no answer.
+            output_hidden_states (`bool`, *optional*): also return the questions' biLM layers as `hidden_states`.
+
+        Returns:
+            `QuestionAnsweringModelOutput` with `start_logits` and `end_logits` `(B, Tc)` and, with the positions,
+            the mean of the start and end cross-entropies (plus the ScalarMix L2 penalty when `scalar_mix_l2 > 0`).
+        """
+        first = dict(zip(_SIDE_INPUTS, (input_ids, attention_mask, elmo_hidden_states, input_word_ids)))
+        pair = (pair_input_ids, pair_attention_mask, pair_elmo_hidden_states, pair_input_word_ids)
+        second = dict(zip(_SIDE_INPUTS, pair))
+        (question, question_mask, layers), (context, context_mask, _) = self._pair_task_features(first, second)
+        flow = self._attention(context, context_mask, question, question_mask)
+        modeled = self._lstm(self.modeling, self.dropout(flow), context_mask)
+        end_modeled = self._lstm(self.end_modeling, self.dropout(modeled), context_mask)
+        start_features = self.dropout(torch.cat([flow, modeled], dim=-1))
+        end_features = self.dropout(torch.cat([flow, end_modeled], dim=-1))
+        lowest = torch.finfo(flow.dtype).min
+        pooled = start_features.masked_fill(~context_mask[..., None], lowest).amax(dim=1)
+        no_answer = self.no_answer_output(pooled)
+        logits = []
+        outputs = ((self.start_output, start_features), (self.end_output, end_features))
+        for index, (output, features) in enumerate(outputs):
+            word_logits = output(features)[..., 0].masked_fill(~context_mask, lowest)
+            end_boundary = word_logits.new_full((word_logits.shape[0], 1), lowest)
+            logits.append(torch.cat([no_answer[:, index : index + 1], word_logits, end_boundary], dim=1))
+        start_logits, end_logits = logits
+        loss = None
+        if start_positions is not None or end_positions is not None:
+            if start_positions is None or end_positions is None:
+                raise ValueError("start_positions and end_positions go together: pass both or neither")
+            self._check_positions(start_positions, "start_positions", context_mask)
+            self._check_positions(end_positions, "end_positions", context_mask)
+            reversed_rows = (start_positions > end_positions).nonzero()
+            if len(reversed_rows):
+                row = int(reversed_rows[0])
+                raise ValueError(
+                    f"start_positions[{row}] = {int(start_positions[row])} comes after end_positions[{row}] = "
+                    f"{int(end_positions[row])}: an answer ends at or after its start"
+                )
+            loss = (F.cross_entropy(start_logits, start_positions) + F.cross_entropy(end_logits, end_positions)) / 2
+            loss = self._add_l2_penalty(loss)
+        hidden_states = self._hidden_states(layers, output_hidden_states)
+        return QuestionAnsweringModelOutput(
+            loss=loss, start_logits=start_logits, end_logits=end_logits, hidden_states=hidden_states
+        )
+
+
+__all__ = [
+    "ElmoForQuestionAnswering",
+    "ElmoForSequenceClassification",
+    "ElmoForTokenClassification",
+    "ElmoPairComparison",
+    "ElmoTaskPreTrainedModel",
+]

@@ -1,14 +1,19 @@
-"""Token classification pipelines for ELMo taggers.
+"""Token classification and question answering pipelines for the ELMo heads.
 
 The built-in `token-classification` pipeline reads one id per token (`int(input_ids[idx])`); ELMo's inputs are
 `(words, 50)` character ids. `ElmoTokenClassificationPipeline` is that pipeline with ELMo's reading of the inputs (one
 token per word, offsets found in the text); its results, aggregation and filtering are the built-in pipeline's.
 Importing hf_elmo makes the built-in task build it for ELMo models (`TokenClassificationPipelineForAnyModel`).
+
+The built-in `question-answering` pipeline needs a fast tokenizer's offsets and BERT's one-sequence layout of a pair;
+ELMo reads each sentence of a pair on its own, so `ElmoForQuestionAnswering` gets `ElmoQuestionAnsweringPipeline`.
 """
 
 from typing import Any
 
 import numpy as np
+import torch
+from transformers import Pipeline
 from transformers.pipelines.token_classification import AggregationStrategy, TokenClassificationPipeline
 
 
@@ -116,6 +121,130 @@ class TokenClassificationPipelineForAnyModel(TokenClassificationPipeline):
         return super().__new__(cls)
 
 
+class ElmoQuestionAnsweringPipeline(Pipeline):
+    """A question and a context (raw text) -> the answer: `{"score": probability, "start": ..., "end": ..., "answer":
+    context[start:end]}` (character offsets into the context), as the built-in pipeline returns it.
+
+        qa = pipeline("elmo-question-answering", model=model, tokenizer=tokenizer)
+        qa(question="Who sat?", context="The cat sat on the mat.")
+
+    Both texts are split into words by the tokenizer; the answer is the span of context words with the highest
+    start probability times end probability, starting at or before its end and at most `max_answer_len` (15) words
+    long. A context longer than `max_context_words` (256) is read in windows of that many words, each overlapping the
+    next by `stride` (64) words, and the best answer of any window is returned. With `handle_impossible_answer=True`
+    the empty answer (`"answer": ""`, `start = end = 0`) is returned when the model gives it a higher probability
+    (the lowest over the windows) than the best span.
+    """
+
+    _load_processor = False
+    _load_image_processor = False
+    _load_feature_extractor = False
+    _load_tokenizer = True
+
+    def __call__(self, *args, question=None, context=None, **kwargs):
+        if question is not None or context is not None:
+            if args:
+                raise ValueError("ElmoQuestionAnsweringPipeline takes question= and context=, or a dict, not both")
+            if isinstance(question, (list, tuple)) and isinstance(context, (list, tuple)):
+                if len(question) != len(context):
+                    raise ValueError(f"{len(question)} questions but {len(context)} contexts: each needs its context")
+                args = ([{"question": q, "context": c} for q, c in zip(question, context)],)
+            else:
+                args = ({"question": question, "context": context},)
+        return super().__call__(*args, **kwargs)
+
+    def _sanitize_parameters(
+        self,
+        max_answer_len: int | None = None,
+        handle_impossible_answer: bool | None = None,
+        max_context_words: int | None = None,
+        stride: int | None = None,
+        **kwargs,
+    ):
+        if kwargs:
+            raise ValueError(f"ElmoQuestionAnsweringPipeline got unknown arguments {sorted(kwargs)}.")
+        preprocess_params = {}
+        if max_context_words is not None:
+            preprocess_params["max_context_words"] = max_context_words
+        if stride is not None:
+            preprocess_params["stride"] = stride
+        postprocess_params = {}
+        if max_answer_len is not None:
+            if max_answer_len < 1:
+                raise ValueError(f"max_answer_len must be >= 1, got {max_answer_len}")
+            postprocess_params["max_answer_len"] = max_answer_len
+        if handle_impossible_answer is not None:
+            postprocess_params["handle_impossible_answer"] = handle_impossible_answer
+        return preprocess_params, {}, postprocess_params
+
+    def preprocess(self, inputs: Any, max_context_words: int = 256, stride: int = 64) -> dict[str, Any]:
+        if not isinstance(inputs, dict) or set(inputs) != {"question", "context"}:
+            raise ValueError('ElmoQuestionAnsweringPipeline expects {"question": str, "context": str} for each input')
+        if not 0 <= stride < max_context_words:
+            raise ValueError(f"stride must be in [0, max_context_words) = [0, {max_context_words}), got {stride}")
+        words = {}
+        for key in ("question", "context"):
+            if not isinstance(inputs[key], str):
+                raise TypeError(f"the {key} must be raw text (str), got {type(inputs[key]).__name__}")
+            words[key] = self.tokenizer.split_words(inputs[key])
+            if not words[key]:
+                raise ValueError(f"the {key} has no words")
+        context_words = words["context"]
+        starts = context_windows(len(context_words), max_context_words, stride)
+        windows = [context_words[start : start + max_context_words] for start in starts]
+        encoding = self.tokenizer(
+            [words["question"]] * len(windows), windows, is_split_into_words=True, padding=True, return_tensors="pt"
+        )
+        return {**encoding, "starts": starts, "context_words": context_words, "context": inputs["context"]}
+
+    def _forward(self, model_inputs: dict[str, Any]) -> dict[str, Any]:
+        extra = {key: model_inputs.pop(key) for key in ("starts", "context_words", "context")}
+        outputs = self.model(**model_inputs)
+        return {"start_logits": outputs.start_logits, "end_logits": outputs.end_logits, **extra}
+
+    def postprocess(
+        self, model_outputs: dict[str, Any], max_answer_len: int = 15, handle_impossible_answer: bool = False
+    ) -> dict[str, Any]:
+        context, context_words = model_outputs["context"], model_outputs["context_words"]
+        best, no_answer = None, 1.0
+        for window, start in enumerate(model_outputs["starts"]):
+            n = min(len(context_words) - start, len(model_outputs["start_logits"][window]) - 2)
+            start_scores = model_outputs["start_logits"][window].double().log_softmax(dim=-1)
+            end_scores = model_outputs["end_logits"][window].double().log_softmax(dim=-1)
+            no_answer = min(no_answer, float((start_scores[0] + end_scores[0]).exp()))
+            first, last, score = best_answer_span(start_scores[1 : n + 1], end_scores[1 : n + 1], max_answer_len)
+            if best is None or score > best[2]:
+                best = (start + first, start + last, score)
+        first, last, score = best
+        if handle_impossible_answer and no_answer > score:
+            return {"score": no_answer, "start": 0, "end": 0, "answer": ""}
+        spans = word_spans(context, context_words)
+        begin, end = spans[first][0], spans[last][1]
+        if begin is None or end is None:  # a word that lost a lone surrogate: the answer as the words read it
+            return {"score": score, "start": begin, "end": end, "answer": " ".join(context_words[first : last + 1])}
+        return {"score": score, "start": begin, "end": end, "answer": context[begin:end]}
+
+
+def context_windows(n_words: int, window: int, stride: int) -> list[int]:
+    """First words of the windows of `window` words, each overlapping the next by `stride` words, that cover `n_words`
+    words."""
+    starts = [0]
+    while starts[-1] + window < n_words:
+        starts.append(starts[-1] + window - stride)
+    return starts
+
+
+def best_answer_span(start_scores: torch.Tensor, end_scores: torch.Tensor, max_length: int) -> tuple[int, int, float]:
+    """The span `(first, last)` of words maximising `start_scores[first] + end_scores[last]` (log-probabilities `(n,)`)
+    with `first <= last < first + max_length`, and its probability."""
+    n = start_scores.shape[0]
+    scores = start_scores[:, None] + end_scores[None, :]
+    offsets = torch.arange(n)[None, :] - torch.arange(n)[:, None]
+    scores = scores.masked_fill((offsets < 0) | (offsets >= max_length), float("-inf"))
+    index = int(scores.argmax())
+    return index // n, index % n, float(scores.reshape(-1)[index].exp())
+
+
 def word_spans(text: str, words: list[str]) -> list[tuple[int | None, int | None]]:
     """The character offsets `(start, end)` of each of `words` in `text`, the words the splitter cut it into: pieces
     of the text, in order, with whitespace and lone surrogates (which the splitter drops) between them. A word that
@@ -151,4 +280,11 @@ def _between_words(character: str) -> bool:
     return character.isspace() or _is_surrogate(character)
 
 
-__all__ = ["ElmoTokenClassificationPipeline", "TokenClassificationPipelineForAnyModel", "word_spans"]
+__all__ = [
+    "ElmoQuestionAnsweringPipeline",
+    "ElmoTokenClassificationPipeline",
+    "TokenClassificationPipelineForAnyModel",
+    "best_answer_span",
+    "context_windows",
+    "word_spans",
+]

@@ -22,11 +22,13 @@ from transformers.utils import PaddingStrategy, TensorType
 
 from . import character_rows, pre_tokenizer, word_vocabulary
 from .batch_encoding_elmo import (
+    PAIR_PREFIX,
     PER_POSITION_FEATURES,
     ElmoBatchEncoding,
     collect_examples,
     padded_length,
     per_position_values,
+    split_pairs,
 )
 from .character_rows import (
     BOS_TOKEN,
@@ -106,6 +108,12 @@ class ElmoTokenizer(PreTrainedTokenizer):
 
     `max_characters_per_token` (default 50, the released models' width) sets the slots of every row: a word keeps
     its first `max_characters_per_token - 2` UTF-8 bytes (bilm-tf's own tests train with 10).
+
+    Sentence pairs (`tok(premise, hypothesis)`, `tok(text=..., text_pair=...)`, single or batched, raw or pre-split)
+    follow ELMo, not BERT: each side is a sentence of its own, with its own `<S>`/`</S>` and padding and no separator.
+    The first sides give `input_ids`, `attention_mask`, the second `pair_input_ids`, `pair_attention_mask` (and
+    `pair_input_word_ids`), with their word indices from `pair_word_ids()`; `pad` pads each side on its own. Nothing is
+    truncated unless asked; a truncation strategy applies `max_length` to each side it names (`longest_first`: both).
 
     Character-vocabulary mode (ELMoForManyLangs models): `ElmoTokenizer(char_vocab={...}, input_word_vocab={...})`
     (or the `char_vocab.json` / `input_word_vocab.json` files it saves) maps characters through the vocabulary as
@@ -382,7 +390,9 @@ class ElmoTokenizer(PreTrainedTokenizer):
     ) -> ElmoBatchEncoding:
         """Encode one sentence or a batch, all words of the batch at once; see the class docstring for the shapes."""
         if text_pair is not None:
-            raise ValueError(f"{_NO_PAIRS} (text_pair)")
+            unshared = ("self", "text", "text_pair", "kwargs")
+            options = {key: value for key, value in locals().items() if key not in unshared}
+            return self._encode_sentence_pairs(text, text_pair, **options, **kwargs)
         if return_overflowing_tokens:
             raise ValueError("ElmoTokenizer does not support return_overflowing_tokens")
         if return_offsets_mapping:
@@ -395,7 +405,7 @@ class ElmoTokenizer(PreTrainedTokenizer):
         first_words = [0] * len(sentences)
         if truncation_strategy != TruncationStrategy.DO_NOT_TRUNCATE and max_length is not None:
             if truncation_strategy == TruncationStrategy.ONLY_SECOND:
-                raise ValueError("truncation='only_second' needs sequence pairs, which ElmoTokenizer does not support")
+                raise ValueError("truncation='only_second' needs sequence pairs: pass text_pair")
             budget = max_length - n_special
             if budget < 0:
                 raise ValueError(
@@ -441,6 +451,40 @@ class ElmoTokenizer(PreTrainedTokenizer):
             data, lengths, unpadded, batched, return_tensors, characters.boundary_rows, spans
         )
 
+    def _encode_sentence_pairs(
+        self, text: Any, text_pair: Any, truncation_strategy: TruncationStrategy, **options
+    ) -> ElmoBatchEncoding:
+        """ELMo's layout of a pair: each side is a sentence of its own, encoded as `text` alone would be (its own
+        `<S>`/`</S>`, its own padding), with no separator between them; the second side's features get the prefix
+        `pair_` (`pair_input_ids`, `pair_attention_mask`, ...) and its word indices come from `pair_word_ids`. A
+        truncation strategy applies `max_length` to the sides it names (`longest_first`: both)."""
+        strategy = TruncationStrategy(truncation_strategy)
+        sides = []
+        for side, value, truncated in (
+            ("text", text, (TruncationStrategy.LONGEST_FIRST, TruncationStrategy.ONLY_FIRST)),
+            ("text_pair", text_pair, (TruncationStrategy.LONGEST_FIRST, TruncationStrategy.ONLY_SECOND)),
+        ):
+            side_strategy = TruncationStrategy.DO_NOT_TRUNCATE
+            if strategy in truncated:
+                side_strategy = TruncationStrategy.LONGEST_FIRST
+            sides.append(self._encode_plus(value, truncation_strategy=side_strategy, **options))
+        first, second = sides
+        if first._batched != second._batched:
+            raise ValueError(
+                "text and text_pair must both be one sentence or both a batch of sentences, got "
+                f"{'a batch' if first._batched else 'one sentence'} and "
+                f"{'a batch' if second._batched else 'one sentence'}"
+            )
+        if first._batched and len(first["input_ids"]) != len(second["input_ids"]):
+            raise ValueError(
+                f"text has {len(first['input_ids'])} sentences but text_pair has {len(second['input_ids'])}: "
+                "each sentence needs its pair"
+            )
+        for key, value in second.items():
+            first[PAIR_PREFIX + key] = value
+        first.pair = second
+        return first
+
     # --- padding of already encoded examples --------------------------------------------------------
 
     def pad(
@@ -470,6 +514,15 @@ class ElmoTokenizer(PreTrainedTokenizer):
         """
         if padding_side not in (None, "right"):
             raise ValueError(_padding_side_error(padding_side))
+        first, second = split_pairs(encoded_inputs)
+        if second is not None:  # each side of a pair is padded as a batch of its own (see _encode_sentence_pairs)
+            options = dict(padding=padding, max_length=max_length, pad_to_multiple_of=pad_to_multiple_of,
+                           return_attention_mask=return_attention_mask, return_tensors=return_tensors, verbose=verbose)
+            encoding, pair = self.pad(first, **options), self.pad(second, **options)
+            for key, value in pair.items():
+                encoding[PAIR_PREFIX + key] = value
+            encoding.pair = pair
+            return encoding
         width = self.characters.width
         examples, batched, given_tensor_type = collect_examples(encoded_inputs, width)
         if return_tensors is None:

@@ -897,6 +897,34 @@ def tag(inputs, **options):
     return call
 
 
+# --- sentence pairs and question answering: calls ---
+
+
+def with_pair(second_sentences, **positions):
+    """The batch's sentences paired with `second_sentences` (`pair_...` inputs), plus `positions` (keyword arguments
+    of the model) as tensors."""
+    import torch
+
+    def transform(batch, model):
+        second = ElmoTokenizer()(second_sentences, padding=True, return_tensors="pt")
+        extra = {key: torch.tensor(value) for key, value in positions.items()}
+        return {**batch, **{"pair_" + key: value for key, value in second.items()}, **extra}
+
+    return transform
+
+
+def answer(**inputs):
+    """The question-answering pipeline of a `ElmoForQuestionAnswering` from `M` called on `inputs`."""
+
+    def call(root):
+        from hf_elmo import ElmoForQuestionAnswering, ElmoQuestionAnsweringPipeline
+
+        model = ElmoForQuestionAnswering.from_pretrained(root / "M").eval()
+        return ElmoQuestionAnsweringPipeline(model=model, tokenizer=ElmoTokenizer())(**inputs)
+
+    return call
+
+
 def sentence_model(**options):
     """The sentence-transformers recipe on `M` with `options`, encoding a sentence."""
 
@@ -1112,6 +1140,78 @@ API_CASES = {
     ),
     "a word table without a word vocabulary": (
         [], lambda root: WordTable(ElmoTokenizer(), ["a"]), r"^The tokenizer has no word vocabulary for the LM targets"
+    ),
+    # --- sentence pairs and question answering ---
+    "a pair of one sentence and a batch": (
+        [],
+        lambda root: ElmoTokenizer()("A man sleeps .", ["Someone rests ."]),
+        r"^text and text_pair must both be one sentence or both a batch of sentences, got one sentence and a batch$",
+    ),
+    "pairs of batches of different lengths": (
+        [],
+        lambda root: ElmoTokenizer()(["A man sleeps .", "Hi"], ["Someone rests ."]),
+        r"^text has 2 sentences but text_pair has 1: each sentence needs its pair$",
+    ),
+    "truncation only_second without a pair": (
+        [],
+        lambda root: ElmoTokenizer()("A man sleeps .", truncation="only_second", max_length=3),
+        r"^truncation='only_second' needs sequence pairs: pass text_pair$",
+    ),
+    "a pair whose second sentence has no words": (
+        [],
+        run_model(with_pair(["Someone rests .", ""]), "ElmoForSequenceClassification", sentence_pairs=True),
+        r"^pair_input_ids row 1 has no words: each side of a sentence pair needs at least one word$",
+    ),
+    "a pair classifier given more second sentences than first": (
+        [],
+        run_model(with_pair(["a", "b", "c"]), "ElmoForSequenceClassification", sentence_pairs=True),
+        r"^input_ids has 2 rows but pair_input_ids has 3: each sentence needs its pair$",
+    ),
+    "a pair classifier without the second sentences": (
+        [],
+        run_model(lambda batch, model: batch, "ElmoForSequenceClassification", sentence_pairs=True),
+        r"^ElmoForSequenceClassification reads sentence pairs: pass pair_input_ids",
+    ),
+    "second sentences given to a single-sentence classifier": (
+        [],
+        run_model(with_pair(["a", "b"]), "ElmoForSequenceClassification"),
+        r"^pair_input_ids given to a single-sentence classifier: build a pair classifier with sentence_pairs=True",
+    ),
+    "cached layers of the second sentences of the wrong shape": (
+        [],
+        run_model(with_pair(["a b", "c"], pair_elmo_hidden_states=[[[[0.0] * 32]] * 4] * 2), "ElmoForQuestionAnswering"),
+        r"^the second sentences \(pair_\.\.\.\): elmo_hidden_states must have shape \(2, 4, 3, 32\)",
+    ),
+    "an answer span outside the context": (
+        [],
+        run_model(with_pair(["a b c", "d"], start_positions=[1, 1], end_positions=[3, 2]), "ElmoForQuestionAnswering"),
+        r"^end_positions\[1\] = 2 is outside the context: its words are at positions 1 to 1 of pair_input_ids "
+        r"\(0: no answer\)$",
+    ),
+    "an answer span that ends before it starts": (
+        [],
+        run_model(with_pair(["a b c", "d"], start_positions=[3, 1], end_positions=[2, 1]), "ElmoForQuestionAnswering"),
+        r"^start_positions\[0\] = 3 comes after end_positions\[0\] = 2: an answer ends at or after its start$",
+    ),
+    "float answer positions": (
+        [],
+        run_model(with_pair(["a", "b"], start_positions=[1.0, 1.0], end_positions=[1, 1]), "ElmoForQuestionAnswering"),
+        r"^start_positions must be integer positions of shape \(2,\) \(one per question\), got torch\.float32 \(2,\)$",
+    ),
+    "a question-answering pipeline given an empty context": (
+        [],
+        answer(question="Who sat?", context="  "),
+        r"^the context has no words$",
+    ),
+    "a question-answering pipeline given more questions than contexts": (
+        [],
+        answer(question=["Who sat?", "Where?"], context=["The cat sat."]),
+        r"^2 questions but 1 contexts: each needs its context$",
+    ),
+    "a question-answering pipeline whose windows would not move": (
+        [],
+        answer(question="Who sat?", context="The cat sat.", max_context_words=4, stride=4),
+        r"^stride must be in \[0, max_context_words\) = \[0, 4\), got 4$",
     ),
 }
 

@@ -77,6 +77,7 @@ def test_push_to_hub_then_load_by_repo_id_without_the_package(converted_dirs, tm
         "AutoTokenizer",
         "AutoModelForSequenceClassification",
         "AutoModelForTokenClassification",
+        "AutoModelForQuestionAnswering",
     }
     assert "tokenization_elmo.ElmoTokenizer" in json.dumps(json.loads((snapshot / "tokenizer_config.json").read_text()))
 
@@ -155,12 +156,15 @@ def test_model_card_for_each_class(converted_dirs):
     from hf_elmo.hub_elmo import render_model_card
 
     folder = converted_dirs["allennlp"]
+    from hf_elmo import ElmoForQuestionAnswering
+
     for cls, tag in [
         (ElmoModel, "feature-extraction"),
         (ElmoForSequenceClassification, "text-classification"),
         (ElmoForTokenClassification, "token-classification"),
+        (ElmoForQuestionAnswering, "question-answering"),
     ]:
-        options = {} if cls is ElmoModel else {"id2label": MANY_LABELS}
+        options = {} if cls in (ElmoModel, ElmoForQuestionAnswering) else {"id2label": MANY_LABELS}
         card = render_model_card(cls.from_pretrained(folder, **options), "org/name", license="mit")
         assert card.data.pipeline_tag == tag and card.data.license == "mit"
         assert "org/name" in card.text and "@inproceedings{peters-etal-2018-deep" in card.text
@@ -226,3 +230,33 @@ def test_a_converted_training_checkpoint_card_names_its_source(checkpoint_dir):
         f"Converted by `hf-elmo convert` from the bilm-tf training checkpoint `tf_checkpoint`, with its softmax and "
         f"the {len(words):,}-word vocabulary `vocab.txt`."
     ]
+
+
+def test_question_answering_push_to_hub_then_pipeline_by_repo_id_without_the_package(
+    converted_dirs, tmp_path, monkeypatch
+):
+    from transformers import AutoModelForQuestionAnswering
+
+    from hf_elmo import ElmoQuestionAnsweringPipeline
+
+    FakeHub(tmp_path / "hub-cache").install(monkeypatch)
+    folder = converted_dirs["allennlp"]
+    torch.manual_seed(0)
+    model = AutoModelForQuestionAnswering.from_pretrained(folder).eval()
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    tokenizer.push_to_hub("org/elmo-qa")
+    model.push_to_hub("org/elmo-qa")
+    question, context = "Who sat on the mat?", "The cat sat on the mat."
+    expected = ElmoQuestionAnsweringPipeline(model=model, tokenizer=tokenizer)(question=question, context=context)
+    script = textwrap.dedent(
+        f"""
+        import json
+        from transformers import pipeline
+        qa = pipeline("question-answering", model="org/elmo-qa", trust_remote_code=True)
+        assert type(qa).__module__.startswith("transformers_modules"), type(qa).__module__
+        json.dump(qa(question={question!r}, context={context!r}), open("answer.json", "w"))
+        """
+    )
+    run_without_hf_elmo(script, tmp_path, HF_HUB_OFFLINE="1", HF_HUB_CACHE=str(tmp_path / "hub-cache"))
+    answer = json.loads((tmp_path / "answer.json").read_text())
+    assert answer == {**expected, "score": answer["score"]} and abs(answer["score"] - expected["score"]) < 1e-6

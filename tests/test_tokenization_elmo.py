@@ -332,12 +332,71 @@ def test_left_padding_is_refused(tok):
         ("a b", {"is_split_into_words": True}, ValueError, "list of words"),
         (["a", 3], {}, TypeError, "Item 1"),
         (3, {}, TypeError, "int"),
-        ("a", {"text_pair": "b"}, ValueError, "pairs"),
     ],
 )
 def test_bad_input(tok, text, kwargs, error, message):
     with pytest.raises(error, match=message):
         tok(text, **kwargs)
+
+
+# --- sentence pairs: each side a sentence of its own, as ELMo computes them --------------------------------------
+
+
+def _alone(tok, sentences, **kwargs):
+    return {key: value.tolist() for key, value in tok(sentences, padding=True, return_tensors="pt", **kwargs).items()}
+
+
+@pytest.mark.parametrize("split", [False, True])
+def test_pairs_encode_each_side_as_its_own_sentence(tok, split):
+    premises, hypotheses = ["A man sleeps .", "Hi"], ["Someone is resting on a sofa", "Bye ."]
+    if split:
+        premises, hypotheses = [p.split() for p in premises], [h.split() for h in hypotheses]
+    pair = tok(premises, hypotheses, padding=True, return_tensors="pt", is_split_into_words=split)
+    first = _alone(tok, premises, is_split_into_words=split)
+    second = _alone(tok, hypotheses, is_split_into_words=split)
+    assert sorted(pair) == ["attention_mask", "input_ids", "pair_attention_mask", "pair_input_ids"]
+    assert pair["input_ids"].tolist() == first["input_ids"]
+    assert pair["attention_mask"].tolist() == first["attention_mask"]
+    assert pair["pair_input_ids"].tolist() == second["input_ids"]
+    assert pair["pair_attention_mask"].tolist() == second["attention_mask"]
+    assert pair.word_ids(1) == [None, 0, None, None, None, None]
+    assert pair.pair_word_ids(1) == [None, 0, 1, None, None, None, None, None]
+    # one pair, keyword form: lists without a batch axis
+    single = tok(text="A man sleeps .", text_pair="Bye .")
+    assert single["input_ids"] == [BOS_ROW, row(0x42), row(0x6E, 0x62, 0x6F), *single["input_ids"][3:]]
+    assert single["pair_input_ids"] == [BOS_ROW, row(0x43, 0x7A, 0x66), row(0x2F), EOS_ROW]
+    assert single.pair_word_ids() == [None, 0, 1, None]
+
+
+def test_pairs_are_not_truncated_unless_asked(tok):
+    short, long = "a b", " ".join(["w"] * 30)
+    pair = tok(long, long)
+    assert (len(pair["input_ids"]), len(pair["pair_input_ids"])) == (32, 32)
+    for strategy, lengths in (("longest_first", (5, 5)), ("only_first", (5, 32)), ("only_second", (32, 5))):
+        pair = tok(long, long, truncation=strategy, max_length=5)
+        assert (len(pair["input_ids"]), len(pair["pair_input_ids"])) == lengths, strategy
+        assert pair["input_ids"][-1] == EOS_ROW and pair["pair_input_ids"][-1] == EOS_ROW
+    assert len(tok(short, long, truncation=True, max_length=5)["input_ids"]) == 4
+
+
+def test_pad_and_collators_pad_both_sides(tok):
+    from transformers import DataCollatorWithPadding
+
+    from hf_elmo.data_elmo import DataCollatorForElmo
+
+    premises, hypotheses = [["a", "b"], ["c"]], [["d"], ["e", "f", "g"]]
+    features = [
+        dict(tok(p, h, is_split_into_words=True), labels=i) for i, (p, h) in enumerate(zip(premises, hypotheses))
+    ]
+    expected = tok(premises, hypotheses, is_split_into_words=True, padding=True, return_tensors="pt")
+    for batch in (tok.pad(features, return_tensors="pt"), DataCollatorWithPadding(tok)(features),
+                  DataCollatorForElmo(tok)(features)):
+        for key in expected:
+            assert batch[key].tolist() == expected[key].tolist(), key
+        assert batch["labels"].tolist() == [0, 1]
+    assert tok.pad(features).pair_word_ids(0) == [None, 0, None, None, None]
+    with pytest.raises(ValueError, match="with and without `pair_input_ids`"):
+        tok.pad([features[0], dict(tok(["x"], is_split_into_words=True))])
 
 
 # --- save / load --------------------------------------------------------------------------------

@@ -13,6 +13,7 @@ from transformers import Trainer, TrainingArguments, default_data_collator
 from hf_elmo import (
     ElmoConfig,
     ElmoForBiLM,
+    ElmoForQuestionAnswering,
     ElmoForSequenceClassification,
     ElmoForTokenClassification,
     ElmoModel,
@@ -62,7 +63,7 @@ def bilm_labels(encoded):
 # --- loading and initialisation ------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("cls", [ElmoModel, ElmoForBiLM, *HEADS])
+@pytest.mark.parametrize("cls", [ElmoModel, ElmoForBiLM, *HEADS, ElmoForQuestionAnswering])
 def test_every_class_loads_from_none_with_a_config_and_a_state_dict(cls):
     model = randomised(cls(tiny_config()))
     loaded = cls.from_pretrained(None, config=model.config, state_dict=model.state_dict())
