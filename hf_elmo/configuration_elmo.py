@@ -222,10 +222,14 @@ class ElmoConfig(PreTrainedConfig):
         self.filters = [list(f) for f in self.filters]
         self.elmo_placement = list(self.elmo_placement)
         kwargs.setdefault("auto_map", dict(AUTO_MAP))
-        if __name__ == "hf_elmo.configuration_elmo":
-            # The installed package builds ELMo's pipeline under the built-in task name (see hf_elmo/__init__.py);
-            # the saved `custom_pipelines` is for the folder's remote code, where it would ask for trust_remote_code.
-            kwargs.pop("custom_pipelines", None)
+        custom_pipelines = kwargs.get("custom_pipelines")
+        if __name__ == "hf_elmo.configuration_elmo" and isinstance(custom_pipelines, dict):
+            # The installed package builds ELMo's pipeline under the built-in token-classification task (see
+            # hf_elmo/__init__.py): the saved entry for it is for the folder's remote code, where it would ask for
+            # trust_remote_code. Other tasks (question-answering, which transformers 5 no longer has) keep theirs.
+            kwargs["custom_pipelines"] = {k: v for k, v in custom_pipelines.items() if k != "token-classification"}
+            if not kwargs["custom_pipelines"]:
+                del kwargs["custom_pipelines"]
         super().__post_init__(**kwargs)
 
     @property
