@@ -33,8 +33,9 @@ def values_checked_on_host():
 
 
 def values_checked() -> bool:
-    """Whether the caller has checked the values already (`values_checked_on_host`)."""
-    return _VALUES_CHECKED.get()
+    """Whether the caller has checked the values already (`values_checked_on_host`), or a graph is being exported
+    (`torch.export`, `torch.onnx.export`), where they are symbols: the exported graph checks no values."""
+    return _VALUES_CHECKED.get() or torch.compiler.is_exporting()
 
 
 def device_option(name: str | None) -> torch.device:

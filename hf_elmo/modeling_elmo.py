@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch._higher_order_ops.scan import scan
 from torch.utils.checkpoint import checkpoint
 from transformers import PreTrainedModel
 from transformers import initialization as init
@@ -177,7 +178,8 @@ class ElmoCharacterEncoder(nn.Module):
 
     def forward(self, char_ids: torch.LongTensor, word_ids: torch.LongTensor | None = None) -> torch.Tensor:
         """`(..., C)` character ids (and `(...)` word ids with word embeddings) -> `(..., P)`."""
-        if self.config.implementation == "reference":
+        if self.config.implementation == "reference" or torch.compiler.is_exporting():
+            # Exported graphs take the reference: the other paths' shapes depend on the values.
             return self._reference_forward(char_ids, word_ids)
         deduplicate = self.deduplicate if self.deduplicate is not None else not char_ids.is_cuda
         if not deduplicate:
@@ -449,9 +451,10 @@ class ElmoLstmLayer(nn.Module):
         gate_inputs = self.input_linearity(inputs)
         if self.forget_bias:  # TensorFlow's LSTMCell adds it at run time
             gate_inputs[..., self.cell_dim : 2 * self.cell_dim] += self.forget_bias
-        outputs = [None] * inputs.shape[1]
-        for t in reversed(range(inputs.shape[1])) if reverse else range(inputs.shape[1]):
-            gates = gate_inputs[:, t] + self.state_linearity(hidden)
+
+        def step(state, position):
+            (hidden, memory), (gate_input, real) = state, position
+            gates = gate_input + self.state_linearity(hidden)
             input_gate, forget_gate, cell_input, output_gate = gates.chunk(4, dim=-1)
             new_memory = torch.sigmoid(input_gate) * torch.tanh(cell_input) + torch.sigmoid(forget_gate) * memory
             if self.cell_clip is not None:
@@ -459,10 +462,16 @@ class ElmoLstmLayer(nn.Module):
             new_hidden = self.state_projection(torch.sigmoid(output_gate) * torch.tanh(new_memory))
             if self.proj_clip is not None:
                 new_hidden = new_hidden.clamp(-self.proj_clip, self.proj_clip)
-            real = mask[:, t, None]
-            memory = torch.where(real, new_memory, memory)
-            hidden = torch.where(real, new_hidden, hidden)
-            outputs[t] = new_hidden * real
+            real = real[:, None]
+            return (torch.where(real, new_hidden, hidden), torch.where(real, new_memory, memory)), new_hidden * real
+
+        if torch.compiler.is_exporting():  # one loop in the graph whatever the length, which stays a dimension
+            initial = (hidden.contiguous(), memory.contiguous())  # the carry's layout, as the steps make it
+            (hidden, memory), outputs = scan(step, initial, (gate_inputs.transpose(0, 1), mask.t()), reverse=reverse)
+            return outputs.transpose(0, 1), hidden, memory
+        outputs = [None] * inputs.shape[1]
+        for t in reversed(range(inputs.shape[1])) if reverse else range(inputs.shape[1]):
+            (hidden, memory), outputs[t] = step((hidden, memory), (gate_inputs[:, t], mask[:, t]))
         return torch.stack(outputs, dim=1), hidden, memory
 
 
@@ -518,7 +527,7 @@ class ElmoBiLstm(nn.Module):
              memory[:, r, k * cell_dim : (k + 1) * cell_dim])
             for k, r in enumerate(rows)
         ]  # fmt: skip
-        if self.config.implementation == "reference":
+        if self.config.implementation == "reference" or torch.compiler.is_exporting():
             run = self._reference_forward
         elif self.static_shapes if self.static_shapes is not None else token_embeddings.is_cuda:
             run = self._forward_static
@@ -976,7 +985,7 @@ class ElmoModel(ElmoPreTrainedModel):
         layer_outputs, final_state = run(self.encoder, token_embeddings, mask, state, split_directions)
         hidden_states = None
         if output_hidden_states:
-            forward_rows, backward_rows = _direction_rows(len(token_embeddings), split_directions)
+            forward_rows, backward_rows = _direction_rows(token_embeddings.shape[0], split_directions)  # len() would fix it in exported graphs
             layer0 = _join_directions(token_embeddings[forward_rows], token_embeddings[backward_rows], split_directions)
             layer0 = layer0 * mask[..., None]
             hidden_states = (layer0, *layer_outputs)
