@@ -33,9 +33,15 @@ def values_checked_on_host():
 
 
 def values_checked() -> bool:
-    """Whether the caller has checked the values already (`values_checked_on_host`), or a graph is being exported
-    (`torch.export`, `torch.onnx.export`), where they are symbols: the exported graph checks no values."""
-    return _VALUES_CHECKED.get() or torch.compiler.is_exporting()
+    """Whether the caller has checked the values already (`values_checked_on_host`), or a graph is being exported,
+    whose tensors hold no values: the exported graph checks no values."""
+    return _VALUES_CHECKED.get() or exporting()
+
+
+def exporting() -> bool:
+    """Whether `torch.export` (also under `torch.onnx.export`) is tracing the model."""
+    # torch.compiler.is_exporting is in PyTorch 2.6 and later; the model is exported with those only.
+    return getattr(torch.compiler, "is_exporting", lambda: False)()
 
 
 def device_option(name: str | None) -> torch.device:
@@ -258,4 +264,4 @@ def _check_state(config: ElmoConfig, state, input_ids: torch.Tensor, dtype: torc
         )
 
 
-__all__ = ["check_inputs"]
+__all__ = ["check_inputs", "exporting"]

@@ -13,7 +13,6 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch._higher_order_ops.scan import scan
 from torch.utils.checkpoint import checkpoint
 from transformers import PreTrainedModel
 from transformers import initialization as init
@@ -28,7 +27,7 @@ from .cuda_graphs import CaptureCache, CapturedFunction
 from .fast_lstm import LstmSettings, PackedSteps, lstm_layer
 from .gpu_lstm import CapturedLayers, LayerSettings, bidirectional_layer, default_kernels
 from .hub_elmo import push_to_hub_with_model_card
-from .input_checks import check_bilm_batch, check_inputs, check_labels
+from .input_checks import check_bilm_batch, check_inputs, check_labels, exporting
 from .model_io import load_pretrained, name_pipeline, weights_follow_umask
 from .onednn_linear import linear
 from .sampled_softmax import full_softmax_loss, sampled_softmax_loss
@@ -178,7 +177,7 @@ class ElmoCharacterEncoder(nn.Module):
 
     def forward(self, char_ids: torch.LongTensor, word_ids: torch.LongTensor | None = None) -> torch.Tensor:
         """`(..., C)` character ids (and `(...)` word ids with word embeddings) -> `(..., P)`."""
-        if self.config.implementation == "reference" or torch.compiler.is_exporting():
+        if self.config.implementation == "reference" or exporting():
             # Exported graphs take the reference: the other paths' shapes depend on the values.
             return self._reference_forward(char_ids, word_ids)
         deduplicate = self.deduplicate if self.deduplicate is not None else not char_ids.is_cuda
@@ -465,7 +464,9 @@ class ElmoLstmLayer(nn.Module):
             real = real[:, None]
             return (torch.where(real, new_hidden, hidden), torch.where(real, new_memory, memory)), new_hidden * real
 
-        if torch.compiler.is_exporting():  # one loop in the graph whatever the length, which stays a dimension
+        if exporting():  # one loop in the graph whatever the length, which stays a dimension
+            from torch._higher_order_ops.scan import scan  # PyTorch's, not public yet
+
             initial = (hidden.contiguous(), memory.contiguous())  # the carry's layout, as the steps make it
             (hidden, memory), outputs = scan(step, initial, (gate_inputs.transpose(0, 1), mask.t()), reverse=reverse)
             return outputs.transpose(0, 1), hidden, memory
@@ -527,7 +528,7 @@ class ElmoBiLstm(nn.Module):
              memory[:, r, k * cell_dim : (k + 1) * cell_dim])
             for k, r in enumerate(rows)
         ]  # fmt: skip
-        if self.config.implementation == "reference" or torch.compiler.is_exporting():
+        if self.config.implementation == "reference" or exporting():
             run = self._reference_forward
         elif self.static_shapes if self.static_shapes is not None else token_embeddings.is_cuda:
             run = self._forward_static
@@ -985,7 +986,8 @@ class ElmoModel(ElmoPreTrainedModel):
         layer_outputs, final_state = run(self.encoder, token_embeddings, mask, state, split_directions)
         hidden_states = None
         if output_hidden_states:
-            forward_rows, backward_rows = _direction_rows(token_embeddings.shape[0], split_directions)  # len() would fix it in exported graphs
+            # shape[0], not len(): len() would make the batch size a constant of an exported graph
+            forward_rows, backward_rows = _direction_rows(token_embeddings.shape[0], split_directions)
             layer0 = _join_directions(token_embeddings[forward_rows], token_embeddings[backward_rows], split_directions)
             layer0 = layer0 * mask[..., None]
             hidden_states = (layer0, *layer_outputs)
