@@ -9,8 +9,6 @@ from hf_elmo.cli import main as cli_main
 
 from conftest import FIXTURE_SETS, fixture_batches
 
-ort = pytest.importorskip("onnxruntime")
-
 TINY = dict(char_embedding_dim=4, filters=[[1, 4], [2, 4]], n_highway=1, cell_dim=8, projection_dim=4, num_layers=2,
             cell_clip=3.0, proj_clip=3.0, use_skip_connections=True)  # fmt: skip
 
@@ -38,6 +36,7 @@ def test_torch_export_of_the_default_path_keeps_batch_and_length_dynamic():
 @pytest.fixture(scope="module", params=list(FIXTURE_SETS))
 def exported(request, converted_dirs, tmp_path_factory):
     """Each fixture model exported by the command, the bilm-tf one with the LSTM state as inputs and outputs."""
+    ort = pytest.importorskip("onnxruntime")  # in the test extra, with onnx and onnxscript
     name = request.param
     with_state = name == "bilm-tf"
     output = tmp_path_factory.mktemp("onnx") / name
@@ -71,6 +70,10 @@ def test_onnx_inputs_outputs_and_dynamic_axes(exported):
         session.run(None, {**feed, "input_ids": feed["input_ids"][..., :49]})
     with pytest.raises(Exception, match=r"Unexpected input data type.*int32.*expected: \(tensor\(int64\)\)"):
         session.run(None, {**feed, "attention_mask": feed["attention_mask"].astype(np.int32)})
+    too_high = feed["input_ids"].copy()
+    too_high[0, 1, 3] = config.n_characters
+    with pytest.raises(Exception, match=rf"indices element out of data bounds, idx={config.n_characters} must be"):
+        session.run(None, {**feed, "input_ids": too_high})
 
 
 def test_onnxruntime_reproduces_pytorch_and_the_original(exported):

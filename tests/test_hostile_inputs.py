@@ -647,6 +647,23 @@ CASES = {
         TRAIN.replace("--config B", "--config huge"),
         r"--config 'huge' is neither a preset \(tiny, small, medium, original\) nor an existing file or folder\.$",
     ),
+    # --- export to ONNX (hf-elmo export --format onnx) ---
+    "export --format onnx --force over a folder with other files": Case(
+        "export --format onnx --model M --output-dir out --force",
+        r"^error: out: holds 'notes\.txt', which is not part of an ONNX export folder \(model\.onnx\); --force "
+        r"replaces only such a folder",
+        [write("out/model.onnx", "an earlier export"), write("out/notes.txt", "mine")],
+        ("out/model.onnx", "out/notes.txt"),
+    ),
+    "export --format onnx --force over an original-format export": Case(
+        "export --format onnx --model M --output-dir out --force",
+        r"^error: out: holds 'options\.json', which is not part of an ONNX export folder",
+        [write("out/options.json", "{}"), write("out/weights.hdf5", "an earlier export")],
+    ),
+    "export --with-state of the original format": Case(
+        "export --model M --output-dir out --with-state",
+        r"^error: --with-state: only --format onnx has the LSTM state as inputs and outputs$",
+    ),
 }
 
 
