@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 import torch
+from transformers import AutoTokenizer
 
 from hf_elmo import ElmoConfig, ElmoModel, ElmoTokenizer
 from hf_elmo.cli import main as cli_main
@@ -97,3 +98,25 @@ def test_onnxruntime_reproduces_pytorch_and_the_original(exported):
                 actual = got["last_hidden_state"][k, 1 : len(sentence) + 1]
                 np.testing.assert_allclose(actual, top_layers[k], rtol=1e-5, atol=1e-5)
 
+
+
+def test_onnx_of_an_elmoformanylangs_model_gives_their_embedders_numbers(tmp_path):
+    """A model with word embeddings and a character vocabulary: `input_word_ids` is an input of the graph."""
+    ort = pytest.importorskip("onnxruntime")
+    from test_elmoformanylangs import MODEL_DIR, SENTENCES, assert_their_numbers, convert_args, their_embedder_outputs
+
+    assert cli_main(convert_args(MODEL_DIR, tmp_path / "M")) == 0
+    assert cli_main(f"export --format onnx --model {tmp_path / 'M'} --output-dir {tmp_path / 'onnx'}".split()) == 0
+    session = ort.InferenceSession(str(tmp_path / "onnx/model.onnx"), providers=["CPUExecutionProvider"])
+    assert [i.name for i in session.get_inputs()] == ["input_ids", "attention_mask", "input_word_ids"]
+    batch = AutoTokenizer.from_pretrained(tmp_path / "M")(SENTENCES, is_split_into_words=True, padding=True,
+                                                           return_tensors="pt")  # fmt: skip
+    feed = {i.name: batch[i.name].numpy() for i in session.get_inputs()}
+    (layers,) = session.run(["hidden_states"], feed)
+    with torch.no_grad():
+        expected = ElmoModel.from_pretrained(tmp_path / "M").eval()(**batch, output_hidden_states=True).hidden_states
+    np.testing.assert_allclose(layers, torch.stack(expected).numpy(), rtol=0, atol=1e-5)
+    first, _ = their_embedder_outputs()
+    for (output_layer, k), theirs in first.items():
+        words = layers[:, k, 1 : len(SENTENCES[k]) + 1].astype(np.float64)
+        assert_their_numbers(words.mean(axis=0) if output_layer == -1 else words[output_layer], theirs)
