@@ -177,8 +177,7 @@ class ElmoCharacterEncoder(nn.Module):
 
     def forward(self, char_ids: torch.LongTensor, word_ids: torch.LongTensor | None = None) -> torch.Tensor:
         """`(..., C)` character ids (and `(...)` word ids with word embeddings) -> `(..., P)`."""
-        if self.config.implementation == "reference" or exporting():
-            # Exported graphs take the reference: the other paths' shapes depend on the values.
+        if self.config.implementation == "reference" or _capturing_graph():
             return self._reference_forward(char_ids, word_ids)
         deduplicate = self.deduplicate if self.deduplicate is not None else not char_ids.is_cuda
         if not deduplicate:
@@ -342,6 +341,13 @@ class ElmoCharacterEncoder(nn.Module):
         return dtype if use else None
 
 
+def _capturing_graph() -> bool:
+    """Whether `torch.export` or `torch.compile` is capturing the model as a graph: it then gets the reference
+    computation, whose operations and shapes depend on the input's shapes only (the fast paths sort and group words
+    and rows by their values and run loops compiled here)."""
+    return exporting() or torch.compiler.is_compiling()
+
+
 @functools.cache
 def _hash_weights(num_chars: int, device: torch.device) -> torch.Tensor:
     """`(C,)` int64: powers of an odd 64-bit constant modulo 2^64, as signed integers."""
@@ -464,7 +470,9 @@ class ElmoLstmLayer(nn.Module):
             real = real[:, None]
             return (torch.where(real, new_hidden, hidden), torch.where(real, new_memory, memory)), new_hidden * real
 
-        if exporting():  # one loop in the graph whatever the length, which stays a dimension
+        # One loop in an exported graph whatever the length, which stays a dimension (Inductor, under torch.compile,
+        # fails to lower it: there the steps are unrolled, one graph per length).
+        if exporting():
             from torch._higher_order_ops.scan import scan  # PyTorch's, not public yet
 
             initial = (hidden.contiguous(), memory.contiguous())  # the carry's layout, as the steps make it
@@ -528,7 +536,7 @@ class ElmoBiLstm(nn.Module):
              memory[:, r, k * cell_dim : (k + 1) * cell_dim])
             for k, r in enumerate(rows)
         ]  # fmt: skip
-        if self.config.implementation == "reference" or exporting():
+        if self.config.implementation == "reference" or _capturing_graph():
             run = self._reference_forward
         elif self.static_shapes if self.static_shapes is not None else token_embeddings.is_cuda:
             run = self._forward_static

@@ -120,3 +120,15 @@ def test_onnx_of_an_elmoformanylangs_model_gives_their_embedders_numbers(tmp_pat
     for (output_layer, k), theirs in first.items():
         words = layers[:, k, 1 : len(SENTENCES[k]) + 1].astype(np.float64)
         assert_their_numbers(words.mean(axis=0) if output_layer == -1 else words[output_layer], theirs)
+
+
+def test_torch_compile_gives_the_eager_models_layers():
+    # Compiled, the model runs the reference computation (the fast path compiled gave other numbers).
+    model = ElmoModel(ElmoConfig(**{**TINY, "num_layers": 1}, output_hidden_states=True)).eval()
+    inputs = encode(["the cat sat", "a"])
+    torch._dynamo.reset()
+    with torch.inference_mode():
+        compiled = torch.compile(model)(**inputs).hidden_states
+        expected = model(**inputs).hidden_states
+    for got, want in zip(compiled, expected, strict=True):
+        torch.testing.assert_close(got, want, rtol=0, atol=1e-6)
