@@ -45,7 +45,8 @@ def layer_agreement(reference: np.ndarray, other: np.ndarray, real: np.ndarray) 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", nargs="+", default=["small", "original"], choices=["tiny", "small", "medium", "original"])
+    sizes = ["tiny", "small", "medium", "original"]
+    parser.add_argument("--sizes", nargs="+", default=["small", "original"], choices=sizes)
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--words", type=int, default=20, help="words per sentence")
     parser.add_argument("--threads", type=int, default=2, help="PyTorch's and onnxruntime's intra-op threads")
@@ -55,7 +56,8 @@ def main():
 
     torch.set_num_threads(args.threads)
     print(f"machine: {machine_description('cpu')}, onnxruntime {ort.__version__}")
-    print(f"{args.words} words per sentence, batch {args.batch_size}, median of {args.repeats} after {args.warmup} warm-up")
+    print(f"{args.words} words per sentence, batch {args.batch_size}, median of {args.repeats} after {args.warmup} "
+          "warm-up")
     print(f"{'size':<10}{'path':<18}{'words/s':>10}{'s/batch':>10}")
     tokenizer = ElmoTokenizer()
     sentences = random_sentences(args.batch_size, args.words)
@@ -81,11 +83,14 @@ def main():
         calls.update({name: partial(run.run, ["hidden_states"], feed) for name, run in sessions.items()})
         times = time_alternating(calls, args.repeats, args.warmup, "cpu")
         for name, seconds in times.items():
-            print(f"{size:<10}{name:<18}{args.batch_size * args.words / median(seconds):>10,.0f}{median(seconds):>10.3f}")
+            words_per_second = args.batch_size * args.words / median(seconds)
+            print(f"{size:<10}{name:<18}{words_per_second:>10,.0f}{median(seconds):>10.3f}")
         expected = torch.stack(pytorch()).numpy()
         for name, run in sessions.items():
-            for layer, (mean, low, diff) in enumerate(layer_agreement(expected, run.run(["hidden_states"], feed)[0], real)):
-                print(f"{'':<10}{name}, layer {layer}: cosine to PyTorch mean {mean:.5f}, min {low:.5f}, max abs diff {diff:.3g}")
+            (layers,) = run.run(["hidden_states"], feed)
+            for layer, (mean, low, diff) in enumerate(layer_agreement(expected, layers, real)):
+                print(f"{'':<10}{name}, layer {layer}: cosine to PyTorch mean {mean:.5f}, min {low:.5f}, "
+                      f"max abs diff {diff:.3g}")
 
 
 if __name__ == "__main__":

@@ -69,8 +69,9 @@ class ElmoOnnxGraph(nn.Module):
 
     def dynamic_shapes(self) -> dict[str, dict[int, torch.export.Dim]]:
         batch, length = torch.export.Dim("batch"), torch.export.Dim("length")
-        axes = {"input_ids": {0: batch, 1: length}, "attention_mask": {0: batch, 1: length},
-                "input_word_ids": {0: batch, 1: length}, "state_hidden": {1: batch}, "state_memory": {1: batch}}  # fmt: skip
+        words = {0: batch, 1: length}
+        axes = {"input_ids": words, "attention_mask": words, "input_word_ids": words,
+                "state_hidden": {1: batch}, "state_memory": {1: batch}}  # fmt: skip
         return {name: axes[name] for name in self.input_names()}
 
 

@@ -54,8 +54,9 @@ def test_onnx_inputs_outputs_and_dynamic_axes(exported):
     config = model.config
     expected_inputs = {"input_ids": ["batch", "length", config.max_characters_per_token],
                        "attention_mask": ["batch", "length"]}  # fmt: skip
-    expected_outputs = {"last_hidden_state": ["batch", "length", 2 * config.projection_dim],
-                        "hidden_states": [config.num_layers + 1, "batch", "length", 2 * config.projection_dim]}  # fmt: skip
+    width = 2 * config.projection_dim
+    expected_outputs = {"last_hidden_state": ["batch", "length", width],
+                        "hidden_states": [config.num_layers + 1, "batch", "length", width]}  # fmt: skip
     if with_state:
         expected_inputs.update(state_hidden=[config.num_layers, "batch", 2 * config.projection_dim],
                                state_memory=[config.num_layers, "batch", 2 * config.cell_dim])  # fmt: skip
