@@ -40,7 +40,7 @@ def values_checked() -> bool:
 
 def exporting() -> bool:
     """Whether `torch.export` (also under `torch.onnx.export`) is tracing the model."""
-    # torch.compiler.is_exporting is in PyTorch 2.6 and later; the model is exported with those only.
+    # Older PyTorch versions lack torch.compiler.is_exporting.
     return getattr(torch.compiler, "is_exporting", lambda: False)()
 
 

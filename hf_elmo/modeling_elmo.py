@@ -491,7 +491,8 @@ class ElmoBiLstm(nn.Module):
     multiplies only the rows still running (`fast_lstm.py`); on GPUs both directions of a layer step together
     over the whole batch with masks, so that shapes are static and a layer's time loops can be replayed as CUDA
     graphs (`gpu_lstm.py`). `static_shapes` picks one (`None`: by device). `config.implementation = "reference"`
-    runs `_reference_forward` instead, the straightforward computation both are tested against.
+    runs `_reference_forward` instead, the straightforward computation both are tested against, as do `torch.export`
+    and `torch.compile` (`_capturing_graph`).
     """
 
     def __init__(self, config: ElmoConfig):
