@@ -22,6 +22,7 @@ from safetensors.torch import load_file, save_file
 
 from hf_elmo import ElmoConfig, ElmoForBiLM, ElmoTokenizer
 from hf_elmo.cli import main as cli_main
+from hf_elmo.export_onnx import export_onnx
 
 from conftest import CHECKPOINT, FIXTURES
 
@@ -840,6 +841,15 @@ def load(model_class, folder):
     return run
 
 
+def without_module(name, function, *args):
+    """`function(*args)` where importing `name` fails, as where it is not installed."""
+    import sys
+    from unittest import mock
+
+    with mock.patch.dict(sys.modules, {name: None}):
+        return function(*args)
+
+
 # --- checkpoint conversion, configuration and model-input checks: calls -----------------------------------------
 
 
@@ -985,6 +995,12 @@ API_CASES = {
         [edit_json("M/tokenizer_config.json", tokenizer_class="BertTokenizer")],
         lambda root: ElmoTokenizer.from_pretrained(root / "M"),
         r"M: tokenizer_config\.json names tokenizer_class 'BertTokenizer', expected 'ElmoTokenizer'",
+    ),
+    # --- export to ONNX ---
+    "export_onnx without onnxscript installed": (
+        [],
+        lambda root: without_module("onnxscript", export_onnx, root / "M", root / "out"),
+        r"^--format onnx needs the package onnxscript: pip install 'hf-elmo\[onnx\]'",
     ),
 }
 
