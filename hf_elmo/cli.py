@@ -30,7 +30,10 @@ COMMANDS = {
         "to a Hugging Face folder",
     ),
     "embed": (embed_elmo, "write the ELMo vectors of a text file, one sentence per line, to an HDF5 file"),
-    "export": (export_original_elmo, "write a model folder back as an original options.json + weights.hdf5"),
+    "export": (
+        export_original_elmo,
+        "write a model folder back as an original options.json + weights.hdf5, or as an ONNX graph (--format onnx)",
+    ),
     "vocab": (data_bilm, "count a corpus and write a word vocabulary in the original format"),
     "train": (train_bilm, "pre-train a biLM, or adapt one to a domain, with the transformers Trainer"),
     "perplexity": (perplexity_bilm, "forward, backward and mean perplexity of a trained biLM on text files"),

@@ -33,8 +33,15 @@ def values_checked_on_host():
 
 
 def values_checked() -> bool:
-    """Whether the caller has checked the values already (`values_checked_on_host`)."""
-    return _VALUES_CHECKED.get()
+    """Whether the caller has checked the values already (`values_checked_on_host`), or a graph is being exported,
+    whose tensors hold no values: the exported graph checks no values."""
+    return _VALUES_CHECKED.get() or exporting()
+
+
+def exporting() -> bool:
+    """Whether `torch.export` (also under `torch.onnx.export`) is tracing the model."""
+    # Older PyTorch versions lack torch.compiler.is_exporting.
+    return getattr(torch.compiler, "is_exporting", lambda: False)()
 
 
 def device_option(name: str | None) -> torch.device:
@@ -257,4 +264,4 @@ def _check_state(config: ElmoConfig, state, input_ids: torch.Tensor, dtype: torc
         )
 
 
-__all__ = ["check_inputs"]
+__all__ = ["check_inputs", "exporting"]

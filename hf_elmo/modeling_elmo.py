@@ -27,7 +27,7 @@ from .cuda_graphs import CaptureCache, CapturedFunction
 from .fast_lstm import LstmSettings, PackedSteps, lstm_layer
 from .gpu_lstm import CapturedLayers, LayerSettings, bidirectional_layer, default_kernels
 from .hub_elmo import push_to_hub_with_model_card, write_model_card
-from .input_checks import check_bilm_batch, check_inputs, check_labels
+from .input_checks import check_bilm_batch, check_inputs, check_labels, exporting
 from .model_io import load_pretrained, name_pipeline, weights_follow_umask
 from .onednn_linear import linear
 from .sampled_softmax import full_softmax_loss, sampled_softmax_loss
@@ -177,7 +177,7 @@ class ElmoCharacterEncoder(nn.Module):
 
     def forward(self, char_ids: torch.LongTensor, word_ids: torch.LongTensor | None = None) -> torch.Tensor:
         """`(..., C)` character ids (and `(...)` word ids with word embeddings) -> `(..., P)`."""
-        if self.config.implementation == "reference":
+        if self.config.implementation == "reference" or _capturing_graph():
             return self._reference_forward(char_ids, word_ids)
         deduplicate = self.deduplicate if self.deduplicate is not None else not char_ids.is_cuda
         if not deduplicate:
@@ -341,6 +341,13 @@ class ElmoCharacterEncoder(nn.Module):
         return dtype if use else None
 
 
+def _capturing_graph() -> bool:
+    """Whether `torch.export` or `torch.compile` is capturing the model as a graph: it then gets the reference
+    computation, whose operations and shapes depend on the input's shapes only (the fast paths sort and group words
+    and rows by their values and run loops compiled here)."""
+    return exporting() or torch.compiler.is_compiling()
+
+
 @functools.cache
 def _hash_weights(num_chars: int, device: torch.device) -> torch.Tensor:
     """`(C,)` int64: powers of an odd 64-bit constant modulo 2^64, as signed integers."""
@@ -449,9 +456,10 @@ class ElmoLstmLayer(nn.Module):
         gate_inputs = self.input_linearity(inputs)
         if self.forget_bias:  # TensorFlow's LSTMCell adds it at run time
             gate_inputs[..., self.cell_dim : 2 * self.cell_dim] += self.forget_bias
-        outputs = [None] * inputs.shape[1]
-        for t in reversed(range(inputs.shape[1])) if reverse else range(inputs.shape[1]):
-            gates = gate_inputs[:, t] + self.state_linearity(hidden)
+
+        def step(state, position):
+            (hidden, memory), (gate_input, real) = state, position
+            gates = gate_input + self.state_linearity(hidden)
             input_gate, forget_gate, cell_input, output_gate = gates.chunk(4, dim=-1)
             new_memory = torch.sigmoid(input_gate) * torch.tanh(cell_input) + torch.sigmoid(forget_gate) * memory
             if self.cell_clip is not None:
@@ -459,10 +467,20 @@ class ElmoLstmLayer(nn.Module):
             new_hidden = self.state_projection(torch.sigmoid(output_gate) * torch.tanh(new_memory))
             if self.proj_clip is not None:
                 new_hidden = new_hidden.clamp(-self.proj_clip, self.proj_clip)
-            real = mask[:, t, None]
-            memory = torch.where(real, new_memory, memory)
-            hidden = torch.where(real, new_hidden, hidden)
-            outputs[t] = new_hidden * real
+            real = real[:, None]
+            return (torch.where(real, new_hidden, hidden), torch.where(real, new_memory, memory)), new_hidden * real
+
+        # One loop in an exported graph whatever the length, which stays a dimension (Inductor, under torch.compile,
+        # fails to lower it: there the steps are unrolled, one graph per length).
+        if exporting():
+            from torch._higher_order_ops.scan import scan  # PyTorch's, not public yet
+
+            initial = (hidden.contiguous(), memory.contiguous())  # the carry's layout, as the steps make it
+            (hidden, memory), outputs = scan(step, initial, (gate_inputs.transpose(0, 1), mask.t()), reverse=reverse)
+            return outputs.transpose(0, 1), hidden, memory
+        outputs = [None] * inputs.shape[1]
+        for t in reversed(range(inputs.shape[1])) if reverse else range(inputs.shape[1]):
+            (hidden, memory), outputs[t] = step((hidden, memory), (gate_inputs[:, t], mask[:, t]))
         return torch.stack(outputs, dim=1), hidden, memory
 
 
@@ -473,7 +491,8 @@ class ElmoBiLstm(nn.Module):
     multiplies only the rows still running (`fast_lstm.py`); on GPUs both directions of a layer step together
     over the whole batch with masks, so that shapes are static and a layer's time loops can be replayed as CUDA
     graphs (`gpu_lstm.py`). `static_shapes` picks one (`None`: by device). `config.implementation = "reference"`
-    runs `_reference_forward` instead, the straightforward computation both are tested against.
+    runs `_reference_forward` instead, the straightforward computation both are tested against, as do `torch.export`
+    and `torch.compile` (`_capturing_graph`).
     """
 
     def __init__(self, config: ElmoConfig):
@@ -518,7 +537,7 @@ class ElmoBiLstm(nn.Module):
              memory[:, r, k * cell_dim : (k + 1) * cell_dim])
             for k, r in enumerate(rows)
         ]  # fmt: skip
-        if self.config.implementation == "reference":
+        if self.config.implementation == "reference" or _capturing_graph():
             run = self._reference_forward
         elif self.static_shapes if self.static_shapes is not None else token_embeddings.is_cuda:
             run = self._forward_static
@@ -978,7 +997,8 @@ class ElmoModel(ElmoPreTrainedModel):
         layer_outputs, final_state = run(self.encoder, token_embeddings, mask, state, split_directions)
         hidden_states = None
         if output_hidden_states:
-            forward_rows, backward_rows = _direction_rows(len(token_embeddings), split_directions)
+            # shape[0], not len(): len() would make the batch size a constant of an exported graph
+            forward_rows, backward_rows = _direction_rows(token_embeddings.shape[0], split_directions)
             layer0 = _join_directions(token_embeddings[forward_rows], token_embeddings[backward_rows], split_directions)
             layer0 = layer0 * mask[..., None]
             hidden_states = (layer0, *layer_outputs)

@@ -60,7 +60,9 @@ except (AttributeError, RuntimeError):
 
 def _use_onednn(x: torch.Tensor, weight: torch.Tensor) -> bool:
     """Whether `x @ weight.T` (`x` `(M, K)`, `weight` `(N, K)`) goes to oneDNN: large enough, its dtype, the backend
-    choice, no autocast."""
+    choice, no autocast, not under torch.compile."""
+    if torch.compiler.is_compiling():  # first: Inductor lowers the oneDNN operator only for frozen weights
+        return False
     if not USE_ONEDNN:
         warnings.warn(
             "hf_elmo.onednn_linear.USE_ONEDNN is deprecated: use `with hf_elmo.cpu_backend(onednn=False):`",

@@ -290,6 +290,16 @@ def test_onednn_linear_matches_torch_linear_with_gradients(monkeypatch):
         assert (onednn_linear.linear(x, weight) - x @ weight.t()).abs().max() <= 1e-5
 
 
+@pytest.mark.skipif(onednn_linear._onednn_linear is None, reason="this PyTorch build has no oneDNN")
+def test_onednn_linear_under_torch_compile(monkeypatch):
+    # Inductor lowers the oneDNN operator only for frozen weights: a compiled model's products must be PyTorch's.
+    monkeypatch.setattr(onednn_linear, "_MIN_MULTIPLY_ADDS", 0)
+    generator = torch.Generator().manual_seed(0)
+    x, weight = torch.randn(6, 7, generator=generator), torch.randn(4, 7, generator=generator)
+    torch._dynamo.reset()
+    with torch.inference_mode():
+        out = torch.compile(onednn_linear.linear, fullgraph=True)(x, weight)
+    assert (out.double() - x.double() @ weight.double().t()).abs().max() <= 1e-5
 @pytest.mark.parametrize("mode", ["no_grad", "inference_mode", "bfloat16 autocast"])
 def test_concurrent_cpu_inference_matches_reference(mode, monkeypatch, lstm_step):
     """With two intra-op threads, inference splits LSTM directions and character-CNN words between threads."""

@@ -23,6 +23,7 @@ from safetensors.torch import load_file, save_file
 from hf_elmo import ElmoConfig, ElmoForBiLM, ElmoTokenizer
 from hf_elmo.cli import main as cli_main
 from hf_elmo.data_bilm import DataCollatorForBiLM, WordTable, load_compact_bilm_dataset
+from hf_elmo.export_onnx import export_onnx
 
 from conftest import CHECKPOINT, FIXTURES
 
@@ -665,6 +666,23 @@ CASES = {
         r"^error: Training folder 'shards' holds no file\.$",
         [lambda root: (root / "shards" / ".hidden").mkdir(parents=True)],
     ),
+    # --- export to ONNX (hf-elmo export --format onnx) ---
+    "export --format onnx --force over a folder with other files": Case(
+        "export --format onnx --model M --output-dir out --force",
+        r"^error: out: holds 'notes\.txt', which is not part of an ONNX export folder \(model\.onnx\); --force "
+        r"replaces only such a folder",
+        [write("out/model.onnx", "an earlier export"), write("out/notes.txt", "mine")],
+        ("out/model.onnx", "out/notes.txt"),
+    ),
+    "export --format onnx --force over an original-format export": Case(
+        "export --format onnx --model M --output-dir out --force",
+        r"^error: out: holds 'options\.json', which is not part of an ONNX export folder",
+        [write("out/options.json", "{}"), write("out/weights.hdf5", "an earlier export")],
+    ),
+    "export --with-state of the original format": Case(
+        "export --model M --output-dir out --with-state",
+        r"^error: --with-state: only --format onnx has the LSTM state as inputs and outputs$",
+    ),
 }
 
 
@@ -847,6 +865,15 @@ def load(model_class, folder):
         getattr(hf_elmo, model_class).from_pretrained(root / folder)
 
     return run
+
+
+def without_module(name, function, *args):
+    """`function(*args)` where importing `name` fails, as where it is not installed."""
+    import sys
+    from unittest import mock
+
+    with mock.patch.dict(sys.modules, {name: None}):
+        return function(*args)
 
 
 # --- checkpoint conversion, configuration and model-input checks: calls -----------------------------------------
@@ -1212,6 +1239,12 @@ API_CASES = {
         [],
         answer(question="Who sat?", context="The cat sat.", max_context_words=4, stride=4),
         r"^stride must be in \[0, max_context_words\) = \[0, 4\), got 4$",
+    ),
+    # --- export to ONNX ---
+    "export_onnx without onnxscript installed": (
+        [],
+        lambda root: without_module("onnxscript", export_onnx, root / "M", root / "out"),
+        r"^--format onnx needs the package onnxscript: pip install 'hf-elmo\[onnx\]'",
     ),
 }
 
