@@ -356,7 +356,8 @@ def test_loads_beside_pytorchs_openmp_only():
         "import json, torch\nfrom pathlib import Path\nfrom hf_elmo import cpu_kernels\n"
         "assert cpu_kernels.available(torch.zeros(1))\n"
         "maps = Path('/proc/self/maps').read_text().splitlines()\n"
-        "print(json.dumps(sorted({l.split()[-1] for l in maps if 'libgomp' in l or 'libomp' in l or 'libiomp' in l})))\n"
+        "names = {l.split()[-1] for l in maps if 'libgomp' in l or 'libomp' in l or 'libiomp' in l}\n"
+        "print(json.dumps(sorted(names)))\n"
     )
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stderr[-2000:]
