@@ -53,7 +53,7 @@ _AUTO_CLASS_OF_TASK = {
 _BILM_PREFIXES = ("char_encoder.", "encoder.")
 
 
-def _safetensors_shapes(files: list[str]) -> dict[str, tuple[int, ...]]:
+def safetensors_shapes(files: list[str]) -> dict[str, tuple[int, ...]]:
     """Name -> shape of every tensor in safetensors files, read from their headers (no tensor data is read)."""
     from safetensors import safe_open
 
@@ -102,7 +102,7 @@ def _check_weights_before_loading(cls, path, kwargs):
             raise ValueError(str(error) if str(path) in str(error) else f"{path}: config.json: {error}") from None
         config = config[0] if isinstance(config, tuple) else config
     where = f"{path}: the weights ({os.path.basename(files[0])})"
-    _check_weight_shapes(cls, config, _safetensors_shapes(files), where)
+    _check_weight_shapes(cls, config, safetensors_shapes(files), where)
 
 
 def _check_weight_shapes(cls, config, shapes: dict[str, tuple[int, ...]], where: str):
@@ -155,7 +155,7 @@ def load_pretrained(load, cls, pretrained_model_name_or_path, *model_args, use_s
         raise OSError(f"{pretrained_model_name_or_path}: {_PICKLE_REFUSED}") from None
     model = loaded[0] if isinstance(loaded, tuple) else loaded
     align_parameters(model)
-    _check_finite(model, pretrained_model_name_or_path)
+    check_finite_weights(model, pretrained_model_name_or_path)
     note_new_head(model, pretrained_model_name_or_path, model.config.architectures)
     return loaded
 
@@ -223,7 +223,7 @@ def _check_tokenizer_matches_model(tokenizer, where, config_file):
         )
 
 
-def _check_finite(model, where):
+def check_finite_weights(model, where):
     """A NaN or infinite weight makes every output NaN without a word: refused."""
     for name, tensor in model.named_parameters():
         if tensor.is_floating_point() and tensor.device.type != "meta" and not torch.isfinite(tensor).all():
@@ -326,9 +326,11 @@ def load_model_folder(model_class, folder):
 
 __all__ = [
     "align_parameters",
+    "check_finite_weights",
     "load_model_folder",
     "load_pretrained",
     "load_tokenizer",
     "name_pipeline",
+    "safetensors_shapes",
     "weights_follow_umask",
 ]

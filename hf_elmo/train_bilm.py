@@ -67,7 +67,7 @@ from .file_io import ElmoInputError, check_not_an_input, deferred_signals, read_
 from .freed_memory import keep_freed_memory
 from .hub_elmo import add_origin, describe_source
 from .input_checks import check_bilm_batch, values_checked_on_host
-from .model_io import _check_finite, _safetensors_shapes
+from .model_io import check_finite_weights, safetensors_shapes
 from .modeling_elmo import ElmoForBiLM
 from .streams_bilm import DataCollatorForBiLMStreams, StreamWindowDataset
 from .tokenization_elmo import ElmoTokenizer
@@ -354,7 +354,7 @@ def _last_complete_checkpoint(output_dir: Path, world_size: int, stream: bool = 
             skipped.append(f"{checkpoint.name} ({', '.join(problems)})")
             continue
         try:
-            _safetensors_shapes(sorted(str(path) for path in checkpoint.glob("*.safetensors")))
+            safetensors_shapes(sorted(str(path) for path in checkpoint.glob("*.safetensors")))
         except OSError as error:
             damaged = damaged or (checkpoint, error)
             continue
@@ -684,7 +684,7 @@ class ElmoTrainer(Trainer):
         if weights:
             model = self.accelerator.unwrap_model(self.model)
             try:
-                _check_finite(model, f"training stopped at step {self.state.global_step}")
+                check_finite_weights(model, f"training stopped at step {self.state.global_step}")
             except ValueError as error:
                 raise ValueError(f"{error}; {self._what_was_kept()}") from None
 
@@ -741,7 +741,7 @@ class ElmoTrainer(Trainer):
         with _one_line_load_errors(resume_from_checkpoint, "model weights"):
             super()._load_from_checkpoint(resume_from_checkpoint, model)
         model = self.accelerator.unwrap_model(model if model is not None else self.model)
-        _check_finite(model, f"--resume: {Path(resume_from_checkpoint) / 'model.safetensors'}")
+        check_finite_weights(model, f"--resume: {Path(resume_from_checkpoint) / 'model.safetensors'}")
 
     def _load_optimizer_and_scheduler(self, checkpoint):
         with _one_line_load_errors(checkpoint, "optimizer or scheduler state"):

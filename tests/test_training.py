@@ -360,7 +360,7 @@ def test_resume_takes_the_options_recorded_in_the_run(corpus, tmp_path, monkeypa
 
 
 def test_a_non_finite_loss_stops_training_at_its_step_and_keeps_the_checkpoints_before(corpus, tmp_path, monkeypatch):
-    from hf_elmo.model_io import _check_finite
+    from hf_elmo.model_io import check_finite_weights
 
     original = ElmoTrainer.compute_loss
 
@@ -378,7 +378,7 @@ def test_a_non_finite_loss_stops_training_at_its_step_and_keeps_the_checkpoints_
         train_bilm(**run)
     assert sorted(p.name for p in (tmp_path / "run").iterdir()) == [
         "bilm_training_options.json", "checkpoint-2", "checkpoint-4"]
-    _check_finite(ElmoForBiLM.from_pretrained(tmp_path / "run/checkpoint-4"), "checkpoint-4")
+    check_finite_weights(ElmoForBiLM.from_pretrained(tmp_path / "run/checkpoint-4"), "checkpoint-4")
 
 
 def test_non_finite_weights_are_never_saved(corpus, tmp_path, monkeypatch):
