@@ -4,17 +4,13 @@ Every training step allocates and frees the same large tensors: input products, 
 backward pass, gradients. glibc's `malloc` hands blocks above its mmap threshold back to the system when they are
 freed (the threshold starts at 128 KiB and follows the largest block freed, up to 32 MiB, so a block of the same
 size as the last one is mapped anew) and returns the top of its heap once more than twice that is free. The next
-step's tensors then land on fresh pages, and each 4 KiB page faults when first written: 2-3 us a fault on the
-virtual machines measured. Per step of the mid-size model (batch 32 windows of 25) that was 4,000-8,700 faults, of
-the small model (batch 32 x 20, 8,192 samples) about 65,000, of the original about 250,000 at batch 16 (averages over
-short runs, their first steps included, which fault most): time spent inside whichever operation first writes a
-new tensor.
+step's tensors then land on fresh pages, and each 4 KiB page faults when first written: time spent inside
+whichever operation first writes a new tensor, tens of thousands of faults per step of a large model.
 
 `keep_freed_memory()` raises both thresholds (blocks of up to 256 MiB come from the heap, which is trimmed only
-beyond 1 GiB free), after which 30-2,500 faults remain per step. The process holds on to the memory of its
-busiest step instead of giving it back between steps, and its heap fragments a little: training the original size
-at batch 16 kept 2.5 instead of 1.8 GiB resident between steps and peaked at 2.6 instead of 2.4 GiB, 1.2x as fast.
-That suits a process that trains batch after batch.
+beyond 1 GiB free), after which few faults remain per step. The process holds on to the memory of its busiest step
+instead of giving it back between steps, and its heap fragments a little (docs/performance.md has the measured
+effect). That suits a process that trains batch after batch.
 `train_bilm` (`hf-elmo train`) calls it unless told not to (`keep_freed_memory=False`); a training script of one's
 own can call it once at its start. It changes `malloc` for the whole process and is a no-op where the C library is
 not glibc.
