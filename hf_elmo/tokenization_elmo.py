@@ -20,7 +20,6 @@ from transformers import PreTrainedTokenizer
 from transformers.tokenization_utils_base import TruncationStrategy
 from transformers.utils import PaddingStrategy, TensorType
 
-from . import character_rows, pre_tokenizer, word_vocabulary
 from .batch_encoding_elmo import (
     PAIR_PREFIX,
     PER_POSITION_FEATURES,
@@ -55,25 +54,7 @@ from .pre_tokenizer import build_pre_tokenizer, collect_sentences, split_words
 from .word_vocabulary import WORD_VOCABULARY_FILE, WordVocabulary, read_word_vocabulary, write_word_vocabulary
 
 
-__all__ = [
-    "CharacterVocabulary",
-    "ElmoBatchEncoding",
-    "ElmoTokenizer",
-    "WORD_VOCABULARY_SPECIALS",
-    "build_pre_tokenizer",
-    "read_word_vocabulary",
-    "words_to_char_ids",
-    "write_word_vocabulary",
-]
-
-
-def __getattr__(name: str):
-    # Names earlier versions defined here: the layout, the splitter and the word vocabulary now have modules of their own.
-    for module in (character_rows, pre_tokenizer, word_vocabulary):
-        if not name.startswith("_") and hasattr(module, name):
-            return getattr(module, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
+__all__ = ["ElmoTokenizer"]
 
 _IDS_TO_TOKENS = {index: token for token, index in CHARACTER_TOKENS.items()}
 _NO_PAIRS = "ElmoTokenizer does not support sequence pairs"
