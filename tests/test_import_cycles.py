@@ -112,7 +112,7 @@ def test_the_graph_is_read_from_every_kind_of_import(tmp_path):
 
 def test_no_import_cycle():
     found = [" -> ".join(chain) for chain in cycles(import_graph())]
-    assert found == ["hf_elmo.modeling_elmo -> hf_elmo.modeling_elmo_heads -> hf_elmo.modeling_elmo"], found
+    assert found == [], "import cycles: " + "; ".join(found)
 
 
 def test_only_the_command_line_imports_the_commands():
