@@ -2,7 +2,7 @@
 
     python conversion/convert_original_elmo.py --options OPTIONS.json --weights WEIGHTS.hdf5 --output-dir OUT
 
-The same as `hf-elmo convert`; the converter and its weight mapping are `hf_elmo/convert_original_elmo.py`.
+The same as `hf-elmo convert` (`hf_elmo/commands/convert.py`); the weight mapping is `hf_elmo/original_format.py`.
 """
 
 import sys

@@ -1,61 +1,56 @@
 """The `hf-elmo` command: `hf-elmo COMMAND --help` for each command.
 
-Every command reports a problem with what it was given as one line, `error: ...`, and exits with status 2: the
-commands raise `ValueError` (`file_io.ElmoInputError` for files and fields) or `OSError` for it, caught here. SIGTERM
-and SIGHUP stop a command as Ctrl-C does (exit status 130), after it removed what it was writing (`file_io`).
+Each command is a module of `hf_elmo.commands` with `HELP` (one line), `COMMAND_OPTIONS` (a dataclass whose fields
+are its options, read by `HfArgumentParser`) and `run(options) -> int` (the exit status), given the parsed options
+and `options.given`, the names of those on the command line. Every command reports a problem with what it was given
+as one line, `error: ...`, and exits with status 2: the commands raise `ValueError` (`file_io.ElmoInputError` for
+files and fields) or `OSError` for it, caught here. SIGTERM and SIGHUP stop a command as Ctrl-C does (exit status
+130), after it removed what it was writing (`file_io`).
 """
 
 import argparse
 import sys
 
-from transformers import HfArgumentParser
+from . import train_bilm
+from .commands import convert, embed, env, export, perplexity, vocab, warm_state
+from .commands.command_line import CommandParser, DefaultsHelpFormatter, signals_as_interrupts
 
-from . import (
-    convert_original_elmo,
-    data_bilm,
-    embed_elmo,
-    export_original_elmo,
-    perplexity_bilm,
-    train_bilm,
-    warm_state,
-)
-from .file_io import signals_as_interrupts
-
-# name -> (module with run(args) -> exit code and either add_arguments(parser) or COMMAND_OPTIONS, a dataclass whose
-# fields are the options, one-line help)
 COMMANDS = {
-    "convert": (
-        convert_original_elmo,
-        "convert an original options.json + weights.hdf5, a bilm-tf training checkpoint or an ELMoForManyLangs model "
-        "to a Hugging Face folder",
-    ),
-    "embed": (embed_elmo, "write the ELMo vectors of a text file, one sentence per line, to an HDF5 file"),
-    "export": (
-        export_original_elmo,
-        "write a model folder back as an original options.json + weights.hdf5, or as an ONNX graph (--format onnx)",
-    ),
-    "vocab": (data_bilm, "count a corpus and write a word vocabulary in the original format"),
-    "train": (train_bilm, "pre-train a biLM, or adapt one to a domain, with the transformers Trainer"),
-    "perplexity": (perplexity_bilm, "forward, backward and mean perplexity of a trained biLM on text files"),
-    "warm-state": (warm_state, "estimate a warm start state from text and store it in a model folder"),
+    "convert": convert,
+    "embed": embed,
+    "export": export,
+    "vocab": vocab,
+    "train": train_bilm,
+    "perplexity": perplexity,
+    "warm-state": warm_state,
+    "env": env,
 }
+TRAIN_HELP = "pre-train a biLM, or adapt one to a domain, with the transformers Trainer"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The parser of `hf-elmo`: one sub-parser per command."""
+    parser = argparse.ArgumentParser(prog="hf-elmo", description="ELMo for Hugging Face transformers.")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=CommandParser)
+    for name, module in COMMANDS.items():
+        help_text = getattr(module, "HELP", TRAIN_HELP)
+        command = commands.add_parser(
+            name,
+            help=help_text,
+            description=help_text,
+            dataclass_types=module.COMMAND_OPTIONS,
+            formatter_class=DefaultsHelpFormatter,
+        )
+        command.set_defaults(run=module.run)
+    return parser
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="hf-elmo", description="ELMo for Hugging Face transformers.")
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=HfArgumentParser)
-    for name, (module, help_text) in COMMANDS.items():
-        options = getattr(module, "COMMAND_OPTIONS", None)
-        formatter = argparse.ArgumentDefaultsHelpFormatter if options else argparse.HelpFormatter
-        command = commands.add_parser(
-            name, help=help_text, description=help_text, dataclass_types=options, formatter_class=formatter
-        )
-        if options is None:
-            module.add_arguments(command)
-        command.set_defaults(run=module.run)
+    parser = build_parser()
     argv = sys.argv[1:] if argv is None else list(argv)
     args = parser.parse_args(argv)
-    args.given = _given_options(commands.choices[args.command], argv[argv.index(args.command) + 1 :])
+    options = COMMANDS[args.command].COMMAND_OPTIONS
+    args.given = _given_options(CommandParser(options), argv[argv.index(args.command) + 1 :])
     with signals_as_interrupts():
         try:
             return args.run(args)

@@ -4,7 +4,7 @@ bilm-tf's `train()` saves every variable under `lm/`, the word softmax included,
 `weights.hdf5` the released models come as) leaves out. Converting the checkpoint keeps the softmax, so that
 perplexity and continued training (`hf-elmo train --init-from`) start from the model exactly as it was trained.
 
-Training layout versus `weights.hdf5` (the mapping is otherwise the one of `convert_original_elmo.weight_links`):
+Training layout versus `weights.hdf5` (the mapping is otherwise the one of `original_format.weight_links`):
 - names: `lm/char_embed`, `lm/CNN*/...` are the HDF5 names under `lm/`; the LSTM cells are
   `lm/RNN_{d}/rnn/multi_rnn_cell/cell_{l}/lstm_cell/{kernel, bias, projection/kernel}` for HDF5's
   `RNN_{d}/RNN/MultiRNNCell/Cell{l}/LSTMCell/{W_0, B, W_P_0}`;
@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 
 from .configuration_elmo import ElmoConfig
-from .convert_original_elmo import config_from_options, load_options, not_described_error, weight_links
+from .original_format import config_from_options, load_options, not_described_error, weight_links
 from .file_io import MODEL_FOLDER, ElmoInputError, check_output, write_output
 from .hub_elmo import add_origin
 from .modeling_elmo import ElmoForBiLM

@@ -21,7 +21,6 @@ a certainty), so both directions have `n + 1` targets per sentence and perplexit
 sentences were packed together.
 """
 
-import argparse
 import codecs
 import contextlib
 import glob
@@ -38,16 +37,13 @@ import torch
 
 from .character_rows import BOS_TOKEN, EOS_TOKEN, pad_rows
 from .file_io import (
-    VOCABULARY_FILE,
     ElmoInputError,
-    check_output,
     json_field,
     read_json_object,
     read_lines,
-    write_output,
 )
 from .tokenization_elmo import ElmoTokenizer
-from .word_vocabulary import BOS_WORD_INDEX, EOS_WORD_INDEX, count_word_vocabulary, write_word_vocabulary
+from .word_vocabulary import BOS_WORD_INDEX, EOS_WORD_INDEX, count_word_vocabulary
 
 SPLITS = ("whitespace", "pretokenizer")
 SPLIT_HELP = (
@@ -656,28 +652,6 @@ def load_compact_bilm_dataset(
     if len(dataset) == 0:
         raise ValueError(f"The {role} files {files} hold no sentence.")
     return dataset.with_format("numpy")
-
-
-# `hf-elmo vocab`: the vocabulary builder as a command.
-
-
-def add_arguments(parser: argparse.ArgumentParser):
-    parser.add_argument("files", nargs="+", help="text files, one sentence per line")
-    parser.add_argument("--output", required=True, help="vocabulary file to write")
-    parser.add_argument("--force", action="store_true", help="replace an earlier vocabulary file")
-    parser.add_argument("--min-count", type=int, default=1, help="keep words seen at least this often")
-    parser.add_argument("--max-size", type=int, help="at most this many entries, <S>, </S>, <UNK> included")
-    parser.add_argument(
-        "--split", choices=SPLITS, default="pretokenizer", help=f"as in training (default: pretokenizer); {SPLIT_HELP}"
-    )
-
-
-def run(args: argparse.Namespace) -> int:
-    check_output(args.output, VOCABULARY_FILE, args.files, args.force)
-    words = build_word_vocabulary(args.files, args.split, ElmoTokenizer(), args.min_count, args.max_size)
-    write_output(args.output, partial(write_word_vocabulary, words), VOCABULARY_FILE, args.files, args.force)
-    print(f"{len(words):,} entries written to {args.output}")
-    return 0
 
 
 __all__ = [

@@ -40,12 +40,10 @@ the original command:
   HDF5 file (see `file_io`).
 """
 
-import argparse
 import contextlib
 import json
 import math
 import os
-import sys
 from collections.abc import Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -53,12 +51,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .convert_original_elmo import load_original_elmo
-from .file_io import HDF5_FILE, ElmoInputError, HDF5Output, check_output, read_lines, write_output
-from .input_checks import device_option
-from .model_io import load_model_folder
-from .modeling_elmo import ElmoModel
-from .tokenization_elmo import ElmoTokenizer
+from .file_io import HDF5_FILE, ElmoInputError, HDF5Output, read_lines, write_output
 
 WINDOW_BATCHES = 16
 """Lines sorted by length together, in batches: more pads less, holds more lines in memory."""
@@ -386,22 +379,6 @@ def process_part() -> tuple[int, int]:
     return int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
 
 
-def check_split_between_processes(args: argparse.Namespace, processes: int):
-    """Refuses what the lines of a part, every `processes`-th line, cannot give."""
-    if processes == 1:
-        return
-    for given, option in (
-        (str(args.input) == "-", "standard input"),
-        (args.carry_state, "--carry-state"),
-        (args.layout == "packed", "--layout packed"),
-    ):
-        if given:
-            raise ElmoInputError(
-                f"{option} cannot be split between {processes} processes (each embeds one line in {processes}): "
-                "embed with one process"
-            )
-
-
 def part_path(output, rank: int, processes: int) -> Path:
     """Where process `rank` writes its part of `output`: a hidden file beside it."""
     output = Path(output)
@@ -442,139 +419,3 @@ def merge_parts(parts: list[Path], output, force: bool = False, inputs: Iterable
     counted = [0]
     write_output(output, write, HDF5_FILE, [*parts, *inputs], force)
     return counted[0]
-
-
-def add_arguments(parser: argparse.ArgumentParser):
-    parser.add_argument(
-        "input", help="UTF-8 text, one sentence per line (whitespace-tokenised unless --raw); - for stdin"
-    )
-    parser.add_argument("output", help="HDF5 file to write")
-    source = parser.add_mutually_exclusive_group(required=True)
-    source.add_argument("--model", help="folder written by hf-elmo convert or save_pretrained")
-    source.add_argument("--options", help="original options.json (with --weights), instead of --model")
-    parser.add_argument("--weights", help="original weights.hdf5, with --options")
-    layers = parser.add_mutually_exclusive_group(required=True)
-    layers.add_argument(
-        "--all", dest="layers", action="store_const", const="all", help="all layers: (L+1, n_words, 2P)"
-    )
-    layers.add_argument("--top", dest="layers", action="store_const", const="top", help="top layer: (n_words, 2P)")
-    layers.add_argument("--average", dest="layers", action="store_const", const="average", help="mean of all layers")
-    layers.add_argument(
-        "--scalar-mix-weights",
-        type=float,
-        nargs="+",
-        metavar="W",
-        help="fixed mix sum_k softmax(W)_k layer_k: one unnormalised weight per layer, as AllenNLP's "
-        "scalar_mix_parameters",
-    )
-    parser.add_argument("--batch-size", type=int, default=64, help="sentences per batch (default 64)")
-    parser.add_argument("--device", default=None, help="torch device, e.g. cpu or cuda:0 (default: cuda if available)")
-    parser.add_argument("--dtype", choices=sorted(DTYPES), default="float32", help="dtype the model runs in")
-    parser.add_argument(
-        "--output-dtype",
-        choices=sorted(OUTPUT_DTYPES),
-        default=None,
-        help="dtype of the stored vectors (default: float64 with --dtype float64, else float32)",
-    )
-    parser.add_argument("--raw", action="store_true", help="split raw text into words with the tokenizer")
-    parser.add_argument(
-        "--carry-state",
-        action="store_true",
-        help="the original stateful behaviour: each batch row continues the LSTM state of the same row of the "
-        "previous batch",
-    )
-    parser.add_argument("--forget-sentences", action="store_true", help="do not write the sentence_to_index map")
-    parser.add_argument(
-        "--layout",
-        choices=["per-line", "packed"],
-        default="per-line",
-        help="per-line: one dataset per line, as AllenNLP's (default); packed: all words in one dataset "
-        "'vectors' and each line's (start, count) in 'spans', for bulk embedding",
-    )
-    parser.add_argument("--force", action="store_true", help="replace an existing output file")
-    parser.add_argument("--quiet", action="store_true", help="no progress bar")
-
-
-def _load(args):
-    if args.model is not None:
-        if args.weights is not None:
-            raise ElmoInputError("--weights goes with --options, not with --model")
-        model = load_model_folder(ElmoModel, args.model)
-        try:
-            tokenizer = ElmoTokenizer.from_pretrained(args.model)
-        except Exception as error:  # json, OSError, ValueError from the tokenizer files
-            message = " ".join(str(error).split()) or type(error).__name__
-            if message.startswith(f"{args.model}: "):  # the tokenizer's own checks name the folder already
-                raise ElmoInputError(message) from None
-            raise ElmoInputError(f"{args.model}: cannot load the tokenizer ({message})") from None
-        return model, tokenizer
-    if args.weights is None:
-        raise ElmoInputError("--options needs --weights")
-    model = load_original_elmo(args.options, args.weights)
-    return model, ElmoTokenizer(max_characters_per_token=model.config.max_characters_per_token)
-
-
-def run(args: argparse.Namespace) -> int:
-    inputs = [args.input, args.model, args.options, args.weights]
-    check_output(args.output, HDF5_FILE, inputs, args.force)  # before loading a large model
-    if str(args.input) != "-" and Path(args.input).is_dir():
-        raise ElmoInputError(f"{args.input}: is a folder, expected the input text file")
-    if str(args.input) != "-" and not Path(args.input).exists():
-        raise ElmoInputError(f"{args.input}: no such input file")
-    rank, processes = process_part()
-    check_split_between_processes(args, processes)
-    device = device_option(args.device if processes == 1 or args.device else _local_device())
-    model, tokenizer = _load(args)
-    model.to(device=device, dtype=DTYPES[args.dtype])
-    mode = "mix" if args.scalar_mix_weights is not None else args.layers
-    embedder = Embedder(
-        model,
-        tokenizer,
-        LayerSelector(mode, model.config.num_layers, args.scalar_mix_weights),
-        OUTPUT_DTYPES[args.output_dtype or ("float64" if args.dtype == "float64" else "float32")],
-    )
-    count = embed_file(
-        embedder,
-        args.input,
-        args.output if processes == 1 else part_path(args.output, rank, processes),
-        batch_size=args.batch_size,
-        raw=args.raw,
-        carry_state=args.carry_state,
-        forget_sentences=args.forget_sentences,
-        force=args.force or processes > 1,  # a part left by an interrupted run is replaced
-        packed=args.layout == "packed",
-        progress=not args.quiet,
-        inputs=inputs[1:],
-        part=(rank, processes),
-    )
-    if processes > 1:
-        count = _merge_when_all_are_done(args, rank, processes, inputs[1:])
-    if rank == 0:
-        print(f"{count} sentences embedded to {args.output}", file=sys.stderr)
-    return 0
-
-
-def _local_device() -> str | None:
-    """Each process of a launch on its own GPU (`LOCAL_RANK`), if there are GPUs."""
-    return f"cuda:{os.environ.get('LOCAL_RANK', '0')}" if torch.cuda.is_available() else None
-
-
-def _merge_when_all_are_done(args, rank: int, processes: int, inputs) -> int:
-    """Once every process has written its part, process 0 merges them into the output; each removes its own part."""
-    import datetime
-
-    import torch.distributed as distributed
-
-    if not distributed.is_initialized():
-        # Parts can take hours: the processes wait for the slowest as long as it takes.
-        distributed.init_process_group("gloo", timeout=datetime.timedelta(days=7))
-    parts = [part_path(args.output, k, processes) for k in range(processes)]
-    count = 0
-    try:
-        distributed.barrier()
-        if rank == 0:
-            count = merge_parts(parts, args.output, args.force, [args.input, *inputs])
-        distributed.barrier()
-    finally:
-        parts[rank].unlink(missing_ok=True)
-    return count

@@ -3,7 +3,7 @@ half-written.
 
 Every problem with an input (a missing file, bad JSON, a field of the wrong type, an output that would replace
 user data) is an `ElmoInputError`: a `ValueError` whose message is one line naming the file and what is wrong.
-`hf_elmo.cli.main` prints it as `error: ...`.
+The command line (`hf_elmo.cli`) prints it as `error: ...`.
 
 The output rule (`check_output`, `write_output`), the same for every command that writes:
 
@@ -13,8 +13,8 @@ The output rule (`check_output`, `write_output`), the same for every command tha
   file for `embed`, a model folder for `convert`, ...): a folder holding anything else (notes, subfolders) is refused.
 * The output is written beside its final place under a hidden temporary name and renamed when complete; the renames
   run with SIGINT, SIGTERM and SIGHUP held back (`deferred_signals`), and those signals otherwise end a command the
-  way Ctrl-C does (`signals_as_interrupts`, around every command), so that its cleanup runs: only a kill -9 can leave
-  a hidden `.NAME.tmp-*` or `.NAME.old-*` behind.
+  way Ctrl-C does (`commands.command_line.signals_as_interrupts`, around every command), so that its cleanup runs:
+  only a kill -9 can leave a hidden `.NAME.tmp-*` or `.NAME.old-*` behind.
 """
 
 import codecs
@@ -390,25 +390,6 @@ class _FirstErrorKept:
         return self.raw.tell()
 
 
-def _raise_keyboard_interrupt(signum, frame):
-    raise KeyboardInterrupt(signal.Signals(signum).name)
-
-
-@contextlib.contextmanager
-def signals_as_interrupts():
-    """SIGTERM and SIGHUP raise `KeyboardInterrupt` (as SIGINT does) while the block runs, so that the cleanup of
-    whatever is being written runs; only in the main thread, the one Python delivers signals to."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = {number: signal.signal(number, _raise_keyboard_interrupt) for number in STOP_SIGNALS[1:]}
-    try:
-        yield
-    finally:
-        for number, handler in previous.items():
-            signal.signal(number, handler)
-
-
 @contextlib.contextmanager
 def deferred_signals():
     """Holds SIGINT, SIGTERM and SIGHUP back while the block runs (renames that must all happen or none); one that
@@ -447,7 +428,6 @@ __all__ = [
     "read_json_object",
     "read_lines",
     "read_utf8",
-    "signals_as_interrupts",
     "write_atomically",
     "write_output",
 ]

@@ -1,7 +1,7 @@
 """PyTorch ELMo: character CNN, highway, projection and a bidirectional LSTM language model.
 
 Numerically equivalent to AllenNLP's `_ElmoBiLm` (and bilm-tf) for converted weights; the weight mapping is
-`convert_original_elmo.weight_links`. Unlike those implementations the model is stateless by default: the LSTM
+`original_format.weight_links`. Unlike those implementations the model is stateless by default: the LSTM
 state is passed in and returned explicitly, and every row starts from the same state otherwise, zeros or the model's
 warm start state (`ElmoModel.set_warm_state`, `hf-elmo warm-state`). The task heads are in `modeling_elmo_heads.py`.
 """

@@ -1,4 +1,4 @@
-"""`hf-elmo perplexity`: held-out perplexity of a trained biLM, per direction, with the full softmax.
+"""Held-out perplexity of a trained biLM, per direction, with the full softmax.
 
 Three ways to run the held-out text through the model:
 
@@ -15,7 +15,6 @@ geometric mean, `exp` of the mean of the two losses (39.7 for the released model
 skip blank lines.
 """
 
-import argparse
 import itertools
 import math
 from collections.abc import Sequence
@@ -27,16 +26,12 @@ import torch
 from .character_rows import EOS_TOKEN
 from .configuration_elmo import ElmoConfig
 from .data_bilm import (
-    MODEL_SPLIT_HELP,
-    SPLITS,
     DataCollatorForBiLM,
     check_text_files,
     encode_windows,
     iter_sentences,
-    model_split,
     pack_sentences,
 )
-from .input_checks import device_option
 from .modeling_elmo import ElmoForBiLM
 from .sampled_softmax import full_softmax_loss
 from .streams_bilm import build_streams, stream_input_ids
@@ -268,41 +263,6 @@ def load_bilm(model_dir: str, device: str = "cpu") -> tuple[ElmoForBiLM, ElmoTok
     if info["missing_keys"]:
         raise ValueError(f"{model_dir}: the weights lack {sorted(info['missing_keys'])}; the softmax is needed.")
     return model.to(device), tokenizer
-
-
-def add_arguments(parser: argparse.ArgumentParser):
-    parser.add_argument("--model", required=True, help="folder written by hf-elmo train or convert --tf-checkpoint")
-    parser.add_argument("files", nargs="+", help="text files, one sentence per line")
-    mode = parser.add_mutually_exclusive_group()
-    mode.add_argument(
-        "--stream",
-        action="store_true",
-        help="bilm-tf's test(): --batch-size continuous streams, the state never reset, the last incomplete batch "
-        "dropped",
-    )
-    mode.add_argument("--start", choices=STARTS, help="score every line on its own from the zero or the warm state")
-    parser.add_argument("--window", type=int, default=20, help="positions per window, as in training")
-    parser.add_argument("--split", choices=SPLITS, help=MODEL_SPLIT_HELP)
-    parser.add_argument("--batch-size", type=int, default=64, help="windows, lines or streams per batch")
-    parser.add_argument("--device", help="torch device, e.g. cpu or cuda:0 (default: cuda if available)")
-
-
-def run(args: argparse.Namespace) -> int:
-    device = device_option(args.device)
-    split = model_split(args.model, args.split)
-    model, tokenizer = load_bilm(args.model, device)
-    if args.stream:
-        result = stream_perplexity(model, tokenizer, args.files, args.batch_size, split)
-    elif args.start:
-        result = sentence_perplexity(model, tokenizer, args.files, args.start, args.batch_size, split)
-    else:
-        result = compute_perplexity(model, tokenizer, args.files, args.window, split, args.batch_size)
-    print(f"text split             {split}")
-    print(f"targets per direction  {result['targets']:,}")
-    print(f"forward perplexity     {result['forward']:.3f}")
-    print(f"backward perplexity    {result['backward']:.3f}")
-    print(f"geometric mean         {result['geometric_mean']:.3f}")
-    return 0
 
 
 __all__ = ["compute_perplexity", "load_bilm", "sentence_perplexity", "stream_perplexity", "unigram_perplexity"]

@@ -1,4 +1,4 @@
-"""`hf-elmo warm-state`: estimate a model's warm start state from text and store it in the model folder.
+"""A model's warm start state, estimated from text and stored in the model folder (`hf-elmo warm-state`).
 
     hf-elmo warm-state --model DIR TEXT_FILE... [--sentences N]
 
@@ -16,7 +16,6 @@ it scores within 0.1% of bilm-tf's own stream evaluation; the mean final state o
 zeros (with or without reading `</S>` / `<S>`) is a little worse, and a fixed point of that iteration no better.
 """
 
-import argparse
 import itertools
 import json
 import os
@@ -27,10 +26,8 @@ import numpy as np
 import torch
 
 from .character_rows import BOS_TOKEN, EOS_TOKEN
-from .data_bilm import MODEL_SPLIT_HELP, SPLITS, check_text_files, iter_sentences, model_split
+from .data_bilm import check_text_files, iter_sentences
 from .file_io import ElmoInputError, replace_atomically
-from .input_checks import device_option
-from .model_io import load_model_folder
 from .modeling_elmo import ElmoModel, ElmoState
 from .tokenization_elmo import ElmoTokenizer
 
@@ -152,25 +149,6 @@ def store_warm_state(folder: str | os.PathLike, state: ElmoState):
     config["warm_state"] = True
     replace_atomically(weights, lambda path: save_file(tensors, path, metadata=metadata))
     replace_atomically(config_path, lambda path: path.write_text(json.dumps(config, indent=2) + "\n"))
-
-
-def add_arguments(parser: argparse.ArgumentParser):
-    parser.add_argument("--model", required=True, help="model folder (hf-elmo convert / train / save_pretrained)")
-    parser.add_argument("files", nargs="+", help="text files, one sentence per line (in-domain text is best)")
-    parser.add_argument("--sentences", type=int, default=DEFAULT_SENTENCES, help="use the first N sentences")
-    parser.add_argument("--split", choices=SPLITS, help=MODEL_SPLIT_HELP)
-    parser.add_argument("--device", help="torch device, e.g. cpu or cuda:0 (default: cuda if available)")
-
-
-def run(args: argparse.Namespace) -> int:
-    device = device_option(args.device)
-    split = model_split(args.model, args.split)
-    model = load_model_folder(ElmoModel, args.model).to(device)
-    tokenizer = ElmoTokenizer.from_pretrained(args.model)
-    sentences = read_sentences(args.files, args.sentences, split, tokenizer)
-    store_warm_state(args.model, estimate_warm_state(model, sentences, tokenizer))
-    print(f"Warm start state from {len(sentences):,} sentences written to {args.model}")
-    return 0
 
 
 def add_warm_state(model: ElmoModel, text_files, sentences: int = DEFAULT_SENTENCES):

@@ -13,7 +13,7 @@ from transformers import AutoModel, AutoTokenizer
 
 from hf_elmo import ElmoModel, ElmoTokenizer
 from hf_elmo.cli import main as cli_main
-from hf_elmo.convert_original_elmo import load_original_elmo
+from hf_elmo.original_format import load_original_elmo
 
 from conftest import FIXTURES, run_without_hf_elmo
 

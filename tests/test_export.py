@@ -10,7 +10,7 @@ import torch
 from hf_elmo import ElmoConfig, ElmoModel, ElmoTokenizer
 from hf_elmo.configuration_elmo import ARCHITECTURE_FIELDS
 from hf_elmo.cli import main as cli_main
-from hf_elmo.convert_original_elmo import config_from_options, load_original_elmo
+from hf_elmo.original_format import config_from_options, load_original_elmo
 
 from conftest import FIXTURE_SETS
 

@@ -683,6 +683,19 @@ CASES = {
         "export --model M --output-dir out --with-state",
         r"^error: --with-state: only --format onnx has the LSTM state as inputs and outputs$",
     ),
+    # --- the command line: hf-elmo env ---
+    "env --model of a folder without config.json": Case(
+        "env --model d",
+        r"^error: d: no config\.json \(expected a folder written by hf-elmo convert or save_pretrained\)$",
+    ),
+    "env --model with a damaged config.json": Case(
+        "env --model X",
+        r"^error: X: cannot read the configuration \(X/config\.json: not valid JSON \(line 1, column 2: ",
+        [write("X/config.json", "{")],
+    ),
+    "env --device of an unknown device": Case(
+        "env --device tpu9", r"^error: --device: unknown device 'tpu9' \(e\.g\. cpu, cuda, cuda:1\)$"
+    ),
 }
 
 
@@ -978,13 +991,11 @@ def collate_compact(*windows):
 
 
 def embed_in_parts(*arguments):
-    import argparse
+    from hf_elmo.cli import build_parser
+    from hf_elmo.commands.embed import check_split_between_processes
 
-    from hf_elmo.embed_elmo import add_arguments, check_split_between_processes
-
-    parser = argparse.ArgumentParser()
-    add_arguments(parser)
-    check_split_between_processes(parser.parse_args([arguments[0], "out.h5", "--model", "M", *arguments[1:]]), 2)
+    options = build_parser().parse_args(["embed", arguments[0], "out.h5", "--model", "M", *arguments[1:]])
+    check_split_between_processes(options, 2)
 
 
 def compact_windows(root, table_words):
@@ -1293,7 +1304,7 @@ SIGNAL_CASES = {
         ("hf_elmo.embed_elmo", "Embedder", "__call__", 2), "SIGHUP", f"{EMBED} --model M --batch-size 1"
     ),
     "vocab, SIGTERM": (
-        ("hf_elmo.data_bilm", "", "write_word_vocabulary", 1), "SIGTERM", "vocab corpus.txt --output v.txt"
+        ("hf_elmo.commands.vocab", "", "write_word_vocabulary", 1), "SIGTERM", "vocab corpus.txt --output v.txt"
     ),
 }
 

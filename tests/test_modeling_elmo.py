@@ -7,7 +7,7 @@ import torch
 from transformers import AutoModel, AutoTokenizer
 
 from hf_elmo import ElmoConfig, ElmoModel, ElmoTokenizer
-from hf_elmo.convert_original_elmo import load_original_elmo
+from hf_elmo.original_format import load_original_elmo
 
 from conftest import FIXTURE_SETS, FIXTURES, fixture_batches
 from reference_elmo import bilm as reference_bilm

@@ -10,7 +10,8 @@ import torch
 from hf_elmo import ElmoForBiLM, ElmoTokenizer
 from hf_elmo.cli import main as cli_main
 from hf_elmo.convert_bilm_tf_checkpoint import convert_bilm_tf_checkpoint
-from hf_elmo.convert_original_elmo import ElmoConversionError, load_original_elmo
+from hf_elmo.convert_original_elmo import ElmoConversionError
+from hf_elmo.original_format import load_original_elmo
 from hf_elmo.tf_checkpoint import TFCheckpoint, TFCheckpointError, crc32c
 
 from conftest import CHECKPOINT

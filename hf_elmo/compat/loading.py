@@ -4,7 +4,7 @@ hf-elmo folder, or a Hub id."""
 import os
 from pathlib import Path
 
-from ..convert_original_elmo import load_original_elmo
+from ..original_format import load_original_elmo
 from ..file_io import ElmoInputError
 from ..model_io import load_model_folder
 from ..modeling_elmo import ElmoModel

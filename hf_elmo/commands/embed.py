@@ -1,0 +1,192 @@
+"""`hf-elmo embed`: the ELMo vectors of a text file, one sentence per line, written to an HDF5 file (`embed_elmo`,
+whose docstring describes the file). Under `torchrun` each process embeds every other line into a part of its own,
+and the first merges the parts."""
+
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from ..embed_elmo import (
+    DTYPES,
+    OUTPUT_DTYPES,
+    Embedder,
+    LayerSelector,
+    embed_file,
+    merge_parts,
+    part_path,
+    process_part,
+)
+from ..file_io import HDF5_FILE, ElmoInputError, check_output
+from ..input_checks import device_option
+from ..model_io import load_model_folder
+from ..modeling_elmo import ElmoModel
+from ..original_format import load_original_elmo
+from ..tokenization_elmo import ElmoTokenizer
+from .command_line import ExclusiveOptions, option
+
+HELP = "write the ELMo vectors of a text file, one sentence per line, to an HDF5 file"
+
+MODEL_SOURCE = ExclusiveOptions(required=True)
+LAYERS = ExclusiveOptions(required=True)
+
+
+@dataclass(kw_only=True)
+class EmbedOptions:
+    input: str = option(
+        help="UTF-8 text, one sentence per line (whitespace-tokenised unless --raw); - for stdin", positional=True
+    )
+    output: str = option(help="HDF5 file to write", positional=True)
+    model: str | None = option(
+        None, help="folder written by hf-elmo convert or save_pretrained", exclusive=MODEL_SOURCE
+    )
+    options: str | None = option(
+        None, help="original options.json (with --weights), instead of --model", exclusive=MODEL_SOURCE
+    )
+    weights: str | None = option(None, help="original weights.hdf5, with --options")
+    all: bool = option(False, help="all layers: (L+1, n_words, 2P)", flag=True, exclusive=LAYERS)
+    top: bool = option(False, help="top layer: (n_words, 2P)", flag=True, exclusive=LAYERS)
+    average: bool = option(False, help="mean of all layers", flag=True, exclusive=LAYERS)
+    scalar_mix_weights: list[float] | None = option(
+        None,
+        help="fixed mix sum_k softmax(W)_k layer_k: one unnormalised weight per layer, as AllenNLP's "
+        "scalar_mix_parameters",
+        metavar="W",
+        exclusive=LAYERS,
+    )
+    batch_size: int = option(64, help="sentences per batch")
+    device: str | None = option(None, help="torch device, e.g. cpu or cuda:0 (default: cuda if available)")
+    dtype: str = option("float32", help="dtype the model runs in", choices=sorted(DTYPES))
+    output_dtype: str | None = option(
+        None,
+        help="dtype of the stored vectors (default: float64 with --dtype float64, else float32)",
+        choices=sorted(OUTPUT_DTYPES),
+    )
+    raw: bool = option(False, help="split raw text into words with the tokenizer", flag=True)
+    carry_state: bool = option(
+        False,
+        help="the original stateful behaviour: each batch row continues the LSTM state of the same row of the "
+        "previous batch",
+        flag=True,
+    )
+    forget_sentences: bool = option(False, help="do not write the sentence_to_index map", flag=True)
+    layout: str = option(
+        "per-line",
+        help="per-line: one dataset per line, as AllenNLP's; packed: all words in one dataset 'vectors' and each "
+        "line's (start, count) in 'spans', for bulk embedding",
+        choices=["per-line", "packed"],
+    )
+    force: bool = option(False, help="replace an existing output file", flag=True)
+    quiet: bool = option(False, help="no progress bar", flag=True)
+
+
+COMMAND_OPTIONS = EmbedOptions
+
+
+def check_split_between_processes(options, processes: int):
+    """Refuses what the lines of a part, every `processes`-th line, cannot give."""
+    if processes == 1:
+        return
+    for given, option_name in (
+        (str(options.input) == "-", "standard input"),
+        (options.carry_state, "--carry-state"),
+        (options.layout == "packed", "--layout packed"),
+    ):
+        if given:
+            raise ElmoInputError(
+                f"{option_name} cannot be split between {processes} processes (each embeds one line in {processes}): "
+                "embed with one process"
+            )
+
+
+def _load(options):
+    if options.model is not None:
+        if options.weights is not None:
+            raise ElmoInputError("--weights goes with --options, not with --model")
+        model = load_model_folder(ElmoModel, options.model)
+        try:
+            tokenizer = ElmoTokenizer.from_pretrained(options.model)
+        except Exception as error:  # json, OSError, ValueError from the tokenizer files
+            message = " ".join(str(error).split()) or type(error).__name__
+            if message.startswith(f"{options.model}: "):  # the tokenizer's own checks name the folder already
+                raise ElmoInputError(message) from None
+            raise ElmoInputError(f"{options.model}: cannot load the tokenizer ({message})") from None
+        return model, tokenizer
+    if options.weights is None:
+        raise ElmoInputError("--options needs --weights")
+    model = load_original_elmo(options.options, options.weights)
+    return model, ElmoTokenizer(max_characters_per_token=model.config.max_characters_per_token)
+
+
+def _layers(options) -> str:
+    if options.scalar_mix_weights is not None:
+        return "mix"
+    return next(name for name in ("all", "top", "average") if getattr(options, name))
+
+
+def run(options) -> int:
+    """`options`: the fields of `EmbedOptions`, as parsed."""
+    inputs = [options.input, options.model, options.options, options.weights]
+    check_output(options.output, HDF5_FILE, inputs, options.force)  # before loading a large model
+    if str(options.input) != "-" and Path(options.input).is_dir():
+        raise ElmoInputError(f"{options.input}: is a folder, expected the input text file")
+    if str(options.input) != "-" and not Path(options.input).exists():
+        raise ElmoInputError(f"{options.input}: no such input file")
+    rank, processes = process_part()
+    check_split_between_processes(options, processes)
+    device = device_option(options.device if processes == 1 or options.device else _local_device())
+    model, tokenizer = _load(options)
+    model.to(device=device, dtype=DTYPES[options.dtype])
+    embedder = Embedder(
+        model,
+        tokenizer,
+        LayerSelector(_layers(options), model.config.num_layers, options.scalar_mix_weights),
+        OUTPUT_DTYPES[options.output_dtype or ("float64" if options.dtype == "float64" else "float32")],
+    )
+    count = embed_file(
+        embedder,
+        options.input,
+        options.output if processes == 1 else part_path(options.output, rank, processes),
+        batch_size=options.batch_size,
+        raw=options.raw,
+        carry_state=options.carry_state,
+        forget_sentences=options.forget_sentences,
+        force=options.force or processes > 1,  # a part left by an interrupted run is replaced
+        packed=options.layout == "packed",
+        progress=not options.quiet,
+        inputs=inputs[1:],
+        part=(rank, processes),
+    )
+    if processes > 1:
+        count = _merge_when_all_are_done(options, rank, processes, inputs[1:])
+    if rank == 0:
+        print(f"{count} sentences embedded to {options.output}", file=sys.stderr)
+    return 0
+
+
+def _local_device() -> str | None:
+    """Each process of a launch on its own GPU (`LOCAL_RANK`), if there are GPUs."""
+    return f"cuda:{os.environ.get('LOCAL_RANK', '0')}" if torch.cuda.is_available() else None
+
+
+def _merge_when_all_are_done(options, rank: int, processes: int, inputs) -> int:
+    """Once every process has written its part, process 0 merges them into the output; each removes its own part."""
+    import datetime
+
+    import torch.distributed as distributed
+
+    if not distributed.is_initialized():
+        # Parts can take hours: the processes wait for the slowest as long as it takes.
+        distributed.init_process_group("gloo", timeout=datetime.timedelta(days=7))
+    parts = [part_path(options.output, k, processes) for k in range(processes)]
+    count = 0
+    try:
+        distributed.barrier()
+        if rank == 0:
+            count = merge_parts(parts, options.output, options.force, [options.input, *inputs])
+        distributed.barrier()
+    finally:
+        parts[rank].unlink(missing_ok=True)
+    return count

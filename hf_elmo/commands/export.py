@@ -1,0 +1,42 @@
+"""`hf-elmo export`: a model folder back to the original options.json + weights.hdf5 (`export_original_elmo`), or to
+an ONNX graph (`export_onnx`)."""
+
+from dataclasses import dataclass
+
+from ..export_onnx import export_onnx
+from ..export_original_elmo import export
+from .command_line import option
+
+HELP = "write a model folder back as an original options.json + weights.hdf5, or as an ONNX graph (--format onnx)"
+
+
+@dataclass(kw_only=True)
+class ExportOptions:
+    model: str = option(help="folder written by hf-elmo convert or save_pretrained")
+    output_dir: str = option(help="folder to write (must be empty or absent)")
+    format: str = option(
+        "original",
+        help="original: options.json + weights.hdf5; onnx: model.onnx with dynamic batch and length (docs/export.md)",
+        choices=("original", "onnx"),
+    )
+    with_state: bool = option(
+        False,
+        help="onnx: the LSTM state as explicit inputs (state_hidden, state_memory) and outputs (final_state_*)",
+        flag=True,
+    )
+    force: bool = option(False, help="replace an earlier export in that folder", flag=True)
+
+
+COMMAND_OPTIONS = ExportOptions
+
+
+def run(options) -> int:
+    """`options`: the fields of `ExportOptions`, as parsed."""
+    if options.format == "onnx":
+        output = export_onnx(options.model, options.output_dir, with_state=options.with_state, force=options.force)
+        print(f"model.onnx written to {output}")
+        return 0
+    if options.with_state:
+        raise ValueError("--with-state: only --format onnx has the LSTM state as inputs and outputs")
+    print(f"options.json and weights.hdf5 written to {export(options.model, options.output_dir, force=options.force)}")
+    return 0
