@@ -38,7 +38,7 @@ from transformers import PreTrainedConfig
 from transformers.utils import CONFIG_NAME, cached_file
 from transformers.utils import logging as hf_logging
 
-from .file_io import ElmoInputError, follow_umask, json_field, read_json_object, write_atomically
+from .model_files import ElmoInputError, follow_umask, json_field, read_json_object, write_atomically
 from .hub_elmo import note_new_head
 
 _PICKLE_REFUSED = (
