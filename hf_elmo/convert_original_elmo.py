@@ -41,7 +41,7 @@ from .file_io import (
     read_json_object,
     write_output,
 )
-from .hub_elmo import add_origin
+from .model_io import add_origin
 from .modeling_elmo import ElmoModel
 from .tokenization_elmo import ElmoTokenizer
 from .warm_state import add_warm_state

@@ -28,6 +28,7 @@ code). `load_model_folder` is how the commands read a model folder.
 """
 
 import glob
+import importlib
 import json
 import os
 from functools import partial
@@ -39,7 +40,6 @@ from transformers.utils import CONFIG_NAME, cached_file
 from transformers.utils import logging as hf_logging
 
 from .model_files import ElmoInputError, follow_umask, json_field, read_json_object, write_atomically
-from .hub_elmo import note_new_head
 
 _PICKLE_REFUSED = (
     "ELMo loads weights only from safetensors by default, because a pickle checkpoint (pytorch_model.bin) can run "
@@ -51,6 +51,36 @@ _AUTO_CLASS_OF_TASK = {
     "question-answering": "AutoModelForQuestionAnswering",
 }
 _BILM_PREFIXES = ("char_encoder.", "encoder.")
+
+
+def add_origin(config, line: str):
+    """Adds `line` to the history of how the model was made (`config.elmo_origin`, saved in config.json, told by the
+    model card)."""
+    config.elmo_origin = [*(getattr(config, "elmo_origin", None) or []), line]
+
+
+def describe_source(name_or_path) -> str:
+    """A folder by its name (where it lies on this machine is no part of the model's history), a Hub repository by its
+    id."""
+    path = Path(str(name_or_path))
+    return f"the folder `{path.name}`" if path.exists() else f"the Hub repository `{name_or_path}`"
+
+
+def note_new_head(model, name_or_path, saved_architectures):
+    """Records a task head loaded from the folder of another class (`from_pretrained`): its biLM came from there."""
+    model_class = type(model).__name__
+    if model.has_classifier and name_or_path is not None and model_class not in (saved_architectures or []):
+        add_origin(model.config, f"`{model_class}` head put on the biLM of {describe_source(name_or_path)}.")
+
+
+def installed_hub_module():
+    """`hf_elmo.hub_elmo` (model card, pushing to the Hub) of the installed package, or None where hf_elmo is not
+    installed (a saved folder's code loaded with trust_remote_code=True). Imported by its absolute name so that
+    `save_pretrained`, which copies the model's relative imports into the folder, does not copy Hub code."""
+    try:
+        return importlib.import_module("hf_elmo.hub_elmo")
+    except ImportError:
+        return None
 
 
 def safetensors_shapes(files: list[str]) -> dict[str, tuple[int, ...]]:
@@ -325,12 +355,16 @@ def load_model_folder(model_class, folder):
 
 
 __all__ = [
+    "add_origin",
     "align_parameters",
     "check_finite_weights",
+    "describe_source",
+    "installed_hub_module",
     "load_model_folder",
     "load_pretrained",
     "load_tokenizer",
     "name_pipeline",
+    "note_new_head",
     "safetensors_shapes",
     "weights_follow_umask",
 ]

@@ -26,9 +26,8 @@ from .cpu_kernels import dropout as compiled_dropout
 from .cuda_graphs import CaptureCache, CapturedFunction
 from .fast_lstm import LstmSettings, PackedSteps, lstm_layer
 from .gpu_lstm import CapturedLayers, LayerSettings, bidirectional_layer, default_kernels
-from .hub_elmo import push_to_hub_with_model_card, write_model_card
 from .input_checks import check_bilm_batch, check_inputs, check_labels, exporting
-from .model_io import load_pretrained, name_pipeline, weights_follow_umask
+from .model_io import installed_hub_module, load_pretrained, name_pipeline, weights_follow_umask
 from .onednn_linear import linear
 from .sampled_softmax import full_softmax_loss, sampled_softmax_loss
 
@@ -770,19 +769,24 @@ class ElmoPreTrainedModel(PreTrainedModel):
         return load_pretrained(super().from_pretrained, cls, pretrained_model_name_or_path, *model_args, **kwargs)
 
     def save_pretrained(self, save_directory, *args, **kwargs):
-        """`PreTrainedModel.save_pretrained`, plus the pipeline of a tagger in `config.json` (`model_io`) and the model
-        card as `README.md` (`hub_elmo.write_model_card`)."""
+        """`PreTrainedModel.save_pretrained`, plus the pipeline of a tagger in `config.json` (`model_io`) and, where
+        hf_elmo is installed, the model card as `README.md` (`hub_elmo.write_model_card`)."""
         super().save_pretrained(save_directory, *args, **kwargs)
         if kwargs.get("is_main_process", True):
             weights_follow_umask(save_directory)
             name_pipeline(self, save_directory)
-            write_model_card(self, save_directory)
+            hub = installed_hub_module()
+            if hub is not None:
+                hub.write_model_card(self, save_directory)
 
     def push_to_hub(self, repo_id: str, **kwargs):
         """`PreTrainedModel.push_to_hub` (weights, config, remote code of every class) whose README, in a repository
         without one, is the ELMo model card (`model_card.md`). Extra arguments `datasets` and `license` fill the
-        card's metadata."""
-        return push_to_hub_with_model_card(self, repo_id, **kwargs)
+        card's metadata. Without hf_elmo installed (remote code), transformers' own `push_to_hub`."""
+        hub = installed_hub_module()
+        if hub is None:
+            return super().push_to_hub(repo_id, **kwargs)
+        return hub.push_to_hub_with_model_card(self, repo_id, **kwargs)
 
     def _set_gradient_checkpointing(self, enable=True, gradient_checkpointing_func=checkpoint, every_n_layers=1):
         if enable and getattr(gradient_checkpointing_func, "keywords", {}).get("use_reentrant"):
