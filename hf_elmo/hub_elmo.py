@@ -2,8 +2,9 @@
 pushed to the Hub as the repository README.
 
 The card tells what the folder holds (class, task, labels in id order, sizes) and how it was made, from the history a
-model's config carries (`config.json` `elmo_origin`, added to by `model_io.add_origin`): converted by `hf-elmo convert`, trained
-by `hf-elmo train`, a task head put on the biLM of a named folder or repository. It reports no evaluation.
+model's config carries (`config.json` `elmo_origin`, added to by `model_io.add_origin`): converted by `hf-elmo
+convert`, trained by `hf-elmo train`, a task head put on the biLM of a named folder or repository. It reports no
+evaluation.
 
 The model reaches this module only through the installed package (`model_io.installed_hub_module`): a saved folder's
 remote code carries no Hub code.
@@ -15,16 +16,12 @@ from pathlib import Path
 from huggingface_hub import HfApi, ModelCard, ModelCardData
 from huggingface_hub.errors import EntryNotFoundError
 
+from .configuration_elmo import model_class_entry
 from .file_io import CARD_MARKER
 from .model_files import write_atomically
 
 # The project's top-level model_card.md, linked into the package so installed copies carry it.
 MODEL_CARD_TEMPLATE = Path(__file__).with_name("model_card.md")
-PIPELINE_TAGS = {
-    "ElmoForSequenceClassification": "text-classification",
-    "ElmoForTokenClassification": "token-classification",
-    "ElmoForQuestionAnswering": "question-answering",
-}
 # The placeholder card transformers uploads when a repository has none (e.g. after tokenizer.push_to_hub).
 _TRANSFORMERS_PLACEHOLDER = "This model card has been automatically generated."
 
@@ -61,7 +58,7 @@ def render_model_card(
         library_name="transformers",
         license=license,
         tags=["elmo", "hf-elmo", "custom_code", *(tags or [])],
-        pipeline_tag=PIPELINE_TAGS.get(model_class, "feature-extraction"),
+        pipeline_tag=model_class_entry(type(model)).pipeline_task,
         datasets=datasets,
     )
     config = model.config
@@ -70,7 +67,7 @@ def render_model_card(
         repo_id=repo_id,
         model_class=model_class,
         task=card_data.pipeline_tag,
-        labels=[config.id2label[i] for i in sorted(config.id2label)] if model_class in PIPELINE_TAGS else None,
+        labels=[config.id2label[i] for i in sorted(config.id2label)] if model.has_classifier else None,
         num_layers=config.num_layers,
         projection_dim=config.projection_dim,
         cell_dim=config.cell_dim,

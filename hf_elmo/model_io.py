@@ -22,9 +22,9 @@ than the model of the same folder (`_check_tokenizer_matches_model`) is refused.
 
 `ElmoPreTrainedModel.save_pretrained` gives the weight files the permissions of any new file (safetensors writes
 them 0600; `weights_follow_umask`) and ends with `name_pipeline`: a model class with a `pipeline_class` (for its
-`pipeline_task`) writes it into the folder's `config.json` as `custom_pipelines`, so that `pipeline(task,
-model=folder, trust_remote_code=True)` uses it (its module, imported by the model's, is saved with the remote
-code). `load_model_folder` is how the commands read a model folder.
+task in `configuration_elmo.MODEL_CLASSES`) writes it into the folder's `config.json` as `custom_pipelines`, so
+that `pipeline(task, model=folder, trust_remote_code=True)` uses it (its module, imported by the model's, is saved
+with the remote code). `load_model_folder` is how the commands read a model folder.
 """
 
 import glob
@@ -39,6 +39,7 @@ from transformers import PreTrainedConfig
 from transformers.utils import CONFIG_NAME, cached_file
 from transformers.utils import logging as hf_logging
 
+from .configuration_elmo import MODEL_CLASSES, model_class_entry
 from .model_files import ElmoInputError, follow_umask, json_field, read_json_object, write_atomically
 
 _PICKLE_REFUSED = (
@@ -46,10 +47,6 @@ _PICKLE_REFUSED = (
     "code hidden in it while loading. If you trust its origin, pass use_safetensors=False explicitly."
 )
 _HUB_KEYS = ("cache_dir", "force_download", "local_files_only", "token", "revision", "subfolder")
-_AUTO_CLASS_OF_TASK = {
-    "token-classification": "AutoModelForTokenClassification",
-    "question-answering": "AutoModelForQuestionAnswering",
-}
 _BILM_PREFIXES = ("char_encoder.", "encoder.")
 
 
@@ -281,8 +278,8 @@ def _check_saved_classifier(cls, pretrained_model_name_or_path, kwargs: dict):
         pretrained_model_name_or_path, **{key: kwargs[key] for key in _HUB_KEYS if key in kwargs}
     )
     saved_labels = len(saved["id2label"]) if saved.get("id2label") else saved.get("num_labels", 2)
-    heads = {"ElmoForSequenceClassification", "ElmoForTokenClassification"}
-    if heads & set(saved.get("architectures") or []) and saved_labels != requested:
+    sized_by_labels = {name for name, entry in MODEL_CLASSES.items() if entry.sized_by_labels}
+    if sized_by_labels & set(saved.get("architectures") or []) and saved_labels != requested:
         raise RuntimeError(
             f"{pretrained_model_name_or_path} holds a classifier for {saved_labels} labels but {requested} "
             "labels were requested. Load it without num_labels/id2label to keep its classifier, or pass "
@@ -310,10 +307,11 @@ def name_pipeline(model, save_directory):
     if pipeline_class is None or not config_file.is_file():
         return
     values = json.loads(config_file.read_text(encoding="utf-8"))
+    entry = model_class_entry(type(model))
     values["custom_pipelines"] = {
-        model.pipeline_task: {
+        entry.pipeline_task: {
             "impl": f"{pipeline_class.__module__.rsplit('.', 1)[-1]}.{pipeline_class.__name__}",
-            "pt": [_AUTO_CLASS_OF_TASK[model.pipeline_task]],
+            "pt": [entry.auto_class],
             "type": "text",
         }
     }
