@@ -42,8 +42,14 @@ from .model_io import installed_hub_module, load_pretrained, name_pipeline, weig
 from .onednn_linear import linear
 from .pipelines_elmo import ElmoQuestionAnsweringPipeline, ElmoTokenClassificationPipeline
 from .sampled_softmax import full_softmax_loss, sampled_softmax_loss
-from .scalar_mix import ScalarMix
-from .task_layers import ElmoPairComparison, ElmoTaskEncoder, ElmoWordVectors, attention_flow, pool_words, run_lstm
+from .task_layers import (
+    ElmoPairComparison,
+    ElmoTaskEncoder,
+    attention_flow,
+    init_task_layer,
+    pool_words,
+    run_lstm,
+)
 
 try:  # the character encoder's kernels on GPUs (`char_cnn_kernels.py`) need Triton
     from .char_cnn_kernels import INTERPRETED as KERNELS_INTERPRETED
@@ -1337,20 +1343,8 @@ class ElmoTaskPreTrainedModel(ElmoPreTrainedModel):
         self._freeze_elmo()
         return self
 
-    @torch.no_grad()
     def _init_weights(self, module: nn.Module):
-        if isinstance(module, ScalarMix):
-            init.copy_(module.scalar_parameters, torch.tensor(module.initial_weights))
-            init.constant_(module.gamma, module.initial_gamma)
-        elif isinstance(module, ElmoWordVectors):
-            init.zeros_(module.weight)
-            init.constant_(module.sorted_keys, -1)  # matches no word: every key is >= 0
-            init.zeros_(module.rows)
-        elif isinstance(module, nn.LSTM):
-            bound = 1.0 / math.sqrt(module.hidden_size)  # PyTorch's own LSTM initialisation
-            for param in module.parameters():
-                init.uniform_(param, -bound, bound)
-        else:
+        if not init_task_layer(module):
             super()._init_weights(module)
 
     def set_word_vectors(self, vectors: torch.Tensor, words: list[str]):

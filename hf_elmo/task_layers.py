@@ -4,9 +4,12 @@ ScalarMixes, an optional BiLSTM, user-supplied word vectors), ESIM's pair compar
 Each module keeps the attribute names of the heads' saved weights (`task_encoder.*`, `pair_comparison.*`).
 """
 
+import math
+
 import torch
 import torch.nn.functional as F
 from torch import nn
+from transformers import initialization as init
 
 from .character_rows import byte_id, words_to_char_ids
 from .configuration_elmo import ElmoConfig
@@ -83,6 +86,25 @@ class ElmoWordVectors(nn.Module):
         index = torch.searchsorted(self.sorted_keys, keys).clamp(max=len(self.sorted_keys) - 1)
         found = self.sorted_keys[index] == keys
         return F.embedding(torch.where(found, self.rows[index], 0), self.weight)
+
+
+@torch.no_grad()
+def init_task_layer(module: nn.Module) -> bool:
+    """Initialises a ScalarMix, word vectors or an LSTM of the task heads for training; False for other modules."""
+    if isinstance(module, ScalarMix):
+        init.copy_(module.scalar_parameters, torch.tensor(module.initial_weights))
+        init.constant_(module.gamma, module.initial_gamma)
+    elif isinstance(module, ElmoWordVectors):
+        init.zeros_(module.weight)
+        init.constant_(module.sorted_keys, -1)  # matches no word: every key is >= 0
+        init.zeros_(module.rows)
+    elif isinstance(module, nn.LSTM):
+        bound = 1.0 / math.sqrt(module.hidden_size)  # PyTorch's own LSTM initialisation
+        for param in module.parameters():
+            init.uniform_(param, -bound, bound)
+    else:
+        return False
+    return True
 
 
 def run_lstm(lstm: nn.LSTM, inputs: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -229,6 +251,7 @@ __all__ = [
     "ElmoTaskEncoder",
     "ElmoWordVectors",
     "attention_flow",
+    "init_task_layer",
     "masked_softmax",
     "pool_words",
     "run_lstm",
