@@ -94,6 +94,21 @@ def check_finite_labels(labels: torch.Tensor, problem_type: str):
         raise ValueError(f"labels hold NaN or infinite values ({problem_type}): the loss would be NaN.")
 
 
+def check_cached_layers(config: ElmoConfig, elmo_hidden_states: torch.Tensor, input_ids: torch.Tensor):
+    """The biLM layers `(B, T, num_layers + 1, 2P)` a task head is given instead of running its frozen biLM."""
+    if not config.freeze_elmo:
+        raise ValueError(
+            "elmo_hidden_states (cached biLM layers) cannot be used with freeze_elmo=False: the biLM being "
+            "fine-tuned must run on every step."
+        )
+    expected = (*input_ids.shape[:2], config.num_layers + 1, config.hidden_size)
+    if tuple(elmo_hidden_states.shape) != expected:
+        raise ValueError(
+            f"elmo_hidden_states must have shape {expected} (batch, positions, num_layers + 1, 2P) to match "
+            f"input_ids, got {tuple(elmo_hidden_states.shape)}."
+        )
+
+
 def check_sequence_labels(labels: torch.Tensor, problem_type: str, batch_size: int, num_labels: int):
     """The labels of `ElmoForSequenceClassification` for its `problem_type` (as in transformers)."""
     if problem_type == "regression":

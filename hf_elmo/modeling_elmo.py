@@ -32,6 +32,7 @@ from .gpu_lstm import CapturedLayers, LayerSettings, bidirectional_layer, defaul
 from .input_checks import (
     check_answer_positions,
     check_bilm_batch,
+    check_cached_layers,
     check_inputs,
     check_labels,
     check_sequence_labels,
@@ -1367,17 +1368,8 @@ class ElmoTaskPreTrainedModel(ElmoPreTrainedModel):
                     input_ids, attention_mask=mask, input_word_ids=input_word_ids, output_hidden_states=True
                 ).hidden_states
             elmo_hidden_states = torch.stack(layers, dim=2)
-        elif not self.config.freeze_elmo:
-            raise ValueError(
-                "elmo_hidden_states (cached biLM layers) cannot be used with freeze_elmo=False: the biLM being "
-                "fine-tuned must run on every step."
-            )
-        expected = (*input_ids.shape[:2], self.config.num_layers + 1, self.config.hidden_size)
-        if tuple(elmo_hidden_states.shape) != expected:
-            raise ValueError(
-                f"elmo_hidden_states must have shape {expected} (batch, positions, num_layers + 1, 2P) to match "
-                f"input_ids, got {tuple(elmo_hidden_states.shape)}."
-            )
+        else:
+            check_cached_layers(self.config, elmo_hidden_states, input_ids)
         return self.task_encoder(input_ids, elmo_hidden_states, mask), mask, elmo_hidden_states
 
     def _pair_task_features(self, first: dict, second: dict) -> tuple[tuple, tuple]:
