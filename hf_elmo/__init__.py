@@ -45,7 +45,10 @@ for _name, _entry in MODEL_CLASSES.items():
     _model_class.register_for_auto_class(_entry.auto_class)
     if hasattr(_model_class, "pipeline_class"):
         PIPELINE_REGISTRY.register_pipeline(
-            f"elmo-{_entry.pipeline_task}", pipeline_class=_model_class.pipeline_class, pt_model=_auto_class, type="text"
+            f"elmo-{_entry.pipeline_task}",
+            pipeline_class=_model_class.pipeline_class,
+            pt_model=_auto_class,
+            type="text",
         )
 del _name, _entry, _model_class, _auto_class
 
