@@ -1,13 +1,14 @@
 """ELMo configuration."""
 
 import math
+from typing import NamedTuple
 
 from huggingface_hub.dataclasses import strict
 from huggingface_hub.errors import StrictDataclassClassValidationError, StrictDataclassFieldValidationError
 from transformers import PreTrainedConfig
 
 from .character_rows import MAX_CHARACTERS_PER_TOKEN
-from .file_io import read_json_object
+from .model_files import read_json_object
 
 # The released biLMs share the character CNN of the "original" model; they differ in the
 # highway depth, the LSTM cell size and the projection size (bilm-tf README, "Pre-trained models").
@@ -30,16 +31,37 @@ ELMO_PRESETS = {
 ACTIVATIONS = ("relu", "tanh")
 IMPLEMENTATIONS = ("fast", "reference")
 
+class ModelClass(NamedTuple):
+    """How an ELMo model class is reached: the Auto class that builds it, its pipeline task (the model card's
+    `pipeline_tag`), and whether its saved weights are sized by `num_labels` (checked before loading)."""
+
+    auto_class: str
+    pipeline_task: str
+    sized_by_labels: bool = False
+
+
+MODEL_CLASSES = {
+    "ElmoModel": ModelClass("AutoModel", "feature-extraction"),
+    "ElmoForBiLM": ModelClass("AutoModelForPreTraining", "feature-extraction"),
+    "ElmoForSequenceClassification": ModelClass("AutoModelForSequenceClassification", "text-classification", True),
+    "ElmoForTokenClassification": ModelClass("AutoModelForTokenClassification", "token-classification", True),
+    "ElmoForQuestionAnswering": ModelClass("AutoModelForQuestionAnswering", "question-answering"),
+}
+"""The model classes of `modeling_elmo.py`: `AUTO_MAP`, the registrations in `hf_elmo/__init__.py`, the pipelines
+named in a saved `config.json` and the model card's tag all follow this table."""
+
+
+def model_class_entry(model_class: type) -> ModelClass:
+    """The `MODEL_CLASSES` entry of an ELMo model class, or of the ELMo class a subclass derives from."""
+    return next(MODEL_CLASSES[base.__name__] for base in model_class.__mro__ if base.__name__ in MODEL_CLASSES)
+
+
 # Every class a saved folder can be loaded as with `trust_remote_code=True` (file.Class, flattened by
 # `save_pretrained`); transformers itself would only list the saved object's class.
 AUTO_MAP = {
     "AutoConfig": "configuration_elmo.ElmoConfig",
-    "AutoModel": "modeling_elmo.ElmoModel",
-    "AutoModelForPreTraining": "modeling_elmo.ElmoForBiLM",
     "AutoTokenizer": ["tokenization_elmo.ElmoTokenizer", None],
-    "AutoModelForSequenceClassification": "modeling_elmo_heads.ElmoForSequenceClassification",
-    "AutoModelForTokenClassification": "modeling_elmo_heads.ElmoForTokenClassification",
-    "AutoModelForQuestionAnswering": "modeling_elmo_heads.ElmoForQuestionAnswering",
+    **{entry.auto_class: f"modeling_elmo.{name}" for name, entry in MODEL_CLASSES.items()},
 }
 
 # Stated limits on what a configuration may describe, so that a hostile or mistyped config.json cannot exhaust memory
@@ -473,4 +495,11 @@ def _one_line_value_errors(cls):
 _one_line_value_errors(ElmoConfig)
 
 
-__all__ = ["ARCHITECTURE_FIELDS", "ELMO_PRESETS", "ElmoConfig", "WEIGHT_FORMAT_FIELDS"]
+__all__ = [
+    "ARCHITECTURE_FIELDS",
+    "ELMO_PRESETS",
+    "MODEL_CLASSES",
+    "ElmoConfig",
+    "WEIGHT_FORMAT_FIELDS",
+    "model_class_entry",
+]

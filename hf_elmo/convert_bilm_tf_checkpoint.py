@@ -23,7 +23,7 @@ import torch
 from .configuration_elmo import ElmoConfig
 from .original_format import config_from_options, load_options, not_described_error, weight_links
 from .file_io import MODEL_FOLDER, ElmoInputError, check_output, write_output
-from .hub_elmo import add_origin
+from .model_io import add_origin
 from .modeling_elmo import ElmoForBiLM
 from .tf_checkpoint import TFCheckpoint
 from .tokenization_elmo import ElmoTokenizer

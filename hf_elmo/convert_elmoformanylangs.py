@@ -44,7 +44,7 @@ from .file_io import (
     read_utf8,
     write_output,
 )
-from .hub_elmo import add_origin
+from .model_io import add_origin
 from .modeling_elmo import ElmoModel
 from .character_rows import (
     VOCAB_BEGINNING_OF_WORD,

@@ -2,8 +2,12 @@
 pushed to the Hub as the repository README.
 
 The card tells what the folder holds (class, task, labels in id order, sizes) and how it was made, from the history a
-model's config carries (`config.json` `elmo_origin`, added to by `add_origin`): converted by `hf-elmo convert`, trained
-by `hf-elmo train`, a task head put on the biLM of a named folder or repository. It reports no evaluation.
+model's config carries (`config.json` `elmo_origin`, added to by `model_io.add_origin`): converted by `hf-elmo
+convert`, trained by `hf-elmo train`, a task head put on the biLM of a named folder or repository. It reports no
+evaluation.
+
+The model reaches this module only through the installed package (`model_io.installed_hub_module`): a saved folder's
+remote code carries no Hub code.
 """
 
 import tempfile
@@ -12,36 +16,14 @@ from pathlib import Path
 from huggingface_hub import HfApi, ModelCard, ModelCardData
 from huggingface_hub.errors import EntryNotFoundError
 
-from .file_io import CARD_MARKER, write_atomically
+from .configuration_elmo import model_class_entry
+from .file_io import CARD_MARKER
+from .model_files import write_atomically
 
 # The project's top-level model_card.md, linked into the package so installed copies carry it.
 MODEL_CARD_TEMPLATE = Path(__file__).with_name("model_card.md")
-PIPELINE_TAGS = {
-    "ElmoForSequenceClassification": "text-classification",
-    "ElmoForTokenClassification": "token-classification",
-    "ElmoForQuestionAnswering": "question-answering",
-}
 # The placeholder card transformers uploads when a repository has none (e.g. after tokenizer.push_to_hub).
 _TRANSFORMERS_PLACEHOLDER = "This model card has been automatically generated."
-
-
-def add_origin(config, line: str):
-    """Adds `line` to the history of how the model was made (`config.elmo_origin`, saved in config.json)."""
-    config.elmo_origin = [*(getattr(config, "elmo_origin", None) or []), line]
-
-
-def describe_source(name_or_path) -> str:
-    """A folder by its name (where it lies on this machine is no part of the model's history), a Hub repository by its
-    id."""
-    path = Path(str(name_or_path))
-    return f"the folder `{path.name}`" if path.exists() else f"the Hub repository `{name_or_path}`"
-
-
-def note_new_head(model, name_or_path, saved_architectures):
-    """Records a task head loaded from the folder of another class (`from_pretrained`): its biLM came from there."""
-    model_class = type(model).__name__
-    if model.has_classifier and name_or_path is not None and model_class not in (saved_architectures or []):
-        add_origin(model.config, f"`{model_class}` head put on the biLM of {describe_source(name_or_path)}.")
 
 
 def write_model_card(model, save_directory):
@@ -76,7 +58,7 @@ def render_model_card(
         library_name="transformers",
         license=license,
         tags=["elmo", "hf-elmo", "custom_code", *(tags or [])],
-        pipeline_tag=PIPELINE_TAGS.get(model_class, "feature-extraction"),
+        pipeline_tag=model_class_entry(type(model)).pipeline_task,
         datasets=datasets,
     )
     config = model.config
@@ -85,7 +67,7 @@ def render_model_card(
         repo_id=repo_id,
         model_class=model_class,
         task=card_data.pipeline_tag,
-        labels=[config.id2label[i] for i in sorted(config.id2label)] if model_class in PIPELINE_TAGS else None,
+        labels=[config.id2label[i] for i in sorted(config.id2label)] if model.has_classifier else None,
         num_layers=config.num_layers,
         projection_dim=config.projection_dim,
         cell_dim=config.cell_dim,
@@ -142,9 +124,6 @@ def push_to_hub_with_model_card(
 
 
 __all__ = [
-    "add_origin",
-    "describe_source",
-    "note_new_head",
     "push_to_hub_with_model_card",
     "render_model_card",
     "write_model_card",

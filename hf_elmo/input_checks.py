@@ -12,7 +12,7 @@ import contextvars
 import torch
 
 from .character_rows import boundary_rows
-from .configuration_elmo import ElmoConfig
+from .configuration_elmo import PROBLEM_TYPES, ElmoConfig
 
 INTEGER_DTYPES = (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8)
 
@@ -92,6 +92,108 @@ def check_finite_labels(labels: torch.Tensor, problem_type: str):
     """The float labels of the sequence heads (regression, multi-label): a NaN would make the loss NaN."""
     if not values_checked() and not torch.isfinite(labels).all():
         raise ValueError(f"labels hold NaN or infinite values ({problem_type}): the loss would be NaN.")
+
+
+def check_cached_layers(config: ElmoConfig, elmo_hidden_states: torch.Tensor, input_ids: torch.Tensor):
+    """The biLM layers `(B, T, num_layers + 1, 2P)` a task head is given instead of running its frozen biLM."""
+    if not config.freeze_elmo:
+        raise ValueError(
+            "elmo_hidden_states (cached biLM layers) cannot be used with freeze_elmo=False: the biLM being "
+            "fine-tuned must run on every step."
+        )
+    expected = (*input_ids.shape[:2], config.num_layers + 1, config.hidden_size)
+    if tuple(elmo_hidden_states.shape) != expected:
+        raise ValueError(
+            f"elmo_hidden_states must have shape {expected} (batch, positions, num_layers + 1, 2P) to match "
+            f"input_ids, got {tuple(elmo_hidden_states.shape)}."
+        )
+
+
+def check_sequence_labels(labels: torch.Tensor, problem_type: str, batch_size: int, num_labels: int):
+    """The labels of `ElmoForSequenceClassification` for its `problem_type` (as in transformers)."""
+    if problem_type == "regression":
+        if labels.shape not in ((batch_size,), (batch_size, num_labels)) or not labels.is_floating_point():
+            raise ValueError(
+                f"Regression labels must be floats of shape ({batch_size},) or ({batch_size}, {num_labels}), got "
+                f"{labels.dtype} {tuple(labels.shape)}."
+            )
+        check_finite_labels(labels, problem_type)
+    elif problem_type == "single_label_classification":
+        if labels.shape != (batch_size,) or labels.is_floating_point():
+            raise ValueError(
+                f"Single-label classification needs integer labels of shape ({batch_size},), got {labels.dtype} "
+                f"{tuple(labels.shape)}."
+            )
+        if labels.min() < 0 or labels.max() >= num_labels:
+            raise ValueError(
+                f"Labels must be in [0, {num_labels - 1}] (num_labels={num_labels}), got {labels.tolist()}."
+            )
+    elif problem_type == "multi_label_classification":
+        if labels.shape != (batch_size, num_labels):
+            raise ValueError(
+                f"Multi-label classification needs labels of shape ({batch_size}, {num_labels}) (one 0/1 column "
+                f"per label), got {tuple(labels.shape)}."
+            )
+        check_finite_labels(labels, problem_type)
+    else:
+        raise ValueError(f"Unknown problem_type {problem_type!r}; expected one of {PROBLEM_TYPES} or None.")
+
+
+def check_token_labels(labels: torch.Tensor, mask: torch.Tensor, num_labels: int):
+    """The `(B, T)` labels of `ElmoForTokenClassification`: a class id at word positions (of the `(B, T)` `mask`,
+    boundaries included), -100 at `<S>`, `</S>` and padding."""
+    if labels.shape != mask.shape:
+        raise ValueError(
+            f"labels must have one entry per input position, shape {tuple(mask.shape)} like attention_mask "
+            f"(-100 at <S>, </S> and padding), got {tuple(labels.shape)}; "
+            "hf_elmo.data_elmo.tokenize_and_align_labels builds them from per-word labels."
+        )
+    if labels.is_floating_point():
+        raise ValueError(f"Token classification labels must be integer class ids, got {labels.dtype}.")
+    is_word = torch.nn.functional.pad(mask[:, 2:], (1, 1), value=False)
+    labelled = labels != -100
+    if (labelled & ~is_word).any():
+        row, position = (labelled & ~is_word).nonzero()[0].tolist()
+        kind = "<S>" if position == 0 else "</S>" if mask[row, position] else "padding"
+        raise ValueError(
+            f"labels[{row}, {position}] = {int(labels[row, position])} labels a {kind} position: only words carry "
+            "labels; use -100 there (labels do not match the words)."
+        )
+    if labelled.any() and (labels[labelled].min() < 0 or labels[labelled].max() >= num_labels):
+        raise ValueError(
+            f"Labels must be -100 or in [0, {num_labels - 1}] (num_labels={num_labels}), got values "
+            f"{sorted(set(labels[labelled].tolist()))}."
+        )
+
+
+def check_answer_positions(start_positions, end_positions, context_mask: torch.Tensor):
+    """`ElmoForQuestionAnswering`'s `(B,)` answer positions: both or neither, each 0 (no answer) or a position of a
+    word of the `(B, Wc)` `context_mask` (word `j` at `j + 1`), the start at or before the end."""
+    if start_positions is None and end_positions is None:
+        return
+    if start_positions is None or end_positions is None:
+        raise ValueError("start_positions and end_positions go together: pass both or neither")
+    words = context_mask.sum(dim=1)
+    for name, positions in (("start_positions", start_positions), ("end_positions", end_positions)):
+        if positions.shape != words.shape or positions.is_floating_point():
+            raise ValueError(
+                f"{name} must be integer positions of shape {tuple(words.shape)} (one per question), got "
+                f"{positions.dtype} {tuple(positions.shape)}"
+            )
+        outside = ((positions < 0) | (positions > words)).nonzero()
+        if len(outside):
+            row = int(outside[0])
+            raise ValueError(
+                f"{name}[{row}] = {int(positions[row])} is outside the context: its words are at positions 1 to "
+                f"{int(words[row])} of pair_input_ids (0: no answer)"
+            )
+    reversed_rows = (start_positions > end_positions).nonzero()
+    if len(reversed_rows):
+        row = int(reversed_rows[0])
+        raise ValueError(
+            f"start_positions[{row}] = {int(start_positions[row])} comes after end_positions[{row}] = "
+            f"{int(end_positions[row])}: an answer ends at or after its start"
+        )
 
 
 def check_bilm_batch(config: ElmoConfig, input_ids, attention_mask=None, labels=None) -> None:

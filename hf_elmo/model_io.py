@@ -22,12 +22,13 @@ than the model of the same folder (`_check_tokenizer_matches_model`) is refused.
 
 `ElmoPreTrainedModel.save_pretrained` gives the weight files the permissions of any new file (safetensors writes
 them 0600; `weights_follow_umask`) and ends with `name_pipeline`: a model class with a `pipeline_class` (for its
-`pipeline_task`) writes it into the folder's `config.json` as `custom_pipelines`, so that `pipeline(task,
-model=folder, trust_remote_code=True)` uses it (its module, imported by the model's, is saved with the remote
-code). `load_model_folder` is how the commands read a model folder.
+task in `configuration_elmo.MODEL_CLASSES`) writes it into the folder's `config.json` as `custom_pipelines`, so
+that `pipeline(task, model=folder, trust_remote_code=True)` uses it (its module, imported by the model's, is saved
+with the remote code). `load_model_folder` is how the commands read a model folder.
 """
 
 import glob
+import importlib
 import json
 import os
 from functools import partial
@@ -38,19 +39,45 @@ from transformers import PreTrainedConfig
 from transformers.utils import CONFIG_NAME, cached_file
 from transformers.utils import logging as hf_logging
 
-from .file_io import ElmoInputError, follow_umask, json_field, read_json_object, write_atomically
-from .hub_elmo import note_new_head
+from .configuration_elmo import MODEL_CLASSES, model_class_entry
+from .model_files import ElmoInputError, follow_umask, json_field, read_json_object, write_atomically
 
 _PICKLE_REFUSED = (
     "ELMo loads weights only from safetensors by default, because a pickle checkpoint (pytorch_model.bin) can run "
     "code hidden in it while loading. If you trust its origin, pass use_safetensors=False explicitly."
 )
 _HUB_KEYS = ("cache_dir", "force_download", "local_files_only", "token", "revision", "subfolder")
-_AUTO_CLASS_OF_TASK = {
-    "token-classification": "AutoModelForTokenClassification",
-    "question-answering": "AutoModelForQuestionAnswering",
-}
 _BILM_PREFIXES = ("char_encoder.", "encoder.")
+
+
+def add_origin(config, line: str):
+    """Adds `line` to the history of how the model was made (`config.elmo_origin`, saved in config.json, told by the
+    model card)."""
+    config.elmo_origin = [*(getattr(config, "elmo_origin", None) or []), line]
+
+
+def describe_source(name_or_path) -> str:
+    """A folder by its name (where it lies on this machine is no part of the model's history), a Hub repository by its
+    id."""
+    path = Path(str(name_or_path))
+    return f"the folder `{path.name}`" if path.exists() else f"the Hub repository `{name_or_path}`"
+
+
+def note_new_head(model, name_or_path, saved_architectures):
+    """Records a task head loaded from the folder of another class (`from_pretrained`): its biLM came from there."""
+    model_class = type(model).__name__
+    if model.has_classifier and name_or_path is not None and model_class not in (saved_architectures or []):
+        add_origin(model.config, f"`{model_class}` head put on the biLM of {describe_source(name_or_path)}.")
+
+
+def installed_hub_module():
+    """`hf_elmo.hub_elmo` (model card, pushing to the Hub) of the installed package, or None where hf_elmo is not
+    installed (a saved folder's code loaded with trust_remote_code=True). Imported by its absolute name so that
+    `save_pretrained`, which copies the model's relative imports into the folder, does not copy Hub code."""
+    try:
+        return importlib.import_module("hf_elmo.hub_elmo")
+    except ImportError:
+        return None
 
 
 def safetensors_shapes(files: list[str]) -> dict[str, tuple[int, ...]]:
@@ -251,8 +278,8 @@ def _check_saved_classifier(cls, pretrained_model_name_or_path, kwargs: dict):
         pretrained_model_name_or_path, **{key: kwargs[key] for key in _HUB_KEYS if key in kwargs}
     )
     saved_labels = len(saved["id2label"]) if saved.get("id2label") else saved.get("num_labels", 2)
-    heads = {"ElmoForSequenceClassification", "ElmoForTokenClassification"}
-    if heads & set(saved.get("architectures") or []) and saved_labels != requested:
+    sized_by_labels = {name for name, entry in MODEL_CLASSES.items() if entry.sized_by_labels}
+    if sized_by_labels & set(saved.get("architectures") or []) and saved_labels != requested:
         raise RuntimeError(
             f"{pretrained_model_name_or_path} holds a classifier for {saved_labels} labels but {requested} "
             "labels were requested. Load it without num_labels/id2label to keep its classifier, or pass "
@@ -280,10 +307,11 @@ def name_pipeline(model, save_directory):
     if pipeline_class is None or not config_file.is_file():
         return
     values = json.loads(config_file.read_text(encoding="utf-8"))
+    entry = model_class_entry(type(model))
     values["custom_pipelines"] = {
-        model.pipeline_task: {
+        entry.pipeline_task: {
             "impl": f"{pipeline_class.__module__.rsplit('.', 1)[-1]}.{pipeline_class.__name__}",
-            "pt": [_AUTO_CLASS_OF_TASK[model.pipeline_task]],
+            "pt": [entry.auto_class],
             "type": "text",
         }
     }
@@ -325,12 +353,16 @@ def load_model_folder(model_class, folder):
 
 
 __all__ = [
+    "add_origin",
     "align_parameters",
     "check_finite_weights",
+    "describe_source",
+    "installed_hub_module",
     "load_model_folder",
     "load_pretrained",
     "load_tokenizer",
     "name_pipeline",
+    "note_new_head",
     "safetensors_shapes",
     "weights_follow_umask",
 ]

@@ -3,7 +3,8 @@
 Numerically equivalent to AllenNLP's `_ElmoBiLm` (and bilm-tf) for converted weights; the weight mapping is
 `original_format.weight_links`. Unlike those implementations the model is stateless by default: the LSTM
 state is passed in and returned explicitly, and every row starts from the same state otherwise, zeros or the model's
-warm start state (`ElmoModel.set_warm_state`, `hf-elmo warm-state`). The task heads are in `modeling_elmo_heads.py`.
+warm start state (`ElmoModel.set_warm_state`, `hf-elmo warm-state`). The task heads come last, as in transformers'
+`modeling_bert.py`; their building blocks that are not ELMo's own are in `task_layers.py`.
 """
 
 import functools
@@ -16,8 +17,10 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 from transformers import PreTrainedModel
 from transformers import initialization as init
+from transformers.modeling_outputs import QuestionAnsweringModelOutput, SequenceClassifierOutput, TokenClassifierOutput
 from transformers.utils import ModelOutput, can_return_tuple
 
+from .batch_encoding_elmo import PAIR_PREFIX
 from .configuration_elmo import ElmoConfig
 from .cpu_threads import can_run_concurrently, run_concurrently
 from .cpu_kernels import WindowMax as CompiledWindowMax
@@ -26,11 +29,28 @@ from .cpu_kernels import dropout as compiled_dropout
 from .cuda_graphs import CaptureCache, CapturedFunction
 from .fast_lstm import LstmSettings, PackedSteps, lstm_layer
 from .gpu_lstm import CapturedLayers, LayerSettings, bidirectional_layer, default_kernels
-from .hub_elmo import push_to_hub_with_model_card, write_model_card
-from .input_checks import check_bilm_batch, check_inputs, check_labels, exporting
-from .model_io import load_pretrained, name_pipeline, weights_follow_umask
+from .input_checks import (
+    check_answer_positions,
+    check_bilm_batch,
+    check_cached_layers,
+    check_inputs,
+    check_labels,
+    check_sequence_labels,
+    check_token_labels,
+    exporting,
+)
+from .model_io import installed_hub_module, load_pretrained, name_pipeline, weights_follow_umask
 from .onednn_linear import linear
+from .pipelines_elmo import ElmoQuestionAnsweringPipeline, ElmoTokenClassificationPipeline
 from .sampled_softmax import full_softmax_loss, sampled_softmax_loss
+from .task_layers import (
+    ElmoPairComparison,
+    ElmoTaskEncoder,
+    attention_flow,
+    init_task_layer,
+    pool_words,
+    run_lstm,
+)
 
 try:  # the character encoder's kernels on GPUs (`char_cnn_kernels.py`) need Triton
     from .char_cnn_kernels import INTERPRETED as KERNELS_INTERPRETED
@@ -770,19 +790,24 @@ class ElmoPreTrainedModel(PreTrainedModel):
         return load_pretrained(super().from_pretrained, cls, pretrained_model_name_or_path, *model_args, **kwargs)
 
     def save_pretrained(self, save_directory, *args, **kwargs):
-        """`PreTrainedModel.save_pretrained`, plus the pipeline of a tagger in `config.json` (`model_io`) and the model
-        card as `README.md` (`hub_elmo.write_model_card`)."""
+        """`PreTrainedModel.save_pretrained`, plus the pipeline of a tagger in `config.json` (`model_io`) and, where
+        hf_elmo is installed, the model card as `README.md` (`hub_elmo.write_model_card`)."""
         super().save_pretrained(save_directory, *args, **kwargs)
         if kwargs.get("is_main_process", True):
             weights_follow_umask(save_directory)
             name_pipeline(self, save_directory)
-            write_model_card(self, save_directory)
+            hub = installed_hub_module()
+            if hub is not None:
+                hub.write_model_card(self, save_directory)
 
     def push_to_hub(self, repo_id: str, **kwargs):
         """`PreTrainedModel.push_to_hub` (weights, config, remote code of every class) whose README, in a repository
         without one, is the ELMo model card (`model_card.md`). Extra arguments `datasets` and `license` fill the
-        card's metadata."""
-        return push_to_hub_with_model_card(self, repo_id, **kwargs)
+        card's metadata. Without hf_elmo installed (remote code), transformers' own `push_to_hub`."""
+        hub = installed_hub_module()
+        if hub is None:
+            return super().push_to_hub(repo_id, **kwargs)
+        return hub.push_to_hub_with_model_card(self, repo_id, **kwargs)
 
     def _set_gradient_checkpointing(self, enable=True, gradient_checkpointing_func=checkpoint, every_n_layers=1):
         if enable and getattr(gradient_checkpointing_func, "keywords", {}).get("use_reentrant"):
@@ -1288,37 +1313,325 @@ class ElmoForBiLM(ElmoPreTrainedModel):
         )
 
 
-def __getattr__(name: str):
-    # The task heads and ScalarMix were defined or imported here in earlier versions; the heads build on this module,
-    # so they are imported on first use. (Being imported here, the heads' module is also saved with this one by
-    # save_pretrained: a folder of any ELMo class loads as a head with trust_remote_code=True.)
-    if name in (
-        "ElmoForQuestionAnswering",
-        "ElmoForSequenceClassification",
-        "ElmoForTokenClassification",
-        "ElmoTaskPreTrainedModel",
-    ):
-        from .modeling_elmo_heads import (  # noqa: F401
-            ElmoForQuestionAnswering,
-            ElmoForSequenceClassification,
-            ElmoForTokenClassification,
-            ElmoTaskPreTrainedModel,
+
+# The paper's task models on the biLM: a ScalarMix of its layers (frozen by default), dropout, an optional BiLSTM task
+# encoder with optional word vectors (`task_layers.py`), and a classifier; the options are `ElmoConfig` fields.
+
+_SIDE_INPUTS = ("input_ids", "attention_mask", "elmo_hidden_states", "input_word_ids")
+
+
+class ElmoTaskPreTrainedModel(ElmoPreTrainedModel):
+    """Shared machinery of the task heads: the biLM (frozen by default), the task encoder, initialisation."""
+
+    has_classifier = True
+
+    def __init__(self, config: ElmoConfig):
+        super().__init__(config)
+        # Head options may have been set after the config was built (from_pretrained(..., option=value)).
+        config.validate_task_heads()
+        self.elmo = ElmoModel(config)
+        self.task_encoder = ElmoTaskEncoder(config)
+        self._freeze_elmo()
+
+    def _freeze_elmo(self):
+        if self.config.freeze_elmo:  # a fixed feature extractor: no gradients, no dropout
+            self.elmo.requires_grad_(False)
+            self.elmo.eval()
+
+    def train(self, mode: bool = True):
+        super().train(mode)
+        # Also here: `from_pretrained` replaces loaded parameters with new trainable ones, then calls `eval()`.
+        self._freeze_elmo()
+        return self
+
+    def _init_weights(self, module: nn.Module):
+        if not init_task_layer(module):
+            super()._init_weights(module)
+
+    def set_word_vectors(self, vectors: torch.Tensor, words: list[str]):
+        """Loads `vectors` `(V, dim)` for the `V` `words` into a model built with `word_vectors_size=V,
+        word_vectors_dim=dim`; other words get a zero vector."""
+        if self.task_encoder.word_vectors is None:
+            raise ValueError(
+                "This model has no word vectors: build it with word_vectors_size=V and word_vectors_dim=dim, e.g. "
+                "from_pretrained(folder, num_labels=..., word_vectors_size=V, word_vectors_dim=dim)."
+            )
+        self.task_encoder.word_vectors.set_vectors(vectors, words)
+
+    def _task_features(self, input_ids, attention_mask, elmo_hidden_states, input_word_ids):
+        """Word features `(B, T - 2, F)`, the `(B, T)` mask of real positions (boundaries included) and the biLM
+        layers `(B, T, num_layers + 1, 2P)` they were computed from (given as `elmo_hidden_states`, or computed)."""
+        mask = self.elmo.check_inputs(input_ids, attention_mask, input_word_ids, framed=True)
+        if elmo_hidden_states is None:
+            with torch.set_grad_enabled(torch.is_grad_enabled() and not self.config.freeze_elmo):
+                layers = self.elmo(
+                    input_ids, attention_mask=mask, input_word_ids=input_word_ids, output_hidden_states=True
+                ).hidden_states
+            elmo_hidden_states = torch.stack(layers, dim=2)
+        else:
+            check_cached_layers(self.config, elmo_hidden_states, input_ids)
+        return self.task_encoder(input_ids, elmo_hidden_states, mask), mask, elmo_hidden_states
+
+    def _pair_task_features(self, first: dict, second: dict) -> tuple[tuple, tuple]:
+        """`_task_features` of each side of a sentence pair (`first` and `second` hold each side's `_SIDE_INPUTS`):
+        per side, the word features `(B, W, F)`, the `(B, W)` mask of its words and its biLM layers."""
+        if second["input_ids"] is None:
+            raise ValueError(
+                f"{type(self).__name__} reads sentence pairs: pass pair_input_ids (and pair_attention_mask) for the "
+                "second sentences, as tokenizer(text, text_pair) returns them"
+            )
+        sides = []
+        for prefix, side in (("", first), (PAIR_PREFIX, second)):
+            try:
+                features, mask, layers = self._task_features(*(side[key] for key in _SIDE_INPUTS))
+            except ValueError as error:
+                if not prefix:
+                    raise
+                raise ValueError(f"the second sentences ({prefix}...): {error}") from None
+            empty = (~mask[:, 2:].any(dim=1)).nonzero()
+            if len(empty):
+                raise ValueError(
+                    f"{prefix}input_ids row {int(empty[0])} has no words: each side of a sentence pair needs at least "
+                    "one word"
+                )
+            sides.append((features, mask[:, 2:], layers))
+        if sides[0][0].shape[0] != sides[1][0].shape[0]:
+            raise ValueError(
+                f"input_ids has {sides[0][0].shape[0]} rows but pair_input_ids has {sides[1][0].shape[0]}: each "
+                "sentence needs its pair"
+            )
+        return tuple(sides)
+
+    def _hidden_states(self, layers: torch.Tensor, output_hidden_states: bool | None) -> tuple[torch.Tensor, ...]:
+        """The biLM layers as `ElmoModel` returns them, when asked for by the argument or else by the config."""
+        if output_hidden_states is None:
+            output_hidden_states = self.config.output_hidden_states
+        return layers.unbind(dim=2) if output_hidden_states else None
+
+    def _add_l2_penalty(self, loss: torch.Tensor) -> torch.Tensor:
+        if self.config.scalar_mix_l2:
+            loss = loss + self.config.scalar_mix_l2 * self.task_encoder.l2_penalty()
+        return loss
+
+
+class ElmoForSequenceClassification(ElmoTaskPreTrainedModel):
+    """ELMo sentence classifier / regressor: task features pooled over the words, then a linear layer; the loss
+    follows `config.problem_type` as in transformers. With `config.sentence_pairs` it classifies sentence pairs
+    (SNLI): each sentence through the biLM and the task encoder on its own, then ESIM's comparison."""
+
+    def __init__(self, config: ElmoConfig):
+        super().__init__(config)
+        pooled_size = self.task_encoder.output_size * (2 if config.classifier_pooling == "mean_max" else 1)
+        self.pair_comparison = None
+        if config.sentence_pairs:
+            self.pair_comparison = ElmoPairComparison(config, self.task_encoder.output_size)
+            pooled_size = self.pair_comparison.output_size
+        self.classifier = nn.Linear(pooled_size, config.num_labels)
+        self.post_init()
+
+    def _loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        config = self.config
+        if config.problem_type is None:
+            if logits.shape[1] == 1:
+                config.problem_type = "regression"
+            elif labels.dtype in (torch.long, torch.int):
+                config.problem_type = "single_label_classification"
+            else:
+                config.problem_type = "multi_label_classification"
+        check_sequence_labels(labels, config.problem_type, *logits.shape)
+        if config.problem_type == "regression":
+            return F.mse_loss(logits.squeeze(-1) if labels.dim() == 1 else logits, labels.to(logits.dtype))
+        if config.problem_type == "single_label_classification":
+            return F.cross_entropy(logits, labels)
+        return F.binary_cross_entropy_with_logits(logits, labels.to(logits.dtype))
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.LongTensor = None,
+        attention_mask: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        elmo_hidden_states: torch.Tensor | None = None,
+        return_dict: bool | None = None,
+        input_word_ids: torch.LongTensor | None = None,
+        output_hidden_states: bool | None = None,
+        pair_input_ids: torch.LongTensor | None = None,
+        pair_attention_mask: torch.Tensor | None = None,
+        pair_elmo_hidden_states: torch.Tensor | None = None,
+        pair_input_word_ids: torch.LongTensor | None = None,
+    ) -> SequenceClassifierOutput:
+        r"""
+        Args:
+            input_ids (`(B, T, 50)`), attention_mask (`(B, T)`), input_word_ids (`(B, T)`): as for `ElmoModel`.
+            labels (*optional*): `(B,)` class ids (single-label), `(B, num_labels)` 0/1 (multi-label) or `(B,)` /
+                `(B, num_labels)` floats (regression).
+            elmo_hidden_states (`(B, T, num_layers + 1, 2P)`, *optional*): precomputed biLM layers (see
+                `hf_elmo.data_elmo.ElmoLayerCache`); the biLM is not run when given.
+            output_hidden_states (*optional*): also return the biLM's layers (of the first sentences of pairs).
+            pair_input_ids, pair_attention_mask, pair_elmo_hidden_states, pair_input_word_ids (*optional*): the
+                second sentences of pairs (`tokenizer(text, text_pair)`), for a pair classifier only.
+
+        Returns:
+            `SequenceClassifierOutput`: `logits` `(B, num_labels)`, with labels the loss (plus the ScalarMix L2
+            penalty when `config.scalar_mix_l2 > 0`).
+        """
+        first = dict(zip(_SIDE_INPUTS, (input_ids, attention_mask, elmo_hidden_states, input_word_ids)))
+        if self.pair_comparison is not None:
+            pair = (pair_input_ids, pair_attention_mask, pair_elmo_hidden_states, pair_input_word_ids)
+            (a, a_mask, layers), (b, b_mask, _) = self._pair_task_features(first, dict(zip(_SIDE_INPUTS, pair)))
+            logits = self.classifier(self.pair_comparison(a, a_mask, b, b_mask))
+        elif pair_input_ids is not None:
+            raise ValueError(
+                "pair_input_ids given to a single-sentence classifier: build a pair classifier with "
+                "sentence_pairs=True, e.g. from_pretrained(folder, num_labels=..., sentence_pairs=True)"
+            )
+        else:
+            features, mask, layers = self._task_features(*first.values())
+            logits = self.classifier(pool_words(features, mask[:, 2:], self.config.classifier_pooling))
+        loss = None if labels is None else self._add_l2_penalty(self._loss(logits, labels))
+        hidden_states = self._hidden_states(layers, output_hidden_states)
+        return SequenceClassifierOutput(loss=loss, logits=logits, hidden_states=hidden_states)
+
+
+class ElmoForTokenClassification(ElmoTaskPreTrainedModel):
+    """ELMo tagger: `logits` `(B, T, num_labels)` over the input positions like every transformers token classifier,
+    one prediction per word at its position; `<S>`, `</S>` and padding get 0 and must be labelled -100."""
+
+    # `pipeline("token-classification", model=<saved folder or repo>, trust_remote_code=True)` uses this pipeline,
+    # which reads 3-D character ids, instead of the built-in one (see `model_io.name_pipeline`).
+    pipeline_class = ElmoTokenClassificationPipeline
+
+    def __init__(self, config: ElmoConfig):
+        super().__init__(config)
+        self.classifier = nn.Linear(self.task_encoder.output_size, config.num_labels)
+        self.post_init()
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.LongTensor = None,
+        attention_mask: torch.Tensor | None = None,
+        labels: torch.LongTensor | None = None,
+        elmo_hidden_states: torch.Tensor | None = None,
+        return_dict: bool | None = None,
+        input_word_ids: torch.LongTensor | None = None,
+        output_hidden_states: bool | None = None,
+    ) -> TokenClassifierOutput:
+        r"""
+        Args:
+            input_ids, attention_mask, elmo_hidden_states, input_word_ids, output_hidden_states: as for
+                `ElmoForSequenceClassification`.
+            labels (`(B, T)`, *optional*): class id of the word at each position, -100 at `<S>`, `</S>`, padding (and
+                words to ignore).
+
+        Returns:
+            `TokenClassifierOutput`: `logits` `(B, T, num_labels)`, with labels the mean cross-entropy over the
+            labelled positions (plus the ScalarMix L2 penalty); NaN for a batch without any, as BERT's.
+        """
+        features, mask, layers = self._task_features(input_ids, attention_mask, elmo_hidden_states, input_word_ids)
+        logits = F.pad(self.classifier(features) * mask[:, 2:, None], (0, 0, 1, 1))
+        loss = None
+        if labels is not None:
+            check_token_labels(labels, mask, self.config.num_labels)
+            loss = self._add_l2_penalty(F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=-100))
+        hidden_states = self._hidden_states(layers, output_hidden_states)
+        return TokenClassifierOutput(loss=loss, logits=logits, hidden_states=hidden_states)
+
+
+class ElmoForQuestionAnswering(ElmoTaskPreTrainedModel):
+    """ELMo answer spans in the manner of BiDAF (Seo et al. 2017): the question (`input_ids`) and the context
+    (`pair_input_ids`) each through the biLM and the task encoder, then BiDAF's attention flow, two modelling BiLSTMs
+    (`task_encoder_hidden_size` units, else `projection_dim`), and start and end logits.
+
+    Logits are `(B, Tc)` over the positions of `pair_input_ids`: context word `j` at `j + 1`; position 0 is the empty
+    answer (SQuAD 2.0, as BERT's `[CLS]`); `</S>` and padding get the dtype's lowest value. `start_positions` and
+    `end_positions` are in the same frame. `ElmoQuestionAnsweringPipeline` decodes spans, long contexts in windows.
+    """
+
+    # As for the tagger: the built-in pipeline reads one id per token (see `model_io.name_pipeline`).
+    pipeline_class = ElmoQuestionAnsweringPipeline
+
+    def __init__(self, config: ElmoConfig):
+        super().__init__(config)
+        size = self.task_encoder.output_size
+        hidden = config.task_encoder_hidden_size or config.projection_dim
+        self.similarity = nn.Linear(3 * size, 1)  # BiDAF's w^T [h; u; h * u]
+        self.modeling = nn.LSTM(4 * size, hidden, batch_first=True, bidirectional=True)
+        self.end_modeling = nn.LSTM(2 * hidden, hidden, batch_first=True, bidirectional=True)
+        self.start_output = nn.Linear(4 * size + 2 * hidden, 1)
+        self.end_output = nn.Linear(4 * size + 2 * hidden, 1)
+        self.no_answer_output = nn.Linear(4 * size + 2 * hidden, 2)
+        self.dropout = nn.Dropout(config.elmo_dropout)
+        self.post_init()
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.LongTensor = None,
+        attention_mask: torch.Tensor | None = None,
+        pair_input_ids: torch.LongTensor | None = None,
+        pair_attention_mask: torch.Tensor | None = None,
+        start_positions: torch.LongTensor | None = None,
+        end_positions: torch.LongTensor | None = None,
+        elmo_hidden_states: torch.Tensor | None = None,
+        pair_elmo_hidden_states: torch.Tensor | None = None,
+        input_word_ids: torch.LongTensor | None = None,
+        pair_input_word_ids: torch.LongTensor | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+    ) -> QuestionAnsweringModelOutput:
+        r"""
+        Args:
+            input_ids, attention_mask, elmo_hidden_states, input_word_ids: the questions, as for the other heads.
+            pair_input_ids, pair_attention_mask, pair_elmo_hidden_states, pair_input_word_ids: the contexts
+                (`tokenizer(questions, contexts)` gives both).
+            start_positions, end_positions (`(B,)`, *optional*): the answer's first and last word as positions of
+                `pair_input_ids`, 0 for no answer.
+            output_hidden_states (*optional*): also return the questions' biLM layers.
+
+        Returns:
+            `QuestionAnsweringModelOutput`: `start_logits` and `end_logits` `(B, Tc)`, with the positions the mean of
+            the start and end cross-entropies (plus the ScalarMix L2 penalty).
+        """
+        first = dict(zip(_SIDE_INPUTS, (input_ids, attention_mask, elmo_hidden_states, input_word_ids)))
+        pair = (pair_input_ids, pair_attention_mask, pair_elmo_hidden_states, pair_input_word_ids)
+        second = dict(zip(_SIDE_INPUTS, pair))
+        (question, question_mask, layers), (context, context_mask, _) = self._pair_task_features(first, second)
+        flow = attention_flow(self.similarity, context, context_mask, question, question_mask)
+        modeled = run_lstm(self.modeling, self.dropout(flow), context_mask)
+        end_modeled = run_lstm(self.end_modeling, self.dropout(modeled), context_mask)
+        start_features = self.dropout(torch.cat([flow, modeled], dim=-1))
+        end_features = self.dropout(torch.cat([flow, end_modeled], dim=-1))
+        lowest = torch.finfo(flow.dtype).min
+        no_answer = self.no_answer_output(start_features.masked_fill(~context_mask[..., None], lowest).amax(dim=1))
+        logits = []
+        outputs = ((self.start_output, start_features), (self.end_output, end_features))
+        for index, (output, features) in enumerate(outputs):
+            word_logits = output(features)[..., 0].masked_fill(~context_mask, lowest)
+            end_boundary = word_logits.new_full((word_logits.shape[0], 1), lowest)
+            logits.append(torch.cat([no_answer[:, index : index + 1], word_logits, end_boundary], dim=1))
+        start_logits, end_logits = logits
+        check_answer_positions(start_positions, end_positions, context_mask)
+        loss = None
+        if start_positions is not None:
+            loss = (F.cross_entropy(start_logits, start_positions) + F.cross_entropy(end_logits, end_positions)) / 2
+            loss = self._add_l2_penalty(loss)
+        hidden_states = self._hidden_states(layers, output_hidden_states)
+        return QuestionAnsweringModelOutput(
+            loss=loss, start_logits=start_logits, end_logits=end_logits, hidden_states=hidden_states
         )
-
-        return locals()[name]
-    if name == "ScalarMix":
-        from .scalar_mix import ScalarMix
-
-        return ScalarMix
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 __all__ = [
     "ElmoBiLMOutput",
     "ElmoCharacterEncoder",
     "ElmoForBiLM",
+    "ElmoForQuestionAnswering",
+    "ElmoForSequenceClassification",
+    "ElmoForTokenClassification",
     "ElmoModel",
     "ElmoModelOutput",
     "ElmoPreTrainedModel",
     "ElmoState",
+    "ElmoTaskPreTrainedModel",
 ]

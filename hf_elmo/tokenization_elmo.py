@@ -48,7 +48,7 @@ from .character_rows import (
     to_numpy,
     word_ids_from_rows,
 )
-from .file_io import write_atomically
+from .model_files import write_atomically
 from .model_io import load_tokenizer
 from .pre_tokenizer import build_pre_tokenizer, collect_sentences, split_words
 from .word_vocabulary import WORD_VOCABULARY_FILE, WordVocabulary, read_word_vocabulary, write_word_vocabulary

@@ -65,9 +65,8 @@ from .data_bilm import (
 )
 from .file_io import ElmoInputError, check_not_an_input, deferred_signals, read_json_object, write_atomically
 from .freed_memory import keep_freed_memory
-from .hub_elmo import add_origin, describe_source
 from .input_checks import check_bilm_batch, values_checked_on_host
-from .model_io import check_finite_weights, safetensors_shapes
+from .model_io import add_origin, check_finite_weights, describe_source, safetensors_shapes
 from .modeling_elmo import ElmoForBiLM
 from .streams_bilm import DataCollatorForBiLMStreams, StreamWindowDataset
 from .tokenization_elmo import ElmoTokenizer

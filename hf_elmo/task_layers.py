@@ -1,0 +1,258 @@
+"""The building blocks of the task heads that are not ELMo's own: the task encoder of the paper's task models (its
+ScalarMixes, an optional BiLSTM, user-supplied word vectors), ESIM's pair comparison and BiDAF's attention flow.
+
+Each module keeps the attribute names of the heads' saved weights (`task_encoder.*`, `pair_comparison.*`).
+"""
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers import initialization as init
+
+from .character_rows import byte_id, words_to_char_ids
+from .configuration_elmo import ElmoConfig
+from .scalar_mix import ScalarMix
+
+_ASCII_UPPER = (byte_id(ord("A")), byte_id(ord("Z")))
+_HASH_MODULI = (2_147_483_647, 2_147_483_629)  # two primes below 2**31: the key is both hashes, 62 bits
+
+
+def _word_keys(char_ids: torch.Tensor, lowercase: bool) -> torch.Tensor:
+    """`(..., 50)` character ids -> `(...)` int64 keys identifying the word spelled by each row.
+
+    Two polynomial hashes modulo primes below 2**31, so every intermediate product fits in int64.
+    """
+    ids = char_ids.long()
+    if lowercase:
+        ids = torch.where((ids >= _ASCII_UPPER[0]) & (ids <= _ASCII_UPPER[1]), ids + 32, ids)
+    high = low = torch.zeros(ids.shape[:-1], dtype=torch.long, device=ids.device)
+    for column in ids.unbind(-1):
+        high = (high * 263 + column) % _HASH_MODULI[0]
+        low = (low * 269 + column) % _HASH_MODULI[1]
+    return high * 2**31 + low
+
+
+class ElmoWordVectors(nn.Module):
+    """User-supplied context-independent word vectors (e.g. GloVe), looked up from the character ids.
+
+    Words are found through 62-bit keys of their character rows (see `_word_keys`), so no word-id input and no
+    tokenizer change are needed. Row 0 of `weight` is the zero vector of unknown words.
+    """
+
+    def __init__(self, config: ElmoConfig):
+        super().__init__()
+        self.lowercase = config.word_vectors_lowercase
+        self.trainable = config.word_vectors_trainable
+        self.width = config.max_characters_per_token
+        self.weight = nn.Parameter(
+            torch.zeros(config.word_vectors_size + 1, config.word_vectors_dim), requires_grad=self.trainable
+        )
+        # Sorted keys of the vocabulary and the row of `weight` holding each one's vector.
+        self.register_buffer("sorted_keys", torch.full((config.word_vectors_size,), -1, dtype=torch.long))
+        self.register_buffer("rows", torch.zeros(config.word_vectors_size, dtype=torch.long))
+
+    def train(self, mode: bool = True):
+        self.weight.requires_grad_(self.trainable)  # see ScalarMix.train
+        return super().train(mode)
+
+    @torch.no_grad()
+    def set_vectors(self, vectors: torch.Tensor, words: list[str]):
+        """Fill the table: `vectors` `(V, dim)`, `words` the `V` words they belong to, in order."""
+        size, dim = self.weight.shape[0] - 1, self.weight.shape[1]
+        if tuple(vectors.shape) != (size, dim) or len(words) != size:
+            raise ValueError(
+                f"This model holds {size} word vectors of size {dim} (config.word_vectors_size / word_vectors_dim); "
+                f"got vectors of shape {tuple(vectors.shape)} and {len(words)} words."
+            )
+        keys = _word_keys(torch.from_numpy(words_to_char_ids(words, self.width)), self.lowercase)
+        sorted_keys, order = keys.sort()
+        clash = (sorted_keys[1:] == sorted_keys[:-1]).nonzero()
+        if len(clash):
+            first, second = order[clash[0, 0]], order[clash[0, 0] + 1]
+            raise ValueError(
+                f"Words {words[first]!r} (index {int(first)}) and {words[second]!r} (index {int(second)}) map to the "
+                f"same entry{' once lowercased' if self.lowercase else ''}: the word list must not repeat words."
+            )
+        self.weight[0] = 0.0
+        self.weight[1:] = vectors.to(self.weight.dtype)
+        self.sorted_keys.copy_(sorted_keys)
+        self.rows.copy_(order + 1)
+
+    def forward(self, char_ids: torch.LongTensor) -> torch.Tensor:
+        """`(B, T, 50)` ids -> `(B, T, dim)` vectors (0 for words not in the table)."""
+        keys = _word_keys(char_ids, self.lowercase)
+        index = torch.searchsorted(self.sorted_keys, keys).clamp(max=len(self.sorted_keys) - 1)
+        found = self.sorted_keys[index] == keys
+        return F.embedding(torch.where(found, self.rows[index], 0), self.weight)
+
+
+@torch.no_grad()
+def init_task_layer(module: nn.Module) -> bool:
+    """Initialises a ScalarMix, word vectors or an LSTM of the task heads for training; False for other modules."""
+    if isinstance(module, ScalarMix):
+        init.copy_(module.scalar_parameters, torch.tensor(module.initial_weights))
+        init.constant_(module.gamma, module.initial_gamma)
+    elif isinstance(module, ElmoWordVectors):
+        init.zeros_(module.weight)
+        init.constant_(module.sorted_keys, -1)  # matches no word: every key is >= 0
+        init.zeros_(module.rows)
+    elif isinstance(module, nn.LSTM):
+        bound = 1.0 / math.sqrt(module.hidden_size)  # PyTorch's own LSTM initialisation
+        for param in module.parameters():
+            init.uniform_(param, -bound, bound)
+    else:
+        return False
+    return True
+
+
+def run_lstm(lstm: nn.LSTM, inputs: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """A batch-first `lstm` over `(B, W, F)` `inputs`, each row to its length in the `(B, W)` `mask`; 0 past it (a row
+    without words runs one zero step)."""
+    lengths = mask.sum(dim=1).clamp(min=1).cpu()
+    packed = nn.utils.rnn.pack_padded_sequence(inputs, lengths, batch_first=True, enforce_sorted=False)
+    output = nn.utils.rnn.pad_packed_sequence(lstm(packed)[0], batch_first=True, total_length=inputs.shape[1])[0]
+    return output * mask[..., None]
+
+
+class ElmoTaskEncoder(nn.Module):
+    """biLM layers -> word features for a classifier, as in the paper's task models.
+
+    ELMo (a ScalarMix of the biLM layers, then dropout) enters at the input of an optional BiLSTM, next to optional
+    word vectors, and/or at its output; each place has its own ScalarMix. Sentence boundaries are dropped after
+    mixing (the mix's layer-norm statistics include them, as in AllenNLP).
+    """
+
+    def __init__(self, config: ElmoConfig):
+        super().__init__()
+        self.mixed_layers = list(config.scalar_mix_layers or range(config.num_layers + 1))
+        self.placement = list(config.elmo_placement)
+        mix_options = dict(
+            initial_weights=config.scalar_mix_weights,
+            initial_gamma=config.scalar_mix_gamma,
+            trainable=config.scalar_mix_trainable,
+            do_layer_norm=config.scalar_mix_layer_norm,
+        )
+        self.scalar_mixes = nn.ModuleDict(
+            {place: ScalarMix(len(self.mixed_layers), **mix_options) for place in self.placement}
+        )
+        self.dropout = nn.Dropout(config.elmo_dropout)
+        self.word_vectors = ElmoWordVectors(config) if config.word_vectors_size else None
+        elmo_size = config.hidden_size
+        input_size = (elmo_size if "input" in self.placement else 0) + config.word_vectors_dim
+        self.lstm = None
+        self.output_size = input_size
+        if config.task_encoder_hidden_size:
+            self.lstm = nn.LSTM(
+                input_size,
+                config.task_encoder_hidden_size,
+                num_layers=config.task_encoder_num_layers,
+                batch_first=True,
+                bidirectional=True,
+            )
+            self.output_size = 2 * config.task_encoder_hidden_size + (elmo_size if "output" in self.placement else 0)
+
+    def _elmo(self, place: str, layers: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        mixed = self.scalar_mixes[place]([layers[:, :, k] for k in self.mixed_layers], mask)
+        return self.dropout(mixed[:, 1:-1])
+
+    def forward(self, input_ids: torch.LongTensor, layers: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """`(B, T, 50)` character ids with the boundary rows (for the word vectors), `(B, T, num_layers + 1, 2P)`
+        biLM layers and the `(B, T)` mask of real positions (`<S>`/`</S>` included) -> `(B, T - 2, output_size)`:
+        features of word `j` (position `j + 1`) at index `j`, 0 past each sentence's words."""
+        word_mask = mask[:, 2:]  # word j is real iff position j + 2 (at most </S>) is
+        inputs = []
+        if "input" in self.placement:
+            inputs.append(self._elmo("input", layers, mask))
+        if self.word_vectors is not None:
+            inputs.append(self.word_vectors(input_ids[:, 1:-1]))
+        features = torch.cat(inputs, dim=-1) * word_mask[..., None]
+        if self.lstm is not None and features.shape[1] > 0:
+            features = run_lstm(self.lstm, features, word_mask)
+            if "output" in self.placement:
+                features = torch.cat([features, self._elmo("output", layers, mask)], dim=-1) * word_mask[..., None]
+        elif self.lstm is not None:
+            features = features.new_zeros(*features.shape[:2], self.output_size)
+        return features
+
+    def l2_penalty(self) -> torch.Tensor:
+        """Sum of the squared ScalarMix weights of every place."""
+        return sum(mix.l2_penalty() for mix in self.scalar_mixes.values())
+
+
+def pool_words(features: torch.Tensor, word_mask: torch.Tensor, pooling: str) -> torch.Tensor:
+    """`(B, W, F)` features, `(B, W)` mask -> `(B, F)` (`"mean"`, `"max"`) or `(B, 2F)` (`"mean_max"`); sentences
+    without words pool to 0."""
+    weights = word_mask[..., None].to(features.dtype)
+    pooled = []
+    if pooling in ("mean", "mean_max"):
+        pooled.append((features * weights).sum(dim=1) / weights.sum(dim=1).clamp(min=1))
+    if pooling in ("max", "mean_max"):
+        maximum = features.masked_fill(~word_mask[..., None], float("-inf")).amax(dim=1)
+        pooled.append(torch.where(word_mask.any(dim=1, keepdim=True), maximum, 0.0))
+    return torch.cat(pooled, dim=-1)
+
+
+def masked_softmax(scores: torch.Tensor, mask: torch.Tensor, dim: int) -> torch.Tensor:
+    """Softmax of `scores` along `dim` over the entries where `mask` (broadcast to `scores`) is True."""
+    return scores.masked_fill(~mask, torch.finfo(scores.dtype).min).softmax(dim=dim)
+
+
+class ElmoPairComparison(nn.Module):
+    """ESIM's local inference (Chen et al. 2017) between two sentences' word features, pooled for a classifier.
+
+    Each word is softly aligned with the words of the other sentence (dot-product attention), enhanced as
+    `[a; a~; a - a~; a * a~]`, projected (ReLU), and each sentence's projections are mean- and max-pooled over its
+    words: `[mean_a; max_a; mean_b; max_b]`, `4 * feature_size` features.
+    """
+
+    def __init__(self, config: ElmoConfig, feature_size: int):
+        super().__init__()
+        self.projection = nn.Linear(4 * feature_size, feature_size)
+        self.dropout = nn.Dropout(config.elmo_dropout)
+        self.output_size = 4 * feature_size
+
+    def forward(self, a: torch.Tensor, a_mask: torch.Tensor, b: torch.Tensor, b_mask: torch.Tensor) -> torch.Tensor:
+        """`a` `(B, Wa, F)`, `b` `(B, Wb, F)` with their word masks -> `(B, 4F)`."""
+        similarity = a @ b.transpose(1, 2)
+        aligned_a = masked_softmax(similarity, b_mask[:, None, :], dim=2) @ b
+        aligned_b = masked_softmax(similarity.transpose(1, 2), a_mask[:, None, :], dim=2) @ a
+        pooled = []
+        for words, aligned, mask in ((a, aligned_a, a_mask), (b, aligned_b, b_mask)):
+            enhanced = torch.cat([words, aligned, words - aligned, words * aligned], dim=-1)
+            projected = F.relu(self.projection(self.dropout(enhanced)))
+            weights = mask[..., None].to(projected.dtype)
+            pooled.append((projected * weights).sum(dim=1) / weights.sum(dim=1))
+            pooled.append(projected.masked_fill(~mask[..., None], float("-inf")).amax(dim=1))
+        return self.dropout(torch.cat(pooled, dim=-1))
+
+
+def attention_flow(similarity: nn.Linear, context, context_mask, question, question_mask) -> torch.Tensor:
+    """BiDAF's attention flow (Seo et al. 2017), context-to-question and question-to-context, with the similarity
+    `w^T [h; u; h * u] + b` of the `nn.Linear(3F, 1)` `similarity`: `(B, Wc, F)`, `(B, Wq, F)` -> `G` `(B, Wc, 4F)`."""
+    weight = similarity.weight[0]
+    size = context.shape[-1]
+    w_context, w_question, w_product = weight[:size], weight[size : 2 * size], weight[2 * size :]
+    scores = (
+        (context @ w_context)[:, :, None]
+        + (question @ w_question)[:, None, :]
+        + (context * w_product) @ question.transpose(1, 2)
+        + similarity.bias
+    )
+    attended_question = masked_softmax(scores, question_mask[:, None, :], dim=2) @ question
+    best = scores.masked_fill(~question_mask[:, None, :], torch.finfo(scores.dtype).min).amax(dim=2)
+    attended_context = (masked_softmax(best, context_mask, dim=1)[:, None, :] @ context).expand_as(context)
+    return torch.cat([context, attended_question, context * attended_question, context * attended_context], dim=-1)
+
+
+__all__ = [
+    "ElmoPairComparison",
+    "ElmoTaskEncoder",
+    "ElmoWordVectors",
+    "attention_flow",
+    "init_task_layer",
+    "masked_softmax",
+    "pool_words",
+    "run_lstm",
+]
