@@ -16,9 +16,9 @@ from . import (
     embed_elmo,
     export_original_elmo,
     perplexity_bilm,
-    train_bilm,
     warm_state,
 )
+from .commands import train as train_bilm
 from .file_io import signals_as_interrupts
 
 # name -> (module with run(args) -> exit code and either add_arguments(parser) or COMMAND_OPTIONS, a dataclass whose

@@ -1329,7 +1329,7 @@ def test_sigterm_while_a_checkpoint_is_written_keeps_the_earlier_ones(workspace)
     command = (f"{TRAIN} --batch-size 1 --max-steps 6 --save-steps 2 --num-softmax-samples 0 --logging-steps 100 "
                "--window 12")
     done = subprocess.run(
-        [sys.executable, "-c", _SIGNALLED_RUN, "hf_elmo.train_bilm", "ElmoTrainer", "_save_rng_state", "2",
+        [sys.executable, "-c", _SIGNALLED_RUN, "hf_elmo.commands.train", "ElmoTrainer", "_save_rng_state", "2",
          str(int(signal.SIGTERM)), command],
         cwd=workspace, capture_output=True, timeout=900,
     )

@@ -16,7 +16,7 @@ from transformers import AutoModel
 from hf_elmo import ElmoConfig, ElmoForBiLM, ElmoModel, ElmoTokenizer
 from hf_elmo.cli import main as cli_main
 from hf_elmo.data_bilm import iter_sentences
-from hf_elmo.train_bilm import (
+from hf_elmo.commands.train import (
     BiLMTrainingOptions,
     ElmoTrainer,
     _loader_workers,
@@ -430,7 +430,7 @@ def test_batches_checked_on_the_host_train_the_same_and_bad_values_still_stop(co
     """On a GPU each batch is checked on the host (by the data loader) and the model skips its checks of values,
     each a wait for the GPU. Forced on here: the run must be the same, the model must see the skip, and a bad batch
     must still stop it, before the model runs."""
-    from hf_elmo import train_bilm as training_module
+    from hf_elmo.commands import train as training_module
     from hf_elmo.data_bilm import DataCollatorForBiLM
     from hf_elmo.input_checks import values_checked
 
@@ -462,7 +462,7 @@ def test_batches_checked_on_the_host_train_the_same_and_bad_values_still_stop(co
     expected = r"labels must be word ids in \[0, \d+\] or -100 \(no target\), found 1000000"
     with pytest.raises(ValueError, match=expected) as error:
         train_bilm(**short_run(corpus, tmp_path / "bad"))
-    assert seen == [] and any(entry.name == "__call__" and "train_bilm" in str(entry.path) for entry in error.traceback)
+    assert seen == [] and any(entry.name == "__call__" and "commands/train" in str(entry.path) for entry in error.traceback)
 
 
 def test_values_checked_on_host_skips_only_the_checks_of_values():
@@ -558,7 +558,7 @@ def test_steps_are_adagrad_on_window_times_loss_with_the_original_settings(corpu
     `g * max_norm / max(norm, max_norm)`."""
     import copy
 
-    from hf_elmo import train_bilm as train_module
+    from hf_elmo.commands import train as train_module
 
     built, batches = {}, []
     build = train_module._build_model

@@ -15,7 +15,7 @@ from hf_elmo import ElmoConfig, ElmoForBiLM, ElmoTokenizer
 from hf_elmo.cli import main as cli_main
 from hf_elmo.data_bilm import build_word_vocabulary, iter_sentences
 from hf_elmo.streams_bilm import DataCollatorForBiLMStreams, StreamWindowDataset
-from hf_elmo.train_bilm import StreamTrainer, train_bilm
+from hf_elmo.commands.train import StreamTrainer, train_bilm
 
 from test_training import SHAKESPEARE, one_thread  # noqa: F401  (an autouse fixture)
 

@@ -47,10 +47,10 @@ from transformers import Trainer, TrainerCallback, TrainingArguments, set_seed
 from transformers.trainer import TRAINER_STATE_NAME
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
-from .adagrad import Adagrad
-from .configuration_elmo import ARCHITECTURE_FIELDS, ELMO_PRESETS, WEIGHT_FORMAT_FIELDS, ElmoConfig
-from .convert_original_elmo import config_from_options
-from .data_bilm import (
+from ..adagrad import Adagrad
+from ..configuration_elmo import ARCHITECTURE_FIELDS, ELMO_PRESETS, WEIGHT_FORMAT_FIELDS, ElmoConfig
+from ..convert_original_elmo import config_from_options
+from ..data_bilm import (
     SPLIT_HELP,
     SPLITS,
     TRAINING_OPTIONS_FILE,
@@ -63,16 +63,16 @@ from .data_bilm import (
     load_compact_bilm_dataset,
     window_positions,
 )
-from .file_io import ElmoInputError, check_not_an_input, deferred_signals, read_json_object, write_atomically
-from .freed_memory import keep_freed_memory
-from .hub_elmo import add_origin, describe_source
-from .input_checks import check_bilm_batch, values_checked_on_host
-from .model_io import check_finite_weights, safetensors_shapes
-from .modeling_elmo import ElmoForBiLM
-from .streams_bilm import DataCollatorForBiLMStreams, StreamWindowDataset
-from .tokenization_elmo import ElmoTokenizer
-from .warm_state import estimate_warm_state
-from .word_vocabulary import WORD_VOCABULARY_FILE, WORD_VOCABULARY_SPECIALS, read_word_vocabulary
+from ..file_io import ElmoInputError, check_not_an_input, deferred_signals, read_json_object, write_atomically
+from ..freed_memory import keep_freed_memory
+from ..hub_elmo import add_origin, describe_source
+from ..input_checks import check_bilm_batch, values_checked_on_host
+from ..model_io import check_finite_weights, safetensors_shapes
+from ..modeling_elmo import ElmoForBiLM
+from ..streams_bilm import DataCollatorForBiLMStreams, StreamWindowDataset
+from ..tokenization_elmo import ElmoTokenizer
+from ..warm_state import estimate_warm_state
+from ..word_vocabulary import WORD_VOCABULARY_FILE, WORD_VOCABULARY_SPECIALS, read_word_vocabulary
 
 OPTIONS_FILE = TRAINING_OPTIONS_FILE
 STAGING_DIR = ".staging"
