@@ -512,7 +512,7 @@ def trainer_profile(dtype: str, steps: int = 30) -> list:
             training_module.train_bilm(
                 output_dir=str(folder / "out"), train_files=[str(folder / "corpus.txt")], vocab=str(folder / "vocab.txt"),
                 config="original", max_steps=steps, save_steps=10_000, logging_steps=10_000, bf16=dtype == "bfloat16",
-                disable_progress_bar=True, dataloader_workers=2,
+                disable_tqdm=True, dataloader_num_workers=2,
             )  # fmt: skip
         finally:
             training_module.ElmoTrainer = original_trainer

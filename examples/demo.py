@@ -83,7 +83,7 @@ def main():
         train_files=[train_file],
         config="tiny",
         min_count=2,
-        batch_size=32,
+        per_device_train_batch_size=32,
         num_softmax_samples=1024,
         max_steps=args.steps,
         logging_steps=250,

@@ -1,28 +1,31 @@
 """`hf-elmo train`: pre-train the biLM on a corpus, or adapt released weights to a domain, with `Trainer`.
 
-The defaults are the original recipe (bilm-tf `bin/train_elmo.py`): Adagrad with learning rate 0.2 and
-initial accumulator 1.0, gradients clipped to a global norm of 10, dropout 0.1, windows of 20 positions,
-batches of 128 windows per device, sampled softmax with 8192 negatives, 10 epochs, constant learning rate.
+As transformers' `run_mlm.py`: ELMo's own options (`ElmoModelArguments`, `ElmoDataArguments`) are parsed with
+`HfArgumentParser` next to `TrainingArguments`, so every `Trainer` option works (`--gradient_checkpointing`,
+`--report_to`, `--lr_scheduler_type`, ...). `ElmoTrainingArguments` gives them the original recipe's defaults
+(bilm-tf `bin/train_elmo.py`): Adagrad with learning rate 0.2 and initial accumulator 1.0, gradients clipped to a
+global norm of 10, dropout 0.1, windows of 20 positions, batches of 128 windows per device, sampled softmax with 8192
+negatives, 10 epochs, constant learning rate.
 
-bilm-tf differentiates `window x loss` (its loss is a mean over the window's tokens, its gradient is taken
-of the loss times `unroll_steps`). Here the loss stays the mean (what is logged and compared); the factor is
-folded into the optimizer instead, which gives the same updates: with gradient `g = c * g'`, Adagrad's
-`lr * g / sqrt(a0 + sum g^2)` equals `lr * g' / sqrt(a0 / c^2 + sum g'^2)`, and clipping `g` to norm `n` is
-clipping `g'` to `n / c`. So `max_grad_norm` and `adagrad_initial_accumulator` are given on the original
-scale and divided by `window` and `window ** 2` before they reach `Trainer`.
+bilm-tf differentiates `window x loss` (its loss is a mean over the window's tokens, its gradient is taken of the loss
+times `unroll_steps`). Here the loss stays the mean (what is logged and compared); the factor is folded into the
+optimizer instead, which gives the same updates: with gradient `g = c * g'`, Adagrad's `lr * g / sqrt(a0 + sum g^2)`
+equals `lr * g' / sqrt(a0 / c^2 + sum g'^2)`, and clipping `g` to norm `n` is clipping `g'` to `n / c`. So
+`--all_clip_norm_val` (bilm-tf's name) and `--adagrad_initial_accumulator` are given on the original scale and divided
+by `window` and `window ** 2` in the optimizer, which also does the clipping (`clip_in_optimizer`); `Trainer`'s own
+`--max_grad_norm` (off by default) would clip the mean loss's gradient before it.
 
 Runs unchanged under `torchrun --nproc_per_node=N` and `accelerate launch --multi_gpu --num_processes N` (DDP; without
-`--multi_gpu` accelerate starts one process on a machine without a GPU, which the log's process count shows):
-`batch_size` is per process, and the loss is normalised by the number of targets over all processes, so N processes
-with batch b train like one process with batch N * b.
+`--multi_gpu` accelerate starts one process on a machine without a GPU, which the log's process count shows): the batch
+size is per process, and the loss is normalised by the number of targets over all processes, so N processes with
+batch b train like one process with batch N * b.
 
-The examples are windows of whole sentences, each from the start state (`data_bilm`). `stream=True` (`--stream`)
-trains the way bilm-tf did instead: every batch row reads one continuous stream of the (each epoch reshuffled)
-sentences in pieces of `window` positions, its LSTM state carried from batch to batch (`StreamTrainer`, data in
-`streams_bilm`); the carried states are saved with each checkpoint (one file per process) and restored by `resume`,
-and the saved model gets a warm start state estimated from the first 2,000 training sentences. On the bundled
-Shakespeare at equal wall-clock the windows gave the better model (docs/warm-state.md), so they stay the
-default.
+The examples are windows of whole sentences, each from the start state (`data_bilm`). `--stream` trains the way
+bilm-tf did instead: every batch row reads one continuous stream of the (each epoch reshuffled) sentences in pieces of
+`window` positions, its LSTM state carried from batch to batch (`StreamTrainer`, data in `streams_bilm`); the carried
+states are saved with each checkpoint (one file per process) and restored by `--resume`, and the saved model gets a
+warm start state estimated from the first 2,000 training sentences. On the bundled Shakespeare at equal wall-clock the
+windows gave the better model (docs/warm-state.md), so they stay the default.
 """
 
 import argparse
@@ -41,11 +44,13 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from safetensors import SafetensorError
 from accelerate.utils import DistributedType
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
 from transformers import Trainer, TrainerCallback, TrainingArguments, set_seed
 from transformers.trainer import TRAINER_STATE_NAME
-from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, IntervalStrategy, SchedulerType
+from transformers.training_args import OptimizerNames
 
 from ..adagrad import Adagrad
 from ..configuration_elmo import ARCHITECTURE_FIELDS, ELMO_PRESETS, WEIGHT_FORMAT_FIELDS, ElmoConfig
@@ -88,29 +93,54 @@ CHECKPOINT_FILES = (
 )
 # Options a resumed run may change: where things go, how often they are reported, how long to go on.
 RESUMABLE_CHANGES = {
-    "output_dir", "resume", "data_cache_dir", "disable_progress_bar", "report_to", "logging_steps", "eval_steps",
-    "save_steps", "save_total_limit", "dataloader_workers", "keep_freed_memory", "max_minutes", "max_steps", "epochs",
+    "output_dir", "resume", "data_cache_dir", "disable_tqdm", "report_to", "logging_steps", "eval_steps", "save_steps",
+    "save_total_limit", "dataloader_num_workers", "keep_freed_memory", "max_minutes", "max_steps", "num_train_epochs",
 }
-
-OPTIMIZERS = ("adagrad", "adamw")
 
 
 def _option(default=dataclasses.MISSING, help: str = "", **argparse_options):
-    """A field of `BiLMTrainingOptions` with its command-line help: `HfArgumentParser` makes `--name` of each field,
-    with the field's type and default."""
+    """A field with its command-line help: `HfArgumentParser` makes `--name` of each field, with its type and
+    default."""
     metadata = {"help": help, **argparse_options}
     if isinstance(default, list):
         return field(default_factory=lambda: list(default), metadata=metadata)
     return field(default=default, metadata=metadata)
 
 
-@dataclass
-class BiLMTrainingOptions:
-    """Everything `train_bilm` needs, and the options of `hf-elmo train`; the defaults are the original recipe (see
-    the module docstring)."""
+def _check_finite(options):
+    for field_ in dataclasses.fields(options):
+        value = getattr(options, field_.name)
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ValueError(f"{field_.name} must be a finite number, got {value}.")
 
-    # data
-    output_dir: str = _option(help="folder of the run: checkpoints, then the trained biLM")
+
+@dataclass
+class ElmoModelArguments:
+    """The biLM to train: its configuration, the weights it starts from, and what only training uses."""
+
+    config: str | None = _option(
+        None,
+        help=f"{'|'.join(ELMO_PRESETS)}|PATH (config.json, model folder or bilm-tf options.json); default: the "
+        "--init_from model's, else small",
+    )
+    init_from: str | None = _option(
+        None, help="folder of an ElmoModel (e.g. converted released weights) or ElmoForBiLM to continue from"
+    )
+    dropout: float = _option(0.1)
+    num_softmax_samples: int = _option(8192, help="negatives of the sampled softmax; 0: full softmax")
+
+    def __post_init__(self):
+        _check_finite(self)
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {self.dropout}.")
+        if self.num_softmax_samples < 0:
+            raise ValueError(f"num_softmax_samples must be >= 0, got {self.num_softmax_samples}.")
+
+
+@dataclass
+class ElmoDataArguments:
+    """The corpus, its vocabulary, and how it is cut into examples."""
+
     train_files: list[str] = _option(
         [],
         help="text files, one sentence per line, or folders of them, or patterns such as 'shards/*.txt' (needed, except "
@@ -119,8 +149,8 @@ class BiLMTrainingOptions:
     eval_files: list[str] = _option([], help="held-out text files (or folders, or patterns) for periodic perplexity")
     vocab: str | None = _option(
         None,
-        help="vocabulary file (one word per line, <S>, </S>, <UNK> first); default: the --init-from model's, else "
-        "built from the training files with --min-count and --max-vocab-size",
+        help="vocabulary file (one word per line, <S>, </S>, <UNK> first); default: the --init_from model's, else "
+        "built from the training files with --min_count and --max_vocab_size",
     )
     min_count: int = _option(1, help="when building the vocabulary: keep words seen at least this often")
     max_vocab_size: int | None = _option(None, help="when building the vocabulary: at most this many entries")
@@ -132,104 +162,143 @@ class BiLMTrainingOptions:
         "--window positions, its LSTM state carried from batch to batch (the saved model gets a warm start state "
         "estimated from the training text); default: windows of whole sentences, each from the start state",
     )
-    streaming: bool = _option(False, help="read the corpus lazily (needs --max-steps)")
+    streaming: bool = _option(False, help="read the corpus lazily (needs --max_steps)")
     data_cache_dir: str | None = _option(
         None, help="where the datasets library keeps the packed windows (default: its cache, HF_DATASETS_CACHE)"
     )
-    # model
-    config: str | None = _option(
-        None,
-        help=f"{'|'.join(ELMO_PRESETS)}|PATH (config.json, model folder or bilm-tf options.json); default: the "
-        "--init-from model's, else small",
-    )
-    init_from: str | None = _option(
-        None, help="folder of an ElmoModel (e.g. converted released weights) or ElmoForBiLM to continue from"
-    )
-    dropout: float = _option(0.1)
-    num_softmax_samples: int = _option(8192, help="negatives of the sampled softmax; 0: full softmax")
-    # optimisation
-    resume: bool = _option(
-        False,
-        help="continue from the last checkpoint in --output-dir, with the options recorded there; options given again "
-        "must agree with them, except where they may change (where things go, how often they are reported, how long "
-        "to go on)",
-    )
-    batch_size: int = _option(128, help="windows per process and step")
-    gradient_accumulation_steps: int = _option(1)
-    optimizer: str = _option("adagrad", choices=OPTIMIZERS)
-    learning_rate: float = _option(0.2)
-    adagrad_initial_accumulator: float = _option(1.0)
-    max_grad_norm: float = _option(10.0, help="global norm clip of the gradient of window x loss, as in the original")
-    lr_scheduler: str = _option("constant", help="a transformers scheduler name")
-    warmup_steps: int = _option(0)
-    epochs: float = _option(10.0)
-    max_steps: int = _option(-1, help="overrides --epochs when > 0")
-    logging_steps: int = _option(100)
-    eval_steps: int = _option(1250)
-    save_steps: int = _option(1250)
-    save_total_limit: int = _option(2)
-    max_minutes: float | None = _option(None, help="stop (and save) after this many minutes of training")
-    seed: int = _option(42)
-    bf16: bool = _option(False, help="bfloat16 autocast (GPU, or CPU)")
-    dataloader_workers: int | None = _option(
-        None,
-        help="data loader processes; default: 2 when training on a GPU (batches are read and checked while the GPU "
-        "computes), 0 on the CPU (whose cores do the training)",
-    )
-    keep_freed_memory: bool = _option(
-        True,
-        help="keep the memory each step frees in the process for the next step (glibc: hf_elmo.freed_memory): CPU "
-        "training up to 1.2x as fast (the original size; about 1.04-1.08x for a mid-size model), the process holding "
-        "its busiest step's memory between steps",
-    )
-    report_to: str = _option("none", help="none, tensorboard, wandb, ...")
-    disable_progress_bar: bool = _option(False)
 
     def __post_init__(self):
-        if isinstance(self.train_files, (str, os.PathLike)):
-            self.train_files = [self.train_files]
-        if isinstance(self.eval_files, (str, os.PathLike)):
-            self.eval_files = [self.eval_files]
-        self.train_files = [os.fspath(f) for f in self.train_files]
-        self.eval_files = [os.fspath(f) for f in self.eval_files]
-        self.output_dir = os.fspath(self.output_dir)
+        self.train_files = [os.fspath(f) for f in ([self.train_files] if _is_path(self.train_files) else self.train_files)]
+        self.eval_files = [os.fspath(f) for f in ([self.eval_files] if _is_path(self.eval_files) else self.eval_files)]
         if not self.train_files:
-            raise ValueError("train_files (--train-files) must name at least one text file, got none.")
+            raise ValueError("train_files (--train_files) must name at least one text file, got none.")
         if self.split not in SPLITS:
             raise ValueError(f"split must be one of {SPLITS}, got {self.split!r}.")
-        if self.optimizer not in OPTIMIZERS:
-            raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {self.optimizer!r}.")
         if self.stream and self.streaming:
             raise ValueError(
                 "--stream (continuous streams per batch row) reads the training text into memory; it cannot be "
                 "combined with --streaming (lazy reading)."
             )
-        if self.streaming and self.max_steps <= 0:
-            raise ValueError("Streaming data has no known length: give max_steps (--max-steps) as well.")
-        at_least_one = ("batch_size", "gradient_accumulation_steps", "logging_steps", "eval_steps", "save_steps")
-        for name in (*at_least_one, "min_count"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}.")
-        for name in ("warmup_steps", "num_softmax_samples", "dataloader_workers"):
-            if getattr(self, name) is not None and getattr(self, name) < 0:
-                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}.")
-        for field_ in dataclasses.fields(self):
-            value = getattr(self, field_.name)
-            if isinstance(value, float) and not math.isfinite(value):
-                raise ValueError(f"{field_.name} must be a finite number, got {value}.")
-        for name in ("learning_rate", "max_grad_norm"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"{name} must be > 0, got {getattr(self, name)}.")
-        if self.adagrad_initial_accumulator <= 0:  # as TensorFlow's Adagrad: the step divides by its square root
-            raise ValueError(f"adagrad_initial_accumulator must be > 0, got {self.adagrad_initial_accumulator}.")
-        if not 0.0 <= self.dropout < 1.0:
-            raise ValueError(f"dropout must be in [0, 1), got {self.dropout}.")
+        if self.min_count < 1:
+            raise ValueError(f"min_count must be >= 1, got {self.min_count}.")
         if self.window < 3:
             raise ValueError(f"window must be >= 3 positions (<S>, one word, </S>), got {self.window}.")
-        if self.max_steps <= 0 and self.epochs <= 0:
-            raise ValueError(f"epochs must be > 0 (or max_steps given), got {self.epochs}: nothing would be trained.")
+
+
+def _is_path(value) -> bool:
+    return isinstance(value, (str, os.PathLike))
+
+
+@dataclass
+class ElmoTrainingArguments(TrainingArguments):
+    """`TrainingArguments` with the original recipe's defaults (see the module docstring), and the options of ELMo's
+    training that `Trainer` has not."""
+
+    per_device_train_batch_size: int = _option(128, help="windows per process and step")
+    per_device_eval_batch_size: int = _option(128, help="windows per process in evaluation")
+    learning_rate: float = _option(0.2)
+    optim: OptimizerNames | str = _option(
+        "adagrad", help="adagrad: bilm-tf's (hf_elmo.adagrad, no epsilon); else any of Trainer's optimizers"
+    )
+    lr_scheduler_type: SchedulerType | str = _option("constant", help="a transformers scheduler name")
+    num_train_epochs: float = _option(10.0)
+    max_grad_norm: float = _option(0.0, help="Trainer's clip of the mean loss's gradient; see --all_clip_norm_val")
+    logging_steps: float = _option(100)
+    eval_strategy: IntervalStrategy | str = _option("steps", help="evaluation every --eval_steps when there are --eval_files")
+    eval_steps: float = _option(1250)
+    save_steps: float = _option(1250)
+    save_total_limit: int | None = _option(2)
+    report_to: None | str | list[str] = _option("none", help="none, tensorboard, wandb, ...")
+    disable_tqdm: bool = _option(False, help="no progress bars")
+    logging_nan_inf_filter: bool = _option(False, help="a non-finite loss stops training at its step anyway")
+    dataloader_num_workers: int | None = _option(
+        None,
+        help="data loader processes; default: 2 when training on a GPU (batches are read and checked while the GPU "
+        "computes), 0 on the CPU (whose cores do the training)",
+    )
+    # Batches go to the GPU from pinned memory without waiting, and no per-step check of the loss makes the host wait
+    # for the GPU (a non-finite loss is noted on the device and stops training when it is read: `check_finite`).
+    dataloader_pin_memory: bool | None = _option(None, help="default: when training on a GPU")
+    ddp_find_unused_parameters: bool | None = _option(False)
+    remove_unused_columns: bool = _option(False)
+    label_names: list[str] | None = _option(["labels"])
+    # ELMo's own
+    resume: bool = _option(
+        False,
+        help="continue from the last checkpoint in --output_dir, with the options recorded there; options given again "
+        "must agree with them, except where they may change (where things go, how often they are reported, how long "
+        "to go on)",
+    )
+    all_clip_norm_val: float = _option(
+        10.0, help="bilm-tf's clip: the global norm of the gradient of window x loss, clipped in the optimizer; 0: none"
+    )
+    adagrad_initial_accumulator: float = _option(1.0, help="bilm-tf's, at the scale of window x loss")
+    max_minutes: float | None = _option(None, help="stop (and save) after this many minutes of training")
+    keep_freed_memory: bool = _option(
+        True,
+        help="keep the memory each step frees in the process for the next step (glibc: hf_elmo.freed_memory): faster "
+        "CPU training, the process holding its busiest step's memory between steps",
+    )
+
+    def __post_init__(self):
+        if self.output_dir is None:
+            raise ValueError("output_dir (--output_dir) is needed: the folder of the run.")
+        self.output_dir = os.fspath(self.output_dir)
+        if self.resume_from_checkpoint is not None:
+            raise ValueError("--resume_from_checkpoint: give --resume, which continues from the run's last checkpoint.")
+        _check_finite(self)
+        for name in ("per_device_train_batch_size", "per_device_eval_batch_size", "gradient_accumulation_steps"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}.")
+        if self.learning_rate <= 0:
+            raise ValueError(f"learning_rate must be > 0, got {self.learning_rate}.")
+        if self.all_clip_norm_val < 0:
+            raise ValueError(f"all_clip_norm_val must be >= 0, got {self.all_clip_norm_val}.")
+        if self.adagrad_initial_accumulator <= 0:  # as TensorFlow's Adagrad: the step divides by its square root
+            raise ValueError(f"adagrad_initial_accumulator must be > 0, got {self.adagrad_initial_accumulator}.")
+        if self.max_steps <= 0 and self.num_train_epochs <= 0:
+            raise ValueError(
+                f"num_train_epochs must be > 0 (or max_steps given), got {self.num_train_epochs}: nothing would be "
+                "trained."
+            )
         if self.max_minutes is not None and self.max_minutes <= 0:
             raise ValueError(f"max_minutes must be > 0, got {self.max_minutes}.")
+        if self.dataloader_num_workers is not None and self.dataloader_num_workers < 0:
+            raise ValueError(f"dataloader_num_workers must be >= 0, got {self.dataloader_num_workers}.")
+        on_gpu = torch.cuda.is_available()
+        # On a GPU a step of the original size at batch 128 is short enough that reading and checking its batch in the
+        # main process, in series with the rest of the step's host work, would leave the GPU waiting.
+        if self.dataloader_num_workers is None:
+            self.dataloader_num_workers = 2 if on_gpu else 0
+        if self.dataloader_pin_memory is None:
+            self.dataloader_pin_memory = on_gpu
+        if self.accelerator_config is None:
+            self.accelerator_config = {"non_blocking": on_gpu}
+        self.use_cpu = self.use_cpu or not on_gpu
+        super().__post_init__()
+
+
+COMMAND_OPTIONS = (ElmoModelArguments, ElmoDataArguments, ElmoTrainingArguments)
+"""`hf-elmo train` takes the fields of these dataclasses as its options (`cli` builds them with `HfArgumentParser`)."""
+OWN_TRAINING_FIELDS = {f.name for f in dataclasses.fields(ElmoTrainingArguments)} - {
+    f.name for f in dataclasses.fields(TrainingArguments)
+}
+
+
+def _fields() -> dict[str, dataclasses.Field]:
+    return {f.name: f for options in COMMAND_OPTIONS for f in dataclasses.fields(options) if f.init}
+
+
+def parse_options(options: dict) -> tuple[ElmoModelArguments, ElmoDataArguments, ElmoTrainingArguments]:
+    """The three dataclasses of `hf-elmo train` from their fields as one dictionary."""
+    unknown = set(options) - set(_fields())
+    if unknown:
+        raise TypeError(f"Unknown training options: {', '.join(sorted(unknown))}.")
+    names = [{f.name for f in dataclasses.fields(kind) if f.init} for kind in COMMAND_OPTIONS]
+    model, data, training = (kind(**{k: v for k, v in options.items() if k in n}) for kind, n in zip(COMMAND_OPTIONS, names))
+    if data.streaming and training.max_steps <= 0:
+        raise ValueError("Streaming data has no known length: give max_steps (--max_steps) as well.")
+    return model, data, training
 
 
 def _log(message: str):
@@ -270,13 +339,25 @@ def _check_same_architecture(config: ElmoConfig, checkpoint: ElmoConfig, config_
         )
 
 
-def _prepare_output_dir(options: BiLMTrainingOptions) -> Path:
-    config_file = options.config if options.config not in ELMO_PRESETS else None
-    inputs = [*options.train_files, *options.eval_files, options.vocab, config_file, options.init_from]
-    if Path(options.output_dir).is_symlink():  # as every command's output (file_io.check_output)
-        raise ElmoInputError(f"{options.output_dir}: is a symbolic link; give the folder itself or a new name")
-    output_dir = check_not_an_input(options.output_dir, inputs)
-    if not options.resume and output_dir.exists() and {p.name for p in output_dir.iterdir()} - set(
+def _check_same_architecture(config: ElmoConfig, checkpoint: ElmoConfig, config_spec: str, init_from: str):
+    different = [
+        f"{name}: --config has {getattr(config, name)!r}, the weights have {getattr(checkpoint, name)!r}"
+        for name in ARCHITECTURE_FIELDS
+        if getattr(config, name) != getattr(checkpoint, name)
+    ]
+    if different:
+        raise ValueError(
+            f"--config {config_spec} does not match the --init-from weights in {init_from}: " + "; ".join(different)
+        )
+
+
+def _prepare_output_dir(model: ElmoModelArguments, data: ElmoDataArguments, training: ElmoTrainingArguments) -> Path:
+    config_file = model.config if model.config not in ELMO_PRESETS else None
+    inputs = [*data.train_files, *data.eval_files, data.vocab, config_file, model.init_from]
+    if Path(training.output_dir).is_symlink():  # as every command's output (file_io.check_output)
+        raise ElmoInputError(f"{training.output_dir}: is a symbolic link; give the folder itself or a new name")
+    output_dir = check_not_an_input(training.output_dir, inputs)
+    if not training.resume and output_dir.exists() and {p.name for p in output_dir.iterdir()} - set(
         LEFT_BEFORE_FIRST_CHECKPOINT
     ):
         raise ValueError(
@@ -285,42 +366,41 @@ def _prepare_output_dir(options: BiLMTrainingOptions) -> Path:
     return output_dir
 
 
-def _resumed_options(given: dict) -> BiLMTrainingOptions:
+def _as_recorded(value):
+    return json.loads(json.dumps(value, default=os.fspath))
+
+
+def _resumed_options(given: dict) -> dict:
     """The options of a resumed run: those recorded in its folder (`OPTIONS_FILE`), with the ones `given` again, which
     must agree with the record except those a resumed run may change (`RESUMABLE_CHANGES`)."""
     if given.get("output_dir") is None:
-        raise ValueError("--resume needs the folder of the run to continue (--output-dir).")
+        raise ValueError("--resume needs the folder of the run to continue (--output_dir).")
     output_dir = Path(given["output_dir"])
     saved = output_dir / OPTIONS_FILE
     if not saved.is_file() or not _checkpoints(output_dir):
         raise ValueError(f"--resume: {output_dir} holds no checkpoint of an earlier run to continue from.")
     recorded = read_json_object(saved, "options file of the earlier run")
-    fields = {f.name: f for f in dataclasses.fields(BiLMTrainingOptions)}
+    fields = _fields()
     if set(given) - set(fields):
         raise TypeError(f"Unknown training options: {', '.join(sorted(set(given) - set(fields)))}.")
-    try:
-        options = BiLMTrainingOptions(**{**{k: v for k, v in recorded.items() if k in fields}, **given})
-    except TypeError as error:
-        raise ElmoInputError(f"{saved}: not the options of a training run ({error})") from None
 
-    def earlier(name):  # a field the record lacks (written before the field existed) had its default
+    def earlier(name):  # an option the record lacks had its default
         if name in recorded:
             return recorded[name]
         field_ = fields[name]
         return field_.default_factory() if field_.default is dataclasses.MISSING else field_.default
 
-    now = dataclasses.asdict(options)
     different = [
-        f"--{name.replace('_', '-')} {earlier(name)!r} there, {now[name]!r} given"
-        for name in given
-        if name in fields and name not in RESUMABLE_CHANGES and now[name] != earlier(name)
+        f"--{name.replace('_', '-')} {earlier(name)!r} there, {_as_recorded(value)!r} given"
+        for name, value in given.items()
+        if name not in RESUMABLE_CHANGES and _as_recorded(value) != earlier(name)
     ]
     if different:
         raise ValueError(
             f"--resume: the run in {output_dir} has other options ({OPTIONS_FILE}): " + "; ".join(different)
             + "; leave them out to continue with the recorded ones."
         )
-    return options
+    return {**{k: v for k, v in recorded.items() if k in fields}, **given}
 
 
 def _checkpoint_problems(checkpoint: Path, world_size: int, stream: bool = False) -> list[str]:
@@ -390,13 +470,13 @@ def _remove_run_leftovers(output_dir: Path, created: bool):
         output_dir.rmdir()
 
 
-def _record_training(options: BiLMTrainingOptions, config: ElmoConfig, checkpoint_config: ElmoConfig | None):
+def _record_training(model: ElmoModelArguments, data: ElmoDataArguments, config: ElmoConfig, checkpoint_config):
     """Adds this run to the history the model card tells (`hub_elmo`), after that of the --init-from checkpoint."""
     if checkpoint_config is not None:
         config.elmo_origin = getattr(checkpoint_config, "elmo_origin", None)
-    start = "from scratch" if options.init_from is None else f"from the weights of {describe_source(options.init_from)}"
-    names = ", ".join(f"`{Path(file).name}`" for file in options.train_files[:5])
-    more = f" and {len(options.train_files) - 5:,} more" if len(options.train_files) > 5 else ""
+    start = "from scratch" if model.init_from is None else f"from the weights of {describe_source(model.init_from)}"
+    names = ", ".join(f"`{Path(file).name}`" for file in data.train_files[:5])
+    more = f" and {len(data.train_files) - 5:,} more" if len(data.train_files) > 5 else ""
     add_origin(
         config,
         f"biLM trained {start} by `hf-elmo train` on {names}{more}; the run's arguments are in `{OPTIONS_FILE}` in "
@@ -404,19 +484,19 @@ def _record_training(options: BiLMTrainingOptions, config: ElmoConfig, checkpoin
     )
 
 
-def _tokenizer_and_config(options: BiLMTrainingOptions) -> tuple[ElmoTokenizer, ElmoConfig]:
+def _tokenizer_and_config(model: ElmoModelArguments, data: ElmoDataArguments) -> tuple[ElmoTokenizer, ElmoConfig]:
     """The tokenizer with its word vocabulary and the run's config, checked against the --init-from checkpoint."""
     checkpoint_config = None
-    if options.init_from is not None:
-        if not (Path(options.init_from) / "config.json").is_file():
+    if model.init_from is not None:
+        if not (Path(model.init_from) / "config.json").is_file():
             raise ValueError(
-                f"--init-from {options.init_from}: no config.json there; expected a folder saved by save_pretrained."
+                f"--init-from {model.init_from}: no config.json there; expected a folder saved by save_pretrained."
             )
-        checkpoint_config = ElmoConfig.from_pretrained(options.init_from)
-    if options.config is not None:
-        config = load_config(options.config)
+        checkpoint_config = ElmoConfig.from_pretrained(model.init_from)
+    if model.config is not None:
+        config = load_config(model.config)
         if checkpoint_config is not None:
-            _check_same_architecture(config, checkpoint_config, options.config, options.init_from)
+            _check_same_architecture(config, checkpoint_config, model.config, model.init_from)
             # How the checkpoint's weights are read is the checkpoint's: converted weights need TensorFlow's
             # forget bias added at run time, which a --config preset does not know about.
             for name in WEIGHT_FORMAT_FIELDS:
@@ -424,41 +504,36 @@ def _tokenizer_and_config(options: BiLMTrainingOptions) -> tuple[ElmoTokenizer, 
     else:
         config = checkpoint_config if checkpoint_config is not None else ElmoConfig.from_preset("small")
 
-    _record_training(options, config, checkpoint_config)
+    _record_training(model, data, config, checkpoint_config)
     tokenizer = ElmoTokenizer(max_characters_per_token=config.max_characters_per_token)
     checkpoint_words = None
-    if options.init_from is not None and (Path(options.init_from) / WORD_VOCABULARY_FILE).is_file():
-        checkpoint_words = read_word_vocabulary(Path(options.init_from) / WORD_VOCABULARY_FILE)
-    if options.vocab is not None:
-        words = read_word_vocabulary(options.vocab)
-        source = f"from {options.vocab}"
+    if model.init_from is not None and (Path(model.init_from) / WORD_VOCABULARY_FILE).is_file():
+        checkpoint_words = read_word_vocabulary(Path(model.init_from) / WORD_VOCABULARY_FILE)
+    if data.vocab is not None:
+        words, source = read_word_vocabulary(data.vocab), f"from {data.vocab}"
     elif checkpoint_words is not None:
-        words, source = checkpoint_words, f"from {Path(options.init_from) / WORD_VOCABULARY_FILE}"
+        words, source = checkpoint_words, f"from {Path(model.init_from) / WORD_VOCABULARY_FILE}"
     else:
-        words = build_word_vocabulary(
-            options.train_files, options.split, tokenizer, options.min_count, options.max_vocab_size
-        )
-        source = "built"
+        words = build_word_vocabulary(data.train_files, data.split, tokenizer, data.min_count, data.max_vocab_size)
+        source = f"built from the training files with min count {data.min_count}"
     tokenizer.set_word_vocabulary(words)
-    if source == "built":
-        source = f"built from the training files with min count {options.min_count}"
 
     if checkpoint_config is not None and checkpoint_config.vocab_size:
         if checkpoint_config.vocab_size != len(words):
             raise ValueError(
-                f"--init-from {options.init_from} has a softmax of {checkpoint_config.vocab_size} words but the "
+                f"--init-from {model.init_from} has a softmax of {checkpoint_config.vocab_size} words but the "
                 f"vocabulary ({source}) has {len(words)}; use the checkpoint's vocab.txt."
             )
         if checkpoint_words is not None and checkpoint_words != words:
             raise ValueError(
-                f"The vocabulary ({source}) lists other words than the one of --init-from {options.init_from}, whose "
+                f"The vocabulary ({source}) lists other words than the one of --init-from {model.init_from}, whose "
                 "softmax rows belong to its own words; use the checkpoint's vocab.txt."
             )
-    if source != "built" and 0 < options.num_softmax_samples < len(words):
-        _check_frequency_order(words, options, source)
+    if not source.startswith("built") and 0 < model.num_softmax_samples < len(words):
+        _check_frequency_order(words, data, source)
     config.vocab_size = len(words)
-    config.dropout = options.dropout
-    config.num_softmax_samples = options.num_softmax_samples
+    config.dropout = model.dropout
+    config.num_softmax_samples = model.num_softmax_samples
     config.validate_architecture()
     _log(f"Word vocabulary: {len(words):,} words, {source}.")
     return tokenizer, config
@@ -467,14 +542,14 @@ def _tokenizer_and_config(options: BiLMTrainingOptions) -> tuple[ElmoTokenizer, 
 ORDER_SAMPLE_LINES = 100_000
 
 
-def _check_frequency_order(words: list[str], options: BiLMTrainingOptions, source: str):
+def _check_frequency_order(words: list[str], data: ElmoDataArguments, source: str):
     """The sampled softmax draws word ids log-uniformly, i.e. as if id order were frequency order: a vocabulary in
     another order (alphabetical, shuffled) trains with badly wrong negatives. Refused when the ids and the word counts
     of the first lines of the training files are not clearly anti-correlated (a sorted vocabulary gives about -1, also
     one sorted on another corpus of the language; alphabetical or shuffled ones about 0)."""
     index = {word: i for i, word in enumerate(words)}
     counts = np.zeros(len(words))
-    lines = itertools.islice(iter_sentences(options.train_files, options.split, ElmoTokenizer()), ORDER_SAMPLE_LINES)
+    lines = itertools.islice(iter_sentences(data.train_files, data.split, ElmoTokenizer()), ORDER_SAMPLE_LINES)
     for sentence in lines:
         for word in sentence:
             if word in index:
@@ -496,10 +571,6 @@ def _check_frequency_order(words: list[str], options: BiLMTrainingOptions, sourc
         )
 
 
-OPTIMIZER_STATES = {"adagrad": 1, "adamw": 2}
-"""Values the optimizer keeps per weight: Adagrad its accumulator, AdamW two moments."""
-
-
 def _memory_available(device: torch.device) -> tuple[int, str]:
     """Bytes a training on `device` may allocate at most, and what holds them."""
     if device.type == "cuda":
@@ -514,46 +585,48 @@ def _memory_available(device: torch.device) -> tuple[int, str]:
     return available, holder
 
 
-def _check_training_memory(options: BiLMTrainingOptions, config: ElmoConfig, device: torch.device):
+def _check_training_memory(training: ElmoTrainingArguments, config: ElmoConfig):
     """Logs the memory of the weights, their gradients and the optimizer's state, computed from the configuration and
     the vocabulary before anything is allocated, and refuses a run that cannot hold them."""
     counts = config.parameter_counts()
-    copies = 2 + OPTIMIZER_STATES[options.optimizer]  # float32 weights and gradients, the optimizer's state
+    optimizer = OptimizerNames(training.optim).value
+    # float32 weights and gradients, and the optimizer's state: Adagrad keeps an accumulator, Adam-like ones two moments
+    copies = 2 + (1 if optimizer == OptimizerNames.ADAGRAD else 2)
     needed = sum(counts.values()) * 4 * copies
     softmax = counts["vocab_size x projection_dim"] * 4 * copies
-    available, holder = _memory_available(device)
+    available, holder = _memory_available(training.device)
     what = (
-        f"the weights, their gradients and the {options.optimizer} state need {needed / 2**30:.3g} GiB before "
+        f"the weights, their gradients and the {optimizer} state need {needed / 2**30:.3g} GiB before "
         f"activations ({softmax / 2**30:.3g} GiB of it for the softmax of {config.vocab_size:,} words x "
         f"{config.projection_dim + 1})"
     )
     if needed > available:
         raise ValueError(
             f"{what}, more than the {available / 2**30:.3g} GiB of {holder}: use a smaller vocabulary "
-            "(--max-vocab-size, --min-count) or model (--config)"
+            "(--max_vocab_size, --min_count) or model (--config)"
         )
     _log(f"Memory: {what}; {holder}: {available / 2**30:.3g} GiB.")
 
 
-def _build_model(options: BiLMTrainingOptions, config: ElmoConfig) -> ElmoForBiLM:
-    set_seed(options.seed)
-    if options.init_from is None:
+def _build_model(model_args: ElmoModelArguments, config: ElmoConfig, seed: int) -> ElmoForBiLM:
+    set_seed(seed)
+    if model_args.init_from is None:
         return ElmoForBiLM(config)
-    model, info = ElmoForBiLM.from_pretrained(options.init_from, config=config, output_loading_info=True)
+    model, info = ElmoForBiLM.from_pretrained(model_args.init_from, config=config, output_loading_info=True)
     softmax_keys = {"softmax.weight", "softmax.bias"}
     missing = set(info["missing_keys"])
     if missing - softmax_keys or info["mismatched_keys"]:
         raise ValueError(
-            f"--init-from {options.init_from} does not hold the weights of this model: missing "
+            f"--init-from {model_args.init_from} does not hold the weights of this model: missing "
             f"{sorted(missing - softmax_keys)}, mismatched {sorted(info['mismatched_keys'])}."
         )
     if missing:
         _log(
-            f"--init-from {options.init_from} has no word softmax (e.g. converted released weights): a fresh softmax "
-            f"of {config.vocab_size:,} words is initialised; the biLM starts from the checkpoint."
+            f"--init-from {model_args.init_from} has no word softmax (e.g. converted released weights): a fresh "
+            f"softmax of {config.vocab_size:,} words is initialised; the biLM starts from the checkpoint."
         )
     else:
-        _log(f"--init-from {options.init_from}: biLM and softmax continue from the checkpoint.")
+        _log(f"--init-from {model_args.init_from}: biLM and softmax continue from the checkpoint.")
     return model
 
 
@@ -578,11 +651,11 @@ class TimeLimitCallback(TrainerCallback):
             control.should_save = True
 
 
-def _steps_per_epoch(windows: int, options: BiLMTrainingOptions, world_size: int) -> int:
+def _steps_per_epoch(windows: int, args: TrainingArguments) -> int:
     """Optimizer steps in one pass over `windows`, as `Trainer` takes them: each process reads its share (padded to
     equal shares), in batches, `gradient_accumulation_steps` batches a step."""
-    batches = -(-(-(-windows // world_size)) // options.batch_size)
-    return max(batches // options.gradient_accumulation_steps, 1)
+    batches = -(-(-(-windows // args.world_size)) // args.per_device_train_batch_size)
+    return max(batches // args.gradient_accumulation_steps, 1)
 
 
 class EpochTimeCallback(TrainerCallback):
@@ -634,32 +707,58 @@ class HostCheckedCollator:
         return {**batch, self.MARK: True}
 
 
+def clip_in_optimizer(optimizer: torch.optim.Optimizer, max_norm: float):
+    """bilm-tf's clipping, TensorFlow's `clip_by_global_norm` (every gradient times `max_norm / max(norm, max_norm)`),
+    as part of each step of `optimizer`: inside the fused pass of `hf_elmo.adagrad.Adagrad` (`clip_grad_norm_`), else
+    before the step."""
+
+    def clip(optimizer, args, kwargs):
+        if isinstance(optimizer, Adagrad):
+            optimizer.clip_grad_norm_(max_norm, eps=0.0)
+            return
+        gradients = [p.grad for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
+        factor = torch.clamp(max_norm / torch.nn.utils.get_total_norm(gradients), max=1.0)
+        for gradient in gradients:
+            gradient.mul_(factor)
+
+    optimizer.register_step_pre_hook(clip)
+
+
 class ElmoTrainer(Trainer):
-    """`Trainer` that also reports exact (token-weighted) forward, backward and mean perplexity when evaluating, and
-    writes each checkpoint into a staging folder renamed when complete (tokenizer included, so that every checkpoint
-    is a complete model folder), so that an interrupted save leaves the earlier checkpoints as they were.
+    """`Trainer` that clips as bilm-tf in the optimizer, stops at the first non-finite loss, and also reports exact
+    (token-weighted) forward, backward and mean perplexity when evaluating; `CheckpointStaging` writes its checkpoints.
 
     The tokenizer is not `Trainer(processing_class=...)`: that copies its character-level special ids into the config,
     where they would be read as word ids.
     """
 
     _direction_sums: torch.Tensor | None = None
-    _staging: str | None = None
     _split_directions = False  # as the model is called in training (`StreamTrainer`: True)
     # The first step whose training loss was not finite (0: none so far) and that loss, on the loss's device.
     _non_finite_step: torch.Tensor | None = None
     _non_finite_loss: torch.Tensor | None = None
+    started = False  # whether a training step ran (errors before it are a resumed checkpoint's)
 
-    def __init__(self, *args, word_tokenizer: ElmoTokenizer | None = None, **kwargs):
+    def __init__(self, *args, word_tokenizer: ElmoTokenizer, clip_norm: float, **kwargs):
         super().__init__(*args, **kwargs)
-        self.word_tokenizer = word_tokenizer
+        self.word_tokenizer, self.clip_norm, self.run_dir = word_tokenizer, clip_norm, Path(self.args.output_dir)
         if _on_accelerator(self.args):
             self.data_collator = HostCheckedCollator(self.data_collator, self.accelerator.unwrap_model(self.model).config)
 
-    def _get_output_dir(self, trial) -> str:
-        return self._staging or super()._get_output_dir(trial)
+    def create_optimizer(self, model=None):
+        optimizer = super().create_optimizer(model)
+        if self.clip_norm:
+            plain = (DistributedType.NO, DistributedType.MULTI_GPU, DistributedType.MULTI_CPU)
+            if self.accelerator.distributed_type not in plain:
+                raise ValueError(
+                    f"--all_clip_norm_val clips whole gradients, which {self.accelerator.distributed_type} shards: "
+                    "give --all_clip_norm_val 0 (and --max_grad_norm for Trainer's clip)."
+                )
+            clip_in_optimizer(optimizer, self.clip_norm)
+        return optimizer
 
     def training_step(self, model, inputs, num_items_in_batch=None):
+        self.started = True
         loss = super().training_step(model, inputs, num_items_in_batch)
         # Noted on the device, without waiting for it: `check_finite` reads it where Trainer waits anyway.
         if self._non_finite_step is None:
@@ -689,7 +788,7 @@ class ElmoTrainer(Trainer):
                 raise ValueError(f"{error}; {self._what_was_kept()}") from None
 
     def _what_was_kept(self) -> str:
-        checkpoints = _checkpoints(Path(self.args.output_dir))
+        checkpoints = _checkpoints(self.run_dir)
         kept = f"the last checkpoint is {checkpoints[-1].name}" if checkpoints else "no checkpoint was written before"
         return f"nothing from that step on was saved ({kept})"
 
@@ -698,82 +797,11 @@ class ElmoTrainer(Trainer):
             self.check_finite()
         super().log(logs, start_time)
 
-    def _save_checkpoint(self, model, trial):
-        self.check_finite(weights=True)
-        run_dir = Path(self._get_output_dir(trial))
-        name = f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
-        staging = run_dir / STAGING_DIR
-        if self.args.should_save and staging.exists():
-            shutil.rmtree(staging)
-        self.accelerator.wait_for_everyone()
-        self._staging = str(staging)
-        try:
-            super()._save_checkpoint(model, trial)  # into staging/name; every process adds its random state
-            if self.args.should_save and self.word_tokenizer is not None:
-                self.word_tokenizer.save_pretrained(staging / name)
-            self.accelerator.wait_for_everyone()
-            if self.args.should_save:
-                with deferred_signals():
-                    if (run_dir / name).exists():  # an incomplete one, from before a resume that skipped it
-                        shutil.rmtree(run_dir / name)
-                    (staging / name).rename(run_dir / name)
-                limit = self.args.save_total_limit
-                for old in _checkpoints(run_dir)[: -limit if limit and limit > 0 else 0]:
-                    shutil.rmtree(old)
-        finally:
-            self._staging = None
-            if self.args.should_save:
-                shutil.rmtree(staging, ignore_errors=True)
-
-    def _clip_grad_norm(self, model):
-        """With `hf_elmo.adagrad.Adagrad` and plain or DDP training, the clipping happens inside the optimizer's step
-        (`Adagrad.clip_grad_norm_`: same norm, same update, one pass over the gradients less); else `Trainer`'s."""
-        optimizer = getattr(self.optimizer, "optimizer", self.optimizer)  # accelerate wraps it
-        if (
-            isinstance(optimizer, Adagrad)
-            and self.accelerator.distributed_type in (DistributedType.NO, DistributedType.MULTI_GPU, DistributedType.MULTI_CPU)
-            and getattr(self.accelerator, "scaler", None) is None
-        ):
-            return optimizer.clip_grad_norm_(self.args.max_grad_norm, eps=0.0)  # bilm-tf's clip, at the mean's scale
-        return super()._clip_grad_norm(model)
-
-    def _load_from_checkpoint(self, resume_from_checkpoint, model=None):
-        with _one_line_load_errors(resume_from_checkpoint, "model weights"):
-            super()._load_from_checkpoint(resume_from_checkpoint, model)
-        model = self.accelerator.unwrap_model(model if model is not None else self.model)
-        check_finite_weights(model, f"--resume: {Path(resume_from_checkpoint) / 'model.safetensors'}")
-
-    def _load_optimizer_and_scheduler(self, checkpoint):
-        with _one_line_load_errors(checkpoint, "optimizer or scheduler state"):
-            super()._load_optimizer_and_scheduler(checkpoint)
-        if checkpoint is not None:
-            self._check_optimizer_state(Path(checkpoint))
-
-    def _check_optimizer_state(self, checkpoint: Path):
-        """The optimizer state just loaded from `checkpoint` must be finite and have taken as many steps as the
-        checkpoint's trainer state says (not, say, an optimizer.pt copied from an earlier checkpoint)."""
-        optimizer = getattr(self.optimizer, "optimizer", self.optimizer)  # accelerate wraps it
-        names = {param: name for name, param in self.accelerator.unwrap_model(self.model).named_parameters()}
-        where = checkpoint / "optimizer.pt"
-        taken = 0
-        for param, state in optimizer.state.items():
-            for key, value in state.items():
-                if torch.is_tensor(value) and value.is_floating_point() and not torch.isfinite(value).all():
-                    raise ValueError(
-                        f"--resume: {where}: the optimizer state holds NaN or infinite values ('{key}' of "
-                        f"'{names.get(param, 'a parameter')}')"
-                    )
-            if "step" in state:  # each parameter's count of the steps that updated it
-                taken = max(taken, int(state["step"]))
-        if taken != self.state.global_step:
-            raise ValueError(
-                f"--resume: {where}: the optimizer state is at step {taken}, but {TRAINER_STATE_NAME} there is at "
-                f"step {self.state.global_step}: the file belongs to another checkpoint"
-            )
-
-    def _load_rng_state(self, checkpoint):
-        with _one_line_load_errors(checkpoint, "random state"):
-            super()._load_rng_state(checkpoint)
+    def complete_checkpoint(self, folder: Path):
+        """Adds what `Trainer` does not write to the checkpoint in `folder`: the tokenizer, so that every checkpoint
+        is a complete model folder."""
+        if self.args.should_save:
+            self.word_tokenizer.save_pretrained(folder)
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         inputs = dict(inputs)
@@ -811,17 +839,6 @@ class ElmoTrainer(Trainer):
         return output
 
 
-@contextlib.contextmanager
-def _one_line_load_errors(checkpoint, what: str):
-    """A checkpoint file that cannot be read (damaged, tampered with: torch refuses unsafe pickles) as one line."""
-    try:
-        yield
-    except (pickle.UnpicklingError, EOFError, RuntimeError, OSError, KeyError, ValueError, SafetensorError) as error:
-        message = " ".join(str(error).split())[:300] or type(error).__name__
-        raise ValueError(f"--resume: {checkpoint}: cannot read the {what} ({message}).") from None
-
-
-
 class StreamTrainer(ElmoTrainer):
     """`ElmoTrainer` for `StreamWindowDataset` batches: each process carries its rows' LSTM state from batch to batch
     (detached, as bilm-tf feeds it), and saves it with every checkpoint so that `--resume` continues the streams."""
@@ -837,19 +854,14 @@ class StreamTrainer(ElmoTrainer):
         self.carried = tuple(t.detach() for t in outputs.state)
         return (loss, outputs) if return_outputs else loss
 
-    def _save_rng_state(self, output_dir: str):
-        super()._save_rng_state(output_dir)
+    def complete_checkpoint(self, folder: Path):
+        super().complete_checkpoint(folder)
         if self.carried is not None:
-            from safetensors.torch import save_file
-
             hidden, memory = (t.contiguous().cpu() for t in self.carried)
-            path = Path(output_dir) / STREAM_STATE_FILE.format(rank=self.args.process_index)
-            save_file({"hidden": hidden, "memory": memory}, path)
+            save_file({"hidden": hidden, "memory": memory}, folder / STREAM_STATE_FILE.format(rank=self.args.process_index))
 
     def load_carried_state(self, checkpoint: str | os.PathLike):
-        """Restores this process's carried state from `checkpoint` (a folder `_save_rng_state` wrote into)."""
-        from safetensors.torch import load_file
-
+        """Restores this process's carried state from `checkpoint` (a folder `complete_checkpoint` wrote into)."""
         files = sorted(Path(checkpoint).glob(STREAM_STATE_FILE.format(rank="*")))
         path = Path(checkpoint) / STREAM_STATE_FILE.format(rank=self.args.process_index)
         if len(files) != self.args.world_size or not path.is_file():
@@ -864,192 +876,238 @@ class StreamTrainer(ElmoTrainer):
         self.carried = (state["hidden"].to(self.args.device), state["memory"].to(self.args.device))
 
 
-def _loader_workers(chosen: int | None, on_gpu: bool) -> int:
-    # On a GPU a step of the original size at batch 128 takes about 15 ms, and reading and checking its batch in the
-    # main process 4-8 ms of host time, in series with the rest of the step's host work.
-    return chosen if chosen is not None else (2 if on_gpu else 0)
+LOAD_ERRORS = (pickle.UnpicklingError, EOFError, RuntimeError, OSError, KeyError, SafetensorError)
 
 
-def _training_arguments(options: BiLMTrainingOptions, has_eval: bool) -> TrainingArguments:
-    on_gpu = torch.cuda.is_available()
-    # Streams are one pass holding every epoch (StreamWindowDataset), read in order.
-    stream = {"train_sampling_strategy": "sequential"} if options.stream else {}
-    return TrainingArguments(
-        output_dir=options.output_dir,
-        per_device_train_batch_size=options.batch_size,
-        per_device_eval_batch_size=options.batch_size,
-        gradient_accumulation_steps=options.gradient_accumulation_steps,
-        learning_rate=options.learning_rate,
-        lr_scheduler_type=options.lr_scheduler,
-        warmup_steps=options.warmup_steps,
-        max_grad_norm=options.max_grad_norm / options.window,
-        num_train_epochs=1 if options.stream else options.epochs,
-        max_steps=options.max_steps,
-        logging_steps=options.logging_steps,
-        eval_strategy="steps" if has_eval else "no",
-        eval_steps=options.eval_steps,
-        save_strategy="steps",
-        save_steps=options.save_steps,
-        save_total_limit=options.save_total_limit,
-        seed=options.seed,
-        bf16=options.bf16,
-        use_cpu=not on_gpu,
-        report_to=options.report_to,
-        remove_unused_columns=False,
-        label_names=["labels"],
-        dataloader_num_workers=_loader_workers(options.dataloader_workers, on_gpu),
-        # Batches go to the GPU from pinned memory without waiting, and no per-step check of the loss makes the
-        # host wait for the GPU (a non-finite loss is noted on the device and stops training when it is read:
-        # `ElmoTrainer.check_finite`).
-        dataloader_pin_memory=on_gpu,
-        accelerator_config={"non_blocking": on_gpu},
-        logging_nan_inf_filter=False,
-        ddp_find_unused_parameters=False,
-        disable_tqdm=options.disable_progress_bar,
-        **stream,
-    )
+@contextlib.contextmanager
+def _one_line_load_errors(checkpoint, what: str, errors=(*LOAD_ERRORS, ValueError)):
+    """A checkpoint file that cannot be read (damaged, tampered with: torch refuses unsafe pickles) as one line."""
+    try:
+        yield
+    except ElmoInputError:
+        raise
+    except errors as error:
+        message = " ".join(str(error).split())[:300] or type(error).__name__
+        raise ValueError(f"--resume: {checkpoint}: cannot read the {what} ({message}).") from None
 
 
-def _eval_windows(options: BiLMTrainingOptions, tokenizer: ElmoTokenizer, cache_dir, words: WordTable | None):
+class CheckpointStaging(TrainerCallback):
+    """Writes each checkpoint of `trainer` into `STAGING_DIR` of the output folder, completes it there (tokenizer,
+    carried stream states) and moves it into place, so that an interrupted save leaves the earlier checkpoints as they
+    were; checks the loss and the weights before, so that nothing non-finite is saved; checks a resumed checkpoint's
+    weights and optimizer state once they are loaded."""
+
+    def __init__(self, trainer: ElmoTrainer, resume_from: Path | None):
+        self.trainer, self.resume_from = trainer, resume_from
+        self.loaded = False  # whether the resumed weights, optimizer and scheduler are loaded
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.loaded = True
+        if self.resume_from is not None:
+            model = self.trainer.accelerator.unwrap_model(self.trainer.model)
+            try:
+                check_finite_weights(model, f"--resume: {self.resume_from / 'model.safetensors'}")
+            except ValueError as error:
+                raise ElmoInputError(str(error)) from None
+            self._check_optimizer_state(model)
+
+    def _check_optimizer_state(self, model):
+        """The optimizer state just loaded must be finite and have taken as many steps as the checkpoint's trainer
+        state says (not, say, an optimizer.pt copied from an earlier checkpoint)."""
+        optimizer = getattr(self.trainer.optimizer, "optimizer", self.trainer.optimizer)  # accelerate wraps it
+        names = {param: name for name, param in model.named_parameters()}
+        where = self.resume_from / "optimizer.pt"
+        taken = 0
+        for param, values in optimizer.state.items():
+            for key, value in values.items():
+                if torch.is_tensor(value) and value.is_floating_point() and not torch.isfinite(value).all():
+                    raise ElmoInputError(
+                        f"--resume: {where}: the optimizer state holds NaN or infinite values ('{key}' of "
+                        f"'{names.get(param, 'a parameter')}')"
+                    )
+            if "step" in values:  # each parameter's count of the steps that updated it
+                taken = max(taken, int(values["step"]))
+        if taken != self.trainer.state.global_step:
+            raise ElmoInputError(
+                f"--resume: {where}: the optimizer state is at step {taken}, but {TRAINER_STATE_NAME} there is at "
+                f"step {self.trainer.state.global_step}: the file belongs to another checkpoint"
+            )
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if not control.should_save:
+            return
+        self.trainer.check_finite(weights=True)
+        staging = self.trainer.run_dir / STAGING_DIR
+        if args.should_save:
+            shutil.rmtree(staging, ignore_errors=True)
+        self.trainer.accelerator.wait_for_everyone()
+        args.output_dir = str(staging)  # where `Trainer` writes the checkpoint; back when it is saved
+
+    on_epoch_end = on_step_end
+
+    def on_save(self, args, state, control, **kwargs):
+        run_dir = self.trainer.run_dir
+        args.output_dir = str(run_dir)
+        name = f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}"
+        staging = run_dir / STAGING_DIR
+        self.trainer.complete_checkpoint(staging / name)
+        self.trainer.accelerator.wait_for_everyone()
+        if args.should_save:
+            with deferred_signals():
+                if (run_dir / name).exists():  # an incomplete one, from before a resume that skipped it
+                    shutil.rmtree(run_dir / name)
+                (staging / name).rename(run_dir / name)
+            limit = args.save_total_limit
+            for old in _checkpoints(run_dir)[: -limit if limit and limit > 0 else 0]:
+                shutil.rmtree(old)
+            shutil.rmtree(staging, ignore_errors=True)
+
+
+def _eval_windows(data: ElmoDataArguments, tokenizer: ElmoTokenizer, words: WordTable | None):
     """The evaluation windows: compact with the training's word table `words`, else as `load_bilm_dataset` makes
     them."""
-    if not options.eval_files:
+    if not data.eval_files:
         return None
     if words is None:
         return load_bilm_dataset(
-            options.eval_files, tokenizer, options.window, options.split, False, cache_dir, "evaluation"
+            data.eval_files, tokenizer, data.window, data.split, False, data.data_cache_dir, "evaluation"
         )
     return load_compact_bilm_dataset(
-        options.eval_files, words, tokenizer, options.window, options.split, cache_dir, "evaluation"
+        data.eval_files, words, tokenizer, data.window, data.split, data.data_cache_dir, "evaluation"
     )
 
 
-def train_bilm(options: BiLMTrainingOptions | None = None, **kwargs) -> dict:
+def train_bilm(**options) -> dict:
     """Train an `ElmoForBiLM` and save it (safetensors, tokenizer with its vocabulary, remote code) to `output_dir`.
 
-    Call with a `BiLMTrainingOptions` or with its fields as keyword arguments; with `resume=True` the keyword
-    arguments left out are the ones recorded in `output_dir`. All inputs are checked before training starts.
-    Training stops with a `ValueError` at the first step whose loss is not finite, and before saving weights that are
-    not (the checkpoints before are kept). Returns the final metrics: `train_loss`, `train_runtime` (seconds),
-    `steps` and, with evaluation files, `eval_forward_perplexity`, `eval_backward_perplexity`, `eval_perplexity`
-    (their geometric mean).
+    Takes the fields of `ElmoModelArguments`, `ElmoDataArguments` and `ElmoTrainingArguments` as keyword arguments;
+    with `resume=True` the ones left out are those recorded in `output_dir`. All inputs are checked before training
+    starts. Training stops with a `ValueError` at the first step whose loss is not finite, and before saving weights
+    that are not (the checkpoints before are kept). Returns the final metrics: `train_loss`, `train_runtime`
+    (seconds), `steps` and, with evaluation files, `eval_forward_perplexity`, `eval_backward_perplexity`,
+    `eval_perplexity` (their geometric mean).
     """
-    if options is None:
-        options = _resumed_options(kwargs) if kwargs.get("resume") else BiLMTrainingOptions(**kwargs)
-    elif options.resume:
-        options = _resumed_options(dataclasses.asdict(options))
-    if options.keep_freed_memory:
+    if options.get("resume"):
+        options = _resumed_options(options)
+    model_args, data, args = parse_options(options)
+    if args.keep_freed_memory:
         keep_freed_memory()
-    output_dir = _prepare_output_dir(options)
+    output_dir = _prepare_output_dir(model_args, data, args)
     created = not output_dir.exists()
-    check_text_files(options.train_files, "training")
-    if options.eval_files:
-        check_text_files(options.eval_files, "evaluation")
-    tokenizer, config = _tokenizer_and_config(options)
-
-    args = _training_arguments(options, has_eval=bool(options.eval_files))
-    _check_training_memory(options, config, args.device)
-    resume_from = _last_complete_checkpoint(output_dir, args.world_size, options.stream) if options.resume else None
+    check_text_files(data.train_files, "training")
+    if data.eval_files:
+        check_text_files(data.eval_files, "evaluation")
+    tokenizer, config = _tokenizer_and_config(model_args, data)
+    _check_training_memory(args, config)
+    resume_from = _last_complete_checkpoint(output_dir, args.world_size, data.stream) if args.resume else None
+    # What --resume fills in and checks: a resumed run must be the same run.
+    record = {**dataclasses.asdict(model_args), **dataclasses.asdict(data)}
+    record.update({k: v for k, v in options.items() if k not in record}, **{k: getattr(args, k) for k in OWN_TRAINING_FIELDS})
     try:
-        return _train(options, output_dir, tokenizer, config, args, resume_from)
+        return _train(model_args, data, args, output_dir, tokenizer, config, resume_from, record)
     except BaseException:
         if args.process_index == 0:
             shutil.rmtree(output_dir / STAGING_DIR, ignore_errors=True)
-            if not options.resume:
+            if not args.resume:
                 _remove_run_leftovers(output_dir, created)
         raise
 
 
-def _train(options, output_dir, tokenizer, config, args, resume_from) -> dict:
-    model = _build_model(options, config)  # before the data: --init-from problems are found before any work
-    cache_dir, words = options.data_cache_dir, None
+def _train(model_args, data, args, output_dir, tokenizer, config, resume_from, record) -> dict:
+    model = _build_model(model_args, config, args.seed)  # before the data: --init-from problems are found first
+    words = None
     with args.main_process_first(desc="preparing the data"):
-        if options.stream:
+        if data.stream:
             train_dataset = StreamWindowDataset(
-                list(iter_sentences(options.train_files, options.split, tokenizer)),
+                list(iter_sentences(data.train_files, data.split, tokenizer)),
                 tokenizer,
-                rows=options.batch_size * args.world_size,
-                window=options.window,
-                seed=options.seed,
-                epochs=options.epochs,
-                steps=options.max_steps * options.gradient_accumulation_steps if options.max_steps > 0 else None,
+                rows=args.per_device_train_batch_size * args.world_size,
+                window=data.window,
+                seed=args.seed,
+                epochs=args.num_train_epochs,
+                steps=args.max_steps * args.gradient_accumulation_steps if args.max_steps > 0 else None,
             )
-            eval_dataset = _eval_windows(options, tokenizer, cache_dir, None)
-        elif options.streaming:
+            eval_dataset = _eval_windows(data, tokenizer, None)
+            # Streams are one pass holding every epoch, read in order.
+            args.num_train_epochs, args.train_sampling_strategy = 1, "sequential"
+        elif data.streaming:
             train_dataset = load_bilm_dataset(
-                options.train_files, tokenizer, options.window, options.split, True, cache_dir, "training"
-            )
-            eval_dataset = _eval_windows(options, tokenizer, cache_dir, None)
+                data.train_files, tokenizer, data.window, data.split, True, data.data_cache_dir, "training"
+            ).shuffle(seed=args.seed, buffer_size=10_000)
+            eval_dataset = _eval_windows(data, tokenizer, None)
         else:
             # One table for both: the collator makes the training and the evaluation batches.
-            words = WordTable.of_files([*options.train_files, *options.eval_files], tokenizer, options.split)
+            words = WordTable.of_files([*data.train_files, *data.eval_files], tokenizer, data.split)
             train_dataset = load_compact_bilm_dataset(
-                options.train_files, words, tokenizer, options.window, options.split, cache_dir, "training"
+                data.train_files, words, tokenizer, data.window, data.split, data.data_cache_dir, "training"
             )
-            eval_dataset = _eval_windows(options, tokenizer, cache_dir, words)
-    if options.streaming:
-        train_dataset = train_dataset.shuffle(seed=options.seed, buffer_size=10_000)
+            eval_dataset = _eval_windows(data, tokenizer, words)
+    if eval_dataset is None:
+        args.eval_strategy = IntervalStrategy.NO
 
-    if args.process_index == 0 and not options.resume:
-        # What --resume fills in and checks: a resumed run must be the same run.
+    if args.process_index == 0 and not args.resume:
         output_dir.mkdir(parents=True, exist_ok=True)
-        write_atomically(output_dir / OPTIONS_FILE, json.dumps(dataclasses.asdict(options), indent=2) + "\n")
+        write_atomically(output_dir / OPTIONS_FILE, json.dumps(record, indent=2, default=os.fspath) + "\n")
     softmax = "full softmax"
     if model.uses_sampled_softmax():
         softmax = f"sampled softmax ({config.num_softmax_samples} negatives)"
-    layout = f"windows of {options.window} positions, batch {options.batch_size} per process"
-    if options.stream:
+    batch = args.per_device_train_batch_size
+    layout = f"windows of {data.window} positions, batch {batch} per process"
+    steps_per_epoch = None
+    if data.stream:
+        steps_per_epoch = train_dataset.steps_per_epoch
         layout = (
-            f"{options.batch_size} continuous streams per process in pieces of {options.window} positions, "
-            f"{train_dataset.steps_per_epoch:,} steps per epoch"
+            f"{batch} continuous streams per process in pieces of {data.window} positions, "
+            f"{steps_per_epoch:,} steps per epoch"
         )
     processes = f"{args.world_size} process" + ("es" if args.world_size > 1 else "")
     _log(
         f"ElmoForBiLM: {sum(p.numel() for p in model.parameters()):,} parameters, {softmax} in training; {layout}; "
         f"{processes} training."
     )
-    steps_per_epoch = None
-    if options.stream:
-        steps_per_epoch = train_dataset.steps_per_epoch
-    elif words is not None:
-        steps_per_epoch = _steps_per_epoch(len(train_dataset), options, args.world_size)
+    if words is not None:
+        steps_per_epoch = _steps_per_epoch(len(train_dataset), args)
         _log(
             f"Training data: {len(train_dataset):,} windows, {window_positions(train_dataset):,} positions, "
             f"{steps_per_epoch:,} steps per epoch."
         )
 
     optimizer = None
-    if options.optimizer == "adagrad":
-        optimizer = (
-            Adagrad,
-            {
-                "lr": options.learning_rate,
-                "initial_accumulator_value": options.adagrad_initial_accumulator / options.window**2,
-                # bilm-tf's Adagrad adds no epsilon (its accumulator starts above 0); PyTorch's 1e-10 at the mean's
-                # scale would be window x 1e-10 at the original's.
-                "eps": 0.0,
-            },
-        )
-    trainer = (StreamTrainer if options.stream else ElmoTrainer)(
+    if args.optim == OptimizerNames.ADAGRAD:
+        # bilm-tf's Adagrad adds no epsilon (its accumulator starts above 0); PyTorch's 1e-10 at the mean's scale
+        # would be window x 1e-10 at the original's.
+        accumulator = args.adagrad_initial_accumulator / data.window**2
+        optimizer = (Adagrad, {"lr": args.learning_rate, "initial_accumulator_value": accumulator, "eps": 0.0})
+    trainer = (StreamTrainer if data.stream else ElmoTrainer)(
         model=model,
         args=args,
-        data_collator=DataCollatorForBiLMStreams() if options.stream else DataCollatorForBiLM(words=words),
+        data_collator=DataCollatorForBiLMStreams() if data.stream else DataCollatorForBiLM(words=words),
         train_dataset=train_dataset,
         eval_dataset=eval_dataset,
         optimizer_cls_and_kwargs=optimizer,
         callbacks=[
-            *([TimeLimitCallback(options.max_minutes)] if options.max_minutes else []),
+            *([TimeLimitCallback(args.max_minutes)] if args.max_minutes else []),
             *([EpochTimeCallback(steps_per_epoch)] if steps_per_epoch else []),
         ],
         word_tokenizer=tokenizer,
+        clip_norm=args.all_clip_norm_val / data.window,
     )
-    if options.stream and resume_from is not None:
+    staging = CheckpointStaging(trainer, resume_from)
+    trainer.add_callback(staging)  # after the callbacks that decide to save
+    if data.stream and resume_from is not None:
         trainer.load_carried_state(resume_from)
-    result = trainer.train(resume_from_checkpoint=None if resume_from is None else str(resume_from))
+    try:
+        result = trainer.train(resume_from_checkpoint=None if resume_from is None else str(resume_from))
+    except LOAD_ERRORS + (ValueError,) as error:
+        if resume_from is None or trainer.started:
+            raise
+        what = "random state" if staging.loaded else "model weights, optimizer or scheduler state"
+        with _one_line_load_errors(resume_from, what, LOAD_ERRORS if staging.loaded else LOAD_ERRORS + (ValueError,)):
+            raise error
     trainer.check_finite(weights=True)
-    if options.stream:
+    if data.stream:
         # Trained on carried states, the model starts best from a warm state, not from zeros.
-        sentences = list(itertools.islice(iter_sentences(options.train_files, options.split, tokenizer), 2000))
+        sentences = list(itertools.islice(iter_sentences(data.train_files, data.split, tokenizer), 2000))
         model.elmo.set_warm_state(estimate_warm_state(model.elmo, sentences, tokenizer))
         _log(f"Warm start state estimated from the first {len(sentences):,} training sentences.")
     # The final model, like each checkpoint, is written aside and moved into place when complete.
@@ -1066,11 +1124,8 @@ def _train(options, output_dir, tokenizer, config, args, resume_from) -> dict:
             for path in staging.iterdir():
                 os.replace(path, output_dir / path.name)
         staging.rmdir()
-    metrics = {
-        "train_loss": result.training_loss,
-        "train_runtime": result.metrics["train_runtime"],
-        "steps": result.global_step,
-    }
+    metrics = {"train_loss": result.training_loss, "train_runtime": result.metrics["train_runtime"]}
+    metrics["steps"] = result.global_step
     if eval_dataset is not None:
         last = trainer.state.log_history[-2] if len(trainer.state.log_history) > 1 else {}
         just_evaluated = "eval_perplexity" in last and last.get("step") == trainer.state.global_step
@@ -1083,15 +1138,13 @@ def _train(options, output_dir, tokenizer, config, args, resume_from) -> dict:
     return metrics
 
 
-COMMAND_OPTIONS = BiLMTrainingOptions
-"""`hf-elmo train` takes the fields of this dataclass as its options (`cli` builds them with `HfArgumentParser`)."""
-
-
 def run(args: argparse.Namespace) -> int:
-    names = {f.name for f in dataclasses.fields(BiLMTrainingOptions)}
+    names = set(_fields())
     given = getattr(args, "given", names)  # the options on the command line: with --resume the others are recorded
     train_bilm(**{k: v for k, v in vars(args).items() if k in names and k in given})
     return 0
 
 
-__all__ = ["BiLMTrainingOptions", "ElmoTrainer", "load_config", "train_bilm"]
+__all__ = [
+    "ElmoDataArguments", "ElmoModelArguments", "ElmoTrainer", "ElmoTrainingArguments", "load_config", "train_bilm"
+]
