@@ -389,6 +389,21 @@ CASES = {
         r"^error: link: is a symbolic link; give the folder itself or a new name$",
         [write("elsewhere/notes.txt", "mine"), symlink("link", "elsewhere")],
     ),
+    # --- training options: ELMo's next to Trainer's TrainingArguments (hf-elmo train) ---
+    "train without --output-dir": Case(
+        "train --train-files corpus.txt --config B --data-cache-dir cache",
+        r"^error: output_dir \(--output_dir\) is needed: the folder of the run\.$",
+    ),
+    "train: Trainer's --resume-from-checkpoint instead of --resume": Case(
+        f"{TRAIN} --resume-from-checkpoint run/checkpoint-1",
+        r"^error: --resume_from_checkpoint: give --resume, which continues from the run's last checkpoint\.$",
+    ),
+    "train: --all-clip-norm-val -1": Case(
+        f"{TRAIN} --all-clip-norm-val -1", r"^error: all_clip_norm_val must be >= 0, got -1\.0\.$"
+    ),
+    "train: --per-device-eval-batch-size 0": Case(
+        f"{TRAIN} --per-device-eval-batch-size 0", r"^error: per_device_eval_batch_size must be >= 1, got 0\.$"
+    ),
     # --- silent wrong answers: NaN, zero sizes, options that do not describe the weights ---
     "convert: NaN cell_clip in options.json": Case(
         "convert --options d/options.json --weights d/lm_weights.hdf5 --output-dir out",

@@ -519,6 +519,19 @@ def test_clipping_inside_adagrads_step_trains_the_same(corpus, tmp_path, monkeyp
     assert expected.keys() == actual.keys() and all(torch.equal(expected[k], actual[k]) for k in expected)
 
 
+def test_trainer_options_reach_trainer(corpus, tmp_path):
+    """Any `TrainingArguments` option works on the command line, here the learning-rate schedule: linear decay from
+    --learning-rate to 0 over the run, each step logging the rate it used."""
+    arguments = ["train", "--train-files", str(corpus / "small.txt"), "--config", str(corpus / "tiny.json"),
+                 "--output-dir", str(tmp_path / "run"), "--data-cache-dir", str(corpus / "cache"), "--disable-tqdm",
+                 "--max-steps", "4", "--save-steps", "4", "--logging-steps", "1", "--learning-rate", "0.2",
+                 "--lr-scheduler-type", "linear", "--per-device-train-batch-size", "8", "--num-softmax-samples", "0"]
+    assert cli_main(arguments) == 0
+    history = json.loads((tmp_path / "run/checkpoint-4/trainer_state.json").read_text())["log_history"]
+    rates = [entry["learning_rate"] for entry in history if "learning_rate" in entry]
+    assert rates == pytest.approx([0.2 * (4 - step) / 4 for step in range(4)], rel=1e-12)
+
+
 def test_loader_defaults_follow_the_device(tmp_path):
     on_gpu = torch.cuda.is_available()
     arguments = ElmoTrainingArguments(output_dir=str(tmp_path / "out"))
