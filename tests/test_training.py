@@ -163,7 +163,8 @@ def test_two_processes_train_like_one_with_the_same_global_batch(corpus, tmp_pat
     assert cli_main(common + ["--per-device-train-batch-size", "8", "--output-dir", str(tmp_path / "single"),
                               "--data-cache-dir", str(tmp_path / "cache-single")]) == 0
     # Gradient accumulation is the same global batch once more: the loss is normalised by all its targets.
-    assert cli_main(common + ["--per-device-train-batch-size", "4", "--gradient-accumulation-steps", "2", "--output-dir",
+    assert cli_main(common + ["--per-device-train-batch-size", "4", "--gradient-accumulation-steps", "2",
+                              "--output-dir",
                               str(tmp_path / "accumulated"), "--data-cache-dir", str(tmp_path / "cache-single")]) == 0
 
     def losses(run):
@@ -283,7 +284,8 @@ def crash_at(monkeypatch, method, step, error=KeyboardInterrupt):
 
 
 def short_run(corpus, output_dir, **overrides):
-    values = dict(train_files=[corpus / "small.txt"], max_steps=6, save_steps=2, per_device_train_batch_size=8, num_softmax_samples=64,
+    values = dict(train_files=[corpus / "small.txt"], max_steps=6, save_steps=2, per_device_train_batch_size=8,
+                  num_softmax_samples=64,
                   save_total_limit=3)
     return options(corpus, output_dir, **{**values, **overrides})
 
@@ -345,7 +347,8 @@ def test_damaged_checkpoint_is_one_line(corpus, tmp_path, capsys):
     capsys.readouterr()
     assert cli_main(arguments) == 2
     error = capsys.readouterr().err.strip().split("\n")[-1]
-    assert re.fullmatch(r"error: --resume: \S+checkpoint-2: cannot read the model weights, optimizer or scheduler state \(.*\)\.",
+    assert re.fullmatch(r"error: --resume: \S+checkpoint-2: cannot read the model weights, optimizer or scheduler "
+                        r"state \(.*\)\.",
                         error), error
 
 

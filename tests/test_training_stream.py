@@ -156,7 +156,8 @@ def test_two_processes_stream_like_one_with_all_rows(corpus, tmp_path, monkeypat
         "--save-steps", "3", "--dropout", "0", "--num-softmax-samples", "0", "--disable-tqdm",
     ]
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "hf_elmo.cli"]
-    result = subprocess.run(command + common + ["--per-device-train-batch-size", "2", "--output-dir", str(tmp_path / "ddp")],
+    result = subprocess.run(command + common + ["--per-device-train-batch-size", "2",
+                                                "--output-dir", str(tmp_path / "ddp")],
                             env=env, capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
     assert cli_main(common + ["--per-device-train-batch-size", "4", "--output-dir", str(tmp_path / "single")]) == 0

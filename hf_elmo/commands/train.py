@@ -168,8 +168,8 @@ class ElmoDataArguments:
     )
 
     def __post_init__(self):
-        self.train_files = [os.fspath(f) for f in ([self.train_files] if _is_path(self.train_files) else self.train_files)]
-        self.eval_files = [os.fspath(f) for f in ([self.eval_files] if _is_path(self.eval_files) else self.eval_files)]
+        self.train_files = [os.fspath(f) for f in _as_list(self.train_files)]
+        self.eval_files = [os.fspath(f) for f in _as_list(self.eval_files)]
         if not self.train_files:
             raise ValueError("train_files (--train_files) must name at least one text file, got none.")
         if self.split not in SPLITS:
@@ -185,8 +185,8 @@ class ElmoDataArguments:
             raise ValueError(f"window must be >= 3 positions (<S>, one word, </S>), got {self.window}.")
 
 
-def _is_path(value) -> bool:
-    return isinstance(value, (str, os.PathLike))
+def _as_list(files) -> list:
+    return [files] if isinstance(files, (str, os.PathLike)) else files
 
 
 @dataclass
@@ -204,7 +204,7 @@ class ElmoTrainingArguments(TrainingArguments):
     num_train_epochs: float = _option(10.0)
     max_grad_norm: float = _option(0.0, help="Trainer's clip of the mean loss's gradient; see --all_clip_norm_val")
     logging_steps: float = _option(100)
-    eval_strategy: IntervalStrategy | str = _option("steps", help="evaluation every --eval_steps when there are --eval_files")
+    eval_strategy: IntervalStrategy | str = _option("steps", help="every --eval_steps when there are --eval_files")
     eval_steps: float = _option(1250)
     save_steps: float = _option(1250)
     save_total_limit: int | None = _option(2)
@@ -295,7 +295,9 @@ def parse_options(options: dict) -> tuple[ElmoModelArguments, ElmoDataArguments,
     if unknown:
         raise TypeError(f"Unknown training options: {', '.join(sorted(unknown))}.")
     names = [{f.name for f in dataclasses.fields(kind) if f.init} for kind in COMMAND_OPTIONS]
-    model, data, training = (kind(**{k: v for k, v in options.items() if k in n}) for kind, n in zip(COMMAND_OPTIONS, names))
+    model, data, training = (
+        kind(**{k: v for k, v in options.items() if k in n}) for kind, n in zip(COMMAND_OPTIONS, names)
+    )
     if data.streaming and training.max_steps <= 0:
         raise ValueError("Streaming data has no known length: give max_steps (--max_steps) as well.")
     return model, data, training
@@ -858,7 +860,8 @@ class StreamTrainer(ElmoTrainer):
         super().complete_checkpoint(folder)
         if self.carried is not None:
             hidden, memory = (t.contiguous().cpu() for t in self.carried)
-            save_file({"hidden": hidden, "memory": memory}, folder / STREAM_STATE_FILE.format(rank=self.args.process_index))
+            path = folder / STREAM_STATE_FILE.format(rank=self.args.process_index)
+            save_file({"hidden": hidden, "memory": memory}, path)
 
     def load_carried_state(self, checkpoint: str | os.PathLike):
         """Restores this process's carried state from `checkpoint` (a folder `complete_checkpoint` wrote into)."""
@@ -1002,7 +1005,8 @@ def train_bilm(**options) -> dict:
     resume_from = _last_complete_checkpoint(output_dir, args.world_size, data.stream) if args.resume else None
     # What --resume fills in and checks: a resumed run must be the same run.
     record = {**dataclasses.asdict(model_args), **dataclasses.asdict(data)}
-    record.update({k: v for k, v in options.items() if k not in record}, **{k: getattr(args, k) for k in OWN_TRAINING_FIELDS})
+    record.update({k: v for k, v in options.items() if k not in record})
+    record.update({k: getattr(args, k) for k in OWN_TRAINING_FIELDS})
     try:
         return _train(model_args, data, args, output_dir, tokenizer, config, resume_from, record)
     except BaseException:
