@@ -433,13 +433,13 @@ def test_batches_checked_on_the_host_train_the_same_and_bad_values_still_stop(co
     """On a GPU each batch is checked on the host (by the data loader) and the model skips its checks of values,
     each a wait for the GPU. Forced on here: the run must be the same, the model must see the skip, and a bad batch
     must still stop it, before the model runs."""
-    from hf_elmo.commands import train as training_module
+    from hf_elmo import trainer_bilm
     from hf_elmo.data_bilm import DataCollatorForBiLM
     from hf_elmo.input_checks import values_checked
 
     with_eval = dict(eval_files=[corpus / "valid.txt"], eval_steps=3)
     plain = train_bilm(**short_run(corpus, tmp_path / "plain", **with_eval))
-    monkeypatch.setattr(training_module, "_on_accelerator", lambda args: True)
+    monkeypatch.setattr(trainer_bilm, "_on_accelerator", lambda args: True)
     seen = []
     forward = ElmoForBiLM.forward
 
@@ -465,7 +465,7 @@ def test_batches_checked_on_the_host_train_the_same_and_bad_values_still_stop(co
     expected = r"labels must be word ids in \[0, \d+\] or -100 \(no target\), found 1000000"
     with pytest.raises(ValueError, match=expected) as error:
         train_bilm(**short_run(corpus, tmp_path / "bad"))
-    assert seen == [] and any(entry.name == "__call__" and "commands/train" in str(entry.path) for entry in error.traceback)
+    assert seen == [] and any(entry.name == "__call__" and "trainer_bilm" in str(entry.path) for entry in error.traceback)
 
 
 def test_values_checked_on_host_skips_only_the_checks_of_values():
@@ -487,8 +487,8 @@ def test_clipping_inside_adagrads_step_trains_the_same(corpus, tmp_path, monkeyp
     """`hf-elmo train` clips in the optimizer, inside Adagrad's step (`Adagrad.clip_grad_norm_`, one pass over the
     gradients less): the same weights to the bit as clipping the gradients right before the step, as bilm-tf does
     (`g * max_norm / max(norm, max_norm)`), which is in effect at every step here; `Trainer` logs the norms."""
+    from hf_elmo import trainer_bilm
     from hf_elmo.adagrad import Adagrad
-    from hf_elmo.commands import train as training_module
 
     norms = []
 
@@ -509,7 +509,7 @@ def test_clipping_inside_adagrads_step_trains_the_same(corpus, tmp_path, monkeyp
     )
     train_bilm(**short_run(corpus, tmp_path / "deferred", **run))
     assert deferred_calls == [(0.05 / 22,)] * 6
-    monkeypatch.setattr(training_module, "clip_in_optimizer", clip_before_the_step)
+    monkeypatch.setattr(trainer_bilm, "clip_in_optimizer", clip_before_the_step)
     train_bilm(**short_run(corpus, tmp_path / "before", **run))
     assert len(deferred_calls) == 6 and len(norms) == 6 and all(norm > 0.05 / 22 for norm in norms)
 
