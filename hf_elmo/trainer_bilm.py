@@ -6,6 +6,7 @@ runs, and the checks a run makes before it starts (`last_complete_checkpoint`, `
 """
 
 import contextlib
+import itertools
 import json
 import math
 import os
@@ -15,6 +16,7 @@ import shutil
 import time
 from pathlib import Path
 
+import numpy as np
 import torch
 from accelerate.utils import DistributedType
 from safetensors import SafetensorError
@@ -26,11 +28,12 @@ from transformers.training_args import OptimizerNames
 
 from .adagrad import Adagrad
 from .configuration_elmo import ElmoConfig
+from .data_bilm import iter_sentences
 from .file_io import ElmoInputError, deferred_signals
 from .input_checks import check_bilm_batch, values_checked_on_host
 from .model_io import check_finite_weights, safetensors_shapes
 from .tokenization_elmo import ElmoTokenizer
-from .word_vocabulary import WORD_VOCABULARY_FILE
+from .word_vocabulary import WORD_VOCABULARY_FILE, WORD_VOCABULARY_SPECIALS
 
 STAGING_DIR = ".staging"
 """Folder in the output folder where a checkpoint or the final model is written, then moved into place."""
@@ -99,6 +102,38 @@ def last_complete_checkpoint(output_dir: Path, world_size: int, stream: bool = F
         + "."
     )
 
+
+
+ORDER_SAMPLE_LINES = 100_000
+
+
+def check_frequency_order(words: list[str], train_files: list[str], split: str, source: str):
+    """The sampled softmax draws word ids log-uniformly, i.e. as if id order were frequency order: a vocabulary in
+    another order (alphabetical, shuffled) trains with badly wrong negatives. Refused when the ids and the word counts
+    of the first lines of the training files are not clearly anti-correlated (a sorted vocabulary gives about -1, also
+    one sorted on another corpus of the language; alphabetical or shuffled ones about 0)."""
+    index = {word: i for i, word in enumerate(words)}
+    counts = np.zeros(len(words))
+    lines = itertools.islice(iter_sentences(train_files, split, ElmoTokenizer()), ORDER_SAMPLE_LINES)
+    for sentence in lines:
+        for word in sentence:
+            if word in index:
+                counts[index[word]] += 1
+    counts = counts[len(WORD_VOCABULARY_SPECIALS) :]
+    if counts.size < 3 or counts.min() == counts.max():
+        return
+    ranks = np.empty(counts.size)
+    ranks[np.argsort(counts, kind="stable")] = np.arange(counts.size)
+    values, inverse = np.unique(counts, return_inverse=True)
+    ranks = (np.bincount(inverse, ranks) / np.bincount(inverse))[inverse]  # ties share their mean rank
+    correlation = float(np.corrcoef(np.arange(counts.size), ranks)[0, 1])
+    if correlation > -0.2:
+        raise ValueError(
+            f"The vocabulary ({source}) is not ordered by frequency: the rank correlation of word id and count in the "
+            f"first lines of the training files is {correlation:+.2f} (about -1 when sorted). The sampled softmax "
+            "draws ids as if they were: sort the words, most frequent first (hf-elmo vocab does), or train with the "
+            "full softmax (--num-softmax-samples 0)."
+        )
 
 
 def _memory_available(device: torch.device) -> tuple[int, str]:
@@ -305,6 +340,23 @@ class ElmoTrainer(Trainer):
         if "loss" in logs:  # the training loss, which Trainer has just waited for
             self.check_finite()
         super().log(logs, start_time)
+
+    def save_final_model(self):
+        """Saves the model and the tokenizer into the output folder as each checkpoint: written aside, then moved into
+        place when complete."""
+        staging = self.run_dir / STAGING_DIR
+        if self.is_world_process_zero():
+            shutil.rmtree(staging, ignore_errors=True)  # what an interrupted save may have left
+        self.accelerator.wait_for_everyone()
+        self.save_model(str(staging))
+        if self.is_world_process_zero():
+            self.word_tokenizer.save_pretrained(staging)
+        self.accelerator.wait_for_everyone()
+        if self.is_world_process_zero():
+            with deferred_signals():
+                for path in staging.iterdir():
+                    os.replace(path, self.run_dir / path.name)
+            staging.rmdir()
 
     def complete_checkpoint(self, folder: Path):
         """Adds what `Trainer` does not write to the checkpoint in `folder`: the tokenizer, so that every checkpoint

@@ -15,17 +15,12 @@ equals `lr * g' / sqrt(a0 / c^2 + sum g'^2)`, and clipping `g` to norm `n` is cl
 by `window` and `window ** 2` in the optimizer, which also does the clipping (`clip_in_optimizer`); `Trainer`'s own
 `--max_grad_norm` (off by default) would clip the mean loss's gradient before it.
 
-Runs unchanged under `torchrun --nproc_per_node=N` and `accelerate launch --multi_gpu --num_processes N` (DDP; without
-`--multi_gpu` accelerate starts one process on a machine without a GPU, which the log's process count shows): the batch
-size is per process, and the loss is normalised by the number of targets over all processes, so N processes with
-batch b train like one process with batch N * b.
+Runs unchanged under `torchrun` and `accelerate launch --multi_gpu` (DDP): the batch size is per process, and the
+loss is normalised by the targets of all processes, so N processes with batch b train like one with batch N * b.
 
-The examples are windows of whole sentences, each from the start state (`data_bilm`). `--stream` trains the way
-bilm-tf did instead: every batch row reads one continuous stream of the (each epoch reshuffled) sentences in pieces of
-`window` positions, its LSTM state carried from batch to batch (`StreamTrainer`, data in `streams_bilm`); the carried
-states are saved with each checkpoint (one file per process) and restored by `--resume`, and the saved model gets a
-warm start state estimated from the first 2,000 training sentences. On the bundled Shakespeare at equal wall-clock the
-windows gave the better model (docs/warm-state.md), so they stay the default.
+The examples are windows of whole sentences, each from the start state (`data_bilm`); `--stream` trains the way
+bilm-tf did instead, every batch row reading one continuous stream with its LSTM state carried from batch to batch
+(`StreamTrainer`, `streams_bilm`; docs/training.md).
 """
 
 import argparse
@@ -38,7 +33,6 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
 import torch
 from transformers import TrainingArguments, set_seed
 from transformers.trainer_utils import IntervalStrategy, SchedulerType
@@ -60,7 +54,7 @@ from ..data_bilm import (
     load_compact_bilm_dataset,
     window_positions,
 )
-from ..file_io import ElmoInputError, check_not_an_input, deferred_signals, read_json_object, write_atomically
+from ..file_io import ElmoInputError, check_not_an_input, read_json_object, write_atomically
 from ..freed_memory import keep_freed_memory
 from ..hub_elmo import add_origin, describe_source
 from ..modeling_elmo import ElmoForBiLM
@@ -74,6 +68,7 @@ from ..trainer_bilm import (
     EpochTimeCallback,
     StreamTrainer,
     TimeLimitCallback,
+    check_frequency_order,
     check_training_memory,
     checkpoints,
     last_complete_checkpoint,
@@ -82,7 +77,7 @@ from ..trainer_bilm import (
     optimizer_steps_per_epoch,
 )
 from ..warm_state import estimate_warm_state
-from ..word_vocabulary import WORD_VOCABULARY_FILE, WORD_VOCABULARY_SPECIALS, read_word_vocabulary
+from ..word_vocabulary import WORD_VOCABULARY_FILE, read_word_vocabulary
 
 OPTIONS_FILE = TRAINING_OPTIONS_FILE
 # may start in a folder holding only these).
@@ -458,45 +453,13 @@ def _tokenizer_and_config(model: ElmoModelArguments, data: ElmoDataArguments) ->
                 "softmax rows belong to its own words; use the checkpoint's vocab.txt."
             )
     if not source.startswith("built") and 0 < model.num_softmax_samples < len(words):
-        _check_frequency_order(words, data, source)
+        check_frequency_order(words, data.train_files, data.split, source)
     config.vocab_size = len(words)
     config.dropout = model.dropout
     config.num_softmax_samples = model.num_softmax_samples
     config.validate_architecture()
     log_once(f"Word vocabulary: {len(words):,} words, {source}.")
     return tokenizer, config
-
-
-ORDER_SAMPLE_LINES = 100_000
-
-
-def _check_frequency_order(words: list[str], data: ElmoDataArguments, source: str):
-    """The sampled softmax draws word ids log-uniformly, i.e. as if id order were frequency order: a vocabulary in
-    another order (alphabetical, shuffled) trains with badly wrong negatives. Refused when the ids and the word counts
-    of the first lines of the training files are not clearly anti-correlated (a sorted vocabulary gives about -1, also
-    one sorted on another corpus of the language; alphabetical or shuffled ones about 0)."""
-    index = {word: i for i, word in enumerate(words)}
-    counts = np.zeros(len(words))
-    lines = itertools.islice(iter_sentences(data.train_files, data.split, ElmoTokenizer()), ORDER_SAMPLE_LINES)
-    for sentence in lines:
-        for word in sentence:
-            if word in index:
-                counts[index[word]] += 1
-    counts = counts[len(WORD_VOCABULARY_SPECIALS) :]
-    if counts.size < 3 or counts.min() == counts.max():
-        return
-    ranks = np.empty(counts.size)
-    ranks[np.argsort(counts, kind="stable")] = np.arange(counts.size)
-    values, inverse = np.unique(counts, return_inverse=True)
-    ranks = (np.bincount(inverse, ranks) / np.bincount(inverse))[inverse]  # ties share their mean rank
-    correlation = float(np.corrcoef(np.arange(counts.size), ranks)[0, 1])
-    if correlation > -0.2:
-        raise ValueError(
-            f"The vocabulary ({source}) is not ordered by frequency: the rank correlation of word id and count in the "
-            f"first lines of the training files is {correlation:+.2f} (about -1 when sorted). The sampled softmax "
-            "draws ids as if they were: sort the words, most frequent first (hf-elmo vocab does), or train with the "
-            "full softmax (--num-softmax-samples 0)."
-        )
 
 
 def _build_model(model_args: ElmoModelArguments, config: ElmoConfig, seed: int) -> ElmoForBiLM:
@@ -669,20 +632,7 @@ def _train(model_args, data, args, output_dir, tokenizer, config, resume_from, r
         sentences = list(itertools.islice(iter_sentences(data.train_files, data.split, tokenizer), 2000))
         model.elmo.set_warm_state(estimate_warm_state(model.elmo, sentences, tokenizer))
         log_once(f"Warm start state estimated from the first {len(sentences):,} training sentences.")
-    # The final model, like each checkpoint, is written aside and moved into place when complete.
-    staging = output_dir / STAGING_DIR
-    if trainer.is_world_process_zero():
-        shutil.rmtree(staging, ignore_errors=True)  # what an interrupted save may have left
-    trainer.accelerator.wait_for_everyone()
-    trainer.save_model(str(staging))
-    if trainer.is_world_process_zero():
-        tokenizer.save_pretrained(staging)
-    trainer.accelerator.wait_for_everyone()
-    if trainer.is_world_process_zero():
-        with deferred_signals():
-            for path in staging.iterdir():
-                os.replace(path, output_dir / path.name)
-        staging.rmdir()
+    trainer.save_final_model()
     metrics = {"train_loss": result.training_loss, "train_runtime": result.metrics["train_runtime"]}
     metrics["steps"] = result.global_step
     if eval_dataset is not None:
