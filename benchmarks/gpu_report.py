@@ -23,7 +23,7 @@ Sections, each printed as a table (and all of them again at the end):
    the character encoder alone, forward and backward, with its fused kernels and without.
 4. Profile of a training step at batch 128 (original size): tokens/s with a synchronisation after each step and with
    steps issued back to back (the host running ahead, as in training), the share of the step in which a kernel runs,
-   kernels per step and launch calls per step, for the benchmark loop and for `Trainer` (`hf_elmo.train_bilm` on a
+   kernels per step and launch calls per step, for the benchmark loop and for `Trainer` (`hf_elmo.commands.train` on a
    generated corpus, with the host's time to read and collate one of its batches); and for the GPU path's loop,
    where the kernel time of a step goes (matrix products, the LSTM's elementwise kernels, Adagrad, copies, ...);
    the same for an inference batch at the bfloat16 inference target's batch (4,096 x 20).
@@ -466,12 +466,12 @@ def profile_steps(step, steps: int, label: str = "", kinds_title: str | None = N
 
 
 def trainer_profile(dtype: str, steps: int = 30) -> list:
-    """`hf_elmo.train_bilm` on a generated corpus (original size, 100,000 words, batch 128): tokens/s over steps
+    """`hf_elmo.commands.train` on a generated corpus (original size, 100,000 words, batch 128): tokens/s over steps
     after the first ten, and a profiled window of five steps."""
     from torch.profiler import ProfilerActivity, profile
     from transformers import TrainerCallback
 
-    from hf_elmo import train_bilm as training_module
+    from hf_elmo.commands import train as training_module
     from hf_elmo.data_bilm import load_bilm_dataset
     from hf_elmo.word_vocabulary import read_word_vocabulary
 
@@ -512,7 +512,7 @@ def trainer_profile(dtype: str, steps: int = 30) -> list:
             training_module.train_bilm(
                 output_dir=str(folder / "out"), train_files=[str(folder / "corpus.txt")], vocab=str(folder / "vocab.txt"),
                 config="original", max_steps=steps, save_steps=10_000, logging_steps=10_000, bf16=dtype == "bfloat16",
-                disable_progress_bar=True, dataloader_workers=2,
+                disable_tqdm=True, dataloader_num_workers=2,
             )  # fmt: skip
         finally:
             training_module.ElmoTrainer = original_trainer
@@ -523,7 +523,7 @@ def trainer_profile(dtype: str, steps: int = 30) -> list:
     times = np.diff(timing.times[10:])
     tokens_per_second = 128 * 20 / float(np.median(times))
     share, kernels, launches = timing.profile
-    return [f"Trainer (hf_elmo.train_bilm), {dtype}", f"{tokens_per_second:,.0f}", f"{tokens_per_second:,.0f}", f"{share:.0%}", f"{kernels:,.0f}", f"{launches:,.0f}", f"{read_ms:.1f}"]  # fmt: skip
+    return [f"Trainer (hf_elmo.commands.train), {dtype}", f"{tokens_per_second:,.0f}", f"{tokens_per_second:,.0f}", f"{share:.0%}", f"{kernels:,.0f}", f"{launches:,.0f}", f"{read_ms:.1f}"]  # fmt: skip
 
 
 def inference_profile(batch_size: int) -> list:

@@ -28,7 +28,7 @@ from hf_elmo import ElmoConfig
 from hf_elmo.data_bilm import build_word_vocabulary, iter_sentences, pack_sentences
 from hf_elmo.perplexity_bilm import compute_perplexity, load_bilm, sentence_perplexity, stream_perplexity
 from hf_elmo.tokenization_elmo import ElmoTokenizer
-from hf_elmo.train_bilm import train_bilm
+from hf_elmo.commands.train import train_bilm
 from hf_elmo.warm_state import estimate_warm_state
 from hf_elmo.word_vocabulary import write_word_vocabulary
 
@@ -59,14 +59,14 @@ def train(mode: str, folder: Path, minutes: float, train_file: Path, vocab: Path
         split="pretokenizer",
         stream=mode == "stream",
         window=WINDOW[mode],
-        batch_size=32,
+        per_device_train_batch_size=32,
         num_softmax_samples=1024,
         max_minutes=minutes,
         max_steps=1_000_000,
         logging_steps=100,
         save_steps=1_000_000,
         data_cache_dir=str(folder / "data-cache"),
-        disable_progress_bar=True,
+        disable_tqdm=True,
     )
     runtime, steps = metrics["train_runtime"], metrics["steps"]
     # Targets per step and direction: stream rows are full; a window holds its sentences' words and </S>.

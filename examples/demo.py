@@ -3,7 +3,7 @@
     python examples/demo.py [--steps 4000] [--output-dir outputs/demo]
 
 1. Splits data/tinyshakespeare/input.txt: the first 95% of the lines to train on, the last 5% held out.
-2. Trains the `tiny` preset as an ElmoForBiLM with the transformers Trainer (`hf_elmo.train_bilm`: Adagrad as in the
+2. Trains the `tiny` preset as an ElmoForBiLM with the transformers Trainer (`hf_elmo.commands.train`: Adagrad as in the
    original, sampled softmax) for `--steps` steps from a fixed seed, so that its numbers do not depend on the
    machine's speed, and saves it (safetensors, tokenizer with its word vocabulary).
 3. Reloads the folder with AutoModel / AutoModelForPreTraining / AutoTokenizer.
@@ -21,7 +21,7 @@ from transformers import AutoModel, AutoModelForPreTraining, AutoTokenizer
 
 import hf_elmo  # noqa: F401  (registers ELMo with the Auto classes)
 from hf_elmo.perplexity_bilm import compute_perplexity, unigram_perplexity
-from hf_elmo.train_bilm import train_bilm
+from hf_elmo.commands.train import train_bilm
 
 ROOT = Path(__file__).resolve().parents[1]
 CORPUS = ROOT / "data/tinyshakespeare/input.txt"
@@ -83,7 +83,7 @@ def main():
         train_files=[train_file],
         config="tiny",
         min_count=2,
-        batch_size=32,
+        per_device_train_batch_size=32,
         num_softmax_samples=1024,
         max_steps=args.steps,
         logging_steps=250,

@@ -11,8 +11,7 @@ files and fields) or `OSError` for it, caught here. SIGTERM and SIGHUP stop a co
 import argparse
 import sys
 
-from . import train_bilm
-from .commands import convert, embed, env, export, perplexity, vocab, warm_state
+from .commands import convert, embed, env, export, perplexity, train, vocab, warm_state
 from .commands.command_line import CommandParser, DefaultsHelpFormatter, signals_as_interrupts
 
 COMMANDS = {
@@ -20,12 +19,11 @@ COMMANDS = {
     "embed": embed,
     "export": export,
     "vocab": vocab,
-    "train": train_bilm,
+    "train": train,
     "perplexity": perplexity,
     "warm-state": warm_state,
     "env": env,
 }
-TRAIN_HELP = "pre-train a biLM, or adapt one to a domain, with the transformers Trainer"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -33,7 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="hf-elmo", description="ELMo for Hugging Face transformers.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=CommandParser)
     for name, module in COMMANDS.items():
-        help_text = getattr(module, "HELP", TRAIN_HELP)
+        help_text = module.HELP
         command = commands.add_parser(
             name,
             help=help_text,

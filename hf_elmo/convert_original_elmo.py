@@ -9,7 +9,7 @@ from pathlib import Path
 
 from .file_io import MODEL_FOLDER, ElmoConversionError, check_output, write_output
 from .model_io import add_origin
-from .original_format import config_from_options, load_original_elmo  # noqa: F401  (train_bilm imports the first here)
+from .original_format import load_original_elmo
 from .tokenization_elmo import ElmoTokenizer
 from .warm_state import add_warm_state
 

@@ -236,7 +236,7 @@ BYTE_FOLDER_CHARACTERS = {
     c: i + 1 for i, c in enumerate(["<bow>", "<eow>", "<pad>", "<oov>", "<S>", "</S>", *"Thecat"])
 }
 
-TRAIN = "train --train-files corpus.txt --config B --output-dir run --disable-progress-bar --data-cache-dir cache"
+TRAIN = "train --train-files corpus.txt --config B --output-dir run --disable-tqdm --data-cache-dir cache"
 EMBED = "embed in.txt out.h5 --top --quiet"
 CONVERT = "convert --options d/options.json --weights d/lm_weights.hdf5"
 TF_CONVERT = "convert --tf-checkpoint t --vocab t/vocab.txt"
@@ -346,7 +346,7 @@ CASES = {
         [trained("earlier", "--max-steps 1")],
     ),
     "train: --learning-rate 1e30 (AdamW)": Case(
-        f"{TRAIN} --optimizer adamw --learning-rate 1e30 --max-steps 3",
+        f"{TRAIN} --optim adamw_torch --learning-rate 1e30 --max-steps 3",
         r"^error: training stopped: the loss of step 2 is (nan|inf); nothing from that step on was saved",
         [trained("earlier", "--max-steps 1")],
     ),
@@ -370,22 +370,39 @@ CASES = {
         [trained("run", "--max-steps 2 --save-steps 1"), truncate("run/checkpoint-2/model.safetensors", 100)],
     ),
     "train --resume --stream: a truncated stream state": Case(
-        f"{TRAIN} --stream --batch-size 2 --window 8 --save-steps 1 --resume --max-steps 3",
+        f"{TRAIN} --stream --per-device-train-batch-size 2 --window 8 --save-steps 1 --resume --max-steps 3",
         r"^error: --resume: run/checkpoint-2/stream_state-0\.safetensors: not a readable safetensors file \(.*\); "
         r"checkpoint-1 is intact",
-        [trained("run", "--stream --batch-size 2 --window 8 --max-steps 2 --save-steps 1"),
+        [trained("run", "--stream --per-device-train-batch-size 2 --window 8 --max-steps 2 --save-steps 1"),
          truncate("run/checkpoint-2/stream_state-0.safetensors", 10)],
     ),
     "train --resume: an option given again with another value than the recorded one": Case(
-        "train --output-dir run --resume --batch-size 128",  # the default, given: not replaced by the record
-        r"^error: --resume: the run in run has other options \(bilm_training_options\.json\): --batch-size 4 there, "
+        # the default, given: not replaced by the record
+        "train --output-dir run --resume --per-device-train-batch-size 128",
+        r"^error: --resume: the run in run has other options \(bilm_training_options\.json\): "
+        r"--per-device-train-batch-size 4 there, "
         r"128 given; leave them out to continue with the recorded ones\.$",
-        [trained("run", "--max-steps 2 --save-steps 1 --batch-size 4")],
+        [trained("run", "--max-steps 2 --save-steps 1 --per-device-train-batch-size 4")],
     ),
     "train --output-dir a symbolic link": Case(
         f"{TRAIN} --output-dir link",
         r"^error: link: is a symbolic link; give the folder itself or a new name$",
         [write("elsewhere/notes.txt", "mine"), symlink("link", "elsewhere")],
+    ),
+    # --- training options: ELMo's next to Trainer's TrainingArguments (hf-elmo train) ---
+    "train without --output-dir": Case(
+        "train --train-files corpus.txt --config B --data-cache-dir cache",
+        r"^error: output_dir \(--output_dir\) is needed: the folder of the run\.$",
+    ),
+    "train: Trainer's --resume-from-checkpoint instead of --resume": Case(
+        f"{TRAIN} --resume-from-checkpoint run/checkpoint-1",
+        r"^error: --resume_from_checkpoint: give --resume, which continues from the run's last checkpoint\.$",
+    ),
+    "train: --all-clip-norm-val -1": Case(
+        f"{TRAIN} --all-clip-norm-val -1", r"^error: all_clip_norm_val must be >= 0, got -1\.0\.$"
+    ),
+    "train: --per-device-eval-batch-size 0": Case(
+        f"{TRAIN} --per-device-eval-batch-size 0", r"^error: per_device_eval_batch_size must be >= 1, got 0\.$"
     ),
     # --- silent wrong answers: NaN, zero sizes, options that do not describe the weights ---
     "convert: NaN cell_clip in options.json": Case(
@@ -446,10 +463,14 @@ CASES = {
         "perplexity --model B corpus.txt --batch-size 0", r"batch_size must be >= 1, got 0"
     ),
     "perplexity: --window 0": Case("perplexity --model B corpus.txt --window 0", r"window must be >= 3 positions"),
-    "train: --epochs 0": Case(f"{TRAIN} --epochs 0", r"epochs must be > 0 .*got 0\.0: nothing would be trained"),
+    "train: --num-train-epochs 0": Case(
+        f"{TRAIN} --num-train-epochs 0", r"epochs must be > 0 .*got 0\.0: nothing would be trained"
+    ),
     "train: --window 0": Case(f"{TRAIN} --window 0", r"window must be >= 3 positions .*got 0"),
     "train: --learning-rate nan": Case(f"{TRAIN} --learning-rate nan", r"learning_rate must be a finite number"),
-    "train: --batch-size 0": Case(f"{TRAIN} --batch-size 0", r"batch_size must be >= 1, got 0"),
+    "train: --per-device-train-batch-size 0": Case(
+        f"{TRAIN} --per-device-train-batch-size 0", r"per_device_train_batch_size must be >= 1, got 0"
+    ),
     "train: --dropout 1": Case(f"{TRAIN} --dropout 1", r"dropout must be in \[0, 1\), got 1\.0"),
     "train: vocabulary not sorted by frequency, with the sampled softmax": Case(
         f"{TRAIN} --vocab v.txt --num-softmax-samples 2",
@@ -490,7 +511,7 @@ CASES = {
         [write("corpus.txt", b"the cat\nthe \xff dog\n")],
     ),
     "train: --init-from a folder with only a pickle checkpoint": Case(
-        "train --train-files corpus.txt --init-from P --output-dir run --disable-progress-bar --data-cache-dir cache",
+        "train --train-files corpus.txt --init-from P --output-dir run --disable-tqdm --data-cache-dir cache",
         r"P: ELMo loads weights only from safetensors",
         [pickle_only_model],
     ),
@@ -1337,10 +1358,11 @@ def test_sigterm_while_a_checkpoint_is_written_keeps_the_earlier_ones(workspace)
     import subprocess
     import sys
 
-    command = (f"{TRAIN} --batch-size 1 --max-steps 6 --save-steps 2 --num-softmax-samples 0 --logging-steps 100 "
+    command = (f"{TRAIN} --per-device-train-batch-size 1 --max-steps 6 --save-steps 2 --num-softmax-samples 0 "
+               "--logging-steps 100 "
                "--window 12")
     done = subprocess.run(
-        [sys.executable, "-c", _SIGNALLED_RUN, "hf_elmo.train_bilm", "ElmoTrainer", "_save_rng_state", "2",
+        [sys.executable, "-c", _SIGNALLED_RUN, "hf_elmo.commands.train", "ElmoTrainer", "_save_rng_state", "2",
          str(int(signal.SIGTERM)), command],
         cwd=workspace, capture_output=True, timeout=900,
     )

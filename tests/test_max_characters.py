@@ -83,8 +83,9 @@ def test_converted_model_reads_rows_of_ten(ten_dir, capsys):
 
 def test_continued_training_with_rows_of_ten(ten_dir, tmp_path):
     arguments = ["train", "--init-from", str(ten_dir), "--train-files", str(CHECKPOINT / "heldout.txt"),
-                 "--output-dir", str(tmp_path / "run"), "--max-steps", "1", "--batch-size", "2", "--window", "160",
-                 "--disable-progress-bar", "--data-cache-dir", str(tmp_path / "cache")]
+                 "--output-dir", str(tmp_path / "run"), "--max-steps", "1",
+                 "--per-device-train-batch-size", "2", "--window", "160",
+                 "--disable-tqdm", "--data-cache-dir", str(tmp_path / "cache")]
     assert cli_main(arguments) == 0
     trained = ElmoForBiLM.from_pretrained(tmp_path / "run")
     assert trained.config.max_characters_per_token == 10

@@ -220,8 +220,9 @@ def test_missing_options_and_bad_flag_combinations(tmp_path, capsys):
 def test_continued_training_starts_from_the_checkpoint(checkpoint_dir, tmp_path, capsys):
     """`hf-elmo train --init-from` a converted checkpoint: its softmax and vocabulary are taken over, not re-made."""
     arguments = ["train", "--init-from", str(checkpoint_dir), "--train-files", str(CHECKPOINT / "heldout.txt"),
-                 "--output-dir", str(tmp_path / "run"), "--max-steps", "1", "--batch-size", "2", "--window", "160",
-                 "--learning-rate", "1e-9", "--disable-progress-bar", "--dropout", "0"]
+                 "--output-dir", str(tmp_path / "run"), "--max-steps", "1",
+                 "--per-device-train-batch-size", "2", "--window", "160",
+                 "--learning-rate", "1e-9", "--disable-tqdm", "--dropout", "0"]
     assert cli_main(arguments) == 0
     assert "biLM and softmax continue from the checkpoint" in capsys.readouterr().out
     before = ElmoForBiLM.from_pretrained(checkpoint_dir).state_dict()

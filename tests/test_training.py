@@ -16,12 +16,12 @@ from transformers import AutoModel
 from hf_elmo import ElmoConfig, ElmoForBiLM, ElmoModel, ElmoTokenizer
 from hf_elmo.cli import main as cli_main
 from hf_elmo.data_bilm import iter_sentences
-from hf_elmo.train_bilm import (
-    BiLMTrainingOptions,
+from hf_elmo.commands.train import (
+    ElmoDataArguments,
     ElmoTrainer,
-    _loader_workers,
+    ElmoTrainingArguments,
     _tokenizer_and_config,
-    _training_arguments,
+    parse_options,
     train_bilm,
 )
 
@@ -61,10 +61,10 @@ def options(corpus, output_dir, **overrides):
         split="pretokenizer",
         window=22,  # the longest line of the corpus has 20 words
         min_count=2,
-        batch_size=16,
+        per_device_train_batch_size=16,
         logging_steps=10,
         data_cache_dir=str(corpus / "cache"),
-        disable_progress_bar=True,
+        disable_tqdm=True,
     )
     values.update(overrides)
     return values
@@ -117,7 +117,7 @@ def test_resumed_run_ends_with_the_same_weights(corpus, tmp_path, monkeypatch):
     # Dropout and the sampled softmax make every step depend on the random state, which must be restored too;
     # the run crosses epochs (about 11 steps each), so the reshuffled data order must be restored as well.
     run = options(corpus, tmp_path / "interrupted", max_steps=16, save_steps=5, dropout=0.1, num_softmax_samples=64,
-                  batch_size=8, train_files=[corpus / "small.txt"])
+                  per_device_train_batch_size=8, train_files=[corpus / "small.txt"])
     train_bilm(**{**run, "output_dir": tmp_path / "uninterrupted"})
 
     original_step = ElmoTrainer.training_step
@@ -150,20 +150,21 @@ def test_two_processes_train_like_one_with_the_same_global_batch(corpus, tmp_pat
     common = [
         "train", "--train-files", str(corpus / "valid.txt"), "--config", str(corpus / "tiny.json"),
         "--split", "pretokenizer", "--window", "22", "--min-count", "2", "--max-steps", "4", "--logging-steps", "1",
-        "--save-steps", "4", "--dropout", "0", "--num-softmax-samples", "0", "--disable-progress-bar",
+        "--save-steps", "4", "--dropout", "0", "--num-softmax-samples", "0", "--disable-tqdm",
     ]
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "hf_elmo.cli"]
     result = subprocess.run(
-        command + common + ["--batch-size", "4", "--output-dir", str(tmp_path / "ddp"),
+        command + common + ["--per-device-train-batch-size", "4", "--output-dir", str(tmp_path / "ddp"),
                             "--data-cache-dir", str(tmp_path / "cache-ddp")],
         env=env, capture_output=True, text=True, timeout=900,
     )
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
     assert result.stdout.count("; 2 processes training.") == 1, result.stdout[-2000:]  # rank 0 says it, once
-    assert cli_main(common + ["--batch-size", "8", "--output-dir", str(tmp_path / "single"),
+    assert cli_main(common + ["--per-device-train-batch-size", "8", "--output-dir", str(tmp_path / "single"),
                               "--data-cache-dir", str(tmp_path / "cache-single")]) == 0
     # Gradient accumulation is the same global batch once more: the loss is normalised by all its targets.
-    assert cli_main(common + ["--batch-size", "4", "--gradient-accumulation-steps", "2", "--output-dir",
+    assert cli_main(common + ["--per-device-train-batch-size", "4", "--gradient-accumulation-steps", "2",
+                              "--output-dir",
                               str(tmp_path / "accumulated"), "--data-cache-dir", str(tmp_path / "cache-single")]) == 0
 
     def losses(run):
@@ -211,11 +212,11 @@ def test_tiny_preset_trains_on_the_bundled_corpus_with_the_default_options(tmp_p
     # The corpus is raw text with a line longer than the default window: the default split and window must take it.
     lines = SHAKESPEARE.read_text(encoding="utf-8").splitlines()
     longest = max(len(ElmoTokenizer().split_words(line)) for line in lines)
-    assert longest + 2 > BiLMTrainingOptions.__dataclass_fields__["window"].default
+    assert longest + 2 > ElmoDataArguments.__dataclass_fields__["window"].default
     output_dir = tmp_path / "run"
     arguments = ["train", "--config", "tiny", "--train-files", str(SHAKESPEARE), "--output-dir", str(output_dir),
                  "--max-steps", "8", "--logging-steps", "1", "--data-cache-dir", str(tmp_path / "cache"),
-                 "--disable-progress-bar"]
+                 "--disable-tqdm"]
     assert cli_main(arguments) == 0
     assert "; 1 process training." in capsys.readouterr().out
     state = json.loads((output_dir / "checkpoint-8/trainer_state.json").read_text())
@@ -241,16 +242,16 @@ def test_config_preset_with_converted_weights_keeps_their_forget_bias(corpus, tm
     assert preset.forget_bias == 1.0  # converted bilm-tf weights add TensorFlow's forget bias at run time
     preset.forget_bias = 0.0  # what a --config file or preset of the same architecture says
     preset.to_json_file(tmp_path / "preset.json")
-    run = BiLMTrainingOptions(**options(corpus, tmp_path / "out", config=str(tmp_path / "preset.json"),
-                                        init_from=str(folder), train_files=[corpus / "valid.txt"]))
-    _, config = _tokenizer_and_config(run)
+    model, data, _ = parse_options(options(corpus, tmp_path / "out", config=str(tmp_path / "preset.json"),
+                                           init_from=str(folder), train_files=[corpus / "valid.txt"]))
+    _, config = _tokenizer_and_config(model, data)
     assert config.forget_bias == 1.0
 
 
 def test_adapting_converted_weights_gets_a_fresh_softmax(corpus, tmp_path, converted_dirs, capsys):
     folder = converted_dirs["allennlp"]
     train_bilm(**options(corpus, tmp_path / "adapted", config=None, init_from=str(folder),
-                         train_files=[corpus / "valid.txt"], max_steps=2, save_steps=2, batch_size=4))
+                         train_files=[corpus / "valid.txt"], max_steps=2, save_steps=2, per_device_train_batch_size=4))
     assert "has no word softmax" in capsys.readouterr().out
     encoder, adapted = ElmoModel.from_pretrained(folder), ElmoModel.from_pretrained(tmp_path / "adapted")
     assert adapted.config.projection_dim == encoder.config.projection_dim
@@ -283,7 +284,8 @@ def crash_at(monkeypatch, method, step, error=KeyboardInterrupt):
 
 
 def short_run(corpus, output_dir, **overrides):
-    values = dict(train_files=[corpus / "small.txt"], max_steps=6, save_steps=2, batch_size=8, num_softmax_samples=64,
+    values = dict(train_files=[corpus / "small.txt"], max_steps=6, save_steps=2, per_device_train_batch_size=8,
+                  num_softmax_samples=64,
                   save_total_limit=3)
     return options(corpus, output_dir, **{**values, **overrides})
 
@@ -338,14 +340,15 @@ def test_damaged_checkpoint_is_one_line(corpus, tmp_path, capsys):
     train_bilm(**run)
     (tmp_path / "run/checkpoint-2/optimizer.pt").write_bytes(b"not a pickle")
     arguments = ["train", "--train-files", str(corpus / "small.txt"), "--config", str(corpus / "tiny.json"),
-                 "--split", "pretokenizer", "--window", "22", "--min-count", "2", "--batch-size", "8",
-                 "--logging-steps", "10", "--data-cache-dir", str(corpus / "cache"), "--disable-progress-bar",
+                 "--split", "pretokenizer", "--window", "22", "--min-count", "2", "--per-device-train-batch-size", "8",
+                 "--logging-steps", "10", "--data-cache-dir", str(corpus / "cache"), "--disable-tqdm",
                  "--max-steps", "4", "--save-steps", "2", "--num-softmax-samples", "64", "--save-total-limit", "3",
                  "--output-dir", str(tmp_path / "run"), "--resume"]
     capsys.readouterr()
     assert cli_main(arguments) == 2
     error = capsys.readouterr().err.strip().split("\n")[-1]
-    assert re.fullmatch(r"error: --resume: \S+checkpoint-2: cannot read the optimizer or scheduler state \(.*\)\.",
+    assert re.fullmatch(r"error: --resume: \S+checkpoint-2: cannot read the model weights, optimizer or scheduler "
+                        r"state \(.*\)\.",
                         error), error
 
 
@@ -430,13 +433,13 @@ def test_batches_checked_on_the_host_train_the_same_and_bad_values_still_stop(co
     """On a GPU each batch is checked on the host (by the data loader) and the model skips its checks of values,
     each a wait for the GPU. Forced on here: the run must be the same, the model must see the skip, and a bad batch
     must still stop it, before the model runs."""
-    from hf_elmo import train_bilm as training_module
+    from hf_elmo import trainer_bilm
     from hf_elmo.data_bilm import DataCollatorForBiLM
     from hf_elmo.input_checks import values_checked
 
     with_eval = dict(eval_files=[corpus / "valid.txt"], eval_steps=3)
     plain = train_bilm(**short_run(corpus, tmp_path / "plain", **with_eval))
-    monkeypatch.setattr(training_module, "_on_accelerator", lambda args: True)
+    monkeypatch.setattr(trainer_bilm, "_on_accelerator", lambda args: True)
     seen = []
     forward = ElmoForBiLM.forward
 
@@ -462,7 +465,7 @@ def test_batches_checked_on_the_host_train_the_same_and_bad_values_still_stop(co
     expected = r"labels must be word ids in \[0, \d+\] or -100 \(no target\), found 1000000"
     with pytest.raises(ValueError, match=expected) as error:
         train_bilm(**short_run(corpus, tmp_path / "bad"))
-    assert seen == [] and any(entry.name == "__call__" and "train_bilm" in str(entry.path) for entry in error.traceback)
+    assert seen == [] and any(entry.name == "__call__" and "trainer_bilm" in str(entry.path) for entry in error.traceback)
 
 
 def test_values_checked_on_host_skips_only_the_checks_of_values():
@@ -481,51 +484,66 @@ def test_values_checked_on_host_skips_only_the_checks_of_values():
 
 
 def test_clipping_inside_adagrads_step_trains_the_same(corpus, tmp_path, monkeypatch):
-    """`hf-elmo train` clips inside the optimizer's step (`Adagrad.clip_grad_norm_`, one pass over the gradients less):
-    the same weights to the bit and the same logged gradient norms as clipping the gradients before the step, as
-    bilm-tf does (`g * max_norm / max(norm, max_norm)`), which is in effect at every step here."""
+    """`hf-elmo train` clips in the optimizer, inside Adagrad's step (`Adagrad.clip_grad_norm_`, one pass over the
+    gradients less): the same weights to the bit as clipping the gradients right before the step, as bilm-tf does
+    (`g * max_norm / max(norm, max_norm)`), which is in effect at every step here; `Trainer` logs the norms."""
+    from hf_elmo import trainer_bilm
     from hf_elmo.adagrad import Adagrad
 
-    def clip_before_the_step(self, model):
-        gradients = [p.grad for p in model.parameters() if p.grad is not None]
-        norm = torch.nn.utils.get_total_norm(gradients)
-        torch._foreach_mul_(gradients, torch.clamp(self.args.max_grad_norm / norm, max=1.0))
-        return norm
+    norms = []
 
-    run = dict(max_grad_norm=0.05, logging_steps=1, save_steps=6)
+    def clip_before_the_step(optimizer, max_norm):
+        def clip(optimizer, args, kwargs):
+            gradients = [p.grad for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
+            norm = torch.nn.utils.get_total_norm(gradients)
+            norms.append(norm.item())
+            torch._foreach_mul_(gradients, torch.clamp(max_norm / norm, max=1.0))
+
+        optimizer.register_step_pre_hook(clip)
+
+    run = dict(all_clip_norm_val=0.05, logging_steps=1, save_steps=6)
     deferred_calls = []
     deferred = Adagrad.clip_grad_norm_
     monkeypatch.setattr(
-        Adagrad, "clip_grad_norm_", lambda self, *a, **k: (deferred_calls.append(1), deferred(self, *a, **k))[1]
+        Adagrad, "clip_grad_norm_", lambda self, *a, **k: (deferred_calls.append(a), deferred(self, *a, **k))[1]
     )
     train_bilm(**short_run(corpus, tmp_path / "deferred", **run))
-    assert len(deferred_calls) == 6
-    monkeypatch.setattr(ElmoTrainer, "_clip_grad_norm", clip_before_the_step)
-    train_bilm(**short_run(corpus, tmp_path / "trainer", **run))
-    assert len(deferred_calls) == 6
+    assert deferred_calls == [(0.05 / 22,)] * 6
+    monkeypatch.setattr(trainer_bilm, "clip_in_optimizer", clip_before_the_step)
+    train_bilm(**short_run(corpus, tmp_path / "before", **run))
+    assert len(deferred_calls) == 6 and len(norms) == 6 and all(norm > 0.05 / 22 for norm in norms)
 
     def logged_norms(name):
         history = json.loads((tmp_path / name / "checkpoint-6" / "trainer_state.json").read_text())["log_history"]
         return [entry["grad_norm"] for entry in history if "grad_norm" in entry]
 
-    norms = logged_norms("deferred")
-    assert len(norms) == 6 and all(norm > 0.05 / 22 for norm in norms)
-    assert norms == logged_norms("trainer")
-    expected, actual = (load_file(tmp_path / name / "model.safetensors") for name in ("trainer", "deferred"))
+    assert logged_norms("deferred") == logged_norms("before") == pytest.approx(norms, rel=1e-6)
+    expected, actual = (load_file(tmp_path / name / "model.safetensors") for name in ("before", "deferred"))
     assert expected.keys() == actual.keys() and all(torch.equal(expected[k], actual[k]) for k in expected)
 
 
+def test_trainer_options_reach_trainer(corpus, tmp_path):
+    """Any `TrainingArguments` option works on the command line, here the learning-rate schedule: linear decay from
+    --learning-rate to 0 over the run, each step logging the rate it used."""
+    arguments = ["train", "--train-files", str(corpus / "small.txt"), "--config", str(corpus / "tiny.json"),
+                 "--output-dir", str(tmp_path / "run"), "--data-cache-dir", str(corpus / "cache"), "--disable-tqdm",
+                 "--max-steps", "4", "--save-steps", "4", "--logging-steps", "1", "--learning-rate", "0.2",
+                 "--lr-scheduler-type", "linear", "--per-device-train-batch-size", "8", "--num-softmax-samples", "0"]
+    assert cli_main(arguments) == 0
+    history = json.loads((tmp_path / "run/checkpoint-4/trainer_state.json").read_text())["log_history"]
+    rates = [entry["learning_rate"] for entry in history if "learning_rate" in entry]
+    assert rates == pytest.approx([0.2 * (4 - step) / 4 for step in range(4)], rel=1e-12)
+
+
 def test_loader_defaults_follow_the_device(tmp_path):
-    assert [_loader_workers(None, on_gpu) for on_gpu in (True, False)] == [2, 0]
-    assert [_loader_workers(chosen, True) for chosen in (0, 3)] == [0, 3]
-    options = BiLMTrainingOptions(output_dir=str(tmp_path / "out"), train_files=[str(tmp_path / "corpus.txt")])
-    arguments = _training_arguments(options, has_eval=False)
-    assert arguments.dataloader_num_workers == (2 if torch.cuda.is_available() else 0)
-    # Pinned memory and copies without waiting only where there is a GPU to copy to (else transformers warns).
     on_gpu = torch.cuda.is_available()
+    arguments = ElmoTrainingArguments(output_dir=str(tmp_path / "out"))
+    assert arguments.dataloader_num_workers == (2 if on_gpu else 0)
+    assert ElmoTrainingArguments(output_dir=str(tmp_path / "out"), dataloader_num_workers=3).dataloader_num_workers == 3
+    # Pinned memory and copies without waiting only where there is a GPU to copy to (else transformers warns).
     assert (arguments.dataloader_pin_memory, arguments.accelerator_config.non_blocking) == (on_gpu, on_gpu)
-    with pytest.raises(ValueError, match="dataloader_workers must be >= 0"):
-        BiLMTrainingOptions(output_dir="out", train_files=["corpus.txt"], dataloader_workers=-1)
+    with pytest.raises(ValueError, match="dataloader_num_workers must be >= 0"):
+        ElmoTrainingArguments(output_dir="out", dataloader_num_workers=-1)
 
 
 def training_flops_spy(monkeypatch) -> list[int]:
@@ -558,7 +576,7 @@ def test_steps_are_adagrad_on_window_times_loss_with_the_original_settings(corpu
     `g * max_norm / max(norm, max_norm)`."""
     import copy
 
-    from hf_elmo import train_bilm as train_module
+    from hf_elmo.commands import train as train_module
 
     built, batches = {}, []
     build = train_module._build_model
@@ -578,10 +596,10 @@ def test_steps_are_adagrad_on_window_times_loss_with_the_original_settings(corpu
     window, learning_rate, accumulator = 22, 0.2, 1.0
     run = options(
         corpus, tmp_path / "run", train_files=[corpus / "small.txt"], config=str(tmp_path / "config.json"),
-        window=window, batch_size=8, max_steps=3, logging_steps=1, save_steps=3, dropout=0.0,
+        window=window, per_device_train_batch_size=8, max_steps=3, logging_steps=1, save_steps=3, dropout=0.0,
         num_softmax_samples=0, learning_rate=learning_rate, adagrad_initial_accumulator=accumulator,
-        max_grad_norm=max_grad_norm,
-    )  # fmt: skip
+        all_clip_norm_val=max_grad_norm,
+    )
     train_bilm(**run)
     assert len(batches) == 3
     trained = load_file(tmp_path / "run" / "model.safetensors")
@@ -611,7 +629,7 @@ def test_steps_are_adagrad_on_window_times_loss_with_the_original_settings(corpu
 def test_the_log_gives_the_memory_the_data_and_the_time_per_epoch(corpus, tmp_path, capsys):
     from hf_elmo.data_bilm import load_bilm_dataset, window_arrays
 
-    run = options(corpus, tmp_path / "run", train_files=[corpus / "small.txt"], epochs=1, logging_steps=2,
+    run = options(corpus, tmp_path / "run", train_files=[corpus / "small.txt"], num_train_epochs=1, logging_steps=2,
                   save_steps=1000)
     metrics = train_bilm(**run)
     log = capsys.readouterr().out

@@ -15,7 +15,7 @@ from hf_elmo import ElmoConfig, ElmoForBiLM, ElmoTokenizer
 from hf_elmo.cli import main as cli_main
 from hf_elmo.data_bilm import build_word_vocabulary, iter_sentences
 from hf_elmo.streams_bilm import DataCollatorForBiLMStreams, StreamWindowDataset
-from hf_elmo.train_bilm import StreamTrainer, train_bilm
+from hf_elmo.commands.train import StreamTrainer, train_bilm
 
 from test_training import SHAKESPEARE, one_thread  # noqa: F401  (an autouse fixture)
 
@@ -34,7 +34,7 @@ def corpus(tmp_path_factory):
 def options(corpus, output_dir, **overrides):
     values = dict(
         output_dir=output_dir, train_files=[corpus / "small.txt"], config=str(corpus / "tiny.json"), stream=True,
-        split="pretokenizer", window=10, min_count=2, batch_size=4, logging_steps=1, disable_progress_bar=True,
+        split="pretokenizer", window=10, min_count=2, per_device_train_batch_size=4, logging_steps=1, disable_tqdm=True,
         max_steps=6, save_steps=3,
     )
     values.update(overrides)
@@ -153,13 +153,14 @@ def test_two_processes_stream_like_one_with_all_rows(corpus, tmp_path, monkeypat
     common = [
         "train", "--stream", "--train-files", str(corpus / "small.txt"), "--config", str(corpus / "tiny.json"),
         "--split", "pretokenizer", "--window", "10", "--min-count", "2", "--max-steps", "3", "--logging-steps", "1",
-        "--save-steps", "3", "--dropout", "0", "--num-softmax-samples", "0", "--disable-progress-bar",
+        "--save-steps", "3", "--dropout", "0", "--num-softmax-samples", "0", "--disable-tqdm",
     ]
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "hf_elmo.cli"]
-    result = subprocess.run(command + common + ["--batch-size", "2", "--output-dir", str(tmp_path / "ddp")],
+    result = subprocess.run(command + common + ["--per-device-train-batch-size", "2",
+                                                "--output-dir", str(tmp_path / "ddp")],
                             env=env, capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
-    assert cli_main(common + ["--batch-size", "4", "--output-dir", str(tmp_path / "single")]) == 0
+    assert cli_main(common + ["--per-device-train-batch-size", "4", "--output-dir", str(tmp_path / "single")]) == 0
 
     def losses(run):
         state = json.loads((tmp_path / run / "checkpoint-3/trainer_state.json").read_text())
@@ -180,10 +181,10 @@ def test_two_processes_stream_like_one_with_all_rows(corpus, tmp_path, monkeypat
 
 def test_stream_errors(corpus, tmp_path, capsys):
     base = ["train", "--stream", "--train-files", str(corpus / "small.txt"), "--config", str(corpus / "tiny.json"),
-            "--output-dir", str(tmp_path / "out"), "--disable-progress-bar"]
+            "--output-dir", str(tmp_path / "out"), "--disable-tqdm"]
     runs = {
         ("--streaming", "--max-steps", "2"): "--stream (continuous streams per batch row) reads the training text",
-        ("--batch-size", "4096", "--window", "20"): "too few for 4096 streams of windows of 20",
+        ("--per-device-train-batch-size", "4096", "--window", "20"): "too few for 4096 streams of windows of 20",
     }
     for arguments, message in runs.items():
         assert cli_main([*base, *arguments]) == 2

@@ -1,0 +1,660 @@
+"""`hf-elmo train`: pre-train the biLM on a corpus, or adapt released weights to a domain, with `Trainer`.
+
+As transformers' `run_mlm.py`: ELMo's own options (`ElmoModelArguments`, `ElmoDataArguments`) are parsed with
+`HfArgumentParser` next to `TrainingArguments`, so every `Trainer` option works (`--gradient_checkpointing`,
+`--report_to`, `--lr_scheduler_type`, ...). `ElmoTrainingArguments` gives them the original recipe's defaults
+(bilm-tf `bin/train_elmo.py`): Adagrad with learning rate 0.2 and initial accumulator 1.0, gradients clipped to a
+global norm of 10, dropout 0.1, windows of 20 positions, batches of 128 windows per device, sampled softmax with 8192
+negatives, 10 epochs, constant learning rate.
+
+bilm-tf differentiates `window x loss` (its loss is a mean over the window's tokens, its gradient is taken of the loss
+times `unroll_steps`). Here the loss stays the mean (what is logged and compared); the factor is folded into the
+optimizer instead, which gives the same updates: with gradient `g = c * g'`, Adagrad's `lr * g / sqrt(a0 + sum g^2)`
+equals `lr * g' / sqrt(a0 / c^2 + sum g'^2)`, and clipping `g` to norm `n` is clipping `g'` to `n / c`. So
+`--all_clip_norm_val` (bilm-tf's name) and `--adagrad_initial_accumulator` are given on the original scale and divided
+by `window` and `window ** 2` in the optimizer, which also does the clipping (`clip_in_optimizer`); `Trainer`'s own
+`--max_grad_norm` (off by default) would clip the mean loss's gradient before it.
+
+Runs unchanged under `torchrun` and `accelerate launch --multi_gpu` (DDP): the batch size is per process, and the
+loss is normalised by the targets of all processes, so N processes with batch b train like one with batch N * b.
+
+The examples are windows of whole sentences, each from the start state (`data_bilm`); `--stream` trains the way
+bilm-tf did instead, every batch row reading one continuous stream with its LSTM state carried from batch to batch
+(`StreamTrainer`, `streams_bilm`; docs/training.md).
+"""
+
+import argparse
+import dataclasses
+import itertools
+import json
+import math
+import os
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from transformers import TrainingArguments, set_seed
+from transformers.trainer_utils import IntervalStrategy, SchedulerType
+from transformers.training_args import OptimizerNames
+
+from ..adagrad import Adagrad
+from ..configuration_elmo import ARCHITECTURE_FIELDS, ELMO_PRESETS, WEIGHT_FORMAT_FIELDS, ElmoConfig
+from ..original_format import config_from_options
+from ..data_bilm import (
+    SPLIT_HELP,
+    SPLITS,
+    TRAINING_OPTIONS_FILE,
+    DataCollatorForBiLM,
+    WordTable,
+    build_word_vocabulary,
+    check_text_files,
+    iter_sentences,
+    load_bilm_dataset,
+    load_compact_bilm_dataset,
+    window_positions,
+)
+from ..file_io import ElmoInputError, check_not_an_input, read_json_object, write_atomically
+from ..freed_memory import keep_freed_memory
+from ..model_io import add_origin, describe_source
+from ..modeling_elmo import ElmoForBiLM
+from ..streams_bilm import DataCollatorForBiLMStreams, StreamWindowDataset
+from ..tokenization_elmo import ElmoTokenizer
+from ..trainer_bilm import (
+    LOAD_ERRORS,
+    STAGING_DIR,
+    CheckpointStaging,
+    ElmoTrainer,
+    EpochTimeCallback,
+    StreamTrainer,
+    TimeLimitCallback,
+    check_frequency_order,
+    check_training_memory,
+    checkpoints,
+    last_complete_checkpoint,
+    log_once,
+    one_line_load_errors,
+    optimizer_steps_per_epoch,
+)
+from ..warm_state import estimate_warm_state
+from ..word_vocabulary import WORD_VOCABULARY_FILE, read_word_vocabulary
+
+OPTIONS_FILE = TRAINING_OPTIONS_FILE
+# may start in a folder holding only these).
+LEFT_BEFORE_FIRST_CHECKPOINT = (OPTIONS_FILE, STAGING_DIR)
+RESUMABLE_CHANGES = {
+    "output_dir", "resume", "data_cache_dir", "disable_tqdm", "report_to", "logging_steps", "eval_steps", "save_steps",
+    "save_total_limit", "dataloader_num_workers", "keep_freed_memory", "max_minutes", "max_steps", "num_train_epochs",
+}
+
+
+def _option(default=dataclasses.MISSING, help: str = "", **argparse_options):
+    """A field with its command-line help: `HfArgumentParser` makes `--name` of each field, with its type and
+    default."""
+    metadata = {"help": help, **argparse_options}
+    if isinstance(default, list):
+        return field(default_factory=lambda: list(default), metadata=metadata)
+    return field(default=default, metadata=metadata)
+
+
+def _check_finite(options):
+    for field_ in dataclasses.fields(options):
+        value = getattr(options, field_.name)
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ValueError(f"{field_.name} must be a finite number, got {value}.")
+
+
+@dataclass
+class ElmoModelArguments:
+    """The biLM to train: its configuration, the weights it starts from, and what only training uses."""
+
+    config: str | None = _option(
+        None,
+        help=f"{'|'.join(ELMO_PRESETS)}|PATH (config.json, model folder or bilm-tf options.json); default: the "
+        "--init_from model's, else small",
+    )
+    init_from: str | None = _option(
+        None, help="folder of an ElmoModel (e.g. converted released weights) or ElmoForBiLM to continue from"
+    )
+    dropout: float = _option(0.1)
+    num_softmax_samples: int = _option(8192, help="negatives of the sampled softmax; 0: full softmax")
+
+    def __post_init__(self):
+        _check_finite(self)
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {self.dropout}.")
+        if self.num_softmax_samples < 0:
+            raise ValueError(f"num_softmax_samples must be >= 0, got {self.num_softmax_samples}.")
+
+
+@dataclass
+class ElmoDataArguments:
+    """The corpus, its vocabulary, and how it is cut into examples."""
+
+    train_files: list[str] = _option(
+        [],
+        help="text files, one sentence per line, or folders of them, or patterns such as 'shards/*.txt' (needed, "
+        "except with --resume: then the run's own by default)",
+    )
+    eval_files: list[str] = _option([], help="held-out text files (or folders, or patterns) for periodic perplexity")
+    vocab: str | None = _option(
+        None,
+        help="vocabulary file (one word per line, <S>, </S>, <UNK> first); default: the --init_from model's, else "
+        "built from the training files with --min_count and --max_vocab_size",
+    )
+    min_count: int = _option(1, help="when building the vocabulary: keep words seen at least this often")
+    max_vocab_size: int | None = _option(None, help="when building the vocabulary: at most this many entries")
+    split: str = _option("pretokenizer", help=SPLIT_HELP, choices=SPLITS)
+    window: int = _option(20, help="positions per example, <S> and </S> included; with --stream, positions per piece")
+    stream: bool = _option(
+        False,
+        help="train the way the original did: every batch row reads one continuous stream of sentences in pieces of "
+        "--window positions, its LSTM state carried from batch to batch (the saved model gets a warm start state "
+        "estimated from the training text); default: windows of whole sentences, each from the start state",
+    )
+    streaming: bool = _option(False, help="read the corpus lazily (needs --max_steps)")
+    data_cache_dir: str | None = _option(
+        None, help="where the datasets library keeps the packed windows (default: its cache, HF_DATASETS_CACHE)"
+    )
+
+    def __post_init__(self):
+        self.train_files = [os.fspath(f) for f in _as_list(self.train_files)]
+        self.eval_files = [os.fspath(f) for f in _as_list(self.eval_files)]
+        if not self.train_files:
+            raise ValueError("train_files (--train_files) must name at least one text file, got none.")
+        if self.split not in SPLITS:
+            raise ValueError(f"split must be one of {SPLITS}, got {self.split!r}.")
+        if self.stream and self.streaming:
+            raise ValueError(
+                "--stream (continuous streams per batch row) reads the training text into memory; it cannot be "
+                "combined with --streaming (lazy reading)."
+            )
+        if self.min_count < 1:
+            raise ValueError(f"min_count must be >= 1, got {self.min_count}.")
+        if self.window < 3:
+            raise ValueError(f"window must be >= 3 positions (<S>, one word, </S>), got {self.window}.")
+
+
+def _as_list(files) -> list:
+    return [files] if isinstance(files, (str, os.PathLike)) else files
+
+
+@dataclass
+class ElmoTrainingArguments(TrainingArguments):
+    """`TrainingArguments` with the original recipe's defaults (see the module docstring), and the options of ELMo's
+    training that `Trainer` has not."""
+
+    per_device_train_batch_size: int = _option(128, help="windows per process and step")
+    per_device_eval_batch_size: int = _option(128, help="windows per process in evaluation")
+    learning_rate: float = _option(0.2)
+    optim: OptimizerNames | str = _option(
+        "adagrad", help="adagrad: bilm-tf's (hf_elmo.adagrad, no epsilon); else any of Trainer's optimizers"
+    )
+    lr_scheduler_type: SchedulerType | str = _option("constant", help="a transformers scheduler name")
+    num_train_epochs: float = _option(10.0)
+    max_grad_norm: float = _option(0.0, help="Trainer's clip of the mean loss's gradient; see --all_clip_norm_val")
+    logging_steps: float = _option(100)
+    eval_strategy: IntervalStrategy | str = _option("steps", help="every --eval_steps when there are --eval_files")
+    eval_steps: float = _option(1250)
+    save_steps: float = _option(1250)
+    save_total_limit: int | None = _option(2)
+    report_to: None | str | list[str] = _option("none", help="none, tensorboard, wandb, ...")
+    disable_tqdm: bool = _option(False, help="no progress bars")
+    logging_nan_inf_filter: bool = _option(False, help="a non-finite loss stops training at its step anyway")
+    dataloader_num_workers: int | None = _option(
+        None,
+        help="data loader processes; default: 2 when training on a GPU (batches are read and checked while the GPU "
+        "computes), 0 on the CPU (whose cores do the training)",
+    )
+    # Batches go to the GPU from pinned memory without waiting, and no per-step check of the loss makes the host wait
+    # for the GPU (a non-finite loss is noted on the device and stops training when it is read: `check_finite`).
+    dataloader_pin_memory: bool | None = _option(None, help="default: when training on a GPU")
+    ddp_find_unused_parameters: bool | None = _option(False)
+    remove_unused_columns: bool = _option(False)
+    label_names: list[str] | None = _option(["labels"])
+    # ELMo's own
+    resume: bool = _option(
+        False,
+        help="continue from the last checkpoint in --output_dir, with the options recorded there; options given again "
+        "must agree with them, except where they may change (where things go, how often they are reported, how long "
+        "to go on)",
+    )
+    all_clip_norm_val: float = _option(
+        10.0, help="bilm-tf's clip: the global norm of the gradient of window x loss, clipped in the optimizer; 0: none"
+    )
+    adagrad_initial_accumulator: float = _option(1.0, help="bilm-tf's, at the scale of window x loss")
+    max_minutes: float | None = _option(None, help="stop (and save) after this many minutes of training")
+    keep_freed_memory: bool = _option(
+        True,
+        help="keep the memory each step frees in the process for the next step (glibc: hf_elmo.freed_memory): faster "
+        "CPU training, the process holding its busiest step's memory between steps",
+    )
+
+    def __post_init__(self):
+        if self.output_dir is None:
+            raise ValueError("output_dir (--output_dir) is needed: the folder of the run.")
+        self.output_dir = os.fspath(self.output_dir)
+        if self.resume_from_checkpoint is not None:
+            raise ValueError("--resume_from_checkpoint: give --resume, which continues from the run's last checkpoint.")
+        _check_finite(self)
+        for name in ("per_device_train_batch_size", "per_device_eval_batch_size", "gradient_accumulation_steps"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}.")
+        if self.learning_rate <= 0:
+            raise ValueError(f"learning_rate must be > 0, got {self.learning_rate}.")
+        if self.all_clip_norm_val < 0:
+            raise ValueError(f"all_clip_norm_val must be >= 0, got {self.all_clip_norm_val}.")
+        if self.adagrad_initial_accumulator <= 0:  # as TensorFlow's Adagrad: the step divides by its square root
+            raise ValueError(f"adagrad_initial_accumulator must be > 0, got {self.adagrad_initial_accumulator}.")
+        if self.max_steps <= 0 and self.num_train_epochs <= 0:
+            raise ValueError(
+                f"num_train_epochs must be > 0 (or max_steps given), got {self.num_train_epochs}: nothing would be "
+                "trained."
+            )
+        if self.max_minutes is not None and self.max_minutes <= 0:
+            raise ValueError(f"max_minutes must be > 0, got {self.max_minutes}.")
+        if self.dataloader_num_workers is not None and self.dataloader_num_workers < 0:
+            raise ValueError(f"dataloader_num_workers must be >= 0, got {self.dataloader_num_workers}.")
+        on_gpu = torch.cuda.is_available()
+        # On a GPU a step of the original size at batch 128 is short enough that reading and checking its batch in the
+        # main process, in series with the rest of the step's host work, would leave the GPU waiting.
+        if self.dataloader_num_workers is None:
+            self.dataloader_num_workers = 2 if on_gpu else 0
+        if self.dataloader_pin_memory is None:
+            self.dataloader_pin_memory = on_gpu
+        if self.accelerator_config is None:
+            self.accelerator_config = {"non_blocking": on_gpu}
+        self.use_cpu = self.use_cpu or not on_gpu
+        super().__post_init__()
+
+
+HELP = "pre-train a biLM, or adapt one to a domain, with the transformers Trainer"
+COMMAND_OPTIONS = (ElmoModelArguments, ElmoDataArguments, ElmoTrainingArguments)
+"""`hf-elmo train` takes the fields of these dataclasses as its options (`cli` builds them with `HfArgumentParser`)."""
+OWN_TRAINING_FIELDS = {f.name for f in dataclasses.fields(ElmoTrainingArguments)} - {
+    f.name for f in dataclasses.fields(TrainingArguments)
+}
+
+
+def _fields() -> dict[str, dataclasses.Field]:
+    return {f.name: f for options in COMMAND_OPTIONS for f in dataclasses.fields(options) if f.init}
+
+
+def parse_options(options: dict) -> tuple[ElmoModelArguments, ElmoDataArguments, ElmoTrainingArguments]:
+    """The three dataclasses of `hf-elmo train` from their fields as one dictionary."""
+    unknown = set(options) - set(_fields())
+    if unknown:
+        raise TypeError(f"Unknown training options: {', '.join(sorted(unknown))}.")
+    names = [{f.name for f in dataclasses.fields(kind) if f.init} for kind in COMMAND_OPTIONS]
+    model, data, training = (
+        kind(**{k: v for k, v in options.items() if k in n}) for kind, n in zip(COMMAND_OPTIONS, names)
+    )
+    if data.streaming and training.max_steps <= 0:
+        raise ValueError("Streaming data has no known length: give max_steps (--max_steps) as well.")
+    return model, data, training
+
+
+def load_config(spec: str) -> ElmoConfig:
+    """A preset name, a folder or config.json written by `save_pretrained`, or a bilm-tf `options.json`."""
+    if spec in ELMO_PRESETS:
+        return ElmoConfig.from_preset(spec)
+    path = Path(spec)
+    if path.is_dir():
+        return ElmoConfig.from_pretrained(path)
+    if not path.is_file():
+        raise ValueError(
+            f"--config {spec!r} is neither a preset ({', '.join(ELMO_PRESETS)}) nor an existing file or folder."
+        )
+    try:
+        values = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise ValueError(f"--config {spec!r} is not a JSON file: {error}.") from None
+    if "lstm" in values and "char_cnn" in values:
+        return config_from_options(values, source=str(path))
+    return ElmoConfig.from_json_file(path)
+
+
+def _check_same_architecture(config: ElmoConfig, checkpoint: ElmoConfig, config_spec: str, init_from: str):
+    different = [
+        f"{name}: --config has {getattr(config, name)!r}, the weights have {getattr(checkpoint, name)!r}"
+        for name in ARCHITECTURE_FIELDS
+        if getattr(config, name) != getattr(checkpoint, name)
+    ]
+    if different:
+        raise ValueError(
+            f"--config {config_spec} does not match the --init-from weights in {init_from}: " + "; ".join(different)
+        )
+
+
+def _prepare_output_dir(model: ElmoModelArguments, data: ElmoDataArguments, training: ElmoTrainingArguments) -> Path:
+    config_file = model.config if model.config not in ELMO_PRESETS else None
+    inputs = [*data.train_files, *data.eval_files, data.vocab, config_file, model.init_from]
+    if Path(training.output_dir).is_symlink():  # as every command's output (file_io.check_output)
+        raise ElmoInputError(f"{training.output_dir}: is a symbolic link; give the folder itself or a new name")
+    output_dir = check_not_an_input(training.output_dir, inputs)
+    if not training.resume and output_dir.exists() and {p.name for p in output_dir.iterdir()} - set(
+        LEFT_BEFORE_FIRST_CHECKPOINT
+    ):
+        raise ValueError(
+            f"Output folder {output_dir} is not empty: pass --resume to continue the run in it, or choose another "
+            "folder."
+        )
+    return output_dir
+
+
+def _as_recorded(value):
+    return json.loads(json.dumps(value, default=os.fspath))
+
+
+def _resumed_options(given: dict) -> dict:
+    """The options of a resumed run: those recorded in its folder (`OPTIONS_FILE`), with the ones `given` again, which
+    must agree with the record except those a resumed run may change (`RESUMABLE_CHANGES`)."""
+    if given.get("output_dir") is None:
+        raise ValueError("--resume needs the folder of the run to continue (--output_dir).")
+    output_dir = Path(given["output_dir"])
+    saved = output_dir / OPTIONS_FILE
+    if not saved.is_file() or not checkpoints(output_dir):
+        raise ValueError(f"--resume: {output_dir} holds no checkpoint of an earlier run to continue from.")
+    recorded = read_json_object(saved, "options file of the earlier run")
+    fields = _fields()
+    if set(given) - set(fields):
+        raise TypeError(f"Unknown training options: {', '.join(sorted(set(given) - set(fields)))}.")
+
+    def earlier(name):  # an option the record lacks had its default
+        if name in recorded:
+            return recorded[name]
+        field_ = fields[name]
+        return field_.default_factory() if field_.default is dataclasses.MISSING else field_.default
+
+    different = [
+        f"--{name.replace('_', '-')} {earlier(name)!r} there, {_as_recorded(value)!r} given"
+        for name, value in given.items()
+        if name not in RESUMABLE_CHANGES and _as_recorded(value) != earlier(name)
+    ]
+    if different:
+        raise ValueError(
+            f"--resume: the run in {output_dir} has other options ({OPTIONS_FILE}): " + "; ".join(different)
+            + "; leave them out to continue with the recorded ones."
+        )
+    return {**{k: v for k, v in recorded.items() if k in fields}, **given}
+
+
+def _remove_run_leftovers(output_dir: Path, created: bool):
+    """After a run failed or was stopped before its first checkpoint: remove what it wrote, so that the same command
+    can simply be run again."""
+    if checkpoints(output_dir):
+        return
+    for name in LEFT_BEFORE_FIRST_CHECKPOINT:
+        path = output_dir / name
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        elif path.is_file():
+            path.unlink()
+    if created and output_dir.is_dir() and not any(output_dir.iterdir()):
+        output_dir.rmdir()
+
+
+def _record_training(model: ElmoModelArguments, data: ElmoDataArguments, config: ElmoConfig, checkpoint_config):
+    """Adds this run to the history the model card tells (`hub_elmo`), after that of the --init-from checkpoint."""
+    if checkpoint_config is not None:
+        config.elmo_origin = getattr(checkpoint_config, "elmo_origin", None)
+    start = "from scratch" if model.init_from is None else f"from the weights of {describe_source(model.init_from)}"
+    names = ", ".join(f"`{Path(file).name}`" for file in data.train_files[:5])
+    more = f" and {len(data.train_files) - 5:,} more" if len(data.train_files) > 5 else ""
+    add_origin(
+        config,
+        f"biLM trained {start} by `hf-elmo train` on {names}{more}; the run's arguments are in `{OPTIONS_FILE}` in "
+        "its output folder.",
+    )
+
+
+def _tokenizer_and_config(model: ElmoModelArguments, data: ElmoDataArguments) -> tuple[ElmoTokenizer, ElmoConfig]:
+    """The tokenizer with its word vocabulary and the run's config, checked against the --init-from checkpoint."""
+    checkpoint_config = None
+    if model.init_from is not None:
+        if not (Path(model.init_from) / "config.json").is_file():
+            raise ValueError(
+                f"--init-from {model.init_from}: no config.json there; expected a folder saved by save_pretrained."
+            )
+        checkpoint_config = ElmoConfig.from_pretrained(model.init_from)
+    if model.config is not None:
+        config = load_config(model.config)
+        if checkpoint_config is not None:
+            _check_same_architecture(config, checkpoint_config, model.config, model.init_from)
+            # How the checkpoint's weights are read is the checkpoint's: converted weights need TensorFlow's
+            # forget bias added at run time, which a --config preset does not know about.
+            for name in WEIGHT_FORMAT_FIELDS:
+                setattr(config, name, getattr(checkpoint_config, name))
+    else:
+        config = checkpoint_config if checkpoint_config is not None else ElmoConfig.from_preset("small")
+
+    _record_training(model, data, config, checkpoint_config)
+    tokenizer = ElmoTokenizer(max_characters_per_token=config.max_characters_per_token)
+    checkpoint_words = None
+    if model.init_from is not None and (Path(model.init_from) / WORD_VOCABULARY_FILE).is_file():
+        checkpoint_words = read_word_vocabulary(Path(model.init_from) / WORD_VOCABULARY_FILE)
+    if data.vocab is not None:
+        words, source = read_word_vocabulary(data.vocab), f"from {data.vocab}"
+    elif checkpoint_words is not None:
+        words, source = checkpoint_words, f"from {Path(model.init_from) / WORD_VOCABULARY_FILE}"
+    else:
+        words = build_word_vocabulary(data.train_files, data.split, tokenizer, data.min_count, data.max_vocab_size)
+        source = f"built from the training files with min count {data.min_count}"
+    tokenizer.set_word_vocabulary(words)
+
+    if checkpoint_config is not None and checkpoint_config.vocab_size:
+        if checkpoint_config.vocab_size != len(words):
+            raise ValueError(
+                f"--init-from {model.init_from} has a softmax of {checkpoint_config.vocab_size} words but the "
+                f"vocabulary ({source}) has {len(words)}; use the checkpoint's vocab.txt."
+            )
+        if checkpoint_words is not None and checkpoint_words != words:
+            raise ValueError(
+                f"The vocabulary ({source}) lists other words than the one of --init-from {model.init_from}, whose "
+                "softmax rows belong to its own words; use the checkpoint's vocab.txt."
+            )
+    if not source.startswith("built") and 0 < model.num_softmax_samples < len(words):
+        check_frequency_order(words, data.train_files, data.split, source)
+    config.vocab_size = len(words)
+    config.dropout = model.dropout
+    config.num_softmax_samples = model.num_softmax_samples
+    config.validate_architecture()
+    log_once(f"Word vocabulary: {len(words):,} words, {source}.")
+    return tokenizer, config
+
+
+def _build_model(model_args: ElmoModelArguments, config: ElmoConfig, seed: int) -> ElmoForBiLM:
+    set_seed(seed)
+    if model_args.init_from is None:
+        return ElmoForBiLM(config)
+    model, info = ElmoForBiLM.from_pretrained(model_args.init_from, config=config, output_loading_info=True)
+    softmax_keys = {"softmax.weight", "softmax.bias"}
+    missing = set(info["missing_keys"])
+    if missing - softmax_keys or info["mismatched_keys"]:
+        raise ValueError(
+            f"--init-from {model_args.init_from} does not hold the weights of this model: missing "
+            f"{sorted(missing - softmax_keys)}, mismatched {sorted(info['mismatched_keys'])}."
+        )
+    if missing:
+        log_once(
+            f"--init-from {model_args.init_from} has no word softmax (e.g. converted released weights): a fresh "
+            f"softmax of {config.vocab_size:,} words is initialised; the biLM starts from the checkpoint."
+        )
+    else:
+        log_once(f"--init-from {model_args.init_from}: biLM and softmax continue from the checkpoint.")
+    return model
+
+
+def _eval_windows(data: ElmoDataArguments, tokenizer: ElmoTokenizer, words: WordTable | None):
+    """The evaluation windows: compact with the training's word table `words`, else as `load_bilm_dataset` makes
+    them."""
+    if not data.eval_files:
+        return None
+    if words is None:
+        return load_bilm_dataset(
+            data.eval_files, tokenizer, data.window, data.split, False, data.data_cache_dir, "evaluation"
+        )
+    return load_compact_bilm_dataset(
+        data.eval_files, words, tokenizer, data.window, data.split, data.data_cache_dir, "evaluation"
+    )
+
+
+def train_bilm(**options) -> dict:
+    """Train an `ElmoForBiLM` and save it (safetensors, tokenizer with its vocabulary, remote code) to `output_dir`.
+
+    Takes the fields of `ElmoModelArguments`, `ElmoDataArguments` and `ElmoTrainingArguments` as keyword arguments;
+    with `resume=True` the ones left out are those recorded in `output_dir`. All inputs are checked before training
+    starts. Training stops with a `ValueError` at the first step whose loss is not finite, and before saving weights
+    that are not (the checkpoints before are kept). Returns the final metrics: `train_loss`, `train_runtime`
+    (seconds), `steps` and, with evaluation files, `eval_forward_perplexity`, `eval_backward_perplexity`,
+    `eval_perplexity` (their geometric mean).
+    """
+    if options.get("resume"):
+        options = _resumed_options(options)
+    model_args, data, args = parse_options(options)
+    if args.keep_freed_memory:
+        keep_freed_memory()
+    output_dir = _prepare_output_dir(model_args, data, args)
+    created = not output_dir.exists()
+    check_text_files(data.train_files, "training")
+    if data.eval_files:
+        check_text_files(data.eval_files, "evaluation")
+    tokenizer, config = _tokenizer_and_config(model_args, data)
+    check_training_memory(args, config)
+    resume_from = last_complete_checkpoint(output_dir, args.world_size, data.stream) if args.resume else None
+    # What --resume fills in and checks: a resumed run must be the same run.
+    record = {**dataclasses.asdict(model_args), **dataclasses.asdict(data)}
+    record.update({k: v for k, v in options.items() if k not in record})
+    record.update({k: getattr(args, k) for k in OWN_TRAINING_FIELDS})
+    try:
+        return _train(model_args, data, args, output_dir, tokenizer, config, resume_from, record)
+    except BaseException:
+        if args.process_index == 0:
+            shutil.rmtree(output_dir / STAGING_DIR, ignore_errors=True)
+            if not args.resume:
+                _remove_run_leftovers(output_dir, created)
+        raise
+
+
+def _train(model_args, data, args, output_dir, tokenizer, config, resume_from, record) -> dict:
+    model = _build_model(model_args, config, args.seed)  # before the data: --init-from problems are found first
+    words = None
+    with args.main_process_first(desc="preparing the data"):
+        if data.stream:
+            train_dataset = StreamWindowDataset(
+                list(iter_sentences(data.train_files, data.split, tokenizer)),
+                tokenizer,
+                rows=args.per_device_train_batch_size * args.world_size,
+                window=data.window,
+                seed=args.seed,
+                epochs=args.num_train_epochs,
+                steps=args.max_steps * args.gradient_accumulation_steps if args.max_steps > 0 else None,
+            )
+            eval_dataset = _eval_windows(data, tokenizer, None)
+            # Streams are one pass holding every epoch, read in order.
+            args.num_train_epochs, args.train_sampling_strategy = 1, "sequential"
+        elif data.streaming:
+            train_dataset = load_bilm_dataset(
+                data.train_files, tokenizer, data.window, data.split, True, data.data_cache_dir, "training"
+            ).shuffle(seed=args.seed, buffer_size=10_000)
+            eval_dataset = _eval_windows(data, tokenizer, None)
+        else:
+            # One table for both: the collator makes the training and the evaluation batches.
+            words = WordTable.of_files([*data.train_files, *data.eval_files], tokenizer, data.split)
+            train_dataset = load_compact_bilm_dataset(
+                data.train_files, words, tokenizer, data.window, data.split, data.data_cache_dir, "training"
+            )
+            eval_dataset = _eval_windows(data, tokenizer, words)
+    if eval_dataset is None:
+        args.eval_strategy = IntervalStrategy.NO
+
+    if args.process_index == 0 and not args.resume:
+        output_dir.mkdir(parents=True, exist_ok=True)
+        write_atomically(output_dir / OPTIONS_FILE, json.dumps(record, indent=2, default=os.fspath) + "\n")
+    softmax = "full softmax"
+    if model.uses_sampled_softmax():
+        softmax = f"sampled softmax ({config.num_softmax_samples} negatives)"
+    batch = args.per_device_train_batch_size
+    layout = f"windows of {data.window} positions, batch {batch} per process"
+    steps_per_epoch = None
+    if data.stream:
+        steps_per_epoch = train_dataset.steps_per_epoch
+        layout = (
+            f"{batch} continuous streams per process in pieces of {data.window} positions, "
+            f"{steps_per_epoch:,} steps per epoch"
+        )
+    processes = f"{args.world_size} process" + ("es" if args.world_size > 1 else "")
+    log_once(
+        f"ElmoForBiLM: {sum(p.numel() for p in model.parameters()):,} parameters, {softmax} in training; {layout}; "
+        f"{processes} training."
+    )
+    if words is not None:
+        steps_per_epoch = optimizer_steps_per_epoch(len(train_dataset), args)
+        log_once(
+            f"Training data: {len(train_dataset):,} windows, {window_positions(train_dataset):,} positions, "
+            f"{steps_per_epoch:,} steps per epoch."
+        )
+
+    optimizer = None
+    if args.optim == OptimizerNames.ADAGRAD:
+        # bilm-tf's Adagrad adds no epsilon (its accumulator starts above 0); PyTorch's 1e-10 at the mean's scale
+        # would be window x 1e-10 at the original's.
+        accumulator = args.adagrad_initial_accumulator / data.window**2
+        optimizer = (Adagrad, {"lr": args.learning_rate, "initial_accumulator_value": accumulator, "eps": 0.0})
+    trainer = (StreamTrainer if data.stream else ElmoTrainer)(
+        model=model,
+        args=args,
+        data_collator=DataCollatorForBiLMStreams() if data.stream else DataCollatorForBiLM(words=words),
+        train_dataset=train_dataset,
+        eval_dataset=eval_dataset,
+        optimizer_cls_and_kwargs=optimizer,
+        callbacks=[
+            *([TimeLimitCallback(args.max_minutes)] if args.max_minutes else []),
+            *([EpochTimeCallback(steps_per_epoch)] if steps_per_epoch else []),
+        ],
+        word_tokenizer=tokenizer,
+        clip_norm=args.all_clip_norm_val / data.window,
+    )
+    staging = CheckpointStaging(trainer, resume_from)
+    trainer.add_callback(staging)  # after the callbacks that decide to save
+    if data.stream and resume_from is not None:
+        trainer.load_carried_state(resume_from)
+    try:
+        result = trainer.train(resume_from_checkpoint=None if resume_from is None else str(resume_from))
+    except LOAD_ERRORS + (ValueError,) as error:
+        if resume_from is None or trainer.started:
+            raise
+        what = "random state" if staging.loaded else "model weights, optimizer or scheduler state"
+        with one_line_load_errors(resume_from, what, LOAD_ERRORS if staging.loaded else LOAD_ERRORS + (ValueError,)):
+            raise error
+    trainer.check_finite(weights=True)
+    if data.stream:
+        # Trained on carried states, the model starts best from a warm state, not from zeros.
+        sentences = list(itertools.islice(iter_sentences(data.train_files, data.split, tokenizer), 2000))
+        model.elmo.set_warm_state(estimate_warm_state(model.elmo, sentences, tokenizer))
+        log_once(f"Warm start state estimated from the first {len(sentences):,} training sentences.")
+    trainer.save_final_model()
+    metrics = {"train_loss": result.training_loss, "train_runtime": result.metrics["train_runtime"]}
+    metrics["steps"] = result.global_step
+    if eval_dataset is not None:
+        last = trainer.state.log_history[-2] if len(trainer.state.log_history) > 1 else {}
+        just_evaluated = "eval_perplexity" in last and last.get("step") == trainer.state.global_step
+        metrics.update(last if just_evaluated else trainer.evaluate())
+        log_once(
+            f"Held-out perplexity: forward {metrics['eval_forward_perplexity']:.2f}, backward "
+            f"{metrics['eval_backward_perplexity']:.2f}, geometric mean {metrics['eval_perplexity']:.2f}."
+        )
+    log_once(f"Saved the trained biLM to {output_dir}.")
+    return metrics
+
+
+def run(args: argparse.Namespace) -> int:
+    names = set(_fields())
+    given = getattr(args, "given", names)  # the options on the command line: with --resume the others are recorded
+    train_bilm(**{k: v for k, v in vars(args).items() if k in names and k in given})
+    return 0
+
+
+__all__ = [
+    "ElmoDataArguments", "ElmoModelArguments", "ElmoTrainer", "ElmoTrainingArguments", "load_config", "train_bilm"
+]
