@@ -30,7 +30,7 @@ import json
 import math
 import os
 import shutil
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -78,6 +78,7 @@ from ..trainer_bilm import (
 )
 from ..warm_state import estimate_warm_state
 from ..word_vocabulary import WORD_VOCABULARY_FILE, read_word_vocabulary
+from .command_line import option
 
 OPTIONS_FILE = TRAINING_OPTIONS_FILE
 # may start in a folder holding only these).
@@ -86,15 +87,6 @@ RESUMABLE_CHANGES = {
     "output_dir", "resume", "data_cache_dir", "disable_tqdm", "report_to", "logging_steps", "eval_steps", "save_steps",
     "save_total_limit", "dataloader_num_workers", "keep_freed_memory", "max_minutes", "max_steps", "num_train_epochs",
 }
-
-
-def _option(default=dataclasses.MISSING, help: str = "", **argparse_options):
-    """A field with its command-line help: `HfArgumentParser` makes `--name` of each field, with its type and
-    default."""
-    metadata = {"help": help, **argparse_options}
-    if isinstance(default, list):
-        return field(default_factory=lambda: list(default), metadata=metadata)
-    return field(default=default, metadata=metadata)
 
 
 def _check_finite(options):
@@ -108,16 +100,16 @@ def _check_finite(options):
 class ElmoModelArguments:
     """The biLM to train: its configuration, the weights it starts from, and what only training uses."""
 
-    config: str | None = _option(
+    config: str | None = option(
         None,
         help=f"{'|'.join(ELMO_PRESETS)}|PATH (config.json, model folder or bilm-tf options.json); default: the "
         "--init_from model's, else small",
     )
-    init_from: str | None = _option(
+    init_from: str | None = option(
         None, help="folder of an ElmoModel (e.g. converted released weights) or ElmoForBiLM to continue from"
     )
-    dropout: float = _option(0.1)
-    num_softmax_samples: int = _option(8192, help="negatives of the sampled softmax; 0: full softmax")
+    dropout: float = option(0.1)
+    num_softmax_samples: int = option(8192, help="negatives of the sampled softmax; 0: full softmax")
 
     def __post_init__(self):
         _check_finite(self)
@@ -131,29 +123,29 @@ class ElmoModelArguments:
 class ElmoDataArguments:
     """The corpus, its vocabulary, and how it is cut into examples."""
 
-    train_files: list[str] = _option(
+    train_files: list[str] = option(
         [],
         help="text files, one sentence per line, or folders of them, or patterns such as 'shards/*.txt' (needed, "
         "except with --resume: then the run's own by default)",
     )
-    eval_files: list[str] = _option([], help="held-out text files (or folders, or patterns) for periodic perplexity")
-    vocab: str | None = _option(
+    eval_files: list[str] = option([], help="held-out text files (or folders, or patterns) for periodic perplexity")
+    vocab: str | None = option(
         None,
         help="vocabulary file (one word per line, <S>, </S>, <UNK> first); default: the --init_from model's, else "
         "built from the training files with --min_count and --max_vocab_size",
     )
-    min_count: int = _option(1, help="when building the vocabulary: keep words seen at least this often")
-    max_vocab_size: int | None = _option(None, help="when building the vocabulary: at most this many entries")
-    split: str = _option("pretokenizer", help=SPLIT_HELP, choices=SPLITS)
-    window: int = _option(20, help="positions per example, <S> and </S> included; with --stream, positions per piece")
-    stream: bool = _option(
+    min_count: int = option(1, help="when building the vocabulary: keep words seen at least this often")
+    max_vocab_size: int | None = option(None, help="when building the vocabulary: at most this many entries")
+    split: str = option("pretokenizer", help=SPLIT_HELP, choices=SPLITS)
+    window: int = option(20, help="positions per example, <S> and </S> included; with --stream, positions per piece")
+    stream: bool = option(
         False,
         help="train the way the original did: every batch row reads one continuous stream of sentences in pieces of "
         "--window positions, its LSTM state carried from batch to batch (the saved model gets a warm start state "
         "estimated from the training text); default: windows of whole sentences, each from the start state",
     )
-    streaming: bool = _option(False, help="read the corpus lazily (needs --max_steps)")
-    data_cache_dir: str | None = _option(
+    streaming: bool = option(False, help="read the corpus lazily (needs --max_steps)")
+    data_cache_dir: str | None = option(
         None, help="where the datasets library keeps the packed windows (default: its cache, HF_DATASETS_CACHE)"
     )
 
@@ -184,47 +176,47 @@ class ElmoTrainingArguments(TrainingArguments):
     """`TrainingArguments` with the original recipe's defaults (see the module docstring), and the options of ELMo's
     training that `Trainer` has not."""
 
-    per_device_train_batch_size: int = _option(128, help="windows per process and step")
-    per_device_eval_batch_size: int = _option(128, help="windows per process in evaluation")
-    learning_rate: float = _option(0.2)
-    optim: OptimizerNames | str = _option(
+    per_device_train_batch_size: int = option(128, help="windows per process and step")
+    per_device_eval_batch_size: int = option(128, help="windows per process in evaluation")
+    learning_rate: float = option(0.2)
+    optim: OptimizerNames | str = option(
         "adagrad", help="adagrad: bilm-tf's (hf_elmo.adagrad, no epsilon); else any of Trainer's optimizers"
     )
-    lr_scheduler_type: SchedulerType | str = _option("constant", help="a transformers scheduler name")
-    num_train_epochs: float = _option(10.0)
-    max_grad_norm: float = _option(0.0, help="Trainer's clip of the mean loss's gradient; see --all_clip_norm_val")
-    logging_steps: float = _option(100)
-    eval_strategy: IntervalStrategy | str = _option("steps", help="every --eval_steps when there are --eval_files")
-    eval_steps: float = _option(1250)
-    save_steps: float = _option(1250)
-    save_total_limit: int | None = _option(2)
-    report_to: None | str | list[str] = _option("none", help="none, tensorboard, wandb, ...")
-    disable_tqdm: bool = _option(False, help="no progress bars")
-    logging_nan_inf_filter: bool = _option(False, help="a non-finite loss stops training at its step anyway")
-    dataloader_num_workers: int | None = _option(
+    lr_scheduler_type: SchedulerType | str = option("constant", help="a transformers scheduler name")
+    num_train_epochs: float = option(10.0)
+    max_grad_norm: float = option(0.0, help="Trainer's clip of the mean loss's gradient; see --all_clip_norm_val")
+    logging_steps: float = option(100)
+    eval_strategy: IntervalStrategy | str = option("steps", help="every --eval_steps when there are --eval_files")
+    eval_steps: float = option(1250)
+    save_steps: float = option(1250)
+    save_total_limit: int | None = option(2)
+    report_to: None | str | list[str] = option("none", help="none, tensorboard, wandb, ...")
+    disable_tqdm: bool = option(False, help="no progress bars")
+    logging_nan_inf_filter: bool = option(False, help="a non-finite loss stops training at its step anyway")
+    dataloader_num_workers: int | None = option(
         None,
         help="data loader processes; default: 2 when training on a GPU (batches are read and checked while the GPU "
         "computes), 0 on the CPU (whose cores do the training)",
     )
     # Batches go to the GPU from pinned memory without waiting, and no per-step check of the loss makes the host wait
     # for the GPU (a non-finite loss is noted on the device and stops training when it is read: `check_finite`).
-    dataloader_pin_memory: bool | None = _option(None, help="default: when training on a GPU")
-    ddp_find_unused_parameters: bool | None = _option(False)
-    remove_unused_columns: bool = _option(False)
-    label_names: list[str] | None = _option(["labels"])
+    dataloader_pin_memory: bool | None = option(None, help="default: when training on a GPU")
+    ddp_find_unused_parameters: bool | None = option(False)
+    remove_unused_columns: bool = option(False)
+    label_names: list[str] | None = option(["labels"])
     # ELMo's own
-    resume: bool = _option(
+    resume: bool = option(
         False,
         help="continue from the last checkpoint in --output_dir, with the options recorded there; options given again "
         "must agree with them, except where they may change (where things go, how often they are reported, how long "
         "to go on)",
     )
-    all_clip_norm_val: float = _option(
+    all_clip_norm_val: float = option(
         10.0, help="bilm-tf's clip: the global norm of the gradient of window x loss, clipped in the optimizer; 0: none"
     )
-    adagrad_initial_accumulator: float = _option(1.0, help="bilm-tf's, at the scale of window x loss")
-    max_minutes: float | None = _option(None, help="stop (and save) after this many minutes of training")
-    keep_freed_memory: bool = _option(
+    adagrad_initial_accumulator: float = option(1.0, help="bilm-tf's, at the scale of window x loss")
+    max_minutes: float | None = option(None, help="stop (and save) after this many minutes of training")
+    keep_freed_memory: bool = option(
         True,
         help="keep the memory each step frees in the process for the next step (glibc: hf_elmo.freed_memory): faster "
         "CPU training, the process holding its busiest step's memory between steps",
