@@ -86,6 +86,11 @@ class Adagrad(torch.optim.Adagrad):
         self._clip = (factor, [(param, grad, grad._version) for param, grad in pairs])
         return total
 
+    @property
+    def clip_pending(self) -> bool:
+        """Whether `clip_grad_norm_` ran since the last `step`, which will apply its factor."""
+        return self._clip is not None
+
     def _take_clip_factor(self) -> torch.Tensor | None:
         """The pending clipping factor, after checking that the gradients are those it was computed for."""
         if self._clip is None:

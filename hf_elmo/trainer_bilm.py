@@ -257,7 +257,8 @@ def clip_in_optimizer(optimizer: torch.optim.Optimizer, max_norm: float):
 
     def clip(optimizer, args, kwargs):
         if isinstance(optimizer, Adagrad):
-            optimizer.clip_grad_norm_(max_norm, eps=0.0)
+            if not optimizer.clip_pending:  # else `ElmoTrainer.gradient_norm` took this clip with the norm
+                optimizer.clip_grad_norm_(max_norm, eps=0.0)
             return
         gradients = [p.grad for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
         factor = torch.clamp(max_norm / torch.nn.utils.get_total_norm(gradients), max=1.0)
@@ -288,6 +289,26 @@ class ElmoTrainer(Trainer):
         if _on_accelerator(self.args):
             config = self.accelerator.unwrap_model(self.model).config
             self.data_collator = HostCheckedCollator(self.data_collator, config)
+        # Trainer asks its accelerator for the gradient norm every step (to log it; `max_norm` inf where it does not
+        # clip), a pass over every gradient of its own: `gradient_norm` makes it the one ELMo's Adagrad takes anyway.
+        self.accelerator_gradient_norm = self.accelerator.clip_grad_norm_
+        self.accelerator.clip_grad_norm_ = self.gradient_norm
+
+    def gradient_norm(self, parameters, max_norm: float, norm_type: float = 2.0) -> torch.Tensor:
+        """The total gradient norm for `Trainer`'s log: with `hf_elmo.adagrad.Adagrad` in plain or DDP training
+        without a loss scaler, taken by the optimizer's clip (`--all_clip_norm_val`, or none), whose factor its
+        fused step applies; else the accelerator's `clip_grad_norm_`."""
+        optimizer = getattr(self.optimizer, "optimizer", self.optimizer)  # accelerate wraps it
+        plain = (DistributedType.NO, DistributedType.MULTI_GPU, DistributedType.MULTI_CPU)
+        if (
+            isinstance(optimizer, Adagrad)
+            and math.isinf(max_norm)
+            and norm_type == 2.0
+            and self.accelerator.distributed_type in plain
+            and getattr(self.accelerator, "scaler", None) is None
+        ):
+            return optimizer.clip_grad_norm_(self.clip_norm or math.inf, eps=0.0)
+        return self.accelerator_gradient_norm(parameters, max_norm, norm_type)
 
     def create_optimizer(self, model=None):
         optimizer = super().create_optimizer(model)

@@ -486,7 +486,8 @@ def test_values_checked_on_host_skips_only_the_checks_of_values():
 def test_clipping_inside_adagrads_step_trains_the_same(corpus, tmp_path, monkeypatch):
     """`hf-elmo train` clips in the optimizer, inside Adagrad's step (`Adagrad.clip_grad_norm_`, one pass over the
     gradients less): the same weights to the bit as clipping the gradients right before the step, as bilm-tf does
-    (`g * max_norm / max(norm, max_norm)`), which is in effect at every step here; `Trainer` logs the norms."""
+    (`g * max_norm / max(norm, max_norm)`), which is in effect at every step here; `Trainer` logs the norms, and
+    the norm it asks for is the one the clip takes: no pass of PyTorch's `clip_grad_norm_` over the gradients."""
     from hf_elmo import trainer_bilm
     from hf_elmo.adagrad import Adagrad
 
@@ -507,11 +508,20 @@ def test_clipping_inside_adagrads_step_trains_the_same(corpus, tmp_path, monkeyp
     monkeypatch.setattr(
         Adagrad, "clip_grad_norm_", lambda self, *a, **k: (deferred_calls.append(a), deferred(self, *a, **k))[1]
     )
+    separate_passes = []
+    separate_pass = torch.nn.utils.clip_grad_norm_
+    monkeypatch.setattr(
+        torch.nn.utils, "clip_grad_norm_", lambda *a, **k: (separate_passes.append(a), separate_pass(*a, **k))[1]
+    )
     train_bilm(**short_run(corpus, tmp_path / "deferred", **run))
-    assert deferred_calls == [(0.05 / 22,)] * 6
+    assert deferred_calls == [(0.05 / 22,)] * 6 and separate_passes == []
     monkeypatch.setattr(trainer_bilm, "clip_in_optimizer", clip_before_the_step)
+    monkeypatch.setattr(
+        trainer_bilm.ElmoTrainer, "gradient_norm", lambda self, *a, **k: self.accelerator_gradient_norm(*a, **k)
+    )
     train_bilm(**short_run(corpus, tmp_path / "before", **run))
     assert len(deferred_calls) == 6 and len(norms) == 6 and all(norm > 0.05 / 22 for norm in norms)
+    assert len(separate_passes) == 6  # Trainer's own, for its log
 
     def logged_norms(name):
         history = json.loads((tmp_path / name / "checkpoint-6" / "trainer_state.json").read_text())["log_history"]
