@@ -16,10 +16,10 @@ from transformers import (
 from transformers.pipelines import PIPELINE_REGISTRY
 
 from .configuration_elmo import ELMO_PRESETS, ElmoConfig
-from .cpu_backend import cpu_backend
 from .freed_memory import keep_freed_memory
 from .modeling_elmo import ElmoBiLMOutput, ElmoForBiLM, ElmoModel, ElmoModelOutput, ElmoPreTrainedModel
 from .modeling_elmo_heads import ElmoForQuestionAnswering, ElmoForSequenceClassification, ElmoForTokenClassification
+from .paths import ElmoPaths
 from .pipelines_elmo import (
     ElmoQuestionAnsweringPipeline,
     ElmoTokenClassificationPipeline,
@@ -73,11 +73,11 @@ __all__ = [
     "ElmoForTokenClassification",
     "ElmoModel",
     "ElmoModelOutput",
+    "ElmoPaths",
     "ElmoPreTrainedModel",
     "ElmoQuestionAnsweringPipeline",
     "ElmoTokenClassificationPipeline",
     "ElmoTokenizer",
     "ScalarMix",
-    "cpu_backend",
     "keep_freed_memory",
 ]

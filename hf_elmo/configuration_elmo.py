@@ -8,6 +8,7 @@ from transformers import PreTrainedConfig
 
 from .character_rows import MAX_CHARACTERS_PER_TOKEN
 from .file_io import read_json_object
+from .paths import ElmoPaths
 
 # The released biLMs share the character CNN of the "original" model; they differ in the
 # highway depth, the LSTM cell size and the projection size (bilm-tf README, "Pre-trained models").
@@ -28,7 +29,6 @@ ELMO_PRESETS = {
 }
 
 ACTIVATIONS = ("relu", "tanh")
-IMPLEMENTATIONS = ("fast", "reference")
 
 # Every class a saved folder can be loaded as with `trust_remote_code=True` (file.Class, flattened by
 # `save_pretrained`); transformers itself would only list the saved object's class.
@@ -117,11 +117,9 @@ class ElmoConfig(PreTrainedConfig):
         warm_state (`bool`, defaults to `False`): the model holds a warm start state (`ElmoModel.set_warm_state`,
             estimated by `hf-elmo warm-state`), the LSTM state every row starts from whenever no `state=` is passed;
             `False`: rows start from zeros.
-        implementation (`str`, defaults to `"fast"`): how the model computes, with the same results up to float
-            rounding: `"fast"` (distinct words once, the LSTM over length-sorted rows on CPUs and over static shapes
-            on GPUs) or `"reference"` (the straightforward computation, the readable specification the fast paths
-            are tested against; several times slower). Read at each call: `model.config.implementation =
-            "reference"` switches a model.
+        paths (`dict`, *optional*): which computation runs each part (`paths.ElmoPaths`; every field "auto" by
+            default, e.g. `{"lstm": "reference"}`), same results up to float rounding. Read at each call;
+            `ElmoPaths.reference()` is the plain math the fast paths are tested against.
 
     Task heads (`ElmoForSequenceClassification`, `ElmoForTokenClassification`, `ElmoForQuestionAnswering`; the biLM
     ignores these):
@@ -185,7 +183,7 @@ class ElmoConfig(PreTrainedConfig):
     input_word_vocab_size: int = 0
     input_word_dim: int = 0
     warm_state: bool = False
-    implementation: str = "fast"
+    paths: dict | ElmoPaths | None = None
     num_softmax_samples: int = 8192
     tie_word_embeddings: bool = False
 
@@ -220,6 +218,7 @@ class ElmoConfig(PreTrainedConfig):
             got = f"{len(labels):,} labels" if isinstance(labels, dict) else repr(labels)[:100]
             raise ValueError(f"ElmoConfig.id2label must map at most {MAX_LABELS:,} label ids to names, got {got}.")
         self.filters = [list(f) for f in self.filters]
+        self.paths = ElmoPaths.from_value(self.paths).to_dict()  # a dict in config.json
         self.elmo_placement = list(self.elmo_placement)
         kwargs.setdefault("auto_map", dict(AUTO_MAP))
         custom_pipelines = kwargs.get("custom_pipelines")
@@ -310,10 +309,7 @@ class ElmoConfig(PreTrainedConfig):
             raise ValueError(f"ElmoConfig.n_highway must be >= 0, got {self.n_highway}.")
         if self.activation not in ACTIVATIONS:
             raise ValueError(f"ElmoConfig.activation must be one of {ACTIVATIONS}, got {self.activation!r}.")
-        if self.implementation not in IMPLEMENTATIONS:
-            raise ValueError(
-                f"ElmoConfig.implementation must be one of {IMPLEMENTATIONS}, got {self.implementation!r}."
-            )
+        ElmoPaths.from_value(self.paths)
         if self.max_characters_per_token < 3:
             raise ValueError(
                 "ElmoConfig.max_characters_per_token must be >= 3 (begin of word, a character, end of word), got "

@@ -545,6 +545,11 @@ def _load() -> tuple[ctypes.CDLL, int]:
     return library, sgemm
 
 
+def loops_built() -> bool:
+    """Whether the compiled loops are built and loaded here (they run on float32 CPU tensors)."""
+    return _library() is not None
+
+
 def available(tensor: torch.Tensor) -> bool:
     """Whether the compiled loops run for tensors like `tensor` (float32 on a CPU, and a library built)."""
     return tensor.device.type == "cpu" and tensor.dtype == torch.float32 and _library() is not None
@@ -670,6 +675,31 @@ def dropout(x: torch.Tensor, threshold: int, scale: float, seed: int) -> torch.T
     pointers = _pointers((x, tuple(x.shape)), (out, tuple(x.shape)))
     _library()[0].dropout(x.numel(), *pointers, seed, threshold, scale)
     return out
+
+
+def dropout_forward(module: torch.nn.Dropout, x: torch.Tensor) -> torch.Tensor:
+    """`ElmoDropout.forward` in training on `paths.dropout = "compiled"`: the mask from the counter-based generator
+    (PyTorch's CPU Bernoulli draws are slow), seeded from PyTorch's CPU generator, so `torch.manual_seed` repeats it.
+    Same keep probability (to 2^-32) and scaling as PyTorch's; the backward regenerates the mask instead of storing
+    it."""
+    if 0 < module.p < 1 and not module.inplace and available(x):
+        return _CompiledDropout.apply(x, module.p)
+    return torch.nn.functional.dropout(x, module.p, module.training, module.inplace)
+
+
+class _CompiledDropout(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, p):
+        # As PyTorch's CPU dropout scales: float32 1 / (1 - p).
+        ctx.threshold = min(round(p * 2**32), 2**32 - 1)
+        ctx.scale = float(torch.tensor(1.0) / torch.tensor(1 - p, dtype=torch.float32))
+        ctx.seed = int(torch.randint(0, 2**63 - 1, (), dtype=torch.int64))
+        return dropout(x, ctx.threshold, ctx.scale, ctx.seed)
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad):
+        return dropout(grad, ctx.threshold, ctx.scale, ctx.seed), None
 
 
 class WindowMax(torch.autograd.Function):
