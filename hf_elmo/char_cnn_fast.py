@@ -125,7 +125,8 @@ def _max_over_windows_of_group(encoder, words: torch.LongTensor, span: int, run_
         autocast = torch.is_autocast_enabled(chars.device.type)
         chars = chars.to(torch.get_autocast_dtype(chars.device.type) if autocast else chars.dtype)
         spans = _spans(words)
-    compiled = paths.window_max == "compiled" and compiled_loops_available(chars) and not torch.is_autocast_enabled("cpu")
+    compiled = paths.window_max == "compiled" and compiled_loops_available(chars)
+    compiled = compiled and not torch.is_autocast_enabled("cpu")
     per_filter = []
     for conv, value in zip(encoder.convolutions, run_values):
         width = conv.kernel_size[0]

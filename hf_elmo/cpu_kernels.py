@@ -18,7 +18,8 @@ compiler and the processor's features, written whole or not at all; it is loaded
 Python's lock during a call), so nothing is built at install time and no PyTorch headers are needed. PyTorch's
 OpenMP runtime is already loaded under the same name (`libgomp.so.1`), so the loops share its threads and their
 per-thread counts. Where no compiler is found, the build fails, PyTorch's BLAS does not export `sgemm_` (or gives
-a wrong product in a check at load), or `HF_ELMO_CPU_KERNELS=0` is set, `available()` is False. The nonlinearities
+a wrong product in a check at load), `available()` is False; a model's `paths` turn them off for its own
+computation (`"torch"` for `window_max`, `lstm_kernels` and `dropout`). The nonlinearities
 use Cephes' single-precision `exp` polynomial (within two units in the last place) and `tanh(x) = 2 sigmoid(2x) -
 1`, so results agree with PyTorch's to a few units in the last place, not bit for bit; the tests hold them to
 float64 recomputations and to the reference path.
@@ -509,16 +510,13 @@ def _products_are_right(library: ctypes.CDLL, sgemm: int) -> bool:
 
 @functools.cache
 def _library() -> tuple[ctypes.CDLL, int] | None:
-    """The built library and the BLAS product it calls, or None (with a warning saying why, unless switched off)."""
-    if os.environ.get("HF_ELMO_CPU_KERNELS", "1") == "0":
-        return None
+    """The built library and the BLAS product it calls, or None (with a warning saying why)."""
     try:
         return _load()
     except OSError as error:
         warnings.warn(
             f"hf_elmo's compiled CPU loops are not available ({error}): the LSTM, the sampled softmax, Adagrad and "
-            "dropout run as PyTorch operations on CPUs, slower for small and mid-size models (HF_ELMO_CPU_KERNELS=0 "
-            "silences this)",
+            "dropout run as PyTorch operations on CPUs, slower for small and mid-size models",
             RuntimeWarning,
             stacklevel=3,
         )

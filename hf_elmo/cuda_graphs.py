@@ -57,8 +57,8 @@ class PendingBackward:
     def finish(self, token: "_Token") -> None:
         if self._token is None or self._token() is not token:
             raise RuntimeError(
-                "This captured computation ran forward again since the pass being differentiated; its saved "
-                'tensors are gone. Run backward once per forward pass, or turn CUDA graphs off (paths.cuda_graphs="off").'
+                "This captured computation ran forward again since the pass being differentiated; its saved tensors "
+                'are gone. Run backward once per forward pass, or turn CUDA graphs off (paths.cuda_graphs="off").'
             )
         self._token = None
 

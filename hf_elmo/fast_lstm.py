@@ -603,7 +603,8 @@ def _sorted_forward(bilstm, inputs, masks, states, paths):
     # are two); directions whose rows differ in length run one after the other.
     groups = [(0, 1)] if batch_sizes[0] == batch_sizes[1] else [(0,), (1,)]
     first = bilstm.forward_layers[0]
-    settings = LstmSettings(first.cell_clip, first.proj_clip, first.forget_bias or 0.0, paths.lstm_kernels == "compiled")
+    compiled = paths.lstm_kernels == "compiled"
+    settings = LstmSettings(first.cell_clip, first.proj_clip, first.forget_bias or 0.0, compiled)
     outputs, finals = [], [([], []), ([], [])]
     for index, layers in enumerate(zip(bilstm.forward_layers, bilstm.backward_layers)):
         # bilm-tf wraps every cell, residual included, in input dropout.

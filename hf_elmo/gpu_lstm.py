@@ -30,6 +30,8 @@ if triton is not None:  # Triton ships with PyTorch's CUDA builds; the PyTorch s
     from .gpu_lstm_kernels import cell_backward, cell_forward, gates_cell_forward, hidden_backward, hidden_forward
 
     _TRITON_STEPS = (cell_forward, hidden_forward, hidden_backward, cell_backward)
+else:
+    _TRITON_STEPS = gates_cell_forward = None
 
 
 @dataclass(frozen=True)

@@ -144,15 +144,9 @@ class ElmoCharacterEncoder(nn.Module):
         chars = self.char_embedding(char_ids.reshape(-1, num_chars))  # (N, C, e)
         # Each convolution as the product of every window with the kernel (cuDNN's convolutions round float32 to TF32
         # on GPUs by default; matrix products do not).
-        features = torch.cat(
-            [
-                self.activation(
-                    (chars.unfold(1, conv.kernel_size[0], 1).flatten(2) @ conv.weight.flatten(1).t() + conv.bias).amax(1)
-                )
-                for conv in self.convolutions
-            ],
-            dim=-1,
-        )
+        windows = [chars.unfold(1, conv.kernel_size[0], 1).flatten(2) for conv in self.convolutions]  # (N, C-w+1, we)
+        products = [x @ conv.weight.flatten(1).t() + conv.bias for x, conv in zip(windows, self.convolutions)]
+        features = torch.cat([self.activation(p.amax(1)) for p in products], dim=-1)
         for highway in self.highways:
             features = highway(features)
         if self.word_embedding is not None:  # ELMoForManyLangs: [word | characters]
@@ -324,7 +318,8 @@ def matrix_flops_per_position(config: ElmoConfig) -> tuple[int, int]:
     """Forward FLOPs (two per multiply-add) of the matrix products for one word position: `(character encoder, the
     LSTM layers of one direction)`, the convolutions over every character slot."""
     slots, filters = config.max_characters_per_token, config.num_filters
-    convolutions = sum(2 * width * config.char_embedding_dim * count * (slots - width + 1) for width, count in config.filters)
+    embedding = config.char_embedding_dim
+    convolutions = sum(2 * width * embedding * count * (slots - width + 1) for width, count in config.filters)
     highway = config.n_highway * 2 * filters * 2 * filters
     projection = 2 * (config.input_word_dim + filters) * config.projection_dim
     layer = 2 * (2 * config.projection_dim * 4 * config.cell_dim + config.cell_dim * config.projection_dim)
@@ -437,6 +432,7 @@ class ElmoModel(ElmoPreTrainedModel):
 
     def __init__(self, config: ElmoConfig):
         super().__init__(config)
+        ElmoPaths.from_value(config.paths)  # e.g. from_pretrained(..., paths=...): a bad name fails here
         self.char_encoder = ElmoCharacterEncoder(config)
         self.encoder = ElmoBiLstm(config)
         if config.warm_state:

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 
 import torch
 
-from . import cpu_kernels, triton_support
+from .cpu_kernels import loops_built
+from .triton_support import INTERPRETED, triton
 
 CHOICES = {
     "char_cnn": ("reference", "distinct_words", "every_word"),
@@ -99,9 +100,9 @@ class ElmoPaths:
 
 def _triton_runs(device: torch.device) -> bool:
     """Whether the Triton kernels run on tensors of `device`: CUDA, or CPU under Triton's interpreter."""
-    if triton_support.triton is None:
+    if triton is None:
         return False
-    return device.type == "cpu" if triton_support.INTERPRETED else device.type == "cuda"
+    return device.type == "cpu" if INTERPRETED else device.type == "cuda"
 
 
 def resolve(paths: ElmoPaths, device: torch.device, dtype: torch.dtype, training: bool, capturing: str | None = None):
@@ -114,7 +115,7 @@ def resolve(paths: ElmoPaths, device: torch.device, dtype: torch.dtype, training
     if capturing not in CAPTURING:
         raise ValueError(f"capturing must be one of {CAPTURING}, got {capturing!r}.")
     device = torch.device(device)
-    loops = device.type == "cpu" and dtype == torch.float32 and cpu_kernels.loops_built()
+    loops = device.type == "cpu" and dtype == torch.float32 and loops_built()
     triton = _triton_runs(device)
     return _resolve(paths, device.type, dtype, bool(training), capturing, loops, triton)
 
@@ -162,7 +163,9 @@ def _resolve(paths, device_type, dtype, training, capturing, loops, triton):
             raise ValueError(f"paths.{name}={value!r} needs {what}; got {dtype} tensors on {device_type}.")
     kernels_of = {"compiled": "sorted", "triton": "static"}.get(lstm_kernels.split("_")[0])
     if kernels_of is not None and chosen["lstm"] != kernels_of:
-        raise ValueError(f"paths.lstm_kernels={lstm_kernels!r} runs on paths.lstm={kernels_of!r}, got {chosen['lstm']!r}.")
+        raise ValueError(
+            f"paths.lstm_kernels={lstm_kernels!r} runs on paths.lstm={kernels_of!r}, got {chosen['lstm']!r}."
+        )
     return ElmoPaths(**chosen)
 
 
