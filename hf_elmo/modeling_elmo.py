@@ -680,12 +680,9 @@ class ElmoForBiLM(ElmoPreTrainedModel):
 
     def floating_point_ops(self, inputs: dict, split_directions: bool = False) -> int:
         """FLOPs of a training step on `inputs["input_ids"]` `(B, T, C)`, for `Trainer`'s `total_flos`: three times
-        the forward's matrix products (forward and backward), two FLOPs per multiply-add, every position counted
-        (padding too). The character encoder over every character slot, as the original computes it; per
-        direction its LSTM layers and its softmax over the sampled words (the whole vocabulary without sampling);
-        with `split_directions` (continuous streams) each direction on half the rows. The original size with
-        8,192 samples: 663 million per position. `Trainer`'s own estimate, 6 x parameters x `input_ids.numel()`,
-        counts each position once per character slot."""
+        the forward's matrix products, every position counted (padding too): the character encoder over every slot;
+        per direction its LSTM layers and its softmax over the sampled words (the whole vocabulary without sampling),
+        with `split_directions` on half the rows. (`Trainer`'s own estimate counts each position once per slot.)"""
         if not isinstance(inputs.get("input_ids"), torch.Tensor):
             return 0  # as `Trainer` counts a batch without its main input
         rows, length = inputs["input_ids"].shape[:2]
@@ -776,13 +773,10 @@ class ElmoForBiLM(ElmoPreTrainedModel):
             check_labels(self.config, labels, input_ids.shape[:2], split_directions)
         captured = None
         # Captured: a step from the start state, or one from a given state that returns its final one (streams).
-        carried = bool(use_cache) == (state is not None)
-        if labels is not None and carried and self.training and isinstance(input_ids, torch.Tensor):
-            if not (return_logits or output_hidden_states):
-                paths = paths_in_effect(self.config, input_ids.device, self.dtype, True)
-                captured = captured_training_step(
-                    self, input_ids, attention_mask, labels, state, split_directions, paths
-                )
+        carried = bool(use_cache) == (state is not None) and not (return_logits or output_hidden_states)
+        if self.training and labels is not None and carried and isinstance(input_ids, torch.Tensor):
+            paths = paths_in_effect(self.config, input_ids.device, self.dtype, True)
+            captured = captured_training_step(self, input_ids, attention_mask, labels, state, split_directions, paths)
         if captured is not None:
             sums, counts, *final_state = captured
             outputs = ElmoModelOutput(state=tuple(final_state) or None)

@@ -115,13 +115,13 @@ def resolve(paths: ElmoPaths, device: torch.device, dtype: torch.dtype, training
     if capturing not in CAPTURING:
         raise ValueError(f"capturing must be one of {CAPTURING}, got {capturing!r}.")
     device = torch.device(device)
-    loops = device.type == "cpu" and dtype == torch.float32 and loops_built()
-    triton = _triton_runs(device)
-    return _resolve(paths, device.type, dtype, bool(training), capturing, loops, triton)
+    built = device.type == "cpu" and loops_built()
+    return _resolve(paths, device.type, dtype, bool(training), capturing, built, _triton_runs(device))
 
 
 @functools.lru_cache(maxsize=256)
-def _resolve(paths, device_type, dtype, training, capturing, loops, triton):
+def _resolve(paths, device_type, dtype, training, capturing, built, triton):
+    loops = built and dtype == torch.float32
     if capturing == "export":
         return ElmoPaths.reference()
     on_gpu, sixteen_bit = device_type == "cuda", dtype in (torch.bfloat16, torch.float16)
@@ -141,7 +141,9 @@ def _resolve(paths, device_type, dtype, training, capturing, loops, triton):
         "joint_input_product": "by_batch_size",
         "cuda_graphs": "on" if on_gpu and capturing is None else "off",
         "linear": "onednn" if device_type == "cpu" else "torch",
-        "dropout": "compiled" if training and loops else "torch",
+        # Dropout draws on the tensors it is given (float32 ones also under autocast): where they are not float32 it
+        # falls back by itself.
+        "dropout": "compiled" if training and built else "torch",
         "threads": "concurrent" if device_type == "cpu" and not training else "single",
     }
     chosen = {name: auto[name] if getattr(paths, name) == "auto" else getattr(paths, name) for name in auto}
@@ -159,6 +161,8 @@ def _resolve(paths, device_type, dtype, training, capturing, loops, triton):
     for name in ("window_max", "highway", "lstm_kernels", "dropout"):
         value = chosen[name]
         runs, what = needs.get(value.split("_")[0], (True, ""))
+        if name == "dropout" and value == "compiled":
+            runs, what = built, "the compiled CPU loops (CPU tensors, a C++ compiler)"
         if not runs:
             raise ValueError(f"paths.{name}={value!r} needs {what}; got {dtype} tensors on {device_type}.")
     kernels_of = {"compiled": "sorted", "triton": "static"}.get(lstm_kernels.split("_")[0])

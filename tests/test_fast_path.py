@@ -14,7 +14,7 @@ from transformers import AutoModel
 
 from hf_elmo import ElmoPaths, ElmoTokenizer, char_cnn_fast, cpu_kernels, cpu_threads, fast_lstm, onednn_linear
 from hf_elmo.cpu_backend import cpu_backend_of, current_cpu_backend
-from hf_elmo.character_rows import words_to_char_ids
+from hf_elmo.character_rows import word_keys, words_to_char_ids
 
 from conftest import FIXTURE_SETS, fixture_batches, reference_from
 from test_modeling_elmo import random_model as modeling_random_model
@@ -459,3 +459,16 @@ def test_distinct_rows_are_the_row_wise_unique(monkeypatch, colliding_keys):
     assert torch.equal(distinct[index], rows)
     assert len(distinct) == len(expected)
     assert torch.equal(torch.unique(distinct, dim=0), expected)
+
+
+def test_word_keys_are_equal_exactly_for_equal_rows_and_lowercase_folds_ascii_capitals():
+    """`character_rows.word_keys`, the one word key of the package: the same key for the same row, different keys for
+    the distinct words here; with `lowercase`, 'The' and 'the' share one and 'Über' keeps its capital (not ASCII)."""
+    words = ["the", "The", "THE", "cat", "Über", "über", "x" * 60, ""]
+    rows = torch.from_numpy(words_to_char_ids(words))
+    keys = word_keys(rows)
+    assert torch.equal(word_keys(rows[[2, 0, 1]]), keys[[2, 0, 1]]) and torch.equal(word_keys(rows[None]), keys[None])
+    assert len(set(keys.tolist())) == len(words)
+    folded = word_keys(rows, lowercase=True).tolist()
+    assert folded[0] == folded[1] == folded[2] and folded[4] != folded[5]
+    assert len(set(folded)) == len(words) - 2
