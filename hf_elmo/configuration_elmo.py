@@ -205,6 +205,11 @@ class ElmoConfig(PreTrainedConfig):
     classifier_pooling: str = "mean"
     sentence_pairs: bool = False
 
+    def __setattr__(self, name, value):
+        if name == "paths" and isinstance(value, ElmoPaths):
+            value = value.to_dict()  # config.json holds a dict
+        super().__setattr__(name, value)
+
     def __post_init__(self, **kwargs):
         for name, value in (("dtype", self.dtype), ("torch_dtype", kwargs.get("torch_dtype"))):
             spelled = None if value is None else str(value).removeprefix("torch.")

@@ -139,6 +139,9 @@ def tiny_config(**overrides):
 def test_the_config_holds_the_paths_as_a_dict_and_from_pretrained_sets_them(tmp_path):
     assert tiny_config().paths == {field: "auto" for field in CHOICES}
     assert tiny_config(paths=ElmoPaths(lstm="reference")).paths["lstm"] == "reference"
+    config = tiny_config()
+    config.paths = ElmoPaths(lstm="sorted")  # set later: still a dict for config.json
+    assert json.loads(config.to_json_string())["paths"]["lstm"] == "sorted"
     ElmoModel(tiny_config(paths={"lstm": "static"})).save_pretrained(tmp_path)
     saved = json.loads((tmp_path / "config.json").read_text())["paths"]
     assert saved == {**{field: "auto" for field in CHOICES}, "lstm": "static"}
