@@ -53,12 +53,15 @@ class ElmoModelOutput(ModelOutput):
     state: ElmoState | None = None
 
 
+_REFERENCE_PATHS = ElmoPaths.reference()
+
+
 def paths_in_effect(config: ElmoConfig, device: torch.device, dtype: torch.dtype, training: bool) -> ElmoPaths:
     """`config.paths` resolved for a call on `device` with parameters of `dtype` (the autocast dtype under autocast).
     `torch.export` and `torch.compile` get the reference, whose operations and shapes depend on the input's shapes
     only."""
     if exporting() or torch.compiler.is_compiling():
-        return ElmoPaths.reference()
+        return _REFERENCE_PATHS
     if torch.is_autocast_enabled(device.type):
         dtype = torch.get_autocast_dtype(device.type)
     capturing = "cuda_graph" if device.type == "cuda" and torch.cuda.is_current_stream_capturing() else None
