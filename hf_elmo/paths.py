@@ -75,9 +75,8 @@ class ElmoPaths:
     @classmethod
     def reference(cls) -> "ElmoPaths":
         """The plain math everywhere: the computation every other path is tested against."""
-        return cls(char_cnn="reference", window_max="torch", highway="torch", lstm="reference",
-                   lstm_kernels="torch", joint_input_product="separate", cuda_graphs="off", linear="torch",
-                   dropout="torch", threads="single")  # fmt: skip
+        plain = {"char_cnn": "reference", "lstm": "reference", "joint_input_product": "separate", "cuda_graphs": "off"}
+        return cls(**{**dict.fromkeys(CHOICES, "torch"), **plain, "threads": "single"})
 
     @classmethod
     def from_value(cls, value: "ElmoPaths | dict | None") -> "ElmoPaths":
