@@ -10,7 +10,7 @@ Each sentence is `--words` random words of 3-10 lowercase letters; all layers ar
 embedding text would. Prints the machine and a table: words/s, seconds per batch (median of `--repeats`)
 and peak memory above the loaded model during one batch (CUDA allocator peak on GPU; peak resident set
 size on Linux CPUs, which also counts allocator caching). `--compare` runs the straightforward reference
-path (`config.implementation = "reference"`) on the same weights in the same process, alternating with the
+path (`ElmoPaths.reference()`) on the same weights in the same process, alternating with the
 fast path, and prints the ratio of their median times.
 """
 
@@ -27,14 +27,14 @@ from functools import partial
 
 import torch
 
-from hf_elmo import ElmoConfig, ElmoModel, ElmoTokenizer
+from hf_elmo import ElmoConfig, ElmoModel, ElmoPaths, ElmoTokenizer
 from hf_elmo.character_rows import words_to_char_ids
 
 
 def reference_copy(model):
     """A copy of `model` (same weights, dtype, device and mode) computing with the straightforward reference path."""
     reference = copy.deepcopy(model)
-    reference.config.implementation = "reference"
+    reference.config.paths = ElmoPaths.reference().to_dict()
     return reference
 
 

@@ -52,7 +52,7 @@ from bench_training import make_batch  # noqa: E402
 from conftest import FIXTURE_SETS, fixture_batches, reference_from  # noqa: E402
 
 from hf_elmo.adagrad import Adagrad  # noqa: E402
-from hf_elmo import ElmoConfig, ElmoForBiLM, ElmoTokenizer  # noqa: E402
+from hf_elmo import ElmoConfig, ElmoForBiLM, ElmoPaths, ElmoTokenizer  # noqa: E402
 from hf_elmo.gpu_lstm import joint_input_product  # noqa: E402
 from hf_elmo.input_checks import values_checked_on_host  # noqa: E402
 
@@ -93,15 +93,17 @@ def set_path(model, path: str):
     product inside the Triton kernel or not, whatever a captured layer would find faster; `static, windows not
     fused`: the character CNN's window products written out before their max and the highway layers' elementwise
     part as PyTorch operations (the way before `char_cnn_kernels.py`)."""
-    elmo = model.elmo if hasattr(model, "elmo") else model
-    elmo.encoder.static_shapes = path.startswith("static")
-    elmo.encoder.joint_input_product = {"static, state product": False, "static, joint product": True}.get(path)
-    elmo.encoder.fused_gate_products = {"static, steps not fused": False, "static, steps fused": True}.get(path)
-    elmo.char_encoder.deduplicate = path == "sorted"
-    fused = False if path == "static, characters not fused" else None
-    elmo.char_encoder.fused_windows = fused
-    for highway in elmo.char_encoder.highways:
-        highway.fused = fused
+    characters = "torch" if path == "static, characters not fused" else "auto"
+    steps = {"static, steps not fused": "triton_unfused", "static, steps fused": "triton_fused"}
+    joint = {"static, state product": "separate", "static, joint product": "joint"}
+    model.config.paths = {
+        "char_cnn": "distinct_words" if path == "sorted" else "every_word",
+        "window_max": characters,
+        "highway": characters,
+        "lstm": "static" if path.startswith("static") else "sorted",
+        "lstm_kernels": steps.get(path, "auto"),
+        "joint_input_product": joint.get(path, "auto"),
+    }
     return model
 
 
@@ -205,7 +207,7 @@ def training_model(size: str, path: str, vocab_size: int = 100_000, samples: int
     with torch.device(DEVICE):
         model = ElmoForBiLM(config).train()
     if path == "reference":
-        model.config.implementation = "reference"
+        model.config.paths = ElmoPaths.reference().to_dict()
     else:
         set_path(model, path)
     optimizer = Adagrad(model.parameters(), lr=0.2, initial_accumulator_value=1.0 / 20**2)
@@ -360,13 +362,11 @@ def char_cnn(quick: bool, deadline: float):
                 for k in range(0, batch_size * 20, 1000):
                     sentences[k // 20][k % 20] = "x" * 48
             ids = ElmoTokenizer()(sentences, is_split_into_words=True, return_tensors="pt")["input_ids"].to(DEVICE)
-            for way, fused in (("fused", None), ("not fused", False)):
+            for way, kernels in (("fused", "auto"), ("not fused", "torch")):
                 if time.monotonic() > deadline:
                     rows.append([ids.shape[0] * ids.shape[1], text, way, "skipped (time)", ""])
                     continue
-                encoder.fused_windows = fused
-                for highway in encoder.highways:
-                    highway.fused = fused
+                encoder.config.paths = {"window_max": kernels, "highway": kernels}
 
                 def forward():
                     with torch.inference_mode(), torch.autocast(DEVICE, dtype=torch.bfloat16):

@@ -9,7 +9,6 @@ from transformers import AutoConfig, AutoTokenizer
 from transformers.pipelines import PIPELINE_REGISTRY
 
 from .configuration_elmo import ELMO_PRESETS, MODEL_CLASSES, ElmoConfig
-from .cpu_backend import cpu_backend
 from .freed_memory import keep_freed_memory
 from .modeling_elmo import (
     ElmoBiLMOutput,
@@ -21,6 +20,7 @@ from .modeling_elmo import (
     ElmoModelOutput,
     ElmoPreTrainedModel,
 )
+from .paths import ElmoPaths
 from .pipelines_elmo import (
     ElmoQuestionAnsweringPipeline,
     ElmoTokenClassificationPipeline,
@@ -64,11 +64,11 @@ __all__ = [
     "ElmoForTokenClassification",
     "ElmoModel",
     "ElmoModelOutput",
+    "ElmoPaths",
     "ElmoPreTrainedModel",
     "ElmoQuestionAnsweringPipeline",
     "ElmoTokenClassificationPipeline",
     "ElmoTokenizer",
     "ScalarMix",
-    "cpu_backend",
     "keep_freed_memory",
 ]

@@ -54,12 +54,11 @@ def _triton_step(param, grad, total, lr, eps, scale):
 class Adagrad(torch.optim.Adagrad):
     """`torch.optim.Adagrad` whose step is one pass per parameter, a Triton kernel on CUDA tensors and a compiled
     loop on float32 CPU tensors (see the module docstring); same arguments and state. `clip_grad_norm_` clips the
-    gradients inside that pass instead of in one of its own."""
+    gradients inside that pass instead of in one of its own. `triton_on_cpu`: the Triton kernel also on CPU tensors
+    (under Triton's interpreter, `TRITON_INTERPRET=1`: for tests), instead of the compiled loop."""
 
-    # Tests set this to run the kernel on CPU tensors under Triton's interpreter.
-    _FUSE_ON_CPU = False
-
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args, triton_on_cpu: bool = False, **kwargs):
+        self.triton_on_cpu = triton_on_cpu
         self._uncounted_steps: dict[torch.Tensor, int] = {}
         self._clip: tuple[torch.Tensor, list] | None = None  # from `clip_grad_norm_`, for the next step
         self._ones: dict[torch.device, torch.Tensor] = {}
@@ -128,7 +127,7 @@ class Adagrad(torch.optim.Adagrad):
         tensors under Triton's interpreter, where tests ask for it), the compiled loop on float32 CPU tensors."""
         if param.is_cuda and triton is not None and not INTERPRETED:
             return _triton_step
-        if param.is_cpu and self._FUSE_ON_CPU and triton is not None and INTERPRETED:
+        if param.is_cpu and self.triton_on_cpu and triton is not None and INTERPRETED:
             return _triton_step
         if param.is_cpu and param.dtype == torch.float32 and compiled_loops_available(param):
             return compiled_adagrad_step

@@ -231,7 +231,7 @@ def window_max(
         chars: `(U, L, e)` embedded characters, contiguous, with `L >= num_windows + w - 1`.
         weight: `(n, w * e)` the filters, slot-major (`conv.weight.transpose(1, 2)` flattened), same dtype.
         save_argmax: also return where each max was taken (the backward pass needs it).
-        spans: `(U,)` integers, each word's slots before its final run of one character (`modeling_elmo._spans`), or
+        spans: `(U,)` integers, each word's slots before its final run of one character (`char_cnn_fast._spans`), or
             None. With them a block of words stops at its longest span: a word's later windows are then left out
             (only where they lie inside its final run, whose value the caller takes into the max).
 

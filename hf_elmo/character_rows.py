@@ -18,6 +18,7 @@ This module depends on NumPy only.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -96,6 +97,24 @@ def _encode_words(words: Sequence[str], max_bytes: int = MAX_WORD_BYTES) -> list
                     f"Every word must be a str, but word {index} is {type(word).__name__}: {word!r:.60}"
                 ) from None
         raise error
+
+
+@functools.cache
+def _key_weights(width: int) -> tuple[int, ...]:
+    """Powers of an odd 64-bit constant modulo 2^64, as signed int64 values."""
+    powers = [pow(0x9E3779B97F4A7C15, k + 1, 1 << 64) for k in range(width)]
+    return tuple(p - (1 << 64) if p >= 1 << 63 else p for p in powers)
+
+
+def word_keys(rows, lowercase: bool = False):
+    """`(..., C)` character ids (a torch tensor) -> `(...)` int64 keys of the words they spell, a polynomial hash
+    modulo 2^64 (int64 products and sums wrap). Equal rows get equal keys; different rows rarely share one, so a
+    caller that must be exact checks. `lowercase`: ASCII capitals count as their lowercase letters."""
+    ids = rows.long()
+    if lowercase:
+        upper = (ids >= byte_id(ord("A"))) & (ids <= byte_id(ord("Z")))
+        ids = ids + 32 * upper
+    return (ids * ids.new_tensor(_key_weights(ids.shape[-1]))).sum(dim=-1)
 
 
 def words_to_char_ids(words: Sequence[str], width: int = MAX_WORD_LENGTH) -> np.ndarray:
@@ -413,5 +432,6 @@ __all__ = [
     "char_ids_to_word",
     "pad_rows",
     "rows_to_words",
+    "word_keys",
     "words_to_char_ids",
 ]

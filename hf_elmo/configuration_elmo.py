@@ -9,6 +9,7 @@ from transformers import PreTrainedConfig
 
 from .character_rows import MAX_CHARACTERS_PER_TOKEN
 from .model_files import read_json_object
+from .paths import ElmoPaths
 
 # The released biLMs share the character CNN of the "original" model; they differ in the
 # highway depth, the LSTM cell size and the projection size (bilm-tf README, "Pre-trained models").
@@ -29,7 +30,6 @@ ELMO_PRESETS = {
 }
 
 ACTIVATIONS = ("relu", "tanh")
-IMPLEMENTATIONS = ("fast", "reference")
 
 class ModelClass(NamedTuple):
     """How an ELMo model class is reached: the Auto class that builds it, its pipeline task (the model card's
@@ -139,11 +139,9 @@ class ElmoConfig(PreTrainedConfig):
         warm_state (`bool`, defaults to `False`): the model holds a warm start state (`ElmoModel.set_warm_state`,
             estimated by `hf-elmo warm-state`), the LSTM state every row starts from whenever no `state=` is passed;
             `False`: rows start from zeros.
-        implementation (`str`, defaults to `"fast"`): how the model computes, with the same results up to float
-            rounding: `"fast"` (distinct words once, the LSTM over length-sorted rows on CPUs and over static shapes
-            on GPUs) or `"reference"` (the straightforward computation, the readable specification the fast paths
-            are tested against; several times slower). Read at each call: `model.config.implementation =
-            "reference"` switches a model.
+        paths (`dict`, *optional*): which computation runs each part (`paths.ElmoPaths`; every field "auto" by
+            default, e.g. `{"lstm": "reference"}`), same results up to float rounding. Read at each call;
+            `ElmoPaths.reference()` is the plain math the fast paths are tested against.
 
     Task heads (`ElmoForSequenceClassification`, `ElmoForTokenClassification`, `ElmoForQuestionAnswering`; the biLM
     ignores these):
@@ -207,7 +205,7 @@ class ElmoConfig(PreTrainedConfig):
     input_word_vocab_size: int = 0
     input_word_dim: int = 0
     warm_state: bool = False
-    implementation: str = "fast"
+    paths: dict | ElmoPaths | None = None
     num_softmax_samples: int = 8192
     tie_word_embeddings: bool = False
 
@@ -229,6 +227,11 @@ class ElmoConfig(PreTrainedConfig):
     classifier_pooling: str = "mean"
     sentence_pairs: bool = False
 
+    def __setattr__(self, name, value):
+        if name == "paths" and isinstance(value, ElmoPaths):
+            value = value.to_dict()  # config.json holds a dict
+        super().__setattr__(name, value)
+
     def __post_init__(self, **kwargs):
         for name, value in (("dtype", self.dtype), ("torch_dtype", kwargs.get("torch_dtype"))):
             spelled = None if value is None else str(value).removeprefix("torch.")
@@ -242,6 +245,7 @@ class ElmoConfig(PreTrainedConfig):
             got = f"{len(labels):,} labels" if isinstance(labels, dict) else repr(labels)[:100]
             raise ValueError(f"ElmoConfig.id2label must map at most {MAX_LABELS:,} label ids to names, got {got}.")
         self.filters = [list(f) for f in self.filters]
+        self.paths = ElmoPaths.from_value(self.paths).to_dict()  # a dict in config.json
         self.elmo_placement = list(self.elmo_placement)
         kwargs.setdefault("auto_map", dict(AUTO_MAP))
         custom_pipelines = kwargs.get("custom_pipelines")
@@ -332,10 +336,7 @@ class ElmoConfig(PreTrainedConfig):
             raise ValueError(f"ElmoConfig.n_highway must be >= 0, got {self.n_highway}.")
         if self.activation not in ACTIVATIONS:
             raise ValueError(f"ElmoConfig.activation must be one of {ACTIVATIONS}, got {self.activation!r}.")
-        if self.implementation not in IMPLEMENTATIONS:
-            raise ValueError(
-                f"ElmoConfig.implementation must be one of {IMPLEMENTATIONS}, got {self.implementation!r}."
-            )
+        ElmoPaths.from_value(self.paths)
         if self.max_characters_per_token < 3:
             raise ValueError(
                 "ElmoConfig.max_characters_per_token must be >= 3 (begin of word, a character, end of word), got "

@@ -1,19 +1,13 @@
-"""How ELMo computes on CPUs: two choices, both on by default and both exact, set for a scope.
-
-    with hf_elmo.cpu_backend(onednn=False, concurrent_inference=False):
-        model(**batch)
-
-* `onednn`: large float32 and bfloat16 matrix products through oneDNN (`onednn_linear.py`).
-* `concurrent_inference`: the independent parts of an inference pass side by side on threads (`cpu_threads.py`).
-
-A choice holds in the calling thread (and asyncio task) and in the threads it hands parts of a pass to: it lives in
-a `contextvars` context, so other threads and tasks keep theirs.
+"""The CPU choices of the pass running in this context: oneDNN products (`paths.linear`) and concurrent inference
+(`paths.threads`). `ElmoModel` sets them from its resolved paths for each pass; `onednn_linear` and `cpu_threads`,
+which lie below the model, read them here. They live in a `contextvars` context: the threads a pass hands parts to
+inherit them, other threads and asyncio tasks keep theirs. Outside a pass both are on.
 """
 
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 
 @dataclass(frozen=True)
@@ -31,13 +25,13 @@ def current_cpu_backend() -> CpuBackend:
 
 
 @contextmanager
-def cpu_backend(**choices: bool) -> Iterator[CpuBackend]:
-    """Makes the given choices (fields of `CpuBackend`) for the `with` block; the others stay as they are."""
-    token = _CURRENT.set(replace(_CURRENT.get(), **choices))
+def cpu_backend_of(paths) -> Iterator[CpuBackend]:
+    """The choices of resolved `paths` (an `ElmoPaths`) for the `with` block."""
+    token = _CURRENT.set(CpuBackend(paths.linear == "onednn", paths.threads == "concurrent"))
     try:
         yield _CURRENT.get()
     finally:
         _CURRENT.reset(token)
 
 
-__all__ = ["CpuBackend", "cpu_backend", "current_cpu_backend"]
+__all__ = ["CpuBackend", "cpu_backend_of", "current_cpu_backend"]

@@ -18,7 +18,8 @@ compiler and the processor's features, written whole or not at all; it is loaded
 Python's lock during a call), so nothing is built at install time and no PyTorch headers are needed. PyTorch's
 OpenMP runtime is already loaded under the same name (`libgomp.so.1`), so the loops share its threads and their
 per-thread counts. Where no compiler is found, the build fails, PyTorch's BLAS does not export `sgemm_` (or gives
-a wrong product in a check at load), or `HF_ELMO_CPU_KERNELS=0` is set, `available()` is False. The nonlinearities
+a wrong product in a check at load), `available()` is False; a model's `paths` turn them off for its own
+computation (`"torch"` for `window_max`, `lstm_kernels` and `dropout`). The nonlinearities
 use Cephes' single-precision `exp` polynomial (within two units in the last place) and `tanh(x) = 2 sigmoid(2x) -
 1`, so results agree with PyTorch's to a few units in the last place, not bit for bit; the tests hold them to
 float64 recomputations and to the reference path.
@@ -509,16 +510,13 @@ def _products_are_right(library: ctypes.CDLL, sgemm: int) -> bool:
 
 @functools.cache
 def _library() -> tuple[ctypes.CDLL, int] | None:
-    """The built library and the BLAS product it calls, or None (with a warning saying why, unless switched off)."""
-    if os.environ.get("HF_ELMO_CPU_KERNELS", "1") == "0":
-        return None
+    """The built library and the BLAS product it calls, or None (with a warning saying why)."""
     try:
         return _load()
     except OSError as error:
         warnings.warn(
             f"hf_elmo's compiled CPU loops are not available ({error}): the LSTM, the sampled softmax, Adagrad and "
-            "dropout run as PyTorch operations on CPUs, slower for small and mid-size models (HF_ELMO_CPU_KERNELS=0 "
-            "silences this)",
+            "dropout run as PyTorch operations on CPUs, slower for small and mid-size models",
             RuntimeWarning,
             stacklevel=3,
         )
@@ -543,6 +541,11 @@ def _load() -> tuple[ctypes.CDLL, int]:
     if not _products_are_right(library, sgemm):
         raise OSError("PyTorch's sgemm_ gave a wrong product through them")
     return library, sgemm
+
+
+def loops_built() -> bool:
+    """Whether the compiled loops are built and loaded here (they run on float32 CPU tensors)."""
+    return _library() is not None
 
 
 def available(tensor: torch.Tensor) -> bool:
@@ -670,6 +673,31 @@ def dropout(x: torch.Tensor, threshold: int, scale: float, seed: int) -> torch.T
     pointers = _pointers((x, tuple(x.shape)), (out, tuple(x.shape)))
     _library()[0].dropout(x.numel(), *pointers, seed, threshold, scale)
     return out
+
+
+def dropout_forward(module: torch.nn.Dropout, x: torch.Tensor) -> torch.Tensor:
+    """`ElmoDropout.forward` in training on `paths.dropout = "compiled"`: the mask from the counter-based generator
+    (PyTorch's CPU Bernoulli draws are slow), seeded from PyTorch's CPU generator, so `torch.manual_seed` repeats it.
+    Same keep probability (to 2^-32) and scaling as PyTorch's; the backward regenerates the mask instead of storing
+    it."""
+    if 0 < module.p < 1 and not module.inplace and available(x):
+        return _CompiledDropout.apply(x, module.p)
+    return torch.nn.functional.dropout(x, module.p, module.training, module.inplace)
+
+
+class _CompiledDropout(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, p):
+        # As PyTorch's CPU dropout scales: float32 1 / (1 - p).
+        ctx.threshold = min(round(p * 2**32), 2**32 - 1)
+        ctx.scale = float(torch.tensor(1.0) / torch.tensor(1 - p, dtype=torch.float32))
+        ctx.seed = int(torch.randint(0, 2**63 - 1, (), dtype=torch.int64))
+        return dropout(x, ctx.threshold, ctx.scale, ctx.seed)
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad):
+        return dropout(grad, ctx.threshold, ctx.scale, ctx.seed), None
 
 
 class WindowMax(torch.autograd.Function):

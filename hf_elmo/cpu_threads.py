@@ -5,7 +5,7 @@ part its own thread with its share of the intra-op threads replaces thousands of
 operations, each ending in a barrier where one descheduled thread stalls the others, by a few single-threaded
 streams: as fast on an idle machine and many times faster on a busy one (on 2 shared cores: 0.47 s instead of
 4.8 s for a batch of the original model). Used only without autograd (a backward pass runs on the autograd
-engine's thread), only on CPU, and only while `cpu_backend(concurrent_inference=...)` allows it (the default).
+engine's thread), only on CPU, and only where `paths.threads` is "concurrent" (the default on CPUs).
 Matrix products in the workers go to PyTorch's own kernels, which release the GIL while they run, unless they are
 very large (`onednn_linear.py`). (Training does
 not split: each LSTM step is a dozen small operations whose Python dispatch holds the GIL, and one thread running
@@ -22,7 +22,6 @@ import contextvars
 import ctypes
 import functools
 import os
-import warnings
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -31,9 +30,6 @@ import torch
 
 from .cpu_backend import current_cpu_backend
 from .onednn_linear import beside_other_threads
-
-CONCURRENT_CPU_INFERENCE = True
-"""Deprecated process-wide switch, still obeyed when set to False: use `cpu_backend(concurrent_inference=False)`."""
 
 _executors: dict[int, ThreadPoolExecutor] = {}
 if hasattr(os, "register_at_fork"):
@@ -82,14 +78,6 @@ def _sets_torch_threads(setters) -> bool:
 
 def can_run_concurrently(tensor: torch.Tensor) -> bool:
     """Whether work on `tensor` may be split between threads."""
-    if not CONCURRENT_CPU_INFERENCE:
-        warnings.warn(
-            "hf_elmo.cpu_threads.CONCURRENT_CPU_INFERENCE is deprecated: use "
-            "`with hf_elmo.cpu_backend(concurrent_inference=False):`",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return False
     return (
         current_cpu_backend().concurrent_inference
         and tensor.device.type == "cpu"
@@ -101,7 +89,7 @@ def can_run_concurrently(tensor: torch.Tensor) -> bool:
 
 def run_concurrently(*calls: Callable):
     """Runs zero-argument callables on one thread each, with an equal share of the caller's intra-op threads and
-    its inference-mode, autocast and `contextvars` state (e.g. `cpu_backend`). Returns their results in order."""
+    its inference-mode, autocast and `contextvars` state (e.g. `cpu_backend`'s choices). Returns their results in order."""
     share = max(1, torch.get_num_threads() // len(calls))
     inference_mode = torch.is_inference_mode_enabled()
     autocast = {

@@ -5,12 +5,13 @@ with respect to given parameters once more, each as a CUDA graph; `replay` runs 
 function itself. What a replay needs from the caller: tensors of the captured shapes, dtypes and devices;
 parameters still at the addresses they had (an optimizer's in-place update keeps them there); and no other
 forward pass through the same captured function before the backward pass of the last one (its saved tensors live
-in the graph's memory): `busy` says when one is outstanding, so that the caller runs the function directly
+in the graph's memory): `pending.busy` says when one is outstanding, so that the caller runs the function directly
 instead. Random numbers (dropout, sampling) are drawn anew at each replay. A parameter's `.grad` after a replayed
 backward pass is the replay's own buffer, as with `torch.cuda.make_graphed_callables`: it holds until the next
 replayed backward pass, which adds to it where it is still set; a copy of it outlives that.
 """
 
+import functools
 import weakref
 from collections.abc import Callable
 
@@ -35,6 +36,37 @@ def capture_graph(fn: Callable, pool, warmup: Callable | None = None):
     return graph, result
 
 
+class PendingBackward:
+    """The forward replay of a captured computation whose backward replay has not run yet: its saved tensors live in
+    the graph's memory, which another forward replay would overwrite. `start` marks a forward replay and returns
+    its token (kept by the autograd context: a pass that is dropped unfinished frees its token and the mark);
+    `finish(token)` checks that no other forward replay came since."""
+
+    def __init__(self):
+        self._token = None  # weak reference
+
+    @property
+    def busy(self) -> bool:
+        return self._token is not None and self._token() is not None
+
+    def start(self) -> "_Token":
+        token = _Token()
+        self._token = weakref.ref(token)
+        return token
+
+    def finish(self, token: "_Token") -> None:
+        if self._token is None or self._token() is not token:
+            raise RuntimeError(
+                "This captured computation ran forward again since the pass being differentiated; its saved tensors "
+                'are gone. Run backward once per forward pass, or turn CUDA graphs off (paths.cuda_graphs="off").'
+            )
+        self._token = None
+
+
+class _Token:
+    """Marks a forward replay until its backward replay has run."""
+
+
 class CapturedFunction:
     """`fn(*inputs)` and the gradient of its outputs with respect to `params`, as two CUDA graphs.
 
@@ -45,7 +77,7 @@ class CapturedFunction:
     def __init__(self, fn: Callable, inputs: tuple[torch.Tensor, ...], params: list[torch.Tensor]):
         self.params = params
         self.inputs = tuple(t.detach().clone() for t in inputs)
-        self.pending = None  # weak reference to the token of a forward pass whose backward pass has not run
+        self.pending = PendingBackward()
         pool = torch.cuda.graph_pool_handle()
 
         def warmup():
@@ -67,17 +99,9 @@ class CapturedFunction:
             self.grads = gradients()
         self.backward_graph = graph
 
-    @property
-    def busy(self) -> bool:
-        return self.pending is not None and self.pending() is not None
-
     def replay(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """`fn(*inputs)`, differentiable with respect to the parameters."""
         return _Replay.apply(self, len(inputs), *inputs, *self.params)
-
-
-class _Token:
-    """Marks a forward replay until its backward replay has run."""
 
 
 class _Replay(torch.autograd.Function):
@@ -87,8 +111,7 @@ class _Replay(torch.autograd.Function):
             static.copy_(given)
         captured.forward_graph.replay()
         ctx.captured, ctx.num_inputs = captured, num_inputs
-        ctx.token = _Token()
-        captured.pending = weakref.ref(ctx.token)
+        ctx.token = captured.pending.start()
         outputs = tuple(o.clone() for o in captured.outputs)
         for k, output in enumerate(outputs):
             if k not in captured.differentiable:
@@ -99,12 +122,7 @@ class _Replay(torch.autograd.Function):
     @torch.autograd.function.once_differentiable
     def backward(ctx, *grad_outputs):
         captured = ctx.captured
-        if captured.pending is None or captured.pending() is not ctx.token:
-            raise RuntimeError(
-                "This captured computation ran forward again since the pass being differentiated; its saved "
-                "tensors are gone. Run backward once per forward pass, or turn CUDA graphs off."
-            )
-        captured.pending = None
+        captured.pending.finish(ctx.token)
         # A parameter's .grad may be a buffer of the last replay (see `_handed_out`): where gradients add up over
         # several passes (or were zeroed in place), it keeps its values before this replay overwrites them.
         for param, static in zip(captured.params, captured.grads):
@@ -187,3 +205,53 @@ class CaptureCache:
 
     def __deepcopy__(self, memo):
         return CaptureCache(self.max_entries)
+
+
+# Beyond this many positions per batch and direction a GPU stays busy with operations issued one by one, and a
+# captured step would only hold its memory twice.
+MAX_CAPTURED_POSITIONS = 12_288
+
+
+def captured_training_step(model, input_ids, attention_mask, labels, state, split_directions, paths):
+    """`ElmoForBiLM._training_step_sums` of a training batch replayed from CUDA graphs: a step of a GPU-sized batch is
+    otherwise a few thousand operations that the host issues more slowly than the GPU runs them. None where that
+    does not apply (graphs off or not the static path, distinct words, word embeddings, gradient checkpointing, a
+    start state that takes gradients, a batch large enough to keep the GPU busy without them) or when this shape is
+    seen for the first time."""
+    elmo = model.elmo
+    directions_apart = 2 if split_directions else 1  # stream batches hold each direction's rows apart
+    if not (
+        paths.cuda_graphs == "on"
+        and paths.lstm == "static"
+        and paths.char_cnn != "distinct_words"  # sorting the words waits for the host
+        and input_ids.is_cuda
+        and not elmo.gradient_checkpointing
+        and not model.config.input_word_dim
+        and input_ids.shape[0] * input_ids.shape[1] <= MAX_CAPTURED_POSITIONS * directions_apart
+        and not torch.cuda.is_current_stream_capturing()
+    ):
+        return None
+    mask = elmo.check_inputs(input_ids, attention_mask, state=state)
+    state = tuple(state) if state is not None else ()
+    if any(t.requires_grad for t in state):
+        return None
+    autocast = torch.is_autocast_enabled("cuda")
+    params = [p for p in model.parameters() if p.requires_grad]
+    key = (
+        tuple(input_ids.shape), input_ids.dtype, labels.dtype, input_ids.device, autocast,
+        torch.get_autocast_dtype("cuda"), tuple(p.data_ptr() for p in params), model.dropout.p,
+        elmo.encoder.dropout.p, torch.backends.cuda.matmul.allow_tf32, paths,
+        elmo.warm_hidden.data_ptr() if elmo.config.warm_state else None,  # the start state a graph reads
+        tuple((tuple(t.shape), t.dtype) for t in state), split_directions,
+    )
+    step = functools.partial(model._training_step_sums, split_directions=split_directions)
+
+    def capture():
+        # The autocast cache would hand the graph casts of the weights made before it, never updated.
+        with torch.autocast("cuda", dtype=torch.get_autocast_dtype("cuda"), enabled=autocast, cache_enabled=False):
+            return CapturedFunction(step, (input_ids, mask, labels, *state), params)
+
+    captured = model._captured_steps.get_or_capture(key, capture)
+    if captured is None or captured.pending.busy:
+        return None
+    return captured.replay(input_ids, mask, labels, *state)

@@ -24,6 +24,7 @@ from functools import partial
 
 import torch
 
+from .cpu_backend import cpu_backend_of
 from .cpu_kernels import available as compiled_loops_available
 from .cpu_kernels import backward_sequence as compiled_backward
 from .cpu_kernels import forward_sequence as compiled_forward
@@ -112,6 +113,8 @@ class LstmSettings:
     proj_clip: float | None
     forget_bias: float
     """Added to the forget gate's bias at run time (TensorFlow's `LSTMCell(forget_bias=...)`), 0 for none."""
+    compiled: bool = True
+    """Whether the time loops may run compiled (`paths.lstm_kernels = "compiled"`), where they apply."""
 
 
 def lstm_layer(
@@ -163,12 +166,12 @@ def _large_steps(cell_dim: int, projection_dim: int) -> bool:
     return 5 * cell_dim * projection_dim >= _MIN_STEP_MULTIPLY_ADDS_ONE_AT_A_TIME
 
 
-def _compiled_loop(tensor: torch.Tensor, cell_dim: int, projection_dim: int) -> bool:
+def _compiled_loop(tensor: torch.Tensor, cell_dim: int, projection_dim: int, settings: LstmSettings) -> bool:
     """Whether a layer's time loop runs compiled (`cpu_kernels.py`): for float32 CPU tensors where it builds, except
     for layers with large steps, whose time goes into products that oneDNN forms faster than the BLAS the loop
     calls (the original size trained slower compiled: 91-102 against 98-117 tokens/s for its encoder, two Zen 3
     cores, alternating runs) and whose few operations per step cost little to dispatch."""
-    return compiled_loops_available(tensor) and not _large_steps(cell_dim, projection_dim)
+    return settings.compiled and compiled_loops_available(tensor) and not _large_steps(cell_dim, projection_dim)
 
 
 _TENSORS_PER_DIRECTION = 7  # x, hidden, memory, W_x, b, W_h, W_p
@@ -327,7 +330,7 @@ def _forward(xs, hiddens, memories, input_weights, biases, state_weights, projec
     total = steps.num_positions
     cell_clip, proj_clip = settings.cell_clip, settings.proj_clip
     cell_block = slice(2 * cell_dim, 3 * cell_dim)
-    compiled = _compiled_loop(xs[0], cell_dim, projection_dim)
+    compiled = _compiled_loop(xs[0], cell_dim, projection_dim, settings)
     # PyTorch's CPU tanh is several times slower than its sigmoid; tanh(x) = 2 sigmoid(2x) - 1 has an absolute
     # error of a few units in the last place in float32 and float64, too coarse in 16-bit types.
     tanh_by_sigmoid = not compiled and xs[0].device.type == "cpu" and xs[0].dtype in (torch.float32, torch.float64)
@@ -505,7 +508,7 @@ def _backward(saved, hiddens, memories, input_weights, state_weights, projection
     grad_gates = activations  # = gradient of the gate inputs, once the loop has run
     grad_projected = torch.empty_like(packed_grad_outputs)  # of each unclipped W_p m
     state_weight, projection_weight = _stacked(state_weights), _stacked(projection_weights)
-    if _compiled_loop(activations, cell_dim, hidden0.shape[2]):
+    if _compiled_loop(activations, cell_dim, hidden0.shape[2], settings):
         compiled_backward(
             steps.batch_sizes, state_weight.contiguous(), projection_weight.contiguous(), settings.cell_clip,
             settings.proj_clip, activations, memory0.contiguous(), saved.get("raw_cells"), saved["cells"], cell_tanh,
@@ -571,3 +574,97 @@ class _LstmLayer(torch.autograd.Function):
                 )
             )
         return (None, None, None, None, *[g for result in results for direction in result for g in direction])
+
+
+def sorted_forward(bilstm, inputs, masks, states, paths):
+    """`ElmoBiLstm.forward`'s computation on `paths.lstm = "sorted"`: the rows sorted by length, each step multiplying
+    only the rows still running; directions whose rows run equally long steps are stacked into one call.
+    Arguments and results as `ElmoBiLstm.directions_forward`."""
+    with cpu_backend_of(paths):  # oneDNN products and threads as `paths.linear` and `paths.threads` say
+        return _sorted_forward(bilstm, inputs, masks, states, paths)
+
+
+def _sorted_forward(bilstm, inputs, masks, states, paths):
+    sorts = [_sort_by_length(masks[0])]
+    sorts.append(sorts[0] if masks[1] is masks[0] else _sort_by_length(masks[1]))
+    time_major, hidden, memory = [], [], []
+    for k, (order, _) in enumerate(sorts):
+        x, h, c = inputs[k], *states[k]
+        if order is not None:
+            x, h, c = x[order], h[:, order], c[:, order]
+        shared = k == 1 and inputs[1] is inputs[0] and sorts[1] is sorts[0]
+        # Time-major, so that one step's rows are contiguous (and the input products fold into one matrix product).
+        time_major.append(time_major[0] if shared else x.transpose(0, 1).contiguous())
+        hidden.append(h)
+        memory.append(c)
+    batch_sizes = [sizes for _, sizes in sorts]
+    steps = [PackedSteps.from_batch_sizes(sizes, len(mask), mask.device) for sizes, mask in zip(batch_sizes, masks)]
+    # Both directions in one call where they can be stacked (on two threads, forward and backward, where there
+    # are two); directions whose rows differ in length run one after the other.
+    groups = [(0, 1)] if batch_sizes[0] == batch_sizes[1] else [(0,), (1,)]
+    first = bilstm.forward_layers[0]
+    compiled = paths.lstm_kernels == "compiled"
+    settings = LstmSettings(first.cell_clip, first.proj_clip, first.forget_bias or 0.0, compiled)
+    outputs, finals = [], [([], []), ([], [])]
+    for index, layers in enumerate(zip(bilstm.forward_layers, bilstm.backward_layers)):
+        # bilm-tf wraps every cell, residual included, in input dropout.
+        layer_in = [bilstm.dropout(x) for x in time_major]
+        results = {}
+        for group in groups:
+            group_results = lstm_layer(
+                [layer_in[k] for k in group],
+                [(hidden[k][index], memory[k][index]) for k in group],
+                [_weights(layers[k]) for k in group],
+                [k == 1 for k in group],
+                steps[group[0]],
+                settings,
+            )
+            results.update(zip(group, group_results))
+        time_major = [
+            results[k][0] + layer_in[k] if bilstm.use_skip_connections and index > 0 else results[k][0]
+            for k in range(2)
+        ]
+        outputs.append(time_major)
+        for k in range(2):
+            finals[k][0].append(results[k][1])
+            finals[k][1].append(results[k][2])
+    # Back to the callers' row order, batch-major.
+    restores = [_inverse(order) for order, _ in sorts]
+    outputs = [[_take(out.transpose(0, 1), restore, 0) for out, restore in zip(layer, restores)] for layer in outputs]
+    finals = [
+        tuple(_take(torch.stack(t), restore, 1) for t in final) for final, restore in zip(finals, restores)
+    ]
+    return outputs, finals
+
+
+def _weights(layer) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """An `ElmoLstmLayer`'s `(W_x (4D, P), b (4D,), W_h (4D, P), W_p (P, D))`."""
+    return (
+        layer.input_linearity.weight,
+        layer.state_linearity.bias,
+        layer.state_linearity.weight,
+        layer.state_projection.weight,
+    )
+
+
+def _sort_by_length(mask: torch.BoolTensor) -> tuple[torch.LongTensor | None, list[int]]:
+    """`(B, T)` right-padded mask -> the rows' order by length, longest first (`None` where they already are), and
+    the `T` numbers of rows running at each step."""
+    lengths, order = mask.sum(dim=1).sort(descending=True, stable=True)
+    steps = torch.arange(mask.shape[1], device=mask.device)
+    batch_sizes = (lengths[None, :] > steps[:, None]).sum(dim=1).tolist()
+    if bool((order == torch.arange(len(order), device=order.device)).all()):
+        order = None  # already sorted: skip the gathers
+    return order, batch_sizes
+
+
+def _take(tensor: torch.Tensor, index: torch.LongTensor | None, dim: int) -> torch.Tensor:
+    return tensor if index is None else tensor.index_select(dim, index)
+
+
+def _inverse(order: torch.LongTensor | None) -> torch.LongTensor | None:
+    if order is None:
+        return None
+    inverse = torch.empty_like(order)
+    inverse[order] = torch.arange(len(order), device=order.device)
+    return inverse

@@ -18,20 +18,20 @@ TF32 (`torch.backends.cuda.matmul.allow_tf32 = True`).
 
 import dataclasses
 import math
-import weakref
 from dataclasses import dataclass
 
 import torch
 
-from .cuda_graphs import CaptureCache, capture_graph
+from .cuda_graphs import CaptureCache, PendingBackward, capture_graph
 
-try:  # Triton ships with PyTorch's CUDA builds; the CPU fallback needs none.
-    from .gpu_lstm_kernels import INTERPRETED as TRITON_INTERPRETED
+from .triton_support import INTERPRETED, triton
+
+if triton is not None:  # Triton ships with PyTorch's CUDA builds; the PyTorch steps need none.
     from .gpu_lstm_kernels import cell_backward, cell_forward, gates_cell_forward, hidden_backward, hidden_forward
 
     _TRITON_STEPS = (cell_forward, hidden_forward, hidden_backward, cell_backward)
-except ImportError:  # pragma: no cover - depends on the installation
-    TRITON_INTERPRETED, _TRITON_STEPS, gates_cell_forward = False, None, None
+else:
+    _TRITON_STEPS = gates_cell_forward = None
 
 
 @dataclass(frozen=True)
@@ -45,20 +45,12 @@ class LayerSettings:
     """The dtype of the products (the autocast dtype under autocast); the cell state is kept in float32 (float64
     for float64)."""
     kernels: str
-    """`"triton"` or `"torch"`: which implementation of the elementwise steps."""
+    """`"triton"` or `"torch"`: which implementation of the elementwise steps (`paths.lstm_kernels`)."""
     joint_product: bool | None = None
     """Whether each step multiplies its input together with its state (`joint_input_product`); None: by batch size."""
     fused_gates: bool | None = None
     """Whether each step's product and elementwise kernel are one Triton kernel (`gpu_lstm_kernels.gates_cell_forward`)
     where that applies (Triton kernels, 16-bit products); None: as a captured layer finds faster, else not."""
-
-
-def default_kernels(device: torch.device) -> str:
-    """Triton on CUDA when it is installed, else PyTorch operations. (Interpreted on CPU tensors, when Triton's
-    interpreter is on, the kernels run only where asked for: `ElmoBiLstm.elementwise_kernels = "triton"`.)"""
-    if _TRITON_STEPS is None or TRITON_INTERPRETED:
-        return "torch"
-    return "triton" if device.type == "cuda" else "torch"
 
 
 def _memory_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -202,8 +194,8 @@ def _fuses_gates(settings: LayerSettings) -> bool:
     return bool(
         settings.fused_gates
         and settings.kernels == "triton"
-        and gates_cell_forward is not None
-        and (settings.dtype in (torch.bfloat16, torch.float16) or TRITON_INTERPRETED)
+        and triton is not None
+        and (settings.dtype in (torch.bfloat16, torch.float16) or INTERPRETED)
     )
 
 
@@ -388,7 +380,7 @@ class _CapturedLayer:
     """
 
     def __init__(self, inputs, mask, hidden0, memory0, params, settings: LayerSettings, save: bool):
-        self.pending = None  # weak reference to the token of a forward pass whose backward has not run
+        self.pending = PendingBackward()
         self.inputs, self.mask = inputs.clone(), mask.clone()
         self.hidden0, self.memory0 = hidden0.clone(), memory0.clone()
         if settings.fused_gates is None:
@@ -433,10 +425,6 @@ class _CapturedLayer:
         return self.grads
 
 
-class _Token:
-    """Marks one forward pass through a captured layer until its backward pass has run."""
-
-
 class CapturedLayers(CaptureCache):
     """Per layer of a model, CUDA graphs of the shapes it runs (see `CaptureCache`): training runs one shape;
     inference with shapes that keep changing runs mostly directly, which a GPU does fast enough."""
@@ -454,7 +442,7 @@ class CapturedLayers(CaptureCache):
         runner = self.get_or_capture(
             key, lambda: _CapturedLayer(inputs, mask, hidden0, memory0, params, settings, save)
         )
-        if runner is None or (save and runner.pending is not None and runner.pending() is not None):
+        if runner is None or (save and runner.pending.busy):
             return _EagerLayer(settings)
         return runner
 
@@ -471,8 +459,7 @@ class _BidirectionalLayer(torch.autograd.Function):
         ctx.dtypes = (inputs.dtype, hidden0.dtype, memory0.dtype, *(w.dtype for w in weights))
         ctx.save_for_backward(*weights)
         if isinstance(runner, _CapturedLayer):
-            ctx.token = _Token()
-            runner.pending = weakref.ref(ctx.token)
+            ctx.token = runner.pending.start()
         return outputs, hidden, memory
 
     @staticmethod
@@ -482,12 +469,7 @@ class _BidirectionalLayer(torch.autograd.Function):
         runner = ctx.runner
         autocast_off = torch.autocast(weights[0].device.type, enabled=False)
         if isinstance(runner, _CapturedLayer):
-            if runner.pending is None or runner.pending() is not ctx.token:
-                raise RuntimeError(
-                    "This LSTM layer ran forward again since the pass being differentiated; its saved tensors are "
-                    "gone. Run backward once per forward pass, or turn CUDA graphs off (config.use_cuda_graphs)."
-                )
-            runner.pending = None
+            runner.pending.finish(ctx.token)
         with autocast_off:
             grad_inputs, grad_hidden0, grad_memory0, weight_grads = runner.backward(
                 grad_outputs, grad_hidden, grad_memory, ctx.mask, ctx.saved
@@ -551,3 +533,49 @@ def bidirectional_layer(
         else:
             outputs, hidden, memory, _ = runner.forward(inputs, mask, hidden0, memory0, params, save=False)
         return outputs.to(in_dtypes[0]), hidden.to(in_dtypes[1]), memory.to(in_dtypes[2])
+
+
+def static_forward(bilstm, inputs, masks, states, paths):
+    """`ElmoBiLstm.forward`'s computation on `paths.lstm = "static"`: both directions of a layer stepped together over
+    the whole batch with masks. Arguments and results as `ElmoBiLstm.directions_forward`."""
+    batch_size, num_steps, _ = inputs[0].shape
+    device = inputs[0].device
+    first = bilstm.forward_layers[0]
+    if torch.is_autocast_enabled(device.type):
+        dtype = torch.get_autocast_dtype(device.type)
+    else:
+        dtype = first.state_linearity.weight.dtype
+    # Step order: direction 1 runs over reversed time, so step s of both directions is one batched step.
+    stacked = torch.stack([inputs[0].transpose(0, 1), inputs[1].transpose(0, 1).flip(0)])  # (2, T, B', P)
+    step_mask = torch.zeros(2, num_steps + 1, batch_size, dtype=torch.uint8, device=device)
+    step_mask[0, :num_steps] = masks[0].t()
+    step_mask[1, :num_steps] = masks[1].t().flip(0)
+    settings = LayerSettings(
+        first.cell_clip,
+        first.proj_clip,
+        first.forget_bias or 0.0,
+        dtype,
+        "triton" if paths.lstm_kernels.startswith("triton") else "torch",
+        {"joint": True, "separate": False}.get(paths.joint_input_product),
+        {"triton_fused": True, "triton_unfused": False}.get(paths.lstm_kernels),
+    )
+    captured = bilstm.captured if paths.cuda_graphs == "on" else None
+    names = ("input_linearity.weight", "state_linearity.bias", "state_linearity.weight", "state_projection.weight")
+    outputs, finals = [], [([], []), ([], [])]
+    for index, layers in enumerate(zip(bilstm.forward_layers, bilstm.backward_layers)):
+        weights = tuple(layer.get_parameter(name) for name in names for layer in layers)
+        # bilm-tf wraps every cell, residual included, in input dropout.
+        layer_in = bilstm.dropout(stacked)
+        hidden0 = torch.stack([states[0][0][index], states[1][0][index]])  # (2, B', P)
+        memory0 = torch.stack([states[0][1][index], states[1][1][index]])
+        layer_out, layer_hidden, layer_memory = bidirectional_layer(
+            layer_in, step_mask, hidden0, memory0, weights, settings, captured, index
+        )
+        if bilstm.use_skip_connections and index > 0:
+            layer_out = layer_out + layer_in
+        stacked = layer_out
+        outputs.append([layer_out[0].transpose(0, 1), layer_out[1].flip(0).transpose(0, 1)])
+        for k in range(2):
+            finals[k][0].append(layer_hidden[k])
+            finals[k][1].append(layer_memory[k])
+    return outputs, [(torch.stack(hidden), torch.stack(memory)) for hidden, memory in finals]

@@ -3,11 +3,11 @@
 Numerically equivalent to AllenNLP's `_ElmoBiLm` (and bilm-tf) for converted weights; the weight mapping is
 `original_format.weight_links`. Unlike those implementations the model is stateless by default: the LSTM
 state is passed in and returned explicitly, and every row starts from the same state otherwise, zeros or the model's
-warm start state (`ElmoModel.set_warm_state`, `hf-elmo warm-state`). The task heads come last, as in transformers'
-`modeling_bert.py`; their building blocks that are not ELMo's own are in `task_layers.py`.
+warm start state (`ElmoModel.set_warm_state`, `hf-elmo warm-state`). Each `forward` shows the plain math; the fast
+paths, which compute the same, live in their own modules and are chosen by `config.paths` (`paths.py`). The task heads
+come last, as in transformers' `modeling_bert.py`; their building blocks that are not ELMo's own are in `task_layers.py`.
 """
 
-import functools
 import math
 from dataclasses import dataclass
 
@@ -21,14 +21,12 @@ from transformers.modeling_outputs import QuestionAnsweringModelOutput, Sequence
 from transformers.utils import ModelOutput, can_return_tuple
 
 from .batch_encoding_elmo import PAIR_PREFIX
+from .char_cnn_fast import char_cnn_forward
 from .configuration_elmo import ElmoConfig
-from .cpu_threads import can_run_concurrently, run_concurrently
-from .cpu_kernels import WindowMax as CompiledWindowMax
-from .cpu_kernels import available as compiled_loops_available
-from .cpu_kernels import dropout as compiled_dropout
-from .cuda_graphs import CaptureCache, CapturedFunction
-from .fast_lstm import LstmSettings, PackedSteps, lstm_layer
-from .gpu_lstm import CapturedLayers, LayerSettings, bidirectional_layer, default_kernels
+from .cpu_kernels import dropout_forward as compiled_dropout_forward
+from .cuda_graphs import CaptureCache, captured_training_step
+from .fast_lstm import sorted_forward
+from .gpu_lstm import CapturedLayers, static_forward
 from .input_checks import (
     check_answer_positions,
     check_bilm_batch,
@@ -40,7 +38,7 @@ from .input_checks import (
     exporting,
 )
 from .model_io import installed_hub_module, load_pretrained, name_pipeline, weights_follow_umask
-from .onednn_linear import linear
+from .paths import ElmoPaths, resolve
 from .pipelines_elmo import ElmoQuestionAnsweringPipeline, ElmoTokenClassificationPipeline
 from .sampled_softmax import full_softmax_loss, sampled_softmax_loss
 from .task_layers import (
@@ -51,14 +49,6 @@ from .task_layers import (
     pool_words,
     run_lstm,
 )
-
-try:  # the character encoder's kernels on GPUs (`char_cnn_kernels.py`) need Triton
-    from .char_cnn_kernels import INTERPRETED as KERNELS_INTERPRETED
-    from .char_cnn_kernels import HighwayCombine, WindowMax
-except ImportError:
-    KERNELS_INTERPRETED, HighwayCombine, WindowMax = False, None, None
-
-_NEEDS_TRITON = "{what} needs Triton and CUDA tensors (or TRITON_INTERPRET=1 for CPU tensors), got {device} tensors."
 
 ElmoState = tuple[torch.Tensor, torch.Tensor]
 """`(hidden, memory)`: `hidden` `(num_layers, B, 2P)` and `memory` `(num_layers, B, 2D)`, the forward
@@ -83,32 +73,32 @@ class ElmoModelOutput(ModelOutput):
     state: ElmoState | None = None
 
 
+_REFERENCE_PATHS = ElmoPaths.reference()
+
+
+def paths_in_effect(config: ElmoConfig, device: torch.device, dtype: torch.dtype, training: bool) -> ElmoPaths:
+    """`config.paths` resolved for a call on `device` with parameters of `dtype` (the autocast dtype under autocast).
+    `torch.export` and `torch.compile` get the reference, whose operations and shapes depend on the input's shapes
+    only."""
+    if exporting() or torch.compiler.is_compiling():
+        return _REFERENCE_PATHS
+    if torch.is_autocast_enabled(device.type):
+        dtype = torch.get_autocast_dtype(device.type)
+    capturing = "cuda_graph" if device.type == "cuda" and torch.cuda.is_current_stream_capturing() else None
+    return resolve(ElmoPaths.from_value(config.paths), device, dtype, training, capturing)
+
+
 class ElmoDropout(nn.Dropout):
-    """`nn.Dropout`, whose masks in training on float32 CPU tensors come from the compiled loops' counter-based
-    generator (`cpu_kernels.dropout`: 50 against 500 us for a 25 x 32 x 64 input on two cores; PyTorch's CPU
-    Bernoulli draws are slow), seeded from PyTorch's CPU generator, so `torch.manual_seed` repeats them. Same keep
-    probability (to 2^-32) and the same scaling as PyTorch's; the backward regenerates the mask instead of storing
-    it."""
+    """`nn.Dropout` whose training masks on float32 CPU tensors may come from the compiled loops (`paths.dropout`)."""
+
+    def __init__(self, config: ElmoConfig):
+        super().__init__(config.dropout)
+        self.config = config
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.training and 0 < self.p < 1 and not self.inplace and compiled_loops_available(x):
-            return _CompiledDropout.apply(x, self.p)
+        if self.training and paths_in_effect(self.config, x.device, x.dtype, True).dropout == "compiled":
+            return compiled_dropout_forward(self, x)
         return super().forward(x)
-
-
-class _CompiledDropout(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, p):
-        # As PyTorch's CPU dropout scales: float32 1 / (1 - p).
-        ctx.threshold = min(round(p * 2**32), 2**32 - 1)
-        ctx.scale = float(torch.tensor(1.0) / torch.tensor(1 - p, dtype=torch.float32))
-        ctx.seed = int(torch.randint(0, 2**63 - 1, (), dtype=torch.int64))
-        return compiled_dropout(x, ctx.threshold, ctx.scale, ctx.seed)
-
-    @staticmethod
-    @torch.autograd.function.once_differentiable
-    def backward(ctx, grad):
-        return compiled_dropout(grad, ctx.threshold, ctx.scale, ctx.seed), None
 
 
 class ElmoCharacterEmbedding(nn.Embedding):
@@ -131,7 +121,7 @@ class ElmoCharacterEmbedding(nn.Embedding):
 
 
 class ElmoHighwayLayer(nn.Linear):
-    """`g * x + (1 - g) * relu(A x + a)` with `g = sigmoid(G x + gamma)`.
+    """`(..., F)` -> `(..., F)`: `g * x + (1 - g) * relu(A x + a)` with `g = sigmoid(G x + gamma)`.
 
     The weight is `[A; G]` `(2F, F)` and the bias `[a; gamma]`, AllenNLP's layout; ReLU regardless of
     the CNN activation.
@@ -139,41 +129,20 @@ class ElmoHighwayLayer(nn.Linear):
 
     def __init__(self, dim: int):
         super().__init__(dim, 2 * dim)
-        # Whether the elementwise part is one Triton kernel each way (`char_cnn_kernels.HighwayCombine`; `None`: on
-        # GPUs): five passes over `(words, F)` tensors and three of them kept for the backward pass otherwise.
-        self.fused: bool | None = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        product = linear(x, self.weight, self.bias)
-        if self.fused or (self.fused is None and x.is_cuda and HighwayCombine is not None and not KERNELS_INTERPRETED):
-            if HighwayCombine is None or not (x.is_cuda or KERNELS_INTERPRETED):
-                raise RuntimeError(_NEEDS_TRITON.format(what="ElmoHighwayLayer.fused=True", device=x.device.type))
-            with torch.autocast(x.device.type, enabled=False):
-                combined = HighwayCombine.apply(product.reshape(-1, product.shape[-1]), x.reshape(-1, x.shape[-1]))
-            return combined.view(x.shape)
-        transformed, gate = product.chunk(2, dim=-1)
-        transformed = F.relu(transformed)
-        return torch.addcmul(transformed, torch.sigmoid(gate), x - transformed)
+        transformed, gate = F.linear(x, self.weight, self.bias).chunk(2, dim=-1)
+        gate = torch.sigmoid(gate)
+        return gate * x + (1 - gate) * F.relu(transformed)
 
 
 class ElmoCharacterEncoder(nn.Module):
     """Words as character ids `(..., C)` -> context-independent token embeddings `(..., P)`.
 
-    Computes exactly the max over every window of every slot, but only once per distinct word of the
-    input, and only over the windows that can differ between words: the slots after a word's last
-    change of character (in practice its padding characters) hold one repeated character, and every
-    window lying inside that run gives the same value, one constant per filter and character.
-
-    With `config.input_word_dim > 0` (ELMoForManyLangs models) each word's embedding is looked up from its
-    word id too and concatenated before the CNN features, `[word | characters]`, ahead of the projection.
-    `config.implementation = "reference"` runs `_reference_forward` instead: every window of every token.
+    Every window of every slot of every token through each convolution, max over the windows, highway layers and a
+    projection. With `config.input_word_dim > 0` (ELMoForManyLangs models) each word's embedding is looked up from
+    its word id too and concatenated before the CNN features, `[word | characters]`, ahead of the projection.
     """
-
-    # Words are grouped by how many leading slots need real windows, rounded up to this many, so that a
-    # long word does not make every short word's windows long.
-    SPAN_GRANULARITY = 8
-    # Fewer distinct words than this per thread are not worth a second thread.
-    MIN_WORDS_PER_THREAD = 16
 
     def __init__(self, config: ElmoConfig):
         super().__init__()
@@ -187,229 +156,25 @@ class ElmoCharacterEncoder(nn.Module):
         )
         self.projection = nn.Linear(config.input_word_dim + config.num_filters, config.projection_dim)
         self.activation = torch.tanh if config.activation == "tanh" else F.relu
-        self.config = config  # `config.implementation` is read at each call
-        # Whether to compute each distinct word once (`None`: on CPUs, where it saves work; GPUs would wait for
-        # the host to sort and group the words).
-        self.deduplicate: bool | None = None
-        # Whether each filter's window products and their max are one Triton kernel (`char_cnn_kernels.py`), which
-        # never writes the `(words, windows, filters)` products (`None`: where it pays, `_fused_windows_dtype`).
-        self.fused_windows: bool | None = None
+        self.config = config  # `config.paths` is read at each call
 
     def forward(self, char_ids: torch.LongTensor, word_ids: torch.LongTensor | None = None) -> torch.Tensor:
         """`(..., C)` character ids (and `(...)` word ids with word embeddings) -> `(..., P)`."""
-        if self.config.implementation == "reference" or _capturing_graph():
-            return self._reference_forward(char_ids, word_ids)
-        deduplicate = self.deduplicate if self.deduplicate is not None else not char_ids.is_cuda
-        if not deduplicate:
-            return self._forward_every_token(char_ids, word_ids)
-        batch_shape, num_chars = char_ids.shape[:-1], char_ids.shape[-1]
-        words, word_index = _distinct_rows(char_ids.reshape(-1, num_chars))
-        spans, order = _spans(words).sort()
-        words, spans = words[order], spans.tolist()
-        if can_run_concurrently(words) and len(spans) >= 2 * self.MIN_WORDS_PER_THREAD:
-            # Every other word to each thread: both get as many short and long words.
-            halves = run_concurrently(
-                lambda: self._embed_sorted_words(words[0::2], spans[0::2]),
-                lambda: self._embed_sorted_words(words[1::2], spans[1::2]),
-            )
-            per_word = halves[0].new_empty(len(spans), halves[0].shape[1])
-            per_word[0::2], per_word[1::2] = halves
-        else:
-            per_word = self._embed_sorted_words(words, spans)
-        sorted_position = torch.empty_like(order)
-        sorted_position[order] = torch.arange(len(order), device=order.device)
-        per_token = per_word[sorted_position[word_index]]
-        if self.word_embedding is not None:
-            per_token = torch.cat([self.word_embedding(word_ids.reshape(-1)), per_token], dim=-1)
-            per_token = linear(per_token, self.projection.weight, self.projection.bias)
-        return per_token.reshape(*batch_shape, -1)
-
-    def _reference_forward(self, char_ids: torch.LongTensor, word_ids: torch.LongTensor | None = None) -> torch.Tensor:
-        """The straightforward computation `forward` matches (`config.implementation = "reference"`): every window
-        of every slot of every token, one product per layer."""
+        paths = paths_in_effect(self.config, char_ids.device, self.char_embedding.weight.dtype, self.training)
+        if paths.char_cnn != "reference":
+            return char_cnn_forward(self, char_ids, word_ids, paths)
         batch_shape, num_chars = char_ids.shape[:-1], char_ids.shape[-1]
         chars = self.char_embedding(char_ids.reshape(-1, num_chars))  # (N, C, e)
         # Each convolution as the product of every window with the kernel (cuDNN's convolutions round float32 to TF32
         # on GPUs by default; matrix products do not).
-        features = torch.cat(
-            [
-                self.activation(
-                    (chars.unfold(1, conv.kernel_size[0], 1).flatten(2) @ conv.weight.flatten(1).t() + conv.bias).amax(1)
-                )
-                for conv in self.convolutions
-            ],
-            dim=-1,
-        )
+        windows = [chars.unfold(1, conv.kernel_size[0], 1).flatten(2) for conv in self.convolutions]  # (N, C-w+1, we)
+        products = [x @ conv.weight.flatten(1).t() + conv.bias for x, conv in zip(windows, self.convolutions)]
+        features = torch.cat([self.activation(p.amax(1)) for p in products], dim=-1)
         for highway in self.highways:
-            transformed, gate = F.linear(features, highway.weight, highway.bias).chunk(2, dim=-1)
-            gate = torch.sigmoid(gate)
-            features = gate * features + (1 - gate) * F.relu(transformed)
+            features = highway(features)
         if self.word_embedding is not None:  # ELMoForManyLangs: [word | characters]
             features = torch.cat([self.word_embedding(word_ids.reshape(-1)), features], dim=-1)
         return self.projection(features).reshape(*batch_shape, -1)
-
-    def _forward_every_token(self, char_ids: torch.LongTensor, word_ids: torch.LongTensor | None) -> torch.Tensor:
-        """`forward` without looking for repeated words, for GPUs: the same operations whatever the input, and one
-        synchronisation with the host (the longest span) instead of a sort and a list of spans."""
-        batch_shape, num_chars = char_ids.shape[:-1], char_ids.shape[-1]
-        words = char_ids.reshape(-1, num_chars)
-        # While a CUDA graph is captured the span cannot be read: every window, which the graph can replay anyway.
-        capturing = words.is_cuda and torch.cuda.is_current_stream_capturing()
-        # The fused window products stop at each block of words' longest span by themselves.
-        fused = self._fused_windows_dtype(words.device, self.char_embedding.weight.dtype) is not None
-        longest = num_chars if capturing or fused else int(_spans(words).max())
-        features = self._max_over_windows_of_group(words, longest, self._run_values(words))
-        for highway in self.highways:
-            features = highway(features)
-        if self.word_embedding is not None:
-            features = torch.cat([self.word_embedding(word_ids.reshape(-1)), features], dim=-1)
-        return linear(features, self.projection.weight, self.projection.bias).reshape(*batch_shape, -1)
-
-    def _embed_sorted_words(self, words: torch.LongTensor, spans: list[int]) -> torch.Tensor:
-        """`(U, C)` distinct words sorted by span, with their spans -> their token embeddings `(U, P)`, or their
-        highway outputs `(U, F)` when word embeddings join them before the projection."""
-        features = self._max_over_windows(words, spans)
-        for highway in self.highways:
-            features = highway(features)
-        if self.word_embedding is None:  # the projection depends on the characters only: once per distinct word
-            return linear(features, self.projection.weight, self.projection.bias)
-        return features
-
-    def _max_over_windows(self, words: torch.LongTensor, spans: list[int]) -> torch.Tensor:
-        """`(U, C)` words sorted by span, with their spans -> activated CNN features `(U, F)`."""
-        run_values = self._run_values(words)
-        return torch.cat(
-            [
-                self._max_over_windows_of_group(words[start:end], span, [v[start:end] for v in run_values])
-                for start, end, span in _span_groups(spans, self.SPAN_GRANULARITY)
-            ]
-        )
-
-    def _run_values(self, words: torch.LongTensor) -> list[torch.Tensor]:
-        """A window inside a word's final run of one character: the kernel summed over its width times the run's
-        character, `(U, n)` per filter."""
-        final_char = self.char_embedding(words[:, -1])  # (U, e)
-        return [linear(final_char, conv.weight.sum(dim=-1)) for conv in self.convolutions]
-
-    def _max_over_windows_of_group(
-        self, words: torch.LongTensor, span: int, run_values: list[torch.Tensor]
-    ) -> torch.Tensor:
-        """`(u, C)` words whose spans are at most `span` -> activated CNN features `(u, F)`."""
-        num_chars = words.shape[1]
-        max_width = max(conv.kernel_size[0] for conv in self.convolutions)
-        chars = self.char_embedding(words[:, : min(span + max_width - 1, num_chars)])  # (u, L, e)
-        fused_dtype = self._fused_windows_dtype(chars.device, chars.dtype)
-        if fused_dtype is not None:
-            chars, spans = chars.to(fused_dtype), _spans(words)
-        per_filter = []
-        for conv, value in zip(self.convolutions, run_values):
-            width = conv.kernel_size[0]
-            num_windows = min(span, num_chars - width + 1)
-            if num_windows > 0 and fused_dtype is not None:
-                weight = conv.weight.transpose(1, 2).reshape(conv.out_channels, -1).to(fused_dtype)  # (n, w e)
-                with torch.autocast(chars.device.type, enabled=False):
-                    window_max = WindowMax.apply(chars, weight, num_windows, spans)
-                # Each block of words stopped at its longest span: a word's windows from its own span on lie inside
-                # its final run; where it has one, that run's value counts.
-                has_run = (spans < num_chars - width + 1)[:, None]
-                value = torch.where(has_run & ~(window_max > value), value, window_max)
-            elif num_windows > 0:
-                window_chars = chars[:, : num_windows + width - 1]
-                if compiled_loops_available(chars) and not torch.is_autocast_enabled("cpu"):
-                    window_max = CompiledWindowMax.apply(window_chars, conv.weight, num_windows)
-                else:
-                    # max, not amax: its backward is one scatter (ties are identical windows, which give the
-                    # weights the same gradient whichever of them takes it).
-                    # Matrix products of the windows rather than cuDNN's convolutions: never rounded to TF32
-                    # (cuDNN's float32 default), and on an H100 faster in bfloat16 too (cuDNN transposes these
-                    # narrow inputs).
-                    windows = window_chars.unfold(1, width, 1)  # (u, windows, e, width)
-                    window_max = linear(windows.flatten(2), conv.weight.flatten(1)).max(dim=1).values
-                # Windows from `span` on lie inside the final run; if the word has any, their value counts.
-                if num_windows < num_chars - width + 1:
-                    # `where`, not `maximum`: cheaper backward, and a tie gives the weights the same gradient either way.
-                    window_max = torch.where(window_max > value, window_max, value)
-                value = window_max
-            per_filter.append(value)
-        bias = torch.cat([conv.bias for conv in self.convolutions])
-        # The bias and the activation commute with the max: rounding and both activations are monotonic.
-        return self.activation(torch.cat(per_filter, dim=-1) + bias)
-
-    def _fused_windows_dtype(self, device: torch.device, dtype: torch.dtype) -> torch.dtype | None:
-        """The dtype of the fused window products (`fused_windows`) for embedded characters of `dtype` on
-        `device`, or None where the products of PyTorch run. By default: on GPUs, for 16-bit products, and for
-        float32 ones (exact, without tensor cores) while a CUDA graph is captured, where the products of PyTorch
-        would take every slot of every word; not on CPUs (the kernels run there only under Triton's interpreter,
-        for the tests)."""
-        if torch.is_autocast_enabled(device.type):
-            dtype = torch.get_autocast_dtype(device.type)
-        on_gpu = device.type == "cuda"
-        if self.fused_windows is None:
-            use = (
-                on_gpu
-                and WindowMax is not None
-                and not KERNELS_INTERPRETED
-                and (
-                    dtype in (torch.bfloat16, torch.float16)
-                    or (dtype == torch.float32 and torch.cuda.is_current_stream_capturing())
-                )
-            )
-        else:
-            use = self.fused_windows
-        if use and (WindowMax is None or not (on_gpu or KERNELS_INTERPRETED)):
-            raise RuntimeError(_NEEDS_TRITON.format(what="fused_windows=True", device=device.type))
-        return dtype if use else None
-
-
-def _capturing_graph() -> bool:
-    """Whether `torch.export` or `torch.compile` is capturing the model as a graph: it then gets the reference
-    computation, whose operations and shapes depend on the input's shapes only (the fast paths sort and group words
-    and rows by their values and run loops compiled here)."""
-    return exporting() or torch.compiler.is_compiling()
-
-
-@functools.cache
-def _hash_weights(num_chars: int, device: torch.device) -> torch.Tensor:
-    """`(C,)` int64: powers of an odd 64-bit constant modulo 2^64, as signed integers."""
-    powers = [pow(0x9E3779B97F4A7C15, k + 1, 1 << 64) for k in range(num_chars)]
-    return torch.tensor([p - (1 << 64) if p >= 1 << 63 else p for p in powers], dtype=torch.int64, device=device)
-
-
-def _distinct_rows(rows: torch.LongTensor) -> tuple[torch.LongTensor, torch.LongTensor]:
-    """`(N, C)` ids -> the distinct rows `(U, C)` and each row's index among them `(N,)`, as
-    `torch.unique(rows, dim=0, return_inverse=True)` gives them but in another order. PyTorch's row-wise unique
-    handles each row with a few operations of its own (4 ms for a batch of 800 words); one 64-bit key per row, a
-    sort of the keys and an exact check that rows with one key are equal take a tenth of that. Rows that share a
-    key without being equal (a collision) fall back to the row-wise unique."""
-    num_rows, num_chars = rows.shape
-    # A polynomial hash modulo 2^64 (int64 products and sums wrap); the check below, not the key, decides which
-    # rows are equal.
-    keys = (rows.long() * _hash_weights(num_chars, rows.device)).sum(dim=1)
-    distinct_keys, index = torch.unique(keys, return_inverse=True)
-    first = torch.empty_like(distinct_keys).scatter_(0, index, torch.arange(num_rows, device=rows.device))
-    distinct = rows.index_select(0, first)
-    if not torch.equal(distinct.index_select(0, index), rows):
-        return torch.unique(rows, dim=0, return_inverse=True)
-    return distinct, index
-
-
-def _spans(words: torch.LongTensor) -> torch.LongTensor:
-    """`(U, C)` character ids -> `(U,)` slots up to the last one that differs from the final slot (0 when all
-    slots hold one character): windows beyond a word's span see only its final run."""
-    num_chars = words.shape[1]
-    differs = words != words[:, -1:]
-    return torch.where(differs, torch.arange(1, num_chars + 1, device=words.device), 0).amax(dim=1)
-
-
-def _span_groups(spans: list[int], granularity: int) -> list[tuple[int, int, int]]:
-    """Runs of ascending `spans` that round up to the same multiple of `granularity`: `(start, end, longest)`."""
-    groups, start = [], 0
-    for end in range(1, len(spans) + 1):
-        rounded = (spans[start] + granularity - 1) // granularity
-        if end == len(spans) or (spans[end] + granularity - 1) // granularity != rounded:
-            groups.append((start, end, spans[end - 1]))
-            start = end
-    return groups
 
 
 class ElmoLstmLayer(nn.Module):
@@ -429,50 +194,11 @@ class ElmoLstmLayer(nn.Module):
         self.state_projection = nn.Linear(config.cell_dim, config.projection_dim, bias=False)
 
     def forward(
-        self,
-        inputs: torch.Tensor,
-        hidden: torch.Tensor,
-        memory: torch.Tensor,
-        batch_sizes: list[int],
-        reverse: bool,
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """
-        Args:
-            inputs: `(T, B, P)`, time-major, rows sorted by length, longest first.
-            hidden: `(B, P)` and memory `(B, D)`: the state before the first step of this direction.
-            batch_sizes: `T` ints, how many rows are real at each step.
-            reverse: walk from the last real position down to 0.
-
-        Returns:
-            outputs `(T, B, P)` (0 at padded positions), final hidden `(B, P)`, final memory `(B, D)`.
-            A row's state changes only at its real positions.
-        """
-        steps = PackedSteps.from_batch_sizes(batch_sizes, inputs.shape[1], inputs.device)
-        ((outputs, hidden, memory),) = lstm_layer([inputs], [(hidden, memory)], [self.weights()], [reverse], steps,
-                                                  self.settings())  # fmt: skip
-        return outputs, hidden, memory
-
-    def weights(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-        """`(W_x (4D, P), b (4D,), W_h (4D, P), W_p (P, D))`."""
-        return (
-            self.input_linearity.weight,
-            self.state_linearity.bias,
-            self.state_linearity.weight,
-            self.state_projection.weight,
-        )
-
-    def settings(self) -> LstmSettings:
-        return LstmSettings(self.cell_clip, self.proj_clip, self.forget_bias or 0.0)
-
-    def _reference_forward(
         self, inputs: torch.Tensor, mask: torch.BoolTensor, hidden: torch.Tensor, memory: torch.Tensor, reverse: bool
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """The straightforward computation `forward` matches: every row steps through every position, its state
-        changing only at its real positions.
-
-        `(B, T, P)` inputs, `(B, T)` mask, `(B, P)` and `(B, D)` state -> `(B, T, P)` outputs (0 at padding) and the
-        final `(B, P)`, `(B, D)` state.
-        """
+        """`(B, T, P)` inputs, `(B, T)` mask, `(B, P)` and `(B, D)` state -> `(B, T, P)` outputs (0 at padding) and the
+        final `(B, P)`, `(B, D)` state. Every row steps through every position (from the last down to 0 with
+        `reverse`), its state changing only at its real positions."""
         gate_inputs = self.input_linearity(inputs)
         if self.forget_bias:  # TensorFlow's LSTMCell adds it at run time
             gate_inputs[..., self.cell_dim : 2 * self.cell_dim] += self.forget_bias
@@ -505,31 +231,16 @@ class ElmoLstmLayer(nn.Module):
 
 
 class ElmoBiLstm(nn.Module):
-    """Two independent stacks of `ElmoLstmLayer`; the directions meet only in the outputs.
-
-    Two fast implementations of the same computation: on CPUs the rows are sorted by length and each step
-    multiplies only the rows still running (`fast_lstm.py`); on GPUs both directions of a layer step together
-    over the whole batch with masks, so that shapes are static and a layer's time loops can be replayed as CUDA
-    graphs (`gpu_lstm.py`). `static_shapes` picks one (`None`: by device). `config.implementation = "reference"`
-    runs `_reference_forward` instead, the straightforward computation both are tested against, as do `torch.export`
-    and `torch.compile` (`_capturing_graph`).
-    """
+    """Two independent stacks of `ElmoLstmLayer`; the directions meet only in the outputs."""
 
     def __init__(self, config: ElmoConfig):
         super().__init__()
         self.use_skip_connections = config.use_skip_connections
-        self.dropout = ElmoDropout(config.dropout)
+        self.dropout = ElmoDropout(config)
         self.forward_layers = nn.ModuleList(ElmoLstmLayer(config) for _ in range(config.num_layers))
         self.backward_layers = nn.ModuleList(ElmoLstmLayer(config) for _ in range(config.num_layers))
-        self.config = config  # `config.implementation` is read at each call
-        self.static_shapes: bool | None = None
-        self.elementwise_kernels: str | None = None  # "triton" or "torch"; None: Triton on CUDA
-        self.joint_input_product: bool | None = None  # see `gpu_lstm.joint_input_product`; None: by batch size
-        # Each step's product and elementwise kernel as one Triton kernel (`gpu_lstm.LayerSettings.fused_gates`);
-        # None: where a captured layer runs faster so.
-        self.fused_gate_products: bool | None = None
-        self.use_cuda_graphs = True
-        self.captured = CapturedLayers()
+        self.config = config  # `config.paths` is read at each call
+        self.captured = CapturedLayers()  # CUDA graphs of the static path's layers
 
     def _apply(self, fn, recurse=True):
         self.captured.clear()  # graphs read the parameters at the addresses they had when captured
@@ -557,13 +268,7 @@ class ElmoBiLstm(nn.Module):
              memory[:, r, k * cell_dim : (k + 1) * cell_dim])
             for k, r in enumerate(rows)
         ]  # fmt: skip
-        if self.config.implementation == "reference" or _capturing_graph():
-            run = self._reference_forward
-        elif self.static_shapes if self.static_shapes is not None else token_embeddings.is_cuda:
-            run = self._forward_static
-        else:
-            run = self._forward_sorted
-        outputs, finals = run(inputs, masks, states)
+        outputs, finals = self.directions_forward(inputs, masks, states)
         layer_outputs = [_join_directions(forward, backward, split_directions) for forward, backward in outputs]
         # In the state's dtype, also under autocast, so that it can be passed back.
         final_state = tuple(
@@ -572,125 +277,28 @@ class ElmoBiLstm(nn.Module):
         )
         return layer_outputs, final_state
 
-    def _reference_forward(self, inputs, masks, states):
-        """The straightforward computation the other paths match (`config.implementation = "reference"`):
-        batch-major, every row through every position, one direction after the other.
-
-        Per direction `k` (0 forward, 1 backward): `inputs[k]` `(B', T, P)`, `masks[k]` `(B', T)`, `states[k]`
-        `(hidden (L, B', P), memory (L, B', D))`. Returns, per layer, the outputs `(B', T, P)` of both directions
-        (0 at padding), and per direction the final `(hidden (L, B', P), memory (L, B', D))`."""
+    def directions_forward(self, inputs, masks, states):
+        """Per direction `k` (0 forward, 1 backward): `inputs[k]` `(B', T, P)`, `masks[k]` `(B', T)`, `states[k]`
+        `(hidden (L, B', P), memory (L, B', D))` -> per layer the outputs `(B', T, P)` of both directions (0 at
+        padding), and per direction the final `(hidden (L, B', P), memory (L, B', D))`."""
+        weight = self.forward_layers[0].state_linearity.weight
+        paths = paths_in_effect(self.config, inputs[0].device, weight.dtype, self.training)
+        if paths.lstm == "sorted":
+            return sorted_forward(self, inputs, masks, states, paths)
+        if paths.lstm == "static":
+            return static_forward(self, inputs, masks, states, paths)
         layer_in, outputs, finals = list(inputs), [], [([], []), ([], [])]
         for index, layers in enumerate(zip(self.forward_layers, self.backward_layers)):
             layer_out = []
             for k, layer in enumerate(layers):
-                # bilm-tf wraps every cell, residual included, in input dropout.
-                x = self.dropout(layer_in[k])
-                out, hidden, memory = layer._reference_forward(
-                    x, masks[k], states[k][0][index], states[k][1][index], reverse=k == 1
-                )
+                x = self.dropout(layer_in[k])  # bilm-tf wraps every cell, residual included, in input dropout
+                out, hidden, memory = layer(x, masks[k], states[k][0][index], states[k][1][index], reverse=k == 1)
                 layer_out.append(out + x if self.use_skip_connections and index > 0 else out)
                 finals[k][0].append(hidden)
                 finals[k][1].append(memory)
             outputs.append(layer_out)
             layer_in = layer_out
-        return outputs, _stacked_finals(finals)
-
-    def _forward_static(self, inputs, masks, states):
-        """`_reference_forward`'s computation, both directions of a layer stepped together over the whole batch with
-        masks (`gpu_lstm.py`)."""
-        batch_size, num_steps, _ = inputs[0].shape
-        device = inputs[0].device
-        first = self.forward_layers[0]
-        if torch.is_autocast_enabled(device.type):
-            dtype = torch.get_autocast_dtype(device.type)
-        else:
-            dtype = first.state_linearity.weight.dtype
-        # Step order: direction 1 runs over reversed time, so step s of both directions is one batched step.
-        stacked = torch.stack([inputs[0].transpose(0, 1), inputs[1].transpose(0, 1).flip(0)])  # (2, T, B', P)
-        step_mask = torch.zeros(2, num_steps + 1, batch_size, dtype=torch.uint8, device=device)
-        step_mask[0, :num_steps] = masks[0].t()
-        step_mask[1, :num_steps] = masks[1].t().flip(0)
-        kernels = self.elementwise_kernels or default_kernels(device)
-        captured = self.captured if self.use_cuda_graphs else None
-        outputs, finals = [], [([], []), ([], [])]
-        for index, (forward_layer, backward_layer) in enumerate(zip(self.forward_layers, self.backward_layers)):
-            settings = LayerSettings(
-                forward_layer.cell_clip, forward_layer.proj_clip, forward_layer.forget_bias or 0.0, dtype, kernels,
-                self.joint_input_product, self.fused_gate_products,
-            )
-            weights = tuple(
-                weight
-                for name in ("input_linearity.weight", "state_linearity.bias", "state_linearity.weight",
-                             "state_projection.weight")
-                for weight in (forward_layer.get_parameter(name), backward_layer.get_parameter(name))
-            )  # fmt: skip
-            # bilm-tf wraps every cell, residual included, in input dropout.
-            layer_in = self.dropout(stacked)
-            hidden0 = torch.stack([states[0][0][index], states[1][0][index]])  # (2, B', P)
-            memory0 = torch.stack([states[0][1][index], states[1][1][index]])
-            layer_out, layer_hidden, layer_memory = bidirectional_layer(
-                layer_in, step_mask, hidden0, memory0, weights, settings, captured, index
-            )
-            if self.use_skip_connections and index > 0:
-                layer_out = layer_out + layer_in
-            stacked = layer_out
-            outputs.append([layer_out[0].transpose(0, 1), layer_out[1].flip(0).transpose(0, 1)])
-            for k in range(2):
-                finals[k][0].append(layer_hidden[k])
-                finals[k][1].append(layer_memory[k])
-        return outputs, _stacked_finals(finals)
-
-    def _forward_sorted(self, inputs, masks, states):
-        """`_reference_forward`'s computation with the rows sorted by length, each step multiplying only the rows
-        still running (`fast_lstm.py`); directions whose rows run equally long steps are stacked into one call."""
-        sorts = [_sort_by_length(masks[0])]
-        sorts.append(sorts[0] if masks[1] is masks[0] else _sort_by_length(masks[1]))
-        time_major, hidden, memory = [], [], []
-        for k, (order, _) in enumerate(sorts):
-            x, h, c = inputs[k], *states[k]
-            if order is not None:
-                x, h, c = x[order], h[:, order], c[:, order]
-            shared = k == 1 and inputs[1] is inputs[0] and sorts[1] is sorts[0]
-            # Time-major, so that one step's rows are contiguous (and the input products fold into one matrix product).
-            time_major.append(time_major[0] if shared else x.transpose(0, 1).contiguous())
-            hidden.append(h)
-            memory.append(c)
-        batch_sizes = [sizes for _, sizes in sorts]
-        steps = [PackedSteps.from_batch_sizes(sizes, len(mask), mask.device) for sizes, mask in zip(batch_sizes, masks)]
-        # Both directions in one call where they can be stacked (on two threads, forward and backward, where there
-        # are two); directions whose rows differ in length run one after the other.
-        groups = [(0, 1)] if batch_sizes[0] == batch_sizes[1] else [(0,), (1,)]
-        outputs, finals = [], [([], []), ([], [])]
-        for index, layers in enumerate(zip(self.forward_layers, self.backward_layers)):
-            # bilm-tf wraps every cell, residual included, in input dropout.
-            layer_in = [self.dropout(x) for x in time_major]
-            results = {}
-            for group in groups:
-                group_results = lstm_layer(
-                    [layer_in[k] for k in group],
-                    [(hidden[k][index], memory[k][index]) for k in group],
-                    [layers[k].weights() for k in group],
-                    [k == 1 for k in group],
-                    steps[group[0]],
-                    layers[0].settings(),
-                )
-                results.update(zip(group, group_results))
-            time_major = [
-                results[k][0] + layer_in[k] if self.use_skip_connections and index > 0 else results[k][0]
-                for k in range(2)
-            ]
-            outputs.append(time_major)
-            for k in range(2):
-                finals[k][0].append(results[k][1])
-                finals[k][1].append(results[k][2])
-        finals = _stacked_finals(finals)
-        # Back to the callers' row order, batch-major.
-        restores = [_inverse(order) for order, _ in sorts]
-        outputs = [
-            [_take(out.transpose(0, 1), restore, dim=0) for out, restore in zip(layer, restores)] for layer in outputs
-        ]
-        finals = [tuple(_take(t, restore, dim=1) for t in final) for final, restore in zip(finals, restores)]
-        return outputs, finals
+        return outputs, [(torch.stack(hidden), torch.stack(memory)) for hidden, memory in finals]
 
 
 def _direction_rows(batch_size: int, split_directions: bool) -> tuple[slice, slice]:
@@ -725,49 +333,20 @@ def _join_states(forward: torch.Tensor, backward: torch.Tensor, start: torch.Ten
     )
 
 
-def _stacked_finals(finals):
-    """Per direction, lists of each layer's final `(B', X)` hidden and memory -> `(L, B', X)` tensors."""
-    return [(torch.stack(hidden), torch.stack(memory)) for hidden, memory in finals]
-
-
-def _sort_by_length(mask: torch.BoolTensor) -> tuple[torch.LongTensor | None, list[int]]:
-    """`(B, T)` right-padded mask -> the rows' order by length, longest first (`None` where they already are), and
-    the `T` numbers of rows running at each step."""
-    lengths, order = mask.sum(dim=1).sort(descending=True, stable=True)
-    steps = torch.arange(mask.shape[1], device=mask.device)
-    batch_sizes = (lengths[None, :] > steps[:, None]).sum(dim=1).tolist()
-    if bool((order == torch.arange(len(order), device=order.device)).all()):
-        order = None  # already sorted: skip the gathers
-    return order, batch_sizes
-
-
 def _call(function, *args):
     return function(*args)
 
 
 def matrix_flops_per_position(config: ElmoConfig) -> tuple[int, int]:
     """Forward FLOPs (two per multiply-add) of the matrix products for one word position: `(character encoder, the
-    LSTM layers of one direction)`, the convolutions over every character slot. The original size: 53.3 million
-    (convolutions 17.6, highway 33.6, projection 2.1) and 75.5 million (two layers of 37.7: input, recurrent and
-    cell projection products), 204 million a word with both directions."""
+    LSTM layers of one direction)`, the convolutions over every character slot."""
     slots, filters = config.max_characters_per_token, config.num_filters
-    convolutions = sum(2 * width * config.char_embedding_dim * count * (slots - width + 1) for width, count in config.filters)
+    embedding = config.char_embedding_dim
+    convolutions = sum(2 * width * embedding * count * (slots - width + 1) for width, count in config.filters)
     highway = config.n_highway * 2 * filters * 2 * filters
     projection = 2 * (config.input_word_dim + filters) * config.projection_dim
     layer = 2 * (2 * config.projection_dim * 4 * config.cell_dim + config.cell_dim * config.projection_dim)
     return convolutions + highway + projection, config.num_layers * layer
-
-
-def _take(tensor: torch.Tensor, index: torch.LongTensor | None, dim: int) -> torch.Tensor:
-    return tensor if index is None else tensor.index_select(dim, index)
-
-
-def _inverse(order: torch.LongTensor | None) -> torch.LongTensor | None:
-    if order is None:
-        return None
-    inverse = torch.empty_like(order)
-    inverse[order] = torch.arange(len(order), device=order.device)
-    return inverse
 
 
 class ElmoPreTrainedModel(PreTrainedModel):
@@ -881,6 +460,7 @@ class ElmoModel(ElmoPreTrainedModel):
 
     def __init__(self, config: ElmoConfig):
         super().__init__(config)
+        ElmoPaths.from_value(config.paths)  # e.g. from_pretrained(..., paths=...): a bad name fails here
         self.char_encoder = ElmoCharacterEncoder(config)
         self.encoder = ElmoBiLstm(config)
         if config.warm_state:
@@ -931,6 +511,12 @@ class ElmoModel(ElmoPreTrainedModel):
         else:
             self._register_warm_state(hidden.clone(), memory.clone())
         config.warm_state = True
+
+    @property
+    def paths(self) -> ElmoPaths:
+        """The paths that run on the model's device and dtype in its current mode (`config.paths` resolved):
+        `print(model.paths)`."""
+        return paths_in_effect(self.config, self.device, self.dtype, self.training)
 
     def get_input_embeddings(self) -> ElmoCharacterEmbedding:
         return self.char_encoder.char_embedding
@@ -1092,14 +678,10 @@ class ElmoForBiLM(ElmoPreTrainedModel):
                 f"{config.vocab_size}; set it to the size of the word vocabulary."
             )
         self.elmo = ElmoModel(config)
-        self.dropout = ElmoDropout(config.dropout)
+        self.dropout = ElmoDropout(config)
         self.softmax = ElmoWordSoftmax(config)
-        self._captured_steps = CaptureCache(max_entries=2)  # training steps by shape (`_captured_training_step`)
+        self._captured_steps = CaptureCache(max_entries=2)  # training steps by shape (`cuda_graphs`)
         self.post_init()
-
-    # Beyond this many positions per batch and direction (e.g. 512 rows of 20) a GPU stays busy with operations issued
-    # one by one, and a captured step would only hold its memory twice.
-    _MAX_CAPTURED_POSITIONS = 12_288
 
     def _apply(self, fn, recurse=True):
         self._captured_steps.clear()  # graphs read the parameters at the addresses they had when captured
@@ -1126,12 +708,9 @@ class ElmoForBiLM(ElmoPreTrainedModel):
 
     def floating_point_ops(self, inputs: dict, split_directions: bool = False) -> int:
         """FLOPs of a training step on `inputs["input_ids"]` `(B, T, C)`, for `Trainer`'s `total_flos`: three times
-        the forward's matrix products (forward and backward), two FLOPs per multiply-add, every position counted
-        (padding too). The character encoder over every character slot, as the original computes it; per
-        direction its LSTM layers and its softmax over the sampled words (the whole vocabulary without sampling);
-        with `split_directions` (continuous streams) each direction on half the rows. The original size with
-        8,192 samples: 663 million per position. `Trainer`'s own estimate, 6 x parameters x `input_ids.numel()`,
-        counts each position once per character slot."""
+        the forward's matrix products, every position counted (padding too): the character encoder over every slot;
+        per direction its LSTM layers and its softmax over the sampled words (the whole vocabulary without sampling),
+        with `split_directions` on half the rows. (`Trainer`'s own estimate counts each position once per slot.)"""
         if not isinstance(inputs.get("input_ids"), torch.Tensor):
             return 0  # as `Trainer` counts a batch without its main input
         rows, length = inputs["input_ids"].shape[:2]
@@ -1184,55 +763,6 @@ class ElmoForBiLM(ElmoPreTrainedModel):
         sums = self._loss_sums(self.dropout(outputs.last_hidden_state), labels, split_directions)
         return sums if start is None else (*sums, *(t.detach() for t in outputs.state))
 
-    def _captured_training_step(self, input_ids, attention_mask, labels, state=None, split_directions=False):
-        """`_training_step_sums` of a training batch replayed from CUDA graphs (`cuda_graphs.py`): a step of a
-        GPU-sized batch is otherwise a few thousand operations that the host issues more slowly than the GPU runs
-        them. None where that does not apply (CPU, evaluation, a start state that takes gradients, word embeddings,
-        graphs turned off, gradient checkpointing, a batch large enough to keep the GPU busy without them) or when
-        this shape is seen for the first time."""
-        elmo = self.elmo
-        directions_apart = 2 if split_directions else 1  # stream batches hold each direction's rows apart
-        if not (
-            self.training
-            and isinstance(input_ids, torch.Tensor)
-            and input_ids.is_cuda
-            and elmo.encoder.use_cuda_graphs
-            and not elmo.gradient_checkpointing
-            and elmo.encoder.static_shapes is not False  # the sorted path and deduplicated words wait for the host
-            and elmo.char_encoder.deduplicate is not True
-            and self.config.implementation != "reference"
-            and not self.config.input_word_dim
-            and input_ids.shape[0] * input_ids.shape[1] <= self._MAX_CAPTURED_POSITIONS * directions_apart
-            and not torch.cuda.is_current_stream_capturing()
-        ):
-            return None
-        mask = elmo.check_inputs(input_ids, attention_mask, state=state)
-        state = tuple(state) if state is not None else ()
-        if any(t.requires_grad for t in state):
-            return None
-        autocast = torch.is_autocast_enabled("cuda")
-        params = [p for p in self.parameters() if p.requires_grad]
-        key = (
-            tuple(input_ids.shape), input_ids.dtype, labels.dtype, input_ids.device, autocast,
-            torch.get_autocast_dtype("cuda"), tuple(p.data_ptr() for p in params), self.dropout.p,
-            elmo.encoder.dropout.p, torch.backends.cuda.matmul.allow_tf32,
-            elmo.warm_hidden.data_ptr() if elmo.config.warm_state else None,  # the start state a graph reads
-            tuple((tuple(t.shape), t.dtype) for t in state), split_directions,
-        )  # fmt: skip
-        step = functools.partial(self._training_step_sums, split_directions=split_directions)
-
-        def capture():
-            # The autocast cache would hand the graph casts of the weights made before it, never updated.
-            with torch.autocast("cuda", dtype=torch.get_autocast_dtype("cuda"), enabled=autocast, cache_enabled=False):
-                return CapturedFunction(step, (input_ids, mask, labels, *state), params)
-
-        captured = self._captured_steps.get_or_capture(key, capture)
-        if captured is None:
-            return None
-        if captured.busy:
-            return None
-        return captured.replay(input_ids, mask, labels, *state)
-
     @can_return_tuple
     def forward(
         self,
@@ -1271,9 +801,10 @@ class ElmoForBiLM(ElmoPreTrainedModel):
             check_labels(self.config, labels, input_ids.shape[:2], split_directions)
         captured = None
         # Captured: a step from the start state, or one from a given state that returns its final one (streams).
-        carried = bool(use_cache) == (state is not None)
-        if labels is not None and carried and not (return_logits or output_hidden_states):
-            captured = self._captured_training_step(input_ids, attention_mask, labels, state, split_directions)
+        carried = bool(use_cache) == (state is not None) and not (return_logits or output_hidden_states)
+        if self.training and labels is not None and carried and isinstance(input_ids, torch.Tensor):
+            paths = paths_in_effect(self.config, input_ids.device, self.dtype, True)
+            captured = captured_training_step(self, input_ids, attention_mask, labels, state, split_directions, paths)
         if captured is not None:
             sums, counts, *final_state = captured
             outputs = ElmoModelOutput(state=tuple(final_state) or None)

@@ -6,10 +6,10 @@ runs AVX-512 on any of them: about twice the float32 throughput of MKL on an AMD
 product shape ELMo has. Same arithmetic up to the order of the sums. PyTorch already multiplies bfloat16
 through oneDNN, but adds a bias by first copying it into every output row; oneDNN adds it in the product.
 Everything else (other devices and dtypes, autocast, small products, builds without oneDNN) goes to
-`torch.nn.functional.linear` unchanged, and so is every product under `cpu_backend(onednn=False)`.
+`torch.nn.functional.linear` unchanged, and so is every product of a model whose
+`paths.linear` is "torch".
 """
 
-import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -18,9 +18,6 @@ import torch
 import torch.nn.functional as F
 
 from .cpu_backend import current_cpu_backend
-
-USE_ONEDNN = True
-"""Deprecated process-wide switch, still obeyed when set to False: use `cpu_backend(onednn=False)`."""
 
 # Below this many multiply-adds PyTorch's own product (MKL) is as fast or faster. On processors without AVX-512
 # both libraries run AVX2 kernels and MKL's are faster up to large products: ELMo's narrow per-step products (one
@@ -62,13 +59,6 @@ def _use_onednn(x: torch.Tensor, weight: torch.Tensor) -> bool:
     """Whether `x @ weight.T` (`x` `(M, K)`, `weight` `(N, K)`) goes to oneDNN: large enough, its dtype, the backend
     choice, no autocast, not under torch.compile."""
     if torch.compiler.is_compiling():  # first: Inductor lowers the oneDNN operator only for frozen weights
-        return False
-    if not USE_ONEDNN:
-        warnings.warn(
-            "hf_elmo.onednn_linear.USE_ONEDNN is deprecated: use `with hf_elmo.cpu_backend(onednn=False):`",
-            DeprecationWarning,
-            stacklevel=3,
-        )
         return False
     return (
         current_cpu_backend().onednn

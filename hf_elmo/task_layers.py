@@ -11,33 +11,14 @@ import torch.nn.functional as F
 from torch import nn
 from transformers import initialization as init
 
-from .character_rows import byte_id, words_to_char_ids
+from .character_rows import word_keys, words_to_char_ids
 from .configuration_elmo import ElmoConfig
 from .scalar_mix import ScalarMix
-
-_ASCII_UPPER = (byte_id(ord("A")), byte_id(ord("Z")))
-_HASH_MODULI = (2_147_483_647, 2_147_483_629)  # two primes below 2**31: the key is both hashes, 62 bits
-
-
-def _word_keys(char_ids: torch.Tensor, lowercase: bool) -> torch.Tensor:
-    """`(..., 50)` character ids -> `(...)` int64 keys identifying the word spelled by each row.
-
-    Two polynomial hashes modulo primes below 2**31, so every intermediate product fits in int64.
-    """
-    ids = char_ids.long()
-    if lowercase:
-        ids = torch.where((ids >= _ASCII_UPPER[0]) & (ids <= _ASCII_UPPER[1]), ids + 32, ids)
-    high = low = torch.zeros(ids.shape[:-1], dtype=torch.long, device=ids.device)
-    for column in ids.unbind(-1):
-        high = (high * 263 + column) % _HASH_MODULI[0]
-        low = (low * 269 + column) % _HASH_MODULI[1]
-    return high * 2**31 + low
-
 
 class ElmoWordVectors(nn.Module):
     """User-supplied context-independent word vectors (e.g. GloVe), looked up from the character ids.
 
-    Words are found through 62-bit keys of their character rows (see `_word_keys`), so no word-id input and no
+    Words are found through 64-bit keys of their character rows (`character_rows.word_keys`), so no word-id input and no
     tokenizer change are needed. Row 0 of `weight` is the zero vector of unknown words.
     """
 
@@ -66,7 +47,7 @@ class ElmoWordVectors(nn.Module):
                 f"This model holds {size} word vectors of size {dim} (config.word_vectors_size / word_vectors_dim); "
                 f"got vectors of shape {tuple(vectors.shape)} and {len(words)} words."
             )
-        keys = _word_keys(torch.from_numpy(words_to_char_ids(words, self.width)), self.lowercase)
+        keys = word_keys(torch.from_numpy(words_to_char_ids(words, self.width)), self.lowercase)
         sorted_keys, order = keys.sort()
         clash = (sorted_keys[1:] == sorted_keys[:-1]).nonzero()
         if len(clash):
@@ -82,7 +63,7 @@ class ElmoWordVectors(nn.Module):
 
     def forward(self, char_ids: torch.LongTensor) -> torch.Tensor:
         """`(B, T, 50)` ids -> `(B, T, dim)` vectors (0 for words not in the table)."""
-        keys = _word_keys(char_ids, self.lowercase)
+        keys = word_keys(char_ids, self.lowercase)
         index = torch.searchsorted(self.sorted_keys, keys).clamp(max=len(self.sorted_keys) - 1)
         found = self.sorted_keys[index] == keys
         return F.embedding(torch.where(found, self.rows[index], 0), self.weight)
@@ -96,7 +77,7 @@ def init_task_layer(module: nn.Module) -> bool:
         init.constant_(module.gamma, module.initial_gamma)
     elif isinstance(module, ElmoWordVectors):
         init.zeros_(module.weight)
-        init.constant_(module.sorted_keys, -1)  # matches no word: every key is >= 0
+        init.constant_(module.sorted_keys, -1)  # a word of this key finds row 0, the zero vector, as unknown words do
         init.zeros_(module.rows)
     elif isinstance(module, nn.LSTM):
         bound = 1.0 / math.sqrt(module.hidden_size)  # PyTorch's own LSTM initialisation

@@ -16,7 +16,7 @@ if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import hf_elmo  # noqa: F401  (registers the Auto classes)
-from hf_elmo import ElmoModel
+from hf_elmo import ElmoModel, ElmoPaths
 from hf_elmo.convert_bilm_tf_checkpoint import convert_bilm_tf_checkpoint
 from hf_elmo.convert_original_elmo import convert
 
@@ -65,7 +65,7 @@ def checkpoint_dir(tmp_path_factory):
 
 
 class ReferenceElmo(ElmoModel):
-    """`ElmoModel` with `config.implementation = "reference"`, called as `(input_ids, attention_mask, state,
+    """`ElmoModel` on the reference paths (`ElmoPaths.reference()`), called as `(input_ids, attention_mask, state,
     input_word_ids)` and returning `(num_layers + 1 layers, final state)`."""
 
     def forward(self, input_ids, attention_mask=None, state=None, input_word_ids=None):
@@ -78,7 +78,7 @@ class ReferenceElmo(ElmoModel):
 def reference_from(model) -> ReferenceElmo:
     """The reference path of `model` on a copy of its weights, in its dtype, on its device, in its mode."""
     config = copy.deepcopy(model.config)
-    config.implementation = "reference"
+    config.paths = ElmoPaths.reference().to_dict()
     reference = ReferenceElmo(config)
     reference.load_state_dict(model.state_dict())
     parameter = next(model.parameters())

@@ -1,6 +1,8 @@
 """The fused Adagrad against a float64 computation of Adagrad and against `torch.optim.Adagrad` (the kernel runs
 interpreted on CPU tensors without a GPU, compiled on a GPU), and the same state."""
 
+from functools import partialmethod
+
 import pytest
 import torch
 
@@ -18,7 +20,7 @@ def fused_calls(request, monkeypatch):
     if request.param == "Triton kernel":
         if adagrad.triton is None or (DEVICE == "cpu" and not adagrad.INTERPRETED):
             pytest.skip("needs Triton")
-        monkeypatch.setattr(Adagrad, "_FUSE_ON_CPU", DEVICE == "cpu")
+        monkeypatch.setattr(Adagrad, "__init__", partialmethod(Adagrad.__init__, triton_on_cpu=DEVICE == "cpu"))
     elif DEVICE != "cpu":
         pytest.skip("the compiled loop runs on CPU tensors")
     elif not cpu_kernels.available(torch.zeros(1)):

@@ -5,7 +5,7 @@ interpreter on CPU tensors (`TRITON_INTERPRET=1`, which the suite sets without a
 import pytest
 import torch
 
-from hf_elmo import modeling_elmo
+from hf_elmo import char_cnn_fast, paths
 
 from conftest import reference_from, rounding_bound
 from test_fast_path import SENTENCES, encode, random_model, small_config
@@ -112,10 +112,9 @@ def fused_calls(monkeypatch):
     return calls
 
 
-def fuse(model, fused: bool):
-    model.char_encoder.fused_windows = fused
-    for highway in model.char_encoder.highways:
-        highway.fused = fused
+def fuse(model, fused: bool, char_cnn: str = "auto"):
+    path = "triton" if fused else "torch"
+    model.config.paths = {"char_cnn": char_cnn, "window_max": path, "highway": path}
 
 
 def words_with_runs(num_words: int, long_words: list[int], seed: int) -> torch.LongTensor:
@@ -134,7 +133,7 @@ def test_spans_bound_each_block_of_words():
     """With spans, a word's value is its max over a prefix of the windows that covers its span: the dense products'
     running max at some window from its span on."""
     ids = words_with_runs(150, [3, 100], seed=4)
-    spans = modeling_elmo._spans(ids)
+    spans = char_cnn_fast._spans(ids)
     chars = torch.randn(262, 16, generator=torch.Generator().manual_seed(1))[ids]
     weight = torch.randn(24, 5 * 16, generator=torch.Generator().manual_seed(2))
     values, argmax = window_max(chars, weight, 46, save_argmax=True, spans=spans)
@@ -160,14 +159,13 @@ def test_windows_stop_at_the_spans():
     assert (values == float("-inf")).all() and (argmax == 0).all()
 
 
-@pytest.mark.parametrize("deduplicate", [False, True], ids=["every token", "distinct words"])
+@pytest.mark.parametrize("char_cnn", ["every_word", "distinct_words"])
 @pytest.mark.parametrize("ids", ["sentences", "many words"])
-def test_encoder_with_fused_windows_matches_reference(deduplicate, ids, fused_calls):
+def test_encoder_with_fused_windows_matches_reference(char_cnn, ids, fused_calls):
     """Values within 1e-5 and gradients of every character-CNN parameter within 1e-4 relative; "many words" are
     blocks of short words and blocks with a long one."""
     model = random_model(small_config())
-    model.char_encoder.deduplicate = deduplicate
-    fuse(model, True)
+    fuse(model, True, char_cnn)
     reference = reference_from(model)
     model.to(DEVICE)
     ids = encode(SENTENCES)["input_ids"] if ids == "sentences" else words_with_runs(200, [5, 130, 140], seed=0)
@@ -246,13 +244,9 @@ def test_highway_combine_matches_float64(dtypes):
         assert ((fused_input.grad.cpu().double() - exact_input.grad).abs() <= tolerance).all()
 
 
-@pytest.mark.parametrize("switch", ["fused_windows", "highway.fused"])
-def test_forcing_without_the_kernel_says_why(monkeypatch, switch):
-    model = random_model(small_config())
-    if switch == "fused_windows":
-        model.char_encoder.fused_windows = True
-    else:
-        model.char_encoder.highways[0].fused = True
-    monkeypatch.setattr(modeling_elmo, "KERNELS_INTERPRETED", False)
-    with pytest.raises(RuntimeError, match=r"=True needs Triton and CUDA tensors .*got cpu tensors\.$"):
+@pytest.mark.parametrize("field", ["window_max", "highway"])
+def test_forcing_without_the_kernel_says_why(monkeypatch, field):
+    model = random_model(small_config(paths={field: "triton"}))
+    monkeypatch.setattr(paths, "INTERPRETED", False)
+    with pytest.raises(ValueError, match=rf"^paths\.{field}='triton' needs Triton and CUDA tensors .*on cpu\.$"):
         model.char_encoder(encode(SENTENCES)["input_ids"])

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from hf_elmo import cpu_kernels
+from hf_elmo import ElmoConfig, cpu_kernels
 
 COMPILER = shutil.which("c++") or shutil.which("g++") or shutil.which("clang++")
 
@@ -309,18 +309,16 @@ def test_built_once_into_the_cache_and_reused(fresh_library, tmp_path):
     assert built[0].stat().st_mtime_ns == modified
 
 
-@pytest.mark.parametrize("reason", ["switched off", "no compiler", "compiler fails", "cache not writable", "no BLAS"])
+@pytest.mark.parametrize("reason", ["no compiler", "compiler fails", "cache not writable", "no BLAS"])
 def test_pytorch_operations_where_no_library(fresh_library, monkeypatch, tmp_path, reason):
-    """Not available, saying why once (silently where switched off)."""
+    """Not available, saying why once."""
     expected = {
         "no compiler": "no C\\+\\+ compiler found",
         "compiler fails": "could not build them",
         "cache not writable": "File exists|Not a directory",
         "no BLAS": "does not export sgemm_",
     }
-    if reason == "switched off":
-        monkeypatch.setenv("HF_ELMO_CPU_KERNELS", "0")
-    elif reason == "no compiler":
+    if reason == "no compiler":
         monkeypatch.delenv("CXX", raising=False)
         monkeypatch.setattr(shutil, "which", lambda name: None)
     elif reason == "compiler fails":
@@ -334,10 +332,7 @@ def test_pytorch_operations_where_no_library(fresh_library, monkeypatch, tmp_pat
         assert not cpu_kernels.available(torch.zeros(1))
         assert not cpu_kernels.available(torch.zeros(1))
     messages = [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
-    if reason == "switched off":
-        assert messages == []
-    else:
-        assert len(messages) == 1 and re.search(expected[reason], messages[0]), messages
+    assert len(messages) == 1 and re.search(expected[reason], messages[0]), messages
 
 
 def test_other_dtypes_and_devices_use_pytorch():
@@ -373,10 +368,10 @@ def test_dropout_keeps_with_pytorchs_probability_and_scale(monkeypatch):
     from hf_elmo import modeling_elmo
 
     calls = []
-    compiled = modeling_elmo.compiled_dropout
-    monkeypatch.setattr(modeling_elmo, "compiled_dropout", lambda *args: calls.append(1) or compiled(*args))
+    compiled = cpu_kernels.dropout
+    monkeypatch.setattr(cpu_kernels, "dropout", lambda *args: calls.append(1) or compiled(*args))
     p, n = 0.1, 1_000_000
-    module = modeling_elmo.ElmoDropout(p).train()
+    module = modeling_elmo.ElmoDropout(ElmoConfig(dropout=p)).train()
     x = (torch.rand(1000, 1000) + 0.5).requires_grad_()
     torch.manual_seed(0)
     out = module(x)

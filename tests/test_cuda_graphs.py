@@ -5,7 +5,7 @@ GPU (`test_static_shapes.py`)."""
 import pytest
 import torch
 
-from hf_elmo.cuda_graphs import CapturedFunction
+from hf_elmo.cuda_graphs import CapturedFunction, PendingBackward
 
 
 class _Graph:
@@ -16,7 +16,7 @@ class _Graph:
 def fake_capture(params: list[torch.Tensor], example: torch.Tensor) -> CapturedFunction:
     """`(x * w1).sum() + (x * w2 ** 2).sum()`, with the buffers of a capture and graphs that fill them."""
     captured = CapturedFunction.__new__(CapturedFunction)
-    captured.params, captured.pending = params, None
+    captured.params, captured.pending = params, PendingBackward()
     captured.inputs = (example.clone(),)
     captured.outputs = (torch.zeros(()),)
     captured.differentiable = [0]

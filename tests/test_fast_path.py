@@ -1,9 +1,8 @@
 """The fast path of `ElmoModel` (deduplicated words, character-CNN windows skipped inside a word's final run
 of one character, length-sorted LSTM with a fused backward) against the straightforward reference path
-(`config.implementation = "reference"`): same values within 1e-5 and same gradients within 1e-4 relative."""
+(`ElmoPaths.reference()`): same values within 1e-5 and same gradients within 1e-4 relative."""
 
 import threading
-import warnings
 from functools import partial
 
 import numpy as np
@@ -13,9 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from transformers import AutoModel
 
-from hf_elmo import ElmoTokenizer, cpu_backend, cpu_kernels, cpu_threads, fast_lstm, onednn_linear
-from hf_elmo.cpu_backend import current_cpu_backend
-from hf_elmo.character_rows import words_to_char_ids
+from hf_elmo import ElmoPaths, ElmoTokenizer, char_cnn_fast, cpu_kernels, cpu_threads, fast_lstm, onednn_linear
+from hf_elmo.cpu_backend import cpu_backend_of, current_cpu_backend
+from hf_elmo.character_rows import word_keys, words_to_char_ids
 
 from conftest import FIXTURE_SETS, fixture_batches, reference_from
 from test_modeling_elmo import random_model as modeling_random_model
@@ -310,7 +309,7 @@ def test_concurrent_cpu_inference_matches_reference(mode, monkeypatch, lstm_step
         calls.append(len(parts))
         return original(*parts)
 
-    monkeypatch.setattr("hf_elmo.modeling_elmo.run_concurrently", spy)
+    monkeypatch.setattr("hf_elmo.char_cnn_fast.run_concurrently", spy)
     monkeypatch.setattr("hf_elmo.fast_lstm.run_concurrently", spy)
     model = random_model(small_config())
     reference = reference_from(model)
@@ -403,15 +402,17 @@ def test_concurrent_parts_change_no_other_threads_count():
     assert seen == {"a": 1, "b": 1, "started by a": 2, "started by b": 2}
 
 
-def test_cpu_backend_choices_are_scoped_and_reach_the_workers(monkeypatch):
+def test_cpu_choices_of_the_paths_are_scoped_and_reach_the_workers(monkeypatch):
+    """`paths.linear` and `paths.threads` hold for the pass that set them, in the threads it hands parts to, and
+    not in other threads or after it."""
     monkeypatch.setattr(onednn_linear, "_MIN_MULTIPLY_ADDS", 0)
     x, weight = torch.randn(3, 4), torch.randn(5, 4)
     available = onednn_linear._use_onednn(x, weight)
-    with cpu_backend(onednn=False) as backend:
+    with cpu_backend_of(ElmoPaths(linear="torch", threads="concurrent")) as backend:
         assert backend == current_cpu_backend() and not backend.onednn and backend.concurrent_inference
         assert not onednn_linear._use_onednn(x, weight)
         assert cpu_threads.run_concurrently(lambda: current_cpu_backend().onednn, lambda: 1) == [False, 1]
-        with cpu_backend(concurrent_inference=False):
+        with cpu_backend_of(ElmoPaths(linear="torch", threads="single")):
             assert current_cpu_backend() == type(backend)(onednn=False, concurrent_inference=False)
             assert not cpu_threads.can_run_concurrently(x)
         other_thread = []
@@ -420,36 +421,54 @@ def test_cpu_backend_choices_are_scoped_and_reach_the_workers(monkeypatch):
         thread.join()
         assert other_thread == [True], "another thread keeps its own choices"
     assert onednn_linear._use_onednn(x, weight) == available and current_cpu_backend().onednn
-    with pytest.raises(TypeError):
-        with cpu_backend(threads=2):
-            pass
 
 
-def test_deprecated_module_switches_are_still_obeyed(monkeypatch):
+def test_a_models_paths_reach_its_products_and_threads(monkeypatch):
+    """A model whose `paths.linear` is "torch" sends no product to oneDNN, and one whose `paths.threads` is "single"
+    splits no pass between threads."""
     monkeypatch.setattr(onednn_linear, "_MIN_MULTIPLY_ADDS", 0)
-    monkeypatch.setattr(onednn_linear, "USE_ONEDNN", False)
-    monkeypatch.setattr(cpu_threads, "CONCURRENT_CPU_INFERENCE", False)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        assert not onednn_linear._use_onednn(torch.randn(3, 4), torch.randn(5, 4))
-        assert not cpu_threads.can_run_concurrently(torch.randn(3))
-    assert [w.category for w in caught] == [DeprecationWarning, DeprecationWarning]
+    seen = []
+    use_onednn, can_split = onednn_linear._use_onednn, cpu_threads.can_run_concurrently
+    monkeypatch.setattr(onednn_linear, "_use_onednn", lambda *args: seen.append(("onednn", use_onednn(*args))) or False)
+    for module in (fast_lstm, char_cnn_fast):
+        monkeypatch.setattr(module, "can_run_concurrently", lambda t: seen.append(("threads", can_split(t))) or False)
+    model = random_model(small_config(paths={"linear": "torch", "threads": "single"})).eval()
+    ids = encode(SENTENCES * 4)  # enough distinct words for two threads
+    torch.set_num_threads(2)  # one thread never splits
+    try:
+        with torch.no_grad():
+            model(**ids)
+    finally:
+        torch.set_num_threads(1)
+    assert ("onednn", False) in seen and ("threads", False) in seen
+    assert ("onednn", True) not in seen and ("threads", True) not in seen
 
 
 @pytest.mark.parametrize("colliding_keys", [False, True], ids=["hashed", "every key equal: row-wise fallback"])
 def test_distinct_rows_are_the_row_wise_unique(monkeypatch, colliding_keys):
     """The character CNN's repeated-word search gives the rows `torch.unique(dim=0)` gives (in another order) and
     each row's index among them, also when different rows share a key."""
-    from hf_elmo import modeling_elmo
-
     if colliding_keys:
-        monkeypatch.setattr(modeling_elmo, "_hash_weights", lambda num_chars, device: torch.zeros(num_chars, dtype=torch.int64))
+        monkeypatch.setattr(char_cnn_fast, "word_keys", lambda rows: rows.new_zeros(rows.shape[:-1]))
     generator = torch.Generator().manual_seed(0)
     words = torch.randint(0, 4, (60, 50), generator=generator)
     words[:, 6:] = 0  # short words of few letters: many near-duplicates
     rows = words[torch.randint(0, 60, (500,), generator=generator)]
-    distinct, index = modeling_elmo._distinct_rows(rows)
+    distinct, index = char_cnn_fast._distinct_rows(rows)
     expected = torch.unique(rows, dim=0)
     assert torch.equal(distinct[index], rows)
     assert len(distinct) == len(expected)
     assert torch.equal(torch.unique(distinct, dim=0), expected)
+
+
+def test_word_keys_are_equal_exactly_for_equal_rows_and_lowercase_folds_ascii_capitals():
+    """`character_rows.word_keys`, the one word key of the package: the same key for the same row, different keys for
+    the distinct words here; with `lowercase`, 'The' and 'the' share one and 'Über' keeps its capital (not ASCII)."""
+    words = ["the", "The", "THE", "cat", "Über", "über", "x" * 60, ""]
+    rows = torch.from_numpy(words_to_char_ids(words))
+    keys = word_keys(rows)
+    assert torch.equal(word_keys(rows[[2, 0, 1]]), keys[[2, 0, 1]]) and torch.equal(word_keys(rows[None]), keys[None])
+    assert len(set(keys.tolist())) == len(words)
+    folded = word_keys(rows, lowercase=True).tolist()
+    assert folded[0] == folded[1] == folded[2] and folded[4] != folded[5]
+    assert len(set(folded)) == len(words) - 2

@@ -717,6 +717,18 @@ CASES = {
     "env --device of an unknown device": Case(
         "env --device tpu9", r"^error: --device: unknown device 'tpu9' \(e\.g\. cpu, cuda, cuda:1\)$"
     ),
+    # --- the paths (config.paths, ElmoPaths) ---
+    "embed: config.json paths naming no path": Case(
+        f"{EMBED} --model M",
+        r"^error: M: config\.json: paths\.lstm must be one of \('auto', 'reference', 'sorted', 'static'\), got "
+        r"'fast'\.$",
+        [edit_json("M/config.json", paths={"lstm": "fast"})],
+    ),
+    "embed: config.json paths with a field of no part": Case(
+        f"{EMBED} --model M",
+        r"^error: M: config\.json: paths has no field 'lstm_path'; the fields are \('char_cnn', 'window_max',",
+        [edit_json("M/config.json", paths={"lstm_path": "sorted"})],
+    ),
 }
 
 
@@ -908,6 +920,22 @@ def without_module(name, function, *args):
 
     with mock.patch.dict(sys.modules, {name: None}):
         return function(*args)
+
+
+# --- the paths (config.paths, ElmoPaths): calls ---
+
+
+def load_with(folder, **kwargs):
+    from hf_elmo import ElmoModel
+
+    return ElmoModel.from_pretrained(folder, **kwargs)
+
+
+def run_bfloat16(folder, **kwargs):
+    import torch
+
+    model = load_with(folder, **kwargs).to(torch.bfloat16)
+    model(**padded_batch(folder))
 
 
 # --- checkpoint conversion, configuration and model-input checks: calls -----------------------------------------
@@ -1277,6 +1305,29 @@ API_CASES = {
         [],
         lambda root: without_module("onnxscript", export_onnx, root / "M", root / "out"),
         r"^--format onnx needs the package onnxscript: pip install 'hf-elmo\[onnx\]'",
+    ),
+    # --- the paths (config.paths, ElmoPaths) ---
+    "from_pretrained with paths= naming no path": (
+        [],
+        lambda root: load_with(root / "M", paths={"char_cnn": "fused"}),
+        r"^paths\.char_cnn must be one of \('auto', 'reference', 'distinct_words', 'every_word'\), got 'fused'\.$",
+    ),
+    "config.json paths that are a string": (
+        [edit_json("M/config.json", paths="reference")],
+        load("ElmoModel", "M"),
+        r"M: config\.json: ElmoConfig\.paths must be dict \| hf_elmo\.paths\.ElmoPaths \| None, got "
+        r"'reference'\.$",
+    ),
+    "compiled window max forced on a bfloat16 model": (
+        [],
+        lambda root: run_bfloat16(root / "M", paths={"window_max": "compiled"}),
+        r"^paths\.window_max='compiled' needs the compiled CPU loops \(float32 CPU tensors, a C\+\+ compiler\); got "
+        r"torch\.bfloat16 tensors on cpu\.$",
+    ),
+    "Triton LSTM kernels forced on the sorted path": (
+        [],
+        lambda root: run_bfloat16(root / "M", paths={"lstm": "sorted", "lstm_kernels": "triton"}),
+        r"^paths\.lstm_kernels='triton' (needs Triton|runs on paths\.lstm='static', got 'sorted')",
     ),
 }
 

@@ -7,7 +7,7 @@ from safetensors import safe_open
 from transformers import AutoModel, AutoModelForPreTraining
 from transformers.utils import logging as hf_logging
 
-from hf_elmo import ElmoForBiLM, ElmoModel, ElmoTokenizer
+from hf_elmo import ElmoForBiLM, ElmoModel, ElmoPaths, ElmoTokenizer
 from hf_elmo.data_bilm import DataCollatorForBiLM, encode_windows
 from hf_elmo.sampled_softmax import sample_log_uniform_candidates
 
@@ -131,13 +131,13 @@ def assert_dropout_at_rate(calls, p):
     assert abs(kept / total - (1 - p)) <= 5 * (p * (1 - p) / total) ** 0.5, (kept, total)
 
 
-@pytest.mark.parametrize("implementation", ["default", "reference"])
-def test_dropout_at_each_lstm_input_and_on_the_top_layer_in_training(implementation):
+@pytest.mark.parametrize("paths", ["auto", "reference"])
+def test_dropout_at_each_lstm_input_and_on_the_top_layer_in_training(paths):
     """bilm-tf's placement: every LSTM layer's input (residual included) and the top layer before the softmax, each
     element kept with probability 1 - p and scaled by 1 / (1 - p); nothing changes in evaluation."""
     p = 0.3
     config = tiny_config(dropout=p, num_softmax_samples=0, projection_dim=32, cell_dim=64)
-    config.implementation = implementation
+    config.paths = ElmoPaths.reference().to_dict() if paths == "reference" else None
     model = random_bilm(config, dtype=torch.float32).train()
     top_calls, encoder_calls = recorded_calls(model.dropout), recorded_calls(model.elmo.encoder.dropout)
     elmo_outputs, char_outputs = recorded_calls(model.elmo), recorded_calls(model.elmo.char_encoder)
@@ -265,7 +265,7 @@ def test_floating_point_ops_count_the_products_a_training_step_runs(samples, spl
     backward twice the forward less the products with the start state, whose gradient autograd does not compute."""
     from torch.utils.flop_counter import FlopCounterMode
 
-    config = tiny_config(num_softmax_samples=samples, max_characters_per_token=12, implementation="reference")
+    config = tiny_config(num_softmax_samples=samples, max_characters_per_token=12, paths=ElmoPaths.reference())
     config.vocab_size = 40
     model = ElmoForBiLM(config).train()
     rows, length = 4, 5

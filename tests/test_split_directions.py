@@ -11,14 +11,14 @@ import numpy as np
 import pytest
 import torch
 
-from hf_elmo import ElmoConfig, ElmoForBiLM, ElmoModel, gpu_lstm
+from hf_elmo import ElmoConfig, ElmoForBiLM, ElmoModel, ElmoPaths, triton_support
 
 from conftest import reference_from
 from reference_elmo import bilm as reference_bilm
 from test_fast_path import encode, one_thread  # noqa: F401
 from test_fast_path import small_config as fast_path_config
 
-TRITON_ON_CPU = gpu_lstm._TRITON_STEPS is not None and gpu_lstm.TRITON_INTERPRETED
+TRITON_ON_CPU = triton_support.triton is not None and triton_support.INTERPRETED
 PATHS = ["reference", "sorted", "static", *(["static, triton"] if TRITON_ON_CPU else [])]
 
 FORWARD_ROWS = [["The", "cat", "sat", "."], ["Hi", "there"], ["x" * 60, "naïve", "日本語"]]
@@ -32,11 +32,10 @@ BATCHES = {
 
 def configured(model, path):
     if path == "reference":
-        model.config.implementation = "reference"
+        model.config.paths = ElmoPaths.reference().to_dict()
     else:
-        model.encoder.static_shapes = path.startswith("static")
-        model.encoder.elementwise_kernels = "triton" if path == "static, triton" else "torch"
-        model.encoder.use_cuda_graphs = False
+        kernels = {"sorted": "auto", "static": "torch", "static, triton": "triton"}[path]
+        model.config.paths = {"lstm": path.split(",")[0], "lstm_kernels": kernels, "cuda_graphs": "off"}
     return model
 
 

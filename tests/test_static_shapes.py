@@ -1,8 +1,8 @@
 """The GPU path of `ElmoModel`: both directions of a layer stepped together over the whole batch with masks
 (`gpu_lstm.py`), its Triton kernels (`gpu_lstm_kernels.py`, interpreted on CPU tensors), CUDA graph replay, the
 character CNN over every token, the sampled softmax drawn on the device and a loss without data-dependent
-shapes. Checked against the straightforward reference path (`config.implementation = "reference"`), against the original
-implementations' outputs, and against float64.
+shapes. Checked against the straightforward reference path (`ElmoPaths.reference()`), against the original implementations'
+outputs, and against float64.
 
 On a machine with a CUDA GPU the same tests also run on it; the CUDA graph tests run only there.
 """
@@ -14,7 +14,7 @@ import pytest
 import torch
 from transformers import AutoModel
 
-from hf_elmo import gpu_lstm
+from hf_elmo import gpu_lstm, triton_support
 from hf_elmo.sampled_softmax import (
     _draws_for_unique_sample,
     expected_count,
@@ -30,7 +30,7 @@ DEVICES = ["cpu", *(["cuda"] if torch.cuda.is_available() else [])]
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a CUDA GPU")
 
 # Triton's kernels run on CPU tensors only when defined for its interpreter (the suite does so without a GPU).
-TRITON_ON_CPU = gpu_lstm._TRITON_STEPS is not None and gpu_lstm.TRITON_INTERPRETED
+TRITON_ON_CPU = triton_support.triton is not None and triton_support.INTERPRETED
 TRITON_DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 # (device, elementwise steps): on CPUs both implementations, on a GPU its default (Triton); "triton fused": each
 # step's product in the Triton kernel too (`gates_cell_forward`; on a GPU for 16-bit products only).
@@ -64,12 +64,15 @@ def sentences(request):
 def static(model, kernels=None, device="cpu", graphs=False):
     """`model` on `device`, running the static-shape path (and the per-token character CNN)."""
     model = model.to(device)
-    model.encoder.static_shapes = True
-    model.encoder.elementwise_kernels = "triton" if kernels == "triton fused" else kernels
-    model.encoder.fused_gate_products = kernels == "triton fused"
-    model.encoder.use_cuda_graphs = graphs
-    model.char_encoder.deduplicate = False
+    lstm_kernels = {"torch": "torch", "triton": "triton_unfused", "triton fused": "triton_fused"}.get(kernels, "auto")
+    model.config.paths = {"char_cnn": "every_word", "lstm": "static", "lstm_kernels": lstm_kernels}
+    set_graphs(model, graphs)
     return model
+
+
+def set_graphs(model, graphs: bool):
+    """CUDA graphs on or off for `model` (and its biLM's steps), its other paths unchanged."""
+    model.config.paths = {**model.config.paths, "cuda_graphs": "on" if graphs else "off"}
 
 
 def on(device, batch):
@@ -178,12 +181,12 @@ def test_float64_equals_reference_to_rounding(sentences):
 
 @pytest.mark.parametrize("joint", [True, False])
 def test_joint_input_product_can_be_forced(joint, sentences, monkeypatch):
-    """`ElmoBiLstm.joint_input_product` overrides the choice by batch size (benchmarks compare both), and either way
+    """`paths.joint_input_product` overrides the choice by batch size (benchmarks compare both), and either way
     the layers compute the reference's function."""
     model = random_model(small_config()).double()
     reference = reference_from(model)
     model = static(model, "torch")
-    model.encoder.joint_input_product = joint
+    model.config.paths = {**model.config.paths, "joint_input_product": "joint" if joint else "separate"}
 
     def no_choice(*args):
         raise AssertionError("chose by batch size although told which product to take")
@@ -298,7 +301,7 @@ def test_expected_count_with_a_tensor_number_of_tries():
 
 
 def _training_step(model, batch, graphs):
-    model.encoder.use_cuda_graphs = graphs
+    set_graphs(model, graphs)
     model.zero_grad(set_to_none=True)
     model(**batch).last_hidden_state.square().sum().backward()
     return {name: p.grad.clone() for name, p in model.named_parameters()}
@@ -318,7 +321,7 @@ def test_graph_replay_equals_direct_run():
     with torch.no_grad():
         for _ in range(3):
             replayed_out = model(**batch).last_hidden_state
-        model.encoder.use_cuda_graphs = False
+        set_graphs(model, False)
         direct_out = model(**batch).last_hidden_state
     assert torch.allclose(replayed_out, direct_out, rtol=1e-5, atol=1e-7)
 
@@ -333,7 +336,7 @@ def test_graphs_accumulate_gradients_and_survive_two_forward_passes():
         _training_step(model, first, graphs=True)
     results = {}
     for graphs in (True, False):
-        model.encoder.use_cuda_graphs = graphs
+        set_graphs(model, graphs)
         model.zero_grad(set_to_none=True)
         loss = model(**first).last_hidden_state.square().sum() + model(**first).last_hidden_state.abs().sum()
         loss.backward()
@@ -355,7 +358,7 @@ def _bilm_batch(vocab_size=30, seed=0):
 
 
 def _bilm_step(model, batch, graphs):
-    model.elmo.encoder.use_cuda_graphs = graphs
+    set_graphs(model.elmo, graphs)
     model.zero_grad(set_to_none=True)
     out = model(**batch)
     out.loss.backward()
@@ -402,7 +405,7 @@ def test_captured_stream_steps_equal_direct_steps():
     batch["labels"][half:, :, 0] = -100
     results = {}
     for graphs in (False, True):
-        model.elmo.encoder.use_cuda_graphs = graphs
+        set_graphs(model.elmo, graphs)
         state = tuple(t + 0.1 for t in model.elmo.initial_state(batch["labels"].shape[0]))
         for _ in range(4):  # the second step captures, the later ones replay
             model.zero_grad(set_to_none=True)

@@ -13,12 +13,9 @@ from .. import __version__, cpu_kernels, triton_support
 from ..configuration_elmo import ElmoConfig
 from ..file_io import ElmoInputError
 from ..input_checks import device_option
+from ..paths import ElmoPaths, resolve
 from .command_line import option
 
-try:
-    from .. import paths as elmo_paths
-except ImportError:  # the path-choice module is not part of every version of the package yet
-    elmo_paths = None
 
 HELP = "print the versions, CPU features, compiled loops, CUDA device and model paths of this installation"
 
@@ -96,14 +93,12 @@ def report(options) -> list[str]:
     else:
         rows.append(("cuda", "not available"))
     lines = [f"{label:<14}{value}" for label, value in rows]
-    if elmo_paths is None:
-        return lines
-    chosen = elmo_paths.ElmoPaths.from_value(getattr(config, "paths", None))
+    chosen = ElmoPaths.from_value(getattr(config, "paths", None))
     dtype = getattr(torch, options.dtype)
     where = f" of {options.model}" if options.model is not None else ""
     for training in (False, True):
         lines.append(f"paths{where} on {device}, {options.dtype}, {'training' if training else 'inference'}:")
-        resolved = elmo_paths.resolve(chosen, device, dtype, training)
+        resolved = resolve(chosen, device, dtype, training)
         lines.extend(f"  {line}" for line in str(resolved).splitlines())
     return lines
 

@@ -1,0 +1,160 @@
+"""`ElmoPaths` and `resolve`: the rules that turn "auto" into a named path, the names each field allows, where the
+paths live (`config.paths`, `from_pretrained(..., paths=...)`) and what `model.paths` shows."""
+
+import json
+import re
+
+import pytest
+import torch
+
+from hf_elmo import ElmoConfig, ElmoModel, ElmoPaths, paths
+from hf_elmo.paths import CHOICES, resolve
+
+CPU, CUDA = torch.device("cpu"), torch.device("cuda")
+F32, BF16, F64 = torch.float32, torch.bfloat16, torch.float64
+
+# What "auto" resolves to on each machine: (device, dtype, training, capturing, compiled loops built, Triton runs on the
+# device) -> the fields that differ from `CPU_INFERENCE`.
+CPU_INFERENCE = {
+    "char_cnn": "distinct_words",
+    "window_max": "compiled",
+    "highway": "torch",
+    "lstm": "sorted",
+    "lstm_kernels": "compiled",
+    "joint_input_product": "by_batch_size",
+    "cuda_graphs": "off",
+    "linear": "onednn",
+    "dropout": "torch",
+    "threads": "concurrent",
+}
+GPU = {
+    "char_cnn": "every_word",
+    "window_max": "torch",
+    "highway": "triton",
+    "lstm": "static",
+    "lstm_kernels": "triton",
+    "cuda_graphs": "on",
+    "linear": "torch",
+    "threads": "single",
+}
+NO_LOOPS = {"window_max": "torch", "lstm_kernels": "torch"}
+RULES = [
+    ((CPU, F32, False, None, True, False), {}),
+    ((CPU, F32, True, None, True, False), dict(dropout="compiled", threads="single")),
+    # No compiled loops: PyTorch's operations everywhere they would run.
+    ((CPU, F32, True, None, False, False), dict(window_max="torch", lstm_kernels="torch", threads="single")),
+    # The compiled loops are float32 only (also under bfloat16 autocast, which resolves with its dtype); dropout takes
+    # them where the tensors it is given are float32 (also under autocast).
+    ((CPU, BF16, True, None, True, False), {**NO_LOOPS, "dropout": "compiled", "threads": "single"}),
+    ((CPU, F64, False, None, True, False), dict(window_max="torch", lstm_kernels="torch")),
+    # Triton under its interpreter on CPU tensors (the test suite): kernels only where asked for.
+    ((CPU, F32, False, None, True, True), {}),
+    ((CUDA, F32, False, None, False, True), GPU),
+    ((CUDA, F32, True, None, False, True), GPU),
+    ((CUDA, BF16, True, None, False, True), {**GPU, "window_max": "triton"}),
+    ((CUDA, torch.float16, False, None, False, True), {**GPU, "window_max": "triton"}),
+    # While a CUDA graph is captured: the fused window products for float32 too, no graphs inside the graph.
+    ((CUDA, F32, True, "cuda_graph", False, True), {**GPU, "window_max": "triton", "cuda_graphs": "off"}),
+    # A GPU without Triton: PyTorch's operations.
+    ((CUDA, BF16, False, None, False, False), {**GPU, "highway": "torch", "lstm_kernels": "torch"}),
+    # torch.export and torch.compile: the reference, whatever was asked for.
+    ((CPU, F32, False, "export", True, False), ElmoPaths.reference().to_dict()),
+    ((CUDA, BF16, True, "export", False, True), ElmoPaths.reference().to_dict()),
+]
+
+
+@pytest.fixture
+def machine(monkeypatch):
+    """Sets whether the compiled loops are built and whether Triton runs on CPU tensors (its interpreter)."""
+
+    def set_machine(loops: bool, triton_runs: bool, device: torch.device):
+        monkeypatch.setattr(paths, "loops_built", lambda: loops)
+        monkeypatch.setattr(paths, "triton", object() if triton_runs else None)
+        monkeypatch.setattr(paths, "INTERPRETED", triton_runs and device.type == "cpu")
+
+    return set_machine
+
+
+@pytest.mark.parametrize("case, expected", RULES, ids=[str(k) for k in range(len(RULES))])
+def test_auto_resolves_by_the_rules(case, expected, machine):
+    device, dtype, training, capturing, loops, triton_runs = case
+    machine(loops, triton_runs, device)
+    resolved = resolve(ElmoPaths(), device, dtype, training, capturing)
+    assert resolved.to_dict() == {**CPU_INFERENCE, **expected}
+    assert "auto" not in resolved.to_dict().values()
+
+
+def test_named_paths_are_kept_and_the_reference_ignores_the_kernels_of_the_others(machine):
+    machine(True, False, CPU)
+    chosen = dict(char_cnn="every_word", window_max="torch", lstm="static", lstm_kernels="torch", threads="single")
+    assert resolve(ElmoPaths(**chosen), CPU, F32, False).to_dict() == {**CPU_INFERENCE, **chosen}
+    # The reference character CNN has no window max or highway kernel to choose; a reference LSTM no step kernels.
+    resolved = resolve(ElmoPaths(char_cnn="reference", lstm="reference"), CPU, F32, False)
+    assert (resolved.window_max, resolved.highway, resolved.lstm_kernels) == ("torch", "torch", "torch")
+
+
+@pytest.mark.parametrize("field", list(CHOICES))
+def test_a_name_out_of_the_allowed_set_is_refused_naming_the_field_and_the_values(field):
+    allowed = ("auto", *CHOICES[field])
+    with pytest.raises(ValueError, match=rf"^paths\.{field} must be one of {re.escape(repr(allowed))}, got 'fast'\.$"):
+        ElmoPaths(**{field: "fast"})
+    with pytest.raises(ValueError, match=rf"^paths\.{field} must be one of"):
+        ElmoConfig(paths={field: "fast"})
+    for value in allowed:
+        assert getattr(ElmoPaths(**{field: value}), field) == value
+
+
+@pytest.mark.parametrize(
+    "chosen, loops, message",
+    [
+        (dict(lstm="static", lstm_kernels="compiled"), True, r"^paths\.lstm_kernels='compiled' runs on paths\.lstm="),
+        (dict(lstm="sorted", lstm_kernels="triton_fused"), True, r"^paths\.lstm_kernels='triton_fused' needs Triton"),
+        (dict(dropout="compiled"), False, r"^paths\.dropout='compiled' needs the compiled CPU loops"),
+        (dict(highway="triton"), True, r"^paths\.highway='triton' needs Triton and CUDA tensors"),
+    ],
+)
+def test_a_path_that_cannot_run_here_is_refused(chosen, loops, message, machine):
+    machine(loops, False, CPU)
+    with pytest.raises(ValueError, match=message):
+        resolve(ElmoPaths(**chosen), CPU, F32, True)
+
+
+def test_capturing_must_name_what_captures():
+    with pytest.raises(ValueError, match=r"^capturing must be one of \(None, 'cuda_graph', 'export'\), got True\.$"):
+        resolve(ElmoPaths(), CPU, F32, False, True)
+
+
+def test_printed_one_line_per_field():
+    lines = str(ElmoPaths.reference()).splitlines()
+    assert lines == [f"{field}: {ElmoPaths.reference().to_dict()[field]}" for field in CHOICES]
+
+
+TINY = dict(char_embedding_dim=4, filters=[[1, 4], [2, 4]], n_highway=1, cell_dim=8, projection_dim=4, num_layers=1)
+
+
+def tiny_config(**overrides):
+    return ElmoConfig(**TINY, **overrides)
+
+
+def test_the_config_holds_the_paths_as_a_dict_and_from_pretrained_sets_them(tmp_path):
+    assert tiny_config().paths == {field: "auto" for field in CHOICES}
+    assert tiny_config(paths=ElmoPaths(lstm="reference")).paths["lstm"] == "reference"
+    config = tiny_config()
+    config.paths = ElmoPaths(lstm="sorted")  # set later: still a dict for config.json
+    assert json.loads(config.to_json_string())["paths"]["lstm"] == "sorted"
+    ElmoModel(tiny_config(paths={"lstm": "static"})).save_pretrained(tmp_path)
+    saved = json.loads((tmp_path / "config.json").read_text())["paths"]
+    assert saved == {**{field: "auto" for field in CHOICES}, "lstm": "static"}
+    model = ElmoModel.from_pretrained(tmp_path, paths={"lstm": "reference", "char_cnn": "every_word"})
+    assert model.paths.lstm == "reference" and model.paths.char_cnn == "every_word"
+    assert ElmoModel.from_pretrained(tmp_path).paths.lstm == "static"
+
+
+def test_model_paths_show_what_runs(machine):
+    """`model.paths` is the resolution for the model's device, dtype and mode; the reference runs the plain math."""
+    machine(True, False, CPU)
+    model = ElmoModel(tiny_config()).eval()
+    assert model.paths == resolve(ElmoPaths(), CPU, F32, False)
+    assert model.train().paths.dropout == "compiled"
+    model.config.paths = ElmoPaths.reference().to_dict()
+    assert model.paths == ElmoPaths.reference()
