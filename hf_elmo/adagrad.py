@@ -1,9 +1,8 @@
 """Adagrad, bilm-tf's optimizer, with its step fused into one pass per parameter.
 
 `torch.optim.Adagrad` updates a parameter in six passes over memory on a GPU (accumulate `g^2`, square root,
-add epsilon, divide, scale, add), which for the original ELMo (145 million parameters with the softmax) took
-2.8 ms of a 22 ms training step on an H100; on CPUs its single-tensor step takes 2.2 ms for the mid-size model's
-2.3 million parameters where one pass takes 1.3 (two Zen 3 cores). Blocks whose gradient is all zero (most rows of
+add epsilon, divide, scale, add), a noticeable share of a training step of the original ELMo (145 million
+parameters with the softmax); on CPUs its single-tensor step also reads and writes each tensor several times. Blocks whose gradient is all zero (most rows of
 a word softmax trained with a sampled softmax) are skipped: Adagrad leaves them unchanged anyway. `Adagrad` here
 reads the parameter, its gradient and its accumulator once and writes the parameter and the accumulator once, with
 the same operations in the same order as PyTorch's (`p + (-lr) * (g / (sqrt(s + g * g) + eps))`, correctly
@@ -15,8 +14,7 @@ other); everything the fused step does not cover (other dtypes on CPUs, sparse g
 
 Gradient clipping joins the same pass: `Adagrad.clip_grad_norm_` computes the global norm as
 `torch.nn.utils.clip_grad_norm_` does and the next step multiplies each gradient by the clipping factor as it reads
-it, with the same rounding, instead of clipping writing every gradient once more (`hf-elmo train` clips so; for the
-original model on two Zen 3 cores, clipping and step took 173 ms instead of 210).
+it, with the same rounding, instead of clipping writing every gradient once more (`hf-elmo train` clips so).
 """
 
 import torch

@@ -3,8 +3,7 @@
 The two directions of every LSTM layer are independent, and so are the words of the character CNN. Giving each
 part its own thread with its share of the intra-op threads replaces thousands of small multi-threaded
 operations, each ending in a barrier where one descheduled thread stalls the others, by a few single-threaded
-streams: as fast on an idle machine and many times faster on a busy one (on 2 shared cores: 0.47 s instead of
-4.8 s for a batch of the original model). Used only without autograd (a backward pass runs on the autograd
+streams: as fast on an idle machine and many times faster on a busy one (docs/performance.md). Used only without autograd (a backward pass runs on the autograd
 engine's thread), only on CPU, and only where `paths.threads` is "concurrent" (the default on CPUs).
 Matrix products in the workers go to PyTorch's own kernels, which release the GIL while they run, unless they are
 very large (`onednn_linear.py`). (Training does

@@ -253,8 +253,8 @@ def _encode_lines(batch, indices, tokenizer, window, split, source):
     windows = list(pack_sentences((w for w in words if w), window))
     if not windows:
         return {"input_ids": [], "labels": []}
-    # Stored flat: Arrow reads a batch of flat lists some 15x faster than of `Array2D` rows (which it converts one
-    # by one), and that read is the host's work per training step.
+    # Stored flat: Arrow reads a batch of flat lists much faster than of `Array2D` rows (which it converts one by
+    # one), and that read is the host's work per training step.
     encoded = encode_windows(windows, tokenizer, window)
     return {name: [array.reshape(-1) for array in arrays] for name, arrays in encoded.items()}
 

@@ -14,7 +14,7 @@ The file reads like the output of AllenNLP's `allennlp elmo` command, so existin
 * `sentence_to_index`: a one-element string dataset holding the JSON map from each line (stripped) to its key.
 
 `--layout packed` writes the same vectors for bulk embedding, where one dataset per line costs more than the model
-on a GPU (about 150-250 us per dataset of HDF5 bookkeeping): `vectors`, every line's words one after another along
+on a GPU (HDF5's bookkeeping per dataset): `vectors`, every line's words one after another along
 the words axis, `(L + 1, total_words, 2P)` or `(total_words, 2P)`, and `spans` `(lines, 2)` int64, line i's first
 row and word count, so that line i's dataset above is `vectors[..., start : start + count, :]`. The file's attribute
 `layout` is `"packed"`; `sentence_to_index` is the same.

@@ -153,9 +153,8 @@ def lstm_layer(
 # Under autograd the directions run stacked, except where a step's products are large: there one direction after
 # the other, each product over both intra-op threads (through oneDNN where it is faster), is faster than the
 # stacked product, which gives each thread one direction's weights to stream from memory. Per row and step, the
-# products take 5 D P multiply-adds: the original size (D 4096, P 512: 10.5M) trains its encoder about 10% faster
-# one direction at a time, the mid-size model (512, 64: 164K) about 15% faster stacked (AMD EPYC Zen 3, 2 threads,
-# alternating runs). (For the per-step PyTorch operations, two Python threads, one per direction, were slower in
+# products take 5 D P multiply-adds: the original size (D 4096, P 512: 10.5M) trains its encoder faster one
+# direction at a time, the mid-size model (512, 64: 164K) faster stacked (measured on AMD EPYC, 2 threads). (For the per-step PyTorch operations, two Python threads, one per direction, were slower in
 # every case: each step is a dozen operations whose dispatch holds the GIL, and the threads wait for each other.
 # The compiled loop runs stacked directions on threads of their own without Python.)
 _MIN_STEP_MULTIPLY_ADDS_ONE_AT_A_TIME = 1 << 22
@@ -169,8 +168,8 @@ def _large_steps(cell_dim: int, projection_dim: int) -> bool:
 def _compiled_loop(tensor: torch.Tensor, cell_dim: int, projection_dim: int, settings: LstmSettings) -> bool:
     """Whether a layer's time loop runs compiled (`cpu_kernels.py`): for float32 CPU tensors where it builds, except
     for layers with large steps, whose time goes into products that oneDNN forms faster than the BLAS the loop
-    calls (the original size trained slower compiled: 91-102 against 98-117 tokens/s for its encoder, two Zen 3
-    cores, alternating runs) and whose few operations per step cost little to dispatch."""
+    calls (the original size trains its encoder slower compiled) and whose few operations per step cost little to
+    dispatch."""
     return settings.compiled and compiled_loops_available(tensor) and not _large_steps(cell_dim, projection_dim)
 
 
@@ -217,8 +216,7 @@ def _front(buffer: torch.Tensor, K: int, n: int) -> torch.Tensor:
 
 def _batched_product(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
     """`torch.bmm`; for one direction a plain product, which spreads over the intra-op threads (a batched product
-    spreads only its batch over them), through oneDNN where that is faster (`onednn_linear.py`: the original
-    size's per-step products, 16 x 512 x 16384, take 4.1 ms there and 6.4 ms through MKL on two Zen 3 cores)."""
+    spreads only its batch over them), through oneDNN where that is faster (`onednn_linear.py`)."""
     if x.shape[0] == 1:
         if out is None:
             return matmul_nt(x[0], weight[0].t()).unsqueeze(0)
@@ -229,7 +227,7 @@ def _batched_product(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor | 
 
 def _weight_gradient(grad: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     """`grad^T x` for `(K, N, O)` and `(K, N, I)` -> `(K, O, I)`: PyTorch's own product, which reads the transposed
-    operand in place (oneDNN copies it first: 84 against 65 ms for the original size's `W_h`, two threads). (MKL forms
+    operand in place (oneDNN copies it first, slower for the original size's `W_h`). (MKL forms
     `(x^T grad)^T` faster, but in the transposed layout, which autograd then copies into the weights' layout: as slow
     in all.)"""
     if grad.shape[0] == 1:
@@ -356,7 +354,7 @@ def _forward(xs, hiddens, memories, input_weights, biases, state_weights, projec
     activations = packed_x.new_empty(K, total, 4 * cell_dim)
     if K == 1:  # through oneDNN where that is faster, which writes a result of its own, then copied
         matmul_nt(packed_x[0], input_weight[0], bias[0], out=activations[0])
-    else:  # into the buffer: 2.1 against 3.2 ms for the mid-size model's layer
+    else:  # into the buffer, without a copy
         torch.baddbmm(bias.unsqueeze(1), packed_x, input_weight.transpose(1, 2), out=activations)
     new = partial(packed_x.new_empty, K)
 
@@ -520,8 +518,7 @@ def _backward(saved, hiddens, memories, input_weights, state_weights, projection
 
     grad_inputs = _batched_product(grad_gates, _stacked(input_weights))  # (K, N, P_in)
     # Both from one product: d[W_x | W_h] = d(gates)^T [x | h_in]. The bias's gradient is a sum of its own: as a
-    # column of ones in the product it made the product's width odd, which BLAS forms far slower (original size:
-    # 102 against 75 ms with the sum, mid size 5.5 against 5.1; two Zen 4 cores).
+    # column of ones in the product it made the product's width odd, which BLAS forms far slower.
     input_dim, projection_dim = saved["packed_x"].shape[2], hidden0.shape[2]
     operands = torch.empty(K, total, input_dim + projection_dim, dtype=dtype, device=activations.device)
     operands[..., :input_dim] = saved["packed_x"]

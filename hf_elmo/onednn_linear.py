@@ -2,8 +2,8 @@
 
 PyTorch multiplies float32 matrices on CPUs with MKL, whose AVX-512 kernels run only on Intel processors; on
 other AVX-512 processors (AMD Zen 4 and 5) it falls back to AVX2 kernels. oneDNN, which PyTorch also ships,
-runs AVX-512 on any of them: about twice the float32 throughput of MKL on an AMD EPYC (Zen 5), for every
-product shape ELMo has. Same arithmetic up to the order of the sums. PyTorch already multiplies bfloat16
+runs AVX-512 on any of them: a higher float32 throughput than MKL's there for every product shape ELMo has
+(docs/performance.md). Same arithmetic up to the order of the sums. PyTorch already multiplies bfloat16
 through oneDNN, but adds a bias by first copying it into every output row; oneDNN adds it in the product.
 Everything else (other devices and dtypes, autocast, small products, builds without oneDNN) goes to
 `torch.nn.functional.linear` unchanged, and so is every product of a model whose
@@ -21,18 +21,16 @@ from .cpu_backend import current_cpu_backend
 
 # Below this many multiply-adds PyTorch's own product (MKL) is as fast or faster. On processors without AVX-512
 # both libraries run AVX2 kernels and MKL's are faster up to large products: ELMo's narrow per-step products (one
-# side 64 or 128 wide: 32 x 64 x 2048, 32 x 512 x 64, 32 x 1024 x 128) run at about twice oneDNN's speed on an AMD
-# EPYC (Zen 3); there only the fixed cost of a oneDNN call (~15 us) is at stake above 2^23. With AVX-512 the
-# threshold stays where it was measured before (2^20), no machine with it having been measured since.
+# side 64 or 128 wide: 32 x 64 x 2048, 32 x 512 x 64, 32 x 1024 x 128) are faster through MKL on AMD EPYC (Zen 3);
+# there only the fixed cost of a oneDNN call is at stake above 2^23. With AVX-512 the threshold is 2^20.
 _AVX512 = torch.backends.cpu.get_cpu_capability().startswith("AVX512")
 _MIN_MULTIPLY_ADDS = 1 << 20 if _AVX512 else 1 << 23
 
 # A oneDNN product called through `torch.ops` holds the GIL for as long as it runs, so in a thread working beside
 # others (`cpu_threads.py`) it makes them wait; PyTorch's own products release it. There only the products where
 # oneDNN is much faster go to oneDNN: large products of a few rows, as the original size's per-step gate products
-# (32 x 512 x 16384: inference 6% more words/s through oneDNN); the character CNN's products of hundreds of
-# words and the small preset's per-step products (32 x 128 x 4096) are faster through PyTorch (inference of the
-# small preset 20% more words/s; AMD EPYC Zen 3, two threads).
+# (32 x 512 x 16384); the character CNN's products of hundreds of words and the small preset's per-step products
+# (32 x 128 x 4096) are faster through PyTorch there (benchmarks/bench_inference.py).
 _MIN_MULTIPLY_ADDS_BESIDE_OTHER_THREADS = 1 << 27
 _MAX_ROWS_BESIDE_OTHER_THREADS = 64
 _BESIDE_OTHER_THREADS: ContextVar[bool] = ContextVar("hf_elmo_beside_other_threads", default=False)
