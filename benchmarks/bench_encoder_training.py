@@ -27,7 +27,7 @@ from bench_inference import (
     speedup,
 )
 
-from hf_elmo import ElmoConfig, ElmoModel
+from hf_elmo import ElmoConfig
 from hf_elmo.character_rows import words_to_char_ids
 
 

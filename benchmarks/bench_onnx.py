@@ -75,7 +75,7 @@ def main():
             sessions = {"onnxruntime": session(folder / "onnx/model.onnx", args.threads),
                         "onnxruntime int8": session(folder / "model.int8.onnx", args.threads)}  # fmt: skip
 
-        def pytorch():
+        def pytorch(model=model, batch=batch):
             with torch.inference_mode():
                 return model(**batch, output_hidden_states=True).hidden_states
 

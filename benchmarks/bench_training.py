@@ -81,7 +81,7 @@ def corpus_batches(
     def batches():
         for start in itertools.cycle(range(0, len(dataset) - batch_size + 1, batch_size)):
             rows = dataset[start : start + batch_size]
-            examples = [{"input_ids": i, "labels": l} for i, l in zip(rows["input_ids"], rows["labels"])]
+            examples = [{"input_ids": ids, "labels": labels} for ids, labels in zip(rows["input_ids"], rows["labels"])]
             yield {k: v.to(device) for k, v in collate(examples).items()}
 
     return len(tokenizer.word_vocabulary), batches()

@@ -20,7 +20,6 @@ from pathlib import Path
 
 import torch
 
-from .configuration_elmo import ElmoConfig
 from .original_format import config_from_options, load_options, not_described_error, weight_links
 from .file_io import MODEL_FOLDER, ElmoInputError, check_output, write_output
 from .model_io import add_origin

@@ -16,7 +16,7 @@ class CpuBackend:
     concurrent_inference: bool = True
 
 
-_CURRENT: ContextVar[CpuBackend] = ContextVar("hf_elmo_cpu_backend", default=CpuBackend())
+_CURRENT: ContextVar[CpuBackend] = ContextVar("hf_elmo_cpu_backend", default=CpuBackend())  # noqa: B039 (frozen)
 
 
 def current_cpu_backend() -> CpuBackend:

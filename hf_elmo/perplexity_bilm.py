@@ -47,7 +47,7 @@ def _batches(files, tokenizer, window, split, batch_size):
     rows = []  # a group holding a sentence longer than the window encodes as several windows
     while chunk := list(itertools.islice(groups, batch_size)):
         encoded = encode_windows(chunk, tokenizer, window)
-        rows += [{"input_ids": i, "labels": l} for i, l in zip(encoded["input_ids"], encoded["labels"])]
+        rows += [{"input_ids": ids, "labels": labels} for ids, labels in zip(encoded["input_ids"], encoded["labels"])]
         while len(rows) >= batch_size:
             yield collate(rows[:batch_size])
             rows = rows[batch_size:]
@@ -173,7 +173,7 @@ def sentence_perplexity(
     for first in range(0, len(order), batch_size):
         windows = [[sentences[k]] for k in order[first : first + batch_size]]
         encoded = encode_windows(windows, tokenizer)
-        batch = collate([{"input_ids": i, "labels": l} for i, l in zip(encoded["input_ids"], encoded["labels"])])
+        batch = collate([{"input_ids": ids, "labels": labels} for ids, labels in zip(encoded["input_ids"], encoded["labels"])])
         batch = {k: v.to(model.device) for k, v in batch.items()}
         out = model(**batch, state=model.elmo.initial_state(len(windows), warm=start == "warm"))
         count = batch["labels"].ne(-100).sum(dim=(0, 1)).double().cpu()

@@ -62,7 +62,7 @@ MAX_RUN_LENGTH = 100_000
 `except Exception` does not catch) on runs of a few million; no word is anywhere near this long."""
 # The whitespace of WhitespaceSplit (Rust's char::is_whitespace: Unicode White_Space), which Python's \s is not.
 _LONG_RUN = re.compile(
-    "[^\t\n\x0b\x0c\r \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]{%d}" % (MAX_RUN_LENGTH + 1)
+    f"[^\t\n\x0b\x0c\r \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]{{{MAX_RUN_LENGTH + 1}}}"
 )
 
 

@@ -441,7 +441,7 @@ class ElmoTokenizer(PreTrainedTokenizer):
         truncation strategy applies `max_length` to the sides it names (`longest_first`: both)."""
         strategy = TruncationStrategy(truncation_strategy)
         sides = []
-        for side, value, truncated in (
+        for _side, value, truncated in (
             ("text", text, (TruncationStrategy.LONGEST_FIRST, TruncationStrategy.ONLY_FIRST)),
             ("text_pair", text_pair, (TruncationStrategy.LONGEST_FIRST, TruncationStrategy.ONLY_SECOND)),
         ):

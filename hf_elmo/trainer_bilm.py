@@ -197,7 +197,8 @@ class TimeLimitCallback(TrainerCallback):
 def optimizer_steps_per_epoch(windows: int, args: TrainingArguments) -> int:
     """Optimizer steps in one pass over `windows`, as `Trainer` takes them: each process reads its share (padded to
     equal shares), in batches, `gradient_accumulation_steps` batches a step."""
-    batches = -(-(-(-windows // args.world_size)) // args.per_device_train_batch_size)
+    per_process = -(-windows // args.world_size)  # rounded up, in integers
+    batches = -(-per_process // args.per_device_train_batch_size)
     return max(batches // args.gradient_accumulation_steps, 1)
 
 

@@ -17,7 +17,7 @@ def char_cnn(weights: dict, config, char_ids: np.ndarray) -> np.ndarray:
     for word in char_ids:
         chars = table[word]  # (50, e)
         features = []
-        for i, (width, num) in enumerate(config.filters):
+        for i, (width, _count) in enumerate(config.filters):
             kernel = weights[f"char_encoder.convolutions.{i}.weight"]  # (num, e, width)
             bias = weights[f"char_encoder.convolutions.{i}.bias"]
             windows = np.stack([chars[s : s + width] for s in range(len(word) - width + 1)])  # (S, width, e)

@@ -7,7 +7,6 @@ import shutil
 import subprocess
 import sys
 import warnings
-from pathlib import Path
 
 import numpy as np
 import pytest

@@ -140,7 +140,7 @@ def test_dataset_windows_hold_every_sentence_in_order(tmp_path):
 def test_collator_pads_with_zero_rows_and_ignored_targets():
     tokenizer = tokenizer_with(["<S>", "</S>", "<UNK>", "a"])
     encoded = encode_windows([[["a", "a", "a"]], [["a"]]], tokenizer)
-    examples = [{"input_ids": i, "labels": l} for i, l in zip(encoded["input_ids"], encoded["labels"])]
+    examples = [{"input_ids": ids, "labels": labels} for ids, labels in zip(encoded["input_ids"], encoded["labels"])]
     batch = DataCollatorForBiLM(pad_to_multiple_of=8)(examples)
     assert batch["input_ids"].shape == (2, 8, 50) and batch["labels"].shape == (2, 8, 2)
     assert batch["attention_mask"].tolist() == [[1] * 5 + [0] * 3, [1] * 3 + [0] * 5]

@@ -69,7 +69,7 @@ def their_layers(folder, words):
     for ids, word_id in zip(char_ids, word_ids):
         x = embedder["char_emb_layer.embedding.weight"][ids]  # (50, e)
         features = []
-        for k, (width, num) in enumerate(tok["filters"]):
+        for k, (width, _count) in enumerate(tok["filters"]):
             kernel, bias = embedder[f"convolutions.{k}.weight"], embedder[f"convolutions.{k}.bias"]
             conv = np.stack([np.einsum("we,new->n", x[s : s + width], kernel) for s in range(50 - width + 1)]) + bias
             features.append(relu(conv.max(axis=0)))

@@ -220,7 +220,7 @@ def test_carry_state_reproduces_the_original_outputs(name, layout, converted_dir
         tmp_path, converted_dirs[name], lines, "--top", "--carry-state", "--batch-size", "3", "--layout", layout
     )
     with h5py.File(output, "r") as f:
-        for i, (sentences, expected) in enumerate(batches):
+        for i, (_sentences, expected) in enumerate(batches):
             for k in range(3):
                 actual = line_vectors(f, 3 * i + k)
                 assert np.allclose(actual, expected[k], atol=1e-6, rtol=1e-5), (i, k)

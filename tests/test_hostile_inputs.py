@@ -458,7 +458,7 @@ CASES = {
     "embed: --scalar-mix-weights inf": Case(
         "embed in.txt out.h5 --model M --quiet --scalar-mix-weights 0 inf 0", r"--scalar-mix-weights must be finite"
     ),
-    "embed: a folder as the input": Case(f"embed M out.h5 --top --quiet --model M", r"^error: M: is a folder"),
+    "embed: a folder as the input": Case("embed M out.h5 --top --quiet --model M", r"^error: M: is a folder"),
     "perplexity: --batch-size 0": Case(
         "perplexity --model B corpus.txt --batch-size 0", r"batch_size must be >= 1, got 0"
     ),

@@ -35,7 +35,7 @@ def batch():
     tokenizer = ElmoTokenizer()
     tokenizer.set_word_vocabulary(WORDS)
     encoded = encode_windows(WINDOWS, tokenizer)
-    return DataCollatorForBiLM()([{"input_ids": i, "labels": l} for i, l in zip(encoded["input_ids"], encoded["labels"])])
+    return DataCollatorForBiLM()([{"input_ids": ids, "labels": labels} for ids, labels in zip(encoded["input_ids"], encoded["labels"])])
 
 
 def direction_targets(model, inputs):

@@ -74,13 +74,13 @@ def test_a_saved_head_loads_and_saves_without_the_package(tmp_path):
     batch = ElmoTokenizer()(words, is_split_into_words=True, padding=True, return_tensors="pt")
     np.save(tmp_path / "input_ids.npy", batch["input_ids"].numpy())
     np.save(tmp_path / "attention_mask.npy", batch["attention_mask"].numpy())
-    script = f"""
+    script = """
         import numpy, os, torch
         from transformers import AutoModel, AutoModelForTokenClassification
         tagger = AutoModelForTokenClassification.from_pretrained("tagger", trust_remote_code=True).eval()
         assert type(tagger).__module__.startswith("transformers_modules"), type(tagger).__module__
         with torch.no_grad():
-            batch = {{name: torch.from_numpy(numpy.load(name + ".npy")) for name in ("input_ids", "attention_mask")}}
+            batch = {name: torch.from_numpy(numpy.load(name + ".npy")) for name in ("input_ids", "attention_mask")}
             numpy.save("logits.npy", tagger(**batch).logits.numpy())
         tagger.save_pretrained("again")
         assert not os.path.exists("again/README.md"), "a card without the package"

@@ -31,9 +31,9 @@ EXPECTED_SHAPES = {
     "lm/CNN_high_0/b_transform": (192,),
     "lm/CNN_proj/W_proj": (192, 32),
     "lm/CNN_proj/b_proj": (32,),
-    **{CELL.format(d, l) + "kernel": (64, 1024) for d in (0, 1) for l in (0, 1)},
-    **{CELL.format(d, l) + "bias": (1024,) for d in (0, 1) for l in (0, 1)},
-    **{CELL.format(d, l) + "projection/kernel": (256, 32) for d in (0, 1) for l in (0, 1)},
+    **{CELL.format(d, layer) + "kernel": (64, 1024) for d in (0, 1) for layer in (0, 1)},
+    **{CELL.format(d, layer) + "bias": (1024,) for d in (0, 1) for layer in (0, 1)},
+    **{CELL.format(d, layer) + "projection/kernel": (256, 32) for d in (0, 1) for layer in (0, 1)},
     "lm/softmax/W": (2149, 32),
     "lm/softmax/b": (2149,),
 }
@@ -169,7 +169,7 @@ CONVERT_ERRORS = {
     "options disagree with a tensor": (
         lambda t: {"options_path": _options(t, lstm__dim=128)},
         "variable 'lm/RNN_0/rnn/multi_rnn_cell/cell_0/lstm_cell/kernel' has shape (64, 1024), but "
-        f"{{tmp}}/options.json implies (64, 512)",
+        "{tmp}/options.json implies (64, 512)",
     ),
     "filters disagree with a tensor": (
         lambda t: {"options_path": _options(t, char_cnn__filters=[[1, 16], [2, 16], [3, 32], [4, 64], [6, 64]])},
