@@ -367,3 +367,33 @@ def _check_state(config: ElmoConfig, state, input_ids: torch.Tensor, dtype: torc
 
 
 __all__ = ["check_inputs", "exporting"]
+
+
+def check_warm_state(config: ElmoConfig, state) -> tuple[tuple[int, int], tuple[int, int]]:
+    """Checks a warm start state `(hidden, memory)` for `ElmoModel.set_warm_state` (also one row's state,
+    `(num_layers, 1, 2P)` / `(num_layers, 1, 2D)`) and returns the shapes it is stored in."""
+    expected = ((config.num_layers, 2 * config.projection_dim), (config.num_layers, 2 * config.cell_dim))
+    is_pair = isinstance(state, (tuple, list)) and len(state) == 2
+    is_pair = is_pair and all(isinstance(t, torch.Tensor) for t in state)
+    shapes = [tuple(t.shape) for t in state] if is_pair else None
+    squeezed = [shape[:1] + shape[2:] if len(shape) == 3 and shape[1] == 1 else shape for shape in shapes or []]
+    if not is_pair or tuple(squeezed) != expected:
+        raise ValueError(
+            f"A warm state must be (hidden, memory) of shapes {expected[0]} and {expected[1]} (num_layers, 2 * "
+            f"projection_dim / 2 * cell_dim), got {shapes if is_pair else type(state).__name__}."
+        )
+    if not all(torch.isfinite(t).all() for t in state):
+        raise ValueError("A warm state must be finite; it contains NaN or infinite values.")
+    return expected
+
+
+def direction_rows(batch_size: int, split_directions: bool) -> tuple[slice, slice]:
+    """The rows each direction of the biLM reads: all of them, or with `split_directions` the first and the second
+    half of an even batch."""
+    if not split_directions:
+        return slice(None), slice(None)
+    if batch_size % 2:
+        raise ValueError(
+            f"split_directions needs an even batch (forward rows, then as many backward rows), got {batch_size} rows."
+        )
+    return slice(0, batch_size // 2), slice(batch_size // 2, None)

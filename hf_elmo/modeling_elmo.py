@@ -35,12 +35,14 @@ from .input_checks import (
     check_labels,
     check_sequence_labels,
     check_token_labels,
+    direction_rows,
+    check_warm_state,
     exporting,
 )
-from .model_io import installed_hub_module, load_pretrained, name_pipeline, weights_follow_umask
+from .model_io import ElmoLoadingMixin
 from .paths import ElmoPaths, resolve
 from .pipelines_elmo import ElmoQuestionAnsweringPipeline, ElmoTokenClassificationPipeline
-from .sampled_softmax import full_softmax_loss, sampled_softmax_loss
+from .sampled_softmax import bilm_loss_sums
 from .task_layers import (
     ElmoPairComparison,
     ElmoTaskEncoder,
@@ -256,7 +258,7 @@ class ElmoBiLstm(nn.Module):
         only (continuous streams, `streams_bilm.py`, where the two directions read different token sequences); the
         half of an output row that its direction did not compute is 0, and that half of its final state is the
         state it started from."""
-        rows = _direction_rows(token_embeddings.shape[0], split_directions)
+        rows = direction_rows(token_embeddings.shape[0], split_directions)
         hidden, memory = state
         projection_dim, cell_dim = hidden.shape[-1] // 2, memory.shape[-1] // 2
         if split_directions:
@@ -301,17 +303,6 @@ class ElmoBiLstm(nn.Module):
         return outputs, [(torch.stack(hidden), torch.stack(memory)) for hidden, memory in finals]
 
 
-def _direction_rows(batch_size: int, split_directions: bool) -> tuple[slice, slice]:
-    """The rows each direction reads: all of them, or the first and the second half."""
-    if not split_directions:
-        return slice(None), slice(None)
-    if batch_size % 2:
-        raise ValueError(
-            f"split_directions needs an even batch (forward rows, then as many backward rows), got {batch_size} rows."
-        )
-    return slice(0, batch_size // 2), slice(batch_size // 2, None)
-
-
 def _join_directions(forward: torch.Tensor, backward: torch.Tensor, split_directions: bool = False) -> torch.Tensor:
     """`(B', T, X)` of each direction -> `(B, T, 2X)` rows `[forward | backward]`: `B' = B` rows holding both, or
     with `split_directions` `B' = B/2` forward rows `[forward | 0]` followed by backward rows `[0 | backward]`."""
@@ -337,19 +328,7 @@ def _call(function, *args):
     return function(*args)
 
 
-def matrix_flops_per_position(config: ElmoConfig) -> tuple[int, int]:
-    """Forward FLOPs (two per multiply-add) of the matrix products for one word position: `(character encoder, the
-    LSTM layers of one direction)`, the convolutions over every character slot."""
-    slots, filters = config.max_characters_per_token, config.num_filters
-    embedding = config.char_embedding_dim
-    convolutions = sum(2 * width * embedding * count * (slots - width + 1) for width, count in config.filters)
-    highway = config.n_highway * 2 * filters * 2 * filters
-    projection = 2 * (config.input_word_dim + filters) * config.projection_dim
-    layer = 2 * (2 * config.projection_dim * 4 * config.cell_dim + config.cell_dim * config.projection_dim)
-    return convolutions + highway + projection, config.num_layers * layer
-
-
-class ElmoPreTrainedModel(PreTrainedModel):
+class ElmoPreTrainedModel(ElmoLoadingMixin, PreTrainedModel):
     config_class = ElmoConfig
     config: ElmoConfig
     base_model_prefix = "elmo"
@@ -361,32 +340,6 @@ class ElmoPreTrainedModel(PreTrainedModel):
     # warm start state is left out when loading with `warm_state=False`.
     _keys_to_ignore_on_load_unexpected = [r"^softmax\.", r"warm_(hidden|memory)$"]
     has_classifier = False
-
-    @classmethod
-    def from_pretrained(cls, pretrained_model_name_or_path, *model_args, **kwargs):
-        """`PreTrainedModel.from_pretrained` with ELMo's loading policy (`model_io`): weights only from safetensors
-        unless `use_safetensors=False`, no silent resizing of a saved classifier, aligned parameters."""
-        return load_pretrained(super().from_pretrained, cls, pretrained_model_name_or_path, *model_args, **kwargs)
-
-    def save_pretrained(self, save_directory, *args, **kwargs):
-        """`PreTrainedModel.save_pretrained`, plus the pipeline of a tagger in `config.json` (`model_io`) and, where
-        hf_elmo is installed, the model card as `README.md` (`hub_elmo.write_model_card`)."""
-        super().save_pretrained(save_directory, *args, **kwargs)
-        if kwargs.get("is_main_process", True):
-            weights_follow_umask(save_directory)
-            name_pipeline(self, save_directory)
-            hub = installed_hub_module()
-            if hub is not None:
-                hub.write_model_card(self, save_directory)
-
-    def push_to_hub(self, repo_id: str, **kwargs):
-        """`PreTrainedModel.push_to_hub` (weights, config, remote code of every class) whose README, in a repository
-        without one, is the ELMo model card (`model_card.md`). Extra arguments `datasets` and `license` fill the
-        card's metadata. Without hf_elmo installed (remote code), transformers' own `push_to_hub`."""
-        hub = installed_hub_module()
-        if hub is None:
-            return super().push_to_hub(repo_id, **kwargs)
-        return hub.push_to_hub_with_model_card(self, repo_id, **kwargs)
 
     def _set_gradient_checkpointing(self, enable=True, gradient_checkpointing_func=checkpoint, every_n_layers=1):
         if enable and getattr(gradient_checkpointing_func, "keywords", {}).get("use_reentrant"):
@@ -492,18 +445,7 @@ class ElmoModel(ElmoPreTrainedModel):
             self.config.warm_state = False
             return
         config = self.config
-        expected = ((config.num_layers, 2 * config.projection_dim), (config.num_layers, 2 * config.cell_dim))
-        is_pair = isinstance(state, (tuple, list)) and len(state) == 2
-        is_pair = is_pair and all(isinstance(t, torch.Tensor) for t in state)
-        shapes = [tuple(t.shape) for t in state] if is_pair else None
-        squeezed = [shape[:1] + shape[2:] if len(shape) == 3 and shape[1] == 1 else shape for shape in shapes or []]
-        if not is_pair or tuple(squeezed) != expected:
-            raise ValueError(
-                f"A warm state must be (hidden, memory) of shapes {expected[0]} and {expected[1]} (num_layers, 2 * "
-                f"projection_dim / 2 * cell_dim), got {shapes if is_pair else type(state).__name__}."
-            )
-        if not all(torch.isfinite(t).all() for t in state):
-            raise ValueError("A warm state must be finite; it contains NaN or infinite values.")
+        expected = check_warm_state(config, state)
         hidden, memory = (t.detach().to(self.device, self.dtype).reshape(shape) for t, shape in zip(state, expected))
         if config.warm_state:
             self.warm_hidden.copy_(hidden)
@@ -595,7 +537,7 @@ class ElmoModel(ElmoPreTrainedModel):
     ) -> ElmoModelOutput:
         """`forward` after `check_inputs`: no host synchronisation on a GPU beyond the character CNN's (none while
         a CUDA graph is being captured)."""
-        _direction_rows(input_ids.shape[0], split_directions)  # an odd batch fails before any work
+        direction_rows(input_ids.shape[0], split_directions)  # an odd batch fails before any work
         word_ids = input_word_ids.long() if input_word_ids is not None else None
         if self.gradient_checkpointing and self.training and torch.is_grad_enabled():
             run = self._gradient_checkpointing_func
@@ -609,7 +551,7 @@ class ElmoModel(ElmoPreTrainedModel):
         hidden_states = None
         if output_hidden_states:
             # shape[0], not len(): len() would make the batch size a constant of an exported graph
-            forward_rows, backward_rows = _direction_rows(token_embeddings.shape[0], split_directions)
+            forward_rows, backward_rows = direction_rows(token_embeddings.shape[0], split_directions)
             layer0 = _join_directions(token_embeddings[forward_rows], token_embeddings[backward_rows], split_directions)
             layer0 = layer0 * mask[..., None]
             hidden_states = (layer0, *layer_outputs)
@@ -707,18 +649,12 @@ class ElmoForBiLM(ElmoPreTrainedModel):
         return 0 < self.config.num_softmax_samples < self.config.vocab_size
 
     def floating_point_ops(self, inputs: dict, split_directions: bool = False) -> int:
-        """FLOPs of a training step on `inputs["input_ids"]` `(B, T, C)`, for `Trainer`'s `total_flos`: three times
-        the forward's matrix products, every position counted (padding too): the character encoder over every slot;
-        per direction its LSTM layers and its softmax over the sampled words (the whole vocabulary without sampling),
-        with `split_directions` on half the rows. (`Trainer`'s own estimate counts each position once per slot.)"""
+        """FLOPs of a training step on `inputs["input_ids"]` `(B, T, C)` for `Trainer`'s `total_flos`
+        (`ElmoConfig.training_step_flops`; `Trainer`'s own estimate counts each position once per slot)."""
         if not isinstance(inputs.get("input_ids"), torch.Tensor):
             return 0  # as `Trainer` counts a batch without its main input
-        rows, length = inputs["input_ids"].shape[:2]
-        encoder, lstm = matrix_flops_per_position(self.config)
         softmax_words = self.config.num_softmax_samples if self.uses_sampled_softmax() else self.config.vocab_size
-        direction_rows = rows // 2 if split_directions else rows
-        per_direction = lstm + 2 * self.config.projection_dim * softmax_words
-        return 3 * length * (rows * encoder + 2 * direction_rows * per_direction)
+        return self.config.training_step_flops(*inputs["input_ids"].shape[:2], softmax_words, split_directions)
 
     def check_batch(self, input_ids, attention_mask=None, labels=None, **unused) -> None:
         """Checks a batch as `forward` would (a one-line `ValueError` naming the problem), e.g. on the host before it
@@ -726,34 +662,10 @@ class ElmoForBiLM(ElmoPreTrainedModel):
         Other entries of a batch dict are ignored."""
         check_bilm_batch(self.config, input_ids, attention_mask, labels)
 
-    def _loss_sums(
-        self, top: torch.Tensor, labels: torch.Tensor, split_directions: bool = False
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """`(B, T, 2P)` top layer (after dropout) and `(B, T, 2)` labels -> the summed cross-entropy `(2,)` and the
-        number of targets `(2,)` of the forward and the backward LM (with `split_directions`, of the forward LM on
-        the first half of the rows and the backward LM on the second)."""
-        forward_rows, backward_rows = _direction_rows(len(top), split_directions)
-        forward_hidden, backward_hidden = top[forward_rows].chunk(2, dim=-1)[0], top[backward_rows].chunk(2, dim=-1)[1]
-        hidden = torch.cat([forward_hidden.flatten(0, 1), backward_hidden.flatten(0, 1)])  # (2 B' T, P)
-        targets = torch.cat([labels[forward_rows, :, 0].flatten(), labels[backward_rows, :, 1].flatten()]).long()
-        has_target = targets != -100
-        # Every position is scored and the ones without a target are dropped from the sums: shapes then do not
-        # depend on the data, so a GPU never waits for the host to count targets.
-        targets = targets.masked_fill(~has_target, 0)
-        scored = None
-        if hidden.device.type == "cpu":  # where the host knows the targets anyway, only positions that have one
-            scored = has_target.nonzero().squeeze(1)
-            hidden, targets = hidden.index_select(0, scored), targets.index_select(0, scored)
-        if self.training and self.uses_sampled_softmax():
-            losses = sampled_softmax_loss(
-                hidden, targets, self.softmax.weight, self.softmax.bias, self.config.num_softmax_samples
-            )
-        else:
-            losses = full_softmax_loss(hidden, targets, self.softmax.weight, self.softmax.bias)
-        if scored is not None:
-            losses = losses.new_zeros(has_target.shape).index_copy(0, scored, losses)
-        sums = torch.where(has_target, losses, 0.0).view(2, -1).sum(dim=1)
-        return sums, has_target.view(2, -1).sum(dim=1)
+    def _loss_sums(self, top: torch.Tensor, labels: torch.Tensor, split_directions: bool = False):
+        """`sampled_softmax.bilm_loss_sums`: the sampled softmax in training when `uses_sampled_softmax()`."""
+        num_samples = self.config.num_softmax_samples if self.training and self.uses_sampled_softmax() else None
+        return bilm_loss_sums(top, labels, self.softmax, num_samples, split_directions)
 
     def _training_step_sums(self, input_ids, mask, labels, *state, split_directions=False):
         """`_loss_sums` of a training batch; given a start `state` (`hidden, memory`: continuous streams), also its
