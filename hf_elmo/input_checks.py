@@ -196,6 +196,30 @@ def check_answer_positions(start_positions, end_positions, context_mask: torch.T
         )
 
 
+def check_pair_given(model_name: str, pair_input_ids):
+    """A pair model's second sentences are given."""
+    if pair_input_ids is None:
+        raise ValueError(
+            f"{model_name} reads sentence pairs: pass pair_input_ids (and pair_attention_mask) for the second "
+            "sentences, as tokenizer(text, text_pair) returns them"
+        )
+
+
+def check_pair_side(prefix: str, mask: torch.Tensor):
+    """Every row of one side of a sentence pair (its `(B, T)` `mask`, boundaries included) has a word."""
+    empty = (~mask[:, 2:].any(dim=1)).nonzero()
+    if len(empty):
+        raise ValueError(
+            f"{prefix}input_ids row {int(empty[0])} has no words: each side of a sentence pair needs at least one word"
+        )
+
+
+def check_pair_rows(rows: int, pair_rows: int):
+    """Both sides of the sentence pairs have as many rows."""
+    if rows != pair_rows:
+        raise ValueError(f"input_ids has {rows} rows but pair_input_ids has {pair_rows}: each sentence needs its pair")
+
+
 def check_bilm_batch(config: ElmoConfig, input_ids, attention_mask=None, labels=None) -> None:
     """`check_inputs` and `check_labels` of a biLM batch, as `ElmoForBiLM.forward` runs them."""
     check_inputs(config, input_ids, attention_mask)

@@ -33,7 +33,9 @@ from .input_checks import (
     check_cached_layers,
     check_inputs,
     check_labels,
-    check_sequence_labels,
+    check_pair_given,
+    check_pair_rows,
+    check_pair_side,
     check_token_labels,
     direction_rows,
     check_warm_state,
@@ -50,6 +52,7 @@ from .task_layers import (
     init_task_layer,
     pool_words,
     run_lstm,
+    sequence_classification_loss,
 )
 
 ElmoState = tuple[torch.Tensor, torch.Tensor]
@@ -818,11 +821,7 @@ class ElmoTaskPreTrainedModel(ElmoPreTrainedModel):
     def _pair_task_features(self, first: dict, second: dict) -> tuple[tuple, tuple]:
         """`_task_features` of each side of a sentence pair (`first` and `second` hold each side's `_SIDE_INPUTS`):
         per side, the word features `(B, W, F)`, the `(B, W)` mask of its words and its biLM layers."""
-        if second["input_ids"] is None:
-            raise ValueError(
-                f"{type(self).__name__} reads sentence pairs: pass pair_input_ids (and pair_attention_mask) for the "
-                "second sentences, as tokenizer(text, text_pair) returns them"
-            )
+        check_pair_given(type(self).__name__, second["input_ids"])
         sides = []
         for prefix, side in (("", first), (PAIR_PREFIX, second)):
             try:
@@ -831,18 +830,9 @@ class ElmoTaskPreTrainedModel(ElmoPreTrainedModel):
                 if not prefix:
                     raise
                 raise ValueError(f"the second sentences ({prefix}...): {error}") from None
-            empty = (~mask[:, 2:].any(dim=1)).nonzero()
-            if len(empty):
-                raise ValueError(
-                    f"{prefix}input_ids row {int(empty[0])} has no words: each side of a sentence pair needs at least "
-                    "one word"
-                )
+            check_pair_side(prefix, mask)
             sides.append((features, mask[:, 2:], layers))
-        if sides[0][0].shape[0] != sides[1][0].shape[0]:
-            raise ValueError(
-                f"input_ids has {sides[0][0].shape[0]} rows but pair_input_ids has {sides[1][0].shape[0]}: each "
-                "sentence needs its pair"
-            )
+        check_pair_rows(sides[0][0].shape[0], sides[1][0].shape[0])
         return tuple(sides)
 
     def _hidden_states(self, layers: torch.Tensor, output_hidden_states: bool | None) -> tuple[torch.Tensor, ...]:
@@ -871,22 +861,6 @@ class ElmoForSequenceClassification(ElmoTaskPreTrainedModel):
             pooled_size = self.pair_comparison.output_size
         self.classifier = nn.Linear(pooled_size, config.num_labels)
         self.post_init()
-
-    def _loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        config = self.config
-        if config.problem_type is None:
-            if logits.shape[1] == 1:
-                config.problem_type = "regression"
-            elif labels.dtype in (torch.long, torch.int):
-                config.problem_type = "single_label_classification"
-            else:
-                config.problem_type = "multi_label_classification"
-        check_sequence_labels(labels, config.problem_type, *logits.shape)
-        if config.problem_type == "regression":
-            return F.mse_loss(logits.squeeze(-1) if labels.dim() == 1 else logits, labels.to(logits.dtype))
-        if config.problem_type == "single_label_classification":
-            return F.cross_entropy(logits, labels)
-        return F.binary_cross_entropy_with_logits(logits, labels.to(logits.dtype))
 
     @can_return_tuple
     def forward(
@@ -931,7 +905,9 @@ class ElmoForSequenceClassification(ElmoTaskPreTrainedModel):
         else:
             features, mask, layers = self._task_features(*first.values())
             logits = self.classifier(pool_words(features, mask[:, 2:], self.config.classifier_pooling))
-        loss = None if labels is None else self._add_l2_penalty(self._loss(logits, labels))
+        loss = None
+        if labels is not None:
+            loss = self._add_l2_penalty(sequence_classification_loss(self.config, logits, labels))
         hidden_states = self._hidden_states(layers, output_hidden_states)
         return SequenceClassifierOutput(loss=loss, logits=logits, hidden_states=hidden_states)
 

@@ -13,6 +13,7 @@ from transformers import initialization as init
 
 from .character_rows import word_keys, words_to_char_ids
 from .configuration_elmo import ElmoConfig
+from .input_checks import check_sequence_labels
 from .scalar_mix import ScalarMix
 
 class ElmoWordVectors(nn.Module):
@@ -173,6 +174,24 @@ def pool_words(features: torch.Tensor, word_mask: torch.Tensor, pooling: str) ->
         maximum = features.masked_fill(~word_mask[..., None], float("-inf")).amax(dim=1)
         pooled.append(torch.where(word_mask.any(dim=1, keepdim=True), maximum, 0.0))
     return torch.cat(pooled, dim=-1)
+
+
+def sequence_classification_loss(config: ElmoConfig, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """`(B, num_labels)` logits and their labels -> the loss of `config.problem_type`, inferred as transformers does
+    when unset (and then stored in the config)."""
+    if config.problem_type is None:
+        if logits.shape[1] == 1:
+            config.problem_type = "regression"
+        elif labels.dtype in (torch.long, torch.int):
+            config.problem_type = "single_label_classification"
+        else:
+            config.problem_type = "multi_label_classification"
+    check_sequence_labels(labels, config.problem_type, *logits.shape)
+    if config.problem_type == "regression":
+        return F.mse_loss(logits.squeeze(-1) if labels.dim() == 1 else logits, labels.to(logits.dtype))
+    if config.problem_type == "single_label_classification":
+        return F.cross_entropy(logits, labels)
+    return F.binary_cross_entropy_with_logits(logits, labels.to(logits.dtype))
 
 
 def masked_softmax(scores: torch.Tensor, mask: torch.Tensor, dim: int) -> torch.Tensor:
