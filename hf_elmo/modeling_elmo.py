@@ -1,11 +1,8 @@
-"""PyTorch ELMo: character CNN, highway, projection and a bidirectional LSTM language model.
+"""PyTorch ELMo: character CNN, highway, projection and a bidirectional LSTM language model, then the task heads.
 
-Numerically equivalent to AllenNLP's `_ElmoBiLm` (and bilm-tf) for converted weights; the weight mapping is
-`original_format.weight_links`. Unlike those implementations the model is stateless by default: the LSTM
-state is passed in and returned explicitly, and every row starts from the same state otherwise, zeros or the model's
-warm start state (`ElmoModel.set_warm_state`, `hf-elmo warm-state`). Each `forward` shows the plain math; the fast
-paths, which compute the same, live in their own modules and are chosen by `config.paths` (`paths.py`). The task heads
-come last, as in transformers' `modeling_bert.py`; their building blocks that are not ELMo's own are in `task_layers.py`.
+Equivalent to AllenNLP's `_ElmoBiLm` (and bilm-tf) for converted weights (`original_format.weight_links`), but
+stateless: the LSTM state is passed in and out explicitly, else every row starts from zeros or the warm start state.
+Each `forward` shows the plain math; the fast paths live in their own modules, chosen by `config.paths` (`paths.py`).
 """
 
 import math
@@ -64,13 +61,10 @@ direction in the first half of the last axis and the backward direction in the s
 class ElmoModelOutput(ModelOutput):
     """
     Args:
-        last_hidden_state (`torch.FloatTensor` of shape `(B, T, 2P)`): top LSTM layer, `[forward | backward]`,
-            exactly 0 at padded positions.
-        hidden_states (`tuple(torch.FloatTensor)`, *optional*): `num_layers + 1` tensors `(B, T, 2P)`, returned
-            with `output_hidden_states=True`: layer 0 is the character-CNN token embedding `[x | x]`, then each
-            LSTM layer. Boundary positions (`<S>`, `</S>`) are included; padded positions are exactly 0.
-        state (`ElmoState`, *optional*): returned with `use_cache=True`; pass it back as `state=` to continue
-            each row from where it ended (forward: after its last real position; backward: after position 0).
+        last_hidden_state (`(B, T, 2P)`): top LSTM layer `[forward | backward]`, exactly 0 at padding.
+        hidden_states (*optional*, `output_hidden_states=True`): `num_layers + 1` tensors `(B, T, 2P)`: the token
+            embedding `[x | x]`, then each LSTM layer; boundaries included, exactly 0 at padding.
+        state (`ElmoState`, *optional*, `use_cache=True`): each row's final state, to continue from as `state=`.
     """
 
     last_hidden_state: torch.FloatTensor | None = None
@@ -107,11 +101,8 @@ class ElmoDropout(nn.Dropout):
 
 
 class ElmoCharacterEmbedding(nn.Embedding):
-    """Character embedding whose id 0 (no character: a padded word) is a fixed zero vector.
-
-    An `nn.Embedding` (the model's input embeddings) whose `weight` holds only the `n_characters - 1` real rows, as
-    in the original weight file: id `k > 0` reads row `k - 1`.
-    """
+    """Character embedding whose id 0 (a padded word) is a fixed zero vector: `weight` holds only the
+    `n_characters - 1` real rows, as the original weight file; id `k > 0` reads row `k - 1`."""
 
     def __init__(self, config: ElmoConfig):
         rows, dim = config.n_characters - 1, config.char_embedding_dim
@@ -126,11 +117,8 @@ class ElmoCharacterEmbedding(nn.Embedding):
 
 
 class ElmoHighwayLayer(nn.Linear):
-    """`(..., F)` -> `(..., F)`: `g * x + (1 - g) * relu(A x + a)` with `g = sigmoid(G x + gamma)`.
-
-    The weight is `[A; G]` `(2F, F)` and the bias `[a; gamma]`, AllenNLP's layout; ReLU regardless of
-    the CNN activation.
-    """
+    """`(..., F)` -> `(..., F)`: `g * x + (1 - g) * relu(A x + a)` with `g = sigmoid(G x + gamma)`; weight `[A; G]`
+    `(2F, F)`, bias `[a; gamma]` (AllenNLP's layout); ReLU whatever the CNN's activation."""
 
     def __init__(self, dim: int):
         super().__init__(dim, 2 * dim)
@@ -142,12 +130,8 @@ class ElmoHighwayLayer(nn.Linear):
 
 
 class ElmoCharacterEncoder(nn.Module):
-    """Words as character ids `(..., C)` -> context-independent token embeddings `(..., P)`.
-
-    Every window of every slot of every token through each convolution, max over the windows, highway layers and a
-    projection. With `config.input_word_dim > 0` (ELMoForManyLangs models) each word's embedding is looked up from
-    its word id too and concatenated before the CNN features, `[word | characters]`, ahead of the projection.
-    """
+    """Character ids `(..., C)` -> token embeddings `(..., P)`: convolutions, max over windows, highway, projection.
+    With `config.input_word_dim > 0` (ELMoForManyLangs) a word embedding joins the features: `[word | characters]`."""
 
     def __init__(self, config: ElmoConfig):
         super().__init__()
@@ -183,10 +167,8 @@ class ElmoCharacterEncoder(nn.Module):
 
 
 class ElmoLstmLayer(nn.Module):
-    """One direction of one LSTM layer with a projected, clipped state (AllenNLP's `LstmCellWithProjection`).
-
-    Gates in row order `[input, forget, cell, output]`, each `D` rows.
-    """
+    """One direction of one LSTM layer with a projected, clipped state (AllenNLP's `LstmCellWithProjection`); gates
+    in row order `[input, forget, cell, output]`, each `D` rows."""
 
     def __init__(self, config: ElmoConfig):
         super().__init__()
@@ -254,13 +236,8 @@ class ElmoBiLstm(nn.Module):
     def forward(
         self, token_embeddings: torch.Tensor, mask: torch.BoolTensor, state: ElmoState, split_directions: bool = False
     ) -> tuple[list[torch.Tensor], ElmoState]:
-        """`(B, T, P)` embeddings, `(B, T)` right-padded mask -> `num_layers` outputs `(B, T, 2P)` (0 at
-        padding) and the final state.
-
-        `split_directions`: the forward stack reads rows `0..B/2-1` only and the backward stack rows `B/2..B-1`
-        only (continuous streams, `streams_bilm.py`, where the two directions read different token sequences); the
-        half of an output row that its direction did not compute is 0, and that half of its final state is the
-        state it started from."""
+        """`(B, T, P)` embeddings, `(B, T)` right-padded mask -> `num_layers` outputs `(B, T, 2P)` (0 at padding) and
+        the final state. `split_directions`: each stack reads its half of the rows (see `ElmoModel.forward`)."""
         rows = direction_rows(token_embeddings.shape[0], split_directions)
         hidden, memory = state
         projection_dim, cell_dim = hidden.shape[-1] // 2, memory.shape[-1] // 2
@@ -284,8 +261,7 @@ class ElmoBiLstm(nn.Module):
 
     def directions_forward(self, inputs, masks, states):
         """Per direction `k` (0 forward, 1 backward): `inputs[k]` `(B', T, P)`, `masks[k]` `(B', T)`, `states[k]`
-        `(hidden (L, B', P), memory (L, B', D))` -> per layer the outputs `(B', T, P)` of both directions (0 at
-        padding), and per direction the final `(hidden (L, B', P), memory (L, B', D))`."""
+        `((L, B', P), (L, B', D))` -> per layer both directions' outputs `(B', T, P)`, per direction its final state."""
         weight = self.forward_layers[0].state_linearity.weight
         paths = paths_in_effect(self.config, inputs[0].device, weight.dtype, self.training)
         if paths.lstm == "sorted":
@@ -404,13 +380,8 @@ class ElmoPreTrainedModel(ElmoLoadingMixin, PreTrainedModel):
 
 
 class ElmoModel(ElmoPreTrainedModel):
-    """The ELMo biLM: character ids `(B, T, C)` (boundaries included by the tokenizer) -> `num_layers + 1`
-    layers of `(B, T, 2P)` contextual representations.
-
-    With gradient checkpointing (`gradient_checkpointing_enable()`, `TrainingArguments(gradient_checkpointing=True)`)
-    the character encoder and the biLSTM each run as one checkpointed segment in training: what they save for the
-    backward pass through autograd is recomputed there instead of being kept.
-    """
+    """The ELMo biLM: character ids `(B, T, C)` (boundaries included) -> `num_layers + 1` layers `(B, T, 2P)`. With
+    gradient checkpointing the character encoder and the biLSTM each run as one checkpointed segment in training."""
 
     gradient_checkpointing = False  # set by `gradient_checkpointing_enable()`
 
@@ -509,28 +480,20 @@ class ElmoModel(ElmoPreTrainedModel):
     ) -> ElmoModelOutput:
         r"""
         Args:
-            input_ids (`torch.LongTensor` of shape `(B, T, 50)`): character ids from `ElmoTokenizer`, with the
-                `<S>`/`</S>` rows; padded words are all-zero rows.
-            attention_mask (`torch.Tensor` of shape `(B, T)`, *optional*): 1 at real positions; derived from
-                `input_ids` when omitted. Padding must be on the right.
-            state (`ElmoState`, *optional*): `out.state` of a previous call with the same batch size; row `k`
-                continues from row `k`'s final state. When omitted every row starts from the model's warm start state
-                (`warm_state`) if it has one, else from zeros: each sentence is then independent of everything else
-                in the batch and of earlier calls.
-            use_cache (`bool`, *optional*): return the final `state`.
-            output_hidden_states (`bool`, *optional*): return all `num_layers + 1` layers.
-            input_word_ids (`torch.LongTensor` of shape `(B, T)`, *optional*): word ids from the tokenizer, needed
-                by (and only by) models with word embeddings (`config.input_word_dim > 0`, ELMoForManyLangs).
-            split_directions (`bool`, defaults to `False`): the forward LM reads rows `0..B/2-1` only and the
-                backward LM rows `B/2..B-1` only, as in continuous streams (`streams_bilm.py`), where the two
-                directions read different token sequences: each LSTM stack runs on its half of the rows. Every
-                layer's row then holds `[forward | 0]` (first half) or `[0 | backward]` (second half), and the half
-                of a row's final `state` that its direction did not run is the state it started from.
+            input_ids (`(B, T, 50)`): character ids from `ElmoTokenizer` with the `<S>`/`</S>` rows; padded words 0.
+            attention_mask (`(B, T)`, *optional*): 1 at real positions, padding on the right; derived when omitted.
+            state (`ElmoState`, *optional*): `out.state` of a call on as many rows, row `k` continuing row `k`'s;
+                otherwise every row starts from the warm start state, else zeros, independent of everything else.
+            use_cache (*optional*): return the final `state`.
+            output_hidden_states (*optional*): return all `num_layers + 1` layers.
+            input_word_ids (`(B, T)`, *optional*): word ids, for (and only for) models with `input_word_dim > 0`.
+            split_directions (defaults to `False`): the forward LM reads rows `0..B/2-1` only, the backward LM rows
+                `B/2..B-1` (continuous streams, `streams_bilm.py`): rows hold `[forward | 0]` or `[0 | backward]`,
+                and the half of a row's final `state` that its direction did not run is the state it started from.
         """
         mask = self.check_inputs(input_ids, attention_mask, input_word_ids, state)
-        output_hidden_states = (
-            output_hidden_states if output_hidden_states is not None else self.config.output_hidden_states
-        )
+        if output_hidden_states is None:
+            output_hidden_states = self.config.output_hidden_states
         return self._forward_checked(
             input_ids, mask, state, use_cache, output_hidden_states, input_word_ids, split_directions
         )
@@ -558,31 +521,22 @@ class ElmoModel(ElmoPreTrainedModel):
             layer0 = _join_directions(token_embeddings[forward_rows], token_embeddings[backward_rows], split_directions)
             layer0 = layer0 * mask[..., None]
             hidden_states = (layer0, *layer_outputs)
-        return ElmoModelOutput(
-            last_hidden_state=layer_outputs[-1],
-            hidden_states=hidden_states,
-            state=final_state if use_cache else None,
-        )
+        final_state = final_state if use_cache else None
+        return ElmoModelOutput(last_hidden_state=layer_outputs[-1], hidden_states=hidden_states, state=final_state)
 
 
 @dataclass
 class ElmoBiLMOutput(ModelOutput):
     """
     Args:
-        loss (`torch.FloatTensor` of shape `()`, *optional*): with `labels`: the mean over both directions' target
-            words of their cross-entropy, i.e. `0.5 * (forward_loss + backward_loss)` when both directions have the
-            same number of targets (always the case for `DataCollatorForBiLM` batches). Sampled softmax in training
-            when `config.num_softmax_samples` is below the vocabulary size, full softmax otherwise.
-        forward_loss (`torch.FloatTensor` of shape `()`, *optional*): mean cross-entropy of the forward LM.
-        backward_loss (`torch.FloatTensor` of shape `()`, *optional*): mean cross-entropy of the backward LM.
-        last_hidden_state (`torch.FloatTensor` of shape `(B, T, 2P)`, *optional*): without `labels`: the biLM's top
-            layer, as `ElmoModel.last_hidden_state` (so that `outputs[0]` is it, as for transformers'
-            `*ForPreTraining` models); left out with `labels`, where `Trainer`'s evaluation would gather it.
-        forward_logits (`torch.FloatTensor` of shape `(B, T, V)`, *optional*): with `return_logits=True`: full
-            softmax scores of the word following each position.
-        backward_logits (`torch.FloatTensor` of shape `(B, T, V)`, *optional*): same for the preceding word.
-        hidden_states (`tuple(torch.FloatTensor)`, *optional*): as `ElmoModelOutput.hidden_states`.
-        state (`ElmoState`, *optional*): with `use_cache=True`, as `ElmoModelOutput.state`.
+        loss (`()`, *optional*, with `labels`): mean cross-entropy over both directions' targets (sampled softmax in
+            training when `config.num_softmax_samples` is below the vocabulary size, else the full softmax).
+        forward_loss, backward_loss (`()`, *optional*): mean cross-entropy of each direction's LM.
+        last_hidden_state (`(B, T, 2P)`, *optional*, without `labels`): the top layer, so that `outputs[0]` is it as
+            for transformers' `*ForPreTraining`; left out with `labels`, where `Trainer` would gather it.
+        forward_logits, backward_logits (`(B, T, V)`, *optional*, `return_logits=True`): full-softmax scores of the
+            next and of the previous word.
+        hidden_states, state (*optional*): as in `ElmoModelOutput`.
     """
 
     loss: torch.FloatTensor | None = None
@@ -603,13 +557,8 @@ class ElmoWordSoftmax(nn.Linear):
 
 
 class ElmoForBiLM(ElmoPreTrainedModel):
-    """The ELMo bidirectional language model with its word softmax, for pre-training and domain adaptation.
-
-    The forward LM predicts the word after each position from the forward half of the top layer, the backward
-    LM the word before it from the backward half; both use one softmax. `labels` `(B, T, 2)` hold, per position,
-    the id of the word to predict in each direction (`-100`: nothing to predict); `DataCollatorForBiLM` builds
-    them. `ElmoModel.from_pretrained` of a saved `ElmoForBiLM` loads the biLM without the softmax.
-    """
+    """The ELMo biLM with its word softmax shared by both directions' LMs, for pre-training and domain adaptation.
+    `ElmoModel.from_pretrained` of a saved `ElmoForBiLM` loads the biLM without the softmax."""
 
     # The loss is normalised by Trainer's `num_items_in_batch` (target words over the accumulated batch on all
     # processes), which makes gradient accumulation and multi-process training exact token-weighted means.
@@ -694,21 +643,12 @@ class ElmoForBiLM(ElmoPreTrainedModel):
     ) -> ElmoBiLMOutput:
         r"""
         Args:
-            input_ids (`torch.LongTensor` of shape `(B, T, 50)`): character ids with the `<S>`/`</S>` rows, as
-                for `ElmoModel`.
-            attention_mask (`torch.Tensor` of shape `(B, T)`, *optional*): 1 at real positions.
-            labels (`torch.LongTensor` of shape `(B, T, 2)`, *optional*): `labels[b, t, 0]` the id of the word
-                after position `t` (forward LM target), `labels[b, t, 1]` the id of the word before it (backward
-                LM target); -100 where there is none.
-            return_logits (`bool`, defaults to `False`): also return the full-softmax logits `(B, T, V)` of
-                both directions.
-            num_items_in_batch (`int` or `torch.Tensor`, *optional*): divide the summed cross-entropy by this many
-                targets (both directions counted) instead of this batch's count; passed by `Trainer`.
-            state (`ElmoState`, *optional*), use_cache (`bool`, *optional*): as for `ElmoModel`: the state each row
-                starts from (default: the warm start state, else zeros) and whether to return the final one.
-            split_directions (`bool`, defaults to `False`): as for `ElmoModel`: the forward LM reads (and is scored
-                on) the first half of the rows only, the backward LM the second half (`DataCollatorForBiLMStreams`
-                batches); `labels[:B/2, :, 1]` and `labels[B/2:, :, 0]` must then be -100.
+            input_ids, attention_mask, state, use_cache, output_hidden_states, split_directions: as for `ElmoModel`;
+                with `split_directions` each LM is scored on its half of the rows only.
+            labels (`(B, T, 2)`, *optional*): per position the id of the next word (forward LM) and of the previous
+                word (backward LM), -100 where there is none; `DataCollatorForBiLM` builds them.
+            return_logits (defaults to `False`): also return both directions' full-softmax logits `(B, T, V)`.
+            num_items_in_batch (*optional*): the number of targets to divide the summed loss by (from `Trainer`).
         """
         if labels is not None and isinstance(input_ids, torch.Tensor):
             # Before the model runs. On a GPU the check makes the host wait for the device; `hf-elmo train` checks
@@ -725,12 +665,7 @@ class ElmoForBiLM(ElmoPreTrainedModel):
             outputs = ElmoModelOutput(state=tuple(final_state) or None)
         else:
             outputs = self.elmo(
-                input_ids,
-                attention_mask=attention_mask,
-                state=state,
-                use_cache=use_cache,
-                output_hidden_states=output_hidden_states,
-                split_directions=split_directions,
+                input_ids, attention_mask, state, use_cache, output_hidden_states, split_directions=split_directions
             )
             top = self.dropout(outputs.last_hidden_state)
             if labels is not None:
