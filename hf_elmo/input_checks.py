@@ -196,12 +196,17 @@ def check_answer_positions(start_positions, end_positions, context_mask: torch.T
         )
 
 
-def check_pair_given(model_name: str, pair_input_ids):
-    """A pair model's second sentences are given."""
-    if pair_input_ids is None:
+def check_pair_given(model_name: str, pair_input_ids, reads_pairs: bool):
+    """Second sentences are given to a model that reads sentence pairs, and only to one."""
+    if reads_pairs and pair_input_ids is None:
         raise ValueError(
             f"{model_name} reads sentence pairs: pass pair_input_ids (and pair_attention_mask) for the second "
             "sentences, as tokenizer(text, text_pair) returns them"
+        )
+    if not reads_pairs and pair_input_ids is not None:
+        raise ValueError(
+            "pair_input_ids given to a single-sentence classifier: build a pair classifier with "
+            "sentence_pairs=True, e.g. from_pretrained(folder, num_labels=..., sentence_pairs=True)"
         )
 
 

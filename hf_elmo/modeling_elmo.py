@@ -17,7 +17,6 @@ from transformers import initialization as init
 from transformers.modeling_outputs import QuestionAnsweringModelOutput, SequenceClassifierOutput, TokenClassifierOutput
 from transformers.utils import ModelOutput, can_return_tuple
 
-from .batch_encoding_elmo import PAIR_PREFIX
 from .char_cnn_fast import char_cnn_forward
 from .configuration_elmo import ElmoConfig
 from .cpu_kernels import dropout_forward as compiled_dropout_forward
@@ -27,12 +26,9 @@ from .gpu_lstm import CapturedLayers, static_forward
 from .input_checks import (
     check_answer_positions,
     check_bilm_batch,
-    check_cached_layers,
     check_inputs,
     check_labels,
     check_pair_given,
-    check_pair_rows,
-    check_pair_side,
     check_token_labels,
     direction_rows,
     check_warm_state,
@@ -43,8 +39,10 @@ from .paths import ElmoPaths, resolve
 from .pipelines_elmo import ElmoQuestionAnsweringPipeline, ElmoTokenClassificationPipeline
 from .sampled_softmax import bilm_loss_sums
 from .task_layers import (
+    SIDE_INPUTS,
     ElmoPairComparison,
     ElmoTaskEncoder,
+    ElmoTaskFeaturesMixin,
     attention_flow,
     init_task_layer,
     pool_words,
@@ -698,10 +696,7 @@ class ElmoForBiLM(ElmoPreTrainedModel):
 # The paper's task models on the biLM: a ScalarMix of its layers (frozen by default), dropout, an optional BiLSTM task
 # encoder with optional word vectors (`task_layers.py`), and a classifier; the options are `ElmoConfig` fields.
 
-_SIDE_INPUTS = ("input_ids", "attention_mask", "elmo_hidden_states", "input_word_ids")
-
-
-class ElmoTaskPreTrainedModel(ElmoPreTrainedModel):
+class ElmoTaskPreTrainedModel(ElmoTaskFeaturesMixin, ElmoPreTrainedModel):
     """Shared machinery of the task heads: the biLM (frozen by default), the task encoder, initialisation."""
 
     has_classifier = True
@@ -728,58 +723,6 @@ class ElmoTaskPreTrainedModel(ElmoPreTrainedModel):
     def _init_weights(self, module: nn.Module):
         if not init_task_layer(module):
             super()._init_weights(module)
-
-    def set_word_vectors(self, vectors: torch.Tensor, words: list[str]):
-        """Loads `vectors` `(V, dim)` for the `V` `words` into a model built with `word_vectors_size=V,
-        word_vectors_dim=dim`; other words get a zero vector."""
-        if self.task_encoder.word_vectors is None:
-            raise ValueError(
-                "This model has no word vectors: build it with word_vectors_size=V and word_vectors_dim=dim, e.g. "
-                "from_pretrained(folder, num_labels=..., word_vectors_size=V, word_vectors_dim=dim)."
-            )
-        self.task_encoder.word_vectors.set_vectors(vectors, words)
-
-    def _task_features(self, input_ids, attention_mask, elmo_hidden_states, input_word_ids):
-        """Word features `(B, T - 2, F)`, the `(B, T)` mask of real positions (boundaries included) and the biLM
-        layers `(B, T, num_layers + 1, 2P)` they were computed from (given as `elmo_hidden_states`, or computed)."""
-        mask = self.elmo.check_inputs(input_ids, attention_mask, input_word_ids, framed=True)
-        if elmo_hidden_states is None:
-            with torch.set_grad_enabled(torch.is_grad_enabled() and not self.config.freeze_elmo):
-                layers = self.elmo(
-                    input_ids, attention_mask=mask, input_word_ids=input_word_ids, output_hidden_states=True
-                ).hidden_states
-            elmo_hidden_states = torch.stack(layers, dim=2)
-        else:
-            check_cached_layers(self.config, elmo_hidden_states, input_ids)
-        return self.task_encoder(input_ids, elmo_hidden_states, mask), mask, elmo_hidden_states
-
-    def _pair_task_features(self, first: dict, second: dict) -> tuple[tuple, tuple]:
-        """`_task_features` of each side of a sentence pair (`first` and `second` hold each side's `_SIDE_INPUTS`):
-        per side, the word features `(B, W, F)`, the `(B, W)` mask of its words and its biLM layers."""
-        check_pair_given(type(self).__name__, second["input_ids"])
-        sides = []
-        for prefix, side in (("", first), (PAIR_PREFIX, second)):
-            try:
-                features, mask, layers = self._task_features(*(side[key] for key in _SIDE_INPUTS))
-            except ValueError as error:
-                if not prefix:
-                    raise
-                raise ValueError(f"the second sentences ({prefix}...): {error}") from None
-            check_pair_side(prefix, mask)
-            sides.append((features, mask[:, 2:], layers))
-        check_pair_rows(sides[0][0].shape[0], sides[1][0].shape[0])
-        return tuple(sides)
-
-    def _hidden_states(self, layers: torch.Tensor, output_hidden_states: bool | None) -> tuple[torch.Tensor, ...]:
-        """The biLM layers as `ElmoModel` returns them, when asked for by the argument or else by the config."""
-        if output_hidden_states is None:
-            output_hidden_states = self.config.output_hidden_states
-        return layers.unbind(dim=2) if output_hidden_states else None
-
-    def _add_l2_penalty(self, loss: torch.Tensor) -> torch.Tensor:
-        if self.config.scalar_mix_l2:
-            loss = loss + self.config.scalar_mix_l2 * self.task_encoder.l2_penalty()
-        return loss
 
 
 class ElmoForSequenceClassification(ElmoTaskPreTrainedModel):
@@ -827,17 +770,13 @@ class ElmoForSequenceClassification(ElmoTaskPreTrainedModel):
             `SequenceClassifierOutput`: `logits` `(B, num_labels)`, with labels the loss (plus the ScalarMix L2
             penalty when `config.scalar_mix_l2 > 0`).
         """
-        first = dict(zip(_SIDE_INPUTS, (input_ids, attention_mask, elmo_hidden_states, input_word_ids)))
+        first = dict(zip(SIDE_INPUTS, (input_ids, attention_mask, elmo_hidden_states, input_word_ids)))
         if self.pair_comparison is not None:
             pair = (pair_input_ids, pair_attention_mask, pair_elmo_hidden_states, pair_input_word_ids)
-            (a, a_mask, layers), (b, b_mask, _) = self._pair_task_features(first, dict(zip(_SIDE_INPUTS, pair)))
+            (a, a_mask, layers), (b, b_mask, _) = self._pair_task_features(first, dict(zip(SIDE_INPUTS, pair)))
             logits = self.classifier(self.pair_comparison(a, a_mask, b, b_mask))
-        elif pair_input_ids is not None:
-            raise ValueError(
-                "pair_input_ids given to a single-sentence classifier: build a pair classifier with "
-                "sentence_pairs=True, e.g. from_pretrained(folder, num_labels=..., sentence_pairs=True)"
-            )
         else:
+            check_pair_given(type(self).__name__, pair_input_ids, reads_pairs=False)
             features, mask, layers = self._task_features(*first.values())
             logits = self.classifier(pool_words(features, mask[:, 2:], self.config.classifier_pooling))
         loss = None
@@ -947,9 +886,9 @@ class ElmoForQuestionAnswering(ElmoTaskPreTrainedModel):
             `QuestionAnsweringModelOutput`: `start_logits` and `end_logits` `(B, Tc)`, with the positions the mean of
             the start and end cross-entropies (plus the ScalarMix L2 penalty).
         """
-        first = dict(zip(_SIDE_INPUTS, (input_ids, attention_mask, elmo_hidden_states, input_word_ids)))
+        first = dict(zip(SIDE_INPUTS, (input_ids, attention_mask, elmo_hidden_states, input_word_ids)))
         pair = (pair_input_ids, pair_attention_mask, pair_elmo_hidden_states, pair_input_word_ids)
-        second = dict(zip(_SIDE_INPUTS, pair))
+        second = dict(zip(SIDE_INPUTS, pair))
         (question, question_mask, layers), (context, context_mask, _) = self._pair_task_features(first, second)
         flow = attention_flow(self.similarity, context, context_mask, question, question_mask)
         modeled = run_lstm(self.modeling, self.dropout(flow), context_mask)

@@ -1,5 +1,6 @@
 """The building blocks of the task heads that are not ELMo's own: the task encoder of the paper's task models (its
-ScalarMixes, an optional BiLSTM, user-supplied word vectors), ESIM's pair comparison and BiDAF's attention flow.
+ScalarMixes, an optional BiLSTM, user-supplied word vectors), ESIM's pair comparison, BiDAF's attention flow, the
+sequence head's loss, and the heads' shared plumbing from inputs to word features (`ElmoTaskFeaturesMixin`).
 
 Each module keeps the attribute names of the heads' saved weights (`task_encoder.*`, `pair_comparison.*`).
 """
@@ -13,8 +14,13 @@ from transformers import initialization as init
 
 from .character_rows import word_keys, words_to_char_ids
 from .configuration_elmo import ElmoConfig
-from .input_checks import check_sequence_labels
+from .batch_encoding_elmo import PAIR_PREFIX
+from .input_checks import check_cached_layers, check_pair_given, check_pair_rows, check_pair_side, check_sequence_labels
 from .scalar_mix import ScalarMix
+
+SIDE_INPUTS = ("input_ids", "attention_mask", "elmo_hidden_states", "input_word_ids")
+"""The inputs of each sentence of a pair, in the order of `ElmoTaskFeaturesMixin._task_features`' arguments."""
+
 
 class ElmoWordVectors(nn.Module):
     """User-supplied context-independent word vectors (e.g. GloVe), looked up from the character ids.
@@ -246,13 +252,73 @@ def attention_flow(similarity: nn.Linear, context, context_mask, question, quest
     return torch.cat([context, attended_question, context * attended_question, context * attended_context], dim=-1)
 
 
+class ElmoTaskFeaturesMixin:
+    """How a task head (`elmo`, `task_encoder`, `config`) turns its inputs into word features: the biLM's layers
+    (given or computed, with its input checks) through the task encoder, for one sentence or each side of a pair."""
+
+    def set_word_vectors(self, vectors: torch.Tensor, words: list[str]):
+        """Loads `vectors` `(V, dim)` for the `V` `words` into a model built with `word_vectors_size=V,
+        word_vectors_dim=dim`; other words get a zero vector."""
+        if self.task_encoder.word_vectors is None:
+            raise ValueError(
+                "This model has no word vectors: build it with word_vectors_size=V and word_vectors_dim=dim, e.g. "
+                "from_pretrained(folder, num_labels=..., word_vectors_size=V, word_vectors_dim=dim)."
+            )
+        self.task_encoder.word_vectors.set_vectors(vectors, words)
+
+    def _task_features(self, input_ids, attention_mask, elmo_hidden_states, input_word_ids):
+        """Word features `(B, T - 2, F)`, the `(B, T)` mask of real positions (boundaries included) and the biLM
+        layers `(B, T, num_layers + 1, 2P)` they were computed from (given as `elmo_hidden_states`, or computed)."""
+        mask = self.elmo.check_inputs(input_ids, attention_mask, input_word_ids, framed=True)
+        if elmo_hidden_states is None:
+            with torch.set_grad_enabled(torch.is_grad_enabled() and not self.config.freeze_elmo):
+                layers = self.elmo(
+                    input_ids, attention_mask=mask, input_word_ids=input_word_ids, output_hidden_states=True
+                ).hidden_states
+            elmo_hidden_states = torch.stack(layers, dim=2)
+        else:
+            check_cached_layers(self.config, elmo_hidden_states, input_ids)
+        return self.task_encoder(input_ids, elmo_hidden_states, mask), mask, elmo_hidden_states
+
+    def _pair_task_features(self, first: dict, second: dict) -> tuple[tuple, tuple]:
+        """`_task_features` of each side of a sentence pair (`first` and `second` hold each side's `SIDE_INPUTS`):
+        per side, the word features `(B, W, F)`, the `(B, W)` mask of its words and its biLM layers."""
+        check_pair_given(type(self).__name__, second["input_ids"], reads_pairs=True)
+        sides = []
+        for prefix, side in (("", first), (PAIR_PREFIX, second)):
+            try:
+                features, mask, layers = self._task_features(*(side[key] for key in SIDE_INPUTS))
+            except ValueError as error:
+                if not prefix:
+                    raise
+                raise ValueError(f"the second sentences ({prefix}...): {error}") from None
+            check_pair_side(prefix, mask)
+            sides.append((features, mask[:, 2:], layers))
+        check_pair_rows(sides[0][0].shape[0], sides[1][0].shape[0])
+        return tuple(sides)
+
+    def _hidden_states(self, layers: torch.Tensor, output_hidden_states: bool | None) -> tuple[torch.Tensor, ...]:
+        """The biLM layers as `ElmoModel` returns them, when asked for by the argument or else by the config."""
+        if output_hidden_states is None:
+            output_hidden_states = self.config.output_hidden_states
+        return layers.unbind(dim=2) if output_hidden_states else None
+
+    def _add_l2_penalty(self, loss: torch.Tensor) -> torch.Tensor:
+        if self.config.scalar_mix_l2:
+            loss = loss + self.config.scalar_mix_l2 * self.task_encoder.l2_penalty()
+        return loss
+
+
 __all__ = [
+    "SIDE_INPUTS",
     "ElmoPairComparison",
     "ElmoTaskEncoder",
+    "ElmoTaskFeaturesMixin",
     "ElmoWordVectors",
     "attention_flow",
     "init_task_layer",
     "masked_softmax",
     "pool_words",
     "run_lstm",
+    "sequence_classification_loss",
 ]
