@@ -13,6 +13,7 @@ import torch
 
 from .character_rows import boundary_rows
 from .configuration_elmo import PROBLEM_TYPES, ElmoConfig
+from .paths import exporting
 
 INTEGER_DTYPES = (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8)
 
@@ -36,12 +37,6 @@ def values_checked() -> bool:
     """Whether the caller has checked the values already (`values_checked_on_host`), or a graph is being exported,
     whose tensors hold no values: the exported graph checks no values."""
     return _VALUES_CHECKED.get() or exporting()
-
-
-def exporting() -> bool:
-    """Whether `torch.export` (also under `torch.onnx.export`) is tracing the model."""
-    # Older PyTorch versions lack torch.compiler.is_exporting.
-    return getattr(torch.compiler, "is_exporting", lambda: False)()
 
 
 def device_option(name: str | None) -> torch.device:

@@ -30,12 +30,11 @@ from .input_checks import (
     check_labels,
     check_pair_given,
     check_token_labels,
-    direction_rows,
     check_warm_state,
-    exporting,
+    direction_rows,
 )
 from .model_io import ElmoLoadingMixin
-from .paths import ElmoPaths, resolve
+from .paths import ElmoPaths, exporting, paths_in_effect
 from .pipelines_elmo import ElmoQuestionAnsweringPipeline, ElmoTokenClassificationPipeline
 from .sampled_softmax import bilm_loss_sums
 from .task_layers import (
@@ -68,21 +67,6 @@ class ElmoModelOutput(ModelOutput):
     last_hidden_state: torch.FloatTensor | None = None
     hidden_states: tuple[torch.FloatTensor, ...] | None = None
     state: ElmoState | None = None
-
-
-_REFERENCE_PATHS = ElmoPaths.reference()
-
-
-def paths_in_effect(config: ElmoConfig, device: torch.device, dtype: torch.dtype, training: bool) -> ElmoPaths:
-    """`config.paths` resolved for a call on `device` with parameters of `dtype` (the autocast dtype under autocast).
-    `torch.export` and `torch.compile` get the reference, whose operations and shapes depend on the input's shapes
-    only."""
-    if exporting() or torch.compiler.is_compiling():
-        return _REFERENCE_PATHS
-    if torch.is_autocast_enabled(device.type):
-        dtype = torch.get_autocast_dtype(device.type)
-    capturing = "cuda_graph" if device.type == "cuda" and torch.cuda.is_current_stream_capturing() else None
-    return resolve(ElmoPaths.from_value(config.paths), device, dtype, training, capturing)
 
 
 class ElmoDropout(nn.Dropout):
@@ -588,12 +572,6 @@ class ElmoForBiLM(ElmoPreTrainedModel):
         else:
             super()._init_weights(module)
 
-    def get_input_embeddings(self) -> nn.Module:
-        return self.elmo.get_input_embeddings()
-
-    def set_input_embeddings(self, value: nn.Module):
-        self.elmo.set_input_embeddings(value)
-
     def uses_sampled_softmax(self) -> bool:
         """Whether a training-mode forward uses the sampled softmax (else the full one)."""
         return 0 < self.config.num_softmax_samples < self.config.vocab_size
@@ -692,10 +670,8 @@ class ElmoForBiLM(ElmoPreTrainedModel):
         )
 
 
-
 # The paper's task models on the biLM: a ScalarMix of its layers (frozen by default), dropout, an optional BiLSTM task
 # encoder with optional word vectors (`task_layers.py`), and a classifier; the options are `ElmoConfig` fields.
-
 class ElmoTaskPreTrainedModel(ElmoTaskFeaturesMixin, ElmoPreTrainedModel):
     """Shared machinery of the task heads: the biLM (frozen by default), the task encoder, initialisation."""
 
@@ -709,26 +685,14 @@ class ElmoTaskPreTrainedModel(ElmoTaskFeaturesMixin, ElmoPreTrainedModel):
         self.task_encoder = ElmoTaskEncoder(config)
         self._freeze_elmo()
 
-    def _freeze_elmo(self):
-        if self.config.freeze_elmo:  # a fixed feature extractor: no gradients, no dropout
-            self.elmo.requires_grad_(False)
-            self.elmo.eval()
-
-    def train(self, mode: bool = True):
-        super().train(mode)
-        # Also here: `from_pretrained` replaces loaded parameters with new trainable ones, then calls `eval()`.
-        self._freeze_elmo()
-        return self
-
     def _init_weights(self, module: nn.Module):
         if not init_task_layer(module):
             super()._init_weights(module)
 
 
 class ElmoForSequenceClassification(ElmoTaskPreTrainedModel):
-    """ELMo sentence classifier / regressor: task features pooled over the words, then a linear layer; the loss
-    follows `config.problem_type` as in transformers. With `config.sentence_pairs` it classifies sentence pairs
-    (SNLI): each sentence through the biLM and the task encoder on its own, then ESIM's comparison."""
+    """ELMo sentence classifier / regressor: task features pooled over the words, then a linear layer (loss by
+    `config.problem_type`); with `config.sentence_pairs` each sentence of a pair on its own, then ESIM's comparison."""
 
     def __init__(self, config: ElmoConfig):
         super().__init__(config)
@@ -758,17 +722,13 @@ class ElmoForSequenceClassification(ElmoTaskPreTrainedModel):
         r"""
         Args:
             input_ids (`(B, T, 50)`), attention_mask (`(B, T)`), input_word_ids (`(B, T)`): as for `ElmoModel`.
-            labels (*optional*): `(B,)` class ids (single-label), `(B, num_labels)` 0/1 (multi-label) or `(B,)` /
-                `(B, num_labels)` floats (regression).
-            elmo_hidden_states (`(B, T, num_layers + 1, 2P)`, *optional*): precomputed biLM layers (see
-                `hf_elmo.data_elmo.ElmoLayerCache`); the biLM is not run when given.
+            labels (*optional*): `(B,)` class ids (single-label), `(B, num_labels)` 0/1 (multi-label) or floats of
+                either shape (regression).
+            elmo_hidden_states (`(B, T, num_layers + 1, 2P)`, *optional*): precomputed biLM layers
+                (`data_elmo.ElmoLayerCache`); the biLM is not run when given.
             output_hidden_states (*optional*): also return the biLM's layers (of the first sentences of pairs).
-            pair_input_ids, pair_attention_mask, pair_elmo_hidden_states, pair_input_word_ids (*optional*): the
-                second sentences of pairs (`tokenizer(text, text_pair)`), for a pair classifier only.
-
-        Returns:
-            `SequenceClassifierOutput`: `logits` `(B, num_labels)`, with labels the loss (plus the ScalarMix L2
-            penalty when `config.scalar_mix_l2 > 0`).
+            pair_*: the second sentences of pairs (`tokenizer(text, text_pair)`), for a pair classifier only.
+        Returns `logits` `(B, num_labels)`, with labels the loss (plus the ScalarMix L2 penalty).
         """
         first = dict(zip(SIDE_INPUTS, (input_ids, attention_mask, elmo_hidden_states, input_word_ids)))
         if self.pair_comparison is not None:
@@ -787,8 +747,7 @@ class ElmoForSequenceClassification(ElmoTaskPreTrainedModel):
 
 
 class ElmoForTokenClassification(ElmoTaskPreTrainedModel):
-    """ELMo tagger: `logits` `(B, T, num_labels)` over the input positions like every transformers token classifier,
-    one prediction per word at its position; `<S>`, `</S>` and padding get 0 and must be labelled -100."""
+    """ELMo tagger: `logits` `(B, T, num_labels)`, one per word at its position, 0 at `<S>`, `</S>` and padding."""
 
     # `pipeline("token-classification", model=<saved folder or repo>, trust_remote_code=True)` uses this pipeline,
     # which reads 3-D character ids, instead of the built-in one (see `model_io.name_pipeline`).
@@ -812,14 +771,9 @@ class ElmoForTokenClassification(ElmoTaskPreTrainedModel):
     ) -> TokenClassifierOutput:
         r"""
         Args:
-            input_ids, attention_mask, elmo_hidden_states, input_word_ids, output_hidden_states: as for
-                `ElmoForSequenceClassification`.
-            labels (`(B, T)`, *optional*): class id of the word at each position, -100 at `<S>`, `</S>`, padding (and
-                words to ignore).
-
-        Returns:
-            `TokenClassifierOutput`: `logits` `(B, T, num_labels)`, with labels the mean cross-entropy over the
-            labelled positions (plus the ScalarMix L2 penalty); NaN for a batch without any, as BERT's.
+            input_ids, attention_mask, elmo_hidden_states, input_word_ids, output_hidden_states: as for the other heads.
+            labels (`(B, T)`, *optional*): each word's class id at its position, -100 at `<S>`, `</S>` and padding.
+        Returns `logits`, with labels their mean cross-entropy (plus the ScalarMix L2 penalty; NaN without any).
         """
         features, mask, layers = self._task_features(input_ids, attention_mask, elmo_hidden_states, input_word_ids)
         logits = F.pad(self.classifier(features) * mask[:, 2:, None], (0, 0, 1, 1))
@@ -832,14 +786,10 @@ class ElmoForTokenClassification(ElmoTaskPreTrainedModel):
 
 
 class ElmoForQuestionAnswering(ElmoTaskPreTrainedModel):
-    """ELMo answer spans in the manner of BiDAF (Seo et al. 2017): the question (`input_ids`) and the context
-    (`pair_input_ids`) each through the biLM and the task encoder, then BiDAF's attention flow, two modelling BiLSTMs
-    (`task_encoder_hidden_size` units, else `projection_dim`), and start and end logits.
-
-    Logits are `(B, Tc)` over the positions of `pair_input_ids`: context word `j` at `j + 1`; position 0 is the empty
-    answer (SQuAD 2.0, as BERT's `[CLS]`); `</S>` and padding get the dtype's lowest value. `start_positions` and
-    `end_positions` are in the same frame. `ElmoQuestionAnsweringPipeline` decodes spans, long contexts in windows.
-    """
+    """ELMo answer spans as BiDAF's (Seo et al. 2017): question (`input_ids`) and context (`pair_input_ids`) each
+    through the biLM and the task encoder, attention flow, two modelling BiLSTMs, start and end logits `(B, Tc)` over
+    the positions of `pair_input_ids` (word `j` at `j + 1`, 0 the empty answer as BERT's `[CLS]`, `</S>` and padding
+    the dtype's lowest value). `ElmoQuestionAnsweringPipeline` decodes spans."""
 
     # As for the tagger: the built-in pipeline reads one id per token (see `model_io.name_pipeline`).
     pipeline_class = ElmoQuestionAnsweringPipeline
@@ -876,15 +826,10 @@ class ElmoForQuestionAnswering(ElmoTaskPreTrainedModel):
         r"""
         Args:
             input_ids, attention_mask, elmo_hidden_states, input_word_ids: the questions, as for the other heads.
-            pair_input_ids, pair_attention_mask, pair_elmo_hidden_states, pair_input_word_ids: the contexts
-                (`tokenizer(questions, contexts)` gives both).
+            pair_*: the contexts (`tokenizer(questions, contexts)` gives both).
             start_positions, end_positions (`(B,)`, *optional*): the answer's first and last word as positions of
                 `pair_input_ids`, 0 for no answer.
-            output_hidden_states (*optional*): also return the questions' biLM layers.
-
-        Returns:
-            `QuestionAnsweringModelOutput`: `start_logits` and `end_logits` `(B, Tc)`, with the positions the mean of
-            the start and end cross-entropies (plus the ScalarMix L2 penalty).
+        Returns the logits, with positions the mean of both cross-entropies (plus the ScalarMix L2 penalty).
         """
         first = dict(zip(SIDE_INPUTS, (input_ids, attention_mask, elmo_hidden_states, input_word_ids)))
         pair = (pair_input_ids, pair_attention_mask, pair_elmo_hidden_states, pair_input_word_ids)

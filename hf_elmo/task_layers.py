@@ -254,7 +254,19 @@ def attention_flow(similarity: nn.Linear, context, context_mask, question, quest
 
 class ElmoTaskFeaturesMixin:
     """How a task head (`elmo`, `task_encoder`, `config`) turns its inputs into word features: the biLM's layers
-    (given or computed, with its input checks) through the task encoder, for one sentence or each side of a pair."""
+    (given or computed, with its input checks; frozen with `freeze_elmo`) through the task encoder, for one sentence
+    or each side of a pair."""
+
+    def _freeze_elmo(self):
+        if self.config.freeze_elmo:  # a fixed feature extractor: no gradients, no dropout
+            self.elmo.requires_grad_(False)
+            self.elmo.eval()
+
+    def train(self, mode: bool = True):
+        super().train(mode)
+        # Also here: `from_pretrained` replaces loaded parameters with new trainable ones, then calls `eval()`.
+        self._freeze_elmo()
+        return self
 
     def set_word_vectors(self, vectors: torch.Tensor, words: list[str]):
         """Loads `vectors` `(V, dim)` for the `V` `words` into a model built with `word_vectors_size=V,
