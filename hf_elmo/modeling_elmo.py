@@ -11,7 +11,6 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.utils.checkpoint import checkpoint
 from transformers import PreTrainedModel
 from transformers import initialization as init
 from transformers.modeling_outputs import QuestionAnsweringModelOutput, SequenceClassifierOutput, TokenClassifierOutput
@@ -33,7 +32,7 @@ from .input_checks import (
     check_warm_state,
     direction_rows,
 )
-from .model_io import ElmoLoadingMixin
+from .model_io import ElmoPreTrainedMixin
 from .paths import ElmoPaths, exporting, paths_in_effect
 from .pipelines_elmo import ElmoQuestionAnsweringPipeline, ElmoTokenClassificationPipeline
 from .sampled_softmax import bilm_loss_sums
@@ -221,17 +220,12 @@ class ElmoBiLstm(nn.Module):
         """`(B, T, P)` embeddings, `(B, T)` right-padded mask -> `num_layers` outputs `(B, T, 2P)` (0 at padding) and
         the final state. `split_directions`: each stack reads its half of the rows (see `ElmoModel.forward`)."""
         rows = direction_rows(token_embeddings.shape[0], split_directions)
-        hidden, memory = state
-        projection_dim, cell_dim = hidden.shape[-1] // 2, memory.shape[-1] // 2
         if split_directions:
             inputs, masks = [token_embeddings[r] for r in rows], [mask[r] for r in rows]
         else:  # the same tensors, which the sorted path then sorts and lays out once
             inputs, masks = [token_embeddings] * 2, [mask] * 2
-        states = [
-            (hidden[:, r, k * projection_dim : (k + 1) * projection_dim],
-             memory[:, r, k * cell_dim : (k + 1) * cell_dim])
-            for k, r in enumerate(rows)
-        ]  # fmt: skip
+        hidden, memory = (t.chunk(2, dim=-1) for t in state)  # [forward | backward] halves
+        states = [(hidden[k][:, r], memory[k][:, r]) for k, r in enumerate(rows)]
         outputs, finals = self.directions_forward(inputs, masks, states)
         layer_outputs = [_join_directions(forward, backward, split_directions) for forward, backward in outputs]
         # In the state's dtype, also under autocast, so that it can be passed back.
@@ -289,36 +283,18 @@ def _call(function, *args):
     return function(*args)
 
 
-class ElmoPreTrainedModel(ElmoLoadingMixin, PreTrainedModel):
+class ElmoPreTrainedModel(ElmoPreTrainedMixin, PreTrainedModel):
     config_class = ElmoConfig
     config: ElmoConfig
     base_model_prefix = "elmo"
     main_input_name = "input_ids"
     _no_split_modules = ["ElmoBiLstm"]
     _is_stateful = True
-    supports_gradient_checkpointing = True  # `ElmoModel._forward_checked`
+    supports_gradient_checkpointing = True  # `ElmoModel._forward_checked`, non-reentrant only
     # A pre-training checkpoint (`ElmoForBiLM`) holds the word softmax, which other heads leave out on purpose; a
     # warm start state is left out when loading with `warm_state=False`.
     _keys_to_ignore_on_load_unexpected = [r"^softmax\.", r"warm_(hidden|memory)$"]
     has_classifier = False
-
-    def _set_gradient_checkpointing(self, enable=True, gradient_checkpointing_func=checkpoint, every_n_layers=1):
-        if enable and getattr(gradient_checkpointing_func, "keywords", {}).get("use_reentrant"):
-            # Reentrant checkpoints pass gradients only to inputs that take them, and character ids never do: the
-            # biLM would silently get none.
-            raise ValueError(
-                f"{type(self).__name__} supports gradient checkpointing with use_reentrant=False only (the default); "
-                "got gradient_checkpointing_kwargs with use_reentrant=True."
-            )
-        super()._set_gradient_checkpointing(enable, gradient_checkpointing_func, every_n_layers)
-
-    def resize_token_embeddings(self, *args, **kwargs):
-        # transformers would put a plain `nn.Embedding` in its place, whose rows are off by one (see
-        # `ElmoCharacterEmbedding`): every character read as another.
-        raise NotImplementedError(
-            f"{type(self).__name__} has no token embeddings to resize: it reads every word by its characters, whose "
-            "ids the tokenizer fixes (ElmoTokenizer adds no tokens)."
-        )
 
     @torch.no_grad()
     def _init_weights(self, module: nn.Module):
@@ -383,18 +359,13 @@ class ElmoModel(ElmoPreTrainedModel):
 
     @property
     def warm_state(self) -> ElmoState | None:
-        """The warm start state `(hidden (num_layers, 2P), memory (num_layers, 2D))` every row starts from when no
-        `state=` is passed, or `None` (rows start from zeros)."""
+        """The warm start state `((num_layers, 2P), (num_layers, 2D))` rows start from, or `None` (zeros)."""
         return (self.warm_hidden, self.warm_memory) if self.config.warm_state else None
 
     @torch.no_grad()
     def set_warm_state(self, state: ElmoState | None):
-        """Make `state` the start state of every row whenever no `state=` is passed; `None` removes it.
-
-        `state` is `(hidden, memory)` of shapes `(num_layers, 2P)` and `(num_layers, 2D)` (or the state of one row,
-        `(num_layers, 1, 2P)` / `(num_layers, 1, 2D)`, as `use_cache=True` returns it). It is stored with the weights
-        (`save_pretrained`) and sets `config.warm_state`.
-        """
+        """Make `state`, `((num_layers, 2P), (num_layers, 2D))` or one row's `use_cache=True` state, the start of every
+        row when no `state=` is passed (saved with the weights, `config.warm_state`); `None` removes it."""
         if state is None:
             if self.config.warm_state:
                 del self.warm_hidden, self.warm_memory
@@ -412,8 +383,7 @@ class ElmoModel(ElmoPreTrainedModel):
 
     @property
     def paths(self) -> ElmoPaths:
-        """The paths that run on the model's device and dtype in its current mode (`config.paths` resolved):
-        `print(model.paths)`."""
+        """The paths that run on the model's device and dtype in its current mode: `print(model.paths)`."""
         return paths_in_effect(self.config, self.device, self.dtype, self.training)
 
     def get_input_embeddings(self) -> ElmoCharacterEmbedding:
@@ -425,8 +395,7 @@ class ElmoModel(ElmoPreTrainedModel):
     def initial_state(
         self, batch_size: int, dtype: torch.dtype = None, device: torch.device = None, warm: bool = True
     ) -> ElmoState:
-        """The state every row starts from when `state` is not given: the warm start state when the model has one
-        (and `warm`), else zeros."""
+        """The state rows start from when `state` is not given: the warm start state (if any and `warm`), else zeros."""
         config = self.config
         dtype = dtype or self.dtype
         device = device or self.device
@@ -443,9 +412,8 @@ class ElmoModel(ElmoPreTrainedModel):
     def check_inputs(
         self, input_ids, attention_mask=None, input_word_ids=None, state=None, framed: bool = False
     ) -> torch.BoolTensor:
-        """Validates inputs for this model (`input_checks.check_inputs`, a one-line `ValueError` naming the problem)
-        and returns the `(B, T)` mask of real positions. `framed`: also require the `<S>`/`</S>` rows around every
-        sentence, as the task heads do."""
+        """`input_checks.check_inputs` for this model -> the `(B, T)` mask of real positions; `framed`: also require
+        the `<S>`/`</S>` rows around every sentence, as the task heads do."""
         return check_inputs(self.config, input_ids, attention_mask, input_word_ids, state, self.dtype, framed)
 
     @can_return_tuple
@@ -542,8 +510,7 @@ class ElmoForBiLM(ElmoPreTrainedModel):
     """The ELMo biLM with its word softmax shared by both directions' LMs, for pre-training and domain adaptation.
     `ElmoModel.from_pretrained` of a saved `ElmoForBiLM` loads the biLM without the softmax."""
 
-    # The loss is normalised by Trainer's `num_items_in_batch` (target words over the accumulated batch on all
-    # processes), which makes gradient accumulation and multi-process training exact token-weighted means.
+    # Normalised by Trainer's `num_items_in_batch`: accumulated and multi-process steps are exact per-word means.
     accepts_loss_kwargs = True
 
     def __init__(self, config: ElmoConfig):
@@ -585,9 +552,8 @@ class ElmoForBiLM(ElmoPreTrainedModel):
         return self.config.training_step_flops(*inputs["input_ids"].shape[:2], softmax_words, split_directions)
 
     def check_batch(self, input_ids, attention_mask=None, labels=None, **unused) -> None:
-        """Checks a batch as `forward` would (a one-line `ValueError` naming the problem), e.g. on the host before it
-        moves to a GPU, where `forward` can then skip the checks of values (`input_checks.values_checked_on_host`).
-        Other entries of a batch dict are ignored."""
+        """Checks a batch as `forward` would, e.g. on the host before it moves to a GPU, where `forward` can then skip
+        the checks of values (`input_checks.values_checked_on_host`); other entries of a batch dict are ignored."""
         check_bilm_batch(self.config, input_ids, attention_mask, labels)
 
     def _loss_sums(self, top: torch.Tensor, labels: torch.Tensor, split_directions: bool = False):
@@ -627,8 +593,7 @@ class ElmoForBiLM(ElmoPreTrainedModel):
             num_items_in_batch (*optional*): the number of targets to divide the summed loss by (from `Trainer`).
         """
         if labels is not None and isinstance(input_ids, torch.Tensor):
-            # Before the model runs. On a GPU the check makes the host wait for the device; `hf-elmo train` checks
-            # each batch on the host instead (`train_bilm.HostCheckedCollator`, `input_checks.values_checked_on_host`).
+            # On a GPU this waits for the device; `hf-elmo train` checks on the host (`values_checked_on_host`).
             check_labels(self.config, labels, input_ids.shape[:2], split_directions)
         captured = None
         # Captured: a step from the start state, or one from a given state that returns its final one (streams).
