@@ -37,12 +37,11 @@ from .paths import ElmoPaths, exporting, paths_in_effect
 from .pipelines_elmo import ElmoQuestionAnsweringPipeline, ElmoTokenClassificationPipeline
 from .sampled_softmax import bilm_loss_sums
 from .task_layers import (
-    SIDE_INPUTS,
+    answer_position_logits,
     ElmoPairComparison,
     ElmoTaskEncoder,
     ElmoTaskFeaturesMixin,
     attention_flow,
-    init_task_layer,
     pool_words,
     run_lstm,
     sequence_classification_loss,
@@ -595,12 +594,10 @@ class ElmoForBiLM(ElmoPreTrainedModel):
         if labels is not None and isinstance(input_ids, torch.Tensor):
             # On a GPU this waits for the device; `hf-elmo train` checks on the host (`values_checked_on_host`).
             check_labels(self.config, labels, input_ids.shape[:2], split_directions)
-        captured = None
-        # Captured: a step from the start state, or one from a given state that returns its final one (streams).
-        carried = bool(use_cache) == (state is not None) and not (return_logits or output_hidden_states)
-        if self.training and labels is not None and carried and isinstance(input_ids, torch.Tensor):
-            paths = paths_in_effect(self.config, input_ids.device, self.dtype, True)
-            captured = captured_training_step(self, input_ids, attention_mask, labels, state, split_directions, paths)
+        extra_outputs = return_logits or output_hidden_states
+        captured = captured_training_step(
+            self, input_ids, attention_mask, labels, state, use_cache, split_directions, extra_outputs
+        )
         if captured is not None:
             sums, counts, *final_state = captured
             outputs = ElmoModelOutput(state=tuple(final_state) or None)
@@ -638,7 +635,7 @@ class ElmoForBiLM(ElmoPreTrainedModel):
 # The paper's task models on the biLM: a ScalarMix of its layers (frozen by default), dropout, an optional BiLSTM task
 # encoder with optional word vectors (`task_layers.py`), and a classifier; the options are `ElmoConfig` fields.
 class ElmoTaskPreTrainedModel(ElmoTaskFeaturesMixin, ElmoPreTrainedModel):
-    """Shared machinery of the task heads: the biLM (frozen by default), the task encoder, initialisation."""
+    """Shared machinery of the task heads: the biLM (frozen by default) and the task encoder."""
 
     has_classifier = True
 
@@ -649,10 +646,6 @@ class ElmoTaskPreTrainedModel(ElmoTaskFeaturesMixin, ElmoPreTrainedModel):
         self.elmo = ElmoModel(config)
         self.task_encoder = ElmoTaskEncoder(config)
         self._freeze_elmo()
-
-    def _init_weights(self, module: nn.Module):
-        if not init_task_layer(module):
-            super()._init_weights(module)
 
 
 class ElmoForSequenceClassification(ElmoTaskPreTrainedModel):
@@ -695,14 +688,14 @@ class ElmoForSequenceClassification(ElmoTaskPreTrainedModel):
             pair_*: the second sentences of pairs (`tokenizer(text, text_pair)`), for a pair classifier only.
         Returns `logits` `(B, num_labels)`, with labels the loss (plus the ScalarMix L2 penalty).
         """
-        first = dict(zip(SIDE_INPUTS, (input_ids, attention_mask, elmo_hidden_states, input_word_ids)))
+        first = (input_ids, attention_mask, elmo_hidden_states, input_word_ids)
         if self.pair_comparison is not None:
-            pair = (pair_input_ids, pair_attention_mask, pair_elmo_hidden_states, pair_input_word_ids)
-            (a, a_mask, layers), (b, b_mask, _) = self._pair_task_features(first, dict(zip(SIDE_INPUTS, pair)))
+            second = (pair_input_ids, pair_attention_mask, pair_elmo_hidden_states, pair_input_word_ids)
+            (a, a_mask, layers), (b, b_mask, _) = self._pair_task_features(first, second)
             logits = self.classifier(self.pair_comparison(a, a_mask, b, b_mask))
         else:
             check_pair_given(type(self).__name__, pair_input_ids, reads_pairs=False)
-            features, mask, layers = self._task_features(*first.values())
+            features, mask, layers = self._task_features(*first)
             logits = self.classifier(pool_words(features, mask[:, 2:], self.config.classifier_pooling))
         loss = None
         if labels is not None:
@@ -796,9 +789,8 @@ class ElmoForQuestionAnswering(ElmoTaskPreTrainedModel):
                 `pair_input_ids`, 0 for no answer.
         Returns the logits, with positions the mean of both cross-entropies (plus the ScalarMix L2 penalty).
         """
-        first = dict(zip(SIDE_INPUTS, (input_ids, attention_mask, elmo_hidden_states, input_word_ids)))
-        pair = (pair_input_ids, pair_attention_mask, pair_elmo_hidden_states, pair_input_word_ids)
-        second = dict(zip(SIDE_INPUTS, pair))
+        first = (input_ids, attention_mask, elmo_hidden_states, input_word_ids)
+        second = (pair_input_ids, pair_attention_mask, pair_elmo_hidden_states, pair_input_word_ids)
         (question, question_mask, layers), (context, context_mask, _) = self._pair_task_features(first, second)
         flow = attention_flow(self.similarity, context, context_mask, question, question_mask)
         modeled = run_lstm(self.modeling, self.dropout(flow), context_mask)
@@ -807,13 +799,8 @@ class ElmoForQuestionAnswering(ElmoTaskPreTrainedModel):
         end_features = self.dropout(torch.cat([flow, end_modeled], dim=-1))
         lowest = torch.finfo(flow.dtype).min
         no_answer = self.no_answer_output(start_features.masked_fill(~context_mask[..., None], lowest).amax(dim=1))
-        logits = []
-        outputs = ((self.start_output, start_features), (self.end_output, end_features))
-        for index, (output, features) in enumerate(outputs):
-            word_logits = output(features)[..., 0].masked_fill(~context_mask, lowest)
-            end_boundary = word_logits.new_full((word_logits.shape[0], 1), lowest)
-            logits.append(torch.cat([no_answer[:, index : index + 1], word_logits, end_boundary], dim=1))
-        start_logits, end_logits = logits
+        start_logits = answer_position_logits(self.start_output(start_features), no_answer[:, 0], context_mask, lowest)
+        end_logits = answer_position_logits(self.end_output(end_features), no_answer[:, 1], context_mask, lowest)
         check_answer_positions(start_positions, end_positions, context_mask)
         loss = None
         if start_positions is not None:

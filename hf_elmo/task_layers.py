@@ -18,9 +18,6 @@ from .batch_encoding_elmo import PAIR_PREFIX
 from .input_checks import check_cached_layers, check_pair_given, check_pair_rows, check_pair_side, check_sequence_labels
 from .scalar_mix import ScalarMix
 
-SIDE_INPUTS = ("input_ids", "attention_mask", "elmo_hidden_states", "input_word_ids")
-"""The inputs of each sentence of a pair, in the order of `ElmoTaskFeaturesMixin._task_features`' arguments."""
-
 
 class ElmoWordVectors(nn.Module):
     """User-supplied context-independent word vectors (e.g. GloVe), looked up from the character ids.
@@ -252,6 +249,13 @@ def attention_flow(similarity: nn.Linear, context, context_mask, question, quest
     return torch.cat([context, attended_question, context * attended_question, context * attended_context], dim=-1)
 
 
+def answer_position_logits(word_logits, no_answer, context_mask, lowest: float) -> torch.Tensor:
+    """`(B, Wc, 1)` logits of the context words and `(B,)` of the empty answer -> `(B, Wc + 2)` logits over the
+    positions of `pair_input_ids`: the empty answer at 0, word `j` at `j + 1`, `lowest` at padding and `</S>`."""
+    word_logits = word_logits[..., 0].masked_fill(~context_mask, lowest)
+    end_boundary = word_logits.new_full((word_logits.shape[0], 1), lowest)
+    return torch.cat([no_answer[:, None], word_logits, end_boundary], dim=1)
+
 class ElmoTaskFeaturesMixin:
     """How a task head (`elmo`, `task_encoder`, `config`) turns its inputs into word features: the biLM's layers
     (given or computed, with its input checks; frozen with `freeze_elmo`) through the task encoder, for one sentence
@@ -267,6 +271,10 @@ class ElmoTaskFeaturesMixin:
         # Also here: `from_pretrained` replaces loaded parameters with new trainable ones, then calls `eval()`.
         self._freeze_elmo()
         return self
+
+    def _init_weights(self, module: nn.Module):
+        if not init_task_layer(module):
+            super()._init_weights(module)
 
     def set_word_vectors(self, vectors: torch.Tensor, words: list[str]):
         """Loads `vectors` `(V, dim)` for the `V` `words` into a model built with `word_vectors_size=V,
@@ -292,14 +300,14 @@ class ElmoTaskFeaturesMixin:
             check_cached_layers(self.config, elmo_hidden_states, input_ids)
         return self.task_encoder(input_ids, elmo_hidden_states, mask), mask, elmo_hidden_states
 
-    def _pair_task_features(self, first: dict, second: dict) -> tuple[tuple, tuple]:
-        """`_task_features` of each side of a sentence pair (`first` and `second` hold each side's `SIDE_INPUTS`):
+    def _pair_task_features(self, first: tuple, second: tuple) -> tuple[tuple, tuple]:
+        """`_task_features` of each side of a sentence pair (`first` and `second` each its `_task_features` arguments):
         per side, the word features `(B, W, F)`, the `(B, W)` mask of its words and its biLM layers."""
-        check_pair_given(type(self).__name__, second["input_ids"], reads_pairs=True)
+        check_pair_given(type(self).__name__, second[0], reads_pairs=True)
         sides = []
         for prefix, side in (("", first), (PAIR_PREFIX, second)):
             try:
-                features, mask, layers = self._task_features(*(side[key] for key in SIDE_INPUTS))
+                features, mask, layers = self._task_features(*side)
             except ValueError as error:
                 if not prefix:
                     raise
@@ -322,11 +330,11 @@ class ElmoTaskFeaturesMixin:
 
 
 __all__ = [
-    "SIDE_INPUTS",
     "ElmoPairComparison",
     "ElmoTaskEncoder",
     "ElmoTaskFeaturesMixin",
     "ElmoWordVectors",
+    "answer_position_logits",
     "attention_flow",
     "init_task_layer",
     "masked_softmax",
