@@ -220,6 +220,15 @@ def check_pair_rows(rows: int, pair_rows: int):
         raise ValueError(f"input_ids has {rows} rows but pair_input_ids has {pair_rows}: each sentence needs its pair")
 
 
+def check_softmax_vocabulary(config: ElmoConfig):
+    """`ElmoForBiLM` needs words for its softmax."""
+    if config.vocab_size < 1:
+        raise ValueError(
+            "ElmoForBiLM needs config.vocab_size >= 1 (the words of its softmax), got "
+            f"{config.vocab_size}; set it to the size of the word vocabulary."
+        )
+
+
 def check_bilm_batch(config: ElmoConfig, input_ids, attention_mask=None, labels=None) -> None:
     """`check_inputs` and `check_labels` of a biLM batch, as `ElmoForBiLM.forward` runs them."""
     check_inputs(config, input_ids, attention_mask)

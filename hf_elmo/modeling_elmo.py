@@ -28,6 +28,7 @@ from .input_checks import (
     check_inputs,
     check_labels,
     check_pair_given,
+    check_softmax_vocabulary,
     check_token_labels,
     check_warm_state,
     direction_rows,
@@ -37,10 +38,10 @@ from .paths import ElmoPaths, exporting, paths_in_effect
 from .pipelines_elmo import ElmoQuestionAnsweringPipeline, ElmoTokenClassificationPipeline
 from .sampled_softmax import bilm_loss_sums
 from .task_layers import (
-    answer_position_logits,
     ElmoPairComparison,
     ElmoTaskEncoder,
     ElmoTaskFeaturesMixin,
+    answer_position_logits,
     attention_flow,
     pool_words,
     run_lstm,
@@ -164,8 +165,7 @@ class ElmoLstmLayer(nn.Module):
         self, inputs: torch.Tensor, mask: torch.BoolTensor, hidden: torch.Tensor, memory: torch.Tensor, reverse: bool
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """`(B, T, P)` inputs, `(B, T)` mask, `(B, P)` and `(B, D)` state -> `(B, T, P)` outputs (0 at padding) and the
-        final `(B, P)`, `(B, D)` state. Every row steps through every position (from the last down to 0 with
-        `reverse`), its state changing only at its real positions."""
+        final state; every row steps through every position (backwards with `reverse`), changing at real ones only."""
         gate_inputs = self.input_linearity(inputs)
         if self.forget_bias:  # TensorFlow's LSTMCell adds it at run time
             gate_inputs[..., self.cell_dim : 2 * self.cell_dim] += self.forget_bias
@@ -278,10 +278,6 @@ def _join_states(forward: torch.Tensor, backward: torch.Tensor, start: torch.Ten
     )
 
 
-def _call(function, *args):
-    return function(*args)
-
-
 class ElmoPreTrainedModel(ElmoPreTrainedMixin, PreTrainedModel):
     config_class = ElmoConfig
     config: ElmoConfig
@@ -370,15 +366,14 @@ class ElmoModel(ElmoPreTrainedModel):
                 del self.warm_hidden, self.warm_memory
             self.config.warm_state = False
             return
-        config = self.config
-        expected = check_warm_state(config, state)
+        expected = check_warm_state(self.config, state)
         hidden, memory = (t.detach().to(self.device, self.dtype).reshape(shape) for t, shape in zip(state, expected))
-        if config.warm_state:
+        if self.config.warm_state:
             self.warm_hidden.copy_(hidden)
             self.warm_memory.copy_(memory)
         else:
             self._register_warm_state(hidden.clone(), memory.clone())
-        config.warm_state = True
+        self.config.warm_state = True
 
     @property
     def paths(self) -> ElmoPaths:
@@ -391,13 +386,9 @@ class ElmoModel(ElmoPreTrainedModel):
     def set_input_embeddings(self, value: nn.Module):
         self.char_encoder.char_embedding = value
 
-    def initial_state(
-        self, batch_size: int, dtype: torch.dtype = None, device: torch.device = None, warm: bool = True
-    ) -> ElmoState:
+    def initial_state(self, batch_size: int, dtype=None, device=None, warm: bool = True) -> ElmoState:
         """The state rows start from when `state` is not given: the warm start state (if any and `warm`), else zeros."""
-        config = self.config
-        dtype = dtype or self.dtype
-        device = device or self.device
+        config, dtype, device = self.config, dtype or self.dtype, device or self.device
         if warm and config.warm_state:
             return tuple(
                 t.to(device=device, dtype=dtype)[:, None].expand(-1, batch_size, -1).contiguous()
@@ -433,8 +424,7 @@ class ElmoModel(ElmoPreTrainedModel):
             attention_mask (`(B, T)`, *optional*): 1 at real positions, padding on the right; derived when omitted.
             state (`ElmoState`, *optional*): `out.state` of a call on as many rows, row `k` continuing row `k`'s;
                 otherwise every row starts from the warm start state, else zeros, independent of everything else.
-            use_cache (*optional*): return the final `state`.
-            output_hidden_states (*optional*): return all `num_layers + 1` layers.
+            use_cache, output_hidden_states (*optional*): return the final `state`; all `num_layers + 1` layers.
             input_word_ids (`(B, T)`, *optional*): word ids, for (and only for) models with `input_word_dim > 0`.
             split_directions (defaults to `False`): the forward LM reads rows `0..B/2-1` only, the backward LM rows
                 `B/2..B-1` (continuous streams, `streams_bilm.py`): rows hold `[forward | 0]` or `[0 | backward]`,
@@ -450,14 +440,12 @@ class ElmoModel(ElmoPreTrainedModel):
     def _forward_checked(
         self, input_ids, mask, state, use_cache, output_hidden_states, input_word_ids=None, split_directions=False
     ) -> ElmoModelOutput:
-        """`forward` after `check_inputs`: no host synchronisation on a GPU beyond the character CNN's (none while
-        a CUDA graph is being captured)."""
+        """`forward` after `check_inputs`: on a GPU no host synchronisation beyond the character CNN's (none in a
+        captured graph)."""
         direction_rows(input_ids.shape[0], split_directions)  # an odd batch fails before any work
         word_ids = input_word_ids.long() if input_word_ids is not None else None
-        if self.gradient_checkpointing and self.training and torch.is_grad_enabled():
-            run = self._gradient_checkpointing_func
-        else:
-            run = _call
+        checkpointed = self.gradient_checkpointing and self.training and torch.is_grad_enabled()
+        run = self._gradient_checkpointing_func if checkpointed else nn.Module.__call__
         token_embeddings = run(self.char_encoder, input_ids.long(), word_ids)
         if state is None:
             # The model's dtype, not the embeddings' (bfloat16 under autocast): the state can then be passed back.
@@ -514,11 +502,7 @@ class ElmoForBiLM(ElmoPreTrainedModel):
 
     def __init__(self, config: ElmoConfig):
         super().__init__(config)
-        if config.vocab_size < 1:
-            raise ValueError(
-                "ElmoForBiLM needs config.vocab_size >= 1 (the words of its softmax), got "
-                f"{config.vocab_size}; set it to the size of the word vocabulary."
-            )
+        check_softmax_vocabulary(config)
         self.elmo = ElmoModel(config)
         self.dropout = ElmoDropout(config)
         self.softmax = ElmoWordSoftmax(config)
@@ -632,10 +616,9 @@ class ElmoForBiLM(ElmoPreTrainedModel):
         )
 
 
-# The paper's task models on the biLM: a ScalarMix of its layers (frozen by default), dropout, an optional BiLSTM task
-# encoder with optional word vectors (`task_layers.py`), and a classifier; the options are `ElmoConfig` fields.
 class ElmoTaskPreTrainedModel(ElmoTaskFeaturesMixin, ElmoPreTrainedModel):
-    """Shared machinery of the task heads: the biLM (frozen by default) and the task encoder."""
+    """The paper's task models on the biLM: a ScalarMix of its layers (the biLM frozen by default), dropout, an optional
+    BiLSTM task encoder with optional word vectors (`task_layers.py`), and a classifier, as `ElmoConfig` sets them."""
 
     has_classifier = True
 
@@ -707,8 +690,7 @@ class ElmoForSequenceClassification(ElmoTaskPreTrainedModel):
 class ElmoForTokenClassification(ElmoTaskPreTrainedModel):
     """ELMo tagger: `logits` `(B, T, num_labels)`, one per word at its position, 0 at `<S>`, `</S>` and padding."""
 
-    # `pipeline("token-classification", model=<saved folder or repo>, trust_remote_code=True)` uses this pipeline,
-    # which reads 3-D character ids, instead of the built-in one (see `model_io.name_pipeline`).
+    # `pipeline(..., trust_remote_code=True)` uses it: the built-in one reads one id per token (`name_pipeline`).
     pipeline_class = ElmoTokenClassificationPipeline
 
     def __init__(self, config: ElmoConfig):
@@ -749,7 +731,7 @@ class ElmoForQuestionAnswering(ElmoTaskPreTrainedModel):
     the positions of `pair_input_ids` (word `j` at `j + 1`, 0 the empty answer as BERT's `[CLS]`, `</S>` and padding
     the dtype's lowest value). `ElmoQuestionAnsweringPipeline` decodes spans."""
 
-    # As for the tagger: the built-in pipeline reads one id per token (see `model_io.name_pipeline`).
+    # As for the tagger.
     pipeline_class = ElmoQuestionAnsweringPipeline
 
     def __init__(self, config: ElmoConfig):
