@@ -49,8 +49,7 @@ from .task_layers import (
 )
 
 ElmoState = tuple[torch.Tensor, torch.Tensor]
-"""`(hidden, memory)`: `hidden` `(num_layers, B, 2P)` and `memory` `(num_layers, B, 2D)`, the forward
-direction in the first half of the last axis and the backward direction in the second half."""
+"""`(hidden (num_layers, B, 2P), memory (num_layers, B, 2D))`, each `[forward | backward]` on its last axis."""
 
 
 @dataclass
@@ -272,10 +271,8 @@ def _join_states(forward: torch.Tensor, backward: torch.Tensor, start: torch.Ten
     if not split_directions:
         return torch.cat([forward, backward], dim=-1)
     half, width = forward.shape[1], forward.shape[-1]
-    return torch.cat(
-        [torch.cat([forward, start[:, :half, width:]], dim=-1), torch.cat([start[:, half:, :width], backward], dim=-1)],
-        dim=1,
-    )
+    forward_rows = torch.cat([forward, start[:, :half, width:]], dim=-1)
+    return torch.cat([forward_rows, torch.cat([start[:, half:, :width], backward], dim=-1)], dim=1)
 
 
 class ElmoPreTrainedModel(ElmoPreTrainedMixin, PreTrainedModel):
@@ -286,8 +283,7 @@ class ElmoPreTrainedModel(ElmoPreTrainedMixin, PreTrainedModel):
     _no_split_modules = ["ElmoBiLstm"]
     _is_stateful = True
     supports_gradient_checkpointing = True  # `ElmoModel._forward_checked`, non-reentrant only
-    # A pre-training checkpoint (`ElmoForBiLM`) holds the word softmax, which other heads leave out on purpose; a
-    # warm start state is left out when loading with `warm_state=False`.
+    # The word softmax of a pre-training checkpoint (other heads leave it out), a warm state with `warm_state=False`.
     _keys_to_ignore_on_load_unexpected = [r"^softmax\.", r"warm_(hidden|memory)$"]
     has_classifier = False
 
@@ -328,6 +324,9 @@ class ElmoPreTrainedModel(ElmoPreTrainedMixin, PreTrainedModel):
         elif isinstance(module, ElmoModel) and module.config.warm_state:
             init.zeros_(module.warm_hidden)
             init.zeros_(module.warm_memory)
+        elif isinstance(module, ElmoWordSoftmax):  # bilm-tf: normal with std 1/sqrt(fan in), zero bias
+            init.normal_(module.weight, std=1.0 / math.sqrt(module.in_features))
+            init.zeros_(module.bias)
         elif isinstance(module, nn.Linear):
             super()._init_weights(module)
 
@@ -466,14 +465,11 @@ class ElmoModel(ElmoPreTrainedModel):
 class ElmoBiLMOutput(ModelOutput):
     """
     Args:
-        loss (`()`, *optional*, with `labels`): mean cross-entropy over both directions' targets (sampled softmax in
-            training when `config.num_softmax_samples` is below the vocabulary size, else the full softmax).
-        forward_loss, backward_loss (`()`, *optional*): mean cross-entropy of each direction's LM.
-        last_hidden_state (`(B, T, 2P)`, *optional*, without `labels`): the top layer, so that `outputs[0]` is it as
-            for transformers' `*ForPreTraining`; left out with `labels`, where `Trainer` would gather it.
-        forward_logits, backward_logits (`(B, T, V)`, *optional*, `return_logits=True`): full-softmax scores of the
-            next and of the previous word.
-        hidden_states, state (*optional*): as in `ElmoModelOutput`.
+        loss, forward_loss, backward_loss (`()`, *optional*, with `labels`): mean cross-entropy over both directions'
+            targets, and of each LM's (sampled softmax in training if `config.num_softmax_samples < vocab_size`).
+        last_hidden_state (`(B, T, 2P)`, *optional*, without `labels`, which `Trainer` would gather): the top layer.
+        forward_logits, backward_logits (`(B, T, V)`, *optional*, `return_logits=True`): scores of the next and of the
+            previous word. hidden_states, state (*optional*): as in `ElmoModelOutput`.
     """
 
     loss: torch.FloatTensor | None = None
@@ -512,15 +508,6 @@ class ElmoForBiLM(ElmoPreTrainedModel):
     def _apply(self, fn, recurse=True):
         self._captured_steps.clear()  # graphs read the parameters at the addresses they had when captured
         return super()._apply(fn, recurse)
-
-    @torch.no_grad()
-    def _init_weights(self, module: nn.Module):
-        if isinstance(module, ElmoWordSoftmax):
-            # bilm-tf: normal with std 1/sqrt(fan in), zero bias.
-            init.normal_(module.weight, std=1.0 / math.sqrt(module.in_features))
-            init.zeros_(module.bias)
-        else:
-            super()._init_weights(module)
 
     def uses_sampled_softmax(self) -> bool:
         """Whether a training-mode forward uses the sampled softmax (else the full one)."""
@@ -592,18 +579,15 @@ class ElmoForBiLM(ElmoPreTrainedModel):
             top = self.dropout(outputs.last_hidden_state)
             if labels is not None:
                 sums, counts = self._loss_sums(top, labels, split_directions)
-
         loss = forward_loss = backward_loss = None
         if labels is not None:
             forward_loss, backward_loss = sums / counts.clamp(min=1)
             if num_items_in_batch is None:
                 num_items_in_batch = counts.sum().clamp(min=1)
             loss = sums.sum() / num_items_in_batch
-
         forward_logits = backward_logits = None
-        if return_logits:
-            forward_hidden, backward_hidden = top.chunk(2, dim=-1)
-            forward_logits, backward_logits = self.softmax(forward_hidden), self.softmax(backward_hidden)
+        if return_logits:  # each direction's half of the top layer through the shared softmax
+            forward_logits, backward_logits = (self.softmax(half) for half in top.chunk(2, dim=-1))
         return ElmoBiLMOutput(
             loss=loss,
             forward_loss=forward_loss,
