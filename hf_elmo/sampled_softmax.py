@@ -80,7 +80,7 @@ def sample_log_uniform_candidates(
     return torch.cat(sampled), num_tries
 
 
-# A device sample draws at most this many candidates at once (float64 and int64 each: 64 MiB).
+# A device sample draws at most this many candidates at once (a float64 and an int64 value each).
 _MAX_DEVICE_DRAWS = 1 << 22
 
 
@@ -235,7 +235,8 @@ def logsumexp_without(logits: torch.Tensor, skip: torch.LongTensor, fused: bool 
     least float32. `fused`: one Triton pass forward and one backward (`gpu_softmax_kernels.py`), by default for
     16- and 32-bit CUDA tensors (CPU tensors only under Triton's interpreter, where asked for)."""
     if fused is None:
-        fused = logsumexp_forward is not None and not _KERNELS_INTERPRETED and logits.is_cuda and logits.dtype != torch.float64
+        fused = logsumexp_forward is not None and not _KERNELS_INTERPRETED
+        fused = fused and logits.is_cuda and logits.dtype != torch.float64
     if fused:
         return _LogSumExpWithout.apply(logits.contiguous(), skip.contiguous())
     columns = logits.shape[1]
