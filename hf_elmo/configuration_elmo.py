@@ -321,6 +321,18 @@ class ElmoConfig(PreTrainedConfig):
             "task_encoder_hidden_size": task_encoder,
         }
 
+    def training_step_flops(self, rows: int, length: int, softmax_words: int, split_directions=False) -> int:
+        """FLOPs (two per multiply-add) of a biLM training step on `(rows, length)` words, three times the forward's
+        matrix products, every position counted: the character encoder over every character slot; per direction its
+        LSTM layers and its softmax over `softmax_words`, with `split_directions` on half the rows."""
+        slots, filters, P, D = self.max_characters_per_token, self.num_filters, self.projection_dim, self.cell_dim
+        e = self.char_embedding_dim
+        convolutions = sum(2 * width * e * count * (slots - width + 1) for width, count in self.filters)
+        encoder = convolutions + self.n_highway * 2 * filters * 2 * filters + 2 * (self.input_word_dim + filters) * P
+        per_direction = self.num_layers * 2 * (2 * P * 4 * D + D * P) + 2 * P * softmax_words
+        direction_rows = rows // 2 if split_directions else rows
+        return 3 * length * (rows * encoder + 2 * direction_rows * per_direction)
+
     def validate_architecture(self):
         """Raises `ValueError` naming the field for values no ELMo can be built from."""
         super().validate_architecture()

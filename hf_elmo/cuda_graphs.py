@@ -17,6 +17,8 @@ from collections.abc import Callable
 
 import torch
 
+from .paths import paths_in_effect
+
 
 def capture_graph(fn: Callable, pool, warmup: Callable | None = None):
     """Runs `warmup()` (default: `fn()`) once on a side stream (compiles kernels and creates library handles
@@ -212,12 +214,19 @@ class CaptureCache:
 MAX_CAPTURED_POSITIONS = 12_288
 
 
-def captured_training_step(model, input_ids, attention_mask, labels, state, split_directions, paths):
+def captured_training_step(
+    model, input_ids, attention_mask, labels, state, use_cache, split_directions, extra_outputs: bool = False
+):
     """`ElmoForBiLM._training_step_sums` of a training batch replayed from CUDA graphs: a step of a GPU-sized batch is
     otherwise a few thousand operations that the host issues more slowly than the GPU runs them. None where that
-    does not apply (graphs off or not the static path, distinct words, word embeddings, gradient checkpointing, a
-    start state that takes gradients, a batch large enough to keep the GPU busy without them) or when this shape is
-    seen for the first time."""
+    does not apply (not training with labels, outputs beyond the loss and the final state, graphs off or not the
+    static path, distinct words, word embeddings, gradient checkpointing, a start state that takes gradients, a batch
+    large enough to keep the GPU busy without them) or when this shape is seen for the first time."""
+    # Captured: a step from the start state, or one from a given state that returns its final one (streams).
+    carried = bool(use_cache) == (state is not None) and not extra_outputs
+    if not (model.training and labels is not None and carried and isinstance(input_ids, torch.Tensor)):
+        return None
+    paths = paths_in_effect(model.config, input_ids.device, model.dtype, True)
     elmo = model.elmo
     directions_apart = 2 if split_directions else 1  # stream batches hold each direction's rows apart
     if not (

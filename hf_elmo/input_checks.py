@@ -13,6 +13,7 @@ import torch
 
 from .character_rows import boundary_rows
 from .configuration_elmo import PROBLEM_TYPES, ElmoConfig
+from .paths import exporting
 
 INTEGER_DTYPES = (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8)
 
@@ -36,12 +37,6 @@ def values_checked() -> bool:
     """Whether the caller has checked the values already (`values_checked_on_host`), or a graph is being exported,
     whose tensors hold no values: the exported graph checks no values."""
     return _VALUES_CHECKED.get() or exporting()
-
-
-def exporting() -> bool:
-    """Whether `torch.export` (also under `torch.onnx.export`) is tracing the model."""
-    # Older PyTorch versions lack torch.compiler.is_exporting.
-    return getattr(torch.compiler, "is_exporting", lambda: False)()
 
 
 def device_option(name: str | None) -> torch.device:
@@ -193,6 +188,44 @@ def check_answer_positions(start_positions, end_positions, context_mask: torch.T
         raise ValueError(
             f"start_positions[{row}] = {int(start_positions[row])} comes after end_positions[{row}] = "
             f"{int(end_positions[row])}: an answer ends at or after its start"
+        )
+
+
+def check_pair_given(model_name: str, pair_input_ids, reads_pairs: bool):
+    """Second sentences are given to a model that reads sentence pairs, and only to one."""
+    if reads_pairs and pair_input_ids is None:
+        raise ValueError(
+            f"{model_name} reads sentence pairs: pass pair_input_ids (and pair_attention_mask) for the second "
+            "sentences, as tokenizer(text, text_pair) returns them"
+        )
+    if not reads_pairs and pair_input_ids is not None:
+        raise ValueError(
+            "pair_input_ids given to a single-sentence classifier: build a pair classifier with "
+            "sentence_pairs=True, e.g. from_pretrained(folder, num_labels=..., sentence_pairs=True)"
+        )
+
+
+def check_pair_side(prefix: str, mask: torch.Tensor):
+    """Every row of one side of a sentence pair (its `(B, T)` `mask`, boundaries included) has a word."""
+    empty = (~mask[:, 2:].any(dim=1)).nonzero()
+    if len(empty):
+        raise ValueError(
+            f"{prefix}input_ids row {int(empty[0])} has no words: each side of a sentence pair needs at least one word"
+        )
+
+
+def check_pair_rows(rows: int, pair_rows: int):
+    """Both sides of the sentence pairs have as many rows."""
+    if rows != pair_rows:
+        raise ValueError(f"input_ids has {rows} rows but pair_input_ids has {pair_rows}: each sentence needs its pair")
+
+
+def check_softmax_vocabulary(config: ElmoConfig):
+    """`ElmoForBiLM` needs words for its softmax."""
+    if config.vocab_size < 1:
+        raise ValueError(
+            "ElmoForBiLM needs config.vocab_size >= 1 (the words of its softmax), got "
+            f"{config.vocab_size}; set it to the size of the word vocabulary."
         )
 
 
@@ -367,3 +400,33 @@ def _check_state(config: ElmoConfig, state, input_ids: torch.Tensor, dtype: torc
 
 
 __all__ = ["check_inputs", "exporting"]
+
+
+def check_warm_state(config: ElmoConfig, state) -> tuple[tuple[int, int], tuple[int, int]]:
+    """Checks a warm start state `(hidden, memory)` for `ElmoModel.set_warm_state` (also one row's state,
+    `(num_layers, 1, 2P)` / `(num_layers, 1, 2D)`) and returns the shapes it is stored in."""
+    expected = ((config.num_layers, 2 * config.projection_dim), (config.num_layers, 2 * config.cell_dim))
+    is_pair = isinstance(state, (tuple, list)) and len(state) == 2
+    is_pair = is_pair and all(isinstance(t, torch.Tensor) for t in state)
+    shapes = [tuple(t.shape) for t in state] if is_pair else None
+    squeezed = [shape[:1] + shape[2:] if len(shape) == 3 and shape[1] == 1 else shape for shape in shapes or []]
+    if not is_pair or tuple(squeezed) != expected:
+        raise ValueError(
+            f"A warm state must be (hidden, memory) of shapes {expected[0]} and {expected[1]} (num_layers, 2 * "
+            f"projection_dim / 2 * cell_dim), got {shapes if is_pair else type(state).__name__}."
+        )
+    if not all(torch.isfinite(t).all() for t in state):
+        raise ValueError("A warm state must be finite; it contains NaN or infinite values.")
+    return expected
+
+
+def direction_rows(batch_size: int, split_directions: bool) -> tuple[slice, slice]:
+    """The rows each direction of the biLM reads: all of them, or with `split_directions` the first and the second
+    half of an even batch."""
+    if not split_directions:
+        return slice(None), slice(None)
+    if batch_size % 2:
+        raise ValueError(
+            f"split_directions needs an even batch (forward rows, then as many backward rows), got {batch_size} rows."
+        )
+    return slice(0, batch_size // 2), slice(batch_size // 2, None)

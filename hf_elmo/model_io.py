@@ -1,6 +1,6 @@
 """How ELMo models are read from and written to folders: the policy every ELMo model class shares.
 
-`ElmoPreTrainedModel.from_pretrained` is `load_pretrained`:
+`ElmoPreTrainedModel.from_pretrained` (`ElmoPreTrainedMixin`) is `load_pretrained`:
 
 * weights load only from safetensors unless `use_safetensors=False` is passed: a pickle checkpoint
   (`pytorch_model.bin`) is a program that runs while it is read; transformers restricts it with `weights_only`,
@@ -35,6 +35,7 @@ from functools import partial
 from pathlib import Path
 
 import torch
+from torch.utils.checkpoint import checkpoint
 from transformers import PreTrainedConfig
 from transformers.utils import CONFIG_NAME, cached_file
 from transformers.utils import logging as hf_logging
@@ -366,3 +367,52 @@ __all__ = [
     "safetensors_shapes",
     "weights_follow_umask",
 ]
+
+
+class ElmoPreTrainedMixin:
+    """ELMo's overrides of `PreTrainedModel` (listed before it in a model's bases): loading, saving and pushing by the
+    policy above, and two uses refused that would silently break the model."""
+
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path, *model_args, **kwargs):
+        """`PreTrainedModel.from_pretrained` with ELMo's loading policy (`load_pretrained`): weights only from
+        safetensors unless `use_safetensors=False`, no silent resizing of a saved classifier, aligned parameters."""
+        return load_pretrained(super().from_pretrained, cls, pretrained_model_name_or_path, *model_args, **kwargs)
+
+    def save_pretrained(self, save_directory, *args, **kwargs):
+        """`PreTrainedModel.save_pretrained`, plus the pipeline of a tagger in `config.json` (`name_pipeline`) and,
+        where hf_elmo is installed, the model card as `README.md` (`hub_elmo.write_model_card`)."""
+        super().save_pretrained(save_directory, *args, **kwargs)
+        if kwargs.get("is_main_process", True):
+            weights_follow_umask(save_directory)
+            name_pipeline(self, save_directory)
+            hub = installed_hub_module()
+            if hub is not None:
+                hub.write_model_card(self, save_directory)
+
+    def push_to_hub(self, repo_id: str, **kwargs):
+        """`PreTrainedModel.push_to_hub` (weights, config, remote code of every class) whose README, in a repository
+        without one, is the ELMo model card (`model_card.md`). Extra arguments `datasets` and `license` fill the
+        card's metadata. Without hf_elmo installed (remote code), transformers' own `push_to_hub`."""
+        hub = installed_hub_module()
+        if hub is None:
+            return super().push_to_hub(repo_id, **kwargs)
+        return hub.push_to_hub_with_model_card(self, repo_id, **kwargs)
+
+    def _set_gradient_checkpointing(self, enable=True, gradient_checkpointing_func=checkpoint, every_n_layers=1):
+        if enable and getattr(gradient_checkpointing_func, "keywords", {}).get("use_reentrant"):
+            # Reentrant checkpoints pass gradients only to inputs that take them, and character ids never do: the
+            # biLM would silently get none.
+            raise ValueError(
+                f"{type(self).__name__} supports gradient checkpointing with use_reentrant=False only (the default); "
+                "got gradient_checkpointing_kwargs with use_reentrant=True."
+            )
+        super()._set_gradient_checkpointing(enable, gradient_checkpointing_func, every_n_layers)
+
+    def resize_token_embeddings(self, *args, **kwargs):
+        # transformers would put a plain `nn.Embedding` in its place, whose rows are off by one (see
+        # `ElmoCharacterEmbedding`): every character read as another.
+        raise NotImplementedError(
+            f"{type(self).__name__} has no token embeddings to resize: it reads every word by its characters, whose "
+            "ids the tokenizer fixes (ElmoTokenizer adds no tokens)."
+        )

@@ -1,11 +1,8 @@
-"""PyTorch ELMo: character CNN, highway, projection and a bidirectional LSTM language model.
+"""PyTorch ELMo: character CNN, highway, projection and a bidirectional LSTM language model, then the task heads.
 
-Numerically equivalent to AllenNLP's `_ElmoBiLm` (and bilm-tf) for converted weights; the weight mapping is
-`original_format.weight_links`. Unlike those implementations the model is stateless by default: the LSTM
-state is passed in and returned explicitly, and every row starts from the same state otherwise, zeros or the model's
-warm start state (`ElmoModel.set_warm_state`, `hf-elmo warm-state`). Each `forward` shows the plain math; the fast
-paths, which compute the same, live in their own modules and are chosen by `config.paths` (`paths.py`). The task heads
-come last, as in transformers' `modeling_bert.py`; their building blocks that are not ELMo's own are in `task_layers.py`.
+Equivalent to AllenNLP's `_ElmoBiLm` (and bilm-tf) for converted weights (`original_format.weight_links`), but
+stateless: the LSTM state is passed in and out explicitly, else every row starts from zeros or the warm start state.
+Each `forward` shows the plain math; the fast paths live in their own modules, chosen by `config.paths` (`paths.py`).
 """
 
 import math
@@ -14,13 +11,11 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.utils.checkpoint import checkpoint
 from transformers import PreTrainedModel
 from transformers import initialization as init
 from transformers.modeling_outputs import QuestionAnsweringModelOutput, SequenceClassifierOutput, TokenClassifierOutput
 from transformers.utils import ModelOutput, can_return_tuple
 
-from .batch_encoding_elmo import PAIR_PREFIX
 from .char_cnn_fast import char_cnn_forward
 from .configuration_elmo import ElmoConfig
 from .cpu_kernels import dropout_forward as compiled_dropout_forward
@@ -30,62 +25,46 @@ from .gpu_lstm import CapturedLayers, static_forward
 from .input_checks import (
     check_answer_positions,
     check_bilm_batch,
-    check_cached_layers,
     check_inputs,
     check_labels,
-    check_sequence_labels,
+    check_pair_given,
+    check_softmax_vocabulary,
     check_token_labels,
-    exporting,
+    check_warm_state,
+    direction_rows,
 )
-from .model_io import installed_hub_module, load_pretrained, name_pipeline, weights_follow_umask
-from .paths import ElmoPaths, resolve
+from .model_io import ElmoPreTrainedMixin
+from .paths import ElmoPaths, exporting, paths_in_effect
 from .pipelines_elmo import ElmoQuestionAnsweringPipeline, ElmoTokenClassificationPipeline
-from .sampled_softmax import full_softmax_loss, sampled_softmax_loss
+from .sampled_softmax import bilm_loss_sums
 from .task_layers import (
     ElmoPairComparison,
     ElmoTaskEncoder,
+    ElmoTaskFeaturesMixin,
+    answer_position_logits,
     attention_flow,
-    init_task_layer,
     pool_words,
     run_lstm,
+    sequence_classification_loss,
 )
 
 ElmoState = tuple[torch.Tensor, torch.Tensor]
-"""`(hidden, memory)`: `hidden` `(num_layers, B, 2P)` and `memory` `(num_layers, B, 2D)`, the forward
-direction in the first half of the last axis and the backward direction in the second half."""
+"""`(hidden (num_layers, B, 2P), memory (num_layers, B, 2D))`, each `[forward | backward]` on its last axis."""
 
 
 @dataclass
 class ElmoModelOutput(ModelOutput):
     """
     Args:
-        last_hidden_state (`torch.FloatTensor` of shape `(B, T, 2P)`): top LSTM layer, `[forward | backward]`,
-            exactly 0 at padded positions.
-        hidden_states (`tuple(torch.FloatTensor)`, *optional*): `num_layers + 1` tensors `(B, T, 2P)`, returned
-            with `output_hidden_states=True`: layer 0 is the character-CNN token embedding `[x | x]`, then each
-            LSTM layer. Boundary positions (`<S>`, `</S>`) are included; padded positions are exactly 0.
-        state (`ElmoState`, *optional*): returned with `use_cache=True`; pass it back as `state=` to continue
-            each row from where it ended (forward: after its last real position; backward: after position 0).
+        last_hidden_state (`(B, T, 2P)`): top LSTM layer `[forward | backward]`, exactly 0 at padding.
+        hidden_states (*optional*, `output_hidden_states=True`): `num_layers + 1` tensors `(B, T, 2P)`: the token
+            embedding `[x | x]`, then each LSTM layer; boundaries included, exactly 0 at padding.
+        state (`ElmoState`, *optional*, `use_cache=True`): each row's final state, to continue from as `state=`.
     """
 
     last_hidden_state: torch.FloatTensor | None = None
     hidden_states: tuple[torch.FloatTensor, ...] | None = None
     state: ElmoState | None = None
-
-
-_REFERENCE_PATHS = ElmoPaths.reference()
-
-
-def paths_in_effect(config: ElmoConfig, device: torch.device, dtype: torch.dtype, training: bool) -> ElmoPaths:
-    """`config.paths` resolved for a call on `device` with parameters of `dtype` (the autocast dtype under autocast).
-    `torch.export` and `torch.compile` get the reference, whose operations and shapes depend on the input's shapes
-    only."""
-    if exporting() or torch.compiler.is_compiling():
-        return _REFERENCE_PATHS
-    if torch.is_autocast_enabled(device.type):
-        dtype = torch.get_autocast_dtype(device.type)
-    capturing = "cuda_graph" if device.type == "cuda" and torch.cuda.is_current_stream_capturing() else None
-    return resolve(ElmoPaths.from_value(config.paths), device, dtype, training, capturing)
 
 
 class ElmoDropout(nn.Dropout):
@@ -102,11 +81,8 @@ class ElmoDropout(nn.Dropout):
 
 
 class ElmoCharacterEmbedding(nn.Embedding):
-    """Character embedding whose id 0 (no character: a padded word) is a fixed zero vector.
-
-    An `nn.Embedding` (the model's input embeddings) whose `weight` holds only the `n_characters - 1` real rows, as
-    in the original weight file: id `k > 0` reads row `k - 1`.
-    """
+    """Character embedding whose id 0 (a padded word) is a fixed zero vector: `weight` holds only the
+    `n_characters - 1` real rows, as the original weight file; id `k > 0` reads row `k - 1`."""
 
     def __init__(self, config: ElmoConfig):
         rows, dim = config.n_characters - 1, config.char_embedding_dim
@@ -121,11 +97,8 @@ class ElmoCharacterEmbedding(nn.Embedding):
 
 
 class ElmoHighwayLayer(nn.Linear):
-    """`(..., F)` -> `(..., F)`: `g * x + (1 - g) * relu(A x + a)` with `g = sigmoid(G x + gamma)`.
-
-    The weight is `[A; G]` `(2F, F)` and the bias `[a; gamma]`, AllenNLP's layout; ReLU regardless of
-    the CNN activation.
-    """
+    """`(..., F)` -> `(..., F)`: `g * x + (1 - g) * relu(A x + a)` with `g = sigmoid(G x + gamma)`; weight `[A; G]`
+    `(2F, F)`, bias `[a; gamma]` (AllenNLP's layout); ReLU whatever the CNN's activation."""
 
     def __init__(self, dim: int):
         super().__init__(dim, 2 * dim)
@@ -137,12 +110,8 @@ class ElmoHighwayLayer(nn.Linear):
 
 
 class ElmoCharacterEncoder(nn.Module):
-    """Words as character ids `(..., C)` -> context-independent token embeddings `(..., P)`.
-
-    Every window of every slot of every token through each convolution, max over the windows, highway layers and a
-    projection. With `config.input_word_dim > 0` (ELMoForManyLangs models) each word's embedding is looked up from
-    its word id too and concatenated before the CNN features, `[word | characters]`, ahead of the projection.
-    """
+    """Character ids `(..., C)` -> token embeddings `(..., P)`: convolutions, max over windows, highway, projection.
+    With `config.input_word_dim > 0` (ELMoForManyLangs) a word embedding joins the features: `[word | characters]`."""
 
     def __init__(self, config: ElmoConfig):
         super().__init__()
@@ -178,10 +147,8 @@ class ElmoCharacterEncoder(nn.Module):
 
 
 class ElmoLstmLayer(nn.Module):
-    """One direction of one LSTM layer with a projected, clipped state (AllenNLP's `LstmCellWithProjection`).
-
-    Gates in row order `[input, forget, cell, output]`, each `D` rows.
-    """
+    """One direction of one LSTM layer with a projected, clipped state (AllenNLP's `LstmCellWithProjection`); gates
+    in row order `[input, forget, cell, output]`, each `D` rows."""
 
     def __init__(self, config: ElmoConfig):
         super().__init__()
@@ -197,8 +164,7 @@ class ElmoLstmLayer(nn.Module):
         self, inputs: torch.Tensor, mask: torch.BoolTensor, hidden: torch.Tensor, memory: torch.Tensor, reverse: bool
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """`(B, T, P)` inputs, `(B, T)` mask, `(B, P)` and `(B, D)` state -> `(B, T, P)` outputs (0 at padding) and the
-        final `(B, P)`, `(B, D)` state. Every row steps through every position (from the last down to 0 with
-        `reverse`), its state changing only at its real positions."""
+        final state; every row steps through every position (backwards with `reverse`), changing at real ones only."""
         gate_inputs = self.input_linearity(inputs)
         if self.forget_bias:  # TensorFlow's LSTMCell adds it at run time
             gate_inputs[..., self.cell_dim : 2 * self.cell_dim] += self.forget_bias
@@ -249,25 +215,15 @@ class ElmoBiLstm(nn.Module):
     def forward(
         self, token_embeddings: torch.Tensor, mask: torch.BoolTensor, state: ElmoState, split_directions: bool = False
     ) -> tuple[list[torch.Tensor], ElmoState]:
-        """`(B, T, P)` embeddings, `(B, T)` right-padded mask -> `num_layers` outputs `(B, T, 2P)` (0 at
-        padding) and the final state.
-
-        `split_directions`: the forward stack reads rows `0..B/2-1` only and the backward stack rows `B/2..B-1`
-        only (continuous streams, `streams_bilm.py`, where the two directions read different token sequences); the
-        half of an output row that its direction did not compute is 0, and that half of its final state is the
-        state it started from."""
-        rows = _direction_rows(token_embeddings.shape[0], split_directions)
-        hidden, memory = state
-        projection_dim, cell_dim = hidden.shape[-1] // 2, memory.shape[-1] // 2
+        """`(B, T, P)` embeddings, `(B, T)` right-padded mask -> `num_layers` outputs `(B, T, 2P)` (0 at padding) and
+        the final state. `split_directions`: each stack reads its half of the rows (see `ElmoModel.forward`)."""
+        rows = direction_rows(token_embeddings.shape[0], split_directions)
         if split_directions:
             inputs, masks = [token_embeddings[r] for r in rows], [mask[r] for r in rows]
         else:  # the same tensors, which the sorted path then sorts and lays out once
             inputs, masks = [token_embeddings] * 2, [mask] * 2
-        states = [
-            (hidden[:, r, k * projection_dim : (k + 1) * projection_dim],
-             memory[:, r, k * cell_dim : (k + 1) * cell_dim])
-            for k, r in enumerate(rows)
-        ]  # fmt: skip
+        hidden, memory = (t.chunk(2, dim=-1) for t in state)  # [forward | backward] halves
+        states = [(hidden[k][:, r], memory[k][:, r]) for k, r in enumerate(rows)]
         outputs, finals = self.directions_forward(inputs, masks, states)
         layer_outputs = [_join_directions(forward, backward, split_directions) for forward, backward in outputs]
         # In the state's dtype, also under autocast, so that it can be passed back.
@@ -279,8 +235,7 @@ class ElmoBiLstm(nn.Module):
 
     def directions_forward(self, inputs, masks, states):
         """Per direction `k` (0 forward, 1 backward): `inputs[k]` `(B', T, P)`, `masks[k]` `(B', T)`, `states[k]`
-        `(hidden (L, B', P), memory (L, B', D))` -> per layer the outputs `(B', T, P)` of both directions (0 at
-        padding), and per direction the final `(hidden (L, B', P), memory (L, B', D))`."""
+        `((L, B', P), (L, B', D))` -> per layer both directions' outputs `(B', T, P)`, per direction its final state."""
         weight = self.forward_layers[0].state_linearity.weight
         paths = paths_in_effect(self.config, inputs[0].device, weight.dtype, self.training)
         if paths.lstm == "sorted":
@@ -301,17 +256,6 @@ class ElmoBiLstm(nn.Module):
         return outputs, [(torch.stack(hidden), torch.stack(memory)) for hidden, memory in finals]
 
 
-def _direction_rows(batch_size: int, split_directions: bool) -> tuple[slice, slice]:
-    """The rows each direction reads: all of them, or the first and the second half."""
-    if not split_directions:
-        return slice(None), slice(None)
-    if batch_size % 2:
-        raise ValueError(
-            f"split_directions needs an even batch (forward rows, then as many backward rows), got {batch_size} rows."
-        )
-    return slice(0, batch_size // 2), slice(batch_size // 2, None)
-
-
 def _join_directions(forward: torch.Tensor, backward: torch.Tensor, split_directions: bool = False) -> torch.Tensor:
     """`(B', T, X)` of each direction -> `(B, T, 2X)` rows `[forward | backward]`: `B' = B` rows holding both, or
     with `split_directions` `B' = B/2` forward rows `[forward | 0]` followed by backward rows `[0 | backward]`."""
@@ -327,84 +271,21 @@ def _join_states(forward: torch.Tensor, backward: torch.Tensor, start: torch.Ten
     if not split_directions:
         return torch.cat([forward, backward], dim=-1)
     half, width = forward.shape[1], forward.shape[-1]
-    return torch.cat(
-        [torch.cat([forward, start[:, :half, width:]], dim=-1), torch.cat([start[:, half:, :width], backward], dim=-1)],
-        dim=1,
-    )
+    forward_rows = torch.cat([forward, start[:, :half, width:]], dim=-1)
+    return torch.cat([forward_rows, torch.cat([start[:, half:, :width], backward], dim=-1)], dim=1)
 
 
-def _call(function, *args):
-    return function(*args)
-
-
-def matrix_flops_per_position(config: ElmoConfig) -> tuple[int, int]:
-    """Forward FLOPs (two per multiply-add) of the matrix products for one word position: `(character encoder, the
-    LSTM layers of one direction)`, the convolutions over every character slot."""
-    slots, filters = config.max_characters_per_token, config.num_filters
-    embedding = config.char_embedding_dim
-    convolutions = sum(2 * width * embedding * count * (slots - width + 1) for width, count in config.filters)
-    highway = config.n_highway * 2 * filters * 2 * filters
-    projection = 2 * (config.input_word_dim + filters) * config.projection_dim
-    layer = 2 * (2 * config.projection_dim * 4 * config.cell_dim + config.cell_dim * config.projection_dim)
-    return convolutions + highway + projection, config.num_layers * layer
-
-
-class ElmoPreTrainedModel(PreTrainedModel):
+class ElmoPreTrainedModel(ElmoPreTrainedMixin, PreTrainedModel):
     config_class = ElmoConfig
     config: ElmoConfig
     base_model_prefix = "elmo"
     main_input_name = "input_ids"
     _no_split_modules = ["ElmoBiLstm"]
     _is_stateful = True
-    supports_gradient_checkpointing = True  # `ElmoModel._forward_checked`
-    # A pre-training checkpoint (`ElmoForBiLM`) holds the word softmax, which other heads leave out on purpose; a
-    # warm start state is left out when loading with `warm_state=False`.
+    supports_gradient_checkpointing = True  # `ElmoModel._forward_checked`, non-reentrant only
+    # The word softmax of a pre-training checkpoint (other heads leave it out), a warm state with `warm_state=False`.
     _keys_to_ignore_on_load_unexpected = [r"^softmax\.", r"warm_(hidden|memory)$"]
     has_classifier = False
-
-    @classmethod
-    def from_pretrained(cls, pretrained_model_name_or_path, *model_args, **kwargs):
-        """`PreTrainedModel.from_pretrained` with ELMo's loading policy (`model_io`): weights only from safetensors
-        unless `use_safetensors=False`, no silent resizing of a saved classifier, aligned parameters."""
-        return load_pretrained(super().from_pretrained, cls, pretrained_model_name_or_path, *model_args, **kwargs)
-
-    def save_pretrained(self, save_directory, *args, **kwargs):
-        """`PreTrainedModel.save_pretrained`, plus the pipeline of a tagger in `config.json` (`model_io`) and, where
-        hf_elmo is installed, the model card as `README.md` (`hub_elmo.write_model_card`)."""
-        super().save_pretrained(save_directory, *args, **kwargs)
-        if kwargs.get("is_main_process", True):
-            weights_follow_umask(save_directory)
-            name_pipeline(self, save_directory)
-            hub = installed_hub_module()
-            if hub is not None:
-                hub.write_model_card(self, save_directory)
-
-    def push_to_hub(self, repo_id: str, **kwargs):
-        """`PreTrainedModel.push_to_hub` (weights, config, remote code of every class) whose README, in a repository
-        without one, is the ELMo model card (`model_card.md`). Extra arguments `datasets` and `license` fill the
-        card's metadata. Without hf_elmo installed (remote code), transformers' own `push_to_hub`."""
-        hub = installed_hub_module()
-        if hub is None:
-            return super().push_to_hub(repo_id, **kwargs)
-        return hub.push_to_hub_with_model_card(self, repo_id, **kwargs)
-
-    def _set_gradient_checkpointing(self, enable=True, gradient_checkpointing_func=checkpoint, every_n_layers=1):
-        if enable and getattr(gradient_checkpointing_func, "keywords", {}).get("use_reentrant"):
-            # Reentrant checkpoints pass gradients only to inputs that take them, and character ids never do: the
-            # biLM would silently get none.
-            raise ValueError(
-                f"{type(self).__name__} supports gradient checkpointing with use_reentrant=False only (the default); "
-                "got gradient_checkpointing_kwargs with use_reentrant=True."
-            )
-        super()._set_gradient_checkpointing(enable, gradient_checkpointing_func, every_n_layers)
-
-    def resize_token_embeddings(self, *args, **kwargs):
-        # transformers would put a plain `nn.Embedding` in its place, whose rows are off by one (see
-        # `ElmoCharacterEmbedding`): every character read as another.
-        raise NotImplementedError(
-            f"{type(self).__name__} has no token embeddings to resize: it reads every word by its characters, whose "
-            "ids the tokenizer fixes (ElmoTokenizer adds no tokens)."
-        )
 
     @torch.no_grad()
     def _init_weights(self, module: nn.Module):
@@ -443,18 +324,16 @@ class ElmoPreTrainedModel(PreTrainedModel):
         elif isinstance(module, ElmoModel) and module.config.warm_state:
             init.zeros_(module.warm_hidden)
             init.zeros_(module.warm_memory)
+        elif isinstance(module, ElmoWordSoftmax):  # bilm-tf: normal with std 1/sqrt(fan in), zero bias
+            init.normal_(module.weight, std=1.0 / math.sqrt(module.in_features))
+            init.zeros_(module.bias)
         elif isinstance(module, nn.Linear):
             super()._init_weights(module)
 
 
 class ElmoModel(ElmoPreTrainedModel):
-    """The ELMo biLM: character ids `(B, T, C)` (boundaries included by the tokenizer) -> `num_layers + 1`
-    layers of `(B, T, 2P)` contextual representations.
-
-    With gradient checkpointing (`gradient_checkpointing_enable()`, `TrainingArguments(gradient_checkpointing=True)`)
-    the character encoder and the biLSTM each run as one checkpointed segment in training: what they save for the
-    backward pass through autograd is recomputed there instead of being kept.
-    """
+    """The ELMo biLM: character ids `(B, T, C)` (boundaries included) -> `num_layers + 1` layers `(B, T, 2P)`. With
+    gradient checkpointing the character encoder and the biLSTM each run as one checkpointed segment in training."""
 
     gradient_checkpointing = False  # set by `gradient_checkpointing_enable()`
 
@@ -474,48 +353,30 @@ class ElmoModel(ElmoPreTrainedModel):
 
     @property
     def warm_state(self) -> ElmoState | None:
-        """The warm start state `(hidden (num_layers, 2P), memory (num_layers, 2D))` every row starts from when no
-        `state=` is passed, or `None` (rows start from zeros)."""
+        """The warm start state `((num_layers, 2P), (num_layers, 2D))` rows start from, or `None` (zeros)."""
         return (self.warm_hidden, self.warm_memory) if self.config.warm_state else None
 
     @torch.no_grad()
     def set_warm_state(self, state: ElmoState | None):
-        """Make `state` the start state of every row whenever no `state=` is passed; `None` removes it.
-
-        `state` is `(hidden, memory)` of shapes `(num_layers, 2P)` and `(num_layers, 2D)` (or the state of one row,
-        `(num_layers, 1, 2P)` / `(num_layers, 1, 2D)`, as `use_cache=True` returns it). It is stored with the weights
-        (`save_pretrained`) and sets `config.warm_state`.
-        """
+        """Make `state`, `((num_layers, 2P), (num_layers, 2D))` or one row's `use_cache=True` state, the start of every
+        row when no `state=` is passed (saved with the weights, `config.warm_state`); `None` removes it."""
         if state is None:
             if self.config.warm_state:
                 del self.warm_hidden, self.warm_memory
             self.config.warm_state = False
             return
-        config = self.config
-        expected = ((config.num_layers, 2 * config.projection_dim), (config.num_layers, 2 * config.cell_dim))
-        is_pair = isinstance(state, (tuple, list)) and len(state) == 2
-        is_pair = is_pair and all(isinstance(t, torch.Tensor) for t in state)
-        shapes = [tuple(t.shape) for t in state] if is_pair else None
-        squeezed = [shape[:1] + shape[2:] if len(shape) == 3 and shape[1] == 1 else shape for shape in shapes or []]
-        if not is_pair or tuple(squeezed) != expected:
-            raise ValueError(
-                f"A warm state must be (hidden, memory) of shapes {expected[0]} and {expected[1]} (num_layers, 2 * "
-                f"projection_dim / 2 * cell_dim), got {shapes if is_pair else type(state).__name__}."
-            )
-        if not all(torch.isfinite(t).all() for t in state):
-            raise ValueError("A warm state must be finite; it contains NaN or infinite values.")
+        expected = check_warm_state(self.config, state)
         hidden, memory = (t.detach().to(self.device, self.dtype).reshape(shape) for t, shape in zip(state, expected))
-        if config.warm_state:
+        if self.config.warm_state:
             self.warm_hidden.copy_(hidden)
             self.warm_memory.copy_(memory)
         else:
             self._register_warm_state(hidden.clone(), memory.clone())
-        config.warm_state = True
+        self.config.warm_state = True
 
     @property
     def paths(self) -> ElmoPaths:
-        """The paths that run on the model's device and dtype in its current mode (`config.paths` resolved):
-        `print(model.paths)`."""
+        """The paths that run on the model's device and dtype in its current mode: `print(model.paths)`."""
         return paths_in_effect(self.config, self.device, self.dtype, self.training)
 
     def get_input_embeddings(self) -> ElmoCharacterEmbedding:
@@ -524,14 +385,9 @@ class ElmoModel(ElmoPreTrainedModel):
     def set_input_embeddings(self, value: nn.Module):
         self.char_encoder.char_embedding = value
 
-    def initial_state(
-        self, batch_size: int, dtype: torch.dtype = None, device: torch.device = None, warm: bool = True
-    ) -> ElmoState:
-        """The state every row starts from when `state` is not given: the warm start state when the model has one
-        (and `warm`), else zeros."""
-        config = self.config
-        dtype = dtype or self.dtype
-        device = device or self.device
+    def initial_state(self, batch_size: int, dtype=None, device=None, warm: bool = True) -> ElmoState:
+        """The state rows start from when `state` is not given: the warm start state (if any and `warm`), else zeros."""
+        config, dtype, device = self.config, dtype or self.dtype, device or self.device
         if warm and config.warm_state:
             return tuple(
                 t.to(device=device, dtype=dtype)[:, None].expand(-1, batch_size, -1).contiguous()
@@ -545,9 +401,8 @@ class ElmoModel(ElmoPreTrainedModel):
     def check_inputs(
         self, input_ids, attention_mask=None, input_word_ids=None, state=None, framed: bool = False
     ) -> torch.BoolTensor:
-        """Validates inputs for this model (`input_checks.check_inputs`, a one-line `ValueError` naming the problem)
-        and returns the `(B, T)` mask of real positions. `framed`: also require the `<S>`/`</S>` rows around every
-        sentence, as the task heads do."""
+        """`input_checks.check_inputs` for this model -> the `(B, T)` mask of real positions; `framed`: also require
+        the `<S>`/`</S>` rows around every sentence, as the task heads do."""
         return check_inputs(self.config, input_ids, attention_mask, input_word_ids, state, self.dtype, framed)
 
     @can_return_tuple
@@ -564,28 +419,19 @@ class ElmoModel(ElmoPreTrainedModel):
     ) -> ElmoModelOutput:
         r"""
         Args:
-            input_ids (`torch.LongTensor` of shape `(B, T, 50)`): character ids from `ElmoTokenizer`, with the
-                `<S>`/`</S>` rows; padded words are all-zero rows.
-            attention_mask (`torch.Tensor` of shape `(B, T)`, *optional*): 1 at real positions; derived from
-                `input_ids` when omitted. Padding must be on the right.
-            state (`ElmoState`, *optional*): `out.state` of a previous call with the same batch size; row `k`
-                continues from row `k`'s final state. When omitted every row starts from the model's warm start state
-                (`warm_state`) if it has one, else from zeros: each sentence is then independent of everything else
-                in the batch and of earlier calls.
-            use_cache (`bool`, *optional*): return the final `state`.
-            output_hidden_states (`bool`, *optional*): return all `num_layers + 1` layers.
-            input_word_ids (`torch.LongTensor` of shape `(B, T)`, *optional*): word ids from the tokenizer, needed
-                by (and only by) models with word embeddings (`config.input_word_dim > 0`, ELMoForManyLangs).
-            split_directions (`bool`, defaults to `False`): the forward LM reads rows `0..B/2-1` only and the
-                backward LM rows `B/2..B-1` only, as in continuous streams (`streams_bilm.py`), where the two
-                directions read different token sequences: each LSTM stack runs on its half of the rows. Every
-                layer's row then holds `[forward | 0]` (first half) or `[0 | backward]` (second half), and the half
-                of a row's final `state` that its direction did not run is the state it started from.
+            input_ids (`(B, T, 50)`): character ids from `ElmoTokenizer` with the `<S>`/`</S>` rows; padded words 0.
+            attention_mask (`(B, T)`, *optional*): 1 at real positions, padding on the right; derived when omitted.
+            state (`ElmoState`, *optional*): `out.state` of a call on as many rows, row `k` continuing row `k`'s;
+                otherwise every row starts from the warm start state, else zeros, independent of everything else.
+            use_cache, output_hidden_states (*optional*): return the final `state`; all `num_layers + 1` layers.
+            input_word_ids (`(B, T)`, *optional*): word ids, for (and only for) models with `input_word_dim > 0`.
+            split_directions (defaults to `False`): the forward LM reads rows `0..B/2-1` only, the backward LM rows
+                `B/2..B-1` (continuous streams, `streams_bilm.py`): rows hold `[forward | 0]` or `[0 | backward]`,
+                and the half of a row's final `state` that its direction did not run is the state it started from.
         """
         mask = self.check_inputs(input_ids, attention_mask, input_word_ids, state)
-        output_hidden_states = (
-            output_hidden_states if output_hidden_states is not None else self.config.output_hidden_states
-        )
+        if output_hidden_states is None:
+            output_hidden_states = self.config.output_hidden_states
         return self._forward_checked(
             input_ids, mask, state, use_cache, output_hidden_states, input_word_ids, split_directions
         )
@@ -593,14 +439,12 @@ class ElmoModel(ElmoPreTrainedModel):
     def _forward_checked(
         self, input_ids, mask, state, use_cache, output_hidden_states, input_word_ids=None, split_directions=False
     ) -> ElmoModelOutput:
-        """`forward` after `check_inputs`: no host synchronisation on a GPU beyond the character CNN's (none while
-        a CUDA graph is being captured)."""
-        _direction_rows(input_ids.shape[0], split_directions)  # an odd batch fails before any work
+        """`forward` after `check_inputs`: on a GPU no host synchronisation beyond the character CNN's (none in a
+        captured graph)."""
+        direction_rows(input_ids.shape[0], split_directions)  # an odd batch fails before any work
         word_ids = input_word_ids.long() if input_word_ids is not None else None
-        if self.gradient_checkpointing and self.training and torch.is_grad_enabled():
-            run = self._gradient_checkpointing_func
-        else:
-            run = _call
+        checkpointed = self.gradient_checkpointing and self.training and torch.is_grad_enabled()
+        run = self._gradient_checkpointing_func if checkpointed else nn.Module.__call__
         token_embeddings = run(self.char_encoder, input_ids.long(), word_ids)
         if state is None:
             # The model's dtype, not the embeddings' (bfloat16 under autocast): the state can then be passed back.
@@ -609,35 +453,23 @@ class ElmoModel(ElmoPreTrainedModel):
         hidden_states = None
         if output_hidden_states:
             # shape[0], not len(): len() would make the batch size a constant of an exported graph
-            forward_rows, backward_rows = _direction_rows(token_embeddings.shape[0], split_directions)
+            forward_rows, backward_rows = direction_rows(token_embeddings.shape[0], split_directions)
             layer0 = _join_directions(token_embeddings[forward_rows], token_embeddings[backward_rows], split_directions)
             layer0 = layer0 * mask[..., None]
             hidden_states = (layer0, *layer_outputs)
-        return ElmoModelOutput(
-            last_hidden_state=layer_outputs[-1],
-            hidden_states=hidden_states,
-            state=final_state if use_cache else None,
-        )
+        final_state = final_state if use_cache else None
+        return ElmoModelOutput(last_hidden_state=layer_outputs[-1], hidden_states=hidden_states, state=final_state)
 
 
 @dataclass
 class ElmoBiLMOutput(ModelOutput):
     """
     Args:
-        loss (`torch.FloatTensor` of shape `()`, *optional*): with `labels`: the mean over both directions' target
-            words of their cross-entropy, i.e. `0.5 * (forward_loss + backward_loss)` when both directions have the
-            same number of targets (always the case for `DataCollatorForBiLM` batches). Sampled softmax in training
-            when `config.num_softmax_samples` is below the vocabulary size, full softmax otherwise.
-        forward_loss (`torch.FloatTensor` of shape `()`, *optional*): mean cross-entropy of the forward LM.
-        backward_loss (`torch.FloatTensor` of shape `()`, *optional*): mean cross-entropy of the backward LM.
-        last_hidden_state (`torch.FloatTensor` of shape `(B, T, 2P)`, *optional*): without `labels`: the biLM's top
-            layer, as `ElmoModel.last_hidden_state` (so that `outputs[0]` is it, as for transformers'
-            `*ForPreTraining` models); left out with `labels`, where `Trainer`'s evaluation would gather it.
-        forward_logits (`torch.FloatTensor` of shape `(B, T, V)`, *optional*): with `return_logits=True`: full
-            softmax scores of the word following each position.
-        backward_logits (`torch.FloatTensor` of shape `(B, T, V)`, *optional*): same for the preceding word.
-        hidden_states (`tuple(torch.FloatTensor)`, *optional*): as `ElmoModelOutput.hidden_states`.
-        state (`ElmoState`, *optional*): with `use_cache=True`, as `ElmoModelOutput.state`.
+        loss, forward_loss, backward_loss (`()`, *optional*, with `labels`): mean cross-entropy over both directions'
+            targets, and of each LM's (sampled softmax in training if `config.num_softmax_samples < vocab_size`).
+        last_hidden_state (`(B, T, 2P)`, *optional*, without `labels`, which `Trainer` would gather): the top layer.
+        forward_logits, backward_logits (`(B, T, V)`, *optional*, `return_logits=True`): scores of the next and of the
+            previous word. hidden_states, state (*optional*): as in `ElmoModelOutput`.
     """
 
     loss: torch.FloatTensor | None = None
@@ -658,25 +490,15 @@ class ElmoWordSoftmax(nn.Linear):
 
 
 class ElmoForBiLM(ElmoPreTrainedModel):
-    """The ELMo bidirectional language model with its word softmax, for pre-training and domain adaptation.
+    """The ELMo biLM with its word softmax shared by both directions' LMs, for pre-training and domain adaptation.
+    `ElmoModel.from_pretrained` of a saved `ElmoForBiLM` loads the biLM without the softmax."""
 
-    The forward LM predicts the word after each position from the forward half of the top layer, the backward
-    LM the word before it from the backward half; both use one softmax. `labels` `(B, T, 2)` hold, per position,
-    the id of the word to predict in each direction (`-100`: nothing to predict); `DataCollatorForBiLM` builds
-    them. `ElmoModel.from_pretrained` of a saved `ElmoForBiLM` loads the biLM without the softmax.
-    """
-
-    # The loss is normalised by Trainer's `num_items_in_batch` (target words over the accumulated batch on all
-    # processes), which makes gradient accumulation and multi-process training exact token-weighted means.
+    # Normalised by Trainer's `num_items_in_batch`: accumulated and multi-process steps are exact per-word means.
     accepts_loss_kwargs = True
 
     def __init__(self, config: ElmoConfig):
         super().__init__(config)
-        if config.vocab_size < 1:
-            raise ValueError(
-                "ElmoForBiLM needs config.vocab_size >= 1 (the words of its softmax), got "
-                f"{config.vocab_size}; set it to the size of the word vocabulary."
-            )
+        check_softmax_vocabulary(config)
         self.elmo = ElmoModel(config)
         self.dropout = ElmoDropout(config)
         self.softmax = ElmoWordSoftmax(config)
@@ -687,73 +509,27 @@ class ElmoForBiLM(ElmoPreTrainedModel):
         self._captured_steps.clear()  # graphs read the parameters at the addresses they had when captured
         return super()._apply(fn, recurse)
 
-    @torch.no_grad()
-    def _init_weights(self, module: nn.Module):
-        if isinstance(module, ElmoWordSoftmax):
-            # bilm-tf: normal with std 1/sqrt(fan in), zero bias.
-            init.normal_(module.weight, std=1.0 / math.sqrt(module.in_features))
-            init.zeros_(module.bias)
-        else:
-            super()._init_weights(module)
-
-    def get_input_embeddings(self) -> nn.Module:
-        return self.elmo.get_input_embeddings()
-
-    def set_input_embeddings(self, value: nn.Module):
-        self.elmo.set_input_embeddings(value)
-
     def uses_sampled_softmax(self) -> bool:
         """Whether a training-mode forward uses the sampled softmax (else the full one)."""
         return 0 < self.config.num_softmax_samples < self.config.vocab_size
 
     def floating_point_ops(self, inputs: dict, split_directions: bool = False) -> int:
-        """FLOPs of a training step on `inputs["input_ids"]` `(B, T, C)`, for `Trainer`'s `total_flos`: three times
-        the forward's matrix products, every position counted (padding too): the character encoder over every slot;
-        per direction its LSTM layers and its softmax over the sampled words (the whole vocabulary without sampling),
-        with `split_directions` on half the rows. (`Trainer`'s own estimate counts each position once per slot.)"""
+        """FLOPs of a training step on `inputs["input_ids"]` `(B, T, C)` for `Trainer`'s `total_flos`
+        (`ElmoConfig.training_step_flops`; `Trainer`'s own estimate counts each position once per slot)."""
         if not isinstance(inputs.get("input_ids"), torch.Tensor):
             return 0  # as `Trainer` counts a batch without its main input
-        rows, length = inputs["input_ids"].shape[:2]
-        encoder, lstm = matrix_flops_per_position(self.config)
         softmax_words = self.config.num_softmax_samples if self.uses_sampled_softmax() else self.config.vocab_size
-        direction_rows = rows // 2 if split_directions else rows
-        per_direction = lstm + 2 * self.config.projection_dim * softmax_words
-        return 3 * length * (rows * encoder + 2 * direction_rows * per_direction)
+        return self.config.training_step_flops(*inputs["input_ids"].shape[:2], softmax_words, split_directions)
 
     def check_batch(self, input_ids, attention_mask=None, labels=None, **unused) -> None:
-        """Checks a batch as `forward` would (a one-line `ValueError` naming the problem), e.g. on the host before it
-        moves to a GPU, where `forward` can then skip the checks of values (`input_checks.values_checked_on_host`).
-        Other entries of a batch dict are ignored."""
+        """Checks a batch as `forward` would, e.g. on the host before it moves to a GPU, where `forward` can then skip
+        the checks of values (`input_checks.values_checked_on_host`); other entries of a batch dict are ignored."""
         check_bilm_batch(self.config, input_ids, attention_mask, labels)
 
-    def _loss_sums(
-        self, top: torch.Tensor, labels: torch.Tensor, split_directions: bool = False
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """`(B, T, 2P)` top layer (after dropout) and `(B, T, 2)` labels -> the summed cross-entropy `(2,)` and the
-        number of targets `(2,)` of the forward and the backward LM (with `split_directions`, of the forward LM on
-        the first half of the rows and the backward LM on the second)."""
-        forward_rows, backward_rows = _direction_rows(len(top), split_directions)
-        forward_hidden, backward_hidden = top[forward_rows].chunk(2, dim=-1)[0], top[backward_rows].chunk(2, dim=-1)[1]
-        hidden = torch.cat([forward_hidden.flatten(0, 1), backward_hidden.flatten(0, 1)])  # (2 B' T, P)
-        targets = torch.cat([labels[forward_rows, :, 0].flatten(), labels[backward_rows, :, 1].flatten()]).long()
-        has_target = targets != -100
-        # Every position is scored and the ones without a target are dropped from the sums: shapes then do not
-        # depend on the data, so a GPU never waits for the host to count targets.
-        targets = targets.masked_fill(~has_target, 0)
-        scored = None
-        if hidden.device.type == "cpu":  # where the host knows the targets anyway, only positions that have one
-            scored = has_target.nonzero().squeeze(1)
-            hidden, targets = hidden.index_select(0, scored), targets.index_select(0, scored)
-        if self.training and self.uses_sampled_softmax():
-            losses = sampled_softmax_loss(
-                hidden, targets, self.softmax.weight, self.softmax.bias, self.config.num_softmax_samples
-            )
-        else:
-            losses = full_softmax_loss(hidden, targets, self.softmax.weight, self.softmax.bias)
-        if scored is not None:
-            losses = losses.new_zeros(has_target.shape).index_copy(0, scored, losses)
-        sums = torch.where(has_target, losses, 0.0).view(2, -1).sum(dim=1)
-        return sums, has_target.view(2, -1).sum(dim=1)
+    def _loss_sums(self, top: torch.Tensor, labels: torch.Tensor, split_directions: bool = False):
+        """`sampled_softmax.bilm_loss_sums`: the sampled softmax in training when `uses_sampled_softmax()`."""
+        num_samples = self.config.num_softmax_samples if self.training and self.uses_sampled_softmax() else None
+        return bilm_loss_sums(top, labels, self.softmax, num_samples, split_directions)
 
     def _training_step_sums(self, input_ids, mask, labels, *state, split_directions=False):
         """`_loss_sums` of a training batch; given a start `state` (`hidden, memory`: continuous streams), also its
@@ -779,59 +555,39 @@ class ElmoForBiLM(ElmoPreTrainedModel):
     ) -> ElmoBiLMOutput:
         r"""
         Args:
-            input_ids (`torch.LongTensor` of shape `(B, T, 50)`): character ids with the `<S>`/`</S>` rows, as
-                for `ElmoModel`.
-            attention_mask (`torch.Tensor` of shape `(B, T)`, *optional*): 1 at real positions.
-            labels (`torch.LongTensor` of shape `(B, T, 2)`, *optional*): `labels[b, t, 0]` the id of the word
-                after position `t` (forward LM target), `labels[b, t, 1]` the id of the word before it (backward
-                LM target); -100 where there is none.
-            return_logits (`bool`, defaults to `False`): also return the full-softmax logits `(B, T, V)` of
-                both directions.
-            num_items_in_batch (`int` or `torch.Tensor`, *optional*): divide the summed cross-entropy by this many
-                targets (both directions counted) instead of this batch's count; passed by `Trainer`.
-            state (`ElmoState`, *optional*), use_cache (`bool`, *optional*): as for `ElmoModel`: the state each row
-                starts from (default: the warm start state, else zeros) and whether to return the final one.
-            split_directions (`bool`, defaults to `False`): as for `ElmoModel`: the forward LM reads (and is scored
-                on) the first half of the rows only, the backward LM the second half (`DataCollatorForBiLMStreams`
-                batches); `labels[:B/2, :, 1]` and `labels[B/2:, :, 0]` must then be -100.
+            input_ids, attention_mask, state, use_cache, output_hidden_states, split_directions: as for `ElmoModel`;
+                with `split_directions` each LM is scored on its half of the rows only.
+            labels (`(B, T, 2)`, *optional*): per position the id of the next word (forward LM) and of the previous
+                word (backward LM), -100 where there is none; `DataCollatorForBiLM` builds them.
+            return_logits (defaults to `False`): also return both directions' full-softmax logits `(B, T, V)`.
+            num_items_in_batch (*optional*): the number of targets to divide the summed loss by (from `Trainer`).
         """
         if labels is not None and isinstance(input_ids, torch.Tensor):
-            # Before the model runs. On a GPU the check makes the host wait for the device; `hf-elmo train` checks
-            # each batch on the host instead (`train_bilm.HostCheckedCollator`, `input_checks.values_checked_on_host`).
+            # On a GPU this waits for the device; `hf-elmo train` checks on the host (`values_checked_on_host`).
             check_labels(self.config, labels, input_ids.shape[:2], split_directions)
-        captured = None
-        # Captured: a step from the start state, or one from a given state that returns its final one (streams).
-        carried = bool(use_cache) == (state is not None) and not (return_logits or output_hidden_states)
-        if self.training and labels is not None and carried and isinstance(input_ids, torch.Tensor):
-            paths = paths_in_effect(self.config, input_ids.device, self.dtype, True)
-            captured = captured_training_step(self, input_ids, attention_mask, labels, state, split_directions, paths)
+        extra_outputs = return_logits or output_hidden_states
+        captured = captured_training_step(
+            self, input_ids, attention_mask, labels, state, use_cache, split_directions, extra_outputs
+        )
         if captured is not None:
             sums, counts, *final_state = captured
             outputs = ElmoModelOutput(state=tuple(final_state) or None)
         else:
             outputs = self.elmo(
-                input_ids,
-                attention_mask=attention_mask,
-                state=state,
-                use_cache=use_cache,
-                output_hidden_states=output_hidden_states,
-                split_directions=split_directions,
+                input_ids, attention_mask, state, use_cache, output_hidden_states, split_directions=split_directions
             )
             top = self.dropout(outputs.last_hidden_state)
             if labels is not None:
                 sums, counts = self._loss_sums(top, labels, split_directions)
-
         loss = forward_loss = backward_loss = None
         if labels is not None:
             forward_loss, backward_loss = sums / counts.clamp(min=1)
             if num_items_in_batch is None:
                 num_items_in_batch = counts.sum().clamp(min=1)
             loss = sums.sum() / num_items_in_batch
-
         forward_logits = backward_logits = None
-        if return_logits:
-            forward_hidden, backward_hidden = top.chunk(2, dim=-1)
-            forward_logits, backward_logits = self.softmax(forward_hidden), self.softmax(backward_hidden)
+        if return_logits:  # each direction's half of the top layer through the shared softmax
+            forward_logits, backward_logits = (self.softmax(half) for half in top.chunk(2, dim=-1))
         return ElmoBiLMOutput(
             loss=loss,
             forward_loss=forward_loss,
@@ -844,15 +600,9 @@ class ElmoForBiLM(ElmoPreTrainedModel):
         )
 
 
-
-# The paper's task models on the biLM: a ScalarMix of its layers (frozen by default), dropout, an optional BiLSTM task
-# encoder with optional word vectors (`task_layers.py`), and a classifier; the options are `ElmoConfig` fields.
-
-_SIDE_INPUTS = ("input_ids", "attention_mask", "elmo_hidden_states", "input_word_ids")
-
-
-class ElmoTaskPreTrainedModel(ElmoPreTrainedModel):
-    """Shared machinery of the task heads: the biLM (frozen by default), the task encoder, initialisation."""
+class ElmoTaskPreTrainedModel(ElmoTaskFeaturesMixin, ElmoPreTrainedModel):
+    """The paper's task models on the biLM: a ScalarMix of its layers (the biLM frozen by default), dropout, an optional
+    BiLSTM task encoder with optional word vectors (`task_layers.py`), and a classifier, as `ElmoConfig` sets them."""
 
     has_classifier = True
 
@@ -864,91 +614,10 @@ class ElmoTaskPreTrainedModel(ElmoPreTrainedModel):
         self.task_encoder = ElmoTaskEncoder(config)
         self._freeze_elmo()
 
-    def _freeze_elmo(self):
-        if self.config.freeze_elmo:  # a fixed feature extractor: no gradients, no dropout
-            self.elmo.requires_grad_(False)
-            self.elmo.eval()
-
-    def train(self, mode: bool = True):
-        super().train(mode)
-        # Also here: `from_pretrained` replaces loaded parameters with new trainable ones, then calls `eval()`.
-        self._freeze_elmo()
-        return self
-
-    def _init_weights(self, module: nn.Module):
-        if not init_task_layer(module):
-            super()._init_weights(module)
-
-    def set_word_vectors(self, vectors: torch.Tensor, words: list[str]):
-        """Loads `vectors` `(V, dim)` for the `V` `words` into a model built with `word_vectors_size=V,
-        word_vectors_dim=dim`; other words get a zero vector."""
-        if self.task_encoder.word_vectors is None:
-            raise ValueError(
-                "This model has no word vectors: build it with word_vectors_size=V and word_vectors_dim=dim, e.g. "
-                "from_pretrained(folder, num_labels=..., word_vectors_size=V, word_vectors_dim=dim)."
-            )
-        self.task_encoder.word_vectors.set_vectors(vectors, words)
-
-    def _task_features(self, input_ids, attention_mask, elmo_hidden_states, input_word_ids):
-        """Word features `(B, T - 2, F)`, the `(B, T)` mask of real positions (boundaries included) and the biLM
-        layers `(B, T, num_layers + 1, 2P)` they were computed from (given as `elmo_hidden_states`, or computed)."""
-        mask = self.elmo.check_inputs(input_ids, attention_mask, input_word_ids, framed=True)
-        if elmo_hidden_states is None:
-            with torch.set_grad_enabled(torch.is_grad_enabled() and not self.config.freeze_elmo):
-                layers = self.elmo(
-                    input_ids, attention_mask=mask, input_word_ids=input_word_ids, output_hidden_states=True
-                ).hidden_states
-            elmo_hidden_states = torch.stack(layers, dim=2)
-        else:
-            check_cached_layers(self.config, elmo_hidden_states, input_ids)
-        return self.task_encoder(input_ids, elmo_hidden_states, mask), mask, elmo_hidden_states
-
-    def _pair_task_features(self, first: dict, second: dict) -> tuple[tuple, tuple]:
-        """`_task_features` of each side of a sentence pair (`first` and `second` hold each side's `_SIDE_INPUTS`):
-        per side, the word features `(B, W, F)`, the `(B, W)` mask of its words and its biLM layers."""
-        if second["input_ids"] is None:
-            raise ValueError(
-                f"{type(self).__name__} reads sentence pairs: pass pair_input_ids (and pair_attention_mask) for the "
-                "second sentences, as tokenizer(text, text_pair) returns them"
-            )
-        sides = []
-        for prefix, side in (("", first), (PAIR_PREFIX, second)):
-            try:
-                features, mask, layers = self._task_features(*(side[key] for key in _SIDE_INPUTS))
-            except ValueError as error:
-                if not prefix:
-                    raise
-                raise ValueError(f"the second sentences ({prefix}...): {error}") from None
-            empty = (~mask[:, 2:].any(dim=1)).nonzero()
-            if len(empty):
-                raise ValueError(
-                    f"{prefix}input_ids row {int(empty[0])} has no words: each side of a sentence pair needs at least "
-                    "one word"
-                )
-            sides.append((features, mask[:, 2:], layers))
-        if sides[0][0].shape[0] != sides[1][0].shape[0]:
-            raise ValueError(
-                f"input_ids has {sides[0][0].shape[0]} rows but pair_input_ids has {sides[1][0].shape[0]}: each "
-                "sentence needs its pair"
-            )
-        return tuple(sides)
-
-    def _hidden_states(self, layers: torch.Tensor, output_hidden_states: bool | None) -> tuple[torch.Tensor, ...]:
-        """The biLM layers as `ElmoModel` returns them, when asked for by the argument or else by the config."""
-        if output_hidden_states is None:
-            output_hidden_states = self.config.output_hidden_states
-        return layers.unbind(dim=2) if output_hidden_states else None
-
-    def _add_l2_penalty(self, loss: torch.Tensor) -> torch.Tensor:
-        if self.config.scalar_mix_l2:
-            loss = loss + self.config.scalar_mix_l2 * self.task_encoder.l2_penalty()
-        return loss
-
 
 class ElmoForSequenceClassification(ElmoTaskPreTrainedModel):
-    """ELMo sentence classifier / regressor: task features pooled over the words, then a linear layer; the loss
-    follows `config.problem_type` as in transformers. With `config.sentence_pairs` it classifies sentence pairs
-    (SNLI): each sentence through the biLM and the task encoder on its own, then ESIM's comparison."""
+    """ELMo sentence classifier / regressor: task features pooled over the words, then a linear layer (loss by
+    `config.problem_type`); with `config.sentence_pairs` each sentence of a pair on its own, then ESIM's comparison."""
 
     def __init__(self, config: ElmoConfig):
         super().__init__(config)
@@ -959,22 +628,6 @@ class ElmoForSequenceClassification(ElmoTaskPreTrainedModel):
             pooled_size = self.pair_comparison.output_size
         self.classifier = nn.Linear(pooled_size, config.num_labels)
         self.post_init()
-
-    def _loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        config = self.config
-        if config.problem_type is None:
-            if logits.shape[1] == 1:
-                config.problem_type = "regression"
-            elif labels.dtype in (torch.long, torch.int):
-                config.problem_type = "single_label_classification"
-            else:
-                config.problem_type = "multi_label_classification"
-        check_sequence_labels(labels, config.problem_type, *logits.shape)
-        if config.problem_type == "regression":
-            return F.mse_loss(logits.squeeze(-1) if labels.dim() == 1 else logits, labels.to(logits.dtype))
-        if config.problem_type == "single_label_classification":
-            return F.cross_entropy(logits, labels)
-        return F.binary_cross_entropy_with_logits(logits, labels.to(logits.dtype))
 
     @can_return_tuple
     def forward(
@@ -994,42 +647,34 @@ class ElmoForSequenceClassification(ElmoTaskPreTrainedModel):
         r"""
         Args:
             input_ids (`(B, T, 50)`), attention_mask (`(B, T)`), input_word_ids (`(B, T)`): as for `ElmoModel`.
-            labels (*optional*): `(B,)` class ids (single-label), `(B, num_labels)` 0/1 (multi-label) or `(B,)` /
-                `(B, num_labels)` floats (regression).
-            elmo_hidden_states (`(B, T, num_layers + 1, 2P)`, *optional*): precomputed biLM layers (see
-                `hf_elmo.data_elmo.ElmoLayerCache`); the biLM is not run when given.
+            labels (*optional*): `(B,)` class ids (single-label), `(B, num_labels)` 0/1 (multi-label) or floats of
+                either shape (regression).
+            elmo_hidden_states (`(B, T, num_layers + 1, 2P)`, *optional*): precomputed biLM layers
+                (`data_elmo.ElmoLayerCache`); the biLM is not run when given.
             output_hidden_states (*optional*): also return the biLM's layers (of the first sentences of pairs).
-            pair_input_ids, pair_attention_mask, pair_elmo_hidden_states, pair_input_word_ids (*optional*): the
-                second sentences of pairs (`tokenizer(text, text_pair)`), for a pair classifier only.
-
-        Returns:
-            `SequenceClassifierOutput`: `logits` `(B, num_labels)`, with labels the loss (plus the ScalarMix L2
-            penalty when `config.scalar_mix_l2 > 0`).
+            pair_*: the second sentences of pairs (`tokenizer(text, text_pair)`), for a pair classifier only.
+        Returns `logits` `(B, num_labels)`, with labels the loss (plus the ScalarMix L2 penalty).
         """
-        first = dict(zip(_SIDE_INPUTS, (input_ids, attention_mask, elmo_hidden_states, input_word_ids)))
+        first = (input_ids, attention_mask, elmo_hidden_states, input_word_ids)
         if self.pair_comparison is not None:
-            pair = (pair_input_ids, pair_attention_mask, pair_elmo_hidden_states, pair_input_word_ids)
-            (a, a_mask, layers), (b, b_mask, _) = self._pair_task_features(first, dict(zip(_SIDE_INPUTS, pair)))
+            second = (pair_input_ids, pair_attention_mask, pair_elmo_hidden_states, pair_input_word_ids)
+            (a, a_mask, layers), (b, b_mask, _) = self._pair_task_features(first, second)
             logits = self.classifier(self.pair_comparison(a, a_mask, b, b_mask))
-        elif pair_input_ids is not None:
-            raise ValueError(
-                "pair_input_ids given to a single-sentence classifier: build a pair classifier with "
-                "sentence_pairs=True, e.g. from_pretrained(folder, num_labels=..., sentence_pairs=True)"
-            )
         else:
-            features, mask, layers = self._task_features(*first.values())
+            check_pair_given(type(self).__name__, pair_input_ids, reads_pairs=False)
+            features, mask, layers = self._task_features(*first)
             logits = self.classifier(pool_words(features, mask[:, 2:], self.config.classifier_pooling))
-        loss = None if labels is None else self._add_l2_penalty(self._loss(logits, labels))
+        loss = None
+        if labels is not None:
+            loss = self._add_l2_penalty(sequence_classification_loss(self.config, logits, labels))
         hidden_states = self._hidden_states(layers, output_hidden_states)
         return SequenceClassifierOutput(loss=loss, logits=logits, hidden_states=hidden_states)
 
 
 class ElmoForTokenClassification(ElmoTaskPreTrainedModel):
-    """ELMo tagger: `logits` `(B, T, num_labels)` over the input positions like every transformers token classifier,
-    one prediction per word at its position; `<S>`, `</S>` and padding get 0 and must be labelled -100."""
+    """ELMo tagger: `logits` `(B, T, num_labels)`, one per word at its position, 0 at `<S>`, `</S>` and padding."""
 
-    # `pipeline("token-classification", model=<saved folder or repo>, trust_remote_code=True)` uses this pipeline,
-    # which reads 3-D character ids, instead of the built-in one (see `model_io.name_pipeline`).
+    # `pipeline(..., trust_remote_code=True)` uses it: the built-in one reads one id per token (`name_pipeline`).
     pipeline_class = ElmoTokenClassificationPipeline
 
     def __init__(self, config: ElmoConfig):
@@ -1050,14 +695,9 @@ class ElmoForTokenClassification(ElmoTaskPreTrainedModel):
     ) -> TokenClassifierOutput:
         r"""
         Args:
-            input_ids, attention_mask, elmo_hidden_states, input_word_ids, output_hidden_states: as for
-                `ElmoForSequenceClassification`.
-            labels (`(B, T)`, *optional*): class id of the word at each position, -100 at `<S>`, `</S>`, padding (and
-                words to ignore).
-
-        Returns:
-            `TokenClassifierOutput`: `logits` `(B, T, num_labels)`, with labels the mean cross-entropy over the
-            labelled positions (plus the ScalarMix L2 penalty); NaN for a batch without any, as BERT's.
+            input_ids, attention_mask, elmo_hidden_states, input_word_ids, output_hidden_states: as for the other heads.
+            labels (`(B, T)`, *optional*): each word's class id at its position, -100 at `<S>`, `</S>` and padding.
+        Returns `logits`, with labels their mean cross-entropy (plus the ScalarMix L2 penalty; NaN without any).
         """
         features, mask, layers = self._task_features(input_ids, attention_mask, elmo_hidden_states, input_word_ids)
         logits = F.pad(self.classifier(features) * mask[:, 2:, None], (0, 0, 1, 1))
@@ -1070,16 +710,12 @@ class ElmoForTokenClassification(ElmoTaskPreTrainedModel):
 
 
 class ElmoForQuestionAnswering(ElmoTaskPreTrainedModel):
-    """ELMo answer spans in the manner of BiDAF (Seo et al. 2017): the question (`input_ids`) and the context
-    (`pair_input_ids`) each through the biLM and the task encoder, then BiDAF's attention flow, two modelling BiLSTMs
-    (`task_encoder_hidden_size` units, else `projection_dim`), and start and end logits.
+    """ELMo answer spans as BiDAF's (Seo et al. 2017): question (`input_ids`) and context (`pair_input_ids`) each
+    through the biLM and the task encoder, attention flow, two modelling BiLSTMs, start and end logits `(B, Tc)` over
+    the positions of `pair_input_ids` (word `j` at `j + 1`, 0 the empty answer as BERT's `[CLS]`, `</S>` and padding
+    the dtype's lowest value). `ElmoQuestionAnsweringPipeline` decodes spans."""
 
-    Logits are `(B, Tc)` over the positions of `pair_input_ids`: context word `j` at `j + 1`; position 0 is the empty
-    answer (SQuAD 2.0, as BERT's `[CLS]`); `</S>` and padding get the dtype's lowest value. `start_positions` and
-    `end_positions` are in the same frame. `ElmoQuestionAnsweringPipeline` decodes spans, long contexts in windows.
-    """
-
-    # As for the tagger: the built-in pipeline reads one id per token (see `model_io.name_pipeline`).
+    # As for the tagger.
     pipeline_class = ElmoQuestionAnsweringPipeline
 
     def __init__(self, config: ElmoConfig):
@@ -1114,19 +750,13 @@ class ElmoForQuestionAnswering(ElmoTaskPreTrainedModel):
         r"""
         Args:
             input_ids, attention_mask, elmo_hidden_states, input_word_ids: the questions, as for the other heads.
-            pair_input_ids, pair_attention_mask, pair_elmo_hidden_states, pair_input_word_ids: the contexts
-                (`tokenizer(questions, contexts)` gives both).
+            pair_*: the contexts (`tokenizer(questions, contexts)` gives both).
             start_positions, end_positions (`(B,)`, *optional*): the answer's first and last word as positions of
                 `pair_input_ids`, 0 for no answer.
-            output_hidden_states (*optional*): also return the questions' biLM layers.
-
-        Returns:
-            `QuestionAnsweringModelOutput`: `start_logits` and `end_logits` `(B, Tc)`, with the positions the mean of
-            the start and end cross-entropies (plus the ScalarMix L2 penalty).
+        Returns the logits, with positions the mean of both cross-entropies (plus the ScalarMix L2 penalty).
         """
-        first = dict(zip(_SIDE_INPUTS, (input_ids, attention_mask, elmo_hidden_states, input_word_ids)))
-        pair = (pair_input_ids, pair_attention_mask, pair_elmo_hidden_states, pair_input_word_ids)
-        second = dict(zip(_SIDE_INPUTS, pair))
+        first = (input_ids, attention_mask, elmo_hidden_states, input_word_ids)
+        second = (pair_input_ids, pair_attention_mask, pair_elmo_hidden_states, pair_input_word_ids)
         (question, question_mask, layers), (context, context_mask, _) = self._pair_task_features(first, second)
         flow = attention_flow(self.similarity, context, context_mask, question, question_mask)
         modeled = run_lstm(self.modeling, self.dropout(flow), context_mask)
@@ -1135,13 +765,8 @@ class ElmoForQuestionAnswering(ElmoTaskPreTrainedModel):
         end_features = self.dropout(torch.cat([flow, end_modeled], dim=-1))
         lowest = torch.finfo(flow.dtype).min
         no_answer = self.no_answer_output(start_features.masked_fill(~context_mask[..., None], lowest).amax(dim=1))
-        logits = []
-        outputs = ((self.start_output, start_features), (self.end_output, end_features))
-        for index, (output, features) in enumerate(outputs):
-            word_logits = output(features)[..., 0].masked_fill(~context_mask, lowest)
-            end_boundary = word_logits.new_full((word_logits.shape[0], 1), lowest)
-            logits.append(torch.cat([no_answer[:, index : index + 1], word_logits, end_boundary], dim=1))
-        start_logits, end_logits = logits
+        start_logits = answer_position_logits(self.start_output(start_features), no_answer[:, 0], context_mask, lowest)
+        end_logits = answer_position_logits(self.end_output(end_features), no_answer[:, 1], context_mask, lowest)
         check_answer_positions(start_positions, end_positions, context_mask)
         loss = None
         if start_positions is not None:

@@ -118,6 +118,27 @@ def resolve(paths: ElmoPaths, device: torch.device, dtype: torch.dtype, training
     return _resolve(paths, device.type, dtype, bool(training), capturing, built, _triton_runs(device))
 
 
+_REFERENCE_PATHS = ElmoPaths.reference()
+
+
+def exporting() -> bool:
+    """Whether `torch.export` (also under `torch.onnx.export`) is tracing the model."""
+    # Older PyTorch versions lack torch.compiler.is_exporting.
+    return getattr(torch.compiler, "is_exporting", lambda: False)()
+
+
+def paths_in_effect(config, device: torch.device, dtype: torch.dtype, training: bool) -> ElmoPaths:
+    """An `ElmoConfig`'s `paths` resolved for a call on `device` with parameters of `dtype` (the autocast dtype under
+    autocast). `torch.export` and `torch.compile` get the reference, whose operations and shapes depend on the
+    input's shapes only."""
+    if exporting() or torch.compiler.is_compiling():
+        return _REFERENCE_PATHS
+    if torch.is_autocast_enabled(device.type):
+        dtype = torch.get_autocast_dtype(device.type)
+    capturing = "cuda_graph" if device.type == "cuda" and torch.cuda.is_current_stream_capturing() else None
+    return resolve(ElmoPaths.from_value(config.paths), device, dtype, training, capturing)
+
+
 @functools.lru_cache(maxsize=256)
 def _resolve(paths, device_type, dtype, training, capturing, built, triton):
     loops = built and dtype == torch.float32
@@ -172,4 +193,4 @@ def _resolve(paths, device_type, dtype, training, capturing, built, triton):
     return ElmoPaths(**chosen)
 
 
-__all__ = ["CHOICES", "ElmoPaths", "resolve"]
+__all__ = ["CHOICES", "ElmoPaths", "exporting", "paths_in_effect", "resolve"]

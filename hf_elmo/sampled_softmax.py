@@ -26,6 +26,7 @@ import torch.nn.functional as F
 from .cpu_kernels import available as compiled_loops_available
 from .cpu_kernels import logsumexp_rows as compiled_logsumexp
 from .cpu_kernels import logsumexp_rows_backward as compiled_logsumexp_backward
+from .input_checks import direction_rows
 
 try:  # Triton ships with PyTorch's CUDA builds; without it the sampled softmax uses PyTorch operations.
     from .gpu_softmax_kernels import INTERPRETED as _KERNELS_INTERPRETED
@@ -79,7 +80,7 @@ def sample_log_uniform_candidates(
     return torch.cat(sampled), num_tries
 
 
-# A device sample draws at most this many candidates at once (float64 and int64 each: 64 MiB).
+# A device sample draws at most this many candidates at once (a float64 and an int64 value each).
 _MAX_DEVICE_DRAWS = 1 << 22
 
 
@@ -92,7 +93,8 @@ def _draws_for_unique_sample(num_samples: int, vocab_size: int) -> int | None:
     count `X` (mean `mu = sum_k 1 - (1 - Q(k)) ** m`) and for the count of words not drawn, `V - X` (mean
     `nu = V - mu`): `P(X < n) <= exp(-(mu - n) ** 2 / (2 mu))`, and with `a = V - n + 1 = nu (1 + d)`,
     `P(V - X >= a) <= exp(-d ** 2 nu / (2 + d))`, and Markov's `P(V - X >= a) <= nu / a`. The last two are the
-    tight ones when the sample is most of the vocabulary. Returns the smallest `m` (to 0.1%) for which either bound is below `exp(-50)`.
+    tight ones when the sample is most of the vocabulary. Returns the smallest `m` (to 0.1%) for which either bound
+    is below `exp(-50)`.
     """
     log_q = np.log1p(-np.log1p(1.0 / np.arange(1.0, vocab_size + 1.0)) / math.log(vocab_size + 1.0))
     not_drawn_needed = vocab_size - num_samples + 1
@@ -205,7 +207,7 @@ def sampled_softmax_loss(
 
     # The targets' and the sample's rows in one `index_select` each: its backward zeroes one `(V, P)` gradient and
     # scatter-adds into it (indexing's sorts the indices first, `embedding`'s waits for the GPU to count them), where
-    # a gather each zeroed two and added them up (205 MB each at the original size).
+    # a gather each zeroed two and added them up.
     rows = torch.cat([targets, sampled])
     true_weight, sampled_weight = weight.index_select(0, rows).split([len(targets), num_samples])
     true_bias, sampled_bias = bias.index_select(0, rows).split([len(targets), num_samples])
@@ -233,7 +235,8 @@ def logsumexp_without(logits: torch.Tensor, skip: torch.LongTensor, fused: bool 
     least float32. `fused`: one Triton pass forward and one backward (`gpu_softmax_kernels.py`), by default for
     16- and 32-bit CUDA tensors (CPU tensors only under Triton's interpreter, where asked for)."""
     if fused is None:
-        fused = logsumexp_forward is not None and not _KERNELS_INTERPRETED and logits.is_cuda and logits.dtype != torch.float64
+        fused = logsumexp_forward is not None and not _KERNELS_INTERPRETED
+        fused = fused and logits.is_cuda and logits.dtype != torch.float64
     if fused:
         return _LogSumExpWithout.apply(logits.contiguous(), skip.contiguous())
     columns = logits.shape[1]
@@ -299,7 +302,37 @@ def full_softmax_loss(
     return F.cross_entropy(logits.to(torch.promote_types(logits.dtype, torch.float32)), targets, reduction="none")
 
 
+def bilm_loss_sums(
+    top: torch.Tensor, labels: torch.Tensor, softmax: torch.nn.Linear, num_samples: int | None, split_directions=False
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """`(B, T, 2P)` top layer (after dropout) and `(B, T, 2)` labels -> the summed cross-entropy `(2,)` and the
+    number of targets `(2,)` of the forward and the backward LM (with `split_directions`, of the forward LM on the
+    first half of the rows and the backward LM on the second), through the sampled softmax with `num_samples`, else
+    the full one."""
+    forward_rows, backward_rows = direction_rows(len(top), split_directions)
+    forward_hidden, backward_hidden = top[forward_rows].chunk(2, dim=-1)[0], top[backward_rows].chunk(2, dim=-1)[1]
+    hidden = torch.cat([forward_hidden.flatten(0, 1), backward_hidden.flatten(0, 1)])  # (2 B' T, P)
+    targets = torch.cat([labels[forward_rows, :, 0].flatten(), labels[backward_rows, :, 1].flatten()]).long()
+    has_target = targets != -100
+    # Every position is scored and the ones without a target are dropped from the sums: shapes then do not
+    # depend on the data, so a GPU never waits for the host to count targets.
+    targets = targets.masked_fill(~has_target, 0)
+    scored = None
+    if hidden.device.type == "cpu":  # where the host knows the targets anyway, only positions that have one
+        scored = has_target.nonzero().squeeze(1)
+        hidden, targets = hidden.index_select(0, scored), targets.index_select(0, scored)
+    if num_samples:
+        losses = sampled_softmax_loss(hidden, targets, softmax.weight, softmax.bias, num_samples)
+    else:
+        losses = full_softmax_loss(hidden, targets, softmax.weight, softmax.bias)
+    if scored is not None:
+        losses = losses.new_zeros(has_target.shape).index_copy(0, scored, losses)
+    sums = torch.where(has_target, losses, 0.0).view(2, -1).sum(dim=1)
+    return sums, has_target.view(2, -1).sum(dim=1)
+
+
 __all__ = [
+    "bilm_loss_sums",
     "expected_count",
     "full_softmax_loss",
     "log_uniform_probability",

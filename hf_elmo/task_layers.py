@@ -1,5 +1,6 @@
 """The building blocks of the task heads that are not ELMo's own: the task encoder of the paper's task models (its
-ScalarMixes, an optional BiLSTM, user-supplied word vectors), ESIM's pair comparison and BiDAF's attention flow.
+ScalarMixes, an optional BiLSTM, user-supplied word vectors), ESIM's pair comparison, BiDAF's attention flow, the
+sequence head's loss, and the heads' shared plumbing from inputs to word features (`ElmoTaskFeaturesMixin`).
 
 Each module keeps the attribute names of the heads' saved weights (`task_encoder.*`, `pair_comparison.*`).
 """
@@ -13,7 +14,10 @@ from transformers import initialization as init
 
 from .character_rows import word_keys, words_to_char_ids
 from .configuration_elmo import ElmoConfig
+from .batch_encoding_elmo import PAIR_PREFIX
+from .input_checks import check_cached_layers, check_pair_given, check_pair_rows, check_pair_side, check_sequence_labels
 from .scalar_mix import ScalarMix
+
 
 class ElmoWordVectors(nn.Module):
     """User-supplied context-independent word vectors (e.g. GloVe), looked up from the character ids.
@@ -175,6 +179,24 @@ def pool_words(features: torch.Tensor, word_mask: torch.Tensor, pooling: str) ->
     return torch.cat(pooled, dim=-1)
 
 
+def sequence_classification_loss(config: ElmoConfig, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """`(B, num_labels)` logits and their labels -> the loss of `config.problem_type`, inferred as transformers does
+    when unset (and then stored in the config)."""
+    if config.problem_type is None:
+        if logits.shape[1] == 1:
+            config.problem_type = "regression"
+        elif labels.dtype in (torch.long, torch.int):
+            config.problem_type = "single_label_classification"
+        else:
+            config.problem_type = "multi_label_classification"
+    check_sequence_labels(labels, config.problem_type, *logits.shape)
+    if config.problem_type == "regression":
+        return F.mse_loss(logits.squeeze(-1) if labels.dim() == 1 else logits, labels.to(logits.dtype))
+    if config.problem_type == "single_label_classification":
+        return F.cross_entropy(logits, labels)
+    return F.binary_cross_entropy_with_logits(logits, labels.to(logits.dtype))
+
+
 def masked_softmax(scores: torch.Tensor, mask: torch.Tensor, dim: int) -> torch.Tensor:
     """Softmax of `scores` along `dim` over the entries where `mask` (broadcast to `scores`) is True."""
     return scores.masked_fill(~mask, torch.finfo(scores.dtype).min).softmax(dim=dim)
@@ -227,13 +249,96 @@ def attention_flow(similarity: nn.Linear, context, context_mask, question, quest
     return torch.cat([context, attended_question, context * attended_question, context * attended_context], dim=-1)
 
 
+def answer_position_logits(word_logits, no_answer, context_mask, lowest: float) -> torch.Tensor:
+    """`(B, Wc, 1)` logits of the context words and `(B,)` of the empty answer -> `(B, Wc + 2)` logits over the
+    positions of `pair_input_ids`: the empty answer at 0, word `j` at `j + 1`, `lowest` at padding and `</S>`."""
+    word_logits = word_logits[..., 0].masked_fill(~context_mask, lowest)
+    end_boundary = word_logits.new_full((word_logits.shape[0], 1), lowest)
+    return torch.cat([no_answer[:, None], word_logits, end_boundary], dim=1)
+
+class ElmoTaskFeaturesMixin:
+    """How a task head (`elmo`, `task_encoder`, `config`) turns its inputs into word features: the biLM's layers
+    (given or computed, with its input checks; frozen with `freeze_elmo`) through the task encoder, for one sentence
+    or each side of a pair."""
+
+    def _freeze_elmo(self):
+        if self.config.freeze_elmo:  # a fixed feature extractor: no gradients, no dropout
+            self.elmo.requires_grad_(False)
+            self.elmo.eval()
+
+    def train(self, mode: bool = True):
+        super().train(mode)
+        # Also here: `from_pretrained` replaces loaded parameters with new trainable ones, then calls `eval()`.
+        self._freeze_elmo()
+        return self
+
+    def _init_weights(self, module: nn.Module):
+        if not init_task_layer(module):
+            super()._init_weights(module)
+
+    def set_word_vectors(self, vectors: torch.Tensor, words: list[str]):
+        """Loads `vectors` `(V, dim)` for the `V` `words` into a model built with `word_vectors_size=V,
+        word_vectors_dim=dim`; other words get a zero vector."""
+        if self.task_encoder.word_vectors is None:
+            raise ValueError(
+                "This model has no word vectors: build it with word_vectors_size=V and word_vectors_dim=dim, e.g. "
+                "from_pretrained(folder, num_labels=..., word_vectors_size=V, word_vectors_dim=dim)."
+            )
+        self.task_encoder.word_vectors.set_vectors(vectors, words)
+
+    def _task_features(self, input_ids, attention_mask, elmo_hidden_states, input_word_ids):
+        """Word features `(B, T - 2, F)`, the `(B, T)` mask of real positions (boundaries included) and the biLM
+        layers `(B, T, num_layers + 1, 2P)` they were computed from (given as `elmo_hidden_states`, or computed)."""
+        mask = self.elmo.check_inputs(input_ids, attention_mask, input_word_ids, framed=True)
+        if elmo_hidden_states is None:
+            with torch.set_grad_enabled(torch.is_grad_enabled() and not self.config.freeze_elmo):
+                layers = self.elmo(
+                    input_ids, attention_mask=mask, input_word_ids=input_word_ids, output_hidden_states=True
+                ).hidden_states
+            elmo_hidden_states = torch.stack(layers, dim=2)
+        else:
+            check_cached_layers(self.config, elmo_hidden_states, input_ids)
+        return self.task_encoder(input_ids, elmo_hidden_states, mask), mask, elmo_hidden_states
+
+    def _pair_task_features(self, first: tuple, second: tuple) -> tuple[tuple, tuple]:
+        """`_task_features` of each side of a sentence pair (`first` and `second` each its `_task_features` arguments):
+        per side, the word features `(B, W, F)`, the `(B, W)` mask of its words and its biLM layers."""
+        check_pair_given(type(self).__name__, second[0], reads_pairs=True)
+        sides = []
+        for prefix, side in (("", first), (PAIR_PREFIX, second)):
+            try:
+                features, mask, layers = self._task_features(*side)
+            except ValueError as error:
+                if not prefix:
+                    raise
+                raise ValueError(f"the second sentences ({prefix}...): {error}") from None
+            check_pair_side(prefix, mask)
+            sides.append((features, mask[:, 2:], layers))
+        check_pair_rows(sides[0][0].shape[0], sides[1][0].shape[0])
+        return tuple(sides)
+
+    def _hidden_states(self, layers: torch.Tensor, output_hidden_states: bool | None) -> tuple[torch.Tensor, ...]:
+        """The biLM layers as `ElmoModel` returns them, when asked for by the argument or else by the config."""
+        if output_hidden_states is None:
+            output_hidden_states = self.config.output_hidden_states
+        return layers.unbind(dim=2) if output_hidden_states else None
+
+    def _add_l2_penalty(self, loss: torch.Tensor) -> torch.Tensor:
+        if self.config.scalar_mix_l2:
+            loss = loss + self.config.scalar_mix_l2 * self.task_encoder.l2_penalty()
+        return loss
+
+
 __all__ = [
     "ElmoPairComparison",
     "ElmoTaskEncoder",
+    "ElmoTaskFeaturesMixin",
     "ElmoWordVectors",
+    "answer_position_logits",
     "attention_flow",
     "init_task_layer",
     "masked_softmax",
     "pool_words",
     "run_lstm",
+    "sequence_classification_loss",
 ]

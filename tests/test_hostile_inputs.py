@@ -989,6 +989,15 @@ def tag(inputs, **options):
 # --- sentence pairs and question answering: calls ---
 
 
+def warm_state_of_shapes(folder, hidden_shape, memory_shape):
+    """`ElmoModel.set_warm_state` of the model in `folder` given zeros of these shapes."""
+    import torch
+
+    from hf_elmo import ElmoModel
+
+    ElmoModel.from_pretrained(folder).set_warm_state((torch.zeros(hidden_shape), torch.zeros(memory_shape)))
+
+
 def with_pair(second_sentences, **positions):
     """The batch's sentences paired with `second_sentences` (`pair_...` inputs), plus `positions` (keyword arguments
     of the model) as tensors."""
@@ -1328,6 +1337,18 @@ API_CASES = {
         [],
         lambda root: run_bfloat16(root / "M", paths={"lstm": "sorted", "lstm_kernels": "triton"}),
         r"^paths\.lstm_kernels='triton' (needs Triton|runs on paths\.lstm='static', got 'sorted')",
+    ),
+    # --- checks the model file calls from input_checks: the question-answering head, the warm state ---
+    "a question-answering model without contexts": (
+        [],
+        run_model(lambda batch, model: batch, "ElmoForQuestionAnswering"),
+        r"^ElmoForQuestionAnswering reads sentence pairs: pass pair_input_ids \(and pair_attention_mask\)",
+    ),
+    "a warm state of the wrong shape": (
+        [],
+        lambda root: warm_state_of_shapes(root / "M", (2, 3), (2, 3)),
+        r"^A warm state must be \(hidden, memory\) of shapes \(\d+, \d+\) and \(\d+, \d+\) \(num_layers, 2 \* "
+        r"projection_dim / 2 \* cell_dim\), got \[\(2, 3\), \(2, 3\)\]\.$",
     ),
 }
 
