@@ -12,7 +12,7 @@ same function written with PyTorch operations elsewhere; the tests keep both equ
 
 import torch
 
-from .triton_support import INTERPRETED, require_triton, tl, triton
+from .triton_support import require_triton, tl, triton
 
 require_triton(__name__)  # its importer then keeps PyTorch's operations
 

@@ -27,12 +27,12 @@ from .cpu_kernels import available as compiled_loops_available
 from .cpu_kernels import logsumexp_rows as compiled_logsumexp
 from .cpu_kernels import logsumexp_rows_backward as compiled_logsumexp_backward
 from .input_checks import direction_rows
+from .triton_support import INTERPRETED as KERNELS_INTERPRETED
 
 try:  # Triton ships with PyTorch's CUDA builds; without it the sampled softmax uses PyTorch operations.
-    from .gpu_softmax_kernels import INTERPRETED as _KERNELS_INTERPRETED
     from .gpu_softmax_kernels import logsumexp_backward, logsumexp_forward
 except ImportError:  # pragma: no cover - depends on the installation
-    _KERNELS_INTERPRETED, logsumexp_forward = False, None
+    logsumexp_forward = None
 
 
 def log_uniform_probability(word_ids: torch.Tensor, vocab_size: int) -> torch.Tensor:
@@ -235,7 +235,7 @@ def logsumexp_without(logits: torch.Tensor, skip: torch.LongTensor, fused: bool 
     least float32. `fused`: one Triton pass forward and one backward (`gpu_softmax_kernels.py`), by default for
     16- and 32-bit CUDA tensors (CPU tensors only under Triton's interpreter, where asked for)."""
     if fused is None:
-        fused = logsumexp_forward is not None and not _KERNELS_INTERPRETED
+        fused = logsumexp_forward is not None and not KERNELS_INTERPRETED
         fused = fused and logits.is_cuda and logits.dtype != torch.float64
     if fused:
         return _LogSumExpWithout.apply(logits.contiguous(), skip.contiguous())

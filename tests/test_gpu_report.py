@@ -59,8 +59,7 @@ def test_report_sections_run_and_the_gpu_path_is_exact(report):
         assert float(values) <= 1e-5 and float(gradients) <= 1e-4, what
     for what, cosines in rows_of(exactness, "small, bfloat16 autocast"):
         assert min(float(c) for c in cosines.split(" / ")) >= 0.99, what
-    fixture_rows = rows_of(exactness, "fixture")
-    assert len(fixture_rows) == 4 and all(float(row[1]) <= 1e-5 for row in fixture_rows), fixture_rows
+    # (The original implementations' fixtures on the GPU path are tests/test_static_shapes.py's.)
     # Every path trained and embedded at a rate (none failed or was skipped).
     for table, first in ((training, ("small", "original")), (inference, ("float32", "bfloat16"))):
         rows = [row for name in first for row in rows_of(table, name)]
