@@ -36,8 +36,14 @@ MID_OPTIONS = {
         "n_highway": 2,
     },
     "dropout": 0.1,
-    "lstm": {"cell_clip": 3, "dim": 512, "n_layers": 2, "proj_clip": 3, "projection_dim": 64,
-             "use_skip_connections": True},  # fmt: skip
+    "lstm": {
+        "cell_clip": 3,
+        "dim": 512,
+        "n_layers": 2,
+        "proj_clip": 3,
+        "projection_dim": 64,
+        "use_skip_connections": True,
+    },
     "all_clip_norm_val": 10.0,
     "n_epochs": 1,
     "unroll_steps": 20,

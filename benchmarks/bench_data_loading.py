@@ -11,11 +11,10 @@ import argparse
 import time
 
 import torch
+from bench_inference import machine_description
 
 from hf_elmo import ElmoTokenizer
 from hf_elmo.data_bilm import DataCollatorForBiLM, build_word_vocabulary, load_bilm_dataset
-
-from bench_inference import machine_description
 
 
 def batch_read_ms(dataset, batch_size: int, batches: int = 40) -> float:

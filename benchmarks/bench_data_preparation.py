@@ -117,7 +117,14 @@ def main():
             for previous in ([True] if args.previous else []) + [False]:
                 cache = folder / f"cache-{size}-{'previous' if previous else 'compact'}"
                 child = [sys.executable, __file__, "--measure", str(corpus), str(vocabulary), str(cache)]
-                child += [str(int(previous)), "--window", str(args.window), "--batch-size", str(args.batch_size), "--workers"]
+                child += [
+                    str(int(previous)),
+                    "--window",
+                    str(args.window),
+                    "--batch-size",
+                    str(args.batch_size),
+                    "--workers",
+                ]
                 child += [str(count) for count in args.workers]
                 environment = {**os.environ, "HF_DATASETS_DISABLE_PROGRESS_BARS": "1"}
                 output = subprocess.run(child, check=True, capture_output=True, text=True, env=environment).stdout

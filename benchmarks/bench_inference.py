@@ -231,7 +231,8 @@ def main():
             for name, seconds in times.items():
                 words_per_second = batch_size * args.words / median(seconds)
                 print(
-                    f"{size:<10}{batch_size:>6}  {name:<10}{words_per_second:>10,.0f}{median(seconds):>10.3f}{peaks[name]:>10}"
+                    f"{size:<10}{batch_size:>6}  {name:<10}{words_per_second:>10,.0f}"
+                    f"{median(seconds):>10.3f}{peaks[name]:>10}"
                 )
             if args.compare:
                 print(f"{'':<18}{speedup(times)}")
@@ -243,7 +244,8 @@ def main():
                 full_model = random_model(ElmoConfig.from_preset(size), args.device, torch.float32)
                 for layer, (mean, low, diff) in enumerate(layer_quality(full_model, batch, low_layers)):
                     print(
-                        f"{'':<16}  layer {layer}: cosine to float32 mean {mean:.5f}, min {low:.5f}, max abs diff {diff:.3g}"
+                        f"{'':<16}  layer {layer}: cosine to float32 mean {mean:.5f}, min {low:.5f}, "
+                        f"max abs diff {diff:.3g}"
                     )
                 del full_model
         if args.document_words:

@@ -19,12 +19,11 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 import torch
+from bench_inference import machine_description, median, random_model, random_sentences, time_alternating
 from onnxruntime.quantization import QuantType, quantize_dynamic
 
 from hf_elmo import ElmoConfig, ElmoTokenizer
 from hf_elmo.export_onnx import export_onnx
-
-from bench_inference import machine_description, median, random_model, random_sentences, time_alternating
 
 
 def session(path: Path, threads: int) -> ort.InferenceSession:
@@ -56,8 +55,10 @@ def main():
 
     torch.set_num_threads(args.threads)
     print(f"machine: {machine_description('cpu')}, onnxruntime {ort.__version__}")
-    print(f"{args.words} words per sentence, batch {args.batch_size}, median of {args.repeats} after {args.warmup} "
-          "warm-up")
+    print(
+        f"{args.words} words per sentence, batch {args.batch_size}, median of {args.repeats} after {args.warmup} "
+        "warm-up"
+    )
     print(f"{'size':<10}{'path':<18}{'words/s':>10}{'s/batch':>10}")
     tokenizer = ElmoTokenizer()
     sentences = random_sentences(args.batch_size, args.words)
@@ -72,8 +73,10 @@ def main():
             model.save_pretrained(folder / "model")
             export_onnx(folder / "model", folder / "onnx")
             quantize_dynamic(folder / "onnx/model.onnx", folder / "model.int8.onnx", weight_type=QuantType.QInt8)
-            sessions = {"onnxruntime": session(folder / "onnx/model.onnx", args.threads),
-                        "onnxruntime int8": session(folder / "model.int8.onnx", args.threads)}  # fmt: skip
+            sessions = {
+                "onnxruntime": session(folder / "onnx/model.onnx", args.threads),
+                "onnxruntime int8": session(folder / "model.int8.onnx", args.threads),
+            }
 
         def pytorch(model=model, batch=batch):
             with torch.inference_mode():
@@ -89,8 +92,10 @@ def main():
         for name, run in sessions.items():
             (layers,) = run.run(["hidden_states"], feed)
             for layer, (mean, low, diff) in enumerate(layer_agreement(expected, layers, real)):
-                print(f"{'':<10}{name}, layer {layer}: cosine to PyTorch mean {mean:.5f}, min {low:.5f}, "
-                      f"max abs diff {diff:.3g}")
+                print(
+                    f"{'':<10}{name}, layer {layer}: cosine to PyTorch mean {mean:.5f}, min {low:.5f}, "
+                    f"max abs diff {diff:.3g}"
+                )
 
 
 if __name__ == "__main__":

@@ -13,12 +13,11 @@ import argparse
 import time
 
 import torch
+from bench_inference import machine_description
+from bench_training import make_batch, make_config
 
 from hf_elmo import ElmoForBiLM
 from hf_elmo.adagrad import Adagrad
-
-from bench_inference import machine_description
-from bench_training import make_batch, make_config
 
 
 def main():
@@ -46,7 +45,10 @@ def main():
         optimizer.clip_grad_norm_(max_norm)
         optimizer.step()
 
-    ways = {"torch.nn.utils.clip_grad_norm_, then step": clip_then_step, "Adagrad.clip_grad_norm_ (in the step)": clip_inside_step}
+    ways = {
+        "torch.nn.utils.clip_grad_norm_, then step": clip_then_step,
+        "Adagrad.clip_grad_norm_ (in the step)": clip_inside_step,
+    }
     times = {name: [] for name in ways}
     for _ in range(args.steps):
         for name, way in ways.items():  # alternating, so that both see the same machine load
@@ -60,7 +62,9 @@ def main():
                 torch.cuda.synchronize()
             times[name].append(time.perf_counter() - start)
     print(f"machine: {machine_description(args.device)}")
-    print(f"{args.size}: {sum(p.numel() for p in model.parameters()):,} parameters, {args.device}, median of {args.steps}")
+    print(
+        f"{args.size}: {sum(p.numel() for p in model.parameters()):,} parameters, {args.device}, median of {args.steps}"
+    )
     print("| clipping and update | ms (median) | ms (fastest) |\n| --- | ---: | ---: |")
     for name, values in times.items():
         values = sorted(values)

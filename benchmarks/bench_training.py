@@ -32,15 +32,13 @@ import time
 
 import numpy as np
 import torch
+from bench_inference import CLOCKS, machine_description, reference_copy, speedup
 
-from hf_elmo.adagrad import Adagrad  # noqa: E402
 from hf_elmo import ElmoConfig, ElmoForBiLM, ElmoTokenizer
+from hf_elmo.adagrad import Adagrad  # noqa: E402
 from hf_elmo.data_bilm import SPLITS, DataCollatorForBiLM, build_word_vocabulary, iter_sentences, load_bilm_dataset
 from hf_elmo.freed_memory import keep_freed_memory
 from hf_elmo.streams_bilm import DataCollatorForBiLMStreams, StreamWindowDataset
-
-from bench_inference import CLOCKS, machine_description, reference_copy, speedup
-
 
 MID_SIZE = {
     "filters": [[1, 32], [2, 32], [3, 64], [4, 128], [5, 128]],

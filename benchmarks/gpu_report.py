@@ -45,12 +45,12 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from bench_inference import machine_description, random_model, random_sentences, reference_copy  # noqa: E402
 from bench_data_loading import batch_read_ms  # noqa: E402
+from bench_inference import machine_description, random_model, random_sentences, reference_copy  # noqa: E402
 from bench_training import make_batch  # noqa: E402
 
-from hf_elmo.adagrad import Adagrad  # noqa: E402
 from hf_elmo import ElmoConfig, ElmoForBiLM, ElmoPaths, ElmoTokenizer  # noqa: E402
+from hf_elmo.adagrad import Adagrad  # noqa: E402
 from hf_elmo.gpu_lstm import joint_input_product  # noqa: E402
 from hf_elmo.input_checks import values_checked_on_host  # noqa: E402
 
@@ -146,7 +146,9 @@ def exactness(quick: bool):
     batch = ElmoTokenizer()(sentences, is_split_into_words=True, padding=True, return_tensors="pt")
     reference = reference_copy(cpu_model)
     truth_layers = reference(**batch, output_hidden_states=True).hidden_states
-    weights = [torch.randn(t.shape, dtype=torch.float64, generator=torch.Generator().manual_seed(2)) for t in truth_layers]
+    weights = [
+        torch.randn(t.shape, dtype=torch.float64, generator=torch.Generator().manual_seed(2)) for t in truth_layers
+    ]
     sum((w * t).sum() for w, t in zip(weights, truth_layers)).backward()
     truth_grads = {n: p.grad for n, p in reference.named_parameters()}
     truth_layers = [t.detach() for t in truth_layers]
@@ -171,9 +173,14 @@ def exactness(quick: bool):
             float(torch.nn.functional.cosine_similarity(a.double().cpu()[mask], b[mask], dim=-1).mean())
             for a, b in zip(layers, truth_layers)
         ]
-        rows.append([f"small, bfloat16 autocast, {path}: mean cosine per layer", " / ".join(f"{c:.5f}" for c in cosines), ""])
-    table("1. Exactness on the GPU (max abs difference; gradients: max abs / max abs of float64)",
-          ["what", "values", "gradients"], rows)  # fmt: skip
+        rows.append(
+            [f"small, bfloat16 autocast, {path}: mean cosine per layer", " / ".join(f"{c:.5f}" for c in cosines), ""]
+        )
+    table(
+        "1. Exactness on the GPU (max abs difference; gradients: max abs / max abs of float64)",
+        ["what", "values", "gradients"],
+        rows,
+    )
 
 
 # --- 2. training ----------------------------------------------------------------------------------------------
@@ -279,13 +286,25 @@ def training(quick: bool, deadline: float):
                         model, optimizer = training_model(size, path)
                         step = partial(train_step, model, optimizer, batch, dtype)
                     seconds = time_steps(step, 3 if quick else 6, 3)
-                    rows.append([size, batch_size, dtype, path, f"{batch_size * 20 / seconds:,.0f}", f"{seconds * 1e3:.1f}",
-                                 steps_fused(model)])  # fmt: skip
+                    rows.append(
+                        [
+                            size,
+                            batch_size,
+                            dtype,
+                            path,
+                            f"{batch_size * 20 / seconds:,.0f}",
+                            f"{seconds * 1e3:.1f}",
+                            steps_fused(model),
+                        ]
+                    )
                     del model, optimizer
                     torch.cuda.empty_cache()
-    table("2. Training throughput (tokens/s per direction, as bilm-tf counts; median ms per step; steps fused: whether "
-          "the captured LSTM layers chose the fused step kernel)",
-          ["size", "batch", "dtype", "path", "tokens/s", "ms/step", "steps fused"], rows)  # fmt: skip
+    table(
+        "2. Training throughput (tokens/s per direction, as bilm-tf counts; median ms per step; steps fused: whether "
+        "the captured LSTM layers chose the fused step kernel)",
+        ["size", "batch", "dtype", "path", "tokens/s", "ms/step", "steps fused"],
+        rows,
+    )
 
 
 # --- 3. inference ---------------------------------------------------------------------------------------------
@@ -293,8 +312,9 @@ def training(quick: bool, deadline: float):
 
 def inference_run(model, batch_size: int):
     """A function that runs `model` on `batch_size` random sentences of 20 words, all layers, without autograd."""
-    encoded = ElmoTokenizer()(random_sentences(batch_size, 20), is_split_into_words=True, padding=True,
-                              return_tensors="pt")  # fmt: skip
+    encoded = ElmoTokenizer()(
+        random_sentences(batch_size, 20), is_split_into_words=True, padding=True, return_tensors="pt"
+    )
     encoded = {k: v.to(DEVICE) for k, v in encoded.items()}
 
     def run():
@@ -308,23 +328,43 @@ def inference(quick: bool, deadline: float):
     rows = []
     config = ElmoConfig.from_preset("original")
     for dtype, batches in ((torch.float32, [32, 256, 1024]), (torch.bfloat16, [32, 256, 1024, 4096])):
-        for path in ("static", "static, steps not fused", "static, characters not fused", "static, state product", "sorted"):
+        for path in (
+            "static",
+            "static, steps not fused",
+            "static, characters not fused",
+            "static, state product",
+            "sorted",
+        ):
             model = set_path(random_model(config, DEVICE, dtype), path)
             for batch_size in batches:
-                if path not in with_unfused(paths_for(batch_size, ["static", "sorted"], config.projection_dim), str(dtype)):
+                if path not in with_unfused(
+                    paths_for(batch_size, ["static", "sorted"], config.projection_dim), str(dtype)
+                ):
                     continue
                 if time.monotonic() > deadline:
                     rows.append([str(dtype).split(".")[1], path, batch_size, "skipped (time)", "", ""])
                     continue
                 run = inference_run(model, batch_size)
                 seconds = time_steps(run, 5 if quick else 10, 3)
-                rows.append([str(dtype).split(".")[1], path, batch_size, f"{batch_size * 20 / seconds:,.0f}", f"{seconds * 1e3:.1f}",
-                             steps_fused(model)])  # fmt: skip
+                rows.append(
+                    [
+                        str(dtype).split(".")[1],
+                        path,
+                        batch_size,
+                        f"{batch_size * 20 / seconds:,.0f}",
+                        f"{seconds * 1e3:.1f}",
+                        steps_fused(model),
+                    ]
+                )
                 model.encoder.captured.clear()  # each batch size's graphs (and their choice) on their own
             del model
             torch.cuda.empty_cache()
-    table("3. Inference, original size, all layers (words/s, boundaries not counted; median ms per batch; steps fused "
-          "as in 2.)", ["weights", "path", "batch", "words/s", "ms/batch", "steps fused"], rows)  # fmt: skip
+    table(
+        "3. Inference, original size, all layers (words/s, boundaries not counted; median ms per batch; steps fused "
+        "as in 2.)",
+        ["weights", "path", "batch", "words/s", "ms/batch", "steps fused"],
+        rows,
+    )
 
 
 def char_cnn(quick: bool, deadline: float):
@@ -359,8 +399,12 @@ def char_cnn(quick: bool, deadline: float):
                 rows.append([ids.shape[0] * ids.shape[1], text, way, f"{times[0]:.2f}", f"{times[1]:.2f}"])
     encoder = None  # its memory back before the next section
     torch.cuda.empty_cache()
-    table("3a. The character encoder alone, original size, bfloat16 autocast (median ms; words counted with the boundary "
-          "rows)", ["words", "text", "kernels", "forward", "forward + backward"], rows)  # fmt: skip
+    table(
+        "3a. The character encoder alone, original size, bfloat16 autocast (median ms; words counted with the boundary "
+        "rows)",
+        ["words", "text", "kernels", "forward", "forward + backward"],
+        rows,
+    )
 
 
 # --- 4. profile -------------------------------------------------------------------------------------------------
@@ -387,8 +431,10 @@ def busy_share(profiler, wall_seconds: float, steps: int) -> tuple[float, float,
 
 # Kernel names -> what they do, first match wins (cuBLAS and CUTLASS kernel names vary by version and shape).
 KERNEL_KINDS = [
-    ("LSTM steps, elementwise (Triton)", ("_cell_forward_kernel", "_hidden_forward_kernel", "_hidden_backward_kernel",
-                                          "_cell_backward_kernel")),
+    (
+        "LSTM steps, elementwise (Triton)",
+        ("_cell_forward_kernel", "_hidden_forward_kernel", "_hidden_backward_kernel", "_cell_backward_kernel"),
+    ),
     ("Adagrad (Triton)", ("_adagrad_kernel",)),
     ("sampled softmax log-sum-exp (Triton)", ("logsumexp",)),
     ("character CNN (Triton)", ("_window_max_kernel", "_weight_grad_kernel", "_chars_grad_kernel", "_highway_")),
@@ -436,7 +482,9 @@ def profile_steps(step, steps: int, label: str = "", kinds_title: str | None = N
         table(kinds_title, ["kernels", "ms per step", "share", "kernels per step"], kernel_kinds(profiler, steps))
     if KERNEL_TABLES:
         print(f"--- {label}: kernels by GPU time over {steps} steps")
-        print(profiler.key_averages().table(sort_by="cuda_time_total", row_limit=KERNEL_TABLES, max_name_column_width=90))
+        print(
+            profiler.key_averages().table(sort_by="cuda_time_total", row_limit=KERNEL_TABLES, max_name_column_width=90)
+        )
         out = os.environ.get("OUT")
         if out:
             profiler.export_chrome_trace(os.path.join(out, f"trace-{label.replace(' ', '-')}.json"))
@@ -488,10 +536,17 @@ def trainer_profile(dtype: str, steps: int = 30) -> list:
         training_module.ElmoTrainer = TimedTrainer
         try:
             training_module.train_bilm(
-                output_dir=str(folder / "out"), train_files=[str(folder / "corpus.txt")], vocab=str(folder / "vocab.txt"),
-                config="original", max_steps=steps, save_steps=10_000, logging_steps=10_000, bf16=dtype == "bfloat16",
-                disable_tqdm=True, dataloader_num_workers=2,
-            )  # fmt: skip
+                output_dir=str(folder / "out"),
+                train_files=[str(folder / "corpus.txt")],
+                vocab=str(folder / "vocab.txt"),
+                config="original",
+                max_steps=steps,
+                save_steps=10_000,
+                logging_steps=10_000,
+                bf16=dtype == "bfloat16",
+                disable_tqdm=True,
+                dataloader_num_workers=2,
+            )
         finally:
             training_module.ElmoTrainer = original_trainer
         # The host's share of a step that the data loader workers take on: reading and collating one batch.
@@ -501,7 +556,15 @@ def trainer_profile(dtype: str, steps: int = 30) -> list:
     times = np.diff(timing.times[10:])
     tokens_per_second = 128 * 20 / float(np.median(times))
     share, kernels, launches = timing.profile
-    return [f"Trainer (hf_elmo.commands.train), {dtype}", f"{tokens_per_second:,.0f}", f"{tokens_per_second:,.0f}", f"{share:.0%}", f"{kernels:,.0f}", f"{launches:,.0f}", f"{read_ms:.1f}"]  # fmt: skip
+    return [
+        f"Trainer (hf_elmo.commands.train), {dtype}",
+        f"{tokens_per_second:,.0f}",
+        f"{tokens_per_second:,.0f}",
+        f"{share:.0%}",
+        f"{kernels:,.0f}",
+        f"{launches:,.0f}",
+        f"{read_ms:.1f}",
+    ]
 
 
 def inference_profile(batch_size: int) -> list:
@@ -512,7 +575,15 @@ def inference_profile(batch_size: int) -> list:
     seconds, back_to_back = time_steps(run, 5, 3), time_back_to_back(run, 10)
     title = f"4b. Where the GPU time of an inference batch goes: static, bfloat16 weights, batch {batch_size} x 20"
     share, kernels, launches = profile_steps(run, 5, f"inference static bfloat16 {batch_size}", title)
-    return [f"inference (words/s), batch {batch_size}, static, bfloat16", f"{batch_size * 20 / seconds:,.0f}", f"{batch_size * 20 / back_to_back:,.0f}", f"{share:.0%}", f"{kernels:,.0f}", f"{launches:,.0f}", ""]  # fmt: skip
+    return [
+        f"inference (words/s), batch {batch_size}, static, bfloat16",
+        f"{batch_size * 20 / seconds:,.0f}",
+        f"{batch_size * 20 / back_to_back:,.0f}",
+        f"{share:.0%}",
+        f"{kernels:,.0f}",
+        f"{launches:,.0f}",
+        "",
+    ]
 
 
 def profiles(quick: bool, deadline: float):
@@ -534,9 +605,20 @@ def profiles(quick: bool, deadline: float):
                 back_to_back = time_back_to_back(step, 10)
                 kinds_title = None
                 if path == "static":
-                    kinds_title = f"4a. Where the GPU time of a step goes: benchmark loop, static, {dtype}, batch {batch_size} x 20"
+                    where = f"benchmark loop, static, {dtype}, batch {batch_size} x 20"
+                    kinds_title = f"4a. Where the GPU time of a step goes: {where}"
                 share, kernels, launches = profile_steps(step, 5, f"{path} {dtype} {batch_size}", kinds_title)
-                rows.append([f"benchmark loop, batch {batch_size}, {path}, {dtype}", f"{batch_size * 20 / seconds:,.0f}", f"{batch_size * 20 / back_to_back:,.0f}", f"{share:.0%}", f"{kernels:,.0f}", f"{launches:,.0f}", ""])  # fmt: skip
+                rows.append(
+                    [
+                        f"benchmark loop, batch {batch_size}, {path}, {dtype}",
+                        f"{batch_size * 20 / seconds:,.0f}",
+                        f"{batch_size * 20 / back_to_back:,.0f}",
+                        f"{share:.0%}",
+                        f"{kernels:,.0f}",
+                        f"{launches:,.0f}",
+                        "",
+                    ]
+                )
                 model = optimizer = step = None  # their memory back before the next path
                 torch.cuda.empty_cache()
     for dtype in ("bfloat16", "float32"):
@@ -549,8 +631,20 @@ def profiles(quick: bool, deadline: float):
     else:
         rows.append(inference_profile(INFERENCE_PROFILE_BATCH))
         torch.cuda.empty_cache()
-    table("4. A training step, rows of 20 positions, original size (GPU busy: share of the wall time with a kernel running)",
-          ["what", "tokens/s", "back to back", "GPU busy", "kernels/step", "launch calls/step", "host ms to read a batch"], rows)  # fmt: skip
+    table(
+        "4. A training step, rows of 20 positions, original size (GPU busy: share of the wall time with a kernel "
+        "running)",
+        [
+            "what",
+            "tokens/s",
+            "back to back",
+            "GPU busy",
+            "kernels/step",
+            "launch calls/step",
+            "host ms to read a batch",
+        ],
+        rows,
+    )
 
 
 def main():
@@ -579,9 +673,17 @@ def main():
     import transformers
     import triton
 
-    print(f"transformers {transformers.__version__}, triton {triton.__version__}; TF32 for float32 products: "
-          f"{torch.backends.cuda.matmul.allow_tf32} (matmul), {torch.backends.cudnn.allow_tf32} (cuDNN)\n")  # fmt: skip
-    sections = {"exactness": exactness, "training": training, "inference": inference, "char_cnn": char_cnn, "profile": profiles}
+    print(
+        f"transformers {transformers.__version__}, triton {triton.__version__}; TF32 for float32 products: "
+        f"{torch.backends.cuda.matmul.allow_tf32} (matmul), {torch.backends.cudnn.allow_tf32} (cuDNN)\n"
+    )
+    sections = {
+        "exactness": exactness,
+        "training": training,
+        "inference": inference,
+        "char_cnn": char_cnn,
+        "profile": profiles,
+    }
     for name in args.sections:
         section_start = time.monotonic()
         try:

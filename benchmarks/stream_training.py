@@ -25,10 +25,10 @@ import torch
 
 import hf_elmo  # noqa: F401
 from hf_elmo import ElmoConfig
+from hf_elmo.commands.train import train_bilm
 from hf_elmo.data_bilm import build_word_vocabulary, iter_sentences, pack_sentences
 from hf_elmo.perplexity_bilm import compute_perplexity, load_bilm, sentence_perplexity, stream_perplexity
 from hf_elmo.tokenization_elmo import ElmoTokenizer
-from hf_elmo.commands.train import train_bilm
 from hf_elmo.warm_state import estimate_warm_state
 from hf_elmo.word_vocabulary import write_word_vocabulary
 
@@ -76,8 +76,12 @@ def train(mode: str, folder: Path, minutes: float, train_file: Path, vocab: Path
         sentences = list(iter_sentences([train_file], "pretokenizer", ElmoTokenizer()))
         windows = sum(1 for _ in pack_sentences(sentences, WINDOW["windows"]))
         targets = steps * 32 * sum(len(s) + 1 for s in sentences) / windows
-    return {"steps": steps, "runtime": runtime, "tokens_per_second": targets / runtime,
-            "wall": time.monotonic() - start}
+    return {
+        "steps": steps,
+        "runtime": runtime,
+        "tokens_per_second": targets / runtime,
+        "wall": time.monotonic() - start,
+    }
 
 
 def score(model_dir: Path, held_out: Path, train_file: Path) -> dict:
@@ -109,8 +113,10 @@ def main():
     runs = {mode: train(mode, folder, args.minutes, train_file, vocab) for mode in args.order}
     scores = {mode: score(folder / mode, held_out, train_file) for mode in args.order}
     modes = list(next(iter(scores.values())))
-    print(f"\n{args.minutes:g} minutes of training each, in the order {', '.join(args.order)}; held-out "
-          f"{held_out.name}: combined perplexity (geometric mean of forward and backward)\n")
+    print(
+        f"\n{args.minutes:g} minutes of training each, in the order {', '.join(args.order)}; held-out "
+        f"{held_out.name}: combined perplexity (geometric mean of forward and backward)\n"
+    )
     print("| trained on | steps | tokens/s per direction | " + " | ".join(modes) + " |")
     print("| --- | ---: | ---: | " + " | ".join("---:" for _ in modes) + " |")
     for mode in args.order:

@@ -20,8 +20,8 @@ import torch
 from transformers import AutoModel, AutoModelForPreTraining, AutoTokenizer
 
 import hf_elmo  # noqa: F401  (registers ELMo with the Auto classes)
-from hf_elmo.perplexity_bilm import compute_perplexity, unigram_perplexity
 from hf_elmo.commands.train import train_bilm
+from hf_elmo.perplexity_bilm import compute_perplexity, unigram_perplexity
 
 ROOT = Path(__file__).resolve().parents[1]
 CORPUS = ROOT / "data/tinyshakespeare/input.txt"
@@ -94,8 +94,10 @@ def main():
 
     bilm = AutoModelForPreTraining.from_pretrained(model_dir)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    print(f"reloaded: {type(bilm).__name__} ({sum(p.numel() for p in bilm.parameters()):,} parameters, "
-          f"{len(tokenizer.word_vocabulary):,} words), files: {', '.join(sorted(p.name for p in model_dir.glob('*.*')))}")
+    print(
+        f"reloaded: {type(bilm).__name__} ({sum(p.numel() for p in bilm.parameters()):,} parameters, "
+        f"{len(tokenizer.word_vocabulary):,} words), files: {', '.join(sorted(p.name for p in model_dir.glob('*.*')))}"
+    )
     result = compute_perplexity(bilm, tokenizer, [held_out_file], split="pretokenizer")
     unigram = unigram_perplexity(tokenizer, [train_file], [held_out_file], split="pretokenizer")
     print(f"\nheld-out perplexity ({result['targets']:,} words per direction, {held_out_file.name}):")

@@ -164,10 +164,7 @@ def main():
         )
         weights = weights if len(model.task_encoder.mixed_layers) > 1 else "—"
         rows.append((name, score, weights))
-        print(
-            f"{name}: UPOS accuracy {score:.4f}, softmax(w) {weights}, "
-            f"{time.perf_counter() - started:.0f} s"
-        )
+        print(f"{name}: UPOS accuracy {score:.4f}, softmax(w) {weights}, {time.perf_counter() - started:.0f} s")
 
     print(
         f"\nModel `{args.model}`; trained on {len(train_words)} EWT dev sentences, evaluated on {len(eval_words)} EWT "

@@ -33,13 +33,13 @@ from pathlib import Path
 import numpy as np
 import torch
 from datasets import Dataset
+from pos_tagging import DATA, read_conllu
 from transformers import AutoModelForQuestionAnswering, AutoTokenizer, Trainer, TrainingArguments, set_seed
 
 import hf_elmo  # noqa: F401  (registers ELMo with the Auto classes)
 from hf_elmo import ElmoModel, ElmoQuestionAnsweringPipeline
 from hf_elmo.data_elmo import DataCollatorForElmo, ElmoLayerCache
 from hf_elmo.pipelines_elmo import best_answer_span, word_spans
-from pos_tagging import DATA, read_conllu
 
 
 def ewt_questions(sentences: list[list[str]], limit: int | None, seed: int) -> list[dict]:
@@ -92,9 +92,7 @@ def squad_questions(split: str, limit: int | None, tokenizer, max_context_words:
 
 
 def encode(tokenizer, examples: list[dict], cache) -> Dataset:
-    encoded = tokenizer(
-        [e["question"] for e in examples], [e["context"] for e in examples], is_split_into_words=True
-    )
+    encoded = tokenizer([e["question"] for e in examples], [e["context"] for e in examples], is_split_into_words=True)
     # Positions in pair_input_ids: context word j sits at j + 1 (after <S>).
     positions = {
         "start_positions": [e["answer"][0] + 1 for e in examples],

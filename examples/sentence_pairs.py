@@ -27,12 +27,12 @@ from pathlib import Path
 import numpy as np
 import torch
 from datasets import Dataset
+from pos_tagging import DATA, read_conllu
 from transformers import AutoModelForSequenceClassification, AutoTokenizer, Trainer, TrainingArguments, set_seed
 
 import hf_elmo  # noqa: F401  (registers ELMo with the Auto classes)
 from hf_elmo import ElmoModel
 from hf_elmo.data_elmo import DataCollatorForElmo, ElmoLayerCache
-from pos_tagging import DATA, read_conllu
 
 LABELS = ["entailment", "neutral", "contradiction"]
 

@@ -1,16 +1,16 @@
 """Adagrad, bilm-tf's optimizer, with its step fused into one pass per parameter.
 
-`torch.optim.Adagrad` updates a parameter in six passes over memory on a GPU (accumulate `g^2`, square root,
-add epsilon, divide, scale, add), a noticeable share of a training step of the original ELMo (145 million
-parameters with the softmax); on CPUs its single-tensor step also reads and writes each tensor several times. Blocks whose gradient is all zero (most rows of
-a word softmax trained with a sampled softmax) are skipped: Adagrad leaves them unchanged anyway. `Adagrad` here
-reads the parameter, its gradient and its accumulator once and writes the parameter and the accumulator once, with
-the same operations in the same order as PyTorch's (`p + (-lr) * (g / (sqrt(s + g * g) + eps))`, correctly
+`torch.optim.Adagrad` updates a parameter in six passes over memory on a GPU (accumulate `g^2`, square root, add
+epsilon, divide, scale, add), a noticeable share of a training step of the original ELMo (145 million parameters with
+the softmax); on CPUs its single-tensor step also reads and writes each tensor several times. Blocks whose gradient is
+all zero (most rows of a word softmax trained with a sampled softmax) are skipped: Adagrad leaves them unchanged anyway.
+`Adagrad` here reads the parameter, its gradient and its accumulator once and writes the parameter and the accumulator
+once, with the same operations in the same order as PyTorch's (`p + (-lr) * (g / (sqrt(s + g * g) + eps))`, correctly
 rounded square root and division): a Triton kernel on CUDA tensors, a compiled loop on float32 CPU tensors
-(`cpu_kernels.py`). Results differ from PyTorch's only where one contracts a multiply and an add into one rounding
-and the other does not, a unit in the last place. Same arguments, same state (a checkpoint of either loads into the
-other); everything the fused step does not cover (other dtypes on CPUs, sparse gradients, `lr_decay`,
-`weight_decay`, `maximize`) runs PyTorch's own step.
+(`cpu_kernels.py`). Results differ from PyTorch's only where one contracts a multiply and an add into one rounding and
+the other does not, a unit in the last place. Same arguments, same state (a checkpoint of either loads into the other);
+everything the fused step does not cover (other dtypes on CPUs, sparse gradients, `lr_decay`, `weight_decay`,
+`maximize`) runs PyTorch's own step.
 
 Gradient clipping joins the same pass: `Adagrad.clip_grad_norm_` computes the global norm as
 `torch.nn.utils.clip_grad_norm_` does and the next step multiplies each gradient by the clipping factor as it reads
@@ -63,7 +63,9 @@ class Adagrad(torch.optim.Adagrad):
         super().__init__(*args, **kwargs)
 
     def _gradients(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        return [(param, param.grad) for group in self.param_groups for param in group["params"] if param.grad is not None]
+        return [
+            (param, param.grad) for group in self.param_groups for param in group["params"] if param.grad is not None
+        ]
 
     def clip_grad_norm_(self, max_norm: float, eps: float = 1e-6) -> torch.Tensor:
         """`torch.nn.utils.clip_grad_norm_` of this optimizer's parameters (2-norm), deferred: returns the same total

@@ -17,7 +17,6 @@ Importing this module needs Triton. With `TRITON_INTERPRET=1` set before the imp
 tensors (slowly), which is how the CPU test suite checks them; `tests/test_triton_compile.py` compiles them for a GPU.
 """
 
-
 import torch
 
 from .triton_support import INTERPRETED, require_triton, tl, triton
@@ -37,18 +36,35 @@ def _block_windows(spans_ptr, rows, row_ok, num_windows, HAS_SPANS: tl.constexpr
 
 @triton.jit
 def _window_max_kernel(
-    chars_ptr, weight_ptr, spans_ptr, values_ptr, argmax_ptr,
-    words, filters, depth, num_windows, slot_stride,
-    s_chars, s_weight, s_values, s_argmax,
-    HAS_SPANS: tl.constexpr, SAVE_ARGMAX: tl.constexpr, BLOCK_W: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    chars_ptr,
+    weight_ptr,
+    spans_ptr,
+    values_ptr,
+    argmax_ptr,
+    words,
+    filters,
+    depth,
+    num_windows,
+    slot_stride,
+    s_chars,
+    s_weight,
+    s_values,
+    s_argmax,
+    HAS_SPANS: tl.constexpr,
+    SAVE_ARGMAX: tl.constexpr,
+    BLOCK_W: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
     OPERANDS_IN_FLOAT32: tl.constexpr,
-):  # fmt: skip
+):
     rows = tl.program_id(0) * BLOCK_W + tl.arange(0, BLOCK_W)
     cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
     ks = tl.arange(0, BLOCK_K)
     row_ok, col_ok, k_ok = rows < words, cols < filters, ks < depth
     # The window at slot p is the `depth` values of a word's row from `p * slot_stride` on.
-    weight = tl.load(weight_ptr + cols[None, :] * s_weight + ks[:, None], mask=k_ok[:, None] & col_ok[None, :], other=0.0)
+    weight = tl.load(
+        weight_ptr + cols[None, :] * s_weight + ks[:, None], mask=k_ok[:, None] & col_ok[None, :], other=0.0
+    )
     if OPERANDS_IN_FLOAT32:  # the interpreter's products of bfloat16 operands are wrong (Triton 3.9)
         weight = weight.to(tl.float32)
     windows = chars_ptr + rows[:, None] * s_chars + ks[None, :]
@@ -83,12 +99,28 @@ def _gradient_and_window(grad_ptr, argmax_ptr, rows, cols, row_ok, col_ok, s_gra
 
 @triton.jit
 def _weight_grad_kernel(
-    chars_ptr, grad_ptr, argmax_ptr, spans_ptr, partial_ptr,
-    words, filters, depth, num_windows, slot_stride, words_per_split,
-    s_chars, s_grad, s_argmax, s_partial_split, s_partial_k,
-    HAS_SPANS: tl.constexpr, BLOCK_W: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    chars_ptr,
+    grad_ptr,
+    argmax_ptr,
+    spans_ptr,
+    partial_ptr,
+    words,
+    filters,
+    depth,
+    num_windows,
+    slot_stride,
+    words_per_split,
+    s_chars,
+    s_grad,
+    s_argmax,
+    s_partial_split,
+    s_partial_k,
+    HAS_SPANS: tl.constexpr,
+    BLOCK_W: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
     OPERANDS_IN_FLOAT32: tl.constexpr,
-):  # fmt: skip
+):
     # One block of filters over one split of the words: sum over words and windows of window^T (grad where the
     # max was taken at that window), into this split's partial sum.
     cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -99,8 +131,9 @@ def _weight_grad_kernel(
     for start in range(first, first + words_per_split, BLOCK_W):
         rows = start + tl.arange(0, BLOCK_W)
         row_ok = (rows < words) & (rows < first + words_per_split)
-        grad, taken = _gradient_and_window(grad_ptr, argmax_ptr, rows, cols, row_ok, col_ok, s_grad, s_argmax,
-                                           OPERANDS_IN_FLOAT32)  # fmt: skip
+        grad, taken = _gradient_and_window(
+            grad_ptr, argmax_ptr, rows, cols, row_ok, col_ok, s_grad, s_argmax, OPERANDS_IN_FLOAT32
+        )
         windows = chars_ptr + rows[:, None] * s_chars + ks[None, :]
         for p in range(_block_windows(spans_ptr, rows, row_ok, num_windows, HAS_SPANS)):
             window = tl.load(windows + p * slot_stride, mask=row_ok[:, None] & k_ok[None, :], other=0.0)
@@ -114,20 +147,35 @@ def _weight_grad_kernel(
 
 @triton.jit
 def _chars_grad_kernel(
-    weight_ptr, grad_ptr, argmax_ptr, spans_ptr, grad_chars_ptr,
-    words, filters, num_windows, slot_dim,
-    s_weight, s_grad, s_argmax, s_grad_chars,
-    HAS_SPANS: tl.constexpr, WIDTH: tl.constexpr, BLOCK_W: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_E: tl.constexpr,
+    weight_ptr,
+    grad_ptr,
+    argmax_ptr,
+    spans_ptr,
+    grad_chars_ptr,
+    words,
+    filters,
+    num_windows,
+    slot_dim,
+    s_weight,
+    s_grad,
+    s_argmax,
+    s_grad_chars,
+    HAS_SPANS: tl.constexpr,
+    WIDTH: tl.constexpr,
+    BLOCK_W: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_E: tl.constexpr,
     OPERANDS_IN_FLOAT32: tl.constexpr,
-):  # fmt: skip
+):
     # Slot q of a word gets, from each window p = q - j that holds it, that window's gradient times the weight's
     # rows of slot j; summed here over this program's filters, and over the other programs' by atomic adds.
     rows = tl.program_id(0) * BLOCK_W + tl.arange(0, BLOCK_W)
     cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
     es = tl.arange(0, BLOCK_E)
     row_ok, col_ok, e_ok = rows < words, cols < filters, es < slot_dim
-    grad, taken = _gradient_and_window(grad_ptr, argmax_ptr, rows, cols, row_ok, col_ok, s_grad, s_argmax,
-                                       OPERANDS_IN_FLOAT32)  # fmt: skip
+    grad, taken = _gradient_and_window(
+        grad_ptr, argmax_ptr, rows, cols, row_ok, col_ok, s_grad, s_argmax, OPERANDS_IN_FLOAT32
+    )
     weight_rows = weight_ptr + cols[:, None] * s_weight + es[None, :]
     weight_mask = col_ok[:, None] & e_ok[None, :]
     grad_chars = grad_chars_ptr + rows[:, None] * s_grad_chars + es[None, :]
@@ -158,9 +206,20 @@ def _highway_forward_kernel(
 
 @triton.jit
 def _highway_backward_kernel(
-    product_ptr, x_ptr, grad_ptr, grad_product_ptr, grad_x_ptr, dim, s_product, s_x, s_grad, s_gproduct, s_gx,
-    COMPUTE: tl.constexpr, BLOCK: tl.constexpr,
-):  # fmt: skip
+    product_ptr,
+    x_ptr,
+    grad_ptr,
+    grad_product_ptr,
+    grad_x_ptr,
+    dim,
+    s_product,
+    s_x,
+    s_grad,
+    s_gproduct,
+    s_gx,
+    COMPUTE: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
     row = tl.program_id(0)
     cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     valid = cols < dim
@@ -196,7 +255,14 @@ class HighwayCombine(torch.autograd.Function):
         out = x.new_empty(rows, dim, dtype=torch.promote_types(product.dtype, x.dtype))
         grid = (rows, triton.cdiv(dim, _HIGHWAY_BLOCK))
         _highway_forward_kernel[grid](
-            product, x, out, dim, product.stride(0), x.stride(0), out.stride(0), COMPUTE=_compute_type(out),
+            product,
+            x,
+            out,
+            dim,
+            product.stride(0),
+            x.stride(0),
+            out.stride(0),
+            COMPUTE=_compute_type(out),
             BLOCK=_HIGHWAY_BLOCK,
         )
         ctx.save_for_backward(product, x)
@@ -211,10 +277,20 @@ class HighwayCombine(torch.autograd.Function):
         grad_product, grad_x = torch.empty_like(product), torch.empty_like(x)
         grid = (rows, triton.cdiv(dim, _HIGHWAY_BLOCK))
         _highway_backward_kernel[grid](
-            product, x, grad, grad_product, grad_x, dim,
-            product.stride(0), x.stride(0), grad.stride(0), grad_product.stride(0), grad_x.stride(0),
-            COMPUTE=_compute_type(grad), BLOCK=_HIGHWAY_BLOCK,
-        )  # fmt: skip
+            product,
+            x,
+            grad,
+            grad_product,
+            grad_x,
+            dim,
+            product.stride(0),
+            x.stride(0),
+            grad.stride(0),
+            grad_product.stride(0),
+            grad_x.stride(0),
+            COMPUTE=_compute_type(grad),
+            BLOCK=_HIGHWAY_BLOCK,
+        )
         return grad_product, grad_x
 
 
@@ -252,12 +328,28 @@ def window_max(
     block_w, block_n, block_k = _block(words, 16, 64), _block(filters, 16, 128), _block(depth, 16, 256)
     grid = (triton.cdiv(words, block_w), triton.cdiv(filters, block_n))
     _window_max_kernel[grid](
-        chars, weight, values if spans is None else spans, values, argmax,
-        words, filters, depth, num_windows, slot_stride,
-        chars.stride(0), weight.stride(0), values.stride(0), argmax.stride(0),
-        HAS_SPANS=spans is not None, SAVE_ARGMAX=save_argmax, BLOCK_W=block_w, BLOCK_N=block_n, BLOCK_K=block_k,
-        OPERANDS_IN_FLOAT32=INTERPRETED, num_warps=4 if block_w * block_n <= 4096 else 8,
-    )  # fmt: skip
+        chars,
+        weight,
+        values if spans is None else spans,
+        values,
+        argmax,
+        words,
+        filters,
+        depth,
+        num_windows,
+        slot_stride,
+        chars.stride(0),
+        weight.stride(0),
+        values.stride(0),
+        argmax.stride(0),
+        HAS_SPANS=spans is not None,
+        SAVE_ARGMAX=save_argmax,
+        BLOCK_W=block_w,
+        BLOCK_N=block_n,
+        BLOCK_K=block_k,
+        OPERANDS_IN_FLOAT32=INTERPRETED,
+        num_warps=4 if block_w * block_n <= 4096 else 8,
+    )
     return values, argmax if save_argmax else None
 
 
@@ -274,12 +366,29 @@ def weight_grad(chars: torch.Tensor, grad: torch.Tensor, argmax: torch.Tensor, n
     splits = triton.cdiv(words, words_per_split)
     partial = torch.empty(splits, depth, filters, dtype=torch.float32, device=chars.device)
     _weight_grad_kernel[(filter_blocks, splits)](
-        chars, grad, argmax, argmax if spans is None else spans, partial,
-        words, filters, depth, num_windows, slot_stride, words_per_split,
-        chars.stride(0), grad.stride(0), argmax.stride(0), partial.stride(0), partial.stride(1),
-        HAS_SPANS=spans is not None, BLOCK_W=block_w, BLOCK_N=block_n, BLOCK_K=block_k, OPERANDS_IN_FLOAT32=INTERPRETED,
+        chars,
+        grad,
+        argmax,
+        argmax if spans is None else spans,
+        partial,
+        words,
+        filters,
+        depth,
+        num_windows,
+        slot_stride,
+        words_per_split,
+        chars.stride(0),
+        grad.stride(0),
+        argmax.stride(0),
+        partial.stride(0),
+        partial.stride(1),
+        HAS_SPANS=spans is not None,
+        BLOCK_W=block_w,
+        BLOCK_N=block_n,
+        BLOCK_K=block_k,
+        OPERANDS_IN_FLOAT32=INTERPRETED,
         num_warps=4 if block_k * block_n <= 8192 else 8,
-    )  # fmt: skip
+    )
     return partial.sum(dim=0).t()
 
 
@@ -292,12 +401,26 @@ def chars_grad(weight: torch.Tensor, grad: torch.Tensor, argmax: torch.Tensor, n
     block_w, block_n, block_e = _block(words, 16, 64), _block(filters, 16, 64), _block(slot_dim, 16, 64)
     grid = (triton.cdiv(words, block_w), triton.cdiv(filters, block_n))
     _chars_grad_kernel[grid](
-        weight, grad, argmax, argmax if spans is None else spans, grad_chars,
-        words, filters, num_windows, slot_dim,
-        weight.stride(0), grad.stride(0), argmax.stride(0), grad_chars.stride(0),
-        HAS_SPANS=spans is not None, WIDTH=depth // slot_dim, BLOCK_W=block_w, BLOCK_N=block_n, BLOCK_E=block_e,
+        weight,
+        grad,
+        argmax,
+        argmax if spans is None else spans,
+        grad_chars,
+        words,
+        filters,
+        num_windows,
+        slot_dim,
+        weight.stride(0),
+        grad.stride(0),
+        argmax.stride(0),
+        grad_chars.stride(0),
+        HAS_SPANS=spans is not None,
+        WIDTH=depth // slot_dim,
+        BLOCK_W=block_w,
+        BLOCK_N=block_n,
+        BLOCK_E=block_e,
         OPERANDS_IN_FLOAT32=INTERPRETED,
-    )  # fmt: skip
+    )
     return grad_chars
 
 

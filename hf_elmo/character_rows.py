@@ -75,8 +75,10 @@ def byte_id(byte: int) -> int:
 def boundary_rows(width: int = MAX_WORD_LENGTH) -> tuple[np.ndarray, np.ndarray]:
     """The `<S>` and `</S>` rows of `width` slots: `[259, 257 or 258, 260, 261, ..., 261]`."""
     rows = np.full((2, width), PADDING_CHARACTER, dtype=np.int64)
-    rows[:, :3] = [(BEGINNING_OF_WORD_CHARACTER, character, END_OF_WORD_CHARACTER)
-                   for character in (BEGINNING_OF_SENTENCE_CHARACTER, END_OF_SENTENCE_CHARACTER)]
+    rows[:, :3] = [
+        (BEGINNING_OF_WORD_CHARACTER, character, END_OF_WORD_CHARACTER)
+        for character in (BEGINNING_OF_SENTENCE_CHARACTER, END_OF_SENTENCE_CHARACTER)
+    ]
     rows.setflags(write=False)
     return rows[0], rows[1]
 
@@ -85,6 +87,7 @@ BOS_WORD_IDS, EOS_WORD_IDS = boundary_rows()
 """Rows of the `<S>` and `</S>` positions: `[259, 257, 260, 261, ..., 261]` and `[259, 258, 260, 261, ..., 261]`."""
 PADDING_WORD_IDS = np.zeros(MAX_WORD_LENGTH, dtype=np.int64)
 PADDING_WORD_IDS.setflags(write=False)
+
 
 def _encode_words(words: Sequence[str], max_bytes: int = MAX_WORD_BYTES) -> list[bytes]:
     try:

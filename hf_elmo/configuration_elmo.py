@@ -31,6 +31,7 @@ ELMO_PRESETS = {
 
 ACTIVATIONS = ("relu", "tanh")
 
+
 class ModelClass(NamedTuple):
     """How an ELMo model class is reached: the Auto class that builds it, its pipeline task (the model card's
     `pipeline_tag`), and whether its saved weights are sized by `num_labels` (checked before loading)."""

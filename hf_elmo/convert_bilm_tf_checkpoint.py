@@ -20,10 +20,10 @@ from pathlib import Path
 
 import torch
 
-from .original_format import config_from_options, load_options, not_described_error, weight_links
 from .file_io import MODEL_FOLDER, ElmoInputError, check_output, write_output
 from .model_io import add_origin
 from .modeling_elmo import ElmoForBiLM
+from .original_format import config_from_options, load_options, not_described_error, weight_links
 from .tf_checkpoint import TFCheckpoint
 from .tokenization_elmo import ElmoTokenizer
 from .warm_state import add_warm_state
@@ -65,9 +65,7 @@ class _VariableReader:
             )
         tensor = torch.from_numpy(self.checkpoint.read(name)).float()
         if not torch.isfinite(tensor).all():
-            raise ElmoInputError(
-                f"{self.checkpoint.index_path}: variable {name!r} contains NaN or infinite values"
-            )
+            raise ElmoInputError(f"{self.checkpoint.index_path}: variable {name!r} contains NaN or infinite values")
         return tensor
 
 

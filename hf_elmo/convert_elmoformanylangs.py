@@ -32,6 +32,14 @@ from pathlib import Path
 
 import torch
 
+from .character_rows import (
+    VOCAB_BEGINNING_OF_WORD,
+    VOCAB_BOS_TOKEN,
+    VOCAB_END_OF_WORD,
+    VOCAB_EOS_TOKEN,
+    VOCAB_PADDING,
+    VOCAB_UNKNOWN,
+)
 from .configuration_elmo import ElmoConfig
 from .file_io import (
     MODEL_FOLDER,
@@ -46,14 +54,6 @@ from .file_io import (
 )
 from .model_io import add_origin
 from .modeling_elmo import ElmoModel
-from .character_rows import (
-    VOCAB_BEGINNING_OF_WORD,
-    VOCAB_BOS_TOKEN,
-    VOCAB_END_OF_WORD,
-    VOCAB_EOS_TOKEN,
-    VOCAB_PADDING,
-    VOCAB_UNKNOWN,
-)
 from .tokenization_elmo import ElmoTokenizer
 
 DEFAULT_MODEL_CONFIG = {
@@ -117,9 +117,7 @@ def config_from_model_config(model_config: dict, source: str, char_rows: int, wo
 
     for path, expected in (("encoder.name", "elmo"), ("token_embedder.name", "cnn")):
         if field(path, (str,)) != expected:
-            raise ElmoInputError(
-                f"{source}: {path} is {field(path, (str,))!r}; only {expected!r} models are supported"
-            )
+            raise ElmoInputError(f"{source}: {path} is {field(path, (str,))!r}; only {expected!r} models are supported")
     if field("token_embedder.char_dim") <= 0:
         raise ElmoInputError(f"{source}: token_embedder.char_dim is 0 (a word-only model), which is not supported")
     filters = checked_filters(field("token_embedder.filters", (list,)), "token_embedder.filters", source)
@@ -159,9 +157,7 @@ def read_dictionary(path: Path, specials: tuple[str, ...]) -> dict[str, int]:
             token, index = fields
             entries[token] = int(index)
         except ValueError:
-            raise ElmoInputError(
-                f"{path}: line {number} is {line!r}, expected an entry, a tab and an id"
-            ) from None
+            raise ElmoInputError(f"{path}: line {number} is {line!r}, expected an entry, a tab and an id") from None
     missing = [token for token in specials if token not in entries]
     if missing:
         raise ElmoInputError(f"{path}: lacks the special entries {missing}")

@@ -154,7 +154,8 @@ static inline void forward_row(int64_t D, float* gates, const float* memory_in, 
         v8 t = vtanh(new_cell);
         store(cell_tanh + d, t, w);
         store(cell_output + d, o * t, w);
-        store(gates + d, i, w); store(gates + D + d, f, w); store(gates + 2 * D + d, g, w); store(gates + 3 * D + d, o, w);
+        store(gates + d, i, w); store(gates + D + d, f, w);
+        store(gates + 2 * D + d, g, w); store(gates + 3 * D + d, o, w);
     }
 }
 
@@ -165,7 +166,8 @@ static inline void backward_row(int64_t D, float* gates, const float* grad_cell_
                                 float cell_clip) {
     for (int64_t d = 0; d < D; d += 8) {
         int64_t w = D - d < 8 ? D - d : 8;
-        v8 i = load(gates + d, w), f = load(gates + D + d, w), g = load(gates + 2 * D + d, w), o = load(gates + 3 * D + d, w);
+        v8 i = load(gates + d, w), f = load(gates + D + d, w);
+        v8 g = load(gates + 2 * D + d, w), o = load(gates + 3 * D + d, w);
         v8 t = load(cell_tanh + d, w), dco = load(grad_cell_output + d, w);
         v8 dc = load(grad_memory + d, w) + dco * ((splat(1.0f) - t * t) * o);
         if (has_clip) {
@@ -458,7 +460,9 @@ def _cache_folder() -> Path:
 def _processor_features() -> str:
     """What `-march=native` compiles for: a library built for one processor may not run on another."""
     try:
-        return next(line for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith(("flags", "Features")))
+        return next(
+            line for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith(("flags", "Features"))
+        )
     except (OSError, StopIteration):
         return platform.processor() + platform.machine()
 
@@ -579,15 +583,42 @@ def _layer(batch_sizes, state_weight, projection_weight, batch_size, cell_clip, 
     offsets = torch.cumsum(sizes, 0) - sizes
     state_pointer, projection_pointer = _pointers((state_weight, (K, 4 * D, P)), (projection_weight, (K, P, D)))
     layer = _Layer(
-        K, len(batch_sizes), batch_size, int(sizes.sum()), D, P, sizes.data_ptr(), offsets.data_ptr(),
-        state_pointer, projection_pointer, cell_clip is not None, proj_clip is not None, cell_clip or 0.0,
-        proj_clip or 0.0, sgemm,
-    )  # fmt: skip
+        K,
+        len(batch_sizes),
+        batch_size,
+        int(sizes.sum()),
+        D,
+        P,
+        sizes.data_ptr(),
+        offsets.data_ptr(),
+        state_pointer,
+        projection_pointer,
+        cell_clip is not None,
+        proj_clip is not None,
+        cell_clip or 0.0,
+        proj_clip or 0.0,
+        sgemm,
+    )
     return library, layer, (sizes, offsets)
 
 
-def forward_sequence(batch_sizes, state_weight, projection_weight, cell_clip, proj_clip, save, gates, hidden0,
-                     memory0, raw_cells, cells, cell_tanh, cell_outputs, raw_outputs, outputs):  # fmt: skip
+def forward_sequence(
+    batch_sizes,
+    state_weight,
+    projection_weight,
+    cell_clip,
+    proj_clip,
+    save,
+    gates,
+    hidden0,
+    memory0,
+    raw_cells,
+    cells,
+    cell_tanh,
+    cell_outputs,
+    raw_outputs,
+    outputs,
+):
     """The time loop of one layer's forward for `K` stacked directions over `N` packed positions (`fast_lstm.py`'s
     layout: rows of step `t` from `sum(batch_sizes[:t])` on), writing into its arguments.
 
@@ -610,15 +641,40 @@ def forward_sequence(batch_sizes, state_weight, projection_weight, cell_clip, pr
     if layer.N != N:
         raise ValueError(f"expected {layer.N} packed positions, got {N}")
     cell_rows = N if save else B
-    library.lstm_forward_sequence(ctypes.byref(layer), save, *_pointers(
-        (gates, (K, N, 4 * D)), (hidden0, (K, B, P)), (memory0, (K, B, D)),
-        (raw_cells, (K, cell_rows, D)), (cells, (K, cell_rows, D)), (cell_tanh, (K, cell_rows, D)),
-        (cell_outputs, (K, cell_rows, D)), (raw_outputs, (K, N, P)), (outputs, (K, N, P)),
-    ))  # fmt: skip
+    library.lstm_forward_sequence(
+        ctypes.byref(layer),
+        save,
+        *_pointers(
+            (gates, (K, N, 4 * D)),
+            (hidden0, (K, B, P)),
+            (memory0, (K, B, D)),
+            (raw_cells, (K, cell_rows, D)),
+            (cells, (K, cell_rows, D)),
+            (cell_tanh, (K, cell_rows, D)),
+            (cell_outputs, (K, cell_rows, D)),
+            (raw_outputs, (K, N, P)),
+            (outputs, (K, N, P)),
+        ),
+    )
 
 
-def backward_sequence(batch_sizes, state_weight, projection_weight, cell_clip, proj_clip, gates, memory0, raw_cells,
-                      cells, cell_tanh, raw_outputs, grad_outputs, grad_projected, grad_hidden, grad_memory):  # fmt: skip
+def backward_sequence(
+    batch_sizes,
+    state_weight,
+    projection_weight,
+    cell_clip,
+    proj_clip,
+    gates,
+    memory0,
+    raw_cells,
+    cells,
+    cell_tanh,
+    raw_outputs,
+    grad_outputs,
+    grad_projected,
+    grad_hidden,
+    grad_memory,
+):
     """The time loop of one layer's backward over what `forward_sequence` saved (same layout and arguments), in
     place: `gates` `(K, N, 4D)` from the activations to the gradients of the gate inputs, `grad_hidden` `(K, B, P)`
     and `grad_memory` `(K, B, D)` from the gradients of the final states to those of the states rows start from;
@@ -630,11 +686,22 @@ def backward_sequence(batch_sizes, state_weight, projection_weight, cell_clip, p
     if layer.N != N:
         raise ValueError(f"expected {layer.N} packed positions, got {N}")
     scratch = torch.empty(K, B, D)
-    library.lstm_backward_sequence(ctypes.byref(layer), *_pointers(
-        (gates, (K, N, 4 * D)), (memory0, (K, B, D)), (raw_cells, (K, N, D)), (cells, (K, N, D)),
-        (cell_tanh, (K, N, D)), (raw_outputs, (K, N, P)), (grad_outputs, (K, N, P)), (grad_projected, (K, N, P)),
-        (grad_hidden, (K, B, P)), (grad_memory, (K, B, D)), (scratch, (K, B, D)),
-    ))  # fmt: skip
+    library.lstm_backward_sequence(
+        ctypes.byref(layer),
+        *_pointers(
+            (gates, (K, N, 4 * D)),
+            (memory0, (K, B, D)),
+            (raw_cells, (K, N, D)),
+            (cells, (K, N, D)),
+            (cell_tanh, (K, N, D)),
+            (raw_outputs, (K, N, P)),
+            (grad_outputs, (K, N, P)),
+            (grad_projected, (K, N, P)),
+            (grad_hidden, (K, B, P)),
+            (grad_memory, (K, B, D)),
+            (scratch, (K, B, D)),
+        ),
+    )
 
 
 def logsumexp_rows(logits: torch.Tensor) -> torch.Tensor:
@@ -734,10 +801,12 @@ class WindowMax(torch.autograd.Function):
         grad_chars = torch.zeros_like(chars)
         grad_kernel = torch.empty_like(kernel)
         pointers = _pointers(
-            (chars, (words, length, channels)), (kernel, (num_filters, width * channels)),
-            (grad, (words, num_filters)), (grad_chars, (words, length, channels)),
+            (chars, (words, length, channels)),
+            (kernel, (num_filters, width * channels)),
+            (grad, (words, num_filters)),
+            (grad_chars, (words, length, channels)),
             (grad_kernel, (num_filters, width * channels)),
-        )  # fmt: skip
+        )
         _library()[0].window_max_backward(
             words, length, channels, width, num_filters, pointers[0], pointers[1], taken_at.data_ptr(), *pointers[2:]
         )

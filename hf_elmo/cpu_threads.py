@@ -1,11 +1,11 @@
 """Independent parts of a CPU inference pass, run side by side on threads.
 
-The two directions of every LSTM layer are independent, and so are the words of the character CNN. Giving each
-part its own thread with its share of the intra-op threads replaces thousands of small multi-threaded
-operations, each ending in a barrier where one descheduled thread stalls the others, by a few single-threaded
-streams: as fast on an idle machine and many times faster on a busy one (docs/performance.md). Used only without autograd (a backward pass runs on the autograd
-engine's thread), only on CPU, and only where `paths.threads` is "concurrent" (the default on CPUs).
-Matrix products in the workers go to PyTorch's own kernels, which release the GIL while they run, unless they are
+The two directions of every LSTM layer are independent, and so are the words of the character CNN. Giving each part its
+own thread with its share of the intra-op threads replaces thousands of small multi-threaded operations, each ending in
+a barrier where one descheduled thread stalls the others, by a few single-threaded streams: as fast on an idle machine
+and many times faster on a busy one (docs/performance.md). Used only without autograd (a backward pass runs on the
+autograd engine's thread), only on CPU, and only where `paths.threads` is "concurrent" (the default on CPUs). Matrix
+products in the workers go to PyTorch's own kernels, which release the GIL while they run, unless they are
 very large (`onednn_linear.py`). (Training does
 not split: each LSTM step is a dozen small operations whose Python dispatch holds the GIL, and one thread running
 both directions stacked, `fast_lstm.py`, is faster than two threads waiting for each other.)
@@ -88,7 +88,8 @@ def can_run_concurrently(tensor: torch.Tensor) -> bool:
 
 def run_concurrently(*calls: Callable):
     """Runs zero-argument callables on one thread each, with an equal share of the caller's intra-op threads and
-    its inference-mode, autocast and `contextvars` state (e.g. `cpu_backend`'s choices). Returns their results in order."""
+    its inference-mode, autocast and `contextvars` state (e.g. `cpu_backend`'s choices). Returns their results in
+    order."""
     share = max(1, torch.get_num_threads() // len(calls))
     inference_mode = torch.is_inference_mode_enabled()
     autocast = {

@@ -247,11 +247,20 @@ def captured_training_step(
     autocast = torch.is_autocast_enabled("cuda")
     params = [p for p in model.parameters() if p.requires_grad]
     key = (
-        tuple(input_ids.shape), input_ids.dtype, labels.dtype, input_ids.device, autocast,
-        torch.get_autocast_dtype("cuda"), tuple(p.data_ptr() for p in params), model.dropout.p,
-        elmo.encoder.dropout.p, torch.backends.cuda.matmul.allow_tf32, paths,
+        tuple(input_ids.shape),
+        input_ids.dtype,
+        labels.dtype,
+        input_ids.device,
+        autocast,
+        torch.get_autocast_dtype("cuda"),
+        tuple(p.data_ptr() for p in params),
+        model.dropout.p,
+        elmo.encoder.dropout.p,
+        torch.backends.cuda.matmul.allow_tf32,
+        paths,
         elmo.warm_hidden.data_ptr() if elmo.config.warm_state else None,  # the start state a graph reads
-        tuple((tuple(t.shape), t.dtype) for t in state), split_directions,
+        tuple((tuple(t.shape), t.dtype) for t in state),
+        split_directions,
     )
     step = functools.partial(model._training_step_sums, split_directions=split_directions)
 

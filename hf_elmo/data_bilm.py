@@ -375,9 +375,7 @@ class DataCollatorForBiLM:
         width = ids[0].shape[1]
         for index, rows in enumerate(ids):
             if rows.shape[1] != width:
-                raise ValueError(
-                    f"Example {index}: {rows.shape[1]} characters per position, example 0 has {width}."
-                )
+                raise ValueError(f"Example {index}: {rows.shape[1]} characters per position, example 0 has {width}.")
         positions = max(i.shape[0] for i in ids)
         if self.pad_to_multiple_of:
             positions = -(-positions // self.pad_to_multiple_of) * self.pad_to_multiple_of

@@ -308,6 +308,7 @@ def embed_file(
 
     if batch_size < 1:
         raise ElmoInputError(f"--batch-size must be >= 1, got {batch_size}")
+
     def split(index: int, text: str) -> list[str]:
         if not raw:
             return text.split()

@@ -48,9 +48,14 @@ class ElmoOnnxGraph(nn.Module):
     def forward(self, input_ids, attention_mask, input_word_ids=None, state_hidden=None, state_memory=None):
         state = (state_hidden, state_memory) if self.with_state else None
         out = self.model(
-            input_ids=input_ids, attention_mask=attention_mask, input_word_ids=input_word_ids, state=state,
-            use_cache=self.with_state, output_hidden_states=True, return_dict=True,
-        )  # fmt: skip
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            input_word_ids=input_word_ids,
+            state=state,
+            use_cache=self.with_state,
+            output_hidden_states=True,
+            return_dict=True,
+        )
         return (out.last_hidden_state, torch.stack(out.hidden_states), *(out.state if self.with_state else ()))
 
     def example_inputs(self) -> dict[str, torch.Tensor]:
@@ -70,8 +75,13 @@ class ElmoOnnxGraph(nn.Module):
     def dynamic_shapes(self) -> dict[str, dict[int, torch.export.Dim]]:
         batch, length = torch.export.Dim("batch"), torch.export.Dim("length")
         words = {0: batch, 1: length}
-        axes = {"input_ids": words, "attention_mask": words, "input_word_ids": words,
-                "state_hidden": {1: batch}, "state_memory": {1: batch}}  # fmt: skip
+        axes = {
+            "input_ids": words,
+            "attention_mask": words,
+            "input_word_ids": words,
+            "state_hidden": {1: batch},
+            "state_memory": {1: batch},
+        }
         return {name: axes[name] for name in self.input_names()}
 
 
@@ -98,9 +108,15 @@ def export_onnx(model_dir, output_dir, with_state: bool = False, force: bool = F
             with warnings.catch_warnings(), torch.no_grad():
                 warnings.simplefilter("ignore")
                 program = torch.onnx.export(
-                    graph, (), kwargs=graph.example_inputs(), dynamic_shapes=graph.dynamic_shapes(),
-                    input_names=graph.input_names(), output_names=graph.output_names(), dynamo=True, verbose=False,
-                )  # fmt: skip
+                    graph,
+                    (),
+                    kwargs=graph.example_inputs(),
+                    dynamic_shapes=graph.dynamic_shapes(),
+                    input_names=graph.input_names(),
+                    output_names=graph.output_names(),
+                    dynamo=True,
+                    verbose=False,
+                )
         finally:
             exporter_log.setLevel(level)
         program.save(str(folder / "model.onnx"))

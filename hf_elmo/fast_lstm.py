@@ -150,15 +150,15 @@ def lstm_layer(
     return [tuple(results[3 * k : 3 * k + 3]) for k in range(len(reverse))]
 
 
-# Under autograd the directions run stacked, except where a step's products are large: there one direction after
-# the other, each product over both intra-op threads (through oneDNN where it is faster), is faster than the
-# stacked product, which gives each thread one direction's weights to stream from memory. Per row and step, the
-# products take 5 D P multiply-adds: the original size (D 4096, P 512: 10.5M) trains its encoder faster one
-# direction at a time, the mid-size model (512, 64: 164K) faster stacked (measured on AMD EPYC, 2 threads). (For the per-step PyTorch operations, two Python threads, one per direction, were slower in
-# every case: each step is a dozen operations whose dispatch holds the GIL, and the threads wait for each other.
-# The compiled loop runs stacked directions on threads of their own without Python.)
+# Under autograd the directions run stacked, except where a step's products are large: there one direction after the
+# other, each product over both intra-op threads (through oneDNN where it is faster), is faster than the stacked
+# product, which gives each thread one direction's weights to stream from memory. Per row and step, the products take 5
+# D P multiply-adds: the original size (D 4096, P 512: 10.5M) trains its encoder faster one direction at a time, the
+# mid-size model (512, 64: 164K) faster stacked (measured on AMD EPYC, 2 threads). (For the per-step PyTorch operations,
+# two Python threads, one per direction, were slower in every case: each step is a dozen operations whose dispatch holds
+# the GIL, and the threads wait for each other. The compiled loop runs stacked directions on threads of their own
+# without Python.)
 _MIN_STEP_MULTIPLY_ADDS_ONE_AT_A_TIME = 1 << 22
-
 
 
 def _large_steps(cell_dim: int, projection_dim: int) -> bool:
@@ -251,8 +251,22 @@ def _bmm(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor, add: bool = F
     return out.add_(product) if add else out.copy_(product)
 
 
-def _torch_forward_step(hidden_in, state_weight_t, gates_in, scratch, act, memory_in, raw_c, cell, tanh_c, cell_out,
-                        cell_clip, cell_block, fold_doubling, minus_one):  # fmt: skip
+def _torch_forward_step(
+    hidden_in,
+    state_weight_t,
+    gates_in,
+    scratch,
+    act,
+    memory_in,
+    raw_c,
+    cell,
+    tanh_c,
+    cell_out,
+    cell_clip,
+    cell_block,
+    fold_doubling,
+    minus_one,
+):
     """`cpu_kernels.forward_step` as PyTorch operations, after adding the state product into `gates_in`
     `(K, n, 4D)`; `minus_one` (a 0-d tensor) for tanh from sigmoid, with the cell block's doubling folded into the
     inputs or not."""
@@ -277,9 +291,25 @@ def _torch_forward_step(hidden_in, state_weight_t, gates_in, scratch, act, memor
     torch.mul(output_gate, tanh_c, out=cell_out)
 
 
-def _torch_forward_loop(steps, activations, hidden0, memory0, state_weight_t, projection_weight_t, raw_cells, cells,
-                        cell_tanh, cell_outputs, raw_outputs, outputs, save, cell_clip, proj_clip, fold_doubling,
-                        minus_one):  # fmt: skip
+def _torch_forward_loop(
+    steps,
+    activations,
+    hidden0,
+    memory0,
+    state_weight_t,
+    projection_weight_t,
+    raw_cells,
+    cells,
+    cell_tanh,
+    cell_outputs,
+    raw_outputs,
+    outputs,
+    save,
+    cell_clip,
+    proj_clip,
+    fold_doubling,
+    minus_one,
+):
     """`cpu_kernels.forward_sequence` as PyTorch operations, a dozen per step (same arguments; the weights
     transposed, `(K, P, 4D)` and `(K, D, P)`)."""
     K, batch_size, projection_dim = hidden0.shape
@@ -290,7 +320,11 @@ def _torch_forward_loop(steps, activations, hidden0, memory0, state_weight_t, pr
     output_steps, act_steps = steps.split(outputs), steps.split(activations)
     if save:
         tanh_steps, cell_output_steps = steps.split(cell_tanh), steps.split(cell_outputs)
-        cell_steps, raw_cell_steps, raw_output_steps = steps.split(cells), steps.split(raw_cells), steps.split(raw_outputs)
+        cell_steps, raw_cell_steps, raw_output_steps = (
+            steps.split(cells),
+            steps.split(raw_cells),
+            steps.split(raw_outputs),
+        )
     else:
         scratch_gates = new(batch_size, 4 * cell_dim)
     for t in range(len(steps.batch_sizes)):
@@ -308,16 +342,29 @@ def _torch_forward_loop(steps, activations, hidden0, memory0, state_weight_t, pr
             act = scratch_gates[:, :n]
             tanh_c, cell_out, raw_h = cell_tanh[:, :n], cell_outputs[:, :n], output_steps[t]
         _torch_forward_step(
-            hidden_in, state_weight_t, act_steps[t], _front(gate_products, K, n), act, memory_in, raw_c, cell,
-            tanh_c, cell_out, cell_clip, cell_block, fold_doubling=fold_doubling, minus_one=minus_one,
-        )  # fmt: skip
+            hidden_in,
+            state_weight_t,
+            act_steps[t],
+            _front(gate_products, K, n),
+            act,
+            memory_in,
+            raw_c,
+            cell,
+            tanh_c,
+            cell_out,
+            cell_clip,
+            cell_block,
+            fold_doubling=fold_doubling,
+            minus_one=minus_one,
+        )
         new_hidden = _bmm(cell_out, projection_weight_t, raw_h, scratch=_front(projected, K, n))
         if proj_clip is not None:
             torch.clamp(new_hidden, -proj_clip, proj_clip, out=output_steps[t])
 
 
-def _forward(xs, hiddens, memories, input_weights, biases, state_weights, projection_weights, reverse, steps,
-             settings, save):  # fmt: skip
+def _forward(
+    xs, hiddens, memories, input_weights, biases, state_weights, projection_weights, reverse, steps, settings, save
+):
     """The directions of one layer, stacked (`K` of them, each argument a list with one entry per direction).
     Returns per direction (outputs `(T, B, P)`, final hidden `(B, P)`, final memory `(B, D)`), and with `save`
     the stacked packed tensors the backward reads."""
@@ -373,17 +420,42 @@ def _forward(xs, hiddens, memories, input_weights, biases, state_weights, projec
         raw_outputs = outputs
     if compiled:
         compiled_forward(
-            steps.batch_sizes, state_weight.contiguous(), _stacked(projection_weights).contiguous(), cell_clip,
-            proj_clip, save, activations, hidden0.contiguous(), memory0.contiguous(),
-            raw_cells if save and cell_clip is not None else None, cells, cell_tanh, cell_outputs,
-            raw_outputs if save and proj_clip is not None else None, outputs,
-        )  # fmt: skip
+            steps.batch_sizes,
+            state_weight.contiguous(),
+            _stacked(projection_weights).contiguous(),
+            cell_clip,
+            proj_clip,
+            save,
+            activations,
+            hidden0.contiguous(),
+            memory0.contiguous(),
+            raw_cells if save and cell_clip is not None else None,
+            cells,
+            cell_tanh,
+            cell_outputs,
+            raw_outputs if save and proj_clip is not None else None,
+            outputs,
+        )
     else:
         _torch_forward_loop(
-            steps, activations, hidden0, memory0, state_weight.transpose(1, 2),
-            _stacked(projection_weights).transpose(1, 2), raw_cells, cells, cell_tanh, cell_outputs, raw_outputs,
-            outputs, save, cell_clip, proj_clip, fold_doubling, minus_one if tanh_by_sigmoid else None,
-        )  # fmt: skip
+            steps,
+            activations,
+            hidden0,
+            memory0,
+            state_weight.transpose(1, 2),
+            _stacked(projection_weights).transpose(1, 2),
+            raw_cells,
+            cells,
+            cell_tanh,
+            cell_outputs,
+            raw_outputs,
+            outputs,
+            save,
+            cell_clip,
+            proj_clip,
+            fold_doubling,
+            minus_one if tanh_by_sigmoid else None,
+        )
 
     final_hidden = steps.final_state(outputs, hidden0)
     if save:
@@ -450,8 +522,18 @@ def _torch_backward_step(grad_gates, grad_cell_output, grad_memory, grad_cell, b
     torch.mul(grad_cell, forget, out=grad_memory)
 
 
-def _torch_backward_loop(saved, memory0, state_weight, projection_weight, steps, settings, grad_outputs,
-                         grad_projected, grad_hidden, grad_memory):  # fmt: skip
+def _torch_backward_loop(
+    saved,
+    memory0,
+    state_weight,
+    projection_weight,
+    steps,
+    settings,
+    grad_outputs,
+    grad_projected,
+    grad_hidden,
+    grad_memory,
+):
     """`cpu_kernels.backward_sequence` as PyTorch operations, a few per step (same arguments)."""
     K, total, _ = saved["activations"].shape
     derivative_steps = _gate_derivatives_(saved, memory0, steps, settings.cell_clip)
@@ -471,17 +553,36 @@ def _torch_backward_loop(saved, memory0, state_weight, projection_weight, steps,
         if n == 0:
             continue
         if settings.proj_clip is not None:
-            grad_h = torch.addcmul(grad_output_steps[t], grad_hidden[:, :n], hidden_passed_steps[t], out=grad_projected_steps[t])
+            grad_h = torch.addcmul(
+                grad_output_steps[t], grad_hidden[:, :n], hidden_passed_steps[t], out=grad_projected_steps[t]
+            )
         else:
             grad_h = torch.add(grad_hidden[:, :n], grad_output_steps[t], out=grad_projected_steps[t])
         grad_cell_output = _bmm(grad_h, projection_weight, _front(grad_cell_outputs, K, n))  # (K, n, D)
-        _torch_backward_step(grad_gate_steps[t], grad_cell_output, grad_memory[:, :n], grad_cells[:, :n],
-                             *(factor[t] for factor in derivative_steps))  # fmt: skip
+        _torch_backward_step(
+            grad_gate_steps[t],
+            grad_cell_output,
+            grad_memory[:, :n],
+            grad_cells[:, :n],
+            *(factor[t] for factor in derivative_steps),
+        )
         _bmm(grad_gate_steps[t], state_weight, grad_hidden[:, :n], scratch=_front(grad_hidden_products, K, n))
 
 
-def _backward(saved, hiddens, memories, input_weights, state_weights, projection_weights, reverse, steps, settings,
-              grad_outputs, grad_hiddens, grad_memories):  # fmt: skip
+def _backward(
+    saved,
+    hiddens,
+    memories,
+    input_weights,
+    state_weights,
+    projection_weights,
+    reverse,
+    steps,
+    settings,
+    grad_outputs,
+    grad_hiddens,
+    grad_memories,
+):
     """Gradients of the stacked directions (lists with one entry per direction; a gradient may be None): per
     direction, of its input `(T, B, P_in)`, initial hidden and memory, and of `W_x`, `b`, `W_h`, `W_p`."""
     activations, cell_tanh = saved["activations"], saved["cell_tanh"]
@@ -508,13 +609,35 @@ def _backward(saved, hiddens, memories, input_weights, state_weights, projection
     state_weight, projection_weight = _stacked(state_weights), _stacked(projection_weights)
     if _compiled_loop(activations, cell_dim, hidden0.shape[2], settings):
         compiled_backward(
-            steps.batch_sizes, state_weight.contiguous(), projection_weight.contiguous(), settings.cell_clip,
-            settings.proj_clip, activations, memory0.contiguous(), saved.get("raw_cells"), saved["cells"], cell_tanh,
-            saved.get("raw_outputs"), packed_grad_outputs, grad_projected, grad_hidden, grad_memory,
-        )  # fmt: skip
+            steps.batch_sizes,
+            state_weight.contiguous(),
+            projection_weight.contiguous(),
+            settings.cell_clip,
+            settings.proj_clip,
+            activations,
+            memory0.contiguous(),
+            saved.get("raw_cells"),
+            saved["cells"],
+            cell_tanh,
+            saved.get("raw_outputs"),
+            packed_grad_outputs,
+            grad_projected,
+            grad_hidden,
+            grad_memory,
+        )
     else:
-        _torch_backward_loop(saved, memory0, state_weight, projection_weight, steps, settings, packed_grad_outputs,
-                             grad_projected, grad_hidden, grad_memory)  # fmt: skip
+        _torch_backward_loop(
+            saved,
+            memory0,
+            state_weight,
+            projection_weight,
+            steps,
+            settings,
+            packed_grad_outputs,
+            grad_projected,
+            grad_hidden,
+            grad_memory,
+        )
 
     grad_inputs = _batched_product(grad_gates, _stacked(input_weights))  # (K, N, P_in)
     # Both from one product: d[W_x | W_h] = d(gates)^T [x | h_in]. The bias's gradient is a sum of its own: as a
@@ -566,7 +689,11 @@ class _LstmLayer(torch.autograd.Function):
             columns = [list(column) for column in zip(*(per_direction[k] for k in group))]
             results.append(
                 _backward(
-                    dict(zip(names, values)), *columns, [ctx.reverse[k] for k in group], ctx.steps, ctx.settings,
+                    dict(zip(names, values)),
+                    *columns,
+                    [ctx.reverse[k] for k in group],
+                    ctx.steps,
+                    ctx.settings,
                     *([grads[3 * k + i] for k in group] for i in range(3)),
                 )
             )
@@ -628,9 +755,7 @@ def _sorted_forward(bilstm, inputs, masks, states, paths):
     # Back to the callers' row order, batch-major.
     restores = [_inverse(order) for order, _ in sorts]
     outputs = [[_take(out.transpose(0, 1), restore, 0) for out, restore in zip(layer, restores)] for layer in outputs]
-    finals = [
-        tuple(_take(torch.stack(t), restore, 1) for t in final) for final, restore in zip(finals, restores)
-    ]
+    finals = [tuple(_take(torch.stack(t), restore, 1) for t in final) for final, restore in zip(finals, restores)]
     return outputs, finals
 
 

@@ -41,7 +41,6 @@ from .model_files import (
     write_atomically,
 )
 
-
 ElmoConversionError = ElmoInputError  # the earlier name, raised by the converters
 
 
@@ -72,8 +71,10 @@ def read_lines(path) -> Iterator[str]:
 
 def checked_filters(filters, path: str, source: str) -> list:
     """`filters` if it is a non-empty list of `[width, number]` pairs of positive ints, else a one-line error."""
-    if not isinstance(filters, list) or not filters or not all(
-        isinstance(f, list) and len(f) == 2 and all(type(v) is int and v > 0 for v in f) for f in filters
+    if (
+        not isinstance(filters, list)
+        or not filters
+        or not all(isinstance(f, list) and len(f) == 2 and all(type(v) is int and v > 0 for v in f) for f in filters)
     ):
         raise ElmoInputError(f"{source}: {path} must be a list of [width, number] pairs, got {filters!r}")
     return filters
@@ -109,10 +110,17 @@ class OutputKind:
 def _is_model_folder_file(path: Path) -> bool:
     # save_pretrained copies the package's modules as remote code; the rest are transformers' and the tokenizer's.
     names = {
-        "config.json", "generation_config.json", "model.safetensors", "model.safetensors.index.json",
-        "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json", "char_vocab.json",
-        "input_word_vocab.json", "vocab.txt",
-    }  # fmt: skip
+        "config.json",
+        "generation_config.json",
+        "model.safetensors",
+        "model.safetensors.index.json",
+        "tokenizer_config.json",
+        "special_tokens_map.json",
+        "added_tokens.json",
+        "char_vocab.json",
+        "input_word_vocab.json",
+        "vocab.txt",
+    }
     ours = path.name in names or re.fullmatch(r"model-\d{5}-of-\d{5}\.safetensors", path.name) is not None
     ours = ours or (path.suffix == ".py" and (Path(__file__).parent / path.name).is_file())
     if path.name == "README.md":  # the model card save_pretrained wrote, not one written by someone else

@@ -23,7 +23,6 @@ from dataclasses import dataclass
 import torch
 
 from .cuda_graphs import CaptureCache, PendingBackward, capture_graph
-
 from .triton_support import INTERPRETED, triton
 
 if triton is not None:  # Triton ships with PyTorch's CUDA builds; the PyTorch steps need none.
@@ -114,7 +113,9 @@ def _hidden_backward_torch(grad_from_next, mask_next, grad_hidden, grad_output, 
     grad_projected.copy_(torch.where(mask.bool()[..., None], grad, 0.0))
 
 
-def _cell_backward_torch(grad_cell_output, grad_memory, activations, cell_tanh, memory_in, cell_passed, mask, grad_gates):
+def _cell_backward_torch(
+    grad_cell_output, grad_memory, activations, cell_tanh, memory_in, cell_passed, mask, grad_gates
+):
     """Gradient of `o * tanh(c)` `(2, B, D)` and the carried cell gradient `grad_memory` (updated in place) ->
     the gates' pre-activation gradient `grad_gates` `(2, B, 4D)` (0 where `mask` is 0)."""
     compute = _memory_dtype(grad_memory.dtype)
@@ -125,10 +126,14 @@ def _cell_backward_torch(grad_cell_output, grad_memory, activations, cell_tanh, 
     if cell_passed is not None:
         grad_cell = grad_cell * cell_passed
     grads = torch.cat(
-        [grad_cell * g * i * (1 - i), grad_cell * previous * f * (1 - f), grad_cell * i * (1 - g * g),
-         grad_cell_output * t * o * (1 - o)],
+        [
+            grad_cell * g * i * (1 - i),
+            grad_cell * previous * f * (1 - f),
+            grad_cell * i * (1 - g * g),
+            grad_cell_output * t * o * (1 - o),
+        ],
         dim=-1,
-    )  # fmt: skip
+    )
     ran = mask.bool()[..., None]
     grad_gates.copy_(torch.where(ran, grads, 0.0))
     grad_memory.copy_(torch.where(ran, grad_cell * f, carried))
@@ -277,17 +282,41 @@ def _layer_forward(inputs, mask, hidden0, memory0, params, settings: LayerSettin
         else:
             step_saved = [None, None, None]
         if fused:
-            gates_cell_forward(step_in, gate_weight, gate_inputs[:, s], memory[:, now], memory[:, after], mask[:, s],
-                               cell_output, *step_saved, settings.cell_clip)  # fmt: skip
+            gates_cell_forward(
+                step_in,
+                gate_weight,
+                gate_inputs[:, s],
+                memory[:, now],
+                memory[:, after],
+                mask[:, s],
+                cell_output,
+                *step_saved,
+                settings.cell_clip,
+            )
         else:
             # The gate inputs are added in the elementwise step: as the product's addend they would be copied first.
             gates = torch.bmm(step_in, gate_weight_t)
-            cell_forward(gate_inputs[:, s], gates, memory[:, now], memory[:, after], mask[:, s], cell_output,
-                         *step_saved, settings.cell_clip)  # fmt: skip
+            cell_forward(
+                gate_inputs[:, s],
+                gates,
+                memory[:, now],
+                memory[:, after],
+                mask[:, s],
+                cell_output,
+                *step_saved,
+                settings.cell_clip,
+            )
         projected = _step_bmm(cell_output, projection_weight_t)
         hidden_passed = saved["hidden_passed"][:, s] if save and saved["hidden_passed"] is not None else None
-        hidden_forward(projected, hidden[:, hidden_now], hidden[:, hidden_after], outputs[:, s], mask[:, s],
-                       hidden_passed, settings.proj_clip)  # fmt: skip
+        hidden_forward(
+            projected,
+            hidden[:, hidden_now],
+            hidden[:, hidden_after],
+            outputs[:, s],
+            mask[:, s],
+            hidden_passed,
+            settings.proj_clip,
+        )
     if save:
         weights = (input_weight, state_weight, projection_weight)
         saved.update(hidden=hidden, memory=memory, inputs=inputs, weights=weights)
@@ -312,12 +341,27 @@ def _layer_backward(grad_outputs, grad_hidden_final, grad_memory_final, mask, sa
     grad_from_next = grad_hidden.new_zeros(2, batch_size, projection_dim)  # read only where the next step ran
     for s in range(num_steps - 1, -1, -1):
         hidden_passed = saved["hidden_passed"][:, s] if saved["hidden_passed"] is not None else None
-        hidden_backward(grad_from_next, mask[:, s + 1], grad_hidden, grad_outputs[:, s], hidden_passed, mask[:, s],
-                        grad_projected[:, s])  # fmt: skip
+        hidden_backward(
+            grad_from_next,
+            mask[:, s + 1],
+            grad_hidden,
+            grad_outputs[:, s],
+            hidden_passed,
+            mask[:, s],
+            grad_projected[:, s],
+        )
         grad_cell_output = torch.bmm(grad_projected[:, s], projection_weight)
         cell_passed = saved["cell_passed"][:, s] if saved["cell_passed"] is not None else None
-        cell_backward(grad_cell_output, grad_memory, activations[:, s], cell_tanh[:, s], memory[:, s], cell_passed,
-                      mask[:, s], grad_gates[:, s])  # fmt: skip
+        cell_backward(
+            grad_cell_output,
+            grad_memory,
+            activations[:, s],
+            cell_tanh[:, s],
+            memory[:, s],
+            cell_passed,
+            mask[:, s],
+            grad_gates[:, s],
+        )
         grad_from_next = _step_bmm(grad_gates[:, s], state_weight)
     grad_hidden0 = torch.where(mask[:, 0, :, None].bool(), grad_from_next.to(memory_dtype), grad_hidden)
     flat_gates = grad_gates.view(2, num_steps * batch_size, 4 * cell_dim)
@@ -331,7 +375,12 @@ def _layer_backward(grad_outputs, grad_hidden_final, grad_memory_final, mask, sa
         grad_projected.view(2, num_steps * batch_size, projection_dim).transpose(1, 2),
         saved["cell_output"].view(2, num_steps * batch_size, cell_dim),
     )
-    return grad_inputs, grad_hidden0, grad_memory, (grad_input_weight, grad_bias, grad_state_weight, grad_projection_weight)
+    return (
+        grad_inputs,
+        grad_hidden0,
+        grad_memory,
+        (grad_input_weight, grad_bias, grad_state_weight, grad_projection_weight),
+    )
 
 
 # --- running a layer: directly, or by replaying captured CUDA graphs -----------------------------------------
@@ -391,8 +440,14 @@ class _CapturedLayer:
         def warmup():
             outputs, hidden, memory, saved = self._forward(params)
             if save:
-                _layer_backward(torch.zeros_like(outputs), torch.zeros_like(hidden), torch.zeros_like(memory),
-                                self.mask, saved, settings)  # fmt: skip
+                _layer_backward(
+                    torch.zeros_like(outputs),
+                    torch.zeros_like(hidden),
+                    torch.zeros_like(memory),
+                    self.mask,
+                    saved,
+                    settings,
+                )
 
         pool = torch.cuda.graph_pool_handle()
         self.forward_graph, forward = capture_graph(lambda: self._forward(params), pool, warmup)
@@ -401,8 +456,9 @@ class _CapturedLayer:
             self.grad_outputs = torch.zeros_like(self.outputs)
             self.grad_hidden, self.grad_memory = torch.zeros_like(self.hidden), torch.zeros_like(self.memory)
             self.backward_graph, self.grads = capture_graph(
-                lambda: _layer_backward(self.grad_outputs, self.grad_hidden, self.grad_memory, self.mask, self.saved,
-                                        settings),  # fmt: skip
+                lambda: _layer_backward(
+                    self.grad_outputs, self.grad_hidden, self.grad_memory, self.mask, self.saved, settings
+                ),
                 pool,
                 warmup=lambda: None,
             )
@@ -411,14 +467,22 @@ class _CapturedLayer:
         return _layer_forward(self.inputs, self.mask, self.hidden0, self.memory0, params, self.settings, self.save)
 
     def forward(self, inputs, mask, hidden0, memory0, params, save):
-        for static, given in ((self.inputs, inputs), (self.mask, mask), (self.hidden0, hidden0), (self.memory0, memory0)):
+        for static, given in (
+            (self.inputs, inputs),
+            (self.mask, mask),
+            (self.hidden0, hidden0),
+            (self.memory0, memory0),
+        ):
             static.copy_(given)
         self.forward_graph.replay()
         return self.outputs.clone(), self.hidden.clone(), self.memory.clone(), self.saved
 
     def backward(self, grad_outputs, grad_hidden, grad_memory, mask, saved):
-        for static, given in ((self.grad_outputs, grad_outputs), (self.grad_hidden, grad_hidden),
-                              (self.grad_memory, grad_memory)):  # fmt: skip
+        for static, given in (
+            (self.grad_outputs, grad_outputs),
+            (self.grad_hidden, grad_hidden),
+            (self.grad_memory, grad_memory),
+        ):
             static.copy_(given)
         self.backward_graph.replay()
         # Handed out as they are: the caller copies them (into its dtypes) before the next replay can overwrite them.
@@ -435,10 +499,16 @@ class CapturedLayers(CaptureCache):
     def runner(self, layer: int, inputs, mask, hidden0, memory0, params, settings: LayerSettings, save: bool):
         flat = [p for pair in params for p in pair]
         key = (
-            layer, tuple(inputs.shape), inputs.device, settings, save, tuple(p.data_ptr() for p in flat),
-            tuple(p.dtype for p in flat), torch.backends.cuda.matmul.allow_tf32,
+            layer,
+            tuple(inputs.shape),
+            inputs.device,
+            settings,
+            save,
+            tuple(p.data_ptr() for p in flat),
+            tuple(p.dtype for p in flat),
+            torch.backends.cuda.matmul.allow_tf32,
             torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction,
-        )  # fmt: skip
+        )
         runner = self.get_or_capture(
             key, lambda: _CapturedLayer(inputs, mask, hidden0, memory0, params, settings, save)
         )

@@ -10,7 +10,6 @@ Importing this module needs Triton. With `TRITON_INTERPRET=1` set before the imp
 tensors (slowly), which is how the CPU test suite checks them.
 """
 
-
 import torch
 
 from .triton_support import INTERPRETED, require_triton, tl, triton
@@ -35,14 +34,41 @@ def _tanh(x):
 
 @triton.jit
 def _cell_forward_kernel(
-    gate_inputs_ptr, gates_ptr, memory_in_ptr, memory_out_ptr, mask_ptr, cell_output_ptr,
-    activations_ptr, cell_tanh_ptr, cell_passed_ptr,
-    rows, dim,
-    s_gin_d, s_gin_b, s_gates_d, s_gates_b, s_mem_in_d, s_mem_in_b, s_mem_out_d, s_mem_out_b, s_mask_d, s_mask_b,
-    s_out_d, s_out_b, s_act_d, s_act_b, s_tanh_d, s_tanh_b, s_passed_d, s_passed_b,
+    gate_inputs_ptr,
+    gates_ptr,
+    memory_in_ptr,
+    memory_out_ptr,
+    mask_ptr,
+    cell_output_ptr,
+    activations_ptr,
+    cell_tanh_ptr,
+    cell_passed_ptr,
+    rows,
+    dim,
+    s_gin_d,
+    s_gin_b,
+    s_gates_d,
+    s_gates_b,
+    s_mem_in_d,
+    s_mem_in_b,
+    s_mem_out_d,
+    s_mem_out_b,
+    s_mask_d,
+    s_mask_b,
+    s_out_d,
+    s_out_b,
+    s_act_d,
+    s_act_b,
+    s_tanh_d,
+    s_tanh_b,
+    s_passed_d,
+    s_passed_b,
     cell_clip,
-    HAS_CLIP: tl.constexpr, SAVE: tl.constexpr, COMPUTE: tl.constexpr, BLOCK: tl.constexpr,
-):  # fmt: skip
+    HAS_CLIP: tl.constexpr,
+    SAVE: tl.constexpr,
+    COMPUTE: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
     row = tl.program_id(0)
     d = row // rows
     b = row % rows
@@ -51,9 +77,15 @@ def _cell_forward_kernel(
     gate_inputs = gate_inputs_ptr + d * s_gin_d + b * s_gin_b + cols
     gates = gates_ptr + d * s_gates_d + b * s_gates_b + cols
     i = tl.load(gate_inputs, mask=valid, other=0.0).to(COMPUTE) + tl.load(gates, mask=valid, other=0.0).to(COMPUTE)
-    f = tl.load(gate_inputs + dim, mask=valid, other=0.0).to(COMPUTE) + tl.load(gates + dim, mask=valid, other=0.0).to(COMPUTE)
-    g = tl.load(gate_inputs + 2 * dim, mask=valid, other=0.0).to(COMPUTE) + tl.load(gates + 2 * dim, mask=valid, other=0.0).to(COMPUTE)
-    o = tl.load(gate_inputs + 3 * dim, mask=valid, other=0.0).to(COMPUTE) + tl.load(gates + 3 * dim, mask=valid, other=0.0).to(COMPUTE)
+    f = tl.load(gate_inputs + dim, mask=valid, other=0.0).to(COMPUTE) + tl.load(gates + dim, mask=valid, other=0.0).to(
+        COMPUTE
+    )
+    g = tl.load(gate_inputs + 2 * dim, mask=valid, other=0.0).to(COMPUTE) + tl.load(
+        gates + 2 * dim, mask=valid, other=0.0
+    ).to(COMPUTE)
+    o = tl.load(gate_inputs + 3 * dim, mask=valid, other=0.0).to(COMPUTE) + tl.load(
+        gates + 3 * dim, mask=valid, other=0.0
+    ).to(COMPUTE)
     i, f, g, o = _sigmoid(i), _sigmoid(f), _tanh(g), _sigmoid(o)
     memory_in = tl.load(memory_in_ptr + d * s_mem_in_d + b * s_mem_in_b + cols, mask=valid, other=0.0).to(COMPUTE)
     keep = tl.load(mask_ptr + d * s_mask_d + b * s_mask_b) != 0
@@ -80,13 +112,32 @@ def _cell_forward_kernel(
 
 @triton.jit
 def _hidden_forward_kernel(
-    projected_ptr, hidden_in_ptr, hidden_out_ptr, output_ptr, mask_ptr, hidden_passed_ptr,
-    rows, dim,
-    s_proj_d, s_proj_b, s_hin_d, s_hin_b, s_hout_d, s_hout_b, s_out_d, s_out_b, s_mask_d, s_mask_b,
-    s_passed_d, s_passed_b,
+    projected_ptr,
+    hidden_in_ptr,
+    hidden_out_ptr,
+    output_ptr,
+    mask_ptr,
+    hidden_passed_ptr,
+    rows,
+    dim,
+    s_proj_d,
+    s_proj_b,
+    s_hin_d,
+    s_hin_b,
+    s_hout_d,
+    s_hout_b,
+    s_out_d,
+    s_out_b,
+    s_mask_d,
+    s_mask_b,
+    s_passed_d,
+    s_passed_b,
     proj_clip,
-    HAS_CLIP: tl.constexpr, SAVE: tl.constexpr, COMPUTE: tl.constexpr, BLOCK: tl.constexpr,
-):  # fmt: skip
+    HAS_CLIP: tl.constexpr,
+    SAVE: tl.constexpr,
+    COMPUTE: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
     row = tl.program_id(0)
     d = row // rows
     b = row % rows
@@ -108,13 +159,33 @@ def _hidden_forward_kernel(
 
 @triton.jit
 def _hidden_backward_kernel(
-    grad_from_next_ptr, mask_next_ptr, grad_hidden_ptr, grad_output_ptr, hidden_passed_ptr, mask_ptr,
+    grad_from_next_ptr,
+    mask_next_ptr,
+    grad_hidden_ptr,
+    grad_output_ptr,
+    hidden_passed_ptr,
+    mask_ptr,
     grad_projected_ptr,
-    rows, dim,
-    s_next_d, s_next_b, s_mnext_d, s_mnext_b, s_gh_d, s_gh_b, s_gout_d, s_gout_b, s_passed_d, s_passed_b,
-    s_mask_d, s_mask_b, s_gproj_d, s_gproj_b,
-    HAS_CLIP: tl.constexpr, COMPUTE: tl.constexpr, BLOCK: tl.constexpr,
-):  # fmt: skip
+    rows,
+    dim,
+    s_next_d,
+    s_next_b,
+    s_mnext_d,
+    s_mnext_b,
+    s_gh_d,
+    s_gh_b,
+    s_gout_d,
+    s_gout_b,
+    s_passed_d,
+    s_passed_b,
+    s_mask_d,
+    s_mask_b,
+    s_gproj_d,
+    s_gproj_b,
+    HAS_CLIP: tl.constexpr,
+    COMPUTE: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
     row = tl.program_id(0)
     d = row // rows
     b = row % rows
@@ -139,13 +210,36 @@ def _hidden_backward_kernel(
 
 @triton.jit
 def _cell_backward_kernel(
-    grad_cell_output_ptr, grad_memory_ptr, activations_ptr, cell_tanh_ptr, memory_in_ptr, cell_passed_ptr,
-    mask_ptr, grad_gates_ptr,
-    rows, dim,
-    s_gco_d, s_gco_b, s_gmem_d, s_gmem_b, s_act_d, s_act_b, s_tanh_d, s_tanh_b, s_mem_d, s_mem_b,
-    s_passed_d, s_passed_b, s_mask_d, s_mask_b, s_gg_d, s_gg_b,
-    HAS_CLIP: tl.constexpr, COMPUTE: tl.constexpr, BLOCK: tl.constexpr,
-):  # fmt: skip
+    grad_cell_output_ptr,
+    grad_memory_ptr,
+    activations_ptr,
+    cell_tanh_ptr,
+    memory_in_ptr,
+    cell_passed_ptr,
+    mask_ptr,
+    grad_gates_ptr,
+    rows,
+    dim,
+    s_gco_d,
+    s_gco_b,
+    s_gmem_d,
+    s_gmem_b,
+    s_act_d,
+    s_act_b,
+    s_tanh_d,
+    s_tanh_b,
+    s_mem_d,
+    s_mem_b,
+    s_passed_d,
+    s_passed_b,
+    s_mask_d,
+    s_mask_b,
+    s_gg_d,
+    s_gg_b,
+    HAS_CLIP: tl.constexpr,
+    COMPUTE: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
     row = tl.program_id(0)
     d = row // rows
     b = row % rows
@@ -197,12 +291,24 @@ def cell_forward(
     dim = memory_in.shape[-1]
     saved = (activations, cell_tanh, cell_passed if cell_passed is not None else cell_tanh) if save else (gates,) * 3
     _cell_forward_kernel[_grid(gates, dim)](
-        gate_inputs, gates, memory_in, memory_out, mask, cell_output, *saved,
-        gates.shape[1], dim,
-        *_strides(gate_inputs, gates, memory_in, memory_out), *mask.stride(), *_strides(cell_output, *saved),
+        gate_inputs,
+        gates,
+        memory_in,
+        memory_out,
+        mask,
+        cell_output,
+        *saved,
+        gates.shape[1],
+        dim,
+        *_strides(gate_inputs, gates, memory_in, memory_out),
+        *mask.stride(),
+        *_strides(cell_output, *saved),
         0.0 if cell_clip is None else cell_clip,
-        HAS_CLIP=cell_clip is not None, SAVE=save, COMPUTE=_compute_type(memory_in), BLOCK=_BLOCK,
-    )  # fmt: skip
+        HAS_CLIP=cell_clip is not None,
+        SAVE=save,
+        COMPUTE=_compute_type(memory_in),
+        BLOCK=_BLOCK,
+    )
 
 
 def hidden_forward(projected, hidden_in, hidden_out, output, mask, hidden_passed, proj_clip):
@@ -211,12 +317,23 @@ def hidden_forward(projected, hidden_in, hidden_out, output, mask, hidden_passed
     passed = hidden_passed if save else projected
     dim = projected.shape[-1]
     _hidden_forward_kernel[_grid(projected, dim)](
-        projected, hidden_in, hidden_out, output, mask, passed,
-        projected.shape[1], dim,
-        *_strides(projected, hidden_in, hidden_out, output), *mask.stride(), *_strides(passed),
+        projected,
+        hidden_in,
+        hidden_out,
+        output,
+        mask,
+        passed,
+        projected.shape[1],
+        dim,
+        *_strides(projected, hidden_in, hidden_out, output),
+        *mask.stride(),
+        *_strides(passed),
         0.0 if proj_clip is None else proj_clip,
-        HAS_CLIP=proj_clip is not None, SAVE=save, COMPUTE=_compute_type(hidden_in), BLOCK=_BLOCK,
-    )  # fmt: skip
+        HAS_CLIP=proj_clip is not None,
+        SAVE=save,
+        COMPUTE=_compute_type(hidden_in),
+        BLOCK=_BLOCK,
+    )
 
 
 def hidden_backward(grad_from_next, mask_next, grad_hidden, grad_output, hidden_passed, mask, grad_projected):
@@ -224,12 +341,24 @@ def hidden_backward(grad_from_next, mask_next, grad_hidden, grad_output, hidden_
     passed = hidden_passed if hidden_passed is not None else grad_output
     dim = grad_output.shape[-1]
     _hidden_backward_kernel[_grid(grad_output, dim)](
-        grad_from_next, mask_next, grad_hidden, grad_output, passed, mask, grad_projected,
-        grad_output.shape[1], dim,
-        *_strides(grad_from_next), *mask_next.stride(), *_strides(grad_hidden, grad_output, passed),
-        *mask.stride(), *_strides(grad_projected),
-        HAS_CLIP=hidden_passed is not None, COMPUTE=_compute_type(grad_hidden), BLOCK=_BLOCK,
-    )  # fmt: skip
+        grad_from_next,
+        mask_next,
+        grad_hidden,
+        grad_output,
+        passed,
+        mask,
+        grad_projected,
+        grad_output.shape[1],
+        dim,
+        *_strides(grad_from_next),
+        *mask_next.stride(),
+        *_strides(grad_hidden, grad_output, passed),
+        *mask.stride(),
+        *_strides(grad_projected),
+        HAS_CLIP=hidden_passed is not None,
+        COMPUTE=_compute_type(grad_hidden),
+        BLOCK=_BLOCK,
+    )
 
 
 def cell_backward(grad_cell_output, grad_memory, activations, cell_tanh, memory_in, cell_passed, mask, grad_gates):
@@ -237,26 +366,68 @@ def cell_backward(grad_cell_output, grad_memory, activations, cell_tanh, memory_
     passed = cell_passed if cell_passed is not None else cell_tanh
     dim = cell_tanh.shape[-1]
     _cell_backward_kernel[_grid(cell_tanh, dim)](
-        grad_cell_output, grad_memory, activations, cell_tanh, memory_in, passed, mask, grad_gates,
-        cell_tanh.shape[1], dim,
-        *_strides(grad_cell_output, grad_memory, activations, cell_tanh, memory_in, passed), *mask.stride(),
+        grad_cell_output,
+        grad_memory,
+        activations,
+        cell_tanh,
+        memory_in,
+        passed,
+        mask,
+        grad_gates,
+        cell_tanh.shape[1],
+        dim,
+        *_strides(grad_cell_output, grad_memory, activations, cell_tanh, memory_in, passed),
+        *mask.stride(),
         *_strides(grad_gates),
-        HAS_CLIP=cell_passed is not None, COMPUTE=_compute_type(grad_memory), BLOCK=_BLOCK,
-    )  # fmt: skip
+        HAS_CLIP=cell_passed is not None,
+        COMPUTE=_compute_type(grad_memory),
+        BLOCK=_BLOCK,
+    )
 
 
 @triton.jit
 def _gates_cell_forward_kernel(
-    x_ptr, weight_ptr, gate_inputs_ptr, memory_in_ptr, memory_out_ptr, mask_ptr, cell_output_ptr,
-    activations_ptr, cell_tanh_ptr, cell_passed_ptr,
-    rows, dim, depth,
-    s_x_d, s_x_b, s_w_d, s_w_n,
-    s_gin_d, s_gin_b, s_mem_in_d, s_mem_in_b, s_mem_out_d, s_mem_out_b, s_mask_d, s_mask_b,
-    s_out_d, s_out_b, s_act_d, s_act_b, s_tanh_d, s_tanh_b, s_passed_d, s_passed_b,
+    x_ptr,
+    weight_ptr,
+    gate_inputs_ptr,
+    memory_in_ptr,
+    memory_out_ptr,
+    mask_ptr,
+    cell_output_ptr,
+    activations_ptr,
+    cell_tanh_ptr,
+    cell_passed_ptr,
+    rows,
+    dim,
+    depth,
+    s_x_d,
+    s_x_b,
+    s_w_d,
+    s_w_n,
+    s_gin_d,
+    s_gin_b,
+    s_mem_in_d,
+    s_mem_in_b,
+    s_mem_out_d,
+    s_mem_out_b,
+    s_mask_d,
+    s_mask_b,
+    s_out_d,
+    s_out_b,
+    s_act_d,
+    s_act_b,
+    s_tanh_d,
+    s_tanh_b,
+    s_passed_d,
+    s_passed_b,
     cell_clip,
-    HAS_CLIP: tl.constexpr, SAVE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    HAS_CLIP: tl.constexpr,
+    SAVE: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
     OPERANDS_IN_FLOAT32: tl.constexpr,
-):  # fmt: skip
+):
     d = tl.program_id(0)
     row = tl.program_id(1) * BLOCK_M + tl.arange(0, BLOCK_M)
     cols = tl.program_id(2) * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -321,7 +492,17 @@ def _block(size: int, smallest: int, largest: int) -> int:
 
 
 def gates_cell_forward(
-    inputs, weight, gate_inputs, memory_in, memory_out, mask, cell_output, activations, cell_tanh, cell_passed, cell_clip
+    inputs,
+    weight,
+    gate_inputs,
+    memory_in,
+    memory_out,
+    mask,
+    cell_output,
+    activations,
+    cell_tanh,
+    cell_passed,
+    cell_clip,
 ):
     """`cell_forward(gate_inputs, inputs @ weight^T, ...)` as one kernel: the step's product `(2, B, K) @ (2, K, 4D)`
     (`weight` `(2, 4D, K)`, its last axis contiguous) with the elementwise step in its epilogue, so that the gates
@@ -332,15 +513,34 @@ def gates_cell_forward(
     save = activations is not None
     rows, depth = inputs.shape[1], inputs.shape[2]
     dim = memory_in.shape[-1]
-    saved = (activations, cell_tanh, cell_passed if cell_passed is not None else cell_tanh) if save else (memory_in,) * 3
+    saved = (
+        (activations, cell_tanh, cell_passed if cell_passed is not None else cell_tanh) if save else (memory_in,) * 3
+    )
     block_m, block_n, block_k = _block(rows, 16, 128), _block(dim, 16, 32), _block(depth, 16, 64)
     grid = (2, triton.cdiv(rows, block_m), triton.cdiv(dim, block_n))
     _gates_cell_forward_kernel[grid](
-        inputs, weight, gate_inputs, memory_in, memory_out, mask, cell_output, *saved,
-        rows, dim, depth,
-        *_strides(inputs, weight), *_strides(gate_inputs, memory_in, memory_out), *mask.stride(),
+        inputs,
+        weight,
+        gate_inputs,
+        memory_in,
+        memory_out,
+        mask,
+        cell_output,
+        *saved,
+        rows,
+        dim,
+        depth,
+        *_strides(inputs, weight),
+        *_strides(gate_inputs, memory_in, memory_out),
+        *mask.stride(),
         *_strides(cell_output, *saved),
         0.0 if cell_clip is None else cell_clip,
-        HAS_CLIP=cell_clip is not None, SAVE=save, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k,
-        OPERANDS_IN_FLOAT32=INTERPRETED, num_warps=8 if block_m >= 128 else 4, num_stages=3,
-    )  # fmt: skip
+        HAS_CLIP=cell_clip is not None,
+        SAVE=save,
+        BLOCK_M=block_m,
+        BLOCK_N=block_n,
+        BLOCK_K=block_k,
+        OPERANDS_IN_FLOAT32=INTERPRETED,
+        num_warps=8 if block_m >= 128 else 4,
+        num_stages=3,
+    )

@@ -9,7 +9,6 @@ arithmetic is float32, the forward pass reads them once (each block's max and su
 same function written with PyTorch operations elsewhere; the tests keep both equal.
 """
 
-
 import torch
 
 from .triton_support import require_triton, tl, triton
@@ -36,7 +35,9 @@ def _logsumexp_partial_kernel(logits_ptr, skip_ptr, max_ptr, sum_ptr, columns, s
 
 
 @triton.jit
-def _logsumexp_backward_kernel(logits_ptr, skip_ptr, lse_ptr, grad_ptr, grad_logits_ptr, columns, stride, BLOCK: tl.constexpr):
+def _logsumexp_backward_kernel(
+    logits_ptr, skip_ptr, lse_ptr, grad_ptr, grad_logits_ptr, columns, stride, BLOCK: tl.constexpr
+):
     row = tl.program_id(0).to(tl.int64)
     col_block = tl.program_id(1)
     skip = tl.load(skip_ptr + row)
@@ -52,15 +53,20 @@ def _logsumexp_backward_kernel(logits_ptr, skip_ptr, lse_ptr, grad_ptr, grad_log
 
 
 def logsumexp_forward(logits: torch.Tensor, skip: torch.Tensor) -> torch.Tensor:
-    """`(N, S)` logits (last axis contiguous), `(N,)` int64 column to leave out per row (`S`: none) -> `(N,)` float32."""
+    """`(N, S)` logits (last axis contiguous), `(N,)` int64 column to leave out per row (`S`: none) -> `(N,)`
+    float32."""
     rows, columns = logits.shape
     blocks = triton.cdiv(columns, _BLOCK)
     block_max = torch.empty(rows, blocks, dtype=torch.float32, device=logits.device)
     block_sum = torch.empty_like(block_max)
-    _logsumexp_partial_kernel[(rows, blocks)](logits, skip, block_max, block_sum, columns, logits.stride(0), BLOCK=_BLOCK)
+    _logsumexp_partial_kernel[(rows, blocks)](
+        logits, skip, block_max, block_sum, columns, logits.stride(0), BLOCK=_BLOCK
+    )
     row_max = block_max.amax(dim=1, keepdim=True)
     # Blocks of -inf only (and rows of them) add nothing: their sums are 0.
-    scale = torch.where(block_max == float("-inf"), 0.0, torch.exp(block_max - row_max.clamp(min=torch.finfo(torch.float32).min)))
+    scale = torch.where(
+        block_max == float("-inf"), 0.0, torch.exp(block_max - row_max.clamp(min=torch.finfo(torch.float32).min))
+    )
     return row_max[:, 0] + torch.log((block_sum * scale).sum(dim=1))
 
 

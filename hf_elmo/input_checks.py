@@ -264,8 +264,7 @@ def check_inputs(
         )
     if not isinstance(input_ids, torch.Tensor):
         raise ValueError(
-            "input_ids must be a torch.Tensor (tokenizer(..., return_tensors='pt')), got "
-            f"{type(input_ids).__name__}."
+            f"input_ids must be a torch.Tensor (tokenizer(..., return_tensors='pt')), got {type(input_ids).__name__}."
         )
     if input_ids.dim() != 3 or input_ids.shape[-1] != chars:
         raise ValueError(

@@ -153,8 +153,11 @@ def _resolve(paths, device_type, dtype, training, capturing, built, triton):
         # On GPUs the fused window products pay for 16-bit products, and for float32 while a CUDA graph is captured
         # (PyTorch's products would then take every slot of every word).
         "window_max": (
-            "triton" if gpu_triton and (sixteen_bit or (dtype == torch.float32 and capturing == "cuda_graph"))
-            else "compiled" if loops else "torch"
+            "triton"
+            if gpu_triton and (sixteen_bit or (dtype == torch.float32 and capturing == "cuda_graph"))
+            else "compiled"
+            if loops
+            else "torch"
         ),
         "highway": "triton" if gpu_triton else "torch",
         "lstm": "static" if on_gpu else "sorted",

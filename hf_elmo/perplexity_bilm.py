@@ -173,7 +173,9 @@ def sentence_perplexity(
     for first in range(0, len(order), batch_size):
         windows = [[sentences[k]] for k in order[first : first + batch_size]]
         encoded = encode_windows(windows, tokenizer)
-        batch = collate([{"input_ids": ids, "labels": labels} for ids, labels in zip(encoded["input_ids"], encoded["labels"])])
+        batch = collate(
+            [{"input_ids": ids, "labels": labels} for ids, labels in zip(encoded["input_ids"], encoded["labels"])]
+        )
         batch = {k: v.to(model.device) for k, v in batch.items()}
         out = model(**batch, state=model.elmo.initial_state(len(windows), warm=start == "warm"))
         count = batch["labels"].ne(-100).sum(dim=(0, 1)).double().cpu()

@@ -5,8 +5,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from tokenizers import Regex
-from tokenizers import pre_tokenizers
+from tokenizers import Regex, pre_tokenizers
 
 _WORD_CHARS = r"\p{L}\p{M}\p{N}_"
 _CLITICS = r"(?:s|m|d|ll|re|ve)"

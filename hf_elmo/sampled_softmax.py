@@ -62,9 +62,7 @@ def sample_log_uniform_candidates(
         uniform = torch.rand(chunk, dtype=torch.float64, generator=generator)
         draws = (torch.exp(uniform * log_range).long() - 1).clamp_(0, vocab_size - 1)
         values, inverse = torch.unique(draws, return_inverse=True)
-        first_position = torch.full_like(values, chunk).scatter_reduce_(
-            0, inverse, torch.arange(chunk), reduce="amin"
-        )
+        first_position = torch.full_like(values, chunk).scatter_reduce_(0, inverse, torch.arange(chunk), reduce="amin")
         new = ~seen[values]
         positions, order = first_position[new].sort()
         new_values = values[new][order]
@@ -156,9 +154,7 @@ def first_distinct(
     return words[:num_samples], first_draw[num_samples - 1] + 1
 
 
-def expected_count(
-    probability: torch.Tensor, num_samples: int, num_tries: int | torch.Tensor
-) -> torch.Tensor:
+def expected_count(probability: torch.Tensor, num_samples: int, num_tries: int | torch.Tensor) -> torch.Tensor:
     """Expected occurrences of a word of probability `Q` in a unique sample that took `num_tries` draws."""
     if isinstance(num_tries, torch.Tensor):
         return torch.where(

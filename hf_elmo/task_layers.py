@@ -12,9 +12,9 @@ import torch.nn.functional as F
 from torch import nn
 from transformers import initialization as init
 
+from .batch_encoding_elmo import PAIR_PREFIX
 from .character_rows import word_keys, words_to_char_ids
 from .configuration_elmo import ElmoConfig
-from .batch_encoding_elmo import PAIR_PREFIX
 from .input_checks import check_cached_layers, check_pair_given, check_pair_rows, check_pair_side, check_sequence_labels
 from .scalar_mix import ScalarMix
 
@@ -255,6 +255,7 @@ def answer_position_logits(word_logits, no_answer, context_mask, lowest: float) 
     word_logits = word_logits[..., 0].masked_fill(~context_mask, lowest)
     end_boundary = word_logits.new_full((word_logits.shape[0], 1), lowest)
     return torch.cat([no_answer[:, None], word_logits, end_boundary], dim=1)
+
 
 class ElmoTaskFeaturesMixin:
     """How a task head (`elmo`, `task_encoder`, `config`) turns its inputs into word features: the biLM's layers

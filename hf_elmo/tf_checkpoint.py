@@ -25,7 +25,18 @@ _BLOCK_TRAILER_SIZE = 5  # compression type, masked CRC32C
 
 # tensorflow/core/framework/types.proto -> numpy (little-endian; the header can say big-endian)
 _DTYPES = {
-    1: "f4", 2: "f8", 3: "i4", 4: "u1", 5: "i2", 6: "i1", 9: "i8", 10: "?", 17: "u2", 19: "f2", 22: "u4", 23: "u8"
+    1: "f4",
+    2: "f8",
+    3: "i4",
+    4: "u1",
+    5: "i2",
+    6: "i1",
+    9: "i8",
+    10: "?",
+    17: "u2",
+    19: "f2",
+    22: "u4",
+    23: "u8",
 }
 _DTYPE_NAMES = {7: "string", 8: "complex64", 14: "bfloat16", 18: "complex128"}
 

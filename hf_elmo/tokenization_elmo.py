@@ -53,7 +53,6 @@ from .model_io import load_tokenizer
 from .pre_tokenizer import build_pre_tokenizer, collect_sentences, split_words
 from .word_vocabulary import WORD_VOCABULARY_FILE, WordVocabulary, read_word_vocabulary, write_word_vocabulary
 
-
 __all__ = ["ElmoTokenizer"]
 
 _IDS_TO_TOKENS = {index: token for token, index in CHARACTER_TOKENS.items()}
@@ -497,8 +496,14 @@ class ElmoTokenizer(PreTrainedTokenizer):
             raise ValueError(_padding_side_error(padding_side))
         first, second = split_pairs(encoded_inputs)
         if second is not None:  # each side of a pair is padded as a batch of its own (see _encode_sentence_pairs)
-            options = dict(padding=padding, max_length=max_length, pad_to_multiple_of=pad_to_multiple_of,
-                           return_attention_mask=return_attention_mask, return_tensors=return_tensors, verbose=verbose)
+            options = dict(
+                padding=padding,
+                max_length=max_length,
+                pad_to_multiple_of=pad_to_multiple_of,
+                return_attention_mask=return_attention_mask,
+                return_tensors=return_tensors,
+                verbose=verbose,
+            )
             encoding, pair = self.pad(first, **options), self.pad(second, **options)
             for key, value in pair.items():
                 encoding[PAIR_PREFIX + key] = value

@@ -41,7 +41,12 @@ STREAM_STATE_FILE = "stream_state-{rank}.safetensors"
 """The carried LSTM state of process `rank`'s rows, in every checkpoint of a `--stream` run."""
 # Files every checkpoint holds (besides the random state of each process), all read by --resume.
 CHECKPOINT_FILES = (
-    "config.json", "model.safetensors", "optimizer.pt", "scheduler.pt", TRAINER_STATE_NAME, WORD_VOCABULARY_FILE
+    "config.json",
+    "model.safetensors",
+    "optimizer.pt",
+    "scheduler.pt",
+    TRAINER_STATE_NAME,
+    WORD_VOCABULARY_FILE,
 )
 
 
@@ -101,7 +106,6 @@ def last_complete_checkpoint(output_dir: Path, world_size: int, stream: bool = F
         + (f" (incomplete: {'; '.join(skipped)})" if skipped else "")
         + "."
     )
-
 
 
 ORDER_SAMPLE_LINES = 100_000

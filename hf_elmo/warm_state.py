@@ -56,7 +56,8 @@ def _read_in_pieces(model: ElmoModel, rows: list[np.ndarray], state: ElmoState, 
     for start in range(0, max(len(row) for row in rows), PIECE):
         reading = [k for k, row in enumerate(rows) if len(row) > start]
         pieces = [
-            rows[k][max(0, len(rows[k]) - start - PIECE) : len(rows[k]) - start] if k >= backward_from
+            rows[k][max(0, len(rows[k]) - start - PIECE) : len(rows[k]) - start]
+            if k >= backward_from
             else rows[k][start : start + PIECE]
             for k in reading
         ]

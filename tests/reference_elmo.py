@@ -67,8 +67,12 @@ def bilm(weights: dict, config, char_ids: np.ndarray, state=None):
     final_h, final_c = [], []
     for layer in range(L):
         h, c = state[0][layer], state[1][layer]
-        fwd, fh, fc = lstm_direction(weights, config, f"encoder.forward_layers.{layer}", forward_in, h[:P], c[:D], False)
-        bwd, bh, bc = lstm_direction(weights, config, f"encoder.backward_layers.{layer}", backward_in, h[P:], c[D:], True)
+        fwd, fh, fc = lstm_direction(
+            weights, config, f"encoder.forward_layers.{layer}", forward_in, h[:P], c[:D], False
+        )
+        bwd, bh, bc = lstm_direction(
+            weights, config, f"encoder.backward_layers.{layer}", backward_in, h[P:], c[D:], True
+        )
         if config.use_skip_connections and layer > 0:
             fwd, bwd = fwd + forward_in, bwd + backward_in
         forward_in, backward_in = fwd, bwd

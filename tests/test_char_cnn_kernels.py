@@ -4,11 +4,10 @@ interpreter on CPU tensors (`TRITON_INTERPRET=1`, which the suite sets without a
 
 import pytest
 import torch
-
-from hf_elmo import char_cnn_fast, paths
-
 from conftest import reference_from, rounding_bound
 from test_fast_path import SENTENCES, encode, random_model, small_config
+
+from hf_elmo import char_cnn_fast, paths
 
 kernels = pytest.importorskip("hf_elmo.char_cnn_kernels")
 DEVICE = "cpu" if kernels.INTERPRETED else "cuda"
@@ -105,7 +104,9 @@ def fused_calls(monkeypatch):
     """The calls of the fused kernels: ("windows", number of windows) and ("highway", rows)."""
     calls = []
     window_max, highway = kernels.WindowMax.apply, kernels.HighwayCombine.apply
-    monkeypatch.setattr(kernels.WindowMax, "apply", lambda *args: calls.append(("windows", args[2])) or window_max(*args))
+    monkeypatch.setattr(
+        kernels.WindowMax, "apply", lambda *args: calls.append(("windows", args[2])) or window_max(*args)
+    )
     monkeypatch.setattr(
         kernels.HighwayCombine, "apply", lambda *args: calls.append(("highway", len(args[1]))) or highway(*args)
     )
@@ -217,8 +218,11 @@ def test_highway_combine_computes_float64_in_float64():
     assert (out - (transformed + gate * (x - transformed))).abs().max() <= 1e-14
 
 
-@pytest.mark.parametrize("dtypes", [(torch.float32, torch.float32), (torch.bfloat16, torch.float32)],
-                         ids=["float32", "bfloat16 product, float32 input (autocast)"])  # fmt: skip
+@pytest.mark.parametrize(
+    "dtypes",
+    [(torch.float32, torch.float32), (torch.bfloat16, torch.float32)],
+    ids=["float32", "bfloat16 product, float32 input (autocast)"],
+)
 def test_highway_combine_matches_float64(dtypes):
     product_dtype, x_dtype = dtypes
     generator = torch.Generator().manual_seed(7)

@@ -83,8 +83,9 @@ def test_env_prints_the_versions(capsys):
 
 
 def test_the_commands_are_installed():
-    import tomllib
     from pathlib import Path
+
+    import tomllib
 
     root = Path(hf_elmo.__file__).resolve().parent
     with open(root.parent / "pyproject.toml", "rb") as file:

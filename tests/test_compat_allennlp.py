@@ -13,13 +13,12 @@ import h5py
 import numpy as np
 import pytest
 import torch
+from conftest import FIXTURES, fixture_batches
+from test_scalar_mix import reference_mix
 
 from hf_elmo import ElmoModel, ElmoTokenizer
 from hf_elmo.compat import allennlp as compat
 from hf_elmo.compat.allennlp import Elmo, ElmoEmbedder, batch_to_ids
-
-from conftest import FIXTURES, fixture_batches
-from test_scalar_mix import reference_mix
 
 
 def original_files(name="allennlp"):
@@ -302,9 +301,10 @@ def test_embed_file_writes_allennlps_layout(tmp_path):
     source = tmp_path / "in.txt"
     source.write_text("\n".join(lines) + "\n", encoding="utf-8")
     expected = ElmoEmbedder(*original_files(), stateful=True)
-    expected = [*expected.embed_batch([line.split() for line in lines[:2]]), *expected.embed_batch(
-        [line.split() for line in lines[2:]]
-    )]
+    expected = [
+        *expected.embed_batch([line.split() for line in lines[:2]]),
+        *expected.embed_batch([line.split() for line in lines[2:]]),
+    ]
     for output_format, select in [("all", lambda v: v), ("top", lambda v: v[-1]), ("average", lambda v: v.mean(0))]:
         output = tmp_path / f"{output_format}.hdf5"
         ElmoEmbedder(*original_files()).embed_file(open(source, encoding="utf-8"), output, output_format, batch_size=2)
@@ -314,9 +314,7 @@ def test_embed_file_writes_allennlps_layout(tmp_path):
                 assert f[str(i)].dtype == np.float32
                 np.testing.assert_allclose(f[str(i)][...], select(expected[i]), rtol=1e-6, atol=1e-6)
             # The later of two equal lines wins, as in AllenNLP.
-            assert json.loads(f["sentence_to_index"][0]) == {
-                "The bank of the river .": "2", "a b": "1", "x": "3"
-            }
+            assert json.loads(f["sentence_to_index"][0]) == {"The bank of the river .": "2", "a b": "1", "x": "3"}
     keyed = tmp_path / "keyed.hdf5"
     ElmoEmbedder(*original_files()).embed_file(str(source), keyed, "top", forget_sentences=True, batch_size=2)
     with h5py.File(keyed, "r") as f:
@@ -401,6 +399,8 @@ def test_saved_models_do_not_carry_the_compat_modules(tmp_path):
     assert code and not any("compat" in text for text in code.values())
     loaded = subprocess.run(
         [sys.executable, "-c", "import sys, hf_elmo; print(sorted(m for m in sys.modules if 'compat' in m))"],
-        capture_output=True, text=True, check=True,
+        capture_output=True,
+        text=True,
+        check=True,
     )
     assert "hf_elmo.compat" not in loaded.stdout, "importing the package must not import the compat modules"

@@ -5,15 +5,19 @@ model, and its numbers equal to the converted model's."""
 import numpy as np
 import pytest
 import torch
+from test_elmoformanylangs import SENTENCES, converted, their_folder, their_layers  # noqa: F401  (fixtures)
 from transformers import AutoModel, AutoTokenizer
 
 from hf_elmo.compat.allennlp import Elmo
 from hf_elmo.compat.elmoformanylangs import Embedder
 
-from test_elmoformanylangs import SENTENCES, converted, their_folder, their_layers  # noqa: F401  (fixtures)
-
-SELECT = {-1: lambda layers: layers.mean(axis=0), -2: lambda layers: layers, 0: lambda layers: layers[0],
-          1: lambda layers: layers[1], 2: lambda layers: layers[2]}
+SELECT = {
+    -1: lambda layers: layers.mean(axis=0),
+    -2: lambda layers: layers,
+    0: lambda layers: layers[0],
+    1: lambda layers: layers[1],
+    2: lambda layers: layers[2],
+}
 
 
 @pytest.mark.parametrize("output_layer", list(SELECT))
@@ -30,8 +34,9 @@ def test_their_folder_gives_their_numbers_for_every_output_layer(output_layer, t
 
 def test_float32_arrays_equal_the_converted_models(their_folder, converted):  # noqa: F811
     model = AutoModel.from_pretrained(converted).eval()
-    batch = AutoTokenizer.from_pretrained(converted)(SENTENCES, is_split_into_words=True, padding=True,
-                                                     return_tensors="pt")
+    batch = AutoTokenizer.from_pretrained(converted)(
+        SENTENCES, is_split_into_words=True, padding=True, return_tensors="pt"
+    )
     with torch.no_grad():
         layers = torch.stack(model(**batch, output_hidden_states=True).hidden_states).numpy()
     for source in (their_folder, converted):

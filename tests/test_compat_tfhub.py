@@ -5,11 +5,10 @@ import h5py
 import numpy as np
 import pytest
 import torch
+from conftest import FIXTURES, fixture_batches
 
 from hf_elmo import ElmoModel
 from hf_elmo.compat.tfhub import TFHubElmo
-
-from conftest import FIXTURES, fixture_batches
 
 
 @pytest.fixture(scope="module")

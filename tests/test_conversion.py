@@ -9,13 +9,12 @@ import h5py
 import numpy as np
 import pytest
 import torch
+from conftest import FIXTURES, run_without_hf_elmo
 from transformers import AutoModel, AutoTokenizer
 
 from hf_elmo import ElmoModel, ElmoTokenizer
 from hf_elmo.cli import main as cli_main
 from hf_elmo.original_format import load_original_elmo
-
-from conftest import FIXTURES, run_without_hf_elmo
 
 ROOT = Path(__file__).resolve().parents[1]
 OPTIONS = FIXTURES / "allennlp/options.json"
@@ -81,7 +80,9 @@ def test_command_line_entry_points(tmp_path):
 
 
 def run_convert(options, weights, output_dir, *extra):
-    return cli_main(["convert", "--options", str(options), "--weights", str(weights), "--output-dir", str(output_dir), *extra])
+    return cli_main(
+        ["convert", "--options", str(options), "--weights", str(weights), "--output-dir", str(output_dir), *extra]
+    )
 
 
 def edited_weights(tmp_path, edit):

@@ -56,8 +56,13 @@ def layer_inputs(K, D, P, seed, scale=2.0):
     def random(*shape, s=scale):
         return torch.randn(*shape, generator=generator) * s
 
-    return (random(K, N, 4 * D), random(K, BATCH, P, s=0.5), random(K, BATCH, D), random(K, 4 * D, P, s=1.0),
-            random(K, P, D, s=1.0))  # fmt: skip
+    return (
+        random(K, N, 4 * D),
+        random(K, BATCH, P, s=0.5),
+        random(K, BATCH, D),
+        random(K, 4 * D, P, s=1.0),
+        random(K, P, D, s=1.0),
+    )
 
 
 def float64_layer(gates_in, hidden0, memory0, W_h, W_p, cell_clip, proj_clip):
@@ -77,8 +82,9 @@ def float64_layer(gates_in, hidden0, memory0, W_h, W_p, cell_clip, proj_clip):
         cell_output = o * cell.tanh()
         raw_output = cell_output @ W_p.transpose(1, 2)
         output = raw_output.clamp(-proj_clip, proj_clip) if proj_clip is not None else raw_output
-        for name, value in zip(keep, [torch.cat([i, f, g, o], -1), raw_cell, cell, cell.tanh(), cell_output,
-                                      raw_output, output]):  # fmt: skip
+        for name, value in zip(
+            keep, [torch.cat([i, f, g, o], -1), raw_cell, cell, cell.tanh(), cell_output, raw_output, output]
+        ):
             keep[name].append(value)
         for r in range(n):
             final_hidden[r], final_memory[r] = output[:, r], cell[:, r]
@@ -102,14 +108,28 @@ def test_forward_sequence_is_the_float64_layer(K, D, P, cell_clip, proj_clip):
     if proj_clip is not None:
         assert (expected["raw_outputs"].abs() > proj_clip).any()
     N = gates_in.shape[1]
-    got = {name: torch.full((K, N, P if "outputs" in name and name != "cell_outputs" else D), float("nan"))
-           for name in ("raw_cells", "cells", "cell_tanh", "cell_outputs", "raw_outputs", "outputs")}  # fmt: skip
+    got = {
+        name: torch.full((K, N, P if "outputs" in name and name != "cell_outputs" else D), float("nan"))
+        for name in ("raw_cells", "cells", "cell_tanh", "cell_outputs", "raw_outputs", "outputs")
+    }
     got["gates"] = gates_in.clone()
     cpu_kernels.forward_sequence(
-        BATCH_SIZES, W_h, W_p, cell_clip, proj_clip, True, got["gates"], hidden0, memory0,
-        got["raw_cells"] if cell_clip is not None else None, got["cells"], got["cell_tanh"], got["cell_outputs"],
-        got["raw_outputs"] if proj_clip is not None else None, got["outputs"],
-    )  # fmt: skip
+        BATCH_SIZES,
+        W_h,
+        W_p,
+        cell_clip,
+        proj_clip,
+        True,
+        got["gates"],
+        hidden0,
+        memory0,
+        got["raw_cells"] if cell_clip is not None else None,
+        got["cells"],
+        got["cell_tanh"],
+        got["cell_outputs"],
+        got["raw_outputs"] if proj_clip is not None else None,
+        got["outputs"],
+    )
     for name, want in expected.items():
         if (name == "raw_cells" and cell_clip is None) or (name == "raw_outputs" and proj_clip is None):
             continue
@@ -120,14 +140,28 @@ def test_forward_sequence_is_the_float64_layer(K, D, P, cell_clip, proj_clip):
 def test_forward_sequence_without_saving_keeps_each_rows_final_cell(K, D, P, cell_clip, proj_clip):
     requires_library()
     gates_in, hidden0, memory0, W_h, W_p = layer_inputs(K, D, P, seed=D + P + 1)
-    expected, _, final_memory = float64_layer(*(t.double() for t in (gates_in, hidden0, memory0, W_h, W_p)),
-                                              cell_clip, proj_clip)  # fmt: skip
+    expected, _, final_memory = float64_layer(
+        *(t.double() for t in (gates_in, hidden0, memory0, W_h, W_p)), cell_clip, proj_clip
+    )
     cells = memory0.clone()
     outputs = torch.full((K, gates_in.shape[1], P), float("nan"))
     cpu_kernels.forward_sequence(
-        BATCH_SIZES, W_h, W_p, cell_clip, proj_clip, False, gates_in.clone(), hidden0, memory0, None, cells,
-        torch.empty(K, BATCH, D), torch.empty(K, BATCH, D), None, outputs,
-    )  # fmt: skip
+        BATCH_SIZES,
+        W_h,
+        W_p,
+        cell_clip,
+        proj_clip,
+        False,
+        gates_in.clone(),
+        hidden0,
+        memory0,
+        None,
+        cells,
+        torch.empty(K, BATCH, D),
+        torch.empty(K, BATCH, D),
+        None,
+        outputs,
+    )
     assert (outputs.double() - expected["outputs"]).abs().max() <= 1e-5 * max(1.0, expected["outputs"].abs().max())
     assert (cells.double() - final_memory).abs().max() <= 1e-5 * max(1.0, final_memory.abs().max())
 
@@ -142,24 +176,42 @@ def test_backward_sequence_is_the_float64_gradient(K, D, P, cell_clip, proj_clip
     leaves = [t.double().requires_grad_() for t in inputs]
     expected, final_hidden, final_memory = float64_layer(*leaves, cell_clip, proj_clip)
     generator = torch.Generator().manual_seed(3)
-    grad_outputs, grad_hidden, grad_memory = (torch.randn(t.shape, generator=generator)
-                                              for t in (expected["outputs"], final_hidden, final_memory))  # fmt: skip
-    torch.autograd.backward([expected["outputs"], final_hidden, final_memory],
-                            [grad_outputs.double(), grad_hidden.double(), grad_memory.double()])  # fmt: skip
+    grad_outputs, grad_hidden, grad_memory = (
+        torch.randn(t.shape, generator=generator) for t in (expected["outputs"], final_hidden, final_memory)
+    )
+    torch.autograd.backward(
+        [expected["outputs"], final_hidden, final_memory],
+        [grad_outputs.double(), grad_hidden.double(), grad_memory.double()],
+    )
 
     saved = {name: value.detach().float() for name, value in expected.items()}
     gates = saved["gates"].clone()
     grad_projected = torch.full_like(grad_outputs, float("nan"))
     cpu_kernels.backward_sequence(
-        BATCH_SIZES, W_h, W_p, cell_clip, proj_clip, gates, memory0,
-        saved["raw_cells"] if cell_clip is not None else None, saved["cells"], saved["cell_tanh"],
-        saved["raw_outputs"] if proj_clip is not None else None, grad_outputs, grad_projected, grad_hidden,
+        BATCH_SIZES,
+        W_h,
+        W_p,
+        cell_clip,
+        proj_clip,
+        gates,
+        memory0,
+        saved["raw_cells"] if cell_clip is not None else None,
+        saved["cells"],
+        saved["cell_tanh"],
+        saved["raw_outputs"] if proj_clip is not None else None,
+        grad_outputs,
+        grad_projected,
+        grad_hidden,
         grad_memory,
-    )  # fmt: skip
+    )
     # The hidden state each step starts from: the starting one for step 0, the step before's output after that.
-    entering = torch.cat([hidden0[:, : BATCH_SIZES[0]],
-                          *(saved["outputs"][:, o : o + n] for o, n in zip(np.cumsum([0, *BATCH_SIZES[:-2]]),
-                                                                             BATCH_SIZES[1:]))], dim=1)  # fmt: skip
+    entering = torch.cat(
+        [
+            hidden0[:, : BATCH_SIZES[0]],
+            *(saved["outputs"][:, o : o + n] for o, n in zip(np.cumsum([0, *BATCH_SIZES[:-2]]), BATCH_SIZES[1:])),
+        ],
+        dim=1,
+    )
     got = {
         "gate inputs": (gates, leaves[0].grad),
         "starting hidden": (grad_hidden, leaves[1].grad),
@@ -181,13 +233,36 @@ def test_saturation_and_nan_as_float64_does():
     W_h, W_p = torch.zeros(1, 4 * D, P), torch.eye(P, D).unsqueeze(0)
     with_batch = [1]
     cells = torch.empty(1, 1, D)
-    gates, outputs, cell_tanh, cell_outputs = gates_in.clone(), torch.empty(1, 1, P), torch.empty(1, 1, D), torch.empty(1, 1, D)
-    cpu_kernels.forward_sequence(with_batch, W_h, W_p, None, None, True, gates, hidden0, memory0, None, cells,
-                                      cell_tanh, cell_outputs, None, outputs)  # fmt: skip
+    gates, outputs, cell_tanh, cell_outputs = (
+        gates_in.clone(),
+        torch.empty(1, 1, P),
+        torch.empty(1, 1, D),
+        torch.empty(1, 1, D),
+    )
+    cpu_kernels.forward_sequence(
+        with_batch,
+        W_h,
+        W_p,
+        None,
+        None,
+        True,
+        gates,
+        hidden0,
+        memory0,
+        None,
+        cells,
+        cell_tanh,
+        cell_outputs,
+        None,
+        outputs,
+    )
     i, f, g, o = gates_in.double().chunk(4, -1)
     want_cell = f.sigmoid() * memory0.double() + i.sigmoid() * g.tanh()
-    for got, want in [(gates, torch.cat([i.sigmoid(), f.sigmoid(), g.tanh(), o.sigmoid()], -1)), (cells, want_cell),
-                      (cell_outputs, o.sigmoid() * want_cell.tanh())]:  # fmt: skip
+    for got, want in [
+        (gates, torch.cat([i.sigmoid(), f.sigmoid(), g.tanh(), o.sigmoid()], -1)),
+        (cells, want_cell),
+        (cell_outputs, o.sigmoid() * want_cell.tanh()),
+    ]:
         assert torch.equal(got.isnan(), want.isnan())
         finite = ~want.isnan()
         assert (got.double()[finite] - want[finite]).abs().max() <= 1e-6
@@ -199,15 +274,53 @@ def test_mismatched_buffers_are_refused():
     N = gates_in.shape[1]
     buffers = [torch.empty(2, N, 8) for _ in range(3)]
     with pytest.raises(ValueError, match=r"expected contiguous float32 of shape \(2, 5, 4\)"):
-        cpu_kernels.forward_sequence(BATCH_SIZES, W_h, W_p, None, None, True, gates_in, hidden0[:, :, :3],
-                                          memory0, None, *buffers, None, torch.empty(2, N, 4))  # fmt: skip
+        cpu_kernels.forward_sequence(
+            BATCH_SIZES,
+            W_h,
+            W_p,
+            None,
+            None,
+            True,
+            gates_in,
+            hidden0[:, :, :3],
+            memory0,
+            None,
+            *buffers,
+            None,
+            torch.empty(2, N, 4),
+        )
     with pytest.raises(ValueError, match="expected 13 packed positions, got 12"):
-        cpu_kernels.forward_sequence(BATCH_SIZES, W_h, W_p, None, None, True, gates_in[:, 1:], hidden0,
-                                          memory0, None, *buffers, None, torch.empty(2, N, 4))  # fmt: skip
+        cpu_kernels.forward_sequence(
+            BATCH_SIZES,
+            W_h,
+            W_p,
+            None,
+            None,
+            True,
+            gates_in[:, 1:],
+            hidden0,
+            memory0,
+            None,
+            *buffers,
+            None,
+            torch.empty(2, N, 4),
+        )
     with pytest.raises(ValueError, match="expected contiguous float32"):
-        cpu_kernels.forward_sequence(BATCH_SIZES, W_h.transpose(1, 2).contiguous().transpose(1, 2), W_p, None,
-                                          None, True, gates_in, hidden0, memory0, None, *buffers, None,
-                                          torch.empty(2, N, 4))  # fmt: skip
+        cpu_kernels.forward_sequence(
+            BATCH_SIZES,
+            W_h.transpose(1, 2).contiguous().transpose(1, 2),
+            W_p,
+            None,
+            None,
+            True,
+            gates_in,
+            hidden0,
+            memory0,
+            None,
+            *buffers,
+            None,
+            torch.empty(2, N, 4),
+        )
 
 
 @pytest.mark.parametrize("cols", [1, 13, 1024])

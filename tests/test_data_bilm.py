@@ -4,9 +4,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from conftest import FIXTURES
 from transformers import AutoTokenizer
 
 from hf_elmo import ElmoTokenizer
+from hf_elmo.character_rows import words_to_char_ids
 from hf_elmo.data_bilm import (
     DataCollatorForBiLM,
     WordTable,
@@ -18,10 +20,7 @@ from hf_elmo.data_bilm import (
     pack_sentences,
     window_arrays,
 )
-from hf_elmo.character_rows import words_to_char_ids
 from hf_elmo.word_vocabulary import read_word_vocabulary, write_word_vocabulary
-
-from conftest import FIXTURES
 
 ROOT = Path(__file__).resolve().parents[1]
 SHAKESPEARE = ROOT / "data/tinyshakespeare/input.txt"
@@ -44,7 +43,10 @@ def test_window_layout_and_targets():
     assert labels[:, 1].tolist() == [none, S, a, b, none, S, c, U]  # the previous word
     tokenizer = ElmoTokenizer()
     expected = np.concatenate(
-        [tokenizer([s], is_split_into_words=True, return_tensors="np")["input_ids"][0] for s in (["a", "b"], ["c", "zz"])]
+        [
+            tokenizer([s], is_split_into_words=True, return_tensors="np")["input_ids"][0]
+            for s in (["a", "b"], ["c", "zz"])
+        ]
     )
     assert np.array_equal(ids, expected)
 
@@ -157,7 +159,9 @@ def test_collator_pads_with_zero_rows_and_ignored_targets():
     with pytest.raises(ValueError, match=expected_shapes):  # characters not a whole number of rows
         DataCollatorForBiLM()([{"input_ids": flattened[0]["input_ids"][:-1], "labels": flattened[0]["labels"]}])
     with pytest.raises(ValueError, match="Example 1: 49 characters per position, example 0 has 50"):
-        DataCollatorForBiLM()([examples[0], {"input_ids": encoded["input_ids"][1][:, :49], "labels": encoded["labels"][1]}])
+        DataCollatorForBiLM()(
+            [examples[0], {"input_ids": encoded["input_ids"][1][:, :49], "labels": encoded["labels"][1]}]
+        )
 
 
 def test_bad_data_files(tmp_path):
@@ -185,8 +189,15 @@ def test_perplexity_of_a_line_longer_than_the_window_scores_its_cut_windows(tmp_
     words = ["<S>", "</S>", "<UNK>", "the", "cat", "sat", "on", "mat", "."]
     tokenizer = tokenizer_with(words)
     torch.manual_seed(0)
-    config = ElmoConfig(char_embedding_dim=4, filters=[[1, 4], [2, 4]], n_highway=1, cell_dim=8, projection_dim=4,
-                        num_layers=1, vocab_size=len(words))
+    config = ElmoConfig(
+        char_embedding_dim=4,
+        filters=[[1, 4], [2, 4]],
+        n_highway=1,
+        cell_dim=8,
+        projection_dim=4,
+        num_layers=1,
+        vocab_size=len(words),
+    )
     model = ElmoForBiLM(config).eval()
     text = tmp_path / "long.txt"
     text.write_text("the cat sat on the mat .\n", encoding="utf-8")
@@ -257,8 +268,16 @@ def test_compact_windows_give_the_batches_and_the_loss_of_full_rows(tmp_path, wi
     shared = load_compact_bilm_dataset(files, table, tokenizer, window, cache_dir=tmp_path / "shared", processes=3)
     assert all(np.array_equal(a["positions"], b["positions"]) for a, b in zip(shared, compact, strict=True))
     order = np.random.default_rng(0).permutation(len(full))
-    model = ElmoForBiLM(ElmoConfig(filters=[[1, 4], [2, 4]], n_highway=1, cell_dim=8, projection_dim=4,
-                                   num_layers=1, vocab_size=len(tokenizer.word_vocabulary))).eval()
+    model = ElmoForBiLM(
+        ElmoConfig(
+            filters=[[1, 4], [2, 4]],
+            n_highway=1,
+            cell_dim=8,
+            projection_dim=4,
+            num_layers=1,
+            vocab_size=len(tokenizer.word_vocabulary),
+        )
+    ).eval()
     for start in range(0, len(order), 64):
         rows = order[start : start + 64].tolist()
         expected = DataCollatorForBiLM(pad_to_multiple_of=8)([full[i] for i in rows])

@@ -15,7 +15,9 @@ import h5py
 import numpy as np
 import pytest
 import torch
+from conftest import FIXTURES
 from datasets import Dataset
+from reference_elmo import lstm_direction, sigmoid
 from transformers import (
     AutoModel,
     AutoModelForSequenceClassification,
@@ -27,9 +29,6 @@ from transformers import (
 from hf_elmo import ElmoTokenizer
 from hf_elmo.cli import main as cli_main
 from hf_elmo.data_elmo import DataCollatorForElmo, ElmoLayerCache, tokenize_and_align_labels
-
-from conftest import FIXTURES
-from reference_elmo import lstm_direction, sigmoid
 
 FIXTURE = FIXTURES / "elmoformanylangs"
 MODEL_DIR = FIXTURE / "zz.model"
@@ -229,9 +228,10 @@ def test_embed_average_and_carried_state_give_their_embedders_numbers(converted,
     (tmp_path / "in.txt").write_text("".join(" ".join(SENTENCES[k]) + "\n" for k in kept * 2), encoding="utf-8")
     embed = ["embed", str(tmp_path / "in.txt"), "--model", str(converted), "--quiet"]
     assert cli_main([*embed, str(tmp_path / "average.hdf5"), "--average"]) == 0
-    assert cli_main(
-        [*embed, str(tmp_path / "carried.hdf5"), "--all", "--carry-state", "--batch-size", str(len(kept))]
-    ) == 0
+    assert (
+        cli_main([*embed, str(tmp_path / "carried.hdf5"), "--all", "--carry-state", "--batch-size", str(len(kept))])
+        == 0
+    )
     with h5py.File(tmp_path / "average.hdf5", "r") as average, h5py.File(tmp_path / "carried.hdf5", "r") as carried:
         for line, k in enumerate(kept):
             if SENTENCES[k]:

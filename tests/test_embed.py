@@ -13,11 +13,10 @@ import h5py
 import numpy as np
 import pytest
 import torch
+from conftest import FIXTURES, fixture_batches
 
 from hf_elmo import ElmoModel, ElmoTokenizer
 from hf_elmo.cli import main as cli_main
-
-from conftest import FIXTURES, fixture_batches
 
 LINES = [
     "The bank of the river .",
@@ -148,7 +147,15 @@ def test_packed_layout_across_windows_and_empty_lines(converted_dirs, model64, t
     lines = [" ".join(f"w{n}x{i}" for i in range(1 + n % 5)) for n in range(20)]
     lines += [lines[2], "", lines[0]]
     output = embed(
-        tmp_path, converted_dirs["allennlp"], lines, "--all", "--batch-size", "1", "--layout", "packed", "--dtype",
+        tmp_path,
+        converted_dirs["allennlp"],
+        lines,
+        "--all",
+        "--batch-size",
+        "1",
+        "--layout",
+        "packed",
+        "--dtype",
         "float64",
     )
     with h5py.File(output, "r") as f:
@@ -414,7 +421,13 @@ def test_the_next_batch_is_computed_while_one_is_written(converted_dirs, tmp_pat
     monkeypatch.setattr(embed_elmo.Embedder, "__call__", counting_compute)
     monkeypatch.setattr(embed_elmo.PackedStore, "add", waiting_add)
     output = embed(
-        tmp_path, converted_dirs["allennlp"], ["a b c", "d e", "f"], "--top", "--batch-size", "1", "--layout",
+        tmp_path,
+        converted_dirs["allennlp"],
+        ["a b c", "d e", "f"],
+        "--top",
+        "--batch-size",
+        "1",
+        "--layout",
         "packed",
     )
     with h5py.File(output, "r") as f:
@@ -531,9 +544,26 @@ def test_two_processes_embed_their_parts_into_one_file_in_line_order(converted_d
     its own, and the output reads as one file in the input's order, each line's vectors those of the line alone."""
     lines = [*LINES, "a", "The bank of the river .", "", "b c d"]  # repeats within a part and across parts
     source = write_lines(tmp_path / "in.txt", lines)
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "hf_elmo.cli",
-               "embed", str(source), str(tmp_path / "out.hdf5"), "--model", str(converted_dirs["allennlp"]), "--all",
-               "--dtype", "float64", "--batch-size", "2", "--quiet"]
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node=2",
+        "-m",
+        "hf_elmo.cli",
+        "embed",
+        str(source),
+        str(tmp_path / "out.hdf5"),
+        "--model",
+        str(converted_dirs["allennlp"]),
+        "--all",
+        "--dtype",
+        "float64",
+        "--batch-size",
+        "2",
+        "--quiet",
+    ]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
     result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-4000:]

@@ -3,15 +3,23 @@
 import numpy as np
 import pytest
 import torch
+from conftest import FIXTURE_SETS, fixture_batches
 from transformers import AutoTokenizer
 
 from hf_elmo import ElmoConfig, ElmoModel, ElmoTokenizer
 from hf_elmo.cli import main as cli_main
 
-from conftest import FIXTURE_SETS, fixture_batches
-
-TINY = dict(char_embedding_dim=4, filters=[[1, 4], [2, 4]], n_highway=1, cell_dim=8, projection_dim=4, num_layers=2,
-            cell_clip=3.0, proj_clip=3.0, use_skip_connections=True)  # fmt: skip
+TINY = dict(
+    char_embedding_dim=4,
+    filters=[[1, 4], [2, 4]],
+    n_highway=1,
+    cell_dim=8,
+    projection_dim=4,
+    num_layers=2,
+    cell_clip=3.0,
+    proj_clip=3.0,
+    use_skip_connections=True,
+)
 
 
 def encode(sentences, **kwargs):
@@ -52,16 +60,23 @@ def test_onnx_inputs_outputs_and_dynamic_axes(exported):
     inputs = {i.name: i.shape for i in session.get_inputs()}
     outputs = {o.name: o.shape for o in session.get_outputs()}
     config = model.config
-    expected_inputs = {"input_ids": ["batch", "length", config.max_characters_per_token],
-                       "attention_mask": ["batch", "length"]}  # fmt: skip
+    expected_inputs = {
+        "input_ids": ["batch", "length", config.max_characters_per_token],
+        "attention_mask": ["batch", "length"],
+    }
     width = 2 * config.projection_dim
-    expected_outputs = {"last_hidden_state": ["batch", "length", width],
-                        "hidden_states": [config.num_layers + 1, "batch", "length", width]}  # fmt: skip
+    expected_outputs = {
+        "last_hidden_state": ["batch", "length", width],
+        "hidden_states": [config.num_layers + 1, "batch", "length", width],
+    }
     if with_state:
-        expected_inputs.update(state_hidden=[config.num_layers, "batch", 2 * config.projection_dim],
-                               state_memory=[config.num_layers, "batch", 2 * config.cell_dim])  # fmt: skip
-        expected_outputs.update(final_state_hidden=expected_inputs["state_hidden"],
-                                final_state_memory=expected_inputs["state_memory"])  # fmt: skip
+        expected_inputs.update(
+            state_hidden=[config.num_layers, "batch", 2 * config.projection_dim],
+            state_memory=[config.num_layers, "batch", 2 * config.cell_dim],
+        )
+        expected_outputs.update(
+            final_state_hidden=expected_inputs["state_hidden"], final_state_memory=expected_inputs["state_memory"]
+        )
     assert inputs == expected_inputs
     assert outputs == expected_outputs
     # onnxruntime holds every input to its declared dtype and fixed sizes (docs/export.md: what is checked where).
@@ -100,7 +115,6 @@ def test_onnxruntime_reproduces_pytorch_and_the_original(exported):
                 np.testing.assert_allclose(actual, top_layers[k], rtol=1e-5, atol=1e-5)
 
 
-
 def test_onnx_of_an_elmoformanylangs_model_gives_their_embedders_numbers(tmp_path):
     """A model with word embeddings and a character vocabulary: `input_word_ids` is an input of the graph."""
     ort = pytest.importorskip("onnxruntime")
@@ -110,8 +124,9 @@ def test_onnx_of_an_elmoformanylangs_model_gives_their_embedders_numbers(tmp_pat
     assert cli_main(f"export --format onnx --model {tmp_path / 'M'} --output-dir {tmp_path / 'onnx'}".split()) == 0
     session = ort.InferenceSession(str(tmp_path / "onnx/model.onnx"), providers=["CPUExecutionProvider"])
     assert [i.name for i in session.get_inputs()] == ["input_ids", "attention_mask", "input_word_ids"]
-    batch = AutoTokenizer.from_pretrained(tmp_path / "M")(SENTENCES, is_split_into_words=True, padding=True,
-                                                           return_tensors="pt")  # fmt: skip
+    batch = AutoTokenizer.from_pretrained(tmp_path / "M")(
+        SENTENCES, is_split_into_words=True, padding=True, return_tensors="pt"
+    )
     feed = {i.name: batch[i.name].numpy() for i in session.get_inputs()}
     (layers,) = session.run(["hidden_states"], feed)
     with torch.no_grad():

@@ -8,17 +8,16 @@ from functools import partial
 import numpy as np
 import pytest
 import torch
+from conftest import FIXTURE_SETS, fixture_batches, reference_from
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_modeling_elmo import random_model as modeling_random_model
+from test_modeling_elmo import small_config as modeling_small_config
 from transformers import AutoModel
 
 from hf_elmo import ElmoPaths, ElmoTokenizer, char_cnn_fast, cpu_kernels, cpu_threads, fast_lstm, onednn_linear
-from hf_elmo.cpu_backend import cpu_backend_of, current_cpu_backend
 from hf_elmo.character_rows import word_keys, words_to_char_ids
-
-from conftest import FIXTURE_SETS, fixture_batches, reference_from
-from test_modeling_elmo import random_model as modeling_random_model
-from test_modeling_elmo import small_config as modeling_small_config
+from hf_elmo.cpu_backend import cpu_backend_of, current_cpu_backend
 
 # Lengths differ and are not sorted; one word fills all 50 slots; words repeat within and across sentences.
 SENTENCES = [
@@ -299,6 +298,8 @@ def test_onednn_linear_under_torch_compile(monkeypatch):
     with torch.inference_mode():
         out = torch.compile(onednn_linear.linear, fullgraph=True)(x, weight)
     assert (out.double() - x.double() @ weight.double().t()).abs().max() <= 1e-5
+
+
 @pytest.mark.parametrize("mode", ["no_grad", "inference_mode", "bfloat16 autocast"])
 def test_concurrent_cpu_inference_matches_reference(mode, monkeypatch, lstm_step):
     """With two intra-op threads, inference splits LSTM directions and character-CNN words between threads."""
@@ -363,8 +364,10 @@ def test_cpu_training_gradients_match_reference_both_ways(monkeypatch, one_at_a_
     batch = encode(SENTENCES)
     assert len(set(batch["attention_mask"].sum(dim=1).tolist())) > 1
     generator = torch.Generator().manual_seed(2)
-    weights = [torch.randn(len(SENTENCES), batch["input_ids"].shape[1], 2 * model.config.projection_dim,
-                           generator=generator) for _ in range(model.config.num_layers)]  # fmt: skip
+    weights = [
+        torch.randn(len(SENTENCES), batch["input_ids"].shape[1], 2 * model.config.projection_dim, generator=generator)
+        for _ in range(model.config.num_layers)
+    ]
     torch.set_num_threads(2)
     try:
         layers = run_fast(model, batch)[0][1:]

@@ -35,8 +35,12 @@ def report(monkeypatch):
 
     monkeypatch.setattr(ElmoConfig, "from_preset", classmethod(tiny))
     make_batch, random_sentences = gpu_report.make_batch, gpu_report.random_sentences
-    monkeypatch.setattr(gpu_report, "make_batch", lambda rows, words, vocab, device, seed=0: make_batch(rows, words, 500, device, seed))
-    monkeypatch.setattr(gpu_report, "random_sentences", lambda rows, words, seed=0: random_sentences(min(rows, 8), words, seed))
+    monkeypatch.setattr(
+        gpu_report, "make_batch", lambda rows, words, vocab, device, seed=0: make_batch(rows, words, 500, device, seed)
+    )
+    monkeypatch.setattr(
+        gpu_report, "random_sentences", lambda rows, words, seed=0: random_sentences(min(rows, 8), words, seed)
+    )
     return gpu_report
 
 

@@ -18,14 +18,13 @@ from pathlib import Path
 
 import h5py
 import pytest
+from conftest import CHECKPOINT, FIXTURES
 from safetensors.torch import load_file, save_file
 
 from hf_elmo import ElmoConfig, ElmoForBiLM, ElmoTokenizer
 from hf_elmo.cli import main as cli_main
 from hf_elmo.data_bilm import DataCollatorForBiLM, WordTable, load_compact_bilm_dataset
 from hf_elmo.export_onnx import export_onnx
-
-from conftest import CHECKPOINT, FIXTURES
 
 CORPUS = "the cat sat on the mat .\nthe dog sat .\na cat and a dog .\n"
 TINY = dict(char_embedding_dim=4, filters=[[1, 4], [2, 4]], n_highway=1, cell_dim=8, projection_dim=4, num_layers=1)
@@ -189,9 +188,9 @@ def rewrite_tf_index(edit):
     """`t/`'s index rewritten: `edit(entries)` takes and returns the list of (name, serialized entry)."""
 
     def rewrite(root):
-        from hf_elmo.tf_checkpoint import _table_entries
-
         from test_tf_checkpoint import write_index
+
+        from hf_elmo.tf_checkpoint import _table_entries
 
         index = root / "t/model.ckpt-252.index"
         write_index(index, edit(_table_entries(str(index))))
@@ -249,7 +248,8 @@ CASES = {
         untouched=("d/options.json", "d/lm_weights.hdf5"),
     ),
     "export over the model it exports, --force": Case(
-        "export --model M --output-dir M --force", r"^error: M: is the input M; write the output elsewhere$",
+        "export --model M --output-dir M --force",
+        r"^error: M: is the input M; write the output elsewhere$",
         untouched=("M/config.json", "M/model.safetensors"),
     ),
     "export into the model folder it reads": Case(
@@ -326,7 +326,8 @@ CASES = {
     ),
     "vocab --force over a file that is not a vocabulary": Case(
         "vocab corpus.txt --output notes.txt --force",
-        r"^error: notes\.txt: is not a word vocabulary", [write("notes.txt", "mine")],
+        r"^error: notes\.txt: is not a word vocabulary",
+        [write("notes.txt", "mine")],
     ),
     "vocab into a folder": Case("vocab corpus.txt --output d", r"^error: d: is a folder, expected a file name$"),
     "train into the folder of its corpus": Case(
@@ -360,8 +361,10 @@ CASES = {
         f"{TRAIN} --save-steps 1 --resume --max-steps 3",
         r"^error: --resume: run/checkpoint-2/optimizer\.pt: the optimizer state is at step 1, but trainer_state\.json "
         r"there is at step 2: the file belongs to another checkpoint$",
-        [trained("run", "--max-steps 2 --save-steps 1"),
-         copy("run/checkpoint-1/optimizer.pt", "run/checkpoint-2/optimizer.pt")],
+        [
+            trained("run", "--max-steps 2 --save-steps 1"),
+            copy("run/checkpoint-1/optimizer.pt", "run/checkpoint-2/optimizer.pt"),
+        ],
     ),
     "train --resume: a truncated model.safetensors in the last checkpoint": Case(
         f"{TRAIN} --save-steps 1 --resume --max-steps 3",
@@ -373,8 +376,10 @@ CASES = {
         f"{TRAIN} --stream --per-device-train-batch-size 2 --window 8 --save-steps 1 --resume --max-steps 3",
         r"^error: --resume: run/checkpoint-2/stream_state-0\.safetensors: not a readable safetensors file \(.*\); "
         r"checkpoint-1 is intact",
-        [trained("run", "--stream --per-device-train-batch-size 2 --window 8 --max-steps 2 --save-steps 1"),
-         truncate("run/checkpoint-2/stream_state-0.safetensors", 10)],
+        [
+            trained("run", "--stream --per-device-train-batch-size 2 --window 8 --max-steps 2 --save-steps 1"),
+            truncate("run/checkpoint-2/stream_state-0.safetensors", 10),
+        ],
     ),
     "train --resume: an option given again with another value than the recorded one": Case(
         # the default, given: not replaced by the record
@@ -573,21 +578,27 @@ CASES = {
         "embed in.txt out.h5 --all --quiet --model M --output-dtype float16",
         r"^error: in\.txt: line 2: a vector value, -?\d[\d.e+]*, is beyond the range of --output-dtype float16 "
         r"\(largest 65,504\); use a wider --output-dtype$",
-        [edit_weights("M", lambda t: t["char_encoder.char_embedding.weight"][ord("Z")].fill_(1e5)),
-         write("in.txt", "The cat sat .\nA Zed .\n")],
+        [
+            edit_weights("M", lambda t: t["char_encoder.char_embedding.weight"][ord("Z")].fill_(1e5)),
+            write("in.txt", "The cat sat .\nA Zed .\n"),
+        ],
     ),
     "embed --layout packed --output-dtype float16: a value beyond float16's range": Case(
         "embed in.txt out.h5 --all --quiet --model M --output-dtype float16 --layout packed",
         r"^error: in\.txt: line 2: a vector value, -?\d[\d.e+]*, is beyond the range of --output-dtype float16",
-        [edit_weights("M", lambda t: t["char_encoder.char_embedding.weight"][ord("Z")].fill_(1e5)),
-         write("in.txt", "The cat sat .\nA Zed .\n")],
+        [
+            edit_weights("M", lambda t: t["char_encoder.char_embedding.weight"][ord("Z")].fill_(1e5)),
+            write("in.txt", "The cat sat .\nA Zed .\n"),
+        ],
     ),
     "embed --dtype float16: the model computes beyond float16's range": Case(
         "embed in.txt out.h5 --all --quiet --model M --dtype float16 --device cpu",
         r"^error: in\.txt: line 2: the model, running in float16, computed a vector value of -?(nan|inf) \(float16 "
         r"holds at most 65,504\): use --dtype float32 or bfloat16$",
-        [edit_weights("M", lambda t: t["char_encoder.char_embedding.weight"][ord("Z")].fill_(1e5)),
-         write("in.txt", "The cat sat .\nA Zed .\n")],
+        [
+            edit_weights("M", lambda t: t["char_encoder.char_embedding.weight"][ord("Z")].fill_(1e5)),
+            write("in.txt", "The cat sat .\nA Zed .\n"),
+        ],
     ),
     "perplexity --device bogus": Case(
         "perplexity --model B corpus.txt --device bogus", r"^error: --device: unknown device 'bogus' \(e\.g\. cpu,"
@@ -597,7 +608,8 @@ CASES = {
         r"^error: --device cuda:99: (CUDA is not available on this machine|this machine has \d+ CUDA device\(s\))$",
     ),
     "warm-state --device bogus": Case(
-        "warm-state --model M corpus.txt --device bogus", r"^error: --device: unknown device 'bogus'",
+        "warm-state --model M corpus.txt --device bogus",
+        r"^error: --device: unknown device 'bogus'",
         untouched=("M/model.safetensors", "M/config.json"),
     ),
     "perplexity: a training options file with an unknown split": Case(
@@ -644,8 +656,11 @@ CASES = {
         f"{TF_CONVERT} --options o.json --output-dir out",
         r"^error: t/model\.ckpt-252\.index: variable 'lm/CNN_high_0/W_carry' \(and 3 more\) is not part of the model "
         r"the options describe .*char_cnn\.n_highway = 0",
-        [tf_checkpoint, lambda root: shutil.copy(root / "t/options.json", root / "o.json"),
-         edit_json("o.json", **{"char_cnn.n_highway": 0})],
+        [
+            tf_checkpoint,
+            lambda root: shutil.copy(root / "t/options.json", root / "o.json"),
+            edit_json("o.json", **{"char_cnn.n_highway": 0}),
+        ],
     ),
     "convert --tf-checkpoint: a variable the options know nothing of": Case(
         f"{TF_CONVERT} --output-dir out",
@@ -1111,13 +1126,19 @@ API_CASES = {
         r"^ElmoConfig\.num_labels must be an int from 1 to 100,000, got 1000000000\.$",
     ),
     "ElmoConfig num_labels 0": (
-        [], lambda root: ElmoConfig(**TINY, num_labels=0), r"^ElmoConfig\.num_labels .* got 0\.$"
+        [],
+        lambda root: ElmoConfig(**TINY, num_labels=0),
+        r"^ElmoConfig\.num_labels .* got 0\.$",
     ),
     "ElmoConfig num_labels -1": (
-        [], lambda root: ElmoConfig(**TINY, num_labels=-1), r"^ElmoConfig\.num_labels .* got -1\.$"
+        [],
+        lambda root: ElmoConfig(**TINY, num_labels=-1),
+        r"^ElmoConfig\.num_labels .* got -1\.$",
     ),
     "num_labels set on a config": (
-        [], lambda root: setattr(ElmoConfig(**TINY), "num_labels", 10**9), r"^ElmoConfig\.num_labels must be an int"
+        [],
+        lambda root: setattr(ElmoConfig(**TINY), "num_labels", 10**9),
+        r"^ElmoConfig\.num_labels must be an int",
     ),
     "a classifier from a config.json with num_labels 10**9": (
         [edit_json("M/config.json", num_labels=10**9)],
@@ -1125,13 +1146,19 @@ API_CASES = {
         r"M: config\.json: ElmoConfig\.num_labels must be an int from 1 to 100,000, got 1000000000\.$",
     ),
     "ElmoConfig: a field of the wrong type": (
-        [], lambda root: ElmoConfig(**{**TINY, "cell_dim": "8"}), r"^ElmoConfig\.cell_dim must be int, got '8'\.$"
+        [],
+        lambda root: ElmoConfig(**{**TINY, "cell_dim": "8"}),
+        r"^ElmoConfig\.cell_dim must be int, got '8'\.$",
     ),
     "ElmoConfig: a field set to the wrong type": (
-        [], lambda root: setattr(ElmoConfig(**TINY), "filters", 3), r"^ElmoConfig\.filters must be list\[list\[int\]\]"
+        [],
+        lambda root: setattr(ElmoConfig(**TINY), "filters", 3),
+        r"^ElmoConfig\.filters must be list\[list\[int\]\]",
     ),
     "ElmoConfig: a value its validator refuses": (
-        [], lambda root: ElmoConfig(**TINY, dropout=1.5), r"^ElmoConfig\.dropout must be in \[0, 1\), got 1\.5\.$"
+        [],
+        lambda root: ElmoConfig(**TINY, dropout=1.5),
+        r"^ElmoConfig\.dropout must be in \[0, 1\), got 1\.5\.$",
     ),
     "ElmoModel from a config.json that is a bare number": (
         [write("M/config.json", "5")],
@@ -1157,7 +1184,9 @@ API_CASES = {
     "uint8 input_ids": ([], run_model(with_ids_as("uint8")), r"^input_ids of dtype torch\.uint8 cannot hold"),
     "state with a NaN": ([], run_model(with_nan_state), r"^state holds NaN or infinite values"),
     "input_ids on the meta device": (
-        [], run_model(with_ids_as("meta")), r"^input_ids is on the meta device, which holds shapes but no values"
+        [],
+        run_model(with_ids_as("meta")),
+        r"^input_ids is on the meta device, which holds shapes but no values",
     ),
     "a NaN regression label": (
         [],
@@ -1166,8 +1195,12 @@ API_CASES = {
     ),
     "a NaN multi-label label": (
         [],
-        run_model(with_labels([1.0, float("nan")], [0.0, 1.0]), "ElmoForSequenceClassification", num_labels=2,
-                  problem_type="multi_label_classification"),
+        run_model(
+            with_labels([1.0, float("nan")], [0.0, 1.0]),
+            "ElmoForSequenceClassification",
+            num_labels=2,
+            problem_type="multi_label_classification",
+        ),
         r"^labels hold NaN or infinite values \(multi_label_classification\)",
     ),
     "ElmoTokenizer from a folder whose tokenizer_class is BertTokenizer": (
@@ -1177,31 +1210,45 @@ API_CASES = {
     ),
     # --- pipelines, sentence embeddings and model cards ---
     "token-classification pipeline: lists of words without is_split_into_words": (
-        [], tag([["The", "cat"]]), r"^ElmoTokenClassificationPipeline expects raw text \(str\), or lists of words with "
-        r"is_split_into_words=True; got list\.$"
+        [],
+        tag([["The", "cat"]]),
+        r"^ElmoTokenClassificationPipeline expects raw text \(str\), or lists of words with "
+        r"is_split_into_words=True; got list\.$",
     ),
     "token-classification pipeline: raw text with is_split_into_words=True": (
-        [], tag("The cat", is_split_into_words=True), r"^With is_split_into_words=True each input must be a list of "
-        r"words \(str\), got str\.$"
+        [],
+        tag("The cat", is_split_into_words=True),
+        r"^With is_split_into_words=True each input must be a list of "
+        r"words \(str\), got str\.$",
     ),
     "token-classification pipeline: a word that is not a str": (
-        [], tag(["The", 3], is_split_into_words=True), r"^With is_split_into_words=True each word must be a str, got "
-        r"int at 1\.$"
+        [],
+        tag(["The", 3], is_split_into_words=True),
+        r"^With is_split_into_words=True each word must be a str, got "
+        r"int at 1\.$",
     ),
     "token-classification pipeline: an unknown aggregation_strategy": (
-        [], tag("The cat", aggregation_strategy="longest"), r"^aggregation_strategy must be one of \['none', "
-        r"'simple', 'first', 'average', 'max'\], got 'longest'$"
+        [],
+        tag("The cat", aggregation_strategy="longest"),
+        r"^aggregation_strategy must be one of \['none', "
+        r"'simple', 'first', 'average', 'max'\], got 'longest'$",
     ),
     "token-classification pipeline: stride, which reads subword tokens": (
-        [], tag("The cat", stride=2), r"^ElmoTokenClassificationPipeline got unsupported arguments \['stride'\]"
+        [],
+        tag("The cat", stride=2),
+        r"^ElmoTokenClassificationPipeline got unsupported arguments \['stride'\]",
     ),
     "sentence embeddings: max_seq_length leaving no room for a word": (
-        [], sentence_model(max_seq_length=2), r"^max_seq_length must be an int of at least 3 positions \(<S>, a word, "
-        r"</S>\), got 2$"
+        [],
+        sentence_model(max_seq_length=2),
+        r"^max_seq_length must be an int of at least 3 positions \(<S>, a word, "
+        r"</S>\), got 2$",
     ),
     "sentence embeddings: a pooling mode that reads the boundary positions": (
-        [], sentence_model(pooling_mode="cls"), r"^pooling_mode must be one of \('mean', 'max'\) \(over the words\), "
-        r"got 'cls'$"
+        [],
+        sentence_model(pooling_mode="cls"),
+        r"^pooling_mode must be one of \('mean', 'max'\) \(over the words\), "
+        r"got 'cls'$",
     ),
     # --- compact training data, its guard-rails and embedding in several processes ---
     "compact windows of a file with the word table of other files": (
@@ -1227,7 +1274,9 @@ API_CASES = {
         r"^standard input cannot be split between 2 processes \(each embeds one line in 2\): embed with one process$",
     ),
     "embed split between two processes with --carry-state": (
-        [], lambda root: embed_in_parts("in.txt", "--top", "--carry-state"), r"^--carry-state cannot be split between 2"
+        [],
+        lambda root: embed_in_parts("in.txt", "--top", "--carry-state"),
+        r"^--carry-state cannot be split between 2",
     ),
     "embed split between two processes into the packed layout": (
         [],
@@ -1235,7 +1284,9 @@ API_CASES = {
         r"^--layout packed cannot be split between 2",
     ),
     "a word table without a word vocabulary": (
-        [], lambda root: WordTable(ElmoTokenizer(), ["a"]), r"^The tokenizer has no word vocabulary for the LM targets"
+        [],
+        lambda root: WordTable(ElmoTokenizer(), ["a"]),
+        r"^The tokenizer has no word vocabulary for the LM targets",
     ),
     # --- sentence pairs and question answering ---
     "a pair of one sentence and a batch": (
@@ -1275,7 +1326,9 @@ API_CASES = {
     ),
     "cached layers of the second sentences of the wrong shape": (
         [],
-        run_model(with_pair(["a b", "c"], pair_elmo_hidden_states=[[[[0.0] * 32]] * 4] * 2), "ElmoForQuestionAnswering"),
+        run_model(
+            with_pair(["a b", "c"], pair_elmo_hidden_states=[[[[0.0] * 32]] * 4] * 2), "ElmoForQuestionAnswering"
+        ),
         r"^the second sentences \(pair_\.\.\.\): elmo_hidden_states must have shape \(2, 4, 3, 32\)",
     ),
     "an answer span outside the context": (
@@ -1387,17 +1440,24 @@ sys.exit(main(argv.split()))
 SIGNAL_CASES = {
     # name: (where the signal is sent from: module, class, method, on which call; the signal; the command)
     "convert, SIGINT after the weights are written": (
-        ("hf_elmo.tokenization_elmo", "ElmoTokenizer", "save_pretrained", 1), "SIGINT",
+        ("hf_elmo.tokenization_elmo", "ElmoTokenizer", "save_pretrained", 1),
+        "SIGINT",
         f"{CONVERT} --output-dir out",
     ),
     "export --force over an earlier export, SIGHUP between two datasets": (
-        ("h5py", "Group", "create_dataset", 3), "SIGHUP", "export --model M --output-dir earlier --force"
+        ("h5py", "Group", "create_dataset", 3),
+        "SIGHUP",
+        "export --model M --output-dir earlier --force",
     ),
     "embed, SIGHUP after some datasets": (
-        ("hf_elmo.embed_elmo", "Embedder", "__call__", 2), "SIGHUP", f"{EMBED} --model M --batch-size 1"
+        ("hf_elmo.embed_elmo", "Embedder", "__call__", 2),
+        "SIGHUP",
+        f"{EMBED} --model M --batch-size 1",
     ),
     "vocab, SIGTERM": (
-        ("hf_elmo.commands.vocab", "", "write_word_vocabulary", 1), "SIGTERM", "vocab corpus.txt --output v.txt"
+        ("hf_elmo.commands.vocab", "", "write_word_vocabulary", 1),
+        "SIGTERM",
+        "vocab corpus.txt --output v.txt",
     ),
 }
 
@@ -1416,7 +1476,9 @@ def test_signal_while_writing_leaves_nothing(name, workspace):
     number = str(int(getattr(signal, signal_name)))
     done = subprocess.run(
         [sys.executable, "-c", _SIGNALLED_RUN, module, owner, attribute, str(call), number, command],
-        cwd=workspace, capture_output=True, timeout=900,
+        cwd=workspace,
+        capture_output=True,
+        timeout=900,
     )
     stderr = done.stderr.decode()  # not text=True, which would turn the progress bars' \r into line ends
     lines = [line for line in stderr.split("\n") if line.strip() and "\r" not in line]
@@ -1430,13 +1492,26 @@ def test_sigterm_while_a_checkpoint_is_written_keeps_the_earlier_ones(workspace)
     import subprocess
     import sys
 
-    command = (f"{TRAIN} --per-device-train-batch-size 1 --max-steps 6 --save-steps 2 --num-softmax-samples 0 "
-               "--logging-steps 100 "
-               "--window 12")
+    command = (
+        f"{TRAIN} --per-device-train-batch-size 1 --max-steps 6 --save-steps 2 --num-softmax-samples 0 "
+        "--logging-steps 100 "
+        "--window 12"
+    )
     done = subprocess.run(
-        [sys.executable, "-c", _SIGNALLED_RUN, "hf_elmo.commands.train", "ElmoTrainer", "_save_rng_state", "2",
-         str(int(signal.SIGTERM)), command],
-        cwd=workspace, capture_output=True, timeout=900,
+        [
+            sys.executable,
+            "-c",
+            _SIGNALLED_RUN,
+            "hf_elmo.commands.train",
+            "ElmoTrainer",
+            "_save_rng_state",
+            "2",
+            str(int(signal.SIGTERM)),
+            command,
+        ],
+        cwd=workspace,
+        capture_output=True,
+        timeout=900,
     )
     stderr = done.stderr.decode()
     assert done.returncode == 130 and "Traceback" not in stderr, stderr
@@ -1453,14 +1528,24 @@ def test_outputs_get_the_permissions_of_any_new_file(workspace):
         assert cli_main("vocab corpus.txt --output v.txt".split()) == 0
     finally:
         os.umask(umask)
-    for path, mode in [("converted", 0o755), ("exported", 0o755), ("out.h5", 0o644), ("v.txt", 0o644),
-                       ("converted/config.json", 0o644), ("exported/weights.hdf5", 0o644)]:
+    for path, mode in [
+        ("converted", 0o755),
+        ("exported", 0o755),
+        ("out.h5", 0o644),
+        ("v.txt", 0o644),
+        ("converted/config.json", 0o644),
+        ("exported/weights.hdf5", 0o644),
+    ]:
         assert stat.S_IMODE((workspace / path).stat().st_mode) == mode, path
 
 
 def test_force_replaces_an_earlier_output_of_each_command(workspace, capsys):
-    for command in (f"{CONVERT} --output-dir out", "export --model M --output-dir exported", f"{EMBED} --model M",
-                    "vocab corpus.txt --output v.txt"):
+    for command in (
+        f"{CONVERT} --output-dir out",
+        "export --model M --output-dir exported",
+        f"{EMBED} --model M",
+        "vocab corpus.txt --output v.txt",
+    ):
         assert cli_main(command.split()) == 0
         before = snapshot(workspace)
         assert cli_main(command.split()) == 2 and "(use --force to replace it)" in capsys.readouterr().err
@@ -1564,7 +1649,10 @@ def test_a_full_disk_is_one_line_and_leaves_nothing(name, workspace):
     (workspace / "in.txt").write_text("".join(f"the cat sat on the mat {n} times .\n" for n in range(300)))
     before = snapshot(workspace)
     done = subprocess.run(
-        [sys.executable, "-c", _FILE_SIZE_LIMITED_RUN, command], cwd=workspace, capture_output=True, timeout=300,
+        [sys.executable, "-c", _FILE_SIZE_LIMITED_RUN, command],
+        cwd=workspace,
+        capture_output=True,
+        timeout=300,
         env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "CUDA_VISIBLE_DEVICES": ""},
     )
     stderr = done.stderr.decode()
@@ -1637,10 +1725,9 @@ def test_a_config_json_without_forget_bias_is_read_as_the_folders_that_lacked_it
     field; a missing field therefore means 0, and such a folder gives the original's vectors."""
     import numpy as np
     import torch
+    from conftest import fixture_batches
 
     from hf_elmo import ElmoModel
-
-    from conftest import fixture_batches
 
     values = json.loads((workspace / "M/config.json").read_text())
     assert values.pop("forget_bias") == 1.0
@@ -1673,8 +1760,9 @@ def test_a_token_batch_without_labels_gives_what_bert_gives(workspace):
     no_labels = torch.full(batch["attention_mask"].shape, -100)
     ours = ElmoForTokenClassification.from_pretrained(workspace / "M", num_labels=3).eval()
     bert = BertForTokenClassification(
-        BertConfig(vocab_size=8, hidden_size=8, num_hidden_layers=1, num_attention_heads=2, intermediate_size=8,
-                   num_labels=3)
+        BertConfig(
+            vocab_size=8, hidden_size=8, num_hidden_layers=1, num_attention_heads=2, intermediate_size=8, num_labels=3
+        )
     ).eval()
     assert torch.isnan(ours(**batch, labels=no_labels).loss)
     assert torch.isnan(bert(input_ids=torch.ones_like(no_labels), labels=no_labels).loss)

@@ -6,13 +6,12 @@ import textwrap
 
 import numpy as np
 import torch
+from conftest import run_without_hf_elmo
+from fake_hub import FakeHub
 from huggingface_hub import ModelCard
 from transformers import AutoModelForTokenClassification, AutoTokenizer, Trainer, TrainingArguments
 
 from hf_elmo.data_elmo import DataCollatorForElmo, tokenize_and_align_labels
-
-from conftest import run_without_hf_elmo
-from fake_hub import FakeHub
 
 WORDS = [["The", "bank", "of", "the", "river", "."], ["Deposit", "money", "!"]]
 LABELS = {0: "DET", 1: "NOUN", 2: "ADP", 3: "PUNCT", 4: "VERB"}
@@ -134,6 +133,7 @@ def test_trainer_push_to_hub(converted_dirs, tmp_path, monkeypatch):
     expected_logits, expected_top = outputs(model, tokenizer)
     assert np.array_equal(logits, expected_logits) and np.array_equal(top, expected_top)
 
+
 # Twelve labels, so that string order of the ids ("0", "1", "10", "11", "2", ...) differs from id order.
 MANY_LABELS = {i: f"TAG{i}" for i in range(12)}
 
@@ -195,18 +195,31 @@ def test_every_saved_folder_carries_its_card(converted_dirs, tmp_path):
     label2id = {v: k for k, v in MANY_LABELS.items()}
     tags = [[f"TAG{(3 * i + len(words)) % 12}" for i in range(len(words))] for words in WORDS]
     encoded = tokenize_and_align_labels(tokenizer, WORDS, tags, label2id=label2id)
-    args = TrainingArguments(output_dir=str(tmp_path / "run"), max_steps=1, per_device_train_batch_size=2,
-                             report_to=[], disable_tqdm=True, use_cpu=True, save_strategy="no")
-    trainer = Trainer(model=model, args=args, data_collator=DataCollatorForElmo(tokenizer),
-                      train_dataset=[{key: encoded[key][i] for key in encoded} for i in range(len(WORDS))])
+    args = TrainingArguments(
+        output_dir=str(tmp_path / "run"),
+        max_steps=1,
+        per_device_train_batch_size=2,
+        report_to=[],
+        disable_tqdm=True,
+        use_cpu=True,
+        save_strategy="no",
+    )
+    trainer = Trainer(
+        model=model,
+        args=args,
+        data_collator=DataCollatorForElmo(tokenizer),
+        train_dataset=[{key: encoded[key][i] for key in encoded} for i in range(len(WORDS))],
+    )
     trainer.train()
     trainer.save_model(str(tmp_path / "tagger"))
     card = ModelCard.load(tmp_path / "tagger" / "README.md")
     assert card.data.pipeline_tag == "token-classification" and "Class `ElmoForTokenClassification`" in card.text
     assert card_labels(card.text) == [MANY_LABELS[i] for i in range(12)]
     history = card_origin(card.text)
-    assert history[:2] == [card_origin(ModelCard.load(converted / "README.md").text)[0],
-                           f"`ElmoForTokenClassification` head put on the biLM of the folder `{converted.name}`."]
+    assert history[:2] == [
+        card_origin(ModelCard.load(converted / "README.md").text)[0],
+        f"`ElmoForTokenClassification` head put on the biLM of the folder `{converted.name}`.",
+    ]
     assert "`freeze_elmo=True`" in history[2]
 
     # Loaded back and saved again, the head has the same history; a README.md someone else wrote is left alone, one

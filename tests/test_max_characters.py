@@ -5,13 +5,12 @@ import json
 import numpy as np
 import pytest
 import torch
+from conftest import CHECKPOINT, reference_from
 
 from hf_elmo import ElmoConfig, ElmoForBiLM, ElmoTokenizer
 from hf_elmo.cli import main as cli_main
 from hf_elmo.convert_bilm_tf_checkpoint import convert_bilm_tf_checkpoint
 from hf_elmo.perplexity_bilm import load_bilm
-
-from conftest import CHECKPOINT, reference_from
 
 BOW, EOW, PAD = 259, 260, 261
 
@@ -64,8 +63,12 @@ def ten_dir(tmp_path_factory):
 def test_converted_model_reads_rows_of_ten(ten_dir, capsys):
     model, tokenizer = load_bilm(ten_dir)
     assert model.config.max_characters_per_token == 10 and tokenizer.max_characters_per_token == 10
-    batch = tokenizer([["The", "extraordinarily", "long", "words"], ["Hi"]], is_split_into_words=True,
-                      padding=True, return_tensors="pt")
+    batch = tokenizer(
+        [["The", "extraordinarily", "long", "words"], ["Hi"]],
+        is_split_into_words=True,
+        padding=True,
+        return_tensors="pt",
+    )
     assert batch["input_ids"].shape == (2, 6, 10)
     with torch.no_grad():
         fast = model.elmo(**batch, output_hidden_states=True).hidden_states
@@ -82,10 +85,24 @@ def test_converted_model_reads_rows_of_ten(ten_dir, capsys):
 
 
 def test_continued_training_with_rows_of_ten(ten_dir, tmp_path):
-    arguments = ["train", "--init-from", str(ten_dir), "--train-files", str(CHECKPOINT / "heldout.txt"),
-                 "--output-dir", str(tmp_path / "run"), "--max-steps", "1",
-                 "--per-device-train-batch-size", "2", "--window", "160",
-                 "--disable-tqdm", "--data-cache-dir", str(tmp_path / "cache")]
+    arguments = [
+        "train",
+        "--init-from",
+        str(ten_dir),
+        "--train-files",
+        str(CHECKPOINT / "heldout.txt"),
+        "--output-dir",
+        str(tmp_path / "run"),
+        "--max-steps",
+        "1",
+        "--per-device-train-batch-size",
+        "2",
+        "--window",
+        "160",
+        "--disable-tqdm",
+        "--data-cache-dir",
+        str(tmp_path / "cache"),
+    ]
     assert cli_main(arguments) == 0
     trained = ElmoForBiLM.from_pretrained(tmp_path / "run")
     assert trained.config.max_characters_per_token == 10

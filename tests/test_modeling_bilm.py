@@ -3,17 +3,16 @@ import textwrap
 import numpy as np
 import pytest
 import torch
+from conftest import run_without_hf_elmo
 from safetensors import safe_open
+from test_modeling_elmo import small_config
+from test_sampled_softmax import reference_sampled_softmax
 from transformers import AutoModel, AutoModelForPreTraining
 from transformers.utils import logging as hf_logging
 
 from hf_elmo import ElmoForBiLM, ElmoModel, ElmoPaths, ElmoTokenizer
 from hf_elmo.data_bilm import DataCollatorForBiLM, encode_windows
 from hf_elmo.sampled_softmax import sample_log_uniform_candidates
-
-from conftest import run_without_hf_elmo
-from test_modeling_elmo import small_config
-from test_sampled_softmax import reference_sampled_softmax
 
 WORDS = ["<S>", "</S>", "<UNK>", "the", "cat", "sat", "on", "mat", "a", "dog", "."]
 WINDOWS = [[["the", "cat", "sat"], ["a", "dog", "."]], [["the", "mat"]], [["on", "a", "zebra", "."]]]
@@ -35,7 +34,9 @@ def batch():
     tokenizer = ElmoTokenizer()
     tokenizer.set_word_vocabulary(WORDS)
     encoded = encode_windows(WINDOWS, tokenizer)
-    return DataCollatorForBiLM()([{"input_ids": ids, "labels": labels} for ids, labels in zip(encoded["input_ids"], encoded["labels"])])
+    return DataCollatorForBiLM()(
+        [{"input_ids": ids, "labels": labels} for ids, labels in zip(encoded["input_ids"], encoded["labels"])]
+    )
 
 
 def direction_targets(model, inputs):

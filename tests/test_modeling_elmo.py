@@ -4,13 +4,12 @@ import h5py
 import numpy as np
 import pytest
 import torch
+from conftest import FIXTURE_SETS, FIXTURES, fixture_batches
+from reference_elmo import bilm as reference_bilm
 from transformers import AutoModel, AutoTokenizer
 
 from hf_elmo import ElmoConfig, ElmoModel, ElmoTokenizer
 from hf_elmo.original_format import load_original_elmo
-
-from conftest import FIXTURE_SETS, FIXTURES, fixture_batches
-from reference_elmo import bilm as reference_bilm
 
 
 def assert_close_to_tf(actual, expected):
@@ -96,7 +95,12 @@ SENTENCES = [
 
 @pytest.mark.parametrize(
     "overrides",
-    [{}, {"use_skip_connections": False}, {"activation": "tanh", "n_highway": 0}, {"cell_clip": None, "proj_clip": None}],
+    [
+        {},
+        {"use_skip_connections": False},
+        {"activation": "tanh", "n_highway": 0},
+        {"cell_clip": None, "proj_clip": None},
+    ],
 )
 def test_matches_float64_reference_per_sentence(overrides):
     config = small_config(**overrides)
@@ -157,7 +161,9 @@ def test_stateless_output_independent_of_batch_and_history(source, converted_dir
     with torch.no_grad():
         together = model(**batch, output_hidden_states=True).hidden_states
         for k, sentence in enumerate(SENTENCES):
-            alone = model(**tokenizer([sentence], is_split_into_words=True, return_tensors="pt"), output_hidden_states=True)
+            alone = model(
+                **tokenizer([sentence], is_split_into_words=True, return_tensors="pt"), output_hidden_states=True
+            )
             n = len(sentence) + 2
             for layer_alone, layer_together in zip(alone.hidden_states, together):
                 assert (layer_alone[0] - layer_together[k, :n]).abs().max() <= tolerance * layer_together.abs().max()
@@ -226,8 +232,11 @@ def test_weights_load_from_safetensors_only_unless_asked(tmp_path):
     (tmp_path / "model.safetensors").unlink()
     torch.save(model.state_dict(), tmp_path / "pytorch_model.bin")
     for load in (AutoModel.from_pretrained, ElmoModel.from_pretrained):
-        with pytest.raises(OSError, match=r"only from safetensors by default, because a pickle checkpoint .* can run "
-                                          r"code .* pass use_safetensors=False explicitly"):
+        with pytest.raises(
+            OSError,
+            match=r"only from safetensors by default, because a pickle checkpoint .* can run "
+            r"code .* pass use_safetensors=False explicitly",
+        ):
             load(tmp_path)
     with pytest.raises(OSError, match="only from safetensors"):
         ElmoModel.from_pretrained(tmp_path / "pytorch_model.bin", config=model.config)

@@ -10,13 +10,12 @@ import sys
 import numpy as np
 import pytest
 import torch
+from test_heads import ROOT, bilm_layers, mixed_elmo, tiny_model
 from transformers import AutoModelForQuestionAnswering, AutoModelForSequenceClassification, pipeline
 
 from hf_elmo import ElmoForQuestionAnswering, ElmoForSequenceClassification, ElmoTokenizer
 from hf_elmo.data_elmo import DataCollatorForElmo, ElmoLayerCache
 from hf_elmo.pipelines_elmo import best_answer_span, context_windows
-
-from test_heads import ROOT, bilm_layers, mixed_elmo, tiny_model
 
 sys.path.insert(0, str(ROOT / "examples"))
 from pos_tagging import DATA, read_conllu  # noqa: E402
@@ -229,7 +228,9 @@ def test_question_answering_pipeline_answers_with_offsets_into_the_context(tmp_p
         for start in context_windows(len(context_words), window, stride):
             piece = context_words[start : start + window]
             with torch.no_grad():
-                encoded = tokenizer(tokenizer.split_words(question), piece, is_split_into_words=True, return_tensors="pt")
+                encoded = tokenizer(
+                    tokenizer.split_words(question), piece, is_split_into_words=True, return_tensors="pt"
+                )
                 out = model(**encoded)
             log_start, log_end = (
                 logits[0].double().log_softmax(-1)[1 : len(piece) + 1] for logits in (out.start_logits, out.end_logits)
@@ -251,7 +252,10 @@ def test_question_answering_pipeline_gives_the_empty_answer_when_the_model_does(
     with torch.no_grad():
         model.no_answer_output.bias.fill_(50.0)
     assert qa(question="Who sat?", context="The cat sat.", handle_impossible_answer=True) == {
-        "score": pytest.approx(1.0), "start": 0, "end": 0, "answer": ""
+        "score": pytest.approx(1.0),
+        "start": 0,
+        "end": 0,
+        "answer": "",
     }
     assert qa(question="Who sat?", context="The cat sat.")["answer"] != ""  # SQuAD 1.1: a span is always given
     with torch.no_grad():
@@ -322,7 +326,6 @@ def test_question_answering_example_reports_the_exact_match_of_its_predictions(c
 
 def test_the_examples_read_squad_and_snli_as_their_dataset_cards_describe_them(monkeypatch):
     import datasets
-
     import question_answering
     import sentence_pairs
 
@@ -347,7 +350,9 @@ def test_the_examples_read_squad_and_snli_as_their_dataset_cards_describe_them(m
     tokenizer = ElmoTokenizer()
     examples = question_answering.squad_questions("validation", None, tokenizer, None)
     assert [" ".join(e["context"][e["answer"][0] : e["answer"][1] + 1]) for e in examples] == [
-        "1889", "in Paris", "330 m tall"
+        "1889",
+        "in Paris",
+        "330 m tall",
     ]
     # Training keeps the questions whose answer lies in the first words only.
     first_words = tokenizer.split_words(context).index("Paris") + 1

@@ -7,12 +7,11 @@ import re
 import numpy as np
 import pytest
 import torch
+from conftest import CHECKPOINT
 
 from hf_elmo.cli import main as cli_main
 from hf_elmo.perplexity_bilm import load_bilm, sentence_perplexity, stream_perplexity
 from hf_elmo.streams_bilm import assign_rows, build_streams
-
-from conftest import CHECKPOINT
 
 HELDOUT = CHECKPOINT / "heldout.txt"
 BILM_TF = json.loads((CHECKPOINT / "bilmtf_perplexity.json").read_text())
@@ -77,9 +76,7 @@ def sentence_perplexities_by_hand(model, tokenizer, lines, start_state):
         with torch.no_grad():
             top = elmo(**tokenizer([words], is_split_into_words=True, return_tensors="pt"), state=state)
         top = top.last_hidden_state[0].numpy()
-        for direction, (hidden, target) in enumerate(
-            [(top[:-1, :P], targets[1:]), (top[1:, P:], targets[:-1])]
-        ):
+        for direction, (hidden, target) in enumerate([(top[:-1, :P], targets[1:]), (top[1:, P:], targets[:-1])]):
             logits = hidden @ weight.T + bias
             nll[direction] += (np.logaddexp.reduce(logits, axis=1) - logits[np.arange(len(target)), target]).sum()
         count += len(words) + 1
@@ -95,8 +92,10 @@ def test_sentence_perplexity_per_direction_by_hand(checkpoint_dir, start, tmp_pa
     lines = HELDOUT.read_text(encoding="utf-8").splitlines()[:12]
     (tmp_path / "lines.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
     generator = torch.Generator().manual_seed(0)
-    warm = tuple(0.1 * torch.randn(t.shape[0], t.shape[-1], generator=generator, dtype=torch.float64)
-                 for t in model.elmo.initial_state(1))
+    warm = tuple(
+        0.1 * torch.randn(t.shape[0], t.shape[-1], generator=generator, dtype=torch.float64)
+        for t in model.elmo.initial_state(1)
+    )
     model.elmo.set_warm_state(warm)
     start_state = warm if start == "warm" else tuple(torch.zeros_like(t) for t in warm)
     result = sentence_perplexity(model, tokenizer, [tmp_path / "lines.txt"], start=start, batch_size=16)

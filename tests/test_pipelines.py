@@ -120,8 +120,14 @@ def test_token_classification_task_keeps_the_built_in_pipeline_for_other_models(
     (tmp_path / "vocab.txt").write_text("\n".join(vocabulary) + "\n", encoding="utf-8")
     tokenizer = BertTokenizer(str(tmp_path / "vocab.txt"))
     torch.manual_seed(0)
-    config = BertConfig(vocab_size=len(vocabulary), hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
-                        intermediate_size=16, id2label={0: "O", 1: "B-X", 2: "I-X"})
+    config = BertConfig(
+        vocab_size=len(vocabulary),
+        hidden_size=16,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=16,
+        id2label={0: "O", 1: "B-X", 2: "I-X"},
+    )
     model = BertForTokenClassification(config).eval()
     tagger = pipeline("token-classification", model=model, tokenizer=tokenizer)
     built_in = TokenClassificationPipeline(model=model, tokenizer=tokenizer)
@@ -145,8 +151,13 @@ def grouped(entities):
         else:
             groups.append({"entity_group": tag, "words": [word], "scores": [score], "start": start, "end": end})
     return [
-        {"entity_group": g["entity_group"], "score": float(np.mean(g["scores"])), "word": " ".join(g["words"]),
-         "start": g["start"], "end": g["end"]}
+        {
+            "entity_group": g["entity_group"],
+            "score": float(np.mean(g["scores"])),
+            "word": " ".join(g["words"]),
+            "start": g["start"],
+            "end": g["end"],
+        }
         for g in groups
     ]
 

@@ -11,13 +11,12 @@ import numpy as np
 import pytest
 import torch
 import transformers
+from conftest import run_without_hf_elmo
 from transformers import PreTrainedModel
 
 import hf_elmo
 from hf_elmo import ElmoConfig, ElmoForTokenClassification, ElmoModel, ElmoTokenizer
 from hf_elmo.configuration_elmo import AUTO_MAP, MODEL_CLASSES
-
-from conftest import run_without_hf_elmo
 
 PACKAGE = Path(hf_elmo.__file__).parent
 DOCS = Path(__file__).parents[1] / "docs" / "architecture.md"

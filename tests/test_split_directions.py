@@ -10,13 +10,12 @@ biLM loss against the same model run over every row without the split.
 import numpy as np
 import pytest
 import torch
-
-from hf_elmo import ElmoConfig, ElmoForBiLM, ElmoModel, ElmoPaths, triton_support
-
 from conftest import reference_from
 from reference_elmo import bilm as reference_bilm
 from test_fast_path import encode, one_thread  # noqa: F401
 from test_fast_path import small_config as fast_path_config
+
+from hf_elmo import ElmoConfig, ElmoForBiLM, ElmoModel, ElmoPaths, triton_support
 
 TRITON_ON_CPU = triton_support.triton is not None and triton_support.INTERPRETED
 PATHS = ["reference", "sorted", "static", *(["static, triton"] if TRITON_ON_CPU else [])]
@@ -44,7 +43,9 @@ def random_weights(model, scale):
     generator = torch.Generator().manual_seed(0)
     with torch.no_grad():
         for param in model.parameters():
-            param.copy_(torch.randn(param.shape, generator=generator, dtype=param.dtype) * scale / param.shape[-1] ** 0.5)
+            param.copy_(
+                torch.randn(param.shape, generator=generator, dtype=param.dtype) * scale / param.shape[-1] ** 0.5
+            )
     return model
 
 
@@ -80,7 +81,9 @@ def test_each_direction_reads_its_half_of_the_rows(path, batch):
             assert torch.all(actual[row, :, unread] == 0), "the half a row's direction does not read must be 0"
             assert torch.all(actual[row, n:] == 0), "padded positions must be 0"
         for final, expected, first, width in zip(out.state, (hidden, memory), start, (P, D)):
-            read, unread = (slice(0, width), slice(width, None)) if row < half else (slice(width, None), slice(0, width))
+            read, unread = (
+                (slice(0, width), slice(width, None)) if row < half else (slice(width, None), slice(0, width))
+            )
             np.testing.assert_allclose(final[:, row, read].numpy(), expected[:, read], atol=1e-5)
             assert torch.equal(final[:, row, unread], first[:, row, unread]), "an unread half keeps its start state"
 

@@ -1,8 +1,8 @@
 """The GPU path of `ElmoModel`: both directions of a layer stepped together over the whole batch with masks
 (`gpu_lstm.py`), its Triton kernels (`gpu_lstm_kernels.py`, interpreted on CPU tensors), CUDA graph replay, the
 character CNN over every token, the sampled softmax drawn on the device and a loss without data-dependent
-shapes. Checked against the straightforward reference path (`ElmoPaths.reference()`), against the original implementations'
-outputs, and against float64.
+shapes. Checked against the straightforward reference path (`ElmoPaths.reference()`), against the original
+implementations' outputs, and against float64.
 
 On a machine with a CUDA GPU the same tests also run on it; the CUDA graph tests run only there.
 """
@@ -12,6 +12,8 @@ import random
 import numpy as np
 import pytest
 import torch
+from conftest import FIXTURE_SETS, fixture_batches, reference_from
+from test_fast_path import SENTENCES, assert_same_outputs, encode, one_thread, random_model, run_fast, small_config  # noqa: F401
 from transformers import AutoModel
 
 from hf_elmo import gpu_lstm, triton_support
@@ -22,9 +24,6 @@ from hf_elmo.sampled_softmax import (
     sample_log_uniform_candidates,
     sample_log_uniform_candidates_on_device,
 )
-
-from conftest import FIXTURE_SETS, fixture_batches, reference_from
-from test_fast_path import SENTENCES, assert_same_outputs, encode, one_thread, random_model, run_fast, small_config  # noqa: F401
 
 DEVICES = ["cpu", *(["cuda"] if torch.cuda.is_available() else [])]
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a CUDA GPU")

@@ -6,6 +6,7 @@ import shutil
 import numpy as np
 import pytest
 import torch
+from conftest import CHECKPOINT
 
 from hf_elmo import ElmoForBiLM, ElmoTokenizer
 from hf_elmo.cli import main as cli_main
@@ -13,8 +14,6 @@ from hf_elmo.convert_bilm_tf_checkpoint import convert_bilm_tf_checkpoint
 from hf_elmo.convert_original_elmo import ElmoConversionError
 from hf_elmo.original_format import load_original_elmo
 from hf_elmo.tf_checkpoint import TFCheckpoint, TFCheckpointError, crc32c
-
-from conftest import CHECKPOINT
 
 TF_DIR = CHECKPOINT / "tf_checkpoint"
 PREFIX = "model.ckpt-252"
@@ -219,10 +218,26 @@ def test_missing_options_and_bad_flag_combinations(tmp_path, capsys):
 
 def test_continued_training_starts_from_the_checkpoint(checkpoint_dir, tmp_path, capsys):
     """`hf-elmo train --init-from` a converted checkpoint: its softmax and vocabulary are taken over, not re-made."""
-    arguments = ["train", "--init-from", str(checkpoint_dir), "--train-files", str(CHECKPOINT / "heldout.txt"),
-                 "--output-dir", str(tmp_path / "run"), "--max-steps", "1",
-                 "--per-device-train-batch-size", "2", "--window", "160",
-                 "--learning-rate", "1e-9", "--disable-tqdm", "--dropout", "0"]
+    arguments = [
+        "train",
+        "--init-from",
+        str(checkpoint_dir),
+        "--train-files",
+        str(CHECKPOINT / "heldout.txt"),
+        "--output-dir",
+        str(tmp_path / "run"),
+        "--max-steps",
+        "1",
+        "--per-device-train-batch-size",
+        "2",
+        "--window",
+        "160",
+        "--learning-rate",
+        "1e-9",
+        "--disable-tqdm",
+        "--dropout",
+        "0",
+    ]
     assert cli_main(arguments) == 0
     assert "biLM and softmax continue from the checkpoint" in capsys.readouterr().out
     before = ElmoForBiLM.from_pretrained(checkpoint_dir).state_dict()
@@ -233,9 +248,19 @@ def test_continued_training_starts_from_the_checkpoint(checkpoint_dir, tmp_path,
 
 def test_convert_command_with_vocabulary_and_warm_state(tmp_path, capsys):
     out = tmp_path / "bilm"
-    arguments = ["convert", "--tf-checkpoint", str(TF_DIR / PREFIX), "--vocab", str(VOCAB),
-                 "--output-dir", str(out), "--warm-state-text", str(CHECKPOINT / "train.txt"),
-                 "--warm-state-sentences", "20"]
+    arguments = [
+        "convert",
+        "--tf-checkpoint",
+        str(TF_DIR / PREFIX),
+        "--vocab",
+        str(VOCAB),
+        "--output-dir",
+        str(out),
+        "--warm-state-text",
+        str(CHECKPOINT / "train.txt"),
+        "--warm-state-sentences",
+        "20",
+    ]
     assert cli_main(arguments) == 0
     assert f"Converted ELMo written to {out}" in capsys.readouterr().out
     model = ElmoForBiLM.from_pretrained(out)
@@ -315,10 +340,13 @@ def test_crafted_table_reads_back(tmp_path):
 CRAFTED_ERRORS = {
     "string variable": ([HEADER, (b"x", _entry(7, (2,), 0, 0))], b"", "variable 'x' has type string, not a number"),
     "partitioned variable": (
-        [HEADER, (b"x", _entry(1, (1,), 0, 4, b"\0" * 4, sliced=True))], b"\0" * 4, "'x' is partitioned into slices"
+        [HEADER, (b"x", _entry(1, (1,), 0, 4, b"\0" * 4, sliced=True))],
+        b"\0" * 4,
+        "'x' is partitioned into slices",
     ),
     "size against shape": (
-        [HEADER, (b"x", _entry(1, (3,), 0, 8, b"\0" * 8))], b"\0" * 8,
+        [HEADER, (b"x", _entry(1, (3,), 0, 8, b"\0" * 8))],
+        b"\0" * 8,
         "variable 'x' records 8 bytes, but float32 (3,) needs 12",
     ),
     "no header": ([(b"x", _entry(1, (1,), 0, 4, b"\0" * 4))], b"\0" * 4, "no bundle header"),
@@ -381,8 +409,9 @@ def test_converter_errors_on_crafted_variables(tmp_path):
     with pytest.raises(ElmoConversionError, match="variable 'lm/CNN_proj/b_proj' contains NaN or infinite values"):
         convert_bilm_tf_checkpoint(with_nan, tmp_path / "out", VOCAB)
     doubles = np.zeros(32, dtype="<f8").tobytes()
-    as_int = _without(tmp_path / "d", set(), {"lm/CNN_proj/b_proj": lambda o: _entry(3, (32,), o, 128, doubles[:128])},
-                      doubles[:128])
+    as_int = _without(
+        tmp_path / "d", set(), {"lm/CNN_proj/b_proj": lambda o: _entry(3, (32,), o, 128, doubles[:128])}, doubles[:128]
+    )
     with pytest.raises(ElmoConversionError, match="variable 'lm/CNN_proj/b_proj' has type int32, expected float32"):
         convert_bilm_tf_checkpoint(as_int, tmp_path / "out", VOCAB)
     options = json.loads((TF_DIR / "options.json").read_text())

@@ -128,8 +128,9 @@ def test_batch_layout(tok, return_tensors):
 
 
 def test_without_special_tokens(tok):
-    enc = tok([["the", "cat"], ["a"]], is_split_into_words=True, add_special_tokens=False, padding=True,
-              return_tensors="pt")
+    enc = tok(
+        [["the", "cat"], ["a"]], is_split_into_words=True, add_special_tokens=False, padding=True, return_tensors="pt"
+    )
     assert enc["input_ids"].tolist() == [
         [row(0x75, 0x69, 0x66), row(0x64, 0x62, 0x75)],
         [row(0x62), ZERO_ROW],
@@ -214,8 +215,15 @@ def test_padding_strategies(tok):
 
 
 def test_optional_outputs(tok):
-    enc = tok([["a", "b"], ["c"]], is_split_into_words=True, padding=True, return_tensors="pt",
-              return_special_tokens_mask=True, return_length=True, return_token_type_ids=True)
+    enc = tok(
+        [["a", "b"], ["c"]],
+        is_split_into_words=True,
+        padding=True,
+        return_tensors="pt",
+        return_special_tokens_mask=True,
+        return_length=True,
+        return_token_type_ids=True,
+    )
     assert enc["special_tokens_mask"].tolist() == [[1, 0, 0, 1], [1, 0, 1, 1]]
     assert enc["length"].tolist() == [4, 3]
     assert enc["token_type_ids"].tolist() == [[0] * 4] * 2
@@ -243,7 +251,18 @@ SPLITS = {
     "can't won't DON'T": ["ca", "n't", "wo", "n't", "DO", "N'T"],
     'She said: "yes" (quietly); ok!': ["She", "said", ":", '"', "yes", '"', "(", "quietly", ")", ";", "ok", "!"],
     "The U.S. grew 3.14% in 2019, e.g. 1,000 jobs.": [
-        "The", "U.S.", "grew", "3.14", "%", "in", "2019", ",", "e.g.", "1,000", "jobs", ".",
+        "The",
+        "U.S.",
+        "grew",
+        "3.14",
+        "%",
+        "in",
+        "2019",
+        ",",
+        "e.g.",
+        "1,000",
+        "jobs",
+        ".",
     ],
     "O'Neill's well-known rock'n'roll...": ["O'Neill", "'s", "well-known", "rock'n'roll", "..."],
     "  spaces\tand\nnewlines  ": ["spaces", "and", "newlines"],
@@ -275,8 +294,7 @@ def test_split_words_drops_lone_surrogates(tok):
 
 
 def test_decode(tok):
-    enc = tok([["I", "do", "n't", "know", "."], ["café"]], is_split_into_words=True, padding=True,
-              return_tensors="pt")
+    enc = tok([["I", "do", "n't", "know", "."], ["café"]], is_split_into_words=True, padding=True, return_tensors="pt")
     assert tok.decode(enc["input_ids"][0]) == "<S> I do n't know . </S>"
     assert tok.decode(enc["input_ids"][1]) == "<S> café </S> <pad> <pad> <pad> <pad>"
     assert tok.decode(enc["input_ids"][1], skip_special_tokens=True) == "café"
@@ -389,8 +407,11 @@ def test_pad_and_collators_pad_both_sides(tok):
         dict(tok(p, h, is_split_into_words=True), labels=i) for i, (p, h) in enumerate(zip(premises, hypotheses))
     ]
     expected = tok(premises, hypotheses, is_split_into_words=True, padding=True, return_tensors="pt")
-    for batch in (tok.pad(features, return_tensors="pt"), DataCollatorWithPadding(tok)(features),
-                  DataCollatorForElmo(tok)(features)):
+    for batch in (
+        tok.pad(features, return_tensors="pt"),
+        DataCollatorWithPadding(tok)(features),
+        DataCollatorForElmo(tok)(features),
+    ):
         for key in expected:
             assert batch[key].tolist() == expected[key].tolist(), key
         assert batch["labels"].tolist() == [0, 1]
@@ -515,8 +536,9 @@ def test_feature_extraction_pipeline(tok):
         pytest.skip("model not available")
     from transformers import pipeline
 
-    config = hf_elmo.ElmoConfig(char_embedding_dim=4, filters=[[1, 4], [2, 4]], n_highway=1, cell_dim=8,
-                                projection_dim=4)
+    config = hf_elmo.ElmoConfig(
+        char_embedding_dim=4, filters=[[1, 4], [2, 4]], n_highway=1, cell_dim=8, projection_dim=4
+    )
     model = hf_elmo.ElmoModel(config).eval()
     features = np.asarray(pipeline("feature-extraction", model=model, tokenizer=tok)("I don't know."))
     assert features.shape[:2] == (1, 7)

@@ -15,7 +15,6 @@ from transformers import AutoModel
 
 from hf_elmo import ElmoConfig, ElmoForBiLM, ElmoModel, ElmoTokenizer
 from hf_elmo.cli import main as cli_main
-from hf_elmo.data_bilm import iter_sentences
 from hf_elmo.commands.train import (
     ElmoDataArguments,
     ElmoTrainer,
@@ -24,6 +23,7 @@ from hf_elmo.commands.train import (
     parse_options,
     train_bilm,
 )
+from hf_elmo.data_bilm import iter_sentences
 
 ROOT = Path(__file__).resolve().parents[1]
 SHAKESPEARE = ROOT / "data/tinyshakespeare/input.txt"
@@ -47,7 +47,12 @@ def corpus(tmp_path_factory):
     (folder / "valid.txt").write_text("\n".join(lines[6000:6500]) + "\n", encoding="utf-8")
     (folder / "small.txt").write_text("\n".join(lines[7000:7200]) + "\n", encoding="utf-8")
     config = ElmoConfig(
-        char_embedding_dim=8, filters=[[1, 16], [2, 16], [3, 32]], n_highway=1, cell_dim=64, projection_dim=32, num_layers=1
+        char_embedding_dim=8,
+        filters=[[1, 16], [2, 16], [3, 32]],
+        n_highway=1,
+        cell_dim=64,
+        projection_dim=32,
+        num_layers=1,
     )
     config.to_json_file(folder / "tiny.json")
     return folder
@@ -92,13 +97,35 @@ def unigram_perplexity(tokenizer, train_file, held_out_file):
 def test_training_beats_unigram_perplexity(corpus, tmp_path, capsys):
     # The original recipe (Adagrad 0.2, sampled softmax) on a tiny model, for 300 steps.
     metrics = train_bilm(
-        **options(corpus, tmp_path / "run", eval_files=[corpus / "valid.txt"], max_steps=300, eval_steps=1000,
-                  save_steps=300, num_softmax_samples=256)
+        **options(
+            corpus,
+            tmp_path / "run",
+            eval_files=[corpus / "valid.txt"],
+            max_steps=300,
+            eval_steps=1000,
+            save_steps=300,
+            num_softmax_samples=256,
+        )
     )
     capsys.readouterr()
-    assert cli_main(["perplexity", "--model", str(tmp_path / "run"), "--window", "22", "--split", "pretokenizer",
-                     str(corpus / "valid.txt")]) == 0
-    printed = re.findall(r"^(forward|backward|geometric mean)(?: perplexity)?\s+([\d.]+)$", capsys.readouterr().out, re.M)
+    assert (
+        cli_main(
+            [
+                "perplexity",
+                "--model",
+                str(tmp_path / "run"),
+                "--window",
+                "22",
+                "--split",
+                "pretokenizer",
+                str(corpus / "valid.txt"),
+            ]
+        )
+        == 0
+    )
+    printed = re.findall(
+        r"^(forward|backward|geometric mean)(?: perplexity)?\s+([\d.]+)$", capsys.readouterr().out, re.M
+    )
     result = {direction: float(value) for direction, value in printed}
 
     tokenizer = ElmoTokenizer.from_pretrained(tmp_path / "run")
@@ -116,8 +143,16 @@ def test_training_beats_unigram_perplexity(corpus, tmp_path, capsys):
 def test_resumed_run_ends_with_the_same_weights(corpus, tmp_path, monkeypatch):
     # Dropout and the sampled softmax make every step depend on the random state, which must be restored too;
     # the run crosses epochs (about 11 steps each), so the reshuffled data order must be restored as well.
-    run = options(corpus, tmp_path / "interrupted", max_steps=16, save_steps=5, dropout=0.1, num_softmax_samples=64,
-                  per_device_train_batch_size=8, train_files=[corpus / "small.txt"])
+    run = options(
+        corpus,
+        tmp_path / "interrupted",
+        max_steps=16,
+        save_steps=5,
+        dropout=0.1,
+        num_softmax_samples=64,
+        per_device_train_batch_size=8,
+        train_files=[corpus / "small.txt"],
+    )
     train_bilm(**{**run, "output_dir": tmp_path / "uninterrupted"})
 
     original_step = ElmoTrainer.training_step
@@ -148,24 +183,79 @@ def test_two_processes_train_like_one_with_the_same_global_batch(corpus, tmp_pat
         env["CUDA_VISIBLE_DEVICES"] = ""
         monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     common = [
-        "train", "--train-files", str(corpus / "valid.txt"), "--config", str(corpus / "tiny.json"),
-        "--split", "pretokenizer", "--window", "22", "--min-count", "2", "--max-steps", "4", "--logging-steps", "1",
-        "--save-steps", "4", "--dropout", "0", "--num-softmax-samples", "0", "--disable-tqdm",
+        "train",
+        "--train-files",
+        str(corpus / "valid.txt"),
+        "--config",
+        str(corpus / "tiny.json"),
+        "--split",
+        "pretokenizer",
+        "--window",
+        "22",
+        "--min-count",
+        "2",
+        "--max-steps",
+        "4",
+        "--logging-steps",
+        "1",
+        "--save-steps",
+        "4",
+        "--dropout",
+        "0",
+        "--num-softmax-samples",
+        "0",
+        "--disable-tqdm",
     ]
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "hf_elmo.cli"]
     result = subprocess.run(
-        command + common + ["--per-device-train-batch-size", "4", "--output-dir", str(tmp_path / "ddp"),
-                            "--data-cache-dir", str(tmp_path / "cache-ddp")],
-        env=env, capture_output=True, text=True, timeout=900,
+        command
+        + common
+        + [
+            "--per-device-train-batch-size",
+            "4",
+            "--output-dir",
+            str(tmp_path / "ddp"),
+            "--data-cache-dir",
+            str(tmp_path / "cache-ddp"),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
     )
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
     assert result.stdout.count("; 2 processes training.") == 1, result.stdout[-2000:]  # rank 0 says it, once
-    assert cli_main(common + ["--per-device-train-batch-size", "8", "--output-dir", str(tmp_path / "single"),
-                              "--data-cache-dir", str(tmp_path / "cache-single")]) == 0
+    assert (
+        cli_main(
+            common
+            + [
+                "--per-device-train-batch-size",
+                "8",
+                "--output-dir",
+                str(tmp_path / "single"),
+                "--data-cache-dir",
+                str(tmp_path / "cache-single"),
+            ]
+        )
+        == 0
+    )
     # Gradient accumulation is the same global batch once more: the loss is normalised by all its targets.
-    assert cli_main(common + ["--per-device-train-batch-size", "4", "--gradient-accumulation-steps", "2",
-                              "--output-dir",
-                              str(tmp_path / "accumulated"), "--data-cache-dir", str(tmp_path / "cache-single")]) == 0
+    assert (
+        cli_main(
+            common
+            + [
+                "--per-device-train-batch-size",
+                "4",
+                "--gradient-accumulation-steps",
+                "2",
+                "--output-dir",
+                str(tmp_path / "accumulated"),
+                "--data-cache-dir",
+                str(tmp_path / "cache-single"),
+            ]
+        )
+        == 0
+    )
 
     def losses(run):
         state = json.loads((tmp_path / run / "checkpoint-4/trainer_state.json").read_text())
@@ -192,11 +282,29 @@ def test_bad_input_stops_before_training(corpus, tmp_path, converted_dirs, capsy
     cases = [
         (["--train-files", str(empty)], f"Training file '{empty}' is empty"),
         (["--train-files", str(corpus / "valid.txt"), "--vocab", str(no_unk)], "line 3 must be '<UNK>'"),
-        (["--train-files", str(corpus / "valid.txt"), "--config", "small", "--init-from", str(converted_dirs["allennlp"])],
-         "--config small does not match the --init-from weights .*cell_dim: --config has 1024, the weights have 64"),
+        (
+            [
+                "--train-files",
+                str(corpus / "valid.txt"),
+                "--config",
+                "small",
+                "--init-from",
+                str(converted_dirs["allennlp"]),
+            ],
+            "--config small does not match the --init-from weights .*cell_dim: --config has 1024, the weights have 64",
+        ),
         (["--train-files", str(corpus / "valid.txt"), "--resume"], "holds no checkpoint"),
-        (["--train-files", str(corpus / "valid.txt"), "--init-from", str(bilm_dir), "--config", str(corpus / "tiny.json")],
-         r"has a softmax of 5 words but the vocabulary \(built from the training files with min count 1\) has \d+"),
+        (
+            [
+                "--train-files",
+                str(corpus / "valid.txt"),
+                "--init-from",
+                str(bilm_dir),
+                "--config",
+                str(corpus / "tiny.json"),
+            ],
+            r"has a softmax of 5 words but the vocabulary \(built from the training files with min count 1\) has \d+",
+        ),
     ]
     for index, (arguments, message) in enumerate(cases):
         output_dir = tmp_path / f"out{index}"
@@ -214,9 +322,22 @@ def test_tiny_preset_trains_on_the_bundled_corpus_with_the_default_options(tmp_p
     longest = max(len(ElmoTokenizer().split_words(line)) for line in lines)
     assert longest + 2 > ElmoDataArguments.__dataclass_fields__["window"].default
     output_dir = tmp_path / "run"
-    arguments = ["train", "--config", "tiny", "--train-files", str(SHAKESPEARE), "--output-dir", str(output_dir),
-                 "--max-steps", "8", "--logging-steps", "1", "--data-cache-dir", str(tmp_path / "cache"),
-                 "--disable-tqdm"]
+    arguments = [
+        "train",
+        "--config",
+        "tiny",
+        "--train-files",
+        str(SHAKESPEARE),
+        "--output-dir",
+        str(output_dir),
+        "--max-steps",
+        "8",
+        "--logging-steps",
+        "1",
+        "--data-cache-dir",
+        str(tmp_path / "cache"),
+        "--disable-tqdm",
+    ]
     assert cli_main(arguments) == 0
     assert "; 1 process training." in capsys.readouterr().out
     state = json.loads((output_dir / "checkpoint-8/trainer_state.json").read_text())
@@ -229,8 +350,18 @@ def test_tiny_preset_trains_on_the_bundled_corpus_with_the_default_options(tmp_p
 
 
 def test_streaming_run(corpus, tmp_path):
-    metrics = train_bilm(**options(corpus, tmp_path / "streamed", train_files=[corpus / "small.txt"], streaming=True,
-                                   max_steps=3, save_steps=3, eval_files=[corpus / "small.txt"], eval_steps=3))
+    metrics = train_bilm(
+        **options(
+            corpus,
+            tmp_path / "streamed",
+            train_files=[corpus / "small.txt"],
+            streaming=True,
+            max_steps=3,
+            save_steps=3,
+            eval_files=[corpus / "small.txt"],
+            eval_steps=3,
+        )
+    )
     assert metrics["eval_perplexity"] > 1 and (tmp_path / "streamed/model.safetensors").is_file()
     with pytest.raises(ValueError, match="give max_steps"):
         train_bilm(**options(corpus, tmp_path / "no-steps", streaming=True))
@@ -242,16 +373,33 @@ def test_config_preset_with_converted_weights_keeps_their_forget_bias(corpus, tm
     assert preset.forget_bias == 1.0  # converted bilm-tf weights add TensorFlow's forget bias at run time
     preset.forget_bias = 0.0  # what a --config file or preset of the same architecture says
     preset.to_json_file(tmp_path / "preset.json")
-    model, data, _ = parse_options(options(corpus, tmp_path / "out", config=str(tmp_path / "preset.json"),
-                                           init_from=str(folder), train_files=[corpus / "valid.txt"]))
+    model, data, _ = parse_options(
+        options(
+            corpus,
+            tmp_path / "out",
+            config=str(tmp_path / "preset.json"),
+            init_from=str(folder),
+            train_files=[corpus / "valid.txt"],
+        )
+    )
     _, config = _tokenizer_and_config(model, data)
     assert config.forget_bias == 1.0
 
 
 def test_adapting_converted_weights_gets_a_fresh_softmax(corpus, tmp_path, converted_dirs, capsys):
     folder = converted_dirs["allennlp"]
-    train_bilm(**options(corpus, tmp_path / "adapted", config=None, init_from=str(folder),
-                         train_files=[corpus / "valid.txt"], max_steps=2, save_steps=2, per_device_train_batch_size=4))
+    train_bilm(
+        **options(
+            corpus,
+            tmp_path / "adapted",
+            config=None,
+            init_from=str(folder),
+            train_files=[corpus / "valid.txt"],
+            max_steps=2,
+            save_steps=2,
+            per_device_train_batch_size=4,
+        )
+    )
     assert "has no word softmax" in capsys.readouterr().out
     encoder, adapted = ElmoModel.from_pretrained(folder), ElmoModel.from_pretrained(tmp_path / "adapted")
     assert adapted.config.projection_dim == encoder.config.projection_dim
@@ -284,9 +432,14 @@ def crash_at(monkeypatch, method, step, error=KeyboardInterrupt):
 
 
 def short_run(corpus, output_dir, **overrides):
-    values = dict(train_files=[corpus / "small.txt"], max_steps=6, save_steps=2, per_device_train_batch_size=8,
-                  num_softmax_samples=64,
-                  save_total_limit=3)
+    values = dict(
+        train_files=[corpus / "small.txt"],
+        max_steps=6,
+        save_steps=2,
+        per_device_train_batch_size=8,
+        num_softmax_samples=64,
+        save_total_limit=3,
+    )
     return options(corpus, output_dir, **{**values, **overrides})
 
 
@@ -303,8 +456,9 @@ def assert_same_weights(expected, output_dir):
     assert max((expected[k] - actual[k]).abs().max().item() for k in expected) <= 1e-6
 
 
-def test_interrupted_checkpoint_never_appears_and_resume_takes_the_last_complete(corpus, tmp_path, monkeypatch,
-                                                                                    uninterrupted):
+def test_interrupted_checkpoint_never_appears_and_resume_takes_the_last_complete(
+    corpus, tmp_path, monkeypatch, uninterrupted
+):
     run = short_run(corpus, tmp_path / "run")
     crash_at(monkeypatch, "_save_rng_state", 4)  # checkpoint-4 has its weights and optimizer, not yet its random state
     with pytest.raises(KeyboardInterrupt):
@@ -312,11 +466,20 @@ def test_interrupted_checkpoint_never_appears_and_resume_takes_the_last_complete
     monkeypatch.undo()
     assert sorted(p.name for p in (tmp_path / "run").iterdir()) == ["bilm_training_options.json", "checkpoint-2"]
     assert {p.name for p in (tmp_path / "run/checkpoint-2").iterdir()} >= {
-        "model.safetensors", "optimizer.pt", "scheduler.pt", "rng_state.pth", "trainer_state.json", "vocab.txt"}
+        "model.safetensors",
+        "optimizer.pt",
+        "scheduler.pt",
+        "rng_state.pth",
+        "trainer_state.json",
+        "vocab.txt",
+    }
     train_bilm(**run, resume=True)
     assert_same_weights(uninterrupted, tmp_path / "run")
-    assert sorted(p.name for p in (tmp_path / "run").glob("checkpoint-*")) == ["checkpoint-2", "checkpoint-4",
-                                                                               "checkpoint-6"]
+    assert sorted(p.name for p in (tmp_path / "run").glob("checkpoint-*")) == [
+        "checkpoint-2",
+        "checkpoint-4",
+        "checkpoint-6",
+    ]
 
 
 def test_resume_skips_an_incomplete_checkpoint_and_says_so(corpus, tmp_path, capsys, uninterrupted):
@@ -326,7 +489,8 @@ def test_resume_skips_an_incomplete_checkpoint_and_says_so(corpus, tmp_path, cap
     capsys.readouterr()
     train_bilm(**{**run, "max_steps": 6}, resume=True)
     assert "--resume: continuing from checkpoint-2; skipped incomplete checkpoint-4 (no optimizer.pt)." in (
-        capsys.readouterr().out)
+        capsys.readouterr().out
+    )
     assert_same_weights(uninterrupted, tmp_path / "run")
     for checkpoint in (tmp_path / "run").glob("checkpoint-*"):
         (checkpoint / "rng_state.pth").unlink()
@@ -339,17 +503,45 @@ def test_damaged_checkpoint_is_one_line(corpus, tmp_path, capsys):
     run = short_run(corpus, tmp_path / "run", max_steps=2)
     train_bilm(**run)
     (tmp_path / "run/checkpoint-2/optimizer.pt").write_bytes(b"not a pickle")
-    arguments = ["train", "--train-files", str(corpus / "small.txt"), "--config", str(corpus / "tiny.json"),
-                 "--split", "pretokenizer", "--window", "22", "--min-count", "2", "--per-device-train-batch-size", "8",
-                 "--logging-steps", "10", "--data-cache-dir", str(corpus / "cache"), "--disable-tqdm",
-                 "--max-steps", "4", "--save-steps", "2", "--num-softmax-samples", "64", "--save-total-limit", "3",
-                 "--output-dir", str(tmp_path / "run"), "--resume"]
+    arguments = [
+        "train",
+        "--train-files",
+        str(corpus / "small.txt"),
+        "--config",
+        str(corpus / "tiny.json"),
+        "--split",
+        "pretokenizer",
+        "--window",
+        "22",
+        "--min-count",
+        "2",
+        "--per-device-train-batch-size",
+        "8",
+        "--logging-steps",
+        "10",
+        "--data-cache-dir",
+        str(corpus / "cache"),
+        "--disable-tqdm",
+        "--max-steps",
+        "4",
+        "--save-steps",
+        "2",
+        "--num-softmax-samples",
+        "64",
+        "--save-total-limit",
+        "3",
+        "--output-dir",
+        str(tmp_path / "run"),
+        "--resume",
+    ]
     capsys.readouterr()
     assert cli_main(arguments) == 2
     error = capsys.readouterr().err.strip().split("\n")[-1]
-    assert re.fullmatch(r"error: --resume: \S+checkpoint-2: cannot read the model weights, optimizer or scheduler "
-                        r"state \(.*\)\.",
-                        error), error
+    assert re.fullmatch(
+        r"error: --resume: \S+checkpoint-2: cannot read the model weights, optimizer or scheduler "
+        r"state \(.*\)\.",
+        error,
+    ), error
 
 
 def test_resume_takes_the_options_recorded_in_the_run(corpus, tmp_path, monkeypatch, uninterrupted):
@@ -376,11 +568,17 @@ def test_a_non_finite_loss_stops_training_at_its_step_and_keeps_the_checkpoints_
     monkeypatch.setattr(ElmoTrainer, "compute_loss", nan_at_step_5)
     # The loss is read when it is logged and before a save: here first at step 6, which must name step 5.
     run = short_run(corpus, tmp_path / "run", max_steps=8, save_steps=2, logging_steps=100)
-    with pytest.raises(ValueError, match=r"^training stopped: the loss of step 5 is nan; nothing from that step on "
-                                         r"was saved \(the last checkpoint is checkpoint-4\)$"):
+    with pytest.raises(
+        ValueError,
+        match=r"^training stopped: the loss of step 5 is nan; nothing from that step on "
+        r"was saved \(the last checkpoint is checkpoint-4\)$",
+    ):
         train_bilm(**run)
     assert sorted(p.name for p in (tmp_path / "run").iterdir()) == [
-        "bilm_training_options.json", "checkpoint-2", "checkpoint-4"]
+        "bilm_training_options.json",
+        "checkpoint-2",
+        "checkpoint-4",
+    ]
     check_finite_weights(ElmoForBiLM.from_pretrained(tmp_path / "run/checkpoint-4"), "checkpoint-4")
 
 
@@ -402,9 +600,12 @@ def test_non_finite_weights_are_never_saved(corpus, tmp_path, monkeypatch):
     tiny = ElmoConfig.from_json_file(corpus / "tiny.json")
     tiny.vocab_size = 5
     first = next(name for name, _ in ElmoForBiLM(tiny).named_parameters())  # the first one checked
-    with pytest.raises(ValueError, match=rf"^training stopped at step 2: the weights hold NaN or infinite values in "
-                                         rf"'{re.escape(first)}'; nothing from that step on was saved \(no "
-                                         rf"checkpoint was written before\)$"):
+    with pytest.raises(
+        ValueError,
+        match=rf"^training stopped at step 2: the weights hold NaN or infinite values in "
+        rf"'{re.escape(first)}'; nothing from that step on was saved \(no "
+        rf"checkpoint was written before\)$",
+    ):
         train_bilm(**short_run(corpus, tmp_path / "run", max_steps=4, save_steps=2))
     assert not (tmp_path / "run").exists()
 
@@ -465,7 +666,9 @@ def test_batches_checked_on_the_host_train_the_same_and_bad_values_still_stop(co
     expected = r"labels must be word ids in \[0, \d+\] or -100 \(no target\), found 1000000"
     with pytest.raises(ValueError, match=expected) as error:
         train_bilm(**short_run(corpus, tmp_path / "bad"))
-    assert seen == [] and any(entry.name == "__call__" and "trainer_bilm" in str(entry.path) for entry in error.traceback)
+    assert seen == [] and any(
+        entry.name == "__call__" and "trainer_bilm" in str(entry.path) for entry in error.traceback
+    )
 
 
 def test_values_checked_on_host_skips_only_the_checks_of_values():
@@ -535,10 +738,32 @@ def test_clipping_inside_adagrads_step_trains_the_same(corpus, tmp_path, monkeyp
 def test_trainer_options_reach_trainer(corpus, tmp_path):
     """Any `TrainingArguments` option works on the command line, here the learning-rate schedule: linear decay from
     --learning-rate to 0 over the run, each step logging the rate it used."""
-    arguments = ["train", "--train-files", str(corpus / "small.txt"), "--config", str(corpus / "tiny.json"),
-                 "--output-dir", str(tmp_path / "run"), "--data-cache-dir", str(corpus / "cache"), "--disable-tqdm",
-                 "--max-steps", "4", "--save-steps", "4", "--logging-steps", "1", "--learning-rate", "0.2",
-                 "--lr-scheduler-type", "linear", "--per-device-train-batch-size", "8", "--num-softmax-samples", "0"]
+    arguments = [
+        "train",
+        "--train-files",
+        str(corpus / "small.txt"),
+        "--config",
+        str(corpus / "tiny.json"),
+        "--output-dir",
+        str(tmp_path / "run"),
+        "--data-cache-dir",
+        str(corpus / "cache"),
+        "--disable-tqdm",
+        "--max-steps",
+        "4",
+        "--save-steps",
+        "4",
+        "--logging-steps",
+        "1",
+        "--learning-rate",
+        "0.2",
+        "--lr-scheduler-type",
+        "linear",
+        "--per-device-train-batch-size",
+        "8",
+        "--num-softmax-samples",
+        "0",
+    ]
     assert cli_main(arguments) == 0
     history = json.loads((tmp_path / "run/checkpoint-4/trainer_state.json").read_text())["log_history"]
     rates = [entry["learning_rate"] for entry in history if "learning_rate" in entry]
@@ -579,7 +804,9 @@ def test_total_flos_is_the_models_own_count(corpus, tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("max_grad_norm", [1e-3, 1e6], ids=["every step clips", "no step clips"])
-def test_steps_are_adagrad_on_window_times_loss_with_the_original_settings(corpus, tmp_path, monkeypatch, max_grad_norm):
+def test_steps_are_adagrad_on_window_times_loss_with_the_original_settings(
+    corpus, tmp_path, monkeypatch, max_grad_norm
+):
     """`hf-elmo train` keeps the mean loss and folds the window into the optimizer (accumulator / window^2, clip /
     window); in float64 its steps equal bilm-tf's on the gradient of window x loss, computed by hand on the same
     batches: `torch.optim.Adagrad` without epsilon (TensorFlow's adds none) and TensorFlow's `clip_by_global_norm`,
@@ -605,9 +832,19 @@ def test_steps_are_adagrad_on_window_times_loss_with_the_original_settings(corpu
     config.to_json_file(tmp_path / "config.json")
     window, learning_rate, accumulator = 22, 0.2, 1.0
     run = options(
-        corpus, tmp_path / "run", train_files=[corpus / "small.txt"], config=str(tmp_path / "config.json"),
-        window=window, per_device_train_batch_size=8, max_steps=3, logging_steps=1, save_steps=3, dropout=0.0,
-        num_softmax_samples=0, learning_rate=learning_rate, adagrad_initial_accumulator=accumulator,
+        corpus,
+        tmp_path / "run",
+        train_files=[corpus / "small.txt"],
+        config=str(tmp_path / "config.json"),
+        window=window,
+        per_device_train_batch_size=8,
+        max_steps=3,
+        logging_steps=1,
+        save_steps=3,
+        dropout=0.0,
+        num_softmax_samples=0,
+        learning_rate=learning_rate,
+        adagrad_initial_accumulator=accumulator,
         all_clip_norm_val=max_grad_norm,
     )
     train_bilm(**run)
@@ -639,8 +876,14 @@ def test_steps_are_adagrad_on_window_times_loss_with_the_original_settings(corpu
 def test_the_log_gives_the_memory_the_data_and_the_time_per_epoch(corpus, tmp_path, capsys):
     from hf_elmo.data_bilm import load_bilm_dataset, window_arrays
 
-    run = options(corpus, tmp_path / "run", train_files=[corpus / "small.txt"], num_train_epochs=1, logging_steps=2,
-                  save_steps=1000)
+    run = options(
+        corpus,
+        tmp_path / "run",
+        train_files=[corpus / "small.txt"],
+        num_train_epochs=1,
+        logging_steps=2,
+        save_steps=1000,
+    )
     metrics = train_bilm(**run)
     log = capsys.readouterr().out
     tokenizer = ElmoTokenizer.from_pretrained(tmp_path / "run")
@@ -651,10 +894,16 @@ def test_the_log_gives_the_memory_the_data_and_the_time_per_epoch(corpus, tmp_pa
     assert metrics["steps"] == steps
     positions = sum(map(len, windows))
     assert f"Training data: {len(windows):,} windows, {positions:,} positions, {steps:,} steps per epoch." in log
-    assert re.search(rf"^Steps 2-3: [\d.e-]+ s a step; an epoch of {steps:,} steps takes about .*, the remaining "
-                     rf"{steps - 3:,} steps of the run about ", log, re.M), log
+    assert re.search(
+        rf"^Steps 2-3: [\d.e-]+ s a step; an epoch of {steps:,} steps takes about .*, the remaining "
+        rf"{steps - 3:,} steps of the run about ",
+        log,
+        re.M,
+    ), log
     weights = sum(p.numel() for p in ElmoForBiLM(config).parameters())
     softmax = config.vocab_size * (config.projection_dim + 1)
-    assert (f"Memory: the weights, their gradients and the adagrad state need {weights * 12 / 2**30:.3g} GiB before "
-            f"activations ({softmax * 12 / 2**30:.3g} GiB of it for the softmax of {config.vocab_size:,} words x "
-            f"{config.projection_dim + 1})") in log
+    assert (
+        f"Memory: the weights, their gradients and the adagrad state need {weights * 12 / 2**30:.3g} GiB before "
+        f"activations ({softmax * 12 / 2**30:.3g} GiB of it for the softmax of {config.vocab_size:,} words x "
+        f"{config.projection_dim + 1})"
+    ) in log

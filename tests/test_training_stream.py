@@ -10,14 +10,13 @@ import numpy as np
 import pytest
 import torch
 from safetensors.torch import load_file
+from test_training import SHAKESPEARE, one_thread  # noqa: F401  (an autouse fixture)
 
 from hf_elmo import ElmoConfig, ElmoForBiLM, ElmoTokenizer
 from hf_elmo.cli import main as cli_main
+from hf_elmo.commands.train import StreamTrainer, train_bilm
 from hf_elmo.data_bilm import build_word_vocabulary, iter_sentences
 from hf_elmo.streams_bilm import DataCollatorForBiLMStreams, StreamWindowDataset
-from hf_elmo.commands.train import StreamTrainer, train_bilm
-
-from test_training import SHAKESPEARE, one_thread  # noqa: F401  (an autouse fixture)
 
 
 @pytest.fixture(scope="module")
@@ -33,9 +32,18 @@ def corpus(tmp_path_factory):
 
 def options(corpus, output_dir, **overrides):
     values = dict(
-        output_dir=output_dir, train_files=[corpus / "small.txt"], config=str(corpus / "tiny.json"), stream=True,
-        split="pretokenizer", window=10, min_count=2, per_device_train_batch_size=4, logging_steps=1, disable_tqdm=True,
-        max_steps=6, save_steps=3,
+        output_dir=output_dir,
+        train_files=[corpus / "small.txt"],
+        config=str(corpus / "tiny.json"),
+        stream=True,
+        split="pretokenizer",
+        window=10,
+        min_count=2,
+        per_device_train_batch_size=4,
+        logging_steps=1,
+        disable_tqdm=True,
+        max_steps=6,
+        save_steps=3,
     )
     values.update(overrides)
     return values
@@ -88,11 +96,26 @@ def test_training_carries_the_state_from_batch_to_batch(corpus, tmp_path):
             parameter.normal_(std=0.5)
     start.save_pretrained(tmp_path / "start")
     tokenizer.save_pretrained(tmp_path / "start")
-    metrics = train_bilm(**options(corpus, tmp_path / "run", learning_rate=1e-9, dropout=0.0, num_softmax_samples=0,
-                                   max_steps=3, save_steps=3, seed=3, init_from=str(tmp_path / "start"), config=None))
+    metrics = train_bilm(
+        **options(
+            corpus,
+            tmp_path / "run",
+            learning_rate=1e-9,
+            dropout=0.0,
+            num_softmax_samples=0,
+            max_steps=3,
+            save_steps=3,
+            seed=3,
+            init_from=str(tmp_path / "start"),
+            config=None,
+        )
+    )
     assert metrics["train_loss"] > 0
-    logged = [e["loss"] for e in json.loads((tmp_path / "run/checkpoint-3/trainer_state.json").read_text())[
-        "log_history"] if "loss" in e]
+    logged = [
+        e["loss"]
+        for e in json.loads((tmp_path / "run/checkpoint-3/trainer_state.json").read_text())["log_history"]
+        if "loss" in e
+    ]
     device = "cuda" if torch.cuda.is_available() else "cpu"  # where Trainer ran: a GPU rounds otherwise than a CPU
     model = ElmoForBiLM.from_pretrained(tmp_path / "run/checkpoint-3").to(device).eval()
     tokenizer = ElmoTokenizer.from_pretrained(tmp_path / "run")
@@ -151,14 +174,38 @@ def test_two_processes_stream_like_one_with_all_rows(corpus, tmp_path, monkeypat
         env["CUDA_VISIBLE_DEVICES"] = ""
         monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     common = [
-        "train", "--stream", "--train-files", str(corpus / "small.txt"), "--config", str(corpus / "tiny.json"),
-        "--split", "pretokenizer", "--window", "10", "--min-count", "2", "--max-steps", "3", "--logging-steps", "1",
-        "--save-steps", "3", "--dropout", "0", "--num-softmax-samples", "0", "--disable-tqdm",
+        "train",
+        "--stream",
+        "--train-files",
+        str(corpus / "small.txt"),
+        "--config",
+        str(corpus / "tiny.json"),
+        "--split",
+        "pretokenizer",
+        "--window",
+        "10",
+        "--min-count",
+        "2",
+        "--max-steps",
+        "3",
+        "--logging-steps",
+        "1",
+        "--save-steps",
+        "3",
+        "--dropout",
+        "0",
+        "--num-softmax-samples",
+        "0",
+        "--disable-tqdm",
     ]
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "hf_elmo.cli"]
-    result = subprocess.run(command + common + ["--per-device-train-batch-size", "2",
-                                                "--output-dir", str(tmp_path / "ddp")],
-                            env=env, capture_output=True, text=True, timeout=900)
+    result = subprocess.run(
+        command + common + ["--per-device-train-batch-size", "2", "--output-dir", str(tmp_path / "ddp")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
     assert cli_main(common + ["--per-device-train-batch-size", "4", "--output-dir", str(tmp_path / "single")]) == 0
 
@@ -180,8 +227,17 @@ def test_two_processes_stream_like_one_with_all_rows(corpus, tmp_path, monkeypat
 
 
 def test_stream_errors(corpus, tmp_path, capsys):
-    base = ["train", "--stream", "--train-files", str(corpus / "small.txt"), "--config", str(corpus / "tiny.json"),
-            "--output-dir", str(tmp_path / "out"), "--disable-tqdm"]
+    base = [
+        "train",
+        "--stream",
+        "--train-files",
+        str(corpus / "small.txt"),
+        "--config",
+        str(corpus / "tiny.json"),
+        "--output-dir",
+        str(tmp_path / "out"),
+        "--disable-tqdm",
+    ]
     runs = {
         ("--streaming", "--max-steps", "2"): "--stream (continuous streams per batch row) reads the training text",
         ("--per-device-train-batch-size", "4096", "--window", "20"): "too few for 4096 streams of windows of 20",

@@ -6,6 +6,7 @@ the error of a classifier of another size."""
 import h5py
 import pytest
 import torch
+from conftest import FIXTURES
 from datasets import Dataset
 from torch import nn
 from transformers import Trainer, TrainingArguments, default_data_collator
@@ -19,7 +20,6 @@ from hf_elmo import (
     ElmoModel,
     ElmoTokenizer,
 )
-from conftest import FIXTURES
 
 HEADS = [ElmoForTokenClassification, ElmoForSequenceClassification]
 SENTENCES = [["The", "cat", "sat", "on", "the", "mat", "."], ["Hi"], ["Über", "naïve", "words"], []]

@@ -44,14 +44,15 @@ SCRIPT = textwrap.dedent(
 
     masks = {"mask_ptr": "*u8", "mask_next_ptr": "*u8", "cell_passed_ptr": "*i8", "hidden_passed_ptr": "*i8"}
     memory = {"memory_in_ptr": "*fp32", "memory_out_ptr": "*fp32", "grad_memory_ptr": "*fp32"}
-    for kernel, save in ((gpu_lstm_kernels._cell_forward_kernel, True), (gpu_lstm_kernels._hidden_forward_kernel, True)):
-        compile(kernel, {"HAS_CLIP": True, "SAVE": save, "COMPUTE": triton.language.float32, "BLOCK": 512},
+    for kernel in (gpu_lstm_kernels._cell_forward_kernel, gpu_lstm_kernels._hidden_forward_kernel):
+        compile(kernel, {"HAS_CLIP": True, "SAVE": True, "COMPUTE": triton.language.float32, "BLOCK": 512},
                 {**masks, **memory})
     for kernel in (gpu_lstm_kernels._cell_backward_kernel, gpu_lstm_kernels._hidden_backward_kernel):
         compile(kernel, {"HAS_CLIP": True, "COMPUTE": triton.language.float32, "BLOCK": 512},
                 {**masks, **memory, "grad_hidden_ptr": "*fp32"})
     compile(gpu_lstm_kernels._gates_cell_forward_kernel,
-            {"HAS_CLIP": True, "SAVE": True, "BLOCK_M": 128, "BLOCK_N": 32, "BLOCK_K": 64, "OPERANDS_IN_FLOAT32": False},
+            {"HAS_CLIP": True, "SAVE": True, "BLOCK_M": 128, "BLOCK_N": 32, "BLOCK_K": 64,
+             "OPERANDS_IN_FLOAT32": False},
             {**masks, **memory}, num_warps=8)
     compile(gpu_softmax_kernels._logsumexp_partial_kernel, {"BLOCK": 1024},
             {"skip_ptr": "*i64", "max_ptr": "*fp32", "sum_ptr": "*fp32"})

@@ -11,7 +11,9 @@ import h5py
 import numpy as np
 import pytest
 import torch
+from conftest import CHECKPOINT, FIXTURES, run_without_hf_elmo
 from datasets import Dataset
+from fake_hub import FakeHub
 from transformers import AutoModel, AutoModelForTokenClassification, AutoTokenizer, pipeline
 
 from hf_elmo import ElmoConfig, ElmoForBiLM, ElmoModel, ElmoTokenizer
@@ -20,9 +22,6 @@ from hf_elmo.data_elmo import ElmoLayerCache
 from hf_elmo.export_original_elmo import export
 from hf_elmo.perplexity_bilm import load_bilm
 from hf_elmo.warm_state import estimate_warm_state, store_warm_state
-
-from conftest import CHECKPOINT, FIXTURES, run_without_hf_elmo
-from fake_hub import FakeHub
 
 BILM_TF_STREAM = json.loads((CHECKPOINT / "bilmtf_perplexity.json").read_text())["batch_size_1"]["combined_ppl_as_test"]
 WORDS = [["The", "bank", "of", "the", "river", "."], ["Deposit", "money", "!"], ["Yes"]]
@@ -228,12 +227,16 @@ def test_bilm_checkpoint_with_warm_state_and_estimator_input(checkpoint_dir):
     tokenizer = ElmoTokenizer()
     P, D = model.config.projection_dim, model.config.cell_dim
     with torch.no_grad():
-        forward = model.elmo(**tokenizer([["<S>", "a", "b"]], is_split_into_words=True, add_special_tokens=False,
-                                         return_tensors="pt"), state=model.elmo.initial_state(1, warm=False),
-                             use_cache=True).state
-        backward = model.elmo(**tokenizer([["a", "b", "</S>"]], is_split_into_words=True, add_special_tokens=False,
-                                          return_tensors="pt"), state=model.elmo.initial_state(1, warm=False),
-                              use_cache=True).state
+        forward = model.elmo(
+            **tokenizer([["<S>", "a", "b"]], is_split_into_words=True, add_special_tokens=False, return_tensors="pt"),
+            state=model.elmo.initial_state(1, warm=False),
+            use_cache=True,
+        ).state
+        backward = model.elmo(
+            **tokenizer([["a", "b", "</S>"]], is_split_into_words=True, add_special_tokens=False, return_tensors="pt"),
+            state=model.elmo.initial_state(1, warm=False),
+            use_cache=True,
+        ).state
     torch.testing.assert_close(state[0], torch.cat([forward[0][:, 0, :P], backward[0][:, 0, P:]], -1))
     torch.testing.assert_close(state[1], torch.cat([forward[1][:, 0, :D], backward[1][:, 0, D:]], -1))
 
@@ -303,16 +306,38 @@ def test_warm_state_input_errors(converted_dirs, tmp_path, capsys):
     (folder / "model.safetensors.index.json").write_text("{}")
     with pytest.raises(ValueError, match="sharded weights are not supported"):
         store_warm_state(folder, (torch.zeros(2, 32), torch.zeros(2, 128)))
-    words = ElmoModel(ElmoConfig(char_embedding_dim=4, filters=[[1, 4]], n_highway=0, cell_dim=8, projection_dim=4,
-                                 num_layers=1, input_word_vocab_size=5, input_word_dim=3))
+    words = ElmoModel(
+        ElmoConfig(
+            char_embedding_dim=4,
+            filters=[[1, 4]],
+            n_highway=0,
+            cell_dim=8,
+            projection_dim=4,
+            num_layers=1,
+            input_word_vocab_size=5,
+            input_word_dim=3,
+        )
+    )
     with pytest.raises(ValueError, match="reading word embeddings \\(ELMoForManyLangs\\) is not supported"):
         estimate_warm_state(words, [["a"]])
     options, weights = FIXTURES / "allennlp/options.json", FIXTURES / "allennlp/lm_weights.hdf5"
     runs = {
-        ("--options", str(options), "--weights", str(weights), "--warm-state-text", str(tmp_path / "absent.txt")):
-            "--warm-state-text: Text file",
-        ("--format", "elmoformanylangs", "--model-dir", str(tmp_path), "--warm-state-text", str(options)):
-            "--warm-state-text is not supported for --format elmoformanylangs",
+        (
+            "--options",
+            str(options),
+            "--weights",
+            str(weights),
+            "--warm-state-text",
+            str(tmp_path / "absent.txt"),
+        ): "--warm-state-text: Text file",
+        (
+            "--format",
+            "elmoformanylangs",
+            "--model-dir",
+            str(tmp_path),
+            "--warm-state-text",
+            str(options),
+        ): "--warm-state-text is not supported for --format elmoformanylangs",
     }
     for arguments, message in runs.items():
         assert cli_main(["convert", *arguments, "--output-dir", str(tmp_path / "out")]) == 2

@@ -16,7 +16,6 @@ from ..input_checks import device_option
 from ..paths import ElmoPaths, resolve
 from .command_line import option
 
-
 HELP = "print the versions, CPU features, compiled loops, CUDA device and model paths of this installation"
 
 CPU_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_tile", "amx_bf16")

@@ -40,7 +40,6 @@ from transformers.training_args import OptimizerNames
 
 from ..adagrad import Adagrad
 from ..configuration_elmo import ARCHITECTURE_FIELDS, ELMO_PRESETS, WEIGHT_FORMAT_FIELDS, ElmoConfig
-from ..original_format import config_from_options
 from ..data_bilm import (
     SPLIT_HELP,
     SPLITS,
@@ -58,6 +57,7 @@ from ..file_io import ElmoInputError, check_not_an_input, read_json_object, writ
 from ..freed_memory import keep_freed_memory
 from ..model_io import add_origin, describe_source
 from ..modeling_elmo import ElmoForBiLM
+from ..original_format import config_from_options
 from ..streams_bilm import DataCollatorForBiLMStreams, StreamWindowDataset
 from ..tokenization_elmo import ElmoTokenizer
 from ..trainer_bilm import (
@@ -84,8 +84,20 @@ OPTIONS_FILE = TRAINING_OPTIONS_FILE
 # may start in a folder holding only these).
 LEFT_BEFORE_FIRST_CHECKPOINT = (OPTIONS_FILE, STAGING_DIR)
 RESUMABLE_CHANGES = {
-    "output_dir", "resume", "data_cache_dir", "disable_tqdm", "report_to", "logging_steps", "eval_steps", "save_steps",
-    "save_total_limit", "dataloader_num_workers", "keep_freed_memory", "max_minutes", "max_steps", "num_train_epochs",
+    "output_dir",
+    "resume",
+    "data_cache_dir",
+    "disable_tqdm",
+    "report_to",
+    "logging_steps",
+    "eval_steps",
+    "save_steps",
+    "save_total_limit",
+    "dataloader_num_workers",
+    "keep_freed_memory",
+    "max_minutes",
+    "max_steps",
+    "num_train_epochs",
 }
 
 
@@ -324,8 +336,10 @@ def _prepare_output_dir(model: ElmoModelArguments, data: ElmoDataArguments, trai
     if Path(training.output_dir).is_symlink():  # as every command's output (file_io.check_output)
         raise ElmoInputError(f"{training.output_dir}: is a symbolic link; give the folder itself or a new name")
     output_dir = check_not_an_input(training.output_dir, inputs)
-    if not training.resume and output_dir.exists() and {p.name for p in output_dir.iterdir()} - set(
-        LEFT_BEFORE_FIRST_CHECKPOINT
+    if (
+        not training.resume
+        and output_dir.exists()
+        and {p.name for p in output_dir.iterdir()} - set(LEFT_BEFORE_FIRST_CHECKPOINT)
     ):
         raise ValueError(
             f"Output folder {output_dir} is not empty: pass --resume to continue the run in it, or choose another "
@@ -365,7 +379,8 @@ def _resumed_options(given: dict) -> dict:
     ]
     if different:
         raise ValueError(
-            f"--resume: the run in {output_dir} has other options ({OPTIONS_FILE}): " + "; ".join(different)
+            f"--resume: the run in {output_dir} has other options ({OPTIONS_FILE}): "
+            + "; ".join(different)
             + "; leave them out to continue with the recorded ones."
         )
     return {**{k: v for k, v in recorded.items() if k in fields}, **given}
@@ -648,5 +663,10 @@ def run(args: argparse.Namespace) -> int:
 
 
 __all__ = [
-    "ElmoDataArguments", "ElmoModelArguments", "ElmoTrainer", "ElmoTrainingArguments", "load_config", "train_bilm"
+    "ElmoDataArguments",
+    "ElmoModelArguments",
+    "ElmoTrainer",
+    "ElmoTrainingArguments",
+    "load_config",
+    "train_bilm",
 ]

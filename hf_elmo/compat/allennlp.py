@@ -160,9 +160,9 @@ class Elmo(nn.Module):
     dimensions) and returns `{"elmo_representations": [num_output_representations tensors (batch_size, timesteps,
     2P)], "mask": (batch_size, timesteps) bool}`, the sentence boundaries removed unless
     `keep_sentence_boundaries`. `module` may be an `ElmoModel` (e.g. `AutoModel.from_pretrained(...)`) instead of
-    the files (its parameters keep their `requires_grad`, as AllenNLP ignores `requires_grad` then). `vocab_to_cache`: `word_inputs` `(batch_size, timesteps)` are then ids into that list (0 = padding)
-    and replace `inputs`; ids outside it fall back to `inputs`, as in AllenNLP. `stateful`: see the module
-    docstring.
+    the files (its parameters keep their `requires_grad`, as AllenNLP ignores `requires_grad` then). `vocab_to_cache`:
+    `word_inputs` `(batch_size, timesteps)` are then ids into that list (0 = padding) and replace `inputs`; ids outside
+    it fall back to `inputs`, as in AllenNLP. `stateful`: see the module docstring.
     """
 
     def __init__(
@@ -181,8 +181,10 @@ class Elmo(nn.Module):
         stateful: bool = True,
     ):
         super().__init__()
-        if isinstance(num_output_representations, bool) or not isinstance(num_output_representations, int) or (
-            num_output_representations < 1
+        if (
+            isinstance(num_output_representations, bool)
+            or not isinstance(num_output_representations, int)
+            or (num_output_representations < 1)
         ):
             raise ElmoInputError(f"num_output_representations must be an int >= 1, got {num_output_representations!r}")
         if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not 0 <= dropout <= 1:
@@ -364,9 +366,7 @@ class ElmoEmbedder:
                 input_file.close()
         blank_lines = [i for i, sentence in enumerate(sentences) if sentence == ""]
         if blank_lines:
-            raise ElmoInputError(
-                f"Your input file contains empty lines at indexes {blank_lines}. Please remove them."
-            )
+            raise ElmoInputError(f"Your input file contains empty lines at indexes {blank_lines}. Please remove them.")
         if use_sentence_keys:
             logger.warning("Using sentences as keys can fail if sentences contain forward slashes or colons.")
             first_line = {}

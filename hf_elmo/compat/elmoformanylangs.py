@@ -47,8 +47,10 @@ class Embedder:
     def sents2elmo(self, sents, output_layer: int = -1) -> list[np.ndarray]:
         """One array per sentence (a list of words), in input order; see the module docstring for `output_layer`."""
         layers = self.model.config.num_layers + 1
-        if isinstance(output_layer, bool) or not isinstance(output_layer, (int, np.integer)) or not (
-            -layers <= output_layer < layers
+        if (
+            isinstance(output_layer, bool)
+            or not isinstance(output_layer, (int, np.integer))
+            or not (-layers <= output_layer < layers)
         ):
             raise ElmoInputError(
                 f"output_layer must be -1 (average), -2 (all layers) or a layer in [0, {layers - 1}], got "

@@ -4,10 +4,10 @@ hf-elmo folder, or a Hub id."""
 import os
 from pathlib import Path
 
-from ..original_format import load_original_elmo
 from ..file_io import ElmoInputError
 from ..model_io import load_model_folder
 from ..modeling_elmo import ElmoModel
+from ..original_format import load_original_elmo
 from ..tokenization_elmo import ElmoTokenizer
 
 
@@ -18,9 +18,7 @@ def load_elmo(source, weight_file=None) -> tuple[ElmoModel, ElmoTokenizer]:
     if not isinstance(source, (str, os.PathLike)):
         raise ElmoInputError(f"expected a path or Hub id for the model, got {type(source).__name__}")
     if "://" in str(source) or "://" in str(weight_file or ""):
-        raise ElmoInputError(
-            f"{source}: URLs are not downloaded; give local files, an hf-elmo folder or a Hub id"
-        )
+        raise ElmoInputError(f"{source}: URLs are not downloaded; give local files, an hf-elmo folder or a Hub id")
     if weight_file is not None and Path(weight_file) != Path(source):
         model = load_original_elmo(source, weight_file)
         return model, ElmoTokenizer(max_characters_per_token=model.config.max_characters_per_token)
