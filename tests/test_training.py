@@ -19,11 +19,11 @@ from hf_elmo.commands.train import (
     ElmoDataArguments,
     ElmoTrainer,
     ElmoTrainingArguments,
-    _tokenizer_and_config,
     parse_options,
     train_bilm,
 )
 from hf_elmo.data_bilm import iter_sentences
+from hf_elmo.training_setup import tokenizer_and_config
 
 ROOT = Path(__file__).resolve().parents[1]
 SHAKESPEARE = ROOT / "data/tinyshakespeare/input.txt"
@@ -382,7 +382,7 @@ def test_config_preset_with_converted_weights_keeps_their_forget_bias(corpus, tm
             train_files=[corpus / "valid.txt"],
         )
     )
-    _, config = _tokenizer_and_config(model, data)
+    _, config = tokenizer_and_config(model, data)
     assert config.forget_bias == 1.0
 
 
@@ -816,8 +816,8 @@ def test_steps_are_adagrad_on_window_times_loss_with_the_original_settings(
     from hf_elmo.commands import train as train_module
 
     built, batches = {}, []
-    build = train_module._build_model
-    monkeypatch.setattr(train_module, "_build_model", lambda *a: built.setdefault("model", build(*a).double()))
+    build = train_module.build_bilm
+    monkeypatch.setattr(train_module, "build_bilm", lambda *a: built.setdefault("model", build(*a).double()))
     compute_loss = ElmoTrainer.compute_loss
 
     def recording_compute_loss(self, model, inputs, *args, **kwargs):

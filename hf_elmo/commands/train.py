@@ -31,33 +31,27 @@ import math
 import os
 import shutil
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
-from transformers import TrainingArguments, set_seed
+from transformers import TrainingArguments
 from transformers.trainer_utils import IntervalStrategy, SchedulerType
 from transformers.training_args import OptimizerNames
 
 from ..adagrad import Adagrad
-from ..configuration_elmo import ARCHITECTURE_FIELDS, ELMO_PRESETS, WEIGHT_FORMAT_FIELDS, ElmoConfig
+from ..configuration_elmo import ELMO_PRESETS
 from ..data_bilm import (
     SPLIT_HELP,
     SPLITS,
-    TRAINING_OPTIONS_FILE,
     DataCollatorForBiLM,
     WordTable,
-    build_word_vocabulary,
     check_text_files,
     iter_sentences,
     load_bilm_dataset,
     load_compact_bilm_dataset,
     window_positions,
 )
-from ..file_io import ElmoInputError, check_not_an_input, read_json_object, write_atomically
+from ..file_io import write_atomically
 from ..freed_memory import keep_freed_memory
-from ..model_io import add_origin, describe_source
-from ..modeling_elmo import ElmoForBiLM
-from ..original_format import config_from_options
 from ..streams_bilm import DataCollatorForBiLMStreams, StreamWindowDataset
 from ..tokenization_elmo import ElmoTokenizer
 from ..trainer_bilm import (
@@ -68,37 +62,16 @@ from ..trainer_bilm import (
     EpochTimeCallback,
     StreamTrainer,
     TimeLimitCallback,
-    check_frequency_order,
     check_training_memory,
-    checkpoints,
     last_complete_checkpoint,
     log_once,
     one_line_load_errors,
     optimizer_steps_per_epoch,
 )
+from ..training_setup import build_bilm, tokenizer_and_config
 from ..warm_state import estimate_warm_state
-from ..word_vocabulary import WORD_VOCABULARY_FILE, read_word_vocabulary
 from .command_line import option
-
-OPTIONS_FILE = TRAINING_OPTIONS_FILE
-# may start in a folder holding only these).
-LEFT_BEFORE_FIRST_CHECKPOINT = (OPTIONS_FILE, STAGING_DIR)
-RESUMABLE_CHANGES = {
-    "output_dir",
-    "resume",
-    "data_cache_dir",
-    "disable_tqdm",
-    "report_to",
-    "logging_steps",
-    "eval_steps",
-    "save_steps",
-    "save_total_limit",
-    "dataloader_num_workers",
-    "keep_freed_memory",
-    "max_minutes",
-    "max_steps",
-    "num_train_epochs",
-}
+from .run_folder import OPTIONS_FILE, prepare_output_dir, remove_run_leftovers, resumed_options
 
 
 def _check_finite(options):
@@ -298,200 +271,6 @@ def parse_options(options: dict) -> tuple[ElmoModelArguments, ElmoDataArguments,
     return model, data, training
 
 
-def load_config(spec: str) -> ElmoConfig:
-    """A preset name, a folder or config.json written by `save_pretrained`, or a bilm-tf `options.json`."""
-    if spec in ELMO_PRESETS:
-        return ElmoConfig.from_preset(spec)
-    path = Path(spec)
-    if path.is_dir():
-        return ElmoConfig.from_pretrained(path)
-    if not path.is_file():
-        raise ValueError(
-            f"--config {spec!r} is neither a preset ({', '.join(ELMO_PRESETS)}) nor an existing file or folder."
-        )
-    try:
-        values = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise ValueError(f"--config {spec!r} is not a JSON file: {error}.") from None
-    if "lstm" in values and "char_cnn" in values:
-        return config_from_options(values, source=str(path))
-    return ElmoConfig.from_json_file(path)
-
-
-def _check_same_architecture(config: ElmoConfig, checkpoint: ElmoConfig, config_spec: str, init_from: str):
-    different = [
-        f"{name}: --config has {getattr(config, name)!r}, the weights have {getattr(checkpoint, name)!r}"
-        for name in ARCHITECTURE_FIELDS
-        if getattr(config, name) != getattr(checkpoint, name)
-    ]
-    if different:
-        raise ValueError(
-            f"--config {config_spec} does not match the --init-from weights in {init_from}: " + "; ".join(different)
-        )
-
-
-def _prepare_output_dir(model: ElmoModelArguments, data: ElmoDataArguments, training: ElmoTrainingArguments) -> Path:
-    config_file = model.config if model.config not in ELMO_PRESETS else None
-    inputs = [*data.train_files, *data.eval_files, data.vocab, config_file, model.init_from]
-    if Path(training.output_dir).is_symlink():  # as every command's output (file_io.check_output)
-        raise ElmoInputError(f"{training.output_dir}: is a symbolic link; give the folder itself or a new name")
-    output_dir = check_not_an_input(training.output_dir, inputs)
-    if (
-        not training.resume
-        and output_dir.exists()
-        and {p.name for p in output_dir.iterdir()} - set(LEFT_BEFORE_FIRST_CHECKPOINT)
-    ):
-        raise ValueError(
-            f"Output folder {output_dir} is not empty: pass --resume to continue the run in it, or choose another "
-            "folder."
-        )
-    return output_dir
-
-
-def _as_recorded(value):
-    return json.loads(json.dumps(value, default=os.fspath))
-
-
-def _resumed_options(given: dict) -> dict:
-    """The options of a resumed run: those recorded in its folder (`OPTIONS_FILE`), with the ones `given` again, which
-    must agree with the record except those a resumed run may change (`RESUMABLE_CHANGES`)."""
-    if given.get("output_dir") is None:
-        raise ValueError("--resume needs the folder of the run to continue (--output_dir).")
-    output_dir = Path(given["output_dir"])
-    saved = output_dir / OPTIONS_FILE
-    if not saved.is_file() or not checkpoints(output_dir):
-        raise ValueError(f"--resume: {output_dir} holds no checkpoint of an earlier run to continue from.")
-    recorded = read_json_object(saved, "options file of the earlier run")
-    fields = _fields()
-    if set(given) - set(fields):
-        raise TypeError(f"Unknown training options: {', '.join(sorted(set(given) - set(fields)))}.")
-
-    def earlier(name):  # an option the record lacks had its default
-        if name in recorded:
-            return recorded[name]
-        field_ = fields[name]
-        return field_.default_factory() if field_.default is dataclasses.MISSING else field_.default
-
-    different = [
-        f"--{name.replace('_', '-')} {earlier(name)!r} there, {_as_recorded(value)!r} given"
-        for name, value in given.items()
-        if name not in RESUMABLE_CHANGES and _as_recorded(value) != earlier(name)
-    ]
-    if different:
-        raise ValueError(
-            f"--resume: the run in {output_dir} has other options ({OPTIONS_FILE}): "
-            + "; ".join(different)
-            + "; leave them out to continue with the recorded ones."
-        )
-    return {**{k: v for k, v in recorded.items() if k in fields}, **given}
-
-
-def _remove_run_leftovers(output_dir: Path, created: bool):
-    """After a run failed or was stopped before its first checkpoint: remove what it wrote, so that the same command
-    can simply be run again."""
-    if checkpoints(output_dir):
-        return
-    for name in LEFT_BEFORE_FIRST_CHECKPOINT:
-        path = output_dir / name
-        if path.is_dir() and not path.is_symlink():
-            shutil.rmtree(path, ignore_errors=True)
-        elif path.is_file():
-            path.unlink()
-    if created and output_dir.is_dir() and not any(output_dir.iterdir()):
-        output_dir.rmdir()
-
-
-def _record_training(model: ElmoModelArguments, data: ElmoDataArguments, config: ElmoConfig, checkpoint_config):
-    """Adds this run to the history the model card tells (`hub_elmo`), after that of the --init-from checkpoint."""
-    if checkpoint_config is not None:
-        config.elmo_origin = getattr(checkpoint_config, "elmo_origin", None)
-    start = "from scratch" if model.init_from is None else f"from the weights of {describe_source(model.init_from)}"
-    names = ", ".join(f"`{Path(file).name}`" for file in data.train_files[:5])
-    more = f" and {len(data.train_files) - 5:,} more" if len(data.train_files) > 5 else ""
-    add_origin(
-        config,
-        f"biLM trained {start} by `hf-elmo train` on {names}{more}; the run's arguments are in `{OPTIONS_FILE}` in "
-        "its output folder.",
-    )
-
-
-def _tokenizer_and_config(model: ElmoModelArguments, data: ElmoDataArguments) -> tuple[ElmoTokenizer, ElmoConfig]:
-    """The tokenizer with its word vocabulary and the run's config, checked against the --init-from checkpoint."""
-    checkpoint_config = None
-    if model.init_from is not None:
-        if not (Path(model.init_from) / "config.json").is_file():
-            raise ValueError(
-                f"--init-from {model.init_from}: no config.json there; expected a folder saved by save_pretrained."
-            )
-        checkpoint_config = ElmoConfig.from_pretrained(model.init_from)
-    if model.config is not None:
-        config = load_config(model.config)
-        if checkpoint_config is not None:
-            _check_same_architecture(config, checkpoint_config, model.config, model.init_from)
-            # How the checkpoint's weights are read is the checkpoint's: converted weights need TensorFlow's
-            # forget bias added at run time, which a --config preset does not know about.
-            for name in WEIGHT_FORMAT_FIELDS:
-                setattr(config, name, getattr(checkpoint_config, name))
-    else:
-        config = checkpoint_config if checkpoint_config is not None else ElmoConfig.from_preset("small")
-
-    _record_training(model, data, config, checkpoint_config)
-    tokenizer = ElmoTokenizer(max_characters_per_token=config.max_characters_per_token)
-    checkpoint_words = None
-    if model.init_from is not None and (Path(model.init_from) / WORD_VOCABULARY_FILE).is_file():
-        checkpoint_words = read_word_vocabulary(Path(model.init_from) / WORD_VOCABULARY_FILE)
-    if data.vocab is not None:
-        words, source = read_word_vocabulary(data.vocab), f"from {data.vocab}"
-    elif checkpoint_words is not None:
-        words, source = checkpoint_words, f"from {Path(model.init_from) / WORD_VOCABULARY_FILE}"
-    else:
-        words = build_word_vocabulary(data.train_files, data.split, tokenizer, data.min_count, data.max_vocab_size)
-        source = f"built from the training files with min count {data.min_count}"
-    tokenizer.set_word_vocabulary(words)
-
-    if checkpoint_config is not None and checkpoint_config.vocab_size:
-        if checkpoint_config.vocab_size != len(words):
-            raise ValueError(
-                f"--init-from {model.init_from} has a softmax of {checkpoint_config.vocab_size} words but the "
-                f"vocabulary ({source}) has {len(words)}; use the checkpoint's vocab.txt."
-            )
-        if checkpoint_words is not None and checkpoint_words != words:
-            raise ValueError(
-                f"The vocabulary ({source}) lists other words than the one of --init-from {model.init_from}, whose "
-                "softmax rows belong to its own words; use the checkpoint's vocab.txt."
-            )
-    if not source.startswith("built") and 0 < model.num_softmax_samples < len(words):
-        check_frequency_order(words, data.train_files, data.split, source)
-    config.vocab_size = len(words)
-    config.dropout = model.dropout
-    config.num_softmax_samples = model.num_softmax_samples
-    config.validate_architecture()
-    log_once(f"Word vocabulary: {len(words):,} words, {source}.")
-    return tokenizer, config
-
-
-def _build_model(model_args: ElmoModelArguments, config: ElmoConfig, seed: int) -> ElmoForBiLM:
-    set_seed(seed)
-    if model_args.init_from is None:
-        return ElmoForBiLM(config)
-    model, info = ElmoForBiLM.from_pretrained(model_args.init_from, config=config, output_loading_info=True)
-    softmax_keys = {"softmax.weight", "softmax.bias"}
-    missing = set(info["missing_keys"])
-    if missing - softmax_keys or info["mismatched_keys"]:
-        raise ValueError(
-            f"--init-from {model_args.init_from} does not hold the weights of this model: missing "
-            f"{sorted(missing - softmax_keys)}, mismatched {sorted(info['mismatched_keys'])}."
-        )
-    if missing:
-        log_once(
-            f"--init-from {model_args.init_from} has no word softmax (e.g. converted released weights): a fresh "
-            f"softmax of {config.vocab_size:,} words is initialised; the biLM starts from the checkpoint."
-        )
-    else:
-        log_once(f"--init-from {model_args.init_from}: biLM and softmax continue from the checkpoint.")
-    return model
-
-
 def _eval_windows(data: ElmoDataArguments, tokenizer: ElmoTokenizer, words: WordTable | None):
     """The evaluation windows: compact with the training's word table `words`, else as `load_bilm_dataset` makes
     them."""
@@ -517,16 +296,16 @@ def train_bilm(**options) -> dict:
     `eval_perplexity` (their geometric mean).
     """
     if options.get("resume"):
-        options = _resumed_options(options)
+        options = resumed_options(options, _fields())
     model_args, data, args = parse_options(options)
     if args.keep_freed_memory:
         keep_freed_memory()
-    output_dir = _prepare_output_dir(model_args, data, args)
+    output_dir = prepare_output_dir(model_args, data, args)
     created = not output_dir.exists()
     check_text_files(data.train_files, "training")
     if data.eval_files:
         check_text_files(data.eval_files, "evaluation")
-    tokenizer, config = _tokenizer_and_config(model_args, data)
+    tokenizer, config = tokenizer_and_config(model_args, data)
     check_training_memory(args, config)
     resume_from = last_complete_checkpoint(output_dir, args.world_size, data.stream) if args.resume else None
     # What --resume fills in and checks: a resumed run must be the same run.
@@ -539,12 +318,12 @@ def train_bilm(**options) -> dict:
         if args.process_index == 0:
             shutil.rmtree(output_dir / STAGING_DIR, ignore_errors=True)
             if not args.resume:
-                _remove_run_leftovers(output_dir, created)
+                remove_run_leftovers(output_dir, created)
         raise
 
 
 def _train(model_args, data, args, output_dir, tokenizer, config, resume_from, record) -> dict:
-    model = _build_model(model_args, config, args.seed)  # before the data: --init-from problems are found first
+    model = build_bilm(model_args, config, args.seed)  # before the data: --init-from problems are found first
     words = None
     with args.main_process_first(desc="preparing the data"):
         if data.stream:
@@ -667,6 +446,5 @@ __all__ = [
     "ElmoModelArguments",
     "ElmoTrainer",
     "ElmoTrainingArguments",
-    "load_config",
     "train_bilm",
 ]
