@@ -1,7 +1,8 @@
 """Preparing training windows at scale: generates a corpus of N words (Zipfian over a 13,000-word vocabulary, 5-18
 words a line, seeded) and measures, in a fresh process per size, the preparation `hf-elmo train` does (the word
 table's pass, then the compact windows: `WordTable.of_files`, `load_compact_bilm_dataset`): time, words a second,
-bytes of cache per word and peak memory; then the collation rate of shuffled batches in the main process.
+bytes of cache per word and peak memory (allocated, resident with the mapped cache, and the largest preparing worker's
+resident, shared pages included); then the collation rate of shuffled batches in the main process.
 
     python benchmarks/bench_data_preparation.py --words 1000000 10000000
     python benchmarks/bench_data_preparation.py --words 1000000 --previous   # also load_bilm_dataset's full rows
@@ -16,6 +17,7 @@ import resource
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -49,6 +51,30 @@ def folder_bytes(folder: Path) -> int:
     return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
 
 
+class PeakMemory:
+    """The largest anonymous memory (`RssAnon`: what the process allocated) seen while it runs, sampled every 20 ms.
+    The resident set's peak (`ru_maxrss`) also counts the pages of the memory-mapped cache files read so far, which
+    the kernel can drop at any time: it grows with the corpus where the allocations do not."""
+
+    def __enter__(self):
+        self.peak, self.running = 0, True
+        self.thread = threading.Thread(target=self._sample, daemon=True)
+        self.thread.start()
+        return self
+
+    def _sample(self):
+        while self.running:
+            with open("/proc/self/status") as status:
+                for line in status:
+                    if line.startswith("RssAnon:"):
+                        self.peak = max(self.peak, int(line.split()[1]) * 1024)
+            time.sleep(0.02)
+
+    def __exit__(self, *exc):
+        self.running = False
+        self.thread.join()
+
+
 def measure(corpus: str, vocabulary: str, cache: str, previous: bool, batch_size: int, window: int, workers) -> dict:
     """One preparation in this process (fresh: its peak memory is the preparation's)."""
     import torch
@@ -60,13 +86,15 @@ def measure(corpus: str, vocabulary: str, cache: str, previous: bool, batch_size
     tokenizer = ElmoTokenizer()
     tokenizer.set_word_vocabulary(read_word_vocabulary(vocabulary))
     start = time.perf_counter()
-    if previous:
-        dataset, collate = load_bilm_dataset([corpus], tokenizer, window, cache_dir=cache), DataCollatorForBiLM()
-    else:
-        table = WordTable.of_files([corpus], tokenizer)
-        dataset = load_compact_bilm_dataset([corpus], table, tokenizer, window, cache_dir=cache)
-        collate = DataCollatorForBiLM(words=table)
-    seconds = time.perf_counter() - start
+    with PeakMemory() as memory:
+        if previous:
+            dataset, collate = load_bilm_dataset([corpus], tokenizer, window, cache_dir=cache), DataCollatorForBiLM()
+        else:
+            table = WordTable.of_files([corpus], tokenizer)
+            dataset = load_compact_bilm_dataset([corpus], table, tokenizer, window, cache_dir=cache)
+            collate = DataCollatorForBiLM(words=table)
+        seconds = time.perf_counter() - start
+    worker_peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024  # before the loaders' processes
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     rates = {}
     for count in workers:
@@ -79,7 +107,13 @@ def measure(corpus: str, vocabulary: str, cache: str, previous: bool, batch_size
         for _, batch in zip(range(50 * max(count, 1)), batches):
             positions += int(batch["attention_mask"].sum())
         rates[count] = positions / (time.perf_counter() - start)
-    return {"seconds": seconds, "peak_bytes": peak, "collated_positions_per_second": rates}
+    return {
+        "seconds": seconds,
+        "peak_bytes": peak,
+        "peak_anonymous_bytes": memory.peak,
+        "worker_peak_bytes": worker_peak,
+        "collated_positions_per_second": rates,
+    }
 
 
 def main():
@@ -104,8 +138,9 @@ def main():
 
     print(machine_description("cpu"))
     rates = " | ".join(f"collated positions/s, {count} workers" for count in args.workers)
-    print(f"| words | preparation | seconds | words/s | cache bytes/word | peak memory MiB | {rates} |")
-    print("| ---: | --- | ---: | ---: | ---: | ---: |" + " ---: |" * len(args.workers))
+    memory = "peak allocated MiB | peak resident MiB | largest preparing worker's peak resident MiB"
+    print(f"| words | preparation | seconds | words/s | cache bytes/word | {memory} | {rates} |")
+    print("| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |" + " ---: |" * len(args.workers))
     with tempfile.TemporaryDirectory() as temporary:
         folder = Path(args.folder or temporary)
         folder.mkdir(parents=True, exist_ok=True)
@@ -132,7 +167,8 @@ def main():
                 print(
                     f"| {words:,} | {'load_bilm_dataset' if previous else 'compact'} | {result['seconds']:.1f} | "
                     f"{words / result['seconds']:,.0f} | {folder_bytes(cache) / words:.1f} | "
-                    f"{result['peak_bytes'] / 2**20:,.0f} | "
+                    f"{result['peak_anonymous_bytes'] / 2**20:,.0f} | {result['peak_bytes'] / 2**20:,.0f} | "
+                    f"{result['worker_peak_bytes'] / 2**20:,.0f} | "
                     + " | ".join(f"{rate:,.0f}" for rate in result["collated_positions_per_second"].values())
                     + " |",
                     flush=True,
