@@ -253,25 +253,29 @@ class StreamWindowDataset(torch.utils.data.Dataset):
             yield step
 
     def _make_batch(self, step: list[list[tuple[list[str], int, int]]]) -> list[dict[str, np.ndarray]]:
-        tokens = {"forward_inputs": [], "forward_targets": [], "backward_inputs": [], "backward_targets": []}
+        tokens = [[], [], [], []]  # forward inputs and targets, backward inputs and targets
         for parts in step:
             for words, start, end in parts:
-                tokens["forward_inputs"] += [BOS_TOKEN, *words][start:end]
-                tokens["forward_targets"] += [*words, EOS_TOKEN][start:end]
-                tokens["backward_inputs"] += [EOS_TOKEN, *words[::-1]][start:end]
-                tokens["backward_targets"] += [*words[::-1], BOS_TOKEN][start:end]
+                forward, backward = [BOS_TOKEN, *words, EOS_TOKEN], [EOS_TOKEN, *words[::-1], BOS_TOKEN]
+                tokens[0] += forward[start:end]
+                tokens[1] += forward[start + 1 : end + 1]
+                tokens[2] += backward[start:end]
+                tokens[3] += backward[start + 1 : end + 1]
+        # Each distinct word made into a row and a target once: the pieces of a step repeat many.
+        index = {}
         shape = (self.rows, self.window)
-        ids = {
-            name: self.tokenizer.characters.rows(tokens[f"{name}_inputs"]).astype(np.int16).reshape(*shape, -1)
-            for name in ("forward", "backward")
-        }
-        labels = {name: self.tokenizer.word_targets(tokens[f"{name}_targets"]).reshape(shape) for name in ids}
+        forward_inputs, forward_targets, backward_inputs, backward_targets = (
+            np.fromiter((index.setdefault(word, len(index)) for word in part), np.int64, len(part)).reshape(shape)
+            for part in tokens
+        )
+        char_ids = self.tokenizer.characters.rows(list(index)).astype(np.int16)
+        targets = self.tokenizer.word_targets(list(index))
         return [
             {
-                "forward_ids": ids["forward"][row],
-                "forward_labels": labels["forward"][row],
-                "backward_ids": ids["backward"][row, ::-1],
-                "backward_labels": labels["backward"][row, ::-1],
+                "forward_ids": char_ids[forward_inputs[row]],
+                "forward_labels": targets[forward_targets[row]],
+                "backward_ids": char_ids[backward_inputs[row, ::-1]],
+                "backward_labels": targets[backward_targets[row, ::-1]],
             }
             for row in range(self.rows)
         ]
@@ -296,9 +300,11 @@ class StreamWindowDataset(torch.utils.data.Dataset):
         if self._record is None:
             shards = []
             for path in self.files:
+                digest = hashlib.sha256()
                 with open(path, "rb") as f:
-                    digest = hashlib.file_digest(f, "sha256").hexdigest()
-                shards.append({"file": path, "bytes": os.path.getsize(path), "sha256": digest})
+                    while block := f.read(1 << 20):
+                        digest.update(block)
+                shards.append({"file": path, "bytes": os.path.getsize(path), "sha256": digest.hexdigest()})
             self._record = {"shards": shards}
         return self._record
 
