@@ -250,8 +250,8 @@ def record_batches(monkeypatch) -> list:
 
 
 def test_resumed_stream_run_ends_with_the_same_weights(corpus, tmp_path, monkeypatch):
-    """A run over shards interrupted after its checkpoint at step 3 and resumed trains on the batches of an
-    uninterrupted run from step 4 on, and ends with its weights."""
+    """A run over shards interrupted after its checkpoint at step 3 and resumed (with data loader workers) trains on
+    the batches of an uninterrupted run from step 4 on, and ends with its weights."""
     run = options(corpus, tmp_path / "interrupted", dropout=0.1, num_softmax_samples=32, max_steps=8, save_steps=3)
     run["train_files"] = [corpus / "shards"]
     uninterrupted = record_batches(monkeypatch)
@@ -276,7 +276,8 @@ def test_resumed_stream_run_ends_with_the_same_weights(corpus, tmp_path, monkeyp
         train_bilm(**run, resume=True)
     (checkpoint / "stream_state-1.safetensors").unlink()
     resumed = record_batches(monkeypatch)
-    train_bilm(**run, resume=True)
+    # Each data loader worker lays the streams out for itself, up to the steps it is asked for.
+    train_bilm(**run, resume=True, dataloader_num_workers=2)
     assert len(uninterrupted) == 8 and len(resumed) == 5
     for expected, batch in zip(uninterrupted[3:], resumed):
         assert all(torch.equal(expected[k], batch[k]) for k in batch)
