@@ -288,11 +288,15 @@ class StreamWindowDataset(torch.utils.data.Dataset):
         if part != self.rank:
             raise IndexError(f"item {index} belongs to the rows of process {part}, this is process {self.rank}")
         if step != self._step:
-            if self._layouts is None or self._step is None or step < self._step:
+            if self._layouts is None or step < self._step:
                 self._layouts, self._step = self._layout(), -1
-            for _ in range(step - self._step - 1):
-                next(self._layouts)
-            self._batch, self._step = self._make_batch(next(self._layouts)), step
+            try:
+                for _ in range(step - self._step - 1):
+                    next(self._layouts)
+                self._batch, self._step = self._make_batch(next(self._layouts)), step
+            except BaseException:  # a shard that cannot be read: asked again, the layout starts over
+                self._layouts, self._step = None, None
+                raise
         return self._batch[row]
 
     def corpus_record(self) -> dict:
