@@ -36,7 +36,7 @@ from bench_inference import CLOCKS, machine_description, reference_copy, speedup
 
 from hf_elmo import ElmoConfig, ElmoForBiLM, ElmoTokenizer
 from hf_elmo.adagrad import Adagrad  # noqa: E402
-from hf_elmo.data_bilm import SPLITS, DataCollatorForBiLM, build_word_vocabulary, iter_sentences, load_bilm_dataset
+from hf_elmo.data_bilm import SPLITS, DataCollatorForBiLM, build_word_vocabulary, load_bilm_dataset
 from hf_elmo.freed_memory import keep_freed_memory
 from hf_elmo.streams_bilm import DataCollatorForBiLMStreams, StreamWindowDataset
 
@@ -63,8 +63,7 @@ def corpus_batches(
     tokenizer = ElmoTokenizer()
     tokenizer.set_word_vocabulary(build_word_vocabulary([path], split, tokenizer, min_count))
     if stream:
-        sentences = list(iter_sentences([path], split, tokenizer, blank_lines=True))
-        streams = StreamWindowDataset(sentences, tokenizer, batch_size, window, seed=0, epochs=1000)
+        streams = StreamWindowDataset([path], tokenizer, batch_size, window, seed=0, split=split, epochs=1000)
         collate_streams = DataCollatorForBiLMStreams()
 
         def stream_batches():

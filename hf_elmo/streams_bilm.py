@@ -5,8 +5,10 @@ batch to batch. A sentence `w_1 .. w_n` is `<S> w_1 .. w_n </S>`: the forward LM
 predicts `w_1 .. w_n </S>`; the backward LM reads the reversed sentence `</S> w_n .. w_1` and predicts
 `w_n .. w_1 <S>`. `</S>` (forward) and `<S>` (backward) are never read: after the last word the row reads the next
 sentence's first token with the state carried over. Each batch, rows 0..B-1 in turn fill their `num_steps`
-positions, a row whose sentence is used up taking the next unread sentence; the first batch in which some row finds
-no sentence left is dropped, and the streams end there.
+positions, a row whose sentence is used up taking the next unread sentence. Evaluation (`build_streams`, in memory)
+reads the text once: the first batch in which some row finds no sentence left is dropped, and the streams end there.
+Training (`StreamWindowDataset`) reads the corpus shard by shard, epoch after epoch, each process its own part, and
+the streams go on.
 
 The two directions read different token sequences (the backward one is each sentence reversed, sentences in the same
 order), so a batch holds both: the forward streams go in rows `0..B-1`
@@ -16,14 +18,19 @@ the first rows and the backward LM on the others. The final state of such a batc
 the directions never mixing.
 """
 
-from collections.abc import Sequence
+import hashlib
+import itertools
+import os
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
 
 from .character_rows import BOS_TOKEN, EOS_TOKEN
-from .data_bilm import IGNORE_INDEX
+from .data_bilm import IGNORE_INDEX, _check_split, expand_shards, iter_sentences, split_line
+from .file_io import ElmoInputError, json_field, read_json_object, read_lines
 from .tokenization_elmo import ElmoTokenizer
 
 
@@ -96,36 +103,20 @@ def _direction_stream(sentences: Sequence[np.ndarray], reverse: bool) -> tuple[n
 
 
 def build_streams(
-    sentences: Sequence[list[str]],
-    tokenizer: ElmoTokenizer,
-    batch_size: int,
-    num_steps: int,
-    contiguous: bool = False,
-    encoded: tuple[list[str], list[np.ndarray]] | None = None,
+    sentences: Sequence[list[str]], tokenizer: ElmoTokenizer, batch_size: int, num_steps: int
 ) -> BiLMStreams:
-    """Lay `sentences` out into `batch_size` continuous rows of `num_steps`-position batches.
-
-    By default exactly as bilm-tf (`assign_rows`). With `contiguous`, the sentences read as one stream are cut into
-    `batch_size` equal parts instead, each row reading its part (every complete batch of it): a layout whose length
-    does not depend on the order of the sentences, for training epochs of a fixed number of steps. `encoded` is
-    `encode_sentences(sentences)` when already computed.
-    """
+    """Lay `sentences` out into `batch_size` continuous rows of `num_steps`-position batches, exactly as bilm-tf
+    (`assign_rows`), all in memory."""
     if batch_size < 1 or num_steps < 1:
         raise ValueError(f"batch size and steps per batch must be >= 1, got {batch_size} and {num_steps}.")
-    words, encoded = encoded if encoded is not None else encode_sentences(sentences)
+    words, encoded = encode_sentences(sentences)
     word_ids = tokenizer.word_targets(words)
-    if contiguous:
-        streams = [_direction_stream(encoded, reverse) for reverse in (False, True)]
-        per_row = len(streams[0][0]) // batch_size
-        length = per_row // num_steps * num_steps
-        arrays = [a[: batch_size * per_row].reshape(batch_size, per_row)[:, :length] for pair in streams for a in pair]
-    else:
-        rows, batches = assign_rows([len(s) + 1 for s in encoded], batch_size, num_steps)
-        length = batches * num_steps
-        arrays = []
-        for reverse in (False, True):
-            pairs = [_direction_stream([encoded[k] for k in row], reverse) for row in rows]
-            arrays += [np.stack([pair[i][:length] for pair in pairs]) for i in range(2)]
+    rows, batches = assign_rows([len(s) + 1 for s in encoded], batch_size, num_steps)
+    length = batches * num_steps
+    arrays = []
+    for reverse in (False, True):
+        pairs = [_direction_stream([encoded[k] for k in row], reverse) for row in rows]
+        arrays += [np.stack([pair[i][:length] for pair in pairs]) for i in range(2)]
     forward_inputs, forward_targets, backward_inputs, backward_targets = arrays
     return BiLMStreams(words, forward_inputs, word_ids[forward_targets], backward_inputs, word_ids[backward_targets])
 
@@ -140,66 +131,219 @@ def stream_input_ids(streams: BiLMStreams, char_ids: np.ndarray, start: int, end
     return torch.from_numpy(char_ids[np.concatenate([forward, backward])])
 
 
-class StreamWindowDataset(torch.utils.data.Dataset):
-    """Training data as continuous streams: item `i` is the `window` positions of stream `i % rows` at step
-    `i // rows`, so that a sequential sampler in batches of `rows / processes` gives every process the same rows at
-    every step (accelerate deals batch `j` to process `j % processes`).
+STREAM_CORPUS_FILE = "stream_corpus.json"
+"""In every checkpoint of a `--stream` run: the shards the streams read (name, size, SHA-256), which `--resume` finds
+unchanged before it regenerates the streams."""
 
-    Every epoch reshuffles the sentences (seeded by `seed` and the epoch) and cuts them, read as one stream, into
-    `rows` contiguous parts (`build_streams(..., contiguous=True)`); the epochs follow one another in the one pass of
-    `steps` steps the dataset holds, so a run is one deterministic sequence that resumes by skipping batches.
-    Items are `{"forward_ids" (window, 50), "forward_labels" (window,), "backward_ids", "backward_labels"}`, the
-    backward ones reversed in time (see `stream_input_ids`); `DataCollatorForBiLMStreams` makes them a batch.
+
+class StreamWindowDataset(torch.utils.data.Dataset):
+    """Training data as continuous streams, read from the corpus shard by shard: item `i` is the `window` positions of
+    row `i % rows` of process `(i // rows) % processes` at step `i // (rows * processes)`, so that a sequential
+    sampler in batches of `rows`, dealt to the processes in turn (accelerate gives batch `j` to process
+    `j % processes`), gives every process its own rows at every step.
+
+    Each process reads its own part of the corpus (`files`, as `expand_shards` names them): shards `rank`,
+    `rank + processes`, ... of the sorted list, or, with fewer shards than processes, every shard but only its lines
+    `rank`, `rank + processes`, ... (counted after the shuffle, which is the same in every process). Its rows share one
+    sequence of sentences, as bilm-tf's `_get_batch`: each step, rows `0..rows-1` in turn fill their `window`
+    positions, a row whose sentence is used up taking the next one (`assign_rows`'s rule, applied step by step).
+    Every epoch the process reads its shards in an order drawn from `seed` and the epoch, one shard in memory at a
+    time, its lines shuffled on loading (bilm-tf's `shuffle_on_load`); the epochs follow one another without a break,
+    the rows reading on. Without `shuffle` the shards and their lines keep their order: on one file and one process
+    the items are those of `build_streams(sentences, tokenizer, rows, window)`, which lays out all sentences in
+    memory. Memory holds one shard's lines and the rows' current sentences, whatever the corpus's size.
+
+    The dataset is one pass of `steps` steps, a deterministic sequence: asked for a step it did not just make, it lays
+    the streams out again from the start (without building their batches), which is how a resumed run skips the steps
+    it already trained. With `steps` left out it holds `epochs` epochs of the whole corpus's positions (counted in one
+    pass over it). Items are `{"forward_ids" (window, C), "forward_labels" (window,), "backward_ids",
+    "backward_labels"}`, the backward ones reversed in time (see `stream_input_ids`); `DataCollatorForBiLMStreams`
+    makes them a batch.
     """
 
     def __init__(
         self,
-        sentences: Sequence[list[str]],
+        files: Sequence[str | os.PathLike] | str | os.PathLike,
         tokenizer: ElmoTokenizer,
         rows: int,
         window: int,
         seed: int,
+        split: str = "whitespace",
         epochs: float | None = None,
         steps: int | None = None,
+        rank: int = 0,
+        processes: int = 1,
+        shuffle: bool = True,
     ):
-        self.encoded = encode_sentences(sentences)
-        self.char_ids = tokenizer.characters.rows(self.encoded[0]).astype(np.int16)
-        self.tokenizer, self.rows, self.window, self.seed = tokenizer, rows, window, seed
-        inputs = sum(len(s) + 1 for s in self.encoded[1])
-        self.steps_per_epoch = inputs // rows // window
-        if self.steps_per_epoch == 0:
-            raise ValueError(
-                f"The training text has {inputs:,} positions per direction, too few for {rows} streams of windows of "
-                f"{window}: use a smaller batch size or window, or more text."
-            )
-        self.steps = steps if steps is not None else max(1, round(epochs * self.steps_per_epoch))
-        self._epoch, self._streams = None, None
+        if rows < 1 or window < 1 or not 0 <= rank < processes:
+            raise ValueError(f"rows and window must be >= 1, rank in [0, {processes}), got {rows}, {window}, {rank}.")
+        _check_split(split, tokenizer)
+        self.files = expand_shards(files, "training")
+        self.tokenizer, self.split, self.rows, self.window, self.seed = tokenizer, split, rows, window, seed
+        self.rank, self.processes, self.shuffle = rank, processes, shuffle
+        self.steps_per_epoch = None
+        if steps is None:
+            inputs = sum(len(words) + 1 for words in iter_sentences(self.files, split, tokenizer))
+            self.steps_per_epoch = inputs // (rows * processes) // window
+            if self.steps_per_epoch == 0:
+                raise ValueError(
+                    f"The training text has {inputs:,} positions per direction, too few for {rows * processes} "
+                    f"streams of windows of {window}: use a smaller batch size or window, or more text."
+                )
+            steps = max(1, round(epochs * self.steps_per_epoch))
+        self.steps = steps
+        self._layouts, self._step, self._batch, self._record = None, None, None, None
 
     def __len__(self) -> int:
-        return self.steps * self.rows
+        return self.steps * self.rows * self.processes
 
-    def streams(self, epoch: int) -> BiLMStreams:
-        if epoch != self._epoch:
-            order = np.random.default_rng([self.seed, epoch]).permutation(len(self.encoded[1]))
-            words, encoded = self.encoded
-            shuffled = [encoded[k] for k in order]
-            self._streams = build_streams(
-                None, self.tokenizer, self.rows, self.window, contiguous=True, encoded=(words, shuffled)
-            )
-            self._epoch = epoch
-        return self._streams
+    def __getstate__(self) -> dict:  # a data loader's worker process starts its own layout
+        return {**self.__dict__, "_layouts": None, "_step": None, "_batch": None}
+
+    def epoch_sentences(self, epoch: int) -> Iterator[list[str]]:
+        """The sentences this process reads in `epoch`, in order."""
+        own = range(len(self.files))
+        if len(self.files) >= self.processes:
+            own = own[self.rank :: self.processes]
+        order = np.random.default_rng([self.seed, epoch]).permutation(len(own)) if self.shuffle else range(len(own))
+        taken = 0
+        for shard in (own[k] for k in order):
+            path = self.files[shard]
+            lines = [(number, line) for number, line in enumerate(read_lines(path), start=1) if line.strip()]
+            if not lines:
+                raise ElmoInputError(f"Training file {path!r} is empty: it has no words.")
+            if self.shuffle:
+                lines = [lines[k] for k in np.random.default_rng([self.seed, epoch, shard]).permutation(len(lines))]
+            for number, line in lines:
+                taken += 1
+                if len(self.files) < self.processes and (taken - 1) % self.processes != self.rank:
+                    continue
+                words = split_line(line, self.split, self.tokenizer, f"{path}, line {number}")
+                if words:
+                    yield words
+
+    def _sentences(self) -> Iterator[list[str]]:
+        for epoch in itertools.count():
+            read = None
+            for read in self.epoch_sentences(epoch):
+                yield read
+            if read is None:
+                raise ValueError(
+                    f"Process {self.rank} of {self.processes} has no sentence of the training text to read: use fewer "
+                    "processes or more text."
+                )
+
+    def _layout(self) -> Iterator[list[list[tuple[list[str], int, int]]]]:
+        """Each step's pieces: for every row, the `(sentence, start, end)` parts of the sentences' positions (a
+        sentence of `n` words offers `n + 1`) it reads, as `assign_rows` lays them out."""
+        sentences = self._sentences()
+        current, used = [[] for _ in range(self.rows)], [1] * self.rows  # nothing left to read
+        while True:
+            step = []
+            for row in range(self.rows):
+                needed, parts = self.window, []
+                while needed:
+                    if used[row] == len(current[row]) + 1:
+                        current[row], used[row] = next(sentences), 0
+                    taken = min(len(current[row]) + 1 - used[row], needed)
+                    parts.append((current[row], used[row], used[row] + taken))
+                    used[row] += taken
+                    needed -= taken
+                step.append(parts)
+            yield step
+
+    def _make_batch(self, step: list[list[tuple[list[str], int, int]]]) -> list[dict[str, np.ndarray]]:
+        tokens = [[], [], [], []]  # forward inputs and targets, backward inputs and targets
+        for parts in step:
+            for words, start, end in parts:
+                forward, backward = [BOS_TOKEN, *words, EOS_TOKEN], [EOS_TOKEN, *words[::-1], BOS_TOKEN]
+                tokens[0] += forward[start:end]
+                tokens[1] += forward[start + 1 : end + 1]
+                tokens[2] += backward[start:end]
+                tokens[3] += backward[start + 1 : end + 1]
+        # Each distinct word made into a row and a target once: the pieces of a step repeat many.
+        index = {}
+        shape = (self.rows, self.window)
+        forward_inputs, forward_targets, backward_inputs, backward_targets = (
+            np.fromiter((index.setdefault(word, len(index)) for word in part), np.int64, len(part)).reshape(shape)
+            for part in tokens
+        )
+        char_ids = self.tokenizer.characters.rows(list(index)).astype(np.int16)
+        targets = self.tokenizer.word_targets(list(index))
+        return [
+            {
+                "forward_ids": char_ids[forward_inputs[row]],
+                "forward_labels": targets[forward_targets[row]],
+                "backward_ids": char_ids[backward_inputs[row, ::-1]],
+                "backward_labels": targets[backward_targets[row, ::-1]],
+            }
+            for row in range(self.rows)
+        ]
 
     def __getitem__(self, index: int) -> dict[str, np.ndarray]:
-        step, row = divmod(index, self.rows)
-        epoch, step = divmod(step, self.steps_per_epoch)
-        streams = self.streams(epoch)
-        positions = slice(step * self.window, (step + 1) * self.window)
-        return {
-            "forward_ids": self.char_ids[streams.forward_inputs[row, positions]],
-            "forward_labels": streams.forward_targets[row, positions],
-            "backward_ids": self.char_ids[streams.backward_inputs[row, positions][::-1]],
-            "backward_labels": streams.backward_targets[row, positions][::-1],
-        }
+        if not 0 <= index < len(self):
+            raise IndexError(f"item {index} of a dataset of {len(self)}")
+        step, row = divmod(index, self.rows * self.processes)
+        part, row = divmod(row, self.rows)
+        if part != self.rank:
+            raise IndexError(f"item {index} belongs to the rows of process {part}, this is process {self.rank}")
+        if step != self._step:
+            if self._layouts is None or step < self._step:
+                self._layouts, self._step = self._layout(), -1
+            try:
+                for _ in range(step - self._step - 1):
+                    next(self._layouts)
+                self._batch, self._step = self._make_batch(next(self._layouts)), step
+            except BaseException:  # a shard that cannot be read: asked again, the layout starts over
+                self._layouts, self._step = None, None
+                raise
+        return self._batch[row]
+
+    def corpus_record(self) -> dict:
+        """What `STREAM_CORPUS_FILE` holds: the shards the streams read (all processes'), their sizes and digests."""
+        if self._record is None:
+            shards = []
+            for path in self.files:
+                digest = hashlib.sha256()
+                with open(path, "rb") as f:
+                    while block := f.read(1 << 20):
+                        digest.update(block)
+                shards.append({"file": path, "bytes": os.path.getsize(path), "sha256": digest.hexdigest()})
+            self._record = {"shards": shards}
+        return self._record
+
+    def check_same_corpus(self, checkpoint: str | os.PathLike):
+        """A one-line error unless the shards are those, unchanged, that the run of `checkpoint` read."""
+        path = Path(checkpoint) / STREAM_CORPUS_FILE
+        if not path.is_file():
+            raise ElmoInputError(
+                f"--resume: {checkpoint}: no {STREAM_CORPUS_FILE}: written by an earlier version of --stream, which "
+                "laid the streams out otherwise; start a new run (--init-from the checkpoint to keep its weights)"
+            )
+        shards = json_field(read_json_object(path, "stream corpus record"), "shards", str(path))
+        fields = ("file", "bytes", "sha256")
+        if not isinstance(shards, list) or not all(isinstance(s, dict) and set(fields) <= set(s) for s in shards):
+            raise ElmoInputError(f"{path}: field 'shards' must be a list of {{'file', 'bytes', 'sha256'}} objects")
+        recorded = {shard["file"]: shard for shard in shards}
+        for name in self.files:
+            if name not in recorded:
+                raise ElmoInputError(
+                    f"--resume: the training files now include {name!r}, which the run did not read "
+                    f"({STREAM_CORPUS_FILE} in {checkpoint}): resume with the run's shards"
+                )
+        for name in recorded:
+            if name not in self.files:
+                raise ElmoInputError(
+                    f"--resume: {name!r}, a shard the run read ({STREAM_CORPUS_FILE} in {checkpoint}), is no longer "
+                    "among the training files: resume with the run's shards"
+                )
+        now = {shard["file"]: shard for shard in self.corpus_record()["shards"]}
+        for name, shard in recorded.items():
+            if (now[name]["bytes"], now[name]["sha256"]) != (shard["bytes"], shard["sha256"]):
+                raise ElmoInputError(
+                    f"--resume: training file {name!r} changed since the run read it ({shard['bytes']:,} bytes then, "
+                    f"{now[name]['bytes']:,} now; {STREAM_CORPUS_FILE} in {checkpoint}): resume with the run's shards"
+                )
 
 
 class DataCollatorForBiLMStreams:
@@ -221,6 +365,7 @@ class DataCollatorForBiLMStreams:
 
 __all__ = [
     "BiLMStreams",
+    "STREAM_CORPUS_FILE",
     "DataCollatorForBiLMStreams",
     "StreamWindowDataset",
     "assign_rows",

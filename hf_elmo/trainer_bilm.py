@@ -29,9 +29,10 @@ from transformers.training_args import OptimizerNames
 from .adagrad import Adagrad
 from .configuration_elmo import ElmoConfig
 from .data_bilm import iter_sentences
-from .file_io import ElmoInputError, deferred_signals
+from .file_io import ElmoInputError, deferred_signals, write_atomically
 from .input_checks import check_bilm_batch, values_checked_on_host
 from .model_io import check_finite_weights, safetensors_shapes
+from .streams_bilm import STREAM_CORPUS_FILE
 from .tokenization_elmo import ElmoTokenizer
 from .word_vocabulary import WORD_VOCABULARY_FILE, WORD_VOCABULARY_SPECIALS
 
@@ -428,7 +429,9 @@ class ElmoTrainer(Trainer):
 
 class StreamTrainer(ElmoTrainer):
     """`ElmoTrainer` for `StreamWindowDataset` batches: each process carries its rows' LSTM state from batch to batch
-    (detached, as bilm-tf feeds it), and saves it with every checkpoint so that `--resume` continues the streams."""
+    (detached, as bilm-tf feeds it), and saves it with every checkpoint, with the record of the shards the streams read
+    (`STREAM_CORPUS_FILE`), so that `--resume` continues the streams: the dataset lays them out again and `Trainer`
+    skips the steps already trained."""
 
     carried: tuple[torch.Tensor, torch.Tensor] | None = None
     _split_directions = True  # each direction's LSTMs run on its own half of the rows
@@ -443,13 +446,18 @@ class StreamTrainer(ElmoTrainer):
 
     def complete_checkpoint(self, folder: Path):
         super().complete_checkpoint(folder)
+        if self.args.should_save:
+            record = json.dumps(self.train_dataset.corpus_record(), indent=1) + "\n"
+            write_atomically(folder / STREAM_CORPUS_FILE, record)
         if self.carried is not None:
             hidden, memory = (t.contiguous().cpu() for t in self.carried)
             path = folder / STREAM_STATE_FILE.format(rank=self.args.process_index)
             save_file({"hidden": hidden, "memory": memory}, path)
 
     def load_carried_state(self, checkpoint: str | os.PathLike):
-        """Restores this process's carried state from `checkpoint` (a folder `complete_checkpoint` wrote into)."""
+        """Restores this process's carried state from `checkpoint` (a folder `complete_checkpoint` wrote into), after
+        checking that the corpus is the one the streams read."""
+        self.train_dataset.check_same_corpus(checkpoint)
         files = sorted(Path(checkpoint).glob(STREAM_STATE_FILE.format(rank="*")))
         path = Path(checkpoint) / STREAM_STATE_FILE.format(rank=self.args.process_index)
         if len(files) != self.args.world_size or not path.is_file():

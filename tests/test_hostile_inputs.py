@@ -25,6 +25,7 @@ from hf_elmo import ElmoConfig, ElmoForBiLM, ElmoTokenizer
 from hf_elmo.cli import main as cli_main
 from hf_elmo.data_bilm import DataCollatorForBiLM, WordTable, load_compact_bilm_dataset
 from hf_elmo.export_onnx import export_onnx
+from hf_elmo.streams_bilm import StreamWindowDataset
 
 CORPUS = "the cat sat on the mat .\nthe dog sat .\na cat and a dog .\n"
 TINY = dict(char_embedding_dim=4, filters=[[1, 4], [2, 4]], n_highway=1, cell_dim=8, projection_dim=4, num_layers=1)
@@ -220,6 +221,25 @@ def scalar_softmax(root):
 
     first = (root / "t/model.ckpt-252.data-00000-of-00001").read_bytes()[:4]
     rewrite_tf_index(with_entry("lm/softmax/W", lambda entries: _entry(1, (), 0, 4, first)))(root)
+
+
+# --- lazy streams (train --stream over shards): preparing the working folder ---
+
+STREAM_SHARDS = (
+    "train --train-files shards --config B --output-dir run --disable-tqdm --data-cache-dir cache --stream "
+    "--per-device-train-batch-size 2 --window 8"
+)
+
+
+def stream_run_on_shards():
+    """Two shards and a `--stream` run over them with checkpoints at steps 1 and 2."""
+    shards = [write("shards/a.txt", CORPUS), write("shards/b.txt", "the dog sat .\n")]
+
+    def train(root):
+        command = f"{STREAM_SHARDS} --max-steps 2 --save-steps 1 --logging-steps 100"
+        assert cli_main(command.split()) == 0
+
+    return [*shards, train]
 
 
 @dataclass
@@ -702,6 +722,46 @@ CASES = {
         r"^error: Training folder 'shards' holds no file\.$",
         [lambda root: (root / "shards" / ".hidden").mkdir(parents=True)],
     ),
+    # --- lazy streams (train --stream over shards) ---
+    "train --stream: an empty shard": Case(
+        f"{STREAM_SHARDS} --max-steps 2",
+        r"^error: Training file 'shards/b\.txt' is empty: it has no words\.$",
+        [write("shards/a.txt", CORPUS), write("shards/b.txt", "\n \n")],
+    ),
+    "train --stream: a shard that is not UTF-8": Case(
+        f"{STREAM_SHARDS} --max-steps 2",
+        r"^error: Training file 'shards/b\.txt': line 2 is not valid UTF-8 \(byte 1: invalid start byte\)\.$",
+        [write("shards/a.txt", CORPUS), write("shards/b.txt", b"the cat .\n\xff dog .\n")],
+    ),
+    "train --resume --stream: a shard gone since the run read it": Case(
+        "train --output-dir run --resume --max-steps 3",
+        r"^error: --resume: 'shards/b\.txt', a shard the run read \(stream_corpus\.json in run/checkpoint-2\), is no "
+        r"longer among the training files: resume with the run's shards$",
+        [*stream_run_on_shards(), lambda root: (root / "shards/b.txt").unlink()],
+    ),
+    "train --resume --stream: a shard changed since the run read it": Case(
+        "train --output-dir run --resume --max-steps 3",
+        r"^error: --resume: training file 'shards/b\.txt' changed since the run read it \(14 bytes then, 12 now; "
+        r"stream_corpus\.json in run/checkpoint-2\): resume with the run's shards$",
+        [*stream_run_on_shards(), write("shards/b.txt", "the dog sat\n")],
+    ),
+    "train --resume --stream: a shard of the same size changed since the run read it": Case(
+        "train --output-dir run --resume --max-steps 3",
+        r"^error: --resume: training file 'shards/b\.txt' changed since the run read it \(14 bytes then, 14 now;",
+        [*stream_run_on_shards(), write("shards/b.txt", "the cat sat .\n")],
+    ),
+    "train --resume --stream: a shard added since the run started": Case(
+        "train --output-dir run --resume --max-steps 3",
+        r"^error: --resume: the training files now include 'shards/c\.txt', which the run did not read "
+        r"\(stream_corpus\.json in run/checkpoint-2\): resume with the run's shards$",
+        [*stream_run_on_shards(), write("shards/c.txt", CORPUS)],
+    ),
+    "train --resume --stream: a checkpoint of the earlier --stream, without the record of its shards": Case(
+        "train --output-dir run --resume --max-steps 3",
+        r"^error: --resume: run/checkpoint-2: no stream_corpus\.json: written by an earlier version of --stream, which "
+        r"laid the streams out otherwise; start a new run",
+        [*stream_run_on_shards(), lambda root: (root / "run/checkpoint-2/stream_corpus.json").unlink()],
+    ),
     # --- export to ONNX (hf-elmo export --format onnx) ---
     "export --format onnx --force over a folder with other files": Case(
         "export --format onnx --model M --output-dir out --force",
@@ -1078,6 +1138,30 @@ def compact_windows(root, table_words):
     return load_compact_bilm_dataset(["corpus.txt"], table, tokenizer, cache_dir=root / "cache")
 
 
+# --- lazy streams (train --stream over shards): calls ---
+
+
+def stream_dataset_then(edit, shards=(CORPUS, "the dog sat .\n"), **options):
+    """The setup that writes `shards` into `shards/`, makes a `StreamWindowDataset` of them (as a run starts) and then
+    changes them with `edit`, and the call that asks that dataset for its last step's batch (past every shard)."""
+    made = {}
+
+    def make(root):
+        for number, text in enumerate(shards):
+            write(f"shards/{'abc'[number]}.txt", text)(root)
+        tokenizer = ElmoTokenizer()
+        tokenizer.set_word_vocabulary(["<S>", "</S>", "<UNK>", "the", "cat", "sat", "a", "dog", "."])
+        made["dataset"] = StreamWindowDataset("shards", tokenizer, 2, 8, seed=0, steps=40, **options)
+        edit(root)
+
+    def last_batch(root):
+        dataset = made["dataset"]
+        first = ((dataset.steps - 1) * dataset.processes + dataset.rank) * dataset.rows
+        return [dataset[first + row] for row in range(dataset.rows)]
+
+    return [make], last_batch
+
+
 API_CASES = {
     "attention_mask of 1 over padding rows": (
         [],
@@ -1287,6 +1371,23 @@ API_CASES = {
         [],
         lambda root: WordTable(ElmoTokenizer(), ["a"]),
         r"^The tokenizer has no word vocabulary for the LM targets",
+    ),
+    # --- lazy streams (train --stream over shards) ---
+    "a stream dataset's shard removed after the run started": (
+        *stream_dataset_then(lambda root: (root / "shards/b.txt").unlink()),
+        r"^shards/b\.txt: cannot read input \(No such file or directory\)$",
+    ),
+    "a stream dataset's shard emptied after the run started": (
+        *stream_dataset_then(write("shards/b.txt", "")),
+        r"^Training file 'shards/b\.txt' is empty: it has no words\.$",
+    ),
+    "a stream dataset's shard made invalid UTF-8 after the run started": (
+        *stream_dataset_then(write("shards/a.txt", b"the cat .\n\xff\n")),
+        r"^shards/a\.txt: line 2 is not valid UTF-8 \(byte 1: invalid start byte\)$",
+    ),
+    "a stream dataset of one line for two processes": (
+        *stream_dataset_then(lambda root: None, shards=("the cat .\n",), rank=1, processes=2),
+        r"^Process 1 of 2 has no sentence of the training text to read: use fewer processes or more text\.$",
     ),
     # --- sentence pairs and question answering ---
     "a pair of one sentence and a batch": (

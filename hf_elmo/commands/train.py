@@ -129,7 +129,7 @@ class ElmoDataArguments:
         "--window positions, its LSTM state carried from batch to batch (the saved model gets a warm start state "
         "estimated from the training text); default: windows of whole sentences, each from the start state",
     )
-    streaming: bool = option(False, help="read the corpus lazily (needs --max_steps)")
+    streaming: bool = option(False, help="read the corpus lazily (needs --max_steps); --stream always does")
     data_cache_dir: str | None = option(
         None, help="where the datasets library keeps the packed windows (default: its cache, HF_DATASETS_CACHE)"
     )
@@ -141,11 +141,6 @@ class ElmoDataArguments:
             raise ValueError("train_files (--train_files) must name at least one text file, got none.")
         if self.split not in SPLITS:
             raise ValueError(f"split must be one of {SPLITS}, got {self.split!r}.")
-        if self.stream and self.streaming:
-            raise ValueError(
-                "--stream (continuous streams per batch row) reads the training text into memory; it cannot be "
-                "combined with --streaming (lazy reading)."
-            )
         if self.min_count < 1:
             raise ValueError(f"min_count must be >= 1, got {self.min_count}.")
         if self.window < 3:
@@ -328,13 +323,16 @@ def _train(model_args, data, args, output_dir, tokenizer, config, resume_from, r
     with args.main_process_first(desc="preparing the data"):
         if data.stream:
             train_dataset = StreamWindowDataset(
-                list(iter_sentences(data.train_files, data.split, tokenizer)),
+                data.train_files,
                 tokenizer,
-                rows=args.per_device_train_batch_size * args.world_size,
+                rows=args.per_device_train_batch_size,
                 window=data.window,
                 seed=args.seed,
+                split=data.split,
                 epochs=args.num_train_epochs,
                 steps=args.max_steps * args.gradient_accumulation_steps if args.max_steps > 0 else None,
+                rank=args.process_index,
+                processes=args.world_size,
             )
             eval_dataset = _eval_windows(data, tokenizer, None)
             # Streams are one pass holding every epoch, read in order.
@@ -365,10 +363,8 @@ def _train(model_args, data, args, output_dir, tokenizer, config, resume_from, r
     steps_per_epoch = None
     if data.stream:
         steps_per_epoch = train_dataset.steps_per_epoch
-        layout = (
-            f"{batch} continuous streams per process in pieces of {data.window} positions, "
-            f"{steps_per_epoch:,} steps per epoch"
-        )
+        per_epoch = f", {steps_per_epoch:,} steps per epoch" if steps_per_epoch else ""
+        layout = f"{batch} continuous streams per process in pieces of {data.window} positions{per_epoch}"
     processes = f"{args.world_size} process" + ("es" if args.world_size > 1 else "")
     log_once(
         f"ElmoForBiLM: {sum(p.numel() for p in model.parameters()):,} parameters, {softmax} in training; {layout}; "
