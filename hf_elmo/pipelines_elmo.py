@@ -146,6 +146,14 @@ class ElmoQuestionAnsweringPipeline(Pipeline):
     _load_feature_extractor = False
     _load_tokenizer = True
 
+    def __init__(self, model, *args, **kwargs):
+        if "ElmoForQuestionAnswering" not in {base.__name__ for base in type(model).__mro__}:  # a folder's class too
+            raise ValueError(
+                "ElmoQuestionAnsweringPipeline needs an ElmoForQuestionAnswering model (start and end logits over the "
+                f"context), got {type(model).__name__}"
+            )
+        super().__init__(model, *args, **kwargs)
+
     def __call__(self, *args, question=None, context=None, **kwargs):
         if question is not None or context is not None:
             if args:
