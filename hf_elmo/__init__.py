@@ -6,7 +6,7 @@ code so `save_pretrained` writes folders loadable with `trust_remote_code=True` 
 
 import transformers
 from transformers import AutoConfig, AutoTokenizer
-from transformers.pipelines import PIPELINE_REGISTRY
+from transformers.pipelines import PIPELINE_REGISTRY, REMOVED_TASKS
 
 from .configuration_elmo import ELMO_PRESETS, MODEL_CLASSES, ElmoConfig
 from .freed_memory import keep_freed_memory
@@ -24,6 +24,8 @@ from .paths import ElmoPaths
 from .pipelines_elmo import (
     ElmoQuestionAnsweringPipeline,
     ElmoTokenClassificationPipeline,
+    QuestionAnsweringPipelineForElmoModels,
+    QuestionAnsweringTaskEntry,
     TokenClassificationPipelineForAnyModel,
 )
 from .scalar_mix import ScalarMix
@@ -34,10 +36,20 @@ AutoTokenizer.register(ElmoConfig, tokenizer_class=ElmoTokenizer, exist_ok=True)
 ElmoConfig.register_for_auto_class()
 ElmoTokenizer.register_for_auto_class("AutoTokenizer")
 
-# The built-in "token-classification" and "question-answering" pipelines cannot read 3-D character ids: the
-# token-classification task builds ELMo's for ELMo models and the built-in one for any other (it picks its class
-# before it loads the model).
+# The built-in "token-classification" pipeline cannot read 3-D character ids: the task builds ELMo's for ELMo models and
+# the built-in one for any other (it picks its class before it loads the model).
 PIPELINE_REGISTRY.supported_tasks["token-classification"]["impl"] = TokenClassificationPipelineForAnyModel
+
+# transformers 5 removed "question-answering" (`pipeline()` raises a KeyError for the names in REMOVED_TASKS): the task
+# comes back for ELMo models only; any other model, or none, gets the KeyError that transformers raises.
+try:
+    transformers.pipelines._resolve_deprecated_task("question-answering")
+except KeyError as removed:
+    QuestionAnsweringPipelineForElmoModels.removed_task_message = removed.args[0]
+    REMOVED_TASKS.pop("question-answering", None)
+    PIPELINE_REGISTRY.supported_tasks["question-answering"] = QuestionAnsweringTaskEntry(
+        impl=QuestionAnsweringPipelineForElmoModels, pt=(transformers.AutoModelForQuestionAnswering,), type="text"
+    )
 
 for _name, _entry in MODEL_CLASSES.items():
     _model_class, _auto_class = globals()[_name], getattr(transformers, _entry.auto_class)

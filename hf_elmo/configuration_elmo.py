@@ -251,10 +251,10 @@ class ElmoConfig(PreTrainedConfig):
         kwargs.setdefault("auto_map", dict(AUTO_MAP))
         custom_pipelines = kwargs.get("custom_pipelines")
         if __name__ == "hf_elmo.configuration_elmo" and isinstance(custom_pipelines, dict):
-            # The installed package builds ELMo's pipeline under the built-in token-classification task (see
-            # hf_elmo/__init__.py): the saved entry for it is for the folder's remote code, where it would ask for
-            # trust_remote_code. Other tasks (question-answering, which transformers 5 no longer has) keep theirs.
-            kwargs["custom_pipelines"] = {k: v for k, v in custom_pipelines.items() if k != "token-classification"}
+            # The installed package builds ELMo's pipelines under these tasks' own names (see hf_elmo/__init__.py):
+            # the saved entries are for the folder's remote code, where they would ask for trust_remote_code.
+            served = ("token-classification", "question-answering")
+            kwargs["custom_pipelines"] = {k: v for k, v in custom_pipelines.items() if k not in served}
             if not kwargs["custom_pipelines"]:
                 del kwargs["custom_pipelines"]
         super().__post_init__(**kwargs)

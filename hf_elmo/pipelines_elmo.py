@@ -5,8 +5,10 @@ The built-in `token-classification` pipeline reads one id per token (`int(input_
 token per word, offsets found in the text); its results, aggregation and filtering are the built-in pipeline's.
 Importing hf_elmo makes the built-in task build it for ELMo models (`TokenClassificationPipelineForAnyModel`).
 
-The built-in `question-answering` pipeline needs a fast tokenizer's offsets and BERT's one-sequence layout of a pair;
-ELMo reads each sentence of a pair on its own, so `ElmoForQuestionAnswering` gets `ElmoQuestionAnsweringPipeline`.
+The `question-answering` pipeline of transformers 4 needed a fast tokenizer's offsets and BERT's one-sequence layout of
+a pair, and transformers 5 removed the task. ELMo reads each sentence of a pair on its own: `ElmoForQuestionAnswering`
+gets `ElmoQuestionAnsweringPipeline`, which importing hf_elmo puts under the task for ELMo models only
+(`QuestionAnsweringPipelineForElmoModels`).
 """
 
 from typing import Any
@@ -115,10 +117,13 @@ class TokenClassificationPipelineForAnyModel(TokenClassificationPipeline):
     ELMo as it does for BERT (the task picks its class before it loads the model)."""
 
     def __new__(cls, *args, **kwargs):
-        model = kwargs.get("model", args[0] if args else None)
-        if getattr(getattr(model, "config", None), "model_type", None) == "elmo":
+        if is_elmo_model(kwargs.get("model", args[0] if args else None)):
             return ElmoTokenClassificationPipeline(*args, **kwargs)  # not a `cls`: no second __init__
         return super().__new__(cls)
+
+
+def is_elmo_model(model) -> bool:
+    return getattr(getattr(model, "config", None), "model_type", None) == "elmo"
 
 
 class ElmoQuestionAnsweringPipeline(Pipeline):
@@ -140,6 +145,14 @@ class ElmoQuestionAnsweringPipeline(Pipeline):
     _load_image_processor = False
     _load_feature_extractor = False
     _load_tokenizer = True
+
+    def __init__(self, model, *args, **kwargs):
+        if "ElmoForQuestionAnswering" not in {base.__name__ for base in type(model).__mro__}:  # a folder's class too
+            raise ValueError(
+                "ElmoQuestionAnsweringPipeline needs an ElmoForQuestionAnswering model (start and end logits over the "
+                f"context), got {type(model).__name__}"
+            )
+        super().__init__(model, *args, **kwargs)
 
     def __call__(self, *args, question=None, context=None, **kwargs):
         if question is not None or context is not None:
@@ -225,6 +238,28 @@ class ElmoQuestionAnsweringPipeline(Pipeline):
         return {"score": score, "start": begin, "end": end, "answer": context[begin:end]}
 
 
+class QuestionAnsweringPipelineForElmoModels(ElmoQuestionAnsweringPipeline):
+    """What importing hf_elmo puts under `question-answering`, the task transformers 5 removed: for an ELMo model
+    `ElmoQuestionAnsweringPipeline`; for any other model the KeyError transformers 5 raises for the task, whose message
+    hf_elmo/__init__.py takes from transformers when it takes the task out of transformers' removed tasks. The task
+    picks its class before it loads the model: a model given by name is loaded before it is refused."""
+
+    removed_task_message: str
+
+    def __new__(cls, *args, **kwargs):
+        if is_elmo_model(kwargs.get("model", args[0] if args else None)):
+            return ElmoQuestionAnsweringPipeline(*args, **kwargs)  # not a `cls`: no second __init__
+        raise KeyError(cls.removed_task_message)
+
+
+class QuestionAnsweringTaskEntry(dict):
+    """The task's entry in transformers' pipeline registry. It has no default model: `pipeline("question-answering")`
+    without a model gets the KeyError of `QuestionAnsweringPipelineForElmoModels` where it asks for the default."""
+
+    def __missing__(self, key):
+        raise KeyError(QuestionAnsweringPipelineForElmoModels.removed_task_message if key == "default" else key)
+
+
 def context_windows(n_words: int, window: int, stride: int) -> list[int]:
     """First words of the windows of `window` words, each overlapping the next by `stride` words, that cover `n_words`
     words."""
@@ -283,6 +318,8 @@ def _between_words(character: str) -> bool:
 __all__ = [
     "ElmoQuestionAnsweringPipeline",
     "ElmoTokenClassificationPipeline",
+    "QuestionAnsweringPipelineForElmoModels",
+    "QuestionAnsweringTaskEntry",
     "TokenClassificationPipelineForAnyModel",
     "best_answer_span",
     "context_windows",

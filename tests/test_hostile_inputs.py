@@ -1098,6 +1098,20 @@ def answer(**inputs):
     return call
 
 
+def question_answering_pipeline(task, model_class):
+    """`pipeline(task)` of a `model_class` from `M` with its tokenizer."""
+
+    def call(root):
+        from transformers import pipeline
+
+        import hf_elmo
+
+        model = getattr(hf_elmo, model_class).from_pretrained(root / "M")
+        return pipeline(task, model=model, tokenizer=ElmoTokenizer())
+
+    return call
+
+
 def sentence_model(**options):
     """The sentence-transformers recipe on `M` with `options`, encoding a sentence."""
 
@@ -1462,6 +1476,19 @@ API_CASES = {
         [],
         answer(question="Who sat?", context="The cat sat.", max_context_words=4, stride=4),
         r"^stride must be in \[0, max_context_words\) = \[0, 4\), got 4$",
+    ),
+    # --- the question-answering task (pipeline("question-answering"), "elmo-question-answering") ---
+    "the question-answering task given an ELMo model without the question-answering head": (
+        [],
+        question_answering_pipeline("question-answering", "ElmoModel"),
+        r"^ElmoQuestionAnsweringPipeline needs an ElmoForQuestionAnswering model \(start and end logits over the "
+        r"context\), got ElmoModel$",
+    ),
+    "the elmo-question-answering task given a tagger": (
+        [],
+        question_answering_pipeline("elmo-question-answering", "ElmoForTokenClassification"),
+        r"^ElmoQuestionAnsweringPipeline needs an ElmoForQuestionAnswering model \(start and end logits over the "
+        r"context\), got ElmoForTokenClassification$",
     ),
     # --- export to ONNX ---
     "export_onnx without onnxscript installed": (

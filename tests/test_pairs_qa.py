@@ -6,6 +6,7 @@ save / load."""
 import json
 import re
 import sys
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -13,9 +14,14 @@ import torch
 from test_heads import ROOT, bilm_layers, mixed_elmo, tiny_model
 from transformers import AutoModelForQuestionAnswering, AutoModelForSequenceClassification, pipeline
 
-from hf_elmo import ElmoForQuestionAnswering, ElmoForSequenceClassification, ElmoTokenizer
+from hf_elmo import (
+    ElmoForQuestionAnswering,
+    ElmoForSequenceClassification,
+    ElmoQuestionAnsweringPipeline,
+    ElmoTokenizer,
+)
 from hf_elmo.data_elmo import DataCollatorForElmo, ElmoLayerCache
-from hf_elmo.pipelines_elmo import best_answer_span, context_windows
+from hf_elmo.pipelines_elmo import QuestionAnsweringPipelineForElmoModels, best_answer_span, context_windows
 
 sys.path.insert(0, str(ROOT / "examples"))
 from pos_tagging import DATA, read_conllu  # noqa: E402
@@ -278,6 +284,102 @@ def test_question_answering_model_round_trips_and_loads_the_pipeline_from_a_fold
     in_memory = pipeline("elmo-question-answering", model=model, tokenizer=tokenizer)
     expected = in_memory(question="Who?", context="The cat sat.")
     assert qa(question="Who?", context="The cat sat.") == expected
+
+
+QUESTIONS = ["Who sat on the mat?", "What did the dog do?"]
+CONTEXTS = ["The cat sat on the mat, and then the dog didn't sit anywhere at all.", "The dog slept under the table."]
+
+
+def save_bert_for_question_answering(folder):
+    """A tiny BERT with a question-answering head and its tokenizer, saved in `folder`."""
+    from transformers import BertConfig, BertForQuestionAnswering, BertTokenizer
+
+    folder.mkdir()
+    (folder / "vocab.txt").write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "cat"]) + "\n")
+    tokenizer = BertTokenizer(str(folder / "vocab.txt"))
+    config = BertConfig(vocab_size=7, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=16)
+    model = BertForQuestionAnswering(config).eval()
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return model, tokenizer
+
+
+def test_question_answering_task_builds_the_elmo_pipeline_for_an_elmo_model(tmp_path):
+    # transformers 5 removed the task; with hf_elmo imported it builds ELMo's pipeline for an ELMo model, object or
+    # folder (without trust_remote_code, as for token-classification), answering as "elmo-question-answering" does.
+    model = tiny_model(ElmoForQuestionAnswering).float()
+    tokenizer = ElmoTokenizer()
+    model.save_pretrained(tmp_path / "qa")
+    tokenizer.save_pretrained(tmp_path / "qa")
+    expected = pipeline("elmo-question-answering", model=model, tokenizer=tokenizer)(
+        question=QUESTIONS, context=CONTEXTS, max_answer_len=4
+    )
+    assert len({answer["answer"] for answer in expected}) == 2
+    for qa in (
+        pipeline("question-answering", model=model, tokenizer=tokenizer),
+        pipeline("question-answering", model=str(tmp_path / "qa")),
+        pipeline("question-answering", model=str(tmp_path / "qa"), trust_remote_code=True),
+        pipeline("elmo-question-answering", model=str(tmp_path / "qa")),
+    ):
+        assert type(qa) is ElmoQuestionAnsweringPipeline
+        assert qa(question=QUESTIONS, context=CONTEXTS, max_answer_len=4) == expected
+
+
+def test_question_answering_task_refuses_other_models_as_transformers_5_does(tmp_path):
+    from conftest import run_without_hf_elmo
+
+    bert, bert_tokenizer = save_bert_for_question_answering(tmp_path / "bert")
+    # The truth: what transformers raises for the task where hf_elmo is not installed.
+    script = f"""
+        import json
+        from transformers import pipeline
+        errors = []
+        for model in (None, {str(tmp_path / "bert")!r}):
+            try:
+                pipeline("question-answering", model=model)
+            except Exception as error:
+                errors.append([type(error).__name__, str(error)])
+        open("errors.json", "w").write(json.dumps(errors))
+        """
+    run_without_hf_elmo(script, tmp_path)
+    without_hf_elmo = json.loads((tmp_path / "errors.json").read_text())
+    assert without_hf_elmo[0] == without_hf_elmo[1] and without_hf_elmo[0][0] == "KeyError"
+    for model, tokenizer in ((None, None), (str(tmp_path / "bert"), None), (bert, bert_tokenizer)):
+        with pytest.raises(KeyError) as raised:
+            pipeline("question-answering", model=model, tokenizer=tokenizer)
+        assert [type(raised.value).__name__, str(raised.value)] == without_hf_elmo[0]
+
+
+def test_question_answering_task_inferred_as_for_other_models(tmp_path, monkeypatch):
+    # Without a task, transformers asks the Hub for the repository's pipeline_tag (from its model card); an ELMo
+    # question-answering folder's card says "question-answering". A local folder is no Hub repository: the same error
+    # as for BERT's.
+    import transformers.pipelines
+    from huggingface_hub import ModelCard
+
+    model = tiny_model(ElmoForQuestionAnswering).float()
+    model.save_pretrained(tmp_path / "qa")
+    ElmoTokenizer().save_pretrained(tmp_path / "qa")
+    save_bert_for_question_answering(tmp_path / "bert")
+    errors = []
+    for name in ("qa", "bert"):
+        with pytest.raises(Exception) as raised:
+            pipeline(model=str(tmp_path / name))
+        errors.append((type(raised.value), str(raised.value).replace(str(tmp_path / name), "FOLDER")))
+    assert errors[0] == errors[1]
+
+    tag = ModelCard.load(tmp_path / "qa" / "README.md").data.pipeline_tag
+    assert tag == "question-answering"
+    hub = type("Hub", (), {"model_info": lambda self, model, token=None: SimpleNamespace(pipeline_tag=tag)})
+    monkeypatch.setattr(transformers.pipelines, "hf_api", hub)
+    monkeypatch.setattr(transformers.pipelines, "is_offline_mode", lambda: False)
+    qa = pipeline(model=str(tmp_path / "qa"))
+    assert type(qa) is ElmoQuestionAnsweringPipeline
+    expected = pipeline("elmo-question-answering", model=model, tokenizer=ElmoTokenizer())
+    assert qa(question=QUESTIONS, context=CONTEXTS) == expected(question=QUESTIONS, context=CONTEXTS)
+    with pytest.raises(KeyError) as raised:
+        pipeline(model=str(tmp_path / "bert"))
+    assert raised.value.args == (QuestionAnsweringPipelineForElmoModels.removed_task_message,)
 
 
 # --- the examples: data built from the bundled EWT sentences, run briefly ------------------------------------------
