@@ -16,7 +16,8 @@ by `window` and `window ** 2` in the optimizer, which also does the clipping (`c
 `--max_grad_norm` (off by default) would clip the mean loss's gradient before it.
 
 Runs unchanged under `torchrun` and `accelerate launch --multi_gpu` (DDP): the batch size is per process, and the
-loss is normalised by the targets of all processes, so N processes with batch b train like one with batch N * b.
+loss is normalised by the targets of all processes, so N processes with batch b train like one with batch N * b
+(with windows; with `--stream` each process reads its own part of the corpus).
 
 The examples are windows of whole sentences, each from the start state (`data_bilm`); `--stream` trains the way
 bilm-tf did instead, every batch row reading one continuous stream with its LSTM state carried from batch to batch
