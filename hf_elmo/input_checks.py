@@ -259,6 +259,12 @@ def check_inputs(
             (the tokenizer holds the vocabulary): every sentence must then start with one same row and end with
             another.
     """
+    if torch.jit.is_tracing():
+        raise ValueError(
+            "ELMo models cannot be traced by torch.jit.trace (TorchScript, as torch.onnx.export(dynamo=False) does): "
+            "the trace would keep the length and the sentence lengths of its example as constants; use "
+            "torch.export.export with dynamic batch and length, or hf-elmo export --format onnx (docs/export.md)."
+        )
     chars = config.max_characters_per_token
     if input_ids is None:
         raise ValueError(
