@@ -1,7 +1,9 @@
 """`torch.export` of the task heads on their default inference path: batch size and lengths (each side's, for sentence
 pairs and question answering) stay dynamic, and the exported program gives the eager model's logits on batches of
-other sizes and lengths than the example's."""
+other sizes and lengths than the example's; `hf-elmo export --format onnx` of a folder saved as a head computes its
+logits."""
 
+import numpy as np
 import pytest
 import torch
 from test_heads import tiny_model
@@ -12,6 +14,7 @@ from hf_elmo import (
     ElmoForTokenClassification,
     ElmoTokenizer,
 )
+from hf_elmo.cli import main as cli_main
 
 FIRST = [["the", "cat", "sat", "on", "the", "mat"], ["a", "dog"]]
 SECOND = [["a", "b"], ["p", "q", "r", "s", "t"]]
@@ -70,3 +73,24 @@ def test_exported_head_gives_the_eager_logits_on_other_batch_sizes_and_lengths(h
         for got, want in zip(actual, expected, strict=True):
             assert got.shape == want.shape
             torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("cls", [ElmoForTokenClassification, ElmoForQuestionAnswering])
+def test_onnx_of_a_head_folder_gives_the_heads_logits(cls, tmp_path):
+    """`hf-elmo export --format onnx` of a folder saved as a task head: its logits, run by onnxruntime."""
+    ort = pytest.importorskip("onnxruntime")
+    model = tiny_model(cls, num_layers=1).float()
+    model.save_pretrained(tmp_path / "head")
+    assert cli_main(f"export --format onnx --model {tmp_path / 'head'} --output-dir {tmp_path / 'onnx'}".split()) == 0
+    session = ort.InferenceSession(str(tmp_path / "onnx/model.onnx"), providers=["CPUExecutionProvider"])
+    pairs = cls is ElmoForQuestionAnswering
+    outputs = ["start_logits", "end_logits"] if pairs else ["logits"]
+    assert [o.name for o in session.get_outputs()] == outputs
+    for sentences in PAIR_BATCHES if pairs else [(first, None) for first in SINGLE_BATCHES]:
+        inputs = encode(*sentences)
+        assert [i.name for i in session.get_inputs()] == list(inputs)
+        got = session.run(None, {name: value.numpy() for name, value in inputs.items()})
+        with torch.no_grad():
+            expected = model(**inputs)
+        for name, actual in zip(outputs, got, strict=True):
+            np.testing.assert_allclose(actual, expected[name].numpy(), rtol=0, atol=1e-5)

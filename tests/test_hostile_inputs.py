@@ -744,6 +744,14 @@ CASES = {
         r"^error: M: config\.json: paths has no field 'lstm_path'; the fields are \('char_cnn', 'window_max',",
         [edit_json("M/config.json", paths={"lstm_path": "sorted"})],
     ),
+    # --- export of the task heads (model.onnx of a folder saved as a head: its logits) ---
+    "export --format onnx --with-state of a task head": Case(
+        "export --format onnx --model M --output-dir out --with-state",
+        r"^error: --with-state: M holds a task head \(ElmoForTokenClassification\), whose model\.onnx computes its "
+        r"logits from each sentence's start state; only a biLM's \(ElmoModel, ElmoForBiLM\) has the LSTM state as "
+        r"inputs and outputs$",
+        [edit_json("M/config.json", architectures=["ElmoForTokenClassification"])],
+    ),
 }
 
 
