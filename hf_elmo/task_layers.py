@@ -152,8 +152,8 @@ class ElmoTaskEncoder(nn.Module):
     ELMo (a ScalarMix of the biLM layers, then dropout) enters at the input of an optional BiLSTM, next to optional
     word vectors, and/or at its output; each place has its own ScalarMix. Sentence boundaries are dropped after
     mixing (the mix's layer-norm statistics include them, as in AllenNLP): the features keep the `T` positions of the
-    input, shifted by one, rather than the `T - 2` words, so that `torch.export` sees no size other than the input's
-    (a size `T - 2`, possibly 0 or 1, would fix the length of an exported graph).
+    input, shifted by one, rather than the `T - 2` words: `torch.export` cannot keep a size that may be 0 or 1
+    dynamic, and an exported graph would refuse batches whose longest sentence has fewer than two words.
     """
 
     def __init__(self, config: ElmoConfig):
