@@ -207,7 +207,9 @@ def check_pair_given(model_name: str, pair_input_ids, reads_pairs: bool):
 
 def check_pair_side(prefix: str, mask: torch.Tensor):
     """Every row of one side of a sentence pair (its `(B, T)` `mask`, boundaries included) has a word."""
-    empty = (~mask[:, 2:].any(dim=1)).nonzero()
+    if exporting():  # a value
+        return
+    empty = (mask.sum(dim=1) <= 2).nonzero()
     if len(empty):
         raise ValueError(
             f"{prefix}input_ids row {int(empty[0])} has no words: each side of a sentence pair needs at least one word"
@@ -257,6 +259,12 @@ def check_inputs(
             (the tokenizer holds the vocabulary): every sentence must then start with one same row and end with
             another.
     """
+    if torch.jit.is_tracing():
+        raise ValueError(
+            "ELMo models cannot be traced by torch.jit.trace (TorchScript, as torch.onnx.export(dynamo=False) does): "
+            "the trace would keep the length and the sentence lengths of its example as constants; use "
+            "torch.export.export with dynamic batch and length, or hf-elmo export --format onnx (docs/export.md)."
+        )
     chars = config.max_characters_per_token
     if input_ids is None:
         raise ValueError(

@@ -46,6 +46,7 @@ from .task_layers import (
     pool_words,
     run_lstm,
     sequence_classification_loss,
+    word_mask,
 )
 
 ElmoState = tuple[torch.Tensor, torch.Tensor]
@@ -663,7 +664,7 @@ class ElmoForSequenceClassification(ElmoTaskPreTrainedModel):
         else:
             check_pair_given(type(self).__name__, pair_input_ids, reads_pairs=False)
             features, mask, layers = self._task_features(*first)
-            logits = self.classifier(pool_words(features, mask[:, 2:], self.config.classifier_pooling))
+            logits = self.classifier(pool_words(features, word_mask(mask), self.config.classifier_pooling))
         loss = None
         if labels is not None:
             loss = self._add_l2_penalty(sequence_classification_loss(self.config, logits, labels))
@@ -700,7 +701,7 @@ class ElmoForTokenClassification(ElmoTaskPreTrainedModel):
         Returns `logits`, with labels their mean cross-entropy (plus the ScalarMix L2 penalty; NaN without any).
         """
         features, mask, layers = self._task_features(input_ids, attention_mask, elmo_hidden_states, input_word_ids)
-        logits = F.pad(self.classifier(features) * mask[:, 2:, None], (0, 0, 1, 1))
+        logits = (self.classifier(features) * word_mask(mask)[..., None]).roll(1, dims=1)  # word j to position j + 1
         loss = None
         if labels is not None:
             check_token_labels(labels, mask, self.config.num_labels)

@@ -16,6 +16,7 @@ from .batch_encoding_elmo import PAIR_PREFIX
 from .character_rows import word_keys, words_to_char_ids
 from .configuration_elmo import ElmoConfig
 from .input_checks import check_cached_layers, check_pair_given, check_pair_rows, check_pair_side, check_sequence_labels
+from .paths import exporting
 from .scalar_mix import ScalarMix
 
 
@@ -92,13 +93,57 @@ def init_task_layer(module: nn.Module) -> bool:
     return True
 
 
+def word_mask(mask: torch.Tensor) -> torch.Tensor:
+    """The `(B, T)` mask of real positions (`<S>`/`</S>` included, right padding) -> the `(B, T)` mask of the word
+    features of `ElmoTaskEncoder`, True at index `j` for word `j` (position `j + 1`); the last two always False."""
+    words = mask.sum(dim=1) - 2
+    return torch.arange(mask.shape[1], device=mask.device) < words[:, None]
+
+
 def run_lstm(lstm: nn.LSTM, inputs: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """A batch-first `lstm` over `(B, W, F)` `inputs`, each row to its length in the `(B, W)` `mask`; 0 past it (a row
     without words runs one zero step)."""
+    if exporting():  # packing reads the lengths' values, and `nn.LSTM` makes the length a constant
+        return _scanned_lstm(lstm, inputs, mask) * mask[..., None]
     lengths = mask.sum(dim=1).clamp(min=1).cpu()
     packed = nn.utils.rnn.pack_padded_sequence(inputs, lengths, batch_first=True, enforce_sorted=False)
     output = nn.utils.rnn.pad_packed_sequence(lstm(packed)[0], batch_first=True, total_length=inputs.shape[1])[0]
     return output * mask[..., None]
+
+
+def _scanned_lstm(lstm: nn.LSTM, inputs: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """`run_lstm`'s computation with one `scan` per layer and direction, whose shapes depend on the input's shapes
+    only: every row steps through every position, its state changing at its words only (as in `ElmoLstmLayer`)."""
+    from torch._higher_order_ops.scan import scan  # PyTorch's, not public yet
+
+    words = mask.t()[..., None]  # (W, B, 1)
+    for layer in range(lstm.num_layers):
+        directions = []
+        for suffix, reverse in (("", False), ("_reverse", True)):
+            input_weight, input_bias, state_weight, state_bias = (
+                getattr(lstm, f"{name}_l{layer}{suffix}") for name in ("weight_ih", "bias_ih", "weight_hh", "bias_hh")
+            )
+            gate_inputs = F.linear(inputs, input_weight, input_bias).transpose(0, 1)
+            # Two tensors: an exported scan given one tensor as both carries computes wrong values.
+            start = tuple(inputs.new_zeros(inputs.shape[0], lstm.hidden_size) for _ in range(2))
+            outputs = scan(_lstm_step(state_weight, state_bias), start, (gate_inputs, words), reverse=reverse)[1]
+            directions.append(outputs.transpose(0, 1))
+        inputs = torch.cat(directions, dim=-1)
+    return inputs
+
+
+def _lstm_step(state_weight: torch.Tensor, state_bias: torch.Tensor):
+    """One step of `nn.LSTM` (gates `[input, forget, cell, output]`) for `scan`: rows at a real position change."""
+
+    def step(state, position):
+        (hidden, memory), (gate_input, real) = state, position
+        gates = gate_input + F.linear(hidden, state_weight, state_bias)
+        input_gate, forget_gate, cell_input, output_gate = gates.chunk(4, dim=-1)
+        new_memory = torch.sigmoid(forget_gate) * memory + torch.sigmoid(input_gate) * torch.tanh(cell_input)
+        new_hidden = torch.sigmoid(output_gate) * torch.tanh(new_memory)
+        return (torch.where(real, new_hidden, hidden), torch.where(real, new_memory, memory)), new_hidden
+
+    return step
 
 
 class ElmoTaskEncoder(nn.Module):
@@ -106,7 +151,9 @@ class ElmoTaskEncoder(nn.Module):
 
     ELMo (a ScalarMix of the biLM layers, then dropout) enters at the input of an optional BiLSTM, next to optional
     word vectors, and/or at its output; each place has its own ScalarMix. Sentence boundaries are dropped after
-    mixing (the mix's layer-norm statistics include them, as in AllenNLP).
+    mixing (the mix's layer-norm statistics include them, as in AllenNLP): the features keep the `T` positions of the
+    input, shifted by one, rather than the `T - 2` words: `torch.export` cannot keep a size that may be 0 or 1
+    dynamic, and an exported graph would refuse batches whose longest sentence has fewer than two words.
     """
 
     def __init__(self, config: ElmoConfig):
@@ -140,25 +187,23 @@ class ElmoTaskEncoder(nn.Module):
 
     def _elmo(self, place: str, layers: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         mixed = self.scalar_mixes[place]([layers[:, :, k] for k in self.mixed_layers], mask)
-        return self.dropout(mixed[:, 1:-1])
+        return self.dropout(mixed.roll(-1, dims=1))
 
     def forward(self, input_ids: torch.LongTensor, layers: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """`(B, T, 50)` character ids with the boundary rows (for the word vectors), `(B, T, num_layers + 1, 2P)`
-        biLM layers and the `(B, T)` mask of real positions (`<S>`/`</S>` included) -> `(B, T - 2, output_size)`:
-        features of word `j` (position `j + 1`) at index `j`, 0 past each sentence's words."""
-        word_mask = mask[:, 2:]  # word j is real iff position j + 2 (at most </S>) is
+        biLM layers and the `(B, T)` mask of real positions (`<S>`/`</S>` included) -> `(B, T, output_size)`:
+        features of word `j` (position `j + 1`) at index `j`, 0 where `word_mask(mask)` is False."""
+        words = word_mask(mask)
         inputs = []
         if "input" in self.placement:
             inputs.append(self._elmo("input", layers, mask))
         if self.word_vectors is not None:
-            inputs.append(self.word_vectors(input_ids[:, 1:-1]))
-        features = torch.cat(inputs, dim=-1) * word_mask[..., None]
-        if self.lstm is not None and features.shape[1] > 0:
-            features = run_lstm(self.lstm, features, word_mask)
+            inputs.append(self.word_vectors(input_ids.roll(-1, dims=1)))
+        features = torch.cat(inputs, dim=-1) * words[..., None]
+        if self.lstm is not None:
+            features = run_lstm(self.lstm, features, words)
             if "output" in self.placement:
-                features = torch.cat([features, self._elmo("output", layers, mask)], dim=-1) * word_mask[..., None]
-        elif self.lstm is not None:
-            features = features.new_zeros(*features.shape[:2], self.output_size)
+                features = torch.cat([features, self._elmo("output", layers, mask)], dim=-1) * words[..., None]
         return features
 
     def l2_penalty(self) -> torch.Tensor:
@@ -250,11 +295,12 @@ def attention_flow(similarity: nn.Linear, context, context_mask, question, quest
 
 
 def answer_position_logits(word_logits, no_answer, context_mask, lowest: float) -> torch.Tensor:
-    """`(B, Wc, 1)` logits of the context words and `(B,)` of the empty answer -> `(B, Wc + 2)` logits over the
-    positions of `pair_input_ids`: the empty answer at 0, word `j` at `j + 1`, `lowest` at padding and `</S>`."""
-    word_logits = word_logits[..., 0].masked_fill(~context_mask, lowest)
-    end_boundary = word_logits.new_full((word_logits.shape[0], 1), lowest)
-    return torch.cat([no_answer[:, None], word_logits, end_boundary], dim=1)
+    """`(B, Tc, 1)` logits of the context words (word `j` at index `j`, its `(B, Tc)` `word_mask` `context_mask`) and
+    `(B,)` of the empty answer -> `(B, Tc)` logits over the positions of `pair_input_ids`: the empty answer at 0,
+    word `j` at `j + 1`, `lowest` at padding and `</S>`."""
+    at_positions = word_logits[..., 0].masked_fill(~context_mask, lowest).roll(1, dims=1)
+    first = torch.arange(at_positions.shape[1], device=at_positions.device) == 0
+    return torch.where(first, no_answer[:, None], at_positions)
 
 
 class ElmoTaskFeaturesMixin:
@@ -288,8 +334,9 @@ class ElmoTaskFeaturesMixin:
         self.task_encoder.word_vectors.set_vectors(vectors, words)
 
     def _task_features(self, input_ids, attention_mask, elmo_hidden_states, input_word_ids):
-        """Word features `(B, T - 2, F)`, the `(B, T)` mask of real positions (boundaries included) and the biLM
-        layers `(B, T, num_layers + 1, 2P)` they were computed from (given as `elmo_hidden_states`, or computed)."""
+        """Word features `(B, T, F)` (word `j` at index `j`, see `ElmoTaskEncoder`), the `(B, T)` mask of real
+        positions (boundaries included) and the biLM layers `(B, T, num_layers + 1, 2P)` they were computed from (given
+        as `elmo_hidden_states`, or computed)."""
         mask = self.elmo.check_inputs(input_ids, attention_mask, input_word_ids, framed=True)
         if elmo_hidden_states is None:
             with torch.set_grad_enabled(torch.is_grad_enabled() and not self.config.freeze_elmo):
@@ -303,7 +350,7 @@ class ElmoTaskFeaturesMixin:
 
     def _pair_task_features(self, first: tuple, second: tuple) -> tuple[tuple, tuple]:
         """`_task_features` of each side of a sentence pair (`first` and `second` each its `_task_features` arguments):
-        per side, the word features `(B, W, F)`, the `(B, W)` mask of its words and its biLM layers."""
+        per side, the word features `(B, T, F)`, their `(B, T)` `word_mask` and its biLM layers."""
         check_pair_given(type(self).__name__, second[0], reads_pairs=True)
         sides = []
         for prefix, side in (("", first), (PAIR_PREFIX, second)):
@@ -314,7 +361,7 @@ class ElmoTaskFeaturesMixin:
                     raise
                 raise ValueError(f"the second sentences ({prefix}...): {error}") from None
             check_pair_side(prefix, mask)
-            sides.append((features, mask[:, 2:], layers))
+            sides.append((features, word_mask(mask), layers))
         check_pair_rows(sides[0][0].shape[0], sides[1][0].shape[0])
         return tuple(sides)
 
@@ -342,4 +389,5 @@ __all__ = [
     "pool_words",
     "run_lstm",
     "sequence_classification_loss",
+    "word_mask",
 ]

@@ -804,6 +804,14 @@ CASES = {
         r"^error: M: config\.json: paths has no field 'lstm_path'; the fields are \('char_cnn', 'window_max',",
         [edit_json("M/config.json", paths={"lstm_path": "sorted"})],
     ),
+    # --- export of the task heads (model.onnx of a folder saved as a head: its logits) ---
+    "export --format onnx --with-state of a task head": Case(
+        "export --format onnx --model M --output-dir out --with-state",
+        r"^error: --with-state: M holds a task head \(ElmoForTokenClassification\), whose model\.onnx computes its "
+        r"logits from each sentence's start state; only a biLM's \(ElmoModel, ElmoForBiLM\) has the LSTM state as "
+        r"inputs and outputs$",
+        [edit_json("M/config.json", architectures=["ElmoForTokenClassification"])],
+    ),
 }
 
 
@@ -1176,6 +1184,29 @@ def stream_dataset_then(edit, shards=(CORPUS, "the dog sat .\n"), **options):
     return [make], last_batch
 
 
+# --- TorchScript tracing (torch.jit.trace): calls ---
+
+
+def traced(model_class, folder):
+    """`torch.jit.trace` of `model_class` from `folder` on a padded batch (a question and its context for the
+    question-answering head), as transformers' TorchScript recipe traces a model with `return_dict=False`."""
+
+    def trace(root):
+        import torch
+
+        import hf_elmo
+
+        model = getattr(hf_elmo, model_class).from_pretrained(root / folder, return_dict=False).eval()
+        if model_class == "ElmoForQuestionAnswering":
+            batch = ElmoTokenizer()(["Who sat ?", "A"], ["The cat sat .", "A dog"], padding=True, return_tensors="pt")
+            example = {name: batch[name] for name in ("input_ids", "attention_mask", "pair_input_ids")}
+        else:
+            example = {name: padded_batch(root)[name] for name in ("input_ids", "attention_mask")}
+        torch.jit.trace(model, example_kwarg_inputs=example)
+
+    return trace
+
+
 API_CASES = {
     "attention_mask of 1 over padding rows": (
         [],
@@ -1530,6 +1561,34 @@ API_CASES = {
         lambda root: warm_state_of_shapes(root / "M", (2, 3), (2, 3)),
         r"^A warm state must be \(hidden, memory\) of shapes \(\d+, \d+\) and \(\d+, \d+\) \(num_layers, 2 \* "
         r"projection_dim / 2 \* cell_dim\), got \[\(2, 3\), \(2, 3\)\]\.$",
+    ),
+    # --- TorchScript: torch.jit.trace of every model class is refused, pointing to torch.export and ONNX ---
+    "torch.jit.trace of ElmoModel": (
+        [],
+        traced("ElmoModel", "M"),
+        r"^ELMo models cannot be traced by torch\.jit\.trace \(TorchScript, as torch\.onnx\.export\(dynamo=False\) "
+        r"does\): the trace would keep the length and the sentence lengths of its example as constants; use "
+        r"torch\.export\.export with dynamic batch and length, or hf-elmo export --format onnx \(docs/export\.md\)\.$",
+    ),
+    "torch.jit.trace of ElmoForBiLM": (
+        [],
+        traced("ElmoForBiLM", "B"),
+        r"^ELMo models cannot be traced by torch\.jit\.trace \(TorchScript",
+    ),
+    "torch.jit.trace of ElmoForTokenClassification": (
+        [],
+        traced("ElmoForTokenClassification", "M"),
+        r"^ELMo models cannot be traced by torch\.jit\.trace \(TorchScript",
+    ),
+    "torch.jit.trace of ElmoForSequenceClassification": (
+        [],
+        traced("ElmoForSequenceClassification", "M"),
+        r"^ELMo models cannot be traced by torch\.jit\.trace \(TorchScript",
+    ),
+    "torch.jit.trace of ElmoForQuestionAnswering": (
+        [],
+        traced("ElmoForQuestionAnswering", "M"),
+        r"^ELMo models cannot be traced by torch\.jit\.trace \(TorchScript",
     ),
 }
 
