@@ -457,11 +457,8 @@ class WordTable:
                 f"[{windows[bad].min()}, {windows[bad].max()}]: the window was prepared with another word table."
             )
         lengths = np.array([window.size - 2 for window in windows])
-        count, width, characters = (
-            len(windows),
-            int(max(lengths) if positions is None else positions),
-            self.rows.shape[1],
-        )
+        count, characters = len(windows), self.rows.shape[1]
+        width = int(max(lengths) if positions is None else positions)
         rows = np.repeat(np.arange(count), lengths)
         columns = np.arange(lengths.sum()) - np.repeat(np.cumsum(lengths) - lengths, lengths)
         inside = rows * 2 + 1 + np.arange(lengths.sum())  # where each position is in `stored`

@@ -1,5 +1,5 @@
-"""`WindowDataset`, the dataset of compact windows that `data_bilm.load_compact_bilm_dataset` returns: kept apart from
-`data_bilm` because defining it imports `datasets`, which the commands that only count words do not need."""
+"""`WindowDataset`, the dataset of compact windows that `data_bilm.load_compact_bilm_dataset` returns. A module of its
+own: defining it imports `datasets`, which `data_bilm` (imported by most commands) imports only where it reads data."""
 
 import datasets
 import numpy as np

@@ -287,7 +287,7 @@ def test_compact_windows_give_the_batches_and_the_loss_of_full_rows(tmp_path, wi
             assert torch.equal(model(**batch).loss, model(**expected).loss)
 
 
-def test_a_data_loader_reads_compact_windows_as_rows_read_one_by_one_give_them(tmp_path):
+def test_a_data_loader_gets_the_compact_rows_and_the_batches_of_full_rows(tmp_path):
     """The windows a `DataLoader` fetches for a batch (one Arrow slice) are the rows `datasets` gives one by one, and
     its batches, in the main process or a worker, those of the full rows; a batch is one block of memory, which a
     worker sends as one."""
@@ -297,7 +297,7 @@ def test_a_data_loader_reads_compact_windows_as_rows_read_one_by_one_give_them(t
     table = WordTable.of_files(files, tokenizer)
     compact = load_compact_bilm_dataset(files, table, tokenizer, cache_dir=tmp_path / "compact", processes=1)
     order = np.random.default_rng(1).permutation(len(compact)).tolist()
-    # One row (a slice of the stored file's record batch), the last, and rows of both files in random order.
+    # One row, the last, and rows of both files in random order.
     for keys in ([7], [len(compact) - 1], order[:300]):
         fetched = compact.__getitems__(keys)
         expected = [compact[i]["positions"] for i in keys]
