@@ -2,10 +2,17 @@
 words a line, seeded) and measures, in a fresh process per size, the preparation `hf-elmo train` does (the word
 table's pass, then the compact windows: `WordTable.of_files`, `load_compact_bilm_dataset`): time, words a second,
 bytes of cache per word and peak memory (allocated, resident with the mapped cache, and the largest preparing worker's
-resident, shared pages included); then the collation rate of shuffled batches in the main process.
+resident, shared pages included); then the collation rate of shuffled batches through a `DataLoader`, in the
+main process and with data-loader workers (`--workers`).
 
     python benchmarks/bench_data_preparation.py --words 1000000 10000000
     python benchmarks/bench_data_preparation.py --words 1000000 --previous   # also load_bilm_dataset's full rows
+    python benchmarks/bench_data_preparation.py --words 1000000 --workers 0 1 2 --host-checks
+
+With workers, the second table gives what sizes a loader on a machine with more cores than this one: the positions a
+worker collates per second of its processor time (a worker's rate where it has a core of its own), and the main
+process's processor time per batch received (the ceiling of the loader however many workers it has). `--host-checks`
+wraps the collator as `hf-elmo train` does on a GPU (the model's checks of each batch, in the loader's processes).
 
 The vocabulary is built before the clock starts (with `--vocab`, `hf-elmo train` reads a given one instead).
 """
@@ -75,12 +82,15 @@ class PeakMemory:
         self.thread.join()
 
 
-def measure(corpus: str, vocabulary: str, cache: str, previous: bool, batch_size: int, window: int, workers) -> dict:
-    """One preparation in this process (fresh: its peak memory is the preparation's)."""
+def measure(
+    corpus: str, vocabulary: str, cache: str, previous: bool, batch_size: int, window: int, workers, host_checks: bool
+) -> dict:
+    """One preparation in this process (fresh: its peak memory is the preparation's), then the loaders."""
     import torch
 
-    from hf_elmo import ElmoTokenizer
+    from hf_elmo import ElmoConfig, ElmoTokenizer
     from hf_elmo.data_bilm import DataCollatorForBiLM, WordTable, load_bilm_dataset, load_compact_bilm_dataset
+    from hf_elmo.trainer_bilm import HostCheckedCollator
     from hf_elmo.word_vocabulary import read_word_vocabulary
 
     tokenizer = ElmoTokenizer()
@@ -96,23 +106,38 @@ def measure(corpus: str, vocabulary: str, cache: str, previous: bool, batch_size
         seconds = time.perf_counter() - start
     worker_peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024  # before the loaders' processes
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    rates = {}
+    if host_checks:
+        collate = HostCheckedCollator(collate, ElmoConfig(vocab_size=len(tokenizer.word_vocabulary)))
+    rates, main_milliseconds, worker_rates = {}, {}, {}
     for count in workers:
+        batches_timed = 200 * max(count, 1)
+        # Exactly the batches read, the first (untimed: the workers' start) and the timed ones, so that the workers'
+        # processor time, known once they have exited, is theirs.
+        order = torch.randperm(len(dataset))[: (batches_timed + 1) * batch_size].tolist()
         loader = torch.utils.data.DataLoader(
-            dataset, batch_size=batch_size, shuffle=True, collate_fn=collate, num_workers=count
+            dataset, batch_size=batch_size, sampler=order, collate_fn=collate, num_workers=count
         )
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
         batches, positions = iter(loader), 0
         next(batches)
-        start = time.perf_counter()
-        for _, batch in zip(range(50 * max(count, 1)), batches):
+        start, processor = time.perf_counter(), time.process_time()
+        for batch in batches:
             positions += int(batch["attention_mask"].sum())
         rates[count] = positions / (time.perf_counter() - start)
+        main_milliseconds[count] = (time.process_time() - processor) / batches_timed * 1000
+        del batches  # its workers exit, and their processor time joins RUSAGE_CHILDREN
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        if count:
+            worker_seconds = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+            worker_rates[count] = positions * (batches_timed + 1) / batches_timed / worker_seconds
     return {
         "seconds": seconds,
         "peak_bytes": peak,
         "peak_anonymous_bytes": memory.peak,
         "worker_peak_bytes": worker_peak,
         "collated_positions_per_second": rates,
+        "main_process_milliseconds_per_batch": main_milliseconds,
+        "positions_per_worker_processor_second": worker_rates,
     }
 
 
@@ -124,12 +149,13 @@ def main():
     parser.add_argument("--window", type=int, default=20)
     parser.add_argument("--batch-size", type=int, default=128)
     parser.add_argument("--workers", type=int, nargs="+", default=[0], help="data loader processes to measure with")
+    parser.add_argument("--host-checks", action="store_true", help="the model's checks of each batch in the loader")
     parser.add_argument("--measure", nargs=4, help=argparse.SUPPRESS)  # corpus vocabulary cache previous: the child
     args = parser.parse_args()
     if args.measure:
         corpus, vocabulary, cache, previous = args.measure
-        result = measure(corpus, vocabulary, cache, previous == "1", args.batch_size, args.window, args.workers)
-        print(json.dumps(result))
+        options = (args.batch_size, args.window, args.workers, args.host_checks)
+        print(json.dumps(measure(corpus, vocabulary, cache, previous == "1", *options)))
         return
     from bench_inference import machine_description
 
@@ -141,6 +167,7 @@ def main():
     memory = "peak allocated MiB | peak resident MiB | largest preparing worker's peak resident MiB"
     print(f"| words | preparation | seconds | words/s | cache bytes/word | {memory} | {rates} |")
     print("| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |" + " ---: |" * len(args.workers))
+    loaders = []
     with tempfile.TemporaryDirectory() as temporary:
         folder = Path(args.folder or temporary)
         folder.mkdir(parents=True, exist_ok=True)
@@ -160,7 +187,7 @@ def main():
                     str(args.batch_size),
                     "--workers",
                 ]
-                child += [str(count) for count in args.workers]
+                child += [str(count) for count in args.workers] + (["--host-checks"] if args.host_checks else [])
                 environment = {**os.environ, "HF_DATASETS_DISABLE_PROGRESS_BARS": "1"}
                 output = subprocess.run(child, check=True, capture_output=True, text=True, env=environment).stdout
                 result = json.loads(output.strip().splitlines()[-1])
@@ -173,6 +200,20 @@ def main():
                     + " |",
                     flush=True,
                 )
+                loaders.append((words, previous, result))
+    print(
+        "\n| words | preparation | loader workers | collated positions/s | main process CPU ms a batch | positions a "
+        "worker CPU second |"
+    )
+    print("| ---: | --- | ---: | ---: | ---: | ---: |")
+    for words, previous, result in loaders:
+        for count, rate in result["collated_positions_per_second"].items():
+            worker = result["positions_per_worker_processor_second"].get(count)
+            print(
+                f"| {words:,} | {'load_bilm_dataset' if previous else 'compact'} | {count} | {rate:,.0f} | "
+                f"{result['main_process_milliseconds_per_batch'][count]:.2f} | "
+                f"{'' if worker is None else f'{worker:,.0f}'} |"
+            )
 
 
 if __name__ == "__main__":

@@ -53,12 +53,21 @@ def main(argv=None) -> int:
         try:
             return args.run(args)
         except (ValueError, OSError) as error:
-            print(f"error: {error}", file=sys.stderr)
+            print(f"error: {_own_message(error)}", file=sys.stderr)
             return 2
         except KeyboardInterrupt as interrupt:  # Ctrl-C, or SIGTERM / SIGHUP: what was being written is removed
             name = interrupt.args[0] if interrupt.args else "SIGINT"
             print(f"interrupted by {name}: the output in progress was not written", file=sys.stderr)
             return 130
+
+
+def _own_message(error: Exception) -> str:
+    """The error's message; for one raised where a data-loader worker collated a batch, the worker's own message:
+    `DataLoader` raises it again in the main process with the worker's whole traceback as its message."""
+    message = str(error)
+    if message.startswith(f"Caught {type(error).__name__} in DataLoader worker process"):
+        return message.rstrip().rsplit("\n", 1)[-1].split(": ", 1)[-1]  # the traceback's last line: "Type: message"
+    return message
 
 
 class _HoldsEveryOption(argparse.Namespace):

@@ -393,8 +393,7 @@ class DataCollatorForBiLM:
         if self.pad_to_multiple_of:
             positions = -(-positions // self.pad_to_multiple_of) * self.pad_to_multiple_of
         ids, mask, labels = self.words.batch([example["positions"] for example in examples], positions)
-        arrays = {"input_ids": ids, "attention_mask": mask, "labels": labels}
-        return {name: torch.from_numpy(array) for name, array in arrays.items()}
+        return {"input_ids": ids, "attention_mask": mask, "labels": labels}
 
 
 # Compact prepared windows: a position is stored as one int32, an index into the corpus's table of distinct words
@@ -439,16 +438,18 @@ class WordTable:
         cut out of a longer sentence, else -1) as `(input_ids (T, C), labels (T, 2))` int64, as `encode_windows`
         gives them."""
         ids, _, labels = self.batch([positions], first_index=index)
-        return ids[0], labels[0]
+        return ids[0].numpy(), labels[0].numpy()
 
     def batch(self, windows: Sequence, positions: int | None = None, first_index: int = 0):
         """Stored windows as a padded batch, all at once: `input_ids` `(B, P, C)`, `attention_mask` `(B, P)` and
-        `labels` `(B, P, 2)`, int64, with `P` the longest window (or `positions`)."""
+        `labels` `(B, P, 2)`, int64 tensors with `P` the longest window (or `positions`). The three are views of one
+        tensor, so that a batch made in a data-loader worker crosses to the main process as one block of shared memory,
+        not three (each block is a file descriptor passed over a connection of its own)."""
         windows = [np.asarray(window) for window in windows]
         for index, window in enumerate(windows, start=first_index):
             if window.ndim != 1 or window.size < 3:
                 raise ValueError(f"Example {index}: expected a stored window of 3 entries or more, got {window.shape}.")
-        stored = np.concatenate(windows).astype(np.int64)
+        stored = np.concatenate(windows).astype(np.int64, copy=False)
         if stored.min() < NO_NEIGHBOUR or stored.max() >= len(self.words):
             bad = next(i for i, w in enumerate(windows) if w.min() < NO_NEIGHBOUR or w.max() >= len(self.words))
             raise ValueError(
@@ -456,19 +457,24 @@ class WordTable:
                 f"[{windows[bad].min()}, {windows[bad].max()}]: the window was prepared with another word table."
             )
         lengths = np.array([window.size - 2 for window in windows])
-        width = max(lengths) if positions is None else positions
-        rows = np.repeat(np.arange(len(windows)), lengths)
+        count, characters = len(windows), self.rows.shape[1]
+        width = int(max(lengths) if positions is None else positions)
+        rows = np.repeat(np.arange(count), lengths)
         columns = np.arange(lengths.sum()) - np.repeat(np.cumsum(lengths) - lengths, lengths)
         inside = rows * 2 + 1 + np.arange(lengths.sum())  # where each position is in `stored`
         words = stored[inside]
         targets = np.where(stored == NO_NEIGHBOUR, IGNORE_INDEX, self.targets[stored])
-        labels = np.full((len(windows), width, 2), IGNORE_INDEX, dtype=np.int64)
+        sizes = [count * width * characters, count * width, count * width * 2]
+        ids, mask, labels = torch.empty(sum(sizes), dtype=torch.int64).split(sizes)
+        tensors = ids.view(count, width, characters), mask.view(count, width), labels.view(count, width, 2)
+        ids, mask, labels = (tensor.numpy() for tensor in tensors)
+        labels.fill(IGNORE_INDEX)
         labels[rows, columns, 0] = np.where(words == EOS_WORD_INDEX, IGNORE_INDEX, targets[inside + 1])
         labels[rows, columns, 1] = np.where(words == BOS_WORD_INDEX, IGNORE_INDEX, targets[inside - 1])
-        ids = np.zeros((len(windows), width, self.rows.shape[1]), dtype=np.int64)
+        ids.fill(0)
         ids[rows, columns] = self.rows[words]
-        mask = (np.arange(width)[None, :] < lengths[:, None]).astype(np.int64)
-        return ids, mask, labels
+        mask[:] = np.arange(width)[None, :] < lengths[:, None]
+        return tensors
 
 
 def _pack_block(lines, first_number, table: WordTable, window, split, tokenizer, source) -> tuple[np.ndarray, ...]:
@@ -649,7 +655,10 @@ def load_compact_bilm_dataset(
     dataset = parts[0] if len(parts) == 1 else datasets.concatenate_datasets(parts)
     if len(dataset) == 0:
         raise ValueError(f"The {role} files {files} hold no sentence.")
-    return dataset.with_format("numpy")
+    from .window_dataset import WindowDataset
+
+    windows = WindowDataset(dataset.data, info=dataset.info, split=dataset.split, fingerprint=dataset._fingerprint)
+    return windows.with_format("numpy")
 
 
 __all__ = [

@@ -287,6 +287,39 @@ def test_compact_windows_give_the_batches_and_the_loss_of_full_rows(tmp_path, wi
             assert torch.equal(model(**batch).loss, model(**expected).loss)
 
 
+def test_a_data_loader_gets_the_compact_rows_and_the_batches_of_full_rows(tmp_path):
+    """The windows a `DataLoader` fetches for a batch (one Arrow slice) are the rows `datasets` gives one by one, and
+    its batches, in the main process or a worker, those of the full rows; a batch is one block of memory, which a
+    worker sends as one."""
+    files = hostile_corpus(tmp_path)
+    tokenizer = tokenizer_with(build_word_vocabulary(files, max_size=40))
+    full = load_bilm_dataset(files, tokenizer, cache_dir=tmp_path / "full")
+    table = WordTable.of_files(files, tokenizer)
+    compact = load_compact_bilm_dataset(files, table, tokenizer, cache_dir=tmp_path / "compact", processes=1)
+    order = np.random.default_rng(1).permutation(len(compact)).tolist()
+    # One row, the last, and rows of both files in random order.
+    for keys in ([7], [len(compact) - 1], order[:300]):
+        fetched = compact.__getitems__(keys)
+        expected = [compact[i]["positions"] for i in keys]
+        assert len(fetched) == len(keys)
+        assert all(
+            np.array_equal(a["positions"], b) and a["positions"].dtype == b.dtype for a, b in zip(fetched, expected)
+        )
+    collate = DataCollatorForBiLM(pad_to_multiple_of=8, words=table)
+    for workers in (0, 1):
+        loader = torch.utils.data.DataLoader(
+            compact, batch_size=64, sampler=order, collate_fn=collate, num_workers=workers
+        )
+        for start, batch in zip(range(0, len(order), 64), loader, strict=True):
+            expected = DataCollatorForBiLM(pad_to_multiple_of=8)([full[i] for i in order[start : start + 64]])
+            assert batch.keys() == expected.keys()
+            assert all(
+                batch[name].dtype == expected[name].dtype and torch.equal(batch[name], expected[name])
+                for name in expected
+            )
+            assert len({tensor.untyped_storage().data_ptr() for tensor in batch.values()}) == 1
+
+
 def test_compact_windows_take_a_few_bytes_a_position_and_are_prepared_once(tmp_path):
     files = hostile_corpus(tmp_path)
     tokenizer = tokenizer_with(build_word_vocabulary(files))

@@ -176,6 +176,21 @@ def nan_accumulator(path):
     return damage
 
 
+def windows_of_another_table(cache):
+    """Each prepared windows file of `cache` rewritten as one window of a word index beyond any table, as the windows
+    of another word table (or a damaged file) would read."""
+
+    def rewrite(root):
+        import pyarrow as pa
+
+        schema = pa.schema([("positions", pa.list_(pa.int32()))])
+        for path in sorted((root / cache).rglob("*.arrow")):
+            with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_stream(sink, schema) as writer:
+                writer.write_batch(pa.record_batch([pa.array([[-1, 0, 10**6, 1, -1]], pa.list_(pa.int32()))], schema))
+
+    return rewrite
+
+
 # --- checkpoint conversion, configuration and model-input checks: preparing the working folder ---
 
 
@@ -811,6 +826,13 @@ CASES = {
         r"logits from each sentence's start state; only a biLM's \(ElmoModel, ElmoForBiLM\) has the LSTM state as "
         r"inputs and outputs$",
         [edit_json("M/config.json", architectures=["ElmoForTokenClassification"])],
+    ),
+    # --- training batches collated in data-loader workers ---
+    "train: a batch refused while a loader worker collates it": Case(
+        f"{TRAIN} --dataloader-num-workers 1",
+        r"^error: Example 0: stored word indices must be in \[-1, \d+\], got \[-1, 1000000\]: the window was prepared "
+        r"with another word table\.$",
+        [trained("first"), windows_of_another_table("cache")],
     ),
 }
 

@@ -1,0 +1,23 @@
+"""`WindowDataset`, the dataset of compact windows that `data_bilm.load_compact_bilm_dataset` returns. A module of its
+own: defining it imports `datasets`, which `data_bilm` (imported by most commands) imports only where it reads data."""
+
+import datasets
+import numpy as np
+import pyarrow.compute as pc
+from datasets.formatting import query_table
+
+NUMPY_WINDOWS = {"type": "numpy", "format_kwargs": {}, "columns": ["positions"], "output_all_columns": False}
+
+
+class WindowDataset(datasets.Dataset):
+    """A `datasets.Dataset` of stored windows (`positions`) whose batches of rows, what a `DataLoader` fetches for each
+    batch, are read as one Arrow slice: the `numpy` format would make each row an array on its own, in Python, which
+    took most of the host's time per batch."""
+
+    def __getitems__(self, keys: list) -> list[dict]:
+        if self.format != NUMPY_WINDOWS:
+            return super().__getitems__(keys)
+        column = query_table(self.data, keys, indices=self._indices).column("positions")
+        values = pc.list_flatten(column).to_numpy().astype(np.int64)  # int64, as the numpy format gives each row
+        ends = np.cumsum(pc.list_value_length(column).to_numpy()).tolist()
+        return [{"positions": values[start:end]} for start, end in zip([0, *ends], ends)]
