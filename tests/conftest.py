@@ -15,14 +15,14 @@ if not torch.cuda.is_available():
     # The GPU path's Triton kernels then run on CPU tensors, interpreted (set before hf_elmo defines them).
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
-# The suite's models are tiny: a second intra-op thread gains nothing, and on a busy machine every multi-threaded
-# operation ends in a barrier that waits for a descheduled thread. Tests of threading set their own counts.
-torch.set_num_threads(1)
-
 import hf_elmo  # noqa: F401  (registers the Auto classes)
 from hf_elmo import ElmoModel, ElmoPaths
 from hf_elmo.convert_bilm_tf_checkpoint import convert_bilm_tf_checkpoint
 from hf_elmo.convert_original_elmo import convert
+
+# The suite's models are tiny: a second intra-op thread gains nothing, and on a busy machine every multi-threaded
+# operation ends in a barrier that waits for a descheduled thread. Tests of threading set their own counts.
+torch.set_num_threads(1)
 
 FIXTURES = Path(__file__).parent / "fixtures"
 # A biLM trained by bilm-tf, its raw TensorFlow checkpoint and bilm-tf's own held-out numbers (README there).
