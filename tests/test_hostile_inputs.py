@@ -13,6 +13,7 @@ import os
 import re
 import shutil
 import stat
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -1224,7 +1225,9 @@ def traced(model_class, folder):
             example = {name: batch[name] for name in ("input_ids", "attention_mask", "pair_input_ids")}
         else:
             example = {name: padded_batch(root)[name] for name in ("input_ids", "attention_mask")}
-        torch.jit.trace(model, example_kwarg_inputs=example)
+        with warnings.catch_warnings():  # TorchScript's own deprecation notices, beside the point here
+            warnings.simplefilter("ignore", (DeprecationWarning, FutureWarning))
+            torch.jit.trace(model, example_kwarg_inputs=example)
 
     return trace
 
