@@ -1,20 +1,28 @@
-"""Host time to make one training batch: `load_bilm_dataset` rows through a `DataLoader` and `DataCollatorForBiLM`,
-as `Trainer` reads them (shuffled, in the main process).
+"""Host time to make one training batch, in the main process, as `Trainer` reads them: `load_bilm_dataset` rows
+through a shuffled `DataLoader` and `DataCollatorForBiLM` (windows), or with `--stream` the items of
+`StreamWindowDataset` through a sequential `DataLoader` and `DataCollatorForBiLMStreams` (`hf-elmo train --stream`).
 
     python benchmarks/bench_data_loading.py --corpus data/tinyshakespeare/input.txt --batch-sizes 32 128
+    python benchmarks/bench_data_loading.py --stream --window 20 --batch-sizes 128
+    python benchmarks/bench_data_loading.py --stream --window 20 --batch-sizes 128 --words 2000000
 
+`--words N` reads a generated corpus of N words instead (Zipfian, `bench_data_preparation.generate_corpus`).
 This work runs on the host each step (in the main process with `--dataloader-workers 0`, the default, or spread
 over the workers); on a GPU it must stay below the step's GPU time, or the GPU waits for it.
 """
 
 import argparse
+import tempfile
 import time
+from pathlib import Path
 
 import torch
+from bench_data_preparation import generate_corpus
 from bench_inference import machine_description
 
 from hf_elmo import ElmoTokenizer
 from hf_elmo.data_bilm import DataCollatorForBiLM, build_word_vocabulary, load_bilm_dataset
+from hf_elmo.streams_bilm import DataCollatorForBiLMStreams, StreamWindowDataset
 
 
 def batch_read_ms(dataset, batch_size: int, batches: int = 40) -> float:
@@ -22,9 +30,24 @@ def batch_read_ms(dataset, batch_size: int, batches: int = 40) -> float:
     loader = torch.utils.data.DataLoader(
         dataset, batch_size=batch_size, shuffle=True, collate_fn=DataCollatorForBiLM(), drop_last=True
     )
-    reader = iter(loader)
+    return mean_ms_after_first(iter(loader), min(batches, len(loader) - 1))
+
+
+def stream_step_ms(corpus: str, tokenizer: ElmoTokenizer, rows: int, window: int, steps: int) -> float:
+    """Mean host milliseconds per `--stream` step of `rows` streams in pieces of `window` (after a first step): the
+    dataset's items fetched in order and collated, as `Trainer`'s sequential sampler and loader do."""
+    dataset = StreamWindowDataset([corpus], tokenizer, rows, window, seed=0, split="whitespace", steps=steps + 1)
+    loader = torch.utils.data.DataLoader(
+        dataset,
+        batch_size=rows,
+        sampler=torch.utils.data.SequentialSampler(dataset),
+        collate_fn=DataCollatorForBiLMStreams(),
+    )
+    return mean_ms_after_first(iter(loader), steps)
+
+
+def mean_ms_after_first(reader, count: int) -> float:
     next(reader)
-    count = min(batches, len(loader) - 1)
     start = time.perf_counter()
     for _ in range(count):
         next(reader)
@@ -34,17 +57,30 @@ def batch_read_ms(dataset, batch_size: int, batches: int = 40) -> float:
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--corpus", default="data/tinyshakespeare/input.txt")
+    parser.add_argument("--words", type=int, help="generate a Zipfian corpus of this many words instead")
+    parser.add_argument("--stream", action="store_true", help="time --stream steps instead of windows")
     parser.add_argument("--window", type=int, default=25)
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[32, 128])
     parser.add_argument("--batches", type=int, default=40)
     args = parser.parse_args()
     print(machine_description("cpu"))
-    tokenizer = ElmoTokenizer()
-    tokenizer.set_word_vocabulary(build_word_vocabulary([args.corpus], "whitespace", tokenizer, 2))
-    dataset = load_bilm_dataset([args.corpus], tokenizer, args.window)
-    print("| batch | ms per batch |\n| ---: | ---: |")
-    for batch_size in args.batch_sizes:
-        print(f"| {batch_size} | {batch_read_ms(dataset, batch_size, args.batches):.1f} |")
+    with tempfile.TemporaryDirectory() as folder:
+        corpus = args.corpus
+        if args.words:
+            corpus = str(Path(folder) / "corpus.txt")
+            generate_corpus(Path(corpus), args.words)
+        tokenizer = ElmoTokenizer()
+        tokenizer.set_word_vocabulary(build_word_vocabulary([corpus], "whitespace", tokenizer, 2))
+        if args.stream:
+            print("| rows x window | ms per step | positions/s |\n| --- | ---: | ---: |")
+            for rows in args.batch_sizes:
+                ms = stream_step_ms(corpus, tokenizer, rows, args.window, args.batches)
+                print(f"| {rows} x {args.window} | {ms:.2f} | {rows * args.window / ms * 1e3:,.0f} |")
+            return
+        dataset = load_bilm_dataset([corpus], tokenizer, args.window)
+        print("| batch | ms per batch |\n| ---: | ---: |")
+        for batch_size in args.batch_sizes:
+            print(f"| {batch_size} | {batch_read_ms(dataset, batch_size, args.batches):.1f} |")
 
 
 if __name__ == "__main__":
