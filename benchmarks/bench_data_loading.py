@@ -4,9 +4,12 @@ through a shuffled `DataLoader` and `DataCollatorForBiLM` (windows), or with `--
 
     python benchmarks/bench_data_loading.py --corpus data/tinyshakespeare/input.txt --batch-sizes 32 128
     python benchmarks/bench_data_loading.py --stream --window 20 --batch-sizes 128
-    python benchmarks/bench_data_loading.py --stream --window 20 --batch-sizes 128 --words 2000000
+    python benchmarks/bench_data_loading.py --stream --window 20 --batch-sizes 128 --words 1000000 --processes 1 2 3
 
 `--words N` reads a generated corpus of N words instead (Zipfian, `bench_data_preparation.generate_corpus`).
+`--stream --processes 1 2 3` also times the share of one of 2 or 3 loader workers (`--dataloader-num-workers`):
+each makes every 2nd or 3rd step but lays out all of them, the streams being one sequence; the rate given is that of
+all the workers together, on as many free cores, leaving out what passing the batches between processes costs.
 This work runs on the host each step (in the main process with `--dataloader-workers 0`, the default, or spread
 over the workers); on a GPU it must stay below the step's GPU time, or the GPU waits for it.
 """
@@ -33,16 +36,13 @@ def batch_read_ms(dataset, batch_size: int, batches: int = 40) -> float:
     return mean_ms_after_first(iter(loader), min(batches, len(loader) - 1))
 
 
-def stream_step_ms(corpus: str, tokenizer: ElmoTokenizer, rows: int, window: int, steps: int) -> float:
+def stream_step_ms(corpus: str, tokenizer: ElmoTokenizer, rows: int, window: int, steps: int, every: int = 1) -> float:
     """Mean host milliseconds per `--stream` step of `rows` streams in pieces of `window` (after a first step): the
-    dataset's items fetched in order and collated, as `Trainer`'s sequential sampler and loader do."""
-    dataset = StreamWindowDataset([corpus], tokenizer, rows, window, seed=0, split="whitespace", steps=steps + 1)
-    loader = torch.utils.data.DataLoader(
-        dataset,
-        batch_size=rows,
-        sampler=torch.utils.data.SequentialSampler(dataset),
-        collate_fn=DataCollatorForBiLMStreams(),
-    )
+    dataset's items fetched in order and collated, as `Trainer`'s sequential sampler and loader do. With `every` > 1
+    only every `every`-th step is made, as one of `every` loader workers does (each lays out the others' steps too)."""
+    dataset = StreamWindowDataset([corpus], tokenizer, rows, window, 0, "whitespace", steps=(steps + 1) * every)
+    own_steps = [list(range(step * rows, (step + 1) * rows)) for step in range(0, (steps + 1) * every, every)]
+    loader = torch.utils.data.DataLoader(dataset, batch_sampler=own_steps, collate_fn=DataCollatorForBiLMStreams())
     return mean_ms_after_first(iter(loader), steps)
 
 
@@ -62,6 +62,13 @@ def main():
     parser.add_argument("--window", type=int, default=25)
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[32, 128])
     parser.add_argument("--batches", type=int, default=40)
+    parser.add_argument(
+        "--processes",
+        type=int,
+        nargs="+",
+        default=[1],
+        help="--stream: loader processes (the main one, or workers) whose share of the steps one process times",
+    )
     args = parser.parse_args()
     print(machine_description("cpu"))
     with tempfile.TemporaryDirectory() as folder:
@@ -72,10 +79,12 @@ def main():
         tokenizer = ElmoTokenizer()
         tokenizer.set_word_vocabulary(build_word_vocabulary([corpus], "whitespace", tokenizer, 2))
         if args.stream:
-            print("| rows x window | ms per step | positions/s |\n| --- | ---: | ---: |")
+            print("| rows x window | processes | ms per step made | positions/s |\n| --- | ---: | ---: | ---: |")
             for rows in args.batch_sizes:
-                ms = stream_step_ms(corpus, tokenizer, rows, args.window, args.batches)
-                print(f"| {rows} x {args.window} | {ms:.2f} | {rows * args.window / ms * 1e3:,.0f} |")
+                for processes in args.processes:
+                    ms = stream_step_ms(corpus, tokenizer, rows, args.window, args.batches, processes)
+                    rate = processes * rows * args.window / ms * 1e3
+                    print(f"| {rows} x {args.window} | {processes} | {ms:.2f} | {rate:,.0f} |", flush=True)
             return
         dataset = load_bilm_dataset([corpus], tokenizer, args.window)
         print("| batch | ms per batch |\n| ---: | ---: |")
