@@ -33,25 +33,28 @@ def batch_read_ms(dataset, batch_size: int, batches: int = 40) -> float:
     loader = torch.utils.data.DataLoader(
         dataset, batch_size=batch_size, shuffle=True, collate_fn=DataCollatorForBiLM(), drop_last=True
     )
-    return mean_ms_after_first(iter(loader), min(batches, len(loader) - 1))
+    return mean_ms_after_first(iter(loader), min(batches, len(loader) - 1))[0]
 
 
-def stream_step_ms(corpus: str, tokenizer: ElmoTokenizer, rows: int, window: int, steps: int, every: int = 1) -> float:
-    """Mean host milliseconds per `--stream` step of `rows` streams in pieces of `window` (after a first step): the
-    dataset's items fetched in order and collated, as `Trainer`'s sequential sampler and loader do. With `every` > 1
-    only every `every`-th step is made, as one of `every` loader workers does (each lays out the others' steps too)."""
+def stream_step_ms(corpus: str, tokenizer: ElmoTokenizer, rows: int, window: int, steps: int, every: int = 1):
+    """Mean host milliseconds (wall-clock, CPU) per `--stream` step of `rows` streams in pieces of `window` (after a
+    first step): the dataset's items fetched in order and collated, as `Trainer`'s sequential sampler and loader do.
+    With `every` > 1 only every `every`-th step is made, as one of `every` loader workers does (each lays out the
+    others' steps too)."""
     dataset = StreamWindowDataset([corpus], tokenizer, rows, window, 0, "whitespace", steps=(steps + 1) * every)
     own_steps = [list(range(step * rows, (step + 1) * rows)) for step in range(0, (steps + 1) * every, every)]
     loader = torch.utils.data.DataLoader(dataset, batch_sampler=own_steps, collate_fn=DataCollatorForBiLMStreams())
     return mean_ms_after_first(iter(loader), steps)
 
 
-def mean_ms_after_first(reader, count: int) -> float:
+def mean_ms_after_first(reader, count: int) -> tuple[float, float]:
+    """Mean milliseconds per item of `reader` after the first: wall-clock, and the process's CPU time (on a shared
+    machine, the work itself: the wall-clock also counts waits for a core)."""
     next(reader)
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), time.process_time()
     for _ in range(count):
         next(reader)
-    return (time.perf_counter() - start) / count * 1e3
+    return (time.perf_counter() - start) / count * 1e3, (time.process_time() - cpu_start) / count * 1e3
 
 
 def main():
@@ -79,12 +82,14 @@ def main():
         tokenizer = ElmoTokenizer()
         tokenizer.set_word_vocabulary(build_word_vocabulary([corpus], "whitespace", tokenizer, 2))
         if args.stream:
-            print("| rows x window | processes | ms per step made | positions/s |\n| --- | ---: | ---: | ---: |")
+            print("| rows x window | processes | ms per step made | CPU ms | positions/s (by CPU time) |")
+            print("| --- | ---: | ---: | ---: | ---: |")
             for rows in args.batch_sizes:
                 for processes in args.processes:
-                    ms = stream_step_ms(corpus, tokenizer, rows, args.window, args.batches, processes)
-                    rate = processes * rows * args.window / ms * 1e3
-                    print(f"| {rows} x {args.window} | {processes} | {ms:.2f} | {rate:,.0f} |", flush=True)
+                    ms, cpu_ms = stream_step_ms(corpus, tokenizer, rows, args.window, args.batches, processes)
+                    rate, cpu_rate = (processes * rows * args.window / t * 1e3 for t in (ms, cpu_ms))
+                    row = f"| {rows} x {args.window} | {processes} | {ms:.2f} | {cpu_ms:.2f} |"
+                    print(f"{row} {rate:,.0f} ({cpu_rate:,.0f}) |", flush=True)
             return
         dataset = load_bilm_dataset([corpus], tokenizer, args.window)
         print("| batch | ms per batch |\n| ---: | ---: |")

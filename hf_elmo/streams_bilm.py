@@ -323,7 +323,9 @@ class StreamWindowDataset(torch.utils.data.Dataset):
         the row reads it; the step's positions are then gathered from the encoded sentences in one go."""
         if self._word_rows is None:
             self._word_rows, self._row_sentences = WordRows(self.tokenizer, self.words_kept), [(None, None)] * self.rows
-        lasts = np.flatnonzero(np.cumsum(counts) % self.window == 0)  # each row's last piece
+        starts, counts = np.array(starts), np.array(counts)
+        read = np.cumsum(counts)  # positions of the step up to the end of each piece
+        lasts = np.flatnonzero(read % self.window == 0)  # each row's last piece
         firsts = [0, *(lasts[:-1] + 1).tolist()]
         is_new = [True] * len(pieces)
         for row, first in enumerate(firsts):
@@ -335,13 +337,12 @@ class StreamWindowDataset(torch.utils.data.Dataset):
         kept = [self._row_sentences[row][1] for row, first in enumerate(firsts) if not is_new[first]]
         tape = np.concatenate([*kept, self._word_rows.encode(new)])
         lengths = np.fromiter(map(len, pieces), np.int64, len(pieces)) + 2
-        starts, counts = np.array(starts), np.array(counts)
         on_tape = np.argsort(is_new, kind="stable")  # the kept sentences first, then the new ones, each in order
         bases = np.empty_like(lengths)
         bases[on_tape] = np.cumsum(lengths[on_tape]) - lengths[on_tape]
         # Position p of the step reads position k of its piece's sentence: forward, the k-th token on the tape;
         # backward, the (length - 1 - k)-th; the targets are the tokens after them in each direction.
-        before = np.cumsum(counts) - counts
+        before = read - counts
         positions = np.arange(self.rows * self.window)
         forward = np.repeat(bases + starts - before, counts) + positions
         backward = np.repeat(bases + lengths - 1 - starts + before, counts) - positions
