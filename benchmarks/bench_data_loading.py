@@ -23,7 +23,7 @@ import torch
 from bench_data_preparation import generate_corpus
 from bench_inference import machine_description
 
-from hf_elmo import ElmoTokenizer
+from hf_elmo import ElmoTokenizer, keep_freed_memory
 from hf_elmo.data_bilm import DataCollatorForBiLM, build_word_vocabulary, load_bilm_dataset
 from hf_elmo.streams_bilm import DataCollatorForBiLMStreams, StreamWindowDataset
 
@@ -82,6 +82,7 @@ def main():
         tokenizer = ElmoTokenizer()
         tokenizer.set_word_vocabulary(build_word_vocabulary([corpus], "whitespace", tokenizer, 2))
         if args.stream:
+            keep_freed_memory()  # as hf-elmo train does
             print("| rows x window | processes | ms per step made | CPU ms | positions/s (by CPU time) |")
             print("| --- | ---: | ---: | ---: | ---: |")
             for rows in args.batch_sizes:
