@@ -203,7 +203,8 @@ class StreamWindowDataset(torch.utils.data.Dataset):
     time, its lines shuffled on loading (bilm-tf's `shuffle_on_load`); the epochs follow one another without a break,
     the rows reading on. Without `shuffle` the shards and their lines keep their order: on one file and one process
     the items are those of `build_streams(sentences, tokenizer, rows, window)`, which lays out all sentences in
-    memory. Memory holds one shard's lines and the rows' current sentences, whatever the corpus's size.
+    memory. Memory holds one shard's lines, the rows' current sentences and the character rows and targets of up to
+    `words_kept` words (`WordRows`), whatever the corpus's size.
 
     The dataset is one pass of `steps` steps, a deterministic sequence: asked for a step it did not just make, it lays
     the streams out again from the start (without building their batches), which is how a resumed run skips the steps
