@@ -10,8 +10,8 @@ through a shuffled `DataLoader` and `DataCollatorForBiLM` (windows), or with `--
 `--stream --processes 1 2 3` also times the share of one of 2 or 3 loader workers (`--dataloader-num-workers`):
 each makes every 2nd or 3rd step but lays out all of them, the streams being one sequence; the rate given is that of
 all the workers together, on as many free cores, leaving out what passing the batches between processes costs.
-This work runs on the host each step (in the main process with `--dataloader-workers 0`, the default, or spread
-over the workers); on a GPU it must stay below the step's GPU time, or the GPU waits for it.
+This work runs on the host each step (in the main process with `--dataloader-num-workers 0`, the CPUs' default, or
+spread over the workers); on a GPU it must stay below the step's GPU time, or the GPU waits for it.
 """
 
 import argparse
