@@ -136,6 +136,58 @@ STREAM_CORPUS_FILE = "stream_corpus.json"
 unchanged before it regenerates the streams."""
 
 
+class WordRows:
+    """The character row and the target of every word the streams have read (`char_ids[slot]`, `targets[slot]`),
+    each word encoded once: a corpus repeats most of its words, so that a step encodes only those it has not met yet.
+    A word's row and target are those the tokenizer gave when the table took it. Between steps the table holds at
+    most `capacity` words (more only while one step's sentences hold more): a step whose new sentences might not fit
+    starts it over, which bounds its memory on a corpus whose rare words never stop coming."""
+
+    def __init__(self, tokenizer: ElmoTokenizer, capacity: int):
+        self.tokenizer, self.capacity = tokenizer, capacity
+        # A quarter of the tokenizer's int64, wide enough for bytes; a character vocabulary may number past 2**15.
+        self.dtype = np.int16 if tokenizer.characters.size <= np.iinfo(np.int16).max + 1 else np.int32
+        self.clear()
+
+    def clear(self):
+        self.slots = {}
+        self.char_ids = np.empty((0, self.tokenizer.characters.width), self.dtype)
+        self.targets = np.empty(0, np.int64)
+        self._add([BOS_TOKEN, EOS_TOKEN])  # slots 0 and 1
+
+    def fits(self, count: int) -> bool:
+        """Whether `count` more words surely fit."""
+        return len(self.slots) + count <= self.capacity
+
+    def encode(self, sentences: Sequence[list[str]]) -> np.ndarray:
+        """The slots of `sentences` one after another, each as `<S>`, its words, `</S>`."""
+        words = list(itertools.chain.from_iterable(sentences))
+        slots = np.fromiter(map(self.slots.get, words, itertools.repeat(-1)), np.int64, len(words))
+        missing = np.flatnonzero(slots < 0)
+        if missing.size:
+            self._add(list(dict.fromkeys(words[k] for k in missing)))
+            slots[missing] = [self.slots[words[k]] for k in missing]
+        lengths = np.fromiter(map(len, sentences), np.int64, len(sentences)) + 2
+        ends = np.cumsum(lengths)
+        encoded = np.ones(len(words) + 2 * len(sentences), np.int64)  # </S> where nothing else goes
+        encoded[ends - lengths] = 0
+        inside = np.ones(len(encoded), bool)
+        inside[ends - lengths] = inside[ends - 1] = False
+        encoded[inside] = slots
+        return encoded
+
+    def _add(self, words: list[str]):
+        first, end = len(self.slots), len(self.slots) + len(words)
+        if end > len(self.targets):  # room for up to twice as many, so that the table is copied rarely
+            room = max(end, min(2 * end, self.capacity))
+            char_ids, targets = np.empty((room, self.char_ids.shape[1]), self.dtype), np.empty(room, np.int64)
+            char_ids[:first], targets[:first] = self.char_ids[:first], self.targets[:first]
+            self.char_ids, self.targets = char_ids, targets
+        self.slots.update(zip(words, range(first, end)))
+        self.char_ids[first:end] = self.tokenizer.characters.rows(words)
+        self.targets[first:end] = self.tokenizer.word_targets(words)
+
+
 class StreamWindowDataset(torch.utils.data.Dataset):
     """Training data as continuous streams, read from the corpus shard by shard: item `i` is the `window` positions of
     row `i % rows` of process `(i // rows) % processes` at step `i // (rows * processes)`, so that a sequential
@@ -151,7 +203,8 @@ class StreamWindowDataset(torch.utils.data.Dataset):
     time, its lines shuffled on loading (bilm-tf's `shuffle_on_load`); the epochs follow one another without a break,
     the rows reading on. Without `shuffle` the shards and their lines keep their order: on one file and one process
     the items are those of `build_streams(sentences, tokenizer, rows, window)`, which lays out all sentences in
-    memory. Memory holds one shard's lines and the rows' current sentences, whatever the corpus's size.
+    memory. Memory holds one shard's lines, the rows' current sentences and the character rows and targets of up to
+    `words_kept` words (`WordRows`), whatever the corpus's size.
 
     The dataset is one pass of `steps` steps, a deterministic sequence: asked for a step it did not just make, it lays
     the streams out again from the start (without building their batches), which is how a resumed run skips the steps
@@ -160,6 +213,9 @@ class StreamWindowDataset(torch.utils.data.Dataset):
     "backward_labels"}`, the backward ones reversed in time (see `stream_input_ids`); `DataCollatorForBiLMStreams`
     makes them a batch.
     """
+
+    words_kept = 1 << 17
+    """The most words whose rows and targets a process keeps between steps (`WordRows`)."""
 
     def __init__(
         self,
@@ -193,12 +249,20 @@ class StreamWindowDataset(torch.utils.data.Dataset):
             steps = max(1, round(epochs * self.steps_per_epoch))
         self.steps = steps
         self._layouts, self._step, self._batch, self._record = None, None, None, None
+        self._word_rows, self._row_sentences = None, None
 
     def __len__(self) -> int:
         return self.steps * self.rows * self.processes
 
     def __getstate__(self) -> dict:  # a data loader's worker process starts its own layout
-        return {**self.__dict__, "_layouts": None, "_step": None, "_batch": None}
+        return {
+            **self.__dict__,
+            "_layouts": None,
+            "_step": None,
+            "_batch": None,
+            "_word_rows": None,
+            "_row_sentences": None,
+        }
 
     def epoch_sentences(self, epoch: int) -> Iterator[list[str]]:
         """The sentences this process reads in `epoch`, in order."""
@@ -233,49 +297,69 @@ class StreamWindowDataset(torch.utils.data.Dataset):
                     "processes or more text."
                 )
 
-    def _layout(self) -> Iterator[list[list[tuple[list[str], int, int]]]]:
-        """Each step's pieces: for every row, the `(sentence, start, end)` parts of the sentences' positions (a
-        sentence of `n` words offers `n + 1`) it reads, as `assign_rows` lays them out."""
+    def _layout(self) -> Iterator[tuple[list[list[str]], list[int], list[int]]]:
+        """Each step's pieces, row after row, as `assign_rows` lays them out: the sentence a piece reads (its words),
+        where the piece starts in the sentence's positions (a sentence of `n` words offers `n + 1`) and how many it
+        reads; the pieces of a row read `window` positions."""
         sentences = self._sentences()
         current, used = [[] for _ in range(self.rows)], [1] * self.rows  # nothing left to read
         while True:
-            step = []
+            pieces, starts, counts = [], [], []
             for row in range(self.rows):
-                needed, parts = self.window, []
+                words, start, needed = current[row], used[row], self.window
                 while needed:
-                    if used[row] == len(current[row]) + 1:
-                        current[row], used[row] = next(sentences), 0
-                    taken = min(len(current[row]) + 1 - used[row], needed)
-                    parts.append((current[row], used[row], used[row] + taken))
-                    used[row] += taken
+                    if start == len(words) + 1:
+                        words, start = next(sentences), 0
+                    taken = min(len(words) + 1 - start, needed)
+                    pieces.append(words)
+                    starts.append(start)
+                    counts.append(taken)
+                    start += taken
                     needed -= taken
-                step.append(parts)
-            yield step
+                current[row], used[row] = words, start
+            yield pieces, starts, counts
 
-    def _make_batch(self, step: list[list[tuple[list[str], int, int]]]) -> list[dict[str, np.ndarray]]:
-        tokens = [[], [], [], []]  # forward inputs and targets, backward inputs and targets
-        for parts in step:
-            for words, start, end in parts:
-                forward, backward = [BOS_TOKEN, *words, EOS_TOKEN], [EOS_TOKEN, *words[::-1], BOS_TOKEN]
-                tokens[0] += forward[start:end]
-                tokens[1] += forward[start + 1 : end + 1]
-                tokens[2] += backward[start:end]
-                tokens[3] += backward[start + 1 : end + 1]
-        # Each distinct word made into a row and a target once: the pieces of a step repeat many.
-        index = {}
-        shape = (self.rows, self.window)
-        forward_inputs, forward_targets, backward_inputs, backward_targets = (
-            np.fromiter((index.setdefault(word, len(index)) for word in part), np.int64, len(part)).reshape(shape)
-            for part in tokens
-        )
-        char_ids = self.tokenizer.characters.rows(list(index)).astype(np.int16)
-        targets = self.tokenizer.word_targets(list(index))
+    def _make_batch(self, pieces: list[list[str]], starts: list[int], counts: list[int]) -> list[dict[str, np.ndarray]]:
+        """The items of a step (`_layout`'s pieces). A sentence is encoded once, when a row takes it, and kept while
+        the row reads it; the step's positions are then gathered from the encoded sentences in one go."""
+        if self._word_rows is None:
+            self._word_rows, self._row_sentences = WordRows(self.tokenizer, self.words_kept), [(None, None)] * self.rows
+        starts, counts = np.array(starts), np.array(counts)
+        read = np.cumsum(counts)  # positions of the step up to the end of each piece
+        lasts = np.flatnonzero(read % self.window == 0)  # each row's last piece
+        firsts = [0, *(lasts[:-1] + 1).tolist()]
+        is_new = [True] * len(pieces)
+        for row, first in enumerate(firsts):
+            is_new[first] = pieces[first] is not self._row_sentences[row][0]
+        new = [words for words, fresh in zip(pieces, is_new) if fresh]
+        if not self._word_rows.fits(sum(map(len, new))):
+            self._word_rows.clear()
+            is_new, new = [True] * len(pieces), pieces
+        kept = [self._row_sentences[row][1] for row, first in enumerate(firsts) if not is_new[first]]
+        tape = np.concatenate([*kept, self._word_rows.encode(new)])
+        lengths = np.fromiter(map(len, pieces), np.int64, len(pieces)) + 2
+        on_tape = np.argsort(is_new, kind="stable")  # the kept sentences first, then the new ones, each in order
+        bases = np.empty_like(lengths)
+        bases[on_tape] = np.cumsum(lengths[on_tape]) - lengths[on_tape]
+        # Position p of the step reads position k of its piece's sentence: forward, the k-th token on the tape;
+        # backward, the (length - 1 - k)-th; the targets are the tokens after them in each direction.
+        before = read - counts
+        positions = np.arange(self.rows * self.window)
+        forward = np.repeat(bases + starts - before, counts) + positions
+        backward = np.repeat(bases + lengths - 1 - starts + before, counts) - positions
+        char_ids, targets, shape = self._word_rows.char_ids, self._word_rows.targets, (self.rows, self.window)
+        forward_ids = char_ids[tape[forward].reshape(shape)]
+        forward_labels = targets[tape[forward + 1].reshape(shape)]
+        backward_ids = char_ids[tape[backward].reshape(shape)[:, ::-1]]
+        backward_labels = targets[tape[backward - 1].reshape(shape)[:, ::-1]]
+        rows_ends = zip(lasts.tolist(), bases[lasts].tolist(), (bases + lengths)[lasts].tolist())
+        self._row_sentences = [(pieces[k], tape[base:end]) for k, base, end in rows_ends]
         return [
             {
-                "forward_ids": char_ids[forward_inputs[row]],
-                "forward_labels": targets[forward_targets[row]],
-                "backward_ids": char_ids[backward_inputs[row, ::-1]],
-                "backward_labels": targets[backward_targets[row, ::-1]],
+                "forward_ids": forward_ids[row],
+                "forward_labels": forward_labels[row],
+                "backward_ids": backward_ids[row],
+                "backward_labels": backward_labels[row],
             }
             for row in range(self.rows)
         ]
@@ -293,7 +377,7 @@ class StreamWindowDataset(torch.utils.data.Dataset):
             try:
                 for _ in range(step - self._step - 1):
                     next(self._layouts)
-                self._batch, self._step = self._make_batch(next(self._layouts)), step
+                self._batch, self._step = self._make_batch(*next(self._layouts)), step
             except BaseException:  # a shard that cannot be read: asked again, the layout starts over
                 self._layouts, self._step = None, None
                 raise
@@ -351,13 +435,15 @@ class DataCollatorForBiLMStreams:
     backward streams (reversed in time) with backward labels; every position is real."""
 
     def __call__(self, examples: Sequence[dict]) -> dict[str, torch.Tensor]:
-        input_ids = np.concatenate([np.stack([e[f"{d}_ids"] for e in examples]) for d in ("forward", "backward")])
-        labels = np.full((*input_ids.shape[:2], 2), IGNORE_INDEX, dtype=np.int64)
         rows = len(examples)
+        input_ids = np.empty((2 * rows, *examples[0]["forward_ids"].shape), np.int64)
+        np.stack([e["forward_ids"] for e in examples], out=input_ids[:rows])
+        np.stack([e["backward_ids"] for e in examples], out=input_ids[rows:])
+        labels = np.full((*input_ids.shape[:2], 2), IGNORE_INDEX, dtype=np.int64)
         labels[:rows, :, 0] = np.stack([e["forward_labels"] for e in examples])
         labels[rows:, :, 1] = np.stack([e["backward_labels"] for e in examples])
         return {
-            "input_ids": torch.from_numpy(input_ids.astype(np.int64)),
+            "input_ids": torch.from_numpy(input_ids),
             "attention_mask": torch.ones(input_ids.shape[:2], dtype=torch.long),
             "labels": torch.from_numpy(labels),
         }

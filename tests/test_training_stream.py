@@ -166,6 +166,35 @@ def test_a_step_asked_for_first_is_the_step_of_a_pass_from_the_start(corpus):
             assert all(np.array_equal(item[k], batches[step][row][k]) for k in item)
 
 
+def test_the_table_of_word_rows_starting_over_changes_no_batch(corpus):
+    """Each process keeps the rows and targets of the words it has read, up to `words_kept` of them: a table that
+    fills up starts over, and the batches stay the layout's, read in order or not."""
+    tokenizer = stream_tokenizer(corpus)
+    sentences = list(iter_sentences([corpus / "small.txt"], "pretokenizer", tokenizer))
+    dataset = StreamWindowDataset([corpus / "small.txt"], tokenizer, 3, 7, 0, "pretokenizer", epochs=1, shuffle=False)
+    dataset.words_kept = 60  # far fewer than the text's distinct words: the table starts over again and again
+    steps = assert_batches_are_the_layout(dataset, sentences, tokenizer)
+    assert len(dataset._word_rows.slots) <= dataset.words_kept < len({w for s in sentences for w in s})
+    in_order = [[dataset[3 * step + row] for row in range(3)] for step in range(steps)]
+    for step in (steps - 1, 5, 6, 2, steps - 2):  # steps skipped, then the layout started over
+        for row in range(3):
+            assert all(np.array_equal(dataset[3 * step + row][k], in_order[step][row][k]) for k in in_order[step][row])
+
+
+def test_character_ids_beyond_16_bits_reach_the_batches_unchanged(corpus):
+    """A character vocabulary (ELMoForManyLangs) may number its characters past 32,767: the batches carry the ids the
+    tokenizer gives."""
+    text = (corpus / "small.txt").read_text(encoding="utf-8")
+    chars = {token: k for k, token in enumerate(["<bow>", "<eow>", "<pad>", "<oov>", "<bos>", "<eos>"], start=1)}
+    chars.update({char: 40_000 + k for k, char in enumerate(sorted(set(text)))})
+    tokenizer = ElmoTokenizer(char_vocab=chars)
+    tokenizer.set_word_vocabulary(stream_tokenizer(corpus).word_vocabulary)
+    sentences = list(iter_sentences([corpus / "small.txt"], "pretokenizer", tokenizer))
+    dataset = StreamWindowDataset([corpus / "small.txt"], tokenizer, 3, 7, 0, "pretokenizer", epochs=1, shuffle=False)
+    assert_batches_are_the_layout(dataset, sentences, tokenizer)
+    assert tokenizer.characters.rows(sentences[0]).max() >= 40_000
+
+
 def random_start(corpus, folder):
     """A biLM with large random weights, saved with its tokenizer: its state says a lot about what it read (a fresh
     one is nearly constant)."""
