@@ -21,8 +21,10 @@ from hf_elmo.convert_bilm_tf_checkpoint import convert_bilm_tf_checkpoint
 from hf_elmo.convert_original_elmo import convert
 
 # The suite's models are tiny: a second intra-op thread gains nothing, and on a busy machine every multi-threaded
-# operation ends in a barrier that waits for a descheduled thread. Tests of threading set their own counts.
+# operation ends in a barrier that waits for a descheduled thread. The processes tests start get the same count (their
+# numbers are compared exactly with this process's). Tests of threading set their own counts.
 torch.set_num_threads(1)
+os.environ["OMP_NUM_THREADS"] = "1"
 
 FIXTURES = Path(__file__).parent / "fixtures"
 # A biLM trained by bilm-tf, its raw TensorFlow checkpoint and bilm-tf's own held-out numbers (README there).
