@@ -1590,6 +1590,12 @@ API_CASES = {
         traced("ElmoForQuestionAnswering", "M"),
         r"^ELMo models cannot be traced by torch\.jit\.trace \(TorchScript",
     ),
+    # --- the question-answering pipeline's transformers arguments: top_k ---
+    "a question-answering pipeline asked for no answer at all (top_k=0)": (
+        [],
+        answer(question="Who sat?", context="The cat sat.", top_k=0),
+        r"^top_k must be >= 1, got 0$",
+    ),
 }
 
 
