@@ -812,6 +812,15 @@ CASES = {
         r"inputs and outputs$",
         [edit_json("M/config.json", architectures=["ElmoForTokenClassification"])],
     ),
+    # --- train: --max-steps 0, which Trainer would run as one step ---
+    "train: --max-steps 0": Case(
+        f"{TRAIN} --max-steps 0",
+        r"^error: max_steps must be > 0 \(the steps to train\) or -1 \(the default: num_train_epochs decides\), "
+        r"got 0\.$",
+    ),
+    "train --stream: --max-steps 0": Case(
+        f"{TRAIN} --stream --max-steps 0", r"^error: max_steps must be > 0 \(the steps to train\) or -1"
+    ),
 }
 
 

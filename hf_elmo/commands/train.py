@@ -219,6 +219,10 @@ class ElmoTrainingArguments(TrainingArguments):
             raise ValueError(f"all_clip_norm_val must be >= 0, got {self.all_clip_norm_val}.")
         if self.adagrad_initial_accumulator <= 0:  # as TensorFlow's Adagrad: the step divides by its square root
             raise ValueError(f"adagrad_initial_accumulator must be > 0, got {self.adagrad_initial_accumulator}.")
+        if self.max_steps == 0:  # Trainer would take 0 as a number of steps, and train one
+            raise ValueError(
+                "max_steps must be > 0 (the steps to train) or -1 (the default: num_train_epochs decides), got 0."
+            )
         if self.max_steps <= 0 and self.num_train_epochs <= 0:
             raise ValueError(
                 f"num_train_epochs must be > 0 (or max_steps given), got {self.num_train_epochs}: nothing would be "
