@@ -261,6 +261,16 @@ def test_stream_run_reports_the_held_out_perplexity_of_its_weights(corpus, tmp_p
     assert metrics["eval_backward_perplexity"] == pytest.approx(expected["backward"], rel=1e-6)
 
 
+def test_the_log_counts_an_epoch_in_optimizer_steps(corpus, tmp_path, capsys):
+    """With gradient accumulation a step of the run takes several batches of the streams: the epoch the log sizes
+    is the one `Trainer` runs."""
+    run = options(corpus, tmp_path / "run", max_steps=-1, num_train_epochs=1, gradient_accumulation_steps=2)
+    steps = train_bilm(**{**run, "logging_steps": 2, "save_steps": 1000})["steps"]
+    log = capsys.readouterr().out
+    assert steps > 3 and f"in pieces of 10 positions, {steps:,} steps per epoch; 1 process training." in log
+    assert f"an epoch of {steps:,} steps takes about" in log
+
+
 def test_resumed_stream_run_ends_with_the_same_weights(corpus, tmp_path, monkeypatch):
     """A run over shards interrupted after its checkpoint at step 3 and resumed (with data loader workers) trains on
     the batches of an uninterrupted run from step 4 on, and ends with its weights."""

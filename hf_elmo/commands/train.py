@@ -367,7 +367,8 @@ def _train(model_args, data, args, output_dir, tokenizer, config, resume_from, r
     layout = f"windows of {data.window} positions, batch {batch} per process"
     steps_per_epoch = None
     if data.stream:
-        steps_per_epoch = train_dataset.steps_per_epoch
+        if train_dataset.steps_per_epoch:  # the dataset's steps are batches, Trainer's take an accumulation of them
+            steps_per_epoch = -(-train_dataset.steps_per_epoch // args.gradient_accumulation_steps)  # as Trainer
         per_epoch = f", {steps_per_epoch:,} steps per epoch" if steps_per_epoch else ""
         layout = f"{batch} continuous streams per process in pieces of {data.window} positions{per_epoch}"
     processes = f"{args.world_size} process" + ("es" if args.world_size > 1 else "")
