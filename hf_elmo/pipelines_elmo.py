@@ -202,6 +202,8 @@ class ElmoQuestionAnsweringPipeline(Pipeline):
     def preprocess(self, inputs: Any, max_context_words: int = 256, stride: int = 64) -> dict[str, Any]:
         if not isinstance(inputs, dict) or set(inputs) != {"question", "context"}:
             raise ValueError('ElmoQuestionAnsweringPipeline expects {"question": str, "context": str} for each input')
+        if max_context_words < 1:
+            raise ValueError(f"max_context_words must be >= 1, got {max_context_words}")
         if not 0 <= stride < max_context_words:
             raise ValueError(f"stride must be in [0, max_context_words) = [0, {max_context_words}), got {stride}")
         words = {}

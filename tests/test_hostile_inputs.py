@@ -1599,11 +1599,16 @@ API_CASES = {
         traced("ElmoForQuestionAnswering", "M"),
         r"^ELMo models cannot be traced by torch\.jit\.trace \(TorchScript",
     ),
-    # --- the question-answering pipeline's transformers arguments: top_k ---
+    # --- the question-answering pipeline's arguments: top_k, max_context_words ---
     "a question-answering pipeline asked for no answer at all (top_k=0)": (
         [],
         answer(question="Who sat?", context="The cat sat.", top_k=0),
         r"^top_k must be >= 1, got 0$",
+    ),
+    "a question-answering pipeline given windows of no word (max_context_words=0)": (
+        [],
+        answer(question="Who sat?", context="The cat sat.", max_context_words=0),
+        r"^max_context_words must be >= 1, got 0$",
     ),
 }
 
