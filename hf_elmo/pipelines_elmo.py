@@ -157,6 +157,8 @@ class ElmoQuestionAnsweringPipeline(Pipeline):
         super().__init__(model, *args, **kwargs)
 
     def __call__(self, *args, question=None, context=None, **kwargs):
+        if question is context is None and len(args) == 2 and all(isinstance(arg, str) for arg in args):
+            (question, context), args = args, ()  # qa(question, context), as transformers' pipeline took them
         if question is not None or context is not None:
             if args:
                 raise ValueError("ElmoQuestionAnsweringPipeline takes question= and context=, or a dict, not both")

@@ -307,11 +307,12 @@ def test_question_answering_pipeline_top_k_gives_the_best_spans_of_every_window_
     assert isinstance(one_word, dict) and one_word["answer"] == "Nobody"
 
 
-def test_question_answering_pipeline_answers_several_questions_about_one_context():
+def test_question_answering_pipeline_takes_several_questions_about_one_context_and_positional_texts():
     model = tiny_model(ElmoForQuestionAnswering).float()
     qa = pipeline("elmo-question-answering", model=model, tokenizer=ElmoTokenizer())
     questions, context = ["Who sat?", "Where did the cat sit?", "What happened?"], "The cat sat on the mat."
     assert qa(question=questions, context=context) == [qa(question=q, context=context) for q in questions]
+    assert qa(questions[1], context) == qa(question=questions[1], context=context)  # positional, as transformers took
 
 
 def test_question_answering_pipeline_gives_the_empty_answer_when_the_model_does():
