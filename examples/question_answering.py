@@ -39,7 +39,7 @@ from transformers import AutoModelForQuestionAnswering, AutoTokenizer, Trainer, 
 import hf_elmo  # noqa: F401  (registers ELMo with the Auto classes)
 from hf_elmo import ElmoModel, ElmoQuestionAnsweringPipeline
 from hf_elmo.data_elmo import DataCollatorForElmo, ElmoLayerCache
-from hf_elmo.pipelines_elmo import best_answer_span, word_spans
+from hf_elmo.pipelines_elmo import best_answer_spans, word_spans
 
 
 def ewt_questions(sentences: list[list[str]], limit: int | None, seed: int) -> list[dict]:
@@ -114,7 +114,7 @@ def predicted_spans(model, dataset: Dataset, collator, max_answer_len: int, batc
             n = int(batch["pair_attention_mask"][row].sum()) - 2
             start_scores = output.start_logits[row].double().log_softmax(-1)[1 : n + 1]
             end_scores = output.end_logits[row].double().log_softmax(-1)[1 : n + 1]
-            first, last, _ = best_answer_span(start_scores, end_scores, max_answer_len)
+            first, last, _ = best_answer_spans(start_scores, end_scores, max_answer_len)[0]
             spans.append((first, last))
     return spans
 

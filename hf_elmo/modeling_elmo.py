@@ -188,7 +188,9 @@ class ElmoLstmLayer(nn.Module):
         if exporting():
             from torch._higher_order_ops.scan import scan  # PyTorch's, not public yet
 
-            initial = (hidden.contiguous(), memory.contiguous())  # the carry's layout, as the steps make it
+            # The carry's layout, as the steps make it: `contiguous()` would keep the strides of a batch of one row,
+            # which the steps' outputs do not have.
+            initial = tuple(state.clone(memory_format=torch.contiguous_format) for state in (hidden, memory))
             (hidden, memory), outputs = scan(step, initial, (gate_inputs.transpose(0, 1), mask.t()), reverse=reverse)
             return outputs.transpose(0, 1), hidden, memory
         outputs = [None] * inputs.shape[1]

@@ -138,7 +138,9 @@ class ElmoQuestionAnsweringPipeline(Pipeline):
     long. A context longer than `max_context_words` (256) is read in windows of that many words, each overlapping the
     next by `stride` (64) words, and the best answer of any window is returned. With `handle_impossible_answer=True`
     the empty answer (`"answer": ""`, `start = end = 0`) is returned when the model gives it a higher probability
-    (the lowest over the windows) than the best span.
+    (the lowest over the windows) than the best span. `top_k` > 1 returns a list of the best answers, best first (a
+    span read in several windows once, with its best score; the empty answer among them with
+    `handle_impossible_answer`), as transformers' pipeline did: a single answer stays a dict.
     """
 
     _load_processor = False
@@ -155,9 +157,13 @@ class ElmoQuestionAnsweringPipeline(Pipeline):
         super().__init__(model, *args, **kwargs)
 
     def __call__(self, *args, question=None, context=None, **kwargs):
+        if question is context is None and len(args) == 2 and all(isinstance(arg, str) for arg in args):
+            (question, context), args = args, ()  # qa(question, context), as transformers' pipeline took them
         if question is not None or context is not None:
             if args:
                 raise ValueError("ElmoQuestionAnsweringPipeline takes question= and context=, or a dict, not both")
+            if isinstance(question, (list, tuple)) and isinstance(context, str):  # several questions, one context
+                context = [context] * len(question)
             if isinstance(question, (list, tuple)) and isinstance(context, (list, tuple)):
                 if len(question) != len(context):
                     raise ValueError(f"{len(question)} questions but {len(context)} contexts: each needs its context")
@@ -172,6 +178,7 @@ class ElmoQuestionAnsweringPipeline(Pipeline):
         handle_impossible_answer: bool | None = None,
         max_context_words: int | None = None,
         stride: int | None = None,
+        top_k: int | None = None,
         **kwargs,
     ):
         if kwargs:
@@ -188,11 +195,17 @@ class ElmoQuestionAnsweringPipeline(Pipeline):
             postprocess_params["max_answer_len"] = max_answer_len
         if handle_impossible_answer is not None:
             postprocess_params["handle_impossible_answer"] = handle_impossible_answer
+        if top_k is not None:
+            if top_k < 1:
+                raise ValueError(f"top_k must be >= 1, got {top_k}")
+            postprocess_params["top_k"] = top_k
         return preprocess_params, {}, postprocess_params
 
     def preprocess(self, inputs: Any, max_context_words: int = 256, stride: int = 64) -> dict[str, Any]:
         if not isinstance(inputs, dict) or set(inputs) != {"question", "context"}:
             raise ValueError('ElmoQuestionAnsweringPipeline expects {"question": str, "context": str} for each input')
+        if max_context_words < 1:
+            raise ValueError(f"max_context_words must be >= 1, got {max_context_words}")
         if not 0 <= stride < max_context_words:
             raise ValueError(f"stride must be in [0, max_context_words) = [0, {max_context_words}), got {stride}")
         words = {}
@@ -216,26 +229,36 @@ class ElmoQuestionAnsweringPipeline(Pipeline):
         return {"start_logits": outputs.start_logits, "end_logits": outputs.end_logits, **extra}
 
     def postprocess(
-        self, model_outputs: dict[str, Any], max_answer_len: int = 15, handle_impossible_answer: bool = False
-    ) -> dict[str, Any]:
+        self,
+        model_outputs: dict[str, Any],
+        max_answer_len: int = 15,
+        handle_impossible_answer: bool = False,
+        top_k: int = 1,
+    ) -> dict[str, Any] | list[dict[str, Any]]:
         context, context_words = model_outputs["context"], model_outputs["context_words"]
-        best, no_answer = None, 1.0
+        best, no_answer = {}, 1.0
         for window, start in enumerate(model_outputs["starts"]):
             n = min(len(context_words) - start, len(model_outputs["start_logits"][window]) - 2)
             start_scores = model_outputs["start_logits"][window].double().log_softmax(dim=-1)
             end_scores = model_outputs["end_logits"][window].double().log_softmax(dim=-1)
             no_answer = min(no_answer, float((start_scores[0] + end_scores[0]).exp()))
-            first, last, score = best_answer_span(start_scores[1 : n + 1], end_scores[1 : n + 1], max_answer_len)
-            if best is None or score > best[2]:
-                best = (start + first, start + last, score)
-        first, last, score = best
-        if handle_impossible_answer and no_answer > score:
-            return {"score": no_answer, "start": 0, "end": 0, "answer": ""}
-        spans = word_spans(context, context_words)
-        begin, end = spans[first][0], spans[last][1]
-        if begin is None or end is None:  # a word that lost a lone surrogate: the answer as the words read it
-            return {"score": score, "start": begin, "end": end, "answer": " ".join(context_words[first : last + 1])}
-        return {"score": score, "start": begin, "end": end, "answer": context[begin:end]}
+            spans = best_answer_spans(start_scores[1 : n + 1], end_scores[1 : n + 1], max_answer_len, top_k)
+            for first, last, score in spans:
+                span = (start + first, start + last)
+                best[span] = max(score, best.get(span, 0.0))
+        offsets = word_spans(context, context_words)
+        answers = []
+        for (first, last), score in best.items():
+            begin, end = offsets[first][0], offsets[last][1]
+            if begin is None or end is None:  # a word that lost a lone surrogate: the answer as the words read it
+                answer = " ".join(context_words[first : last + 1])
+            else:
+                answer = context[begin:end]
+            answers.append({"score": score, "start": begin, "end": end, "answer": answer})
+        if handle_impossible_answer:
+            answers.append({"score": no_answer, "start": 0, "end": 0, "answer": ""})
+        answers = sorted(answers, key=lambda answer: answer["score"], reverse=True)[:top_k]  # stable: spans win ties
+        return answers[0] if len(answers) == 1 else answers
 
 
 class QuestionAnsweringPipelineForElmoModels(ElmoQuestionAnsweringPipeline):
@@ -269,15 +292,19 @@ def context_windows(n_words: int, window: int, stride: int) -> list[int]:
     return starts
 
 
-def best_answer_span(start_scores: torch.Tensor, end_scores: torch.Tensor, max_length: int) -> tuple[int, int, float]:
-    """The span `(first, last)` of words maximising `start_scores[first] + end_scores[last]` (log-probabilities `(n,)`)
-    with `first <= last < first + max_length`, and its probability."""
+def best_answer_spans(
+    start_scores: torch.Tensor, end_scores: torch.Tensor, max_length: int, top_k: int = 1
+) -> list[tuple[int, int, float]]:
+    """The `top_k` spans `(first, last)` of words with the highest `start_scores[first] + end_scores[last]`
+    (log-probabilities `(n,)`) with `first <= last < first + max_length`, best first, with their probabilities (fewer
+    where fewer spans exist)."""
     n = start_scores.shape[0]
     scores = start_scores[:, None] + end_scores[None, :]
     offsets = torch.arange(n)[None, :] - torch.arange(n)[:, None]
     scores = scores.masked_fill((offsets < 0) | (offsets >= max_length), float("-inf"))
-    index = int(scores.argmax())
-    return index // n, index % n, float(scores.reshape(-1)[index].exp())
+    spans = sum(min(max_length, n - first) for first in range(n))
+    values, indices = scores.reshape(-1).topk(min(top_k, spans))
+    return [(index // n, index % n, value) for value, index in zip(values.exp().tolist(), indices.tolist())]
 
 
 def word_spans(text: str, words: list[str]) -> list[tuple[int | None, int | None]]:
@@ -321,7 +348,7 @@ __all__ = [
     "QuestionAnsweringPipelineForElmoModels",
     "QuestionAnsweringTaskEntry",
     "TokenClassificationPipelineForAnyModel",
-    "best_answer_span",
+    "best_answer_spans",
     "context_windows",
     "word_spans",
 ]

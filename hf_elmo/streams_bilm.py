@@ -29,7 +29,7 @@ import numpy as np
 import torch
 
 from .character_rows import BOS_TOKEN, EOS_TOKEN
-from .data_bilm import IGNORE_INDEX, _check_split, expand_shards, iter_sentences, split_line
+from .data_bilm import IGNORE_INDEX, DataCollatorForBiLM, _check_split, expand_shards, iter_sentences, split_line
 from .file_io import ElmoInputError, json_field, read_json_object, read_lines
 from .tokenization_elmo import ElmoTokenizer
 
@@ -432,9 +432,13 @@ class StreamWindowDataset(torch.utils.data.Dataset):
 
 class DataCollatorForBiLMStreams:
     """Stream windows -> an `ElmoForBiLM` batch of `2B` rows: the forward streams with forward labels, then the
-    backward streams (reversed in time) with backward labels; every position is real."""
+    backward streams (reversed in time) with backward labels; every position is real. The held-out windows of
+    `--eval-files` (sentences from the start state, as `load_bilm_dataset` makes them) are padded by
+    `DataCollatorForBiLM`: `Trainer` gives the evaluation batches to the training's collator."""
 
     def __call__(self, examples: Sequence[dict]) -> dict[str, torch.Tensor]:
+        if examples and "forward_ids" not in examples[0]:
+            return DataCollatorForBiLM()(examples)
         rows = len(examples)
         input_ids = np.empty((2 * rows, *examples[0]["forward_ids"].shape), np.int64)
         np.stack([e["forward_ids"] for e in examples], out=input_ids[:rows])

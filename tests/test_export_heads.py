@@ -75,6 +75,21 @@ def test_exported_head_gives_the_eager_logits_on_other_batch_sizes_and_lengths(h
             torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("head", list(HEADS))
+def test_head_exported_from_a_batch_of_one_sentence_gives_the_eager_logits(head):
+    """Without dynamic shapes the program keeps the example's: here a batch of one row, whose biLM start state has
+    strides of its own (a one-row tensor's) that the scan's carry must not inherit."""
+    cls, options = HEADS[head]
+    model = tiny_model(cls, num_layers=1, **options).float()
+    pairs = model.config.sentence_pairs or cls is ElmoForQuestionAnswering
+    inputs = encode(FIRST[:1], SECOND[:1] if pairs else None)
+    exported = torch.export.export(model, (), inputs).module()
+    with torch.no_grad():
+        expected, actual = logits(model(**inputs)), logits(exported(**inputs))
+    for got, want in zip(actual, expected, strict=True):  # the tolerance of the test above, for the same reasons
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize("cls", [ElmoForTokenClassification, ElmoForQuestionAnswering])
 def test_onnx_of_a_head_folder_gives_the_heads_logits(cls, tmp_path):
     """`hf-elmo export --format onnx` of a folder saved as a task head: its logits, run by onnxruntime."""

@@ -835,6 +835,15 @@ CASES = {
         r"with another word table\.$",
         [trained("first"), windows_of_another_table("cache")],
     ),
+    # --- train: --max-steps 0, which Trainer would run as one step ---
+    "train: --max-steps 0": Case(
+        f"{TRAIN} --max-steps 0",
+        r"^error: max_steps must be > 0 \(the steps to train\) or -1 \(the default: num_train_epochs decides\), "
+        r"got 0\.$",
+    ),
+    "train --stream: --max-steps 0": Case(
+        f"{TRAIN} --stream --max-steps 0", r"^error: max_steps must be > 0 \(the steps to train\) or -1"
+    ),
 }
 
 
@@ -1614,6 +1623,17 @@ API_CASES = {
         [],
         traced("ElmoForQuestionAnswering", "M"),
         r"^ELMo models cannot be traced by torch\.jit\.trace \(TorchScript",
+    ),
+    # --- the question-answering pipeline's arguments: top_k, max_context_words ---
+    "a question-answering pipeline asked for no answer at all (top_k=0)": (
+        [],
+        answer(question="Who sat?", context="The cat sat.", top_k=0),
+        r"^top_k must be >= 1, got 0$",
+    ),
+    "a question-answering pipeline given windows of no word (max_context_words=0)": (
+        [],
+        answer(question="Who sat?", context="The cat sat.", max_context_words=0),
+        r"^max_context_words must be >= 1, got 0$",
     ),
 }
 

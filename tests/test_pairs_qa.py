@@ -21,7 +21,7 @@ from hf_elmo import (
     ElmoTokenizer,
 )
 from hf_elmo.data_elmo import DataCollatorForElmo, ElmoLayerCache
-from hf_elmo.pipelines_elmo import QuestionAnsweringPipelineForElmoModels, best_answer_span, context_windows
+from hf_elmo.pipelines_elmo import QuestionAnsweringPipelineForElmoModels, best_answer_spans, context_windows
 
 sys.path.insert(0, str(ROOT / "examples"))
 from pos_tagging import DATA, read_conllu  # noqa: E402
@@ -193,23 +193,26 @@ def test_question_answering_loss_is_the_mean_of_the_start_and_end_cross_entropie
     assert output.loss.item() == pytest.approx(sum(expected) / 2, abs=1e-12)
 
 
+def brute_force_spans(start, end, max_length):
+    """Every span `(first, last, score)` that starts before it ends and is at most `max_length` long, best first."""
+    spans = [(i, j, start[i] + end[j]) for i in range(len(start)) for j in range(i, min(len(end), i + max_length))]
+    return sorted(spans, key=lambda span: -span[2])
+
+
 def brute_force_span(start, end, max_length):
-    best = None
-    for i in range(len(start)):
-        for j in range(i, min(len(end), i + max_length)):
-            if best is None or start[i] + end[j] > best[2]:
-                best = (i, j, start[i] + end[j])
-    return best
+    return brute_force_spans(start, end, max_length)[0]
 
 
 @pytest.mark.parametrize("n, max_length", [(1, 1), (7, 1), (7, 3), (12, 30)])
-def test_best_answer_span_is_the_best_span_that_starts_before_it_ends(n, max_length):
+@pytest.mark.parametrize("top_k", [1, 4, 100])
+def test_best_answer_spans_are_the_best_spans_that_start_before_they_end(n, max_length, top_k):
     generator = torch.Generator().manual_seed(n * 100 + max_length)
     for _ in range(20):
         start, end = torch.randn(2, n, generator=generator, dtype=torch.float64)
-        first, last, probability = best_answer_span(start, end, max_length)
-        i, j, score = brute_force_span(start.tolist(), end.tolist(), max_length)
-        assert (first, last) == (i, j) and probability == pytest.approx(np.exp(score), rel=1e-12)
+        spans = best_answer_spans(start, end, max_length, top_k)
+        expected = brute_force_spans(start.tolist(), end.tolist(), max_length)[:top_k]
+        assert [(first, last) for first, last, _ in spans] == [(i, j) for i, j, _ in expected]
+        assert [p for _, _, p in spans] == pytest.approx([np.exp(score) for _, _, score in expected], rel=1e-12)
 
 
 def test_context_windows_cover_the_context_with_the_overlap():
@@ -250,6 +253,66 @@ def test_question_answering_pipeline_answers_with_offsets_into_the_context(tmp_p
         assert tokenizer.split_words(answer["answer"]) == tokenizer.split_words(expected)
     batched = qa(question=[question, "Who?"], context=[context, "Nobody."])
     assert len(batched) == 2 and batched[1]["answer"] == "Nobody."
+
+
+def test_question_answering_pipeline_top_k_gives_the_best_spans_of_every_window_and_the_empty_answer():
+    model = tiny_model(ElmoForQuestionAnswering).float()
+    tokenizer = ElmoTokenizer()
+    question, context = "Who sat on the mat?", "The cat sat on the mat, and then the dog didn't sit anywhere at all."
+    qa = pipeline("elmo-question-answering", model=model, tokenizer=tokenizer)
+    context_words = tokenizer.split_words(context)
+    for window, stride in ((100, 0), (5, 2)):
+        # The truth: every span of every window scored by brute force, a span read in two windows once (its best).
+        scores, no_answer = {}, 1.0
+        for start in context_windows(len(context_words), window, stride):
+            piece = context_words[start : start + window]
+            with torch.no_grad():
+                encoded = tokenizer(
+                    tokenizer.split_words(question), piece, is_split_into_words=True, return_tensors="pt"
+                )
+                out = model(**encoded)
+            log_start, log_end = (logits[0].double().log_softmax(-1) for logits in (out.start_logits, out.end_logits))
+            no_answer = min(no_answer, float((log_start[0] + log_end[0]).exp()))
+            n = len(piece)
+            for i, j, score in brute_force_spans(log_start[1 : n + 1].tolist(), log_end[1 : n + 1].tolist(), 3):
+                scores[start + i, start + j] = max(np.exp(score), scores.get((start + i, start + j), 0.0))
+        ranked = sorted(scores.items(), key=lambda item: -item[1])
+        answers = qa(
+            question=question, context=context, max_context_words=window, stride=stride, max_answer_len=3, top_k=4
+        )
+        assert [tokenizer.split_words(a["answer"]) for a in answers] == [
+            context_words[i : j + 1] for (i, j), _ in ranked[:4]
+        ]
+        assert [a["score"] for a in answers] == pytest.approx([p for _, p in ranked[:4]], rel=1e-6)
+        assert all(context[a["start"] : a["end"]] == a["answer"] for a in answers)
+        assert (
+            qa(question=question, context=context, max_context_words=window, stride=stride, max_answer_len=3)
+            == answers[0]
+        )
+        with_empty = qa(
+            question=question,
+            context=context,
+            max_context_words=window,
+            stride=stride,
+            max_answer_len=3,
+            top_k=len(scores) + 1,
+            handle_impossible_answer=True,
+        )
+        expected = sorted([*(p for _, p in ranked), no_answer], reverse=True)
+        assert [a["score"] for a in with_empty] == pytest.approx(expected, rel=1e-6)
+        assert [a for a in with_empty if a["answer"] == ""] == [
+            {"score": pytest.approx(no_answer, rel=1e-6), "start": 0, "end": 0, "answer": ""}
+        ]
+    one_word = qa(question=question, context="Nobody", top_k=5)  # one word, one span: a dict, as transformers gives
+    assert isinstance(one_word, dict) and one_word["answer"] == "Nobody"
+
+
+def test_question_answering_pipeline_takes_several_questions_about_one_context_and_positional_texts():
+    model = tiny_model(ElmoForQuestionAnswering).float()
+    qa = pipeline("elmo-question-answering", model=model, tokenizer=ElmoTokenizer())
+    questions, context = ["Who sat?", "Where did the cat sit?", "What happened?"], "The cat sat on the mat."
+    assert qa(question=questions, context=context) == [qa(question=q, context=context) for q in questions]
+    assert qa(questions[1], context) == qa(question=questions[1], context=context)  # positional, as transformers took
 
 
 def test_question_answering_pipeline_gives_the_empty_answer_when_the_model_does():

@@ -18,6 +18,7 @@ from hf_elmo import ElmoConfig, ElmoForBiLM, ElmoTokenizer
 from hf_elmo.cli import main as cli_main
 from hf_elmo.commands.train import StreamTrainer, train_bilm
 from hf_elmo.data_bilm import build_word_vocabulary, iter_sentences
+from hf_elmo.perplexity_bilm import compute_perplexity, load_bilm
 from hf_elmo.streams_bilm import DataCollatorForBiLMStreams, StreamWindowDataset, build_streams, stream_input_ids
 
 
@@ -276,6 +277,27 @@ def record_batches(monkeypatch) -> list:
 
     monkeypatch.setattr(StreamTrainer, "training_step", recording_step)
     return batches
+
+
+def test_stream_run_reports_the_held_out_perplexity_of_its_weights(corpus, tmp_path):
+    """`--eval-files` with `--stream`: the held-out windows go through the streams' collator (Trainer has one for
+    both), and the perplexity reported is the one `hf-elmo perplexity` computes from the weights of that step."""
+    held_out = [corpus / "shards" / "b.txt"]
+    metrics = train_bilm(**options(corpus, tmp_path / "run", eval_files=held_out, eval_steps=3))
+    model, tokenizer = load_bilm(str(tmp_path / "run/checkpoint-6"))  # the last step's weights, without a warm state
+    expected = compute_perplexity(model, tokenizer, held_out, 10, "pretokenizer", 3)
+    assert metrics["eval_forward_perplexity"] == pytest.approx(expected["forward"], rel=1e-6)
+    assert metrics["eval_backward_perplexity"] == pytest.approx(expected["backward"], rel=1e-6)
+
+
+def test_the_log_counts_an_epoch_in_optimizer_steps(corpus, tmp_path, capsys):
+    """With gradient accumulation a step of the run takes several batches of the streams: the epoch the log sizes
+    is the one `Trainer` runs."""
+    run = options(corpus, tmp_path / "run", max_steps=-1, num_train_epochs=1, gradient_accumulation_steps=2)
+    steps = train_bilm(**{**run, "logging_steps": 2, "save_steps": 1000})["steps"]
+    log = capsys.readouterr().out
+    assert steps > 3 and f"in pieces of 10 positions, {steps:,} steps per epoch; 1 process training." in log
+    assert f"an epoch of {steps:,} steps takes about" in log
 
 
 def test_resumed_stream_run_ends_with_the_same_weights(corpus, tmp_path, monkeypatch):

@@ -219,6 +219,10 @@ class ElmoTrainingArguments(TrainingArguments):
             raise ValueError(f"all_clip_norm_val must be >= 0, got {self.all_clip_norm_val}.")
         if self.adagrad_initial_accumulator <= 0:  # as TensorFlow's Adagrad: the step divides by its square root
             raise ValueError(f"adagrad_initial_accumulator must be > 0, got {self.adagrad_initial_accumulator}.")
+        if self.max_steps == 0:  # Trainer would take 0 as a number of steps, and train one
+            raise ValueError(
+                "max_steps must be > 0 (the steps to train) or -1 (the default: num_train_epochs decides), got 0."
+            )
         if self.max_steps <= 0 and self.num_train_epochs <= 0:
             raise ValueError(
                 f"num_train_epochs must be > 0 (or max_steps given), got {self.num_train_epochs}: nothing would be "
@@ -363,7 +367,8 @@ def _train(model_args, data, args, output_dir, tokenizer, config, resume_from, r
     layout = f"windows of {data.window} positions, batch {batch} per process"
     steps_per_epoch = None
     if data.stream:
-        steps_per_epoch = train_dataset.steps_per_epoch
+        if train_dataset.steps_per_epoch:  # the dataset's steps are batches, Trainer's take an accumulation of them
+            steps_per_epoch = -(-train_dataset.steps_per_epoch // args.gradient_accumulation_steps)  # as Trainer
         per_epoch = f", {steps_per_epoch:,} steps per epoch" if steps_per_epoch else ""
         layout = f"{batch} continuous streams per process in pieces of {data.window} positions{per_epoch}"
     processes = f"{args.world_size} process" + ("es" if args.world_size > 1 else "")
