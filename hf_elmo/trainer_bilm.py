@@ -28,7 +28,7 @@ from transformers.training_args import OptimizerNames
 
 from .adagrad import Adagrad
 from .configuration_elmo import ElmoConfig
-from .data_bilm import iter_sentences
+from .data_bilm import TRAINING_OPTIONS_FILE, iter_sentences
 from .file_io import ElmoInputError, deferred_signals, write_atomically
 from .input_checks import check_bilm_batch, values_checked_on_host
 from .model_io import check_finite_weights, safetensors_shapes
@@ -64,10 +64,15 @@ def _checkpoint_problems(checkpoint: Path, world_size: int, stream: bool = False
     problems = [f"no {name}" for name in (*CHECKPOINT_FILES, *rng_files) if not (checkpoint / name).is_file()]
     if not problems:
         try:
-            json.loads((checkpoint / TRAINER_STATE_NAME).read_text(encoding="utf-8"))["global_step"]
+            steps_trained(checkpoint)
         except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as error:
             problems.append(f"unreadable {TRAINER_STATE_NAME} ({error})")
     return problems
+
+
+def steps_trained(checkpoint: Path) -> int:
+    """The optimizer steps the run had taken when it wrote `checkpoint`."""
+    return int(json.loads((checkpoint / TRAINER_STATE_NAME).read_text(encoding="utf-8"))["global_step"])
 
 
 def checkpoints(output_dir: Path) -> list[Path]:
@@ -387,9 +392,12 @@ class ElmoTrainer(Trainer):
 
     def complete_checkpoint(self, folder: Path):
         """Adds what `Trainer` does not write to the checkpoint in `folder`: the tokenizer, so that every checkpoint
-        is a complete model folder."""
+        is a complete model folder, and the run's options (how it splits text: `data_bilm.model_split`)."""
         if self.args.should_save:
             self.word_tokenizer.save_pretrained(folder)
+            options = self.run_dir / TRAINING_OPTIONS_FILE
+            if options.is_file():
+                shutil.copyfile(options, folder / TRAINING_OPTIONS_FILE)
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         inputs = dict(inputs)

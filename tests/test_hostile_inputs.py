@@ -844,6 +844,11 @@ CASES = {
     "train --stream: --max-steps 0": Case(
         f"{TRAIN} --stream --max-steps 0", r"^error: max_steps must be > 0 \(the steps to train\) or -1"
     ),
+    # --- train: --stream with --streaming, two ways of reading lazily ---
+    "train: --stream with --streaming": Case(
+        f"{TRAIN} --stream --streaming --max-steps 2",
+        r"^error: --streaming reads windows lazily; --stream reads its shards lazily anyway: give one of the two\.$",
+    ),
 }
 
 

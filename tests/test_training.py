@@ -22,7 +22,7 @@ from hf_elmo.commands.train import (
     parse_options,
     train_bilm,
 )
-from hf_elmo.data_bilm import iter_sentences
+from hf_elmo.data_bilm import iter_sentences, model_split
 from hf_elmo.training_setup import tokenizer_and_config
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -485,6 +485,12 @@ def test_interrupted_checkpoint_never_appears_and_resume_takes_the_last_complete
 def test_resume_skips_an_incomplete_checkpoint_and_says_so(corpus, tmp_path, capsys, uninterrupted):
     run = short_run(corpus, tmp_path / "run", max_steps=4)
     train_bilm(**run)
+    # A checkpoint reads text as its run did (the default split is not perplexity's default).
+    assert model_split(tmp_path / "run/checkpoint-4") == run["split"] == "pretokenizer"
+    with pytest.raises(
+        ValueError, match=r"^--max-steps 4: the run in \S+ has trained 4 steps already \(its checkpoint-4\)"
+    ):
+        train_bilm(**run, resume=True)
     (tmp_path / "run/checkpoint-4/optimizer.pt").unlink()  # e.g. a checkpoint written by an older version
     capsys.readouterr()
     train_bilm(**{**run, "max_steps": 6}, resume=True)

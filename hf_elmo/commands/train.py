@@ -68,6 +68,7 @@ from ..trainer_bilm import (
     log_once,
     one_line_load_errors,
     optimizer_steps_per_epoch,
+    steps_trained,
 )
 from ..training_setup import build_bilm, tokenizer_and_config
 from ..warm_state import estimate_warm_state
@@ -130,7 +131,7 @@ class ElmoDataArguments:
         "--window positions, its LSTM state carried from batch to batch (the saved model gets a warm start state "
         "estimated from the training text); default: windows of whole sentences, each from the start state",
     )
-    streaming: bool = option(False, help="read the corpus lazily (needs --max_steps); --stream always does")
+    streaming: bool = option(False, help="read the windows lazily (needs --max_steps); --stream always reads lazily")
     data_cache_dir: str | None = option(
         None, help="where the datasets library keeps the packed windows (default: its cache, HF_DATASETS_CACHE)"
     )
@@ -142,6 +143,10 @@ class ElmoDataArguments:
             raise ValueError("train_files (--train_files) must name at least one text file, got none.")
         if self.split not in SPLITS:
             raise ValueError(f"split must be one of {SPLITS}, got {self.split!r}.")
+        if self.stream and self.streaming:
+            raise ValueError(
+                "--streaming reads windows lazily; --stream reads its shards lazily anyway: give one of the two."
+            )
         if self.min_count < 1:
             raise ValueError(f"min_count must be >= 1, got {self.min_count}.")
         if self.window < 3:
@@ -308,6 +313,13 @@ def train_bilm(**options) -> dict:
     tokenizer, config = tokenizer_and_config(model_args, data)
     check_training_memory(args, config)
     resume_from = last_complete_checkpoint(output_dir, args.world_size, data.stream) if args.resume else None
+    if resume_from is not None and args.max_steps > 0:
+        done = steps_trained(resume_from)
+        if args.max_steps <= done:
+            raise ValueError(
+                f"--max-steps {args.max_steps}: the run in {output_dir} has trained {done} steps already (its "
+                f"{resume_from.name}); give more steps to go on."
+            )
     # What --resume fills in and checks: a resumed run must be the same run.
     record = {**dataclasses.asdict(model_args), **dataclasses.asdict(data)}
     record.update({k: v for k, v in options.items() if k not in record})
