@@ -32,6 +32,13 @@ def export(model_dir, output_dir, force: bool = False) -> Path:
             "(the exported model starts every sentence from zeros).",
             stacklevel=2,
         )
+    heads = [name for name in model.config.architectures or [] if name not in ("ElmoModel", "ElmoForBiLM")]
+    if heads:
+        warnings.warn(
+            f"{model_dir}: the original format holds a biLM only; the task head ({', '.join(heads)}) is not exported, "
+            "its biLM is.",
+            stacklevel=2,
+        )
     datasets = hdf5_datasets_from_state_dict(model.state_dict(), model.config)
 
     def write(folder):

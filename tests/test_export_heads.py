@@ -109,3 +109,21 @@ def test_onnx_of_a_head_folder_gives_the_heads_logits(cls, tmp_path):
             expected = model(**inputs)
         for name, actual in zip(outputs, got, strict=True):
             np.testing.assert_allclose(actual, expected[name].numpy(), rtol=0, atol=1e-5)
+
+
+def test_original_format_export_of_a_head_folder_says_the_head_is_left_out(tmp_path):
+    from hf_elmo import ElmoModel
+    from hf_elmo.convert_original_elmo import convert
+    from hf_elmo.export_original_elmo import export
+
+    model = tiny_model(ElmoForTokenClassification, num_layers=1).float()
+    model.save_pretrained(tmp_path / "tagger")
+    with pytest.warns(UserWarning, match=r"the task head \(ElmoForTokenClassification\) is not exported, its biLM is"):
+        export(tmp_path / "tagger", tmp_path / "original")
+    convert(tmp_path / "original/options.json", tmp_path / "original/weights.hdf5", tmp_path / "back")
+    batch = encode(FIRST)
+    with torch.no_grad():  # the same biLM (the converted one adds TensorFlow's forget bias at run time)
+        expected = model.elmo.eval()(**batch, output_hidden_states=True).hidden_states
+        exported = ElmoModel.from_pretrained(tmp_path / "back").eval()(**batch, output_hidden_states=True).hidden_states
+    for layer, value in zip(expected, exported):
+        torch.testing.assert_close(value, layer, rtol=1e-5, atol=1e-6)
