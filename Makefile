@@ -21,7 +21,7 @@ demo: install
 	$(PY) examples/demo.py
 
 test: install
-	$(PY) -m pytest -q $(PYTEST_ARGS)
+	$(PY) -m pytest -q -n auto --maxprocesses 4 $(PYTEST_ARGS)
 
 lint: install
 	$(PY) -m ruff check .
