@@ -223,6 +223,16 @@ def test_context_windows_cover_the_context_with_the_overlap():
         assert all(b - a == window - stride for a, b in zip(starts, starts[1:]))
 
 
+def answer_log_probabilities(model, question: str, context_words: list[str]):
+    """The model's start and end log-probabilities `(Tc,)` (float64) over the positions of one window of the context,
+    computed on its own."""
+    tokenizer = ElmoTokenizer()
+    encoded = tokenizer(tokenizer.split_words(question), context_words, is_split_into_words=True, return_tensors="pt")
+    with torch.no_grad():
+        out = model(**encoded)
+    return tuple(logits[0].double().log_softmax(-1) for logits in (out.start_logits, out.end_logits))
+
+
 def test_question_answering_pipeline_answers_with_offsets_into_the_context(tmp_path):
     model = tiny_model(ElmoForQuestionAnswering).float()
     tokenizer = ElmoTokenizer()
@@ -236,14 +246,7 @@ def test_question_answering_pipeline_answers_with_offsets_into_the_context(tmp_p
         best = None
         for start in context_windows(len(context_words), window, stride):
             piece = context_words[start : start + window]
-            with torch.no_grad():
-                encoded = tokenizer(
-                    tokenizer.split_words(question), piece, is_split_into_words=True, return_tensors="pt"
-                )
-                out = model(**encoded)
-            log_start, log_end = (
-                logits[0].double().log_softmax(-1)[1 : len(piece) + 1] for logits in (out.start_logits, out.end_logits)
-            )
+            log_start, log_end = (p[1 : len(piece) + 1] for p in answer_log_probabilities(model, question, piece))
             i, j, score = brute_force_span(log_start.tolist(), log_end.tolist(), 3)
             if best is None or score > best[2]:
                 best = (start + i, start + j, score)
@@ -266,12 +269,7 @@ def test_question_answering_pipeline_top_k_gives_the_best_spans_of_every_window_
         scores, no_answer = {}, 1.0
         for start in context_windows(len(context_words), window, stride):
             piece = context_words[start : start + window]
-            with torch.no_grad():
-                encoded = tokenizer(
-                    tokenizer.split_words(question), piece, is_split_into_words=True, return_tensors="pt"
-                )
-                out = model(**encoded)
-            log_start, log_end = (logits[0].double().log_softmax(-1) for logits in (out.start_logits, out.end_logits))
+            log_start, log_end = answer_log_probabilities(model, question, piece)
             no_answer = min(no_answer, float((log_start[0] + log_end[0]).exp()))
             n = len(piece)
             for i, j, score in brute_force_spans(log_start[1 : n + 1].tolist(), log_end[1 : n + 1].tolist(), 3):
