@@ -50,6 +50,9 @@ MODEL_CLASSES = {
 }
 """The model classes of `modeling_elmo.py`: `AUTO_MAP`, the registrations in `hf_elmo/__init__.py`, the pipelines
 named in a saved `config.json` and the model card's tag all follow this table."""
+TASK_HEADS = tuple(name for name in MODEL_CLASSES if name not in ("ElmoModel", "ElmoForBiLM"))
+"""The classes of `MODEL_CLASSES` that put a task on top of the biLM (what the original format and a biLM's
+`model.onnx` leave out)."""
 
 
 def model_class_entry(model_class: type) -> ModelClass:

@@ -9,7 +9,7 @@
 state is explicit, inputs `state_hidden` `(num_layers, batch, 2P)` and `state_memory` `(num_layers, batch, 2D)` and
 outputs `final_state_hidden` and `final_state_memory` (as `state=` and `use_cache=True`); without it every row starts
 from the model's start state (zeros, or its warm start state). A folder saved as a task head (`architectures` in its
-config.json) gives the head's logits instead (`HEAD_OUTPUTS`), with `pair_input_ids` and `pair_attention_mask`
+config.json) gives the head's logits instead (`head_outputs`), with `pair_input_ids` and `pair_attention_mask`
 `(batch, pair_length, ...)` for sentence pairs and question answering. The graph is `torch.export`'s of the model,
 whose values are not checked in the graph: docs/export.md says what is checked where.
 """
@@ -23,6 +23,7 @@ from torch import nn
 from transformers.utils import CONFIG_NAME
 
 from . import modeling_elmo
+from .configuration_elmo import TASK_HEADS
 from .file_io import OutputKind, write_output
 from .model_files import read_json_object
 from .model_io import load_model_folder
@@ -33,21 +34,18 @@ ONNX_FOLDER = OutputKind(
 )
 
 
-HEAD_OUTPUTS = {
-    "ElmoForSequenceClassification": ["logits"],
-    "ElmoForTokenClassification": ["logits"],
-    "ElmoForQuestionAnswering": ["start_logits", "end_logits"],
-}
-"""The task heads whose logits `model.onnx` computes for a folder saved as one, and the names of its outputs."""
+def head_outputs(head: str) -> list[str]:
+    """The outputs of `model.onnx` for a folder saved as the task head `head` (one of `TASK_HEADS`): its logits."""
+    return ["start_logits", "end_logits"] if head == "ElmoForQuestionAnswering" else ["logits"]
 
 
 def saved_head(model_dir) -> str | None:
-    """The task head of `HEAD_OUTPUTS` a model folder was saved as (`architectures` in its config.json), or None."""
+    """The task head (of `TASK_HEADS`) a model folder was saved as (`architectures` in its config.json), or None."""
     path = Path(model_dir) / CONFIG_NAME
     architectures = read_json_object(path, CONFIG_NAME).get("architectures") if path.is_file() else None
     if not isinstance(architectures, list):
         return None
-    return next((name for name in HEAD_OUTPUTS if name in architectures), None)
+    return next((name for name in TASK_HEADS if name in architectures), None)
 
 
 class ElmoOnnxGraph(nn.Module):
@@ -57,7 +55,7 @@ class ElmoOnnxGraph(nn.Module):
     def __init__(self, model: nn.Module, with_state: bool = False):
         super().__init__()
         self.model, self.with_state = model, with_state
-        self.head = type(model).__name__ if type(model).__name__ in HEAD_OUTPUTS else None
+        self.head = type(model).__name__ if type(model).__name__ in TASK_HEADS else None
         self.pairs = self.head == "ElmoForQuestionAnswering" or (self.head is not None and model.config.sentence_pairs)
 
     def input_names(self) -> list[str]:
@@ -70,7 +68,7 @@ class ElmoOnnxGraph(nn.Module):
 
     def output_names(self) -> list[str]:
         if self.head:
-            return HEAD_OUTPUTS[self.head]
+            return head_outputs(self.head)
         return ["last_hidden_state", "hidden_states"] + (
             ["final_state_hidden", "final_state_memory"] if self.with_state else []
         )

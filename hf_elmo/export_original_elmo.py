@@ -15,6 +15,7 @@ import json
 import warnings
 from pathlib import Path
 
+from .configuration_elmo import TASK_HEADS
 from .file_io import ORIGINAL_FOLDER, HDF5Output, check_output, write_output
 from .model_io import load_model_folder
 from .modeling_elmo import ElmoModel
@@ -32,7 +33,7 @@ def export(model_dir, output_dir, force: bool = False) -> Path:
             "(the exported model starts every sentence from zeros).",
             stacklevel=2,
         )
-    heads = [name for name in model.config.architectures or [] if name not in ("ElmoModel", "ElmoForBiLM")]
+    heads = [name for name in model.config.architectures or [] if name in TASK_HEADS]
     if heads:
         warnings.warn(
             f"{model_dir}: the original format holds a biLM only; the task head ({', '.join(heads)}) is not exported, "
