@@ -3,16 +3,20 @@ words a line, seeded) and measures, in a fresh process per size, the preparation
 table's pass, then the compact windows: `WordTable.of_files`, `load_compact_bilm_dataset`): time, words a second,
 bytes of cache per word and peak memory (allocated, resident with the mapped cache, and the largest preparing worker's
 resident, shared pages included); then the collation rate of shuffled batches through a `DataLoader`, in the
-main process and with data-loader workers (`--workers`).
+main process and with data-loader workers (`--workers`): the batches `ElmoTrainer` reads, the stored windows
+(`DataCollatorForBiLM(stored_only=True)`), which it makes into the model's batches on the training device (the
+milliseconds that takes on this CPU are given apart), or with `--full-batches` the model's batches made by the
+collator.
 
     python benchmarks/bench_data_preparation.py --words 1000000 10000000
     python benchmarks/bench_data_preparation.py --words 1000000 --previous   # also load_bilm_dataset's full rows
-    python benchmarks/bench_data_preparation.py --words 1000000 --workers 0 1 2 --host-checks
+    python benchmarks/bench_data_preparation.py --words 1000000 --workers 0 1 2 --full-batches [--host-checks]
 
 With workers, the second table gives what sizes a loader on a machine with more cores than this one: the positions a
 worker collates per second of its processor time (a worker's rate where it has a core of its own), and the main
 process's processor time per batch received (the ceiling of the loader however many workers it has). `--host-checks`
-wraps the collator as `hf-elmo train` does on a GPU (the model's checks of each batch, in the loader's processes).
+wraps the collator of full batches as `ElmoTrainer` does on a GPU for batches not made from a word table (the model's
+checks of each batch, in the loader's processes).
 
 The vocabulary is built before the clock starts (with `--vocab`, `hf-elmo train` reads a given one instead).
 """
@@ -83,13 +87,28 @@ class PeakMemory:
 
 
 def measure(
-    corpus: str, vocabulary: str, cache: str, previous: bool, batch_size: int, window: int, workers, host_checks: bool
+    corpus: str,
+    vocabulary: str,
+    cache: str,
+    previous: bool,
+    batch_size: int,
+    window: int,
+    workers,
+    host_checks: bool,
+    full_batches: bool,
 ) -> dict:
     """One preparation in this process (fresh: its peak memory is the preparation's), then the loaders."""
     import torch
 
     from hf_elmo import ElmoConfig, ElmoTokenizer
-    from hf_elmo.data_bilm import DataCollatorForBiLM, WordTable, load_bilm_dataset, load_compact_bilm_dataset
+    from hf_elmo.data_bilm import (
+        STORED_PADDING,
+        STORED_WINDOWS,
+        DataCollatorForBiLM,
+        WordTable,
+        load_bilm_dataset,
+        load_compact_bilm_dataset,
+    )
     from hf_elmo.trainer_bilm import HostCheckedCollator
     from hf_elmo.word_vocabulary import read_word_vocabulary
 
@@ -102,7 +121,7 @@ def measure(
         else:
             table = WordTable.of_files([corpus], tokenizer)
             dataset = load_compact_bilm_dataset([corpus], table, tokenizer, window, cache_dir=cache)
-            collate = DataCollatorForBiLM(words=table)
+            collate = DataCollatorForBiLM(words=table, stored_only=not full_batches)
         seconds = time.perf_counter() - start
     worker_peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024  # before the loaders' processes
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
@@ -122,7 +141,10 @@ def measure(
         next(batches)
         start, processor = time.perf_counter(), time.process_time()
         for batch in batches:
-            positions += int(batch["attention_mask"].sum())
+            if STORED_WINDOWS in batch:
+                positions += int(batch[STORED_WINDOWS].ne(STORED_PADDING).sum()) - 2 * len(batch[STORED_WINDOWS])
+            else:
+                positions += int(batch["attention_mask"].sum())
         rates[count] = positions / (time.perf_counter() - start)
         main_milliseconds[count] = (time.process_time() - processor) / batches_timed * 1000
         del batches  # its workers exit, and their processor time joins RUSAGE_CHILDREN
@@ -130,8 +152,20 @@ def measure(
         if count:
             worker_seconds = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
             worker_rates[count] = positions * (batches_timed + 1) / batches_timed / worker_seconds
+    expand_milliseconds = None
+    if not previous and not full_batches:  # on this CPU; on a GPU, a few gathers there
+        order = torch.randperm(len(dataset))[: 200 * batch_size].tolist()
+        stored = [
+            collate(dataset.__getitems__(order[i : i + batch_size]))[STORED_WINDOWS]
+            for i in range(0, len(order), batch_size)
+        ]
+        processor = time.process_time()
+        for windows in stored:
+            table.expand(windows)
+        expand_milliseconds = (time.process_time() - processor) / len(stored) * 1000
     return {
         "seconds": seconds,
+        "expand_milliseconds_per_batch": expand_milliseconds,
         "peak_bytes": peak,
         "peak_anonymous_bytes": memory.peak,
         "worker_peak_bytes": worker_peak,
@@ -150,11 +184,12 @@ def main():
     parser.add_argument("--batch-size", type=int, default=128)
     parser.add_argument("--workers", type=int, nargs="+", default=[0], help="data loader processes to measure with")
     parser.add_argument("--host-checks", action="store_true", help="the model's checks of each batch in the loader")
+    parser.add_argument("--full-batches", action="store_true", help="the collator makes the model's batches")
     parser.add_argument("--measure", nargs=4, help=argparse.SUPPRESS)  # corpus vocabulary cache previous: the child
     args = parser.parse_args()
     if args.measure:
         corpus, vocabulary, cache, previous = args.measure
-        options = (args.batch_size, args.window, args.workers, args.host_checks)
+        options = (args.batch_size, args.window, args.workers, args.host_checks, args.full_batches)
         print(json.dumps(measure(corpus, vocabulary, cache, previous == "1", *options)))
         return
     from bench_inference import machine_description
@@ -188,6 +223,7 @@ def main():
                     "--workers",
                 ]
                 child += [str(count) for count in args.workers] + (["--host-checks"] if args.host_checks else [])
+                child += ["--full-batches"] if args.full_batches else []
                 environment = {**os.environ, "HF_DATASETS_DISABLE_PROGRESS_BARS": "1"}
                 output = subprocess.run(child, check=True, capture_output=True, text=True, env=environment).stdout
                 result = json.loads(output.strip().splitlines()[-1])
@@ -213,6 +249,13 @@ def main():
                 f"| {words:,} | {'load_bilm_dataset' if previous else 'compact'} | {count} | {rate:,.0f} | "
                 f"{result['main_process_milliseconds_per_batch'][count]:.2f} | "
                 f"{'' if worker is None else f'{worker:,.0f}'} |"
+            )
+    for words, _, result in loaders:
+        if result["expand_milliseconds_per_batch"] is not None:
+            print(
+                f"\n{words:,} words: the stored windows made into the model's batches (`WordTable.expand`, which "
+                f"ElmoTrainer runs on the training device) take {result['expand_milliseconds_per_batch']:.2f} ms a "
+                "batch on this CPU."
             )
 
 

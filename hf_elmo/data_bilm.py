@@ -360,17 +360,24 @@ class DataCollatorForBiLM:
     Padding positions are all-zero character rows with mask 0 and labels -100. Examples are dicts with
     `input_ids` `(T_i, C)` and `labels` `(T_i, 2)`, or both flattened as `load_bilm_dataset` stores them (lists,
     numpy or torch); `C` is the model's `max_characters_per_token`, 50 unless it says otherwise. With `words`, the
-    examples are the compact rows of `load_compact_bilm_dataset` (`positions`), made into rows and targets here.
+    examples are the compact rows of `load_compact_bilm_dataset` (`positions`), made into rows and targets here; with
+    `words` and `stored_only`, the batch is `{"stored_windows": (B, T + 2) int32}` (`WordTable.stored`), a hundredth of
+    the bytes, which `ElmoTrainer` makes into the batch above where the model runs (`WordTable.expand`).
     """
 
     pad_to_multiple_of: int | None = None
     words: "WordTable | None" = None
+    stored_only: bool = False
 
     def __call__(self, examples: Sequence[dict]) -> dict[str, torch.Tensor]:
         if not examples:
             raise ValueError("DataCollatorForBiLM got no examples.")
         if self.words is not None:
-            return self._compact_batch(examples)
+            positions = max(len(example["positions"]) - 2 for example in examples)
+            if self.pad_to_multiple_of:
+                positions = -(-positions // self.pad_to_multiple_of) * self.pad_to_multiple_of
+            stored = self.words.stored([example["positions"] for example in examples], positions)
+            return {STORED_WINDOWS: stored} if self.stored_only else self.words.expand(stored)
         ids, labels = zip(*(window_arrays(example, index) for index, example in enumerate(examples)))
         width = ids[0].shape[1]
         for index, rows in enumerate(ids):
@@ -388,13 +395,6 @@ class DataCollatorForBiLM:
             "labels": torch.from_numpy(batch_labels),
         }
 
-    def _compact_batch(self, examples: Sequence[dict]) -> dict[str, torch.Tensor]:
-        positions = max(len(example["positions"]) - 2 for example in examples)
-        if self.pad_to_multiple_of:
-            positions = -(-positions // self.pad_to_multiple_of) * self.pad_to_multiple_of
-        ids, mask, labels = self.words.batch([example["positions"] for example in examples], positions)
-        return {"input_ids": ids, "attention_mask": mask, "labels": labels}
-
 
 # Compact prepared windows: a position is stored as one int32, an index into the corpus's table of distinct words
 # (`WordTable`), and the collator makes the character rows and targets of each batch from the table.
@@ -402,6 +402,10 @@ class DataCollatorForBiLM:
 WINDOWS_FORMAT = "hf-elmo compact windows 1"
 """Part of every cache key: a change of the stored layout must not read files written in the old one."""
 NO_NEIGHBOUR = -1
+STORED_PADDING = -2
+"""Fills a row of `WordTable.stored` after its window."""
+STORED_WINDOWS = "stored_windows"
+"""The key of the batches of `DataCollatorForBiLM(words=..., stored_only=True)`."""
 LINES_PER_PACK = 1000
 """Windows are packed within blocks of this many lines of a file, as `load_bilm_dataset` packs each batch of its map:
 both preparations give the same windows."""
@@ -424,6 +428,7 @@ class WordTable:
         self.rows = tokenizer.characters.rows(self.words).astype(np.int16)
         self.targets = tokenizer.word_targets(self.words).astype(np.int64)
         self.digest = hashlib.sha256("\n".join(self.words).encode("utf-8", "surrogatepass")).hexdigest()
+        self._tensors = {}
 
     @classmethod
     def of_files(cls, files, tokenizer: ElmoTokenizer, split: str = "whitespace") -> "WordTable":
@@ -437,44 +442,59 @@ class WordTable:
         """A stored window `[before, p_1 ... p_T, after]` (table indices; `before`/`after` the neighbours of a window
         cut out of a longer sentence, else -1) as `(input_ids (T, C), labels (T, 2))` int64, as `encode_windows`
         gives them."""
-        ids, _, labels = self.batch([positions], first_index=index)
-        return ids[0].numpy(), labels[0].numpy()
+        batch = self.expand(self.stored([positions], first_index=index))
+        return batch["input_ids"][0].numpy(), batch["labels"][0].numpy()
 
-    def batch(self, windows: Sequence, positions: int | None = None, first_index: int = 0):
-        """Stored windows as a padded batch, all at once: `input_ids` `(B, P, C)`, `attention_mask` `(B, P)` and
-        `labels` `(B, P, 2)`, int64 tensors with `P` the longest window (or `positions`). The three are views of one
-        tensor, so that a batch made in a data-loader worker crosses to the main process as one block of shared memory,
-        not three (each block is a file descriptor passed over a connection of its own)."""
+    def stored(self, windows: Sequence, positions: int | None = None, first_index: int = 0) -> torch.Tensor:
+        """Stored windows side by side: `(B, P + 2)` int32, each `[before, p_1 ... p_T, after]` followed by
+        `STORED_PADDING`, with `P` the longest window's `T` (or `positions`). `first_index` numbers the windows in
+        errors."""
         windows = [np.asarray(window) for window in windows]
         for index, window in enumerate(windows, start=first_index):
             if window.ndim != 1 or window.size < 3:
                 raise ValueError(f"Example {index}: expected a stored window of 3 entries or more, got {window.shape}.")
-        stored = np.concatenate(windows).astype(np.int64, copy=False)
-        if stored.min() < NO_NEIGHBOUR or stored.max() >= len(self.words):
+        values = np.concatenate(windows)
+        if values.min() < NO_NEIGHBOUR or values.max() >= len(self.words):
             bad = next(i for i, w in enumerate(windows) if w.min() < NO_NEIGHBOUR or w.max() >= len(self.words))
             raise ValueError(
                 f"Example {first_index + bad}: stored word indices must be in [-1, {len(self.words) - 1}], got "
                 f"[{windows[bad].min()}, {windows[bad].max()}]: the window was prepared with another word table."
             )
-        lengths = np.array([window.size - 2 for window in windows])
-        count, characters = len(windows), self.rows.shape[1]
-        width = int(max(lengths) if positions is None else positions)
-        rows = np.repeat(np.arange(count), lengths)
-        columns = np.arange(lengths.sum()) - np.repeat(np.cumsum(lengths) - lengths, lengths)
-        inside = rows * 2 + 1 + np.arange(lengths.sum())  # where each position is in `stored`
-        words = stored[inside]
-        targets = np.where(stored == NO_NEIGHBOUR, IGNORE_INDEX, self.targets[stored])
-        sizes = [count * width * characters, count * width, count * width * 2]
-        ids, mask, labels = torch.empty(sum(sizes), dtype=torch.int64).split(sizes)
-        tensors = ids.view(count, width, characters), mask.view(count, width), labels.view(count, width, 2)
-        ids, mask, labels = (tensor.numpy() for tensor in tensors)
-        labels.fill(IGNORE_INDEX)
-        labels[rows, columns, 0] = np.where(words == EOS_WORD_INDEX, IGNORE_INDEX, targets[inside + 1])
-        labels[rows, columns, 1] = np.where(words == BOS_WORD_INDEX, IGNORE_INDEX, targets[inside - 1])
-        ids.fill(0)
-        ids[rows, columns] = self.rows[words]
-        mask[:] = np.arange(width)[None, :] < lengths[:, None]
-        return tensors
+        sizes = np.array([window.size for window in windows])
+        width = int(sizes.max()) if positions is None else positions + 2
+        stored = torch.full((len(windows), width), STORED_PADDING, dtype=torch.int32)
+        starts = np.cumsum(sizes) - sizes
+        stored.numpy()[np.repeat(np.arange(len(windows)), sizes), np.arange(sizes.sum()) - np.repeat(starts, sizes)] = (
+            values
+        )
+        return stored
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_tensors": {}}  # a loader worker started with spawn gets no device tensors
+
+    def tensors(self, device: torch.device | str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
+        """The table's character rows `(N, C)` int16 and targets `(N,)` int64 on `device` (kept once made)."""
+        device = torch.device(device)
+        if device not in self._tensors:
+            rows, targets = torch.from_numpy(self.rows), torch.from_numpy(self.targets)
+            self._tensors[device] = rows.to(device), targets.to(device)
+        return self._tensors[device]
+
+    def expand(self, stored: torch.Tensor) -> dict[str, torch.Tensor]:
+        """`stored` windows `(B, P + 2)` (`stored`) as the batch the model takes: `input_ids` `(B, P, C)`,
+        `attention_mask` `(B, P)` and `labels` `(B, P, 2)`, int64, on the device of `stored`, made there (a few
+        gathers: on a GPU the host sends `P + 2` integers a window instead of `53 P`)."""
+        rows, targets = self.tensors(stored.device)
+        stored = stored.long()
+        positions = stored.shape[1] - 2
+        lengths = stored.ne(STORED_PADDING).sum(dim=1) - 2
+        mask = torch.arange(positions, device=stored.device) < lengths[:, None]
+        words = stored[:, 1:-1]
+        input_ids = rows[words.clamp(min=0)].long().mul_(mask[..., None])
+        neighbours = torch.where(stored >= 0, targets[stored.clamp(min=0)], IGNORE_INDEX)
+        forward = torch.where(mask & words.ne(EOS_WORD_INDEX), neighbours[:, 2:], IGNORE_INDEX)
+        backward = torch.where(mask & words.ne(BOS_WORD_INDEX), neighbours[:, :-2], IGNORE_INDEX)
+        return {"input_ids": input_ids, "attention_mask": mask.long(), "labels": torch.stack([forward, backward], -1)}
 
 
 def _pack_block(lines, first_number, table: WordTable, window, split, tokenizer, source) -> tuple[np.ndarray, ...]:

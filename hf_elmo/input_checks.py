@@ -24,8 +24,8 @@ _VALUES_CHECKED = contextvars.ContextVar("elmo_values_checked", default=False)
 def values_checked_on_host():
     """Within it, the model's checks of values (ids in range, right padding, targets in the vocabulary) are
     skipped: on a GPU each makes the host wait for the device at every call. Only for batches whose values were
-    checked already, as `hf-elmo train` checks each batch while it is still on the host; shapes, dtypes and
-    devices are checked all the same."""
+    checked already, as `hf-elmo train` checks each batch while it is still on the host, or the word table it makes
+    the batches from; shapes, dtypes and devices are checked all the same."""
     token = _VALUES_CHECKED.set(True)
     try:
         yield

@@ -6,6 +6,7 @@ runs, and the checks a run makes before it starts (`last_complete_checkpoint`, `
 """
 
 import contextlib
+import dataclasses
 import itertools
 import json
 import math
@@ -28,7 +29,7 @@ from transformers.training_args import OptimizerNames
 
 from .adagrad import Adagrad
 from .configuration_elmo import ElmoConfig
-from .data_bilm import TRAINING_OPTIONS_FILE, iter_sentences
+from .data_bilm import STORED_WINDOWS, TRAINING_OPTIONS_FILE, DataCollatorForBiLM, WordTable, iter_sentences
 from .file_io import ElmoInputError, deferred_signals, write_atomically
 from .input_checks import check_bilm_batch, values_checked_on_host
 from .model_io import check_finite_weights, safetensors_shapes
@@ -261,6 +262,15 @@ class HostCheckedCollator:
         return {**batch, self.MARK: True}
 
 
+def check_word_table(config: ElmoConfig, table: WordTable, words_at_once: int = 65_536):
+    """The model's checks of a batch (`check_bilm_batch`) on every word of `table`, as positions of batches that
+    `WordTable.expand` makes: its character rows and its targets in both directions."""
+    rows, targets = table.tensors()
+    for start in range(0, len(rows), words_at_once):
+        ids, labels = rows[start : start + words_at_once].long(), targets[start : start + words_at_once]
+        check_bilm_batch(config, ids[None], None, torch.stack([labels, labels], -1)[None])
+
+
 def clip_in_optimizer(optimizer: torch.optim.Optimizer, max_norm: float):
     """bilm-tf's clipping, TensorFlow's `clip_by_global_norm` (every gradient times `max_norm / max(norm, max_norm)`),
     as part of each step of `optimizer`: inside the fused pass of `hf_elmo.adagrad.Adagrad` (`clip_grad_norm_`), else
@@ -297,8 +307,15 @@ class ElmoTrainer(Trainer):
     def __init__(self, *args, word_tokenizer: ElmoTokenizer, clip_norm: float, **kwargs):
         super().__init__(*args, **kwargs)
         self.word_tokenizer, self.clip_norm, self.run_dir = word_tokenizer, clip_norm, Path(self.args.output_dir)
-        if _on_accelerator(self.args):
-            config = self.accelerator.unwrap_model(self.model).config
+        config = self.accelerator.unwrap_model(self.model).config
+        collator = self.data_collator
+        self.word_table = collator.words if isinstance(collator, DataCollatorForBiLM) else None
+        if self.word_table is not None:
+            # The loader sends the stored windows, a hundredth of the batch, which `expand_stored_windows` makes into
+            # the batch on the device; the table's values checked once stand for the checks of every batch.
+            check_word_table(config, self.word_table)
+            self.data_collator = dataclasses.replace(collator, stored_only=True)
+        elif _on_accelerator(self.args):
             self.data_collator = HostCheckedCollator(self.data_collator, config)
         # Trainer asks its accelerator for the gradient norm every step (to log it; `max_norm` inf where it does not
         # clip), a pass over every gradient of its own: `gradient_norm` makes it the one ELMo's Adagrad takes anyway.
@@ -332,6 +349,22 @@ class ElmoTrainer(Trainer):
                 )
             clip_in_optimizer(optimizer, self.clip_norm)
         return optimizer
+
+    def expand_stored_windows(self, batch: dict) -> dict:
+        """`batch`, a batch of stored windows (`DataCollatorForBiLM(stored_only=True)`), made into the model's inputs
+        on the training device, in place (`Trainer` reads the batch again after the step: its FLOPs, its tokens);
+        other batches as they are."""
+        if STORED_WINDOWS in batch:
+            batch.update(self.word_table.expand(batch.pop(STORED_WINDOWS).to(self.args.device)))
+            batch[HostCheckedCollator.MARK] = True  # values of the checked table
+        return batch
+
+    def get_batch_samples(self, epoch_iterator, num_batches: int, device: torch.device):
+        # Made into model inputs before Trainer counts the targets of the batches it accumulates.
+        return super().get_batch_samples(map(self.expand_stored_windows, epoch_iterator), num_batches, device)
+
+    def prediction_step(self, model, inputs, prediction_loss_only, ignore_keys=None):
+        return super().prediction_step(model, self.expand_stored_windows(inputs), prediction_loss_only, ignore_keys)
 
     def training_step(self, model, inputs, num_items_in_batch=None):
         self.started = True

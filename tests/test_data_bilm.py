@@ -10,6 +10,7 @@ from transformers import AutoTokenizer
 from hf_elmo import ElmoTokenizer
 from hf_elmo.character_rows import words_to_char_ids
 from hf_elmo.data_bilm import (
+    STORED_WINDOWS,
     DataCollatorForBiLM,
     WordTable,
     build_word_vocabulary,
@@ -21,6 +22,8 @@ from hf_elmo.data_bilm import (
     window_arrays,
 )
 from hf_elmo.word_vocabulary import read_word_vocabulary, write_word_vocabulary
+
+DEVICES = ["cpu", *(["cuda"] if torch.cuda.is_available() else [])]
 
 ROOT = Path(__file__).resolve().parents[1]
 SHAKESPEARE = ROOT / "data/tinyshakespeare/input.txt"
@@ -285,12 +288,19 @@ def test_compact_windows_give_the_batches_and_the_loss_of_full_rows(tmp_path, wi
         assert all(torch.equal(batch[name], expected[name]) for name in expected)
         with torch.no_grad():
             assert torch.equal(model(**batch).loss, model(**expected).loss)
+        # The stored windows made into the batch where the model runs, as `ElmoTrainer` does.
+        stored = DataCollatorForBiLM(pad_to_multiple_of=8, words=table, stored_only=True)([compact[i] for i in rows])
+        for device in DEVICES:
+            made = table.expand(stored[STORED_WINDOWS].to(device))
+            assert all(
+                made[name].device.type == device and torch.equal(made[name].cpu(), expected[name]) for name in expected
+            )
 
 
 def test_a_data_loader_gets_the_compact_rows_and_the_batches_of_full_rows(tmp_path):
     """The windows a `DataLoader` fetches for a batch (one Arrow slice) are the rows `datasets` gives one by one, and
-    its batches, in the main process or a worker, those of the full rows; a batch is one block of memory, which a
-    worker sends as one."""
+    its batches, in the main process or a worker, those of the full rows: made by the collator, or from the stored
+    windows alone (`stored_only`, one int32 tensor) by `WordTable.expand` where the model runs."""
     files = hostile_corpus(tmp_path)
     tokenizer = tokenizer_with(build_word_vocabulary(files, max_size=40))
     full = load_bilm_dataset(files, tokenizer, cache_dir=tmp_path / "full")
@@ -305,19 +315,21 @@ def test_a_data_loader_gets_the_compact_rows_and_the_batches_of_full_rows(tmp_pa
         assert all(
             np.array_equal(a["positions"], b) and a["positions"].dtype == b.dtype for a, b in zip(fetched, expected)
         )
-    collate = DataCollatorForBiLM(pad_to_multiple_of=8, words=table)
-    for workers in (0, 1):
+    for workers, stored_only in ((0, False), (1, False), (0, True), (1, True)):
+        collate = DataCollatorForBiLM(pad_to_multiple_of=8, words=table, stored_only=stored_only)
         loader = torch.utils.data.DataLoader(
             compact, batch_size=64, sampler=order, collate_fn=collate, num_workers=workers
         )
         for start, batch in zip(range(0, len(order), 64), loader, strict=True):
             expected = DataCollatorForBiLM(pad_to_multiple_of=8)([full[i] for i in order[start : start + 64]])
+            if stored_only:
+                assert batch.keys() == {STORED_WINDOWS} and batch[STORED_WINDOWS].dtype == torch.int32
+                batch = table.expand(batch[STORED_WINDOWS])
             assert batch.keys() == expected.keys()
             assert all(
                 batch[name].dtype == expected[name].dtype and torch.equal(batch[name], expected[name])
                 for name in expected
             )
-            assert len({tensor.untyped_storage().data_ptr() for tensor in batch.values()}) == 1
 
 
 def test_compact_windows_take_a_few_bytes_a_position_and_are_prepared_once(tmp_path):

@@ -636,16 +636,65 @@ def test_run_stopped_before_its_first_checkpoint_leaves_nothing(corpus, tmp_path
     assert (tmp_path / "run/model.safetensors").is_file() and not (tmp_path / "run/.staging").exists()
 
 
+def test_stored_windows_made_on_the_device_train_as_full_batches_and_a_bad_table_stops_first(
+    corpus, tmp_path, monkeypatch
+):
+    """`ElmoTrainer` reads the stored windows (`stored_only`) and makes the batches on the training device: the run
+    is that of the full batches the collator makes on the host (weights, evaluation), and the model skips its checks
+    of values, each a wait for a GPU, the word table's values being checked once before the first step."""
+    import dataclasses
+
+    from hf_elmo.data_bilm import DataCollatorForBiLM, WordTable
+    from hf_elmo.input_checks import values_checked
+
+    seen = []
+    forward = ElmoForBiLM.forward
+
+    def spy(self, *args, **kwargs):
+        seen.append(values_checked())
+        return forward(self, *args, **kwargs)
+
+    monkeypatch.setattr(ElmoForBiLM, "forward", spy)
+    with_eval = dict(eval_files=[corpus / "valid.txt"], eval_steps=3)
+    stored = train_bilm(**short_run(corpus, tmp_path / "stored", **with_eval))
+    assert len(seen) > 6 and all(seen)  # training steps and evaluation batches
+
+    collate = DataCollatorForBiLM.__call__
+    monkeypatch.setattr(
+        DataCollatorForBiLM,
+        "__call__",
+        lambda self, examples: collate(dataclasses.replace(self, stored_only=False), examples),
+    )
+    seen.clear()
+    full = train_bilm(**short_run(corpus, tmp_path / "full", **with_eval))
+    assert len(seen) > 6 and not any(seen)
+    assert_same_weights(load_file(tmp_path / "stored/model.safetensors"), tmp_path / "full")
+    assert stored["eval_perplexity"] == full["eval_perplexity"]
+
+    monkeypatch.setattr(DataCollatorForBiLM, "__call__", collate)
+    build = WordTable.__init__
+
+    def out_of_vocabulary(self, *args, **kwargs):
+        build(self, *args, **kwargs)
+        self.targets[len(self.targets) // 2] = 10**6
+
+    monkeypatch.setattr(WordTable, "__init__", out_of_vocabulary)
+    seen.clear()
+    with pytest.raises(ValueError, match=r"labels must be word ids in \[0, \d+\] or -100 \(no target\), found 1000000"):
+        train_bilm(**short_run(corpus, tmp_path / "bad"))
+    assert seen == []
+
+
 def test_batches_checked_on_the_host_train_the_same_and_bad_values_still_stop(corpus, tmp_path, monkeypatch):
-    """On a GPU each batch is checked on the host (by the data loader) and the model skips its checks of values,
-    each a wait for the GPU. Forced on here: the run must be the same, the model must see the skip, and a bad batch
-    must still stop it, before the model runs."""
+    """On a GPU each batch of full rows (`--streaming`, or a collator of one's own) is checked on the host (by the
+    data loader) and the model skips its checks of values, each a wait for the GPU. Forced on here: the run must be
+    the same, the model must see the skip, and a bad batch must still stop it, before the model runs."""
     from hf_elmo import trainer_bilm
     from hf_elmo.data_bilm import DataCollatorForBiLM
     from hf_elmo.input_checks import values_checked
 
-    with_eval = dict(eval_files=[corpus / "valid.txt"], eval_steps=3)
-    plain = train_bilm(**short_run(corpus, tmp_path / "plain", **with_eval))
+    streaming = dict(streaming=True, eval_files=[corpus / "valid.txt"], eval_steps=3)
+    plain = train_bilm(**short_run(corpus, tmp_path / "plain", **streaming))
     monkeypatch.setattr(trainer_bilm, "_on_accelerator", lambda args: True)
     seen = []
     forward = ElmoForBiLM.forward
@@ -655,7 +704,7 @@ def test_batches_checked_on_the_host_train_the_same_and_bad_values_still_stop(co
         return forward(self, *args, **kwargs)
 
     monkeypatch.setattr(ElmoForBiLM, "forward", spy)
-    checked = train_bilm(**short_run(corpus, tmp_path / "run", **with_eval))
+    checked = train_bilm(**short_run(corpus, tmp_path / "run", **streaming))
     assert len(seen) > 6 and all(seen)  # training steps and evaluation batches
     assert_same_weights(load_file(tmp_path / "plain/model.safetensors"), tmp_path / "run")
     assert checked["eval_perplexity"] == pytest.approx(plain["eval_perplexity"], rel=1e-6)
@@ -671,7 +720,7 @@ def test_batches_checked_on_the_host_train_the_same_and_bad_values_still_stop(co
     seen.clear()
     expected = r"labels must be word ids in \[0, \d+\] or -100 \(no target\), found 1000000"
     with pytest.raises(ValueError, match=expected) as error:
-        train_bilm(**short_run(corpus, tmp_path / "bad"))
+        train_bilm(**short_run(corpus, tmp_path / "bad", streaming=True))
     assert seen == [] and any(
         entry.name == "__call__" and "trainer_bilm" in str(entry.path) for entry in error.traceback
     )
@@ -828,7 +877,7 @@ def test_steps_are_adagrad_on_window_times_loss_with_the_original_settings(
 
     def recording_compute_loss(self, model, inputs, *args, **kwargs):
         if model.training:
-            batches.append({k: v.clone() for k, v in inputs.items()})
+            batches.append({k: v.clone() for k, v in inputs.items() if isinstance(v, torch.Tensor)})
             built.setdefault("initial", copy.deepcopy(model.state_dict()))
         return compute_loss(self, model, inputs, *args, **kwargs)
 
