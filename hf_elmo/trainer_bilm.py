@@ -292,6 +292,9 @@ def clip_in_optimizer(optimizer: torch.optim.Optimizer, max_norm: float):
 class ElmoTrainer(Trainer):
     """`Trainer` that clips as bilm-tf in the optimizer, stops at the first non-finite loss, and also reports exact
     (token-weighted) forward, backward and mean perplexity when evaluating; `CheckpointStaging` writes its checkpoints.
+    Given `DataCollatorForBiLM(words=table)`, its loader sends the stored windows only and the batches are made on the
+    training device (`expand_stored_windows`); other collators' batches are checked on the host on a GPU
+    (`HostCheckedCollator`).
 
     The tokenizer is not `Trainer(processing_class=...)`: that copies its character-level special ids into the config,
     where they would be read as word ids.
