@@ -6,6 +6,9 @@ through a shuffled `DataLoader` and `DataCollatorForBiLM` (windows), or with `--
     python benchmarks/bench_data_loading.py --stream --window 20 --batch-sizes 128
     python benchmarks/bench_data_loading.py --stream --window 20 --batch-sizes 128 --words 1000000 --processes 1 2 3
 
+`--stream --resume-at N` times what a resumed run's first step costs after N steps: the streams laid out again from
+the start, or from the position saved with the checkpoint (`StreamWindowDataset.resume_at`).
+
 `--words N` reads a generated corpus of N words instead (Zipfian, `bench_data_preparation.generate_corpus`).
 `--stream --processes 1 2 3` also times the share of one of 2 or 3 loader workers (`--dataloader-num-workers`):
 each makes every 2nd or 3rd step but lays out all of them, the streams being one sequence; the rate given is that of
@@ -17,6 +20,7 @@ spread over the workers); on a GPU it must stay below the step's GPU time, or th
 import argparse
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -47,6 +51,22 @@ def stream_step_ms(corpus: str, tokenizer: ElmoTokenizer, rows: int, window: int
     return mean_ms_after_first(iter(loader), steps)
 
 
+def resumed_first_step_seconds(corpus: str, tokenizer: ElmoTokenizer, rows: int, window: int, steps: int):
+    """Seconds to the first step after `steps` steps of a resumed `--stream` run: laid out again from the start, and
+    from the saved position of step `steps`."""
+    make = partial(StreamWindowDataset, [corpus], tokenizer, rows, window, 0, "whitespace", steps=steps + 1)
+    position = make()[(steps - 1) * rows]["stream_position"]
+    start = time.perf_counter()
+    from_start = make()[steps * rows]
+    middle = time.perf_counter()
+    resumed = make()
+    resumed.resume_at(position)
+    from_position = resumed[steps * rows]
+    end = time.perf_counter()
+    assert all((from_start[k] == from_position[k]).all() for k in from_start if k != "stream_position")
+    return middle - start, end - middle
+
+
 def mean_ms_after_first(reader, count: int) -> tuple[float, float]:
     """Mean milliseconds per item of `reader` after the first: wall-clock, and the process's CPU time (on a shared
     machine, the work itself: the wall-clock also counts waits for a core)."""
@@ -65,6 +85,7 @@ def main():
     parser.add_argument("--window", type=int, default=25)
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[32, 128])
     parser.add_argument("--batches", type=int, default=40)
+    parser.add_argument("--resume-at", type=int, nargs="+", default=[], help="--stream: resume after these steps")
     parser.add_argument(
         "--processes",
         type=int,
@@ -81,6 +102,14 @@ def main():
             generate_corpus(Path(corpus), args.words)
         tokenizer = ElmoTokenizer()
         tokenizer.set_word_vocabulary(build_word_vocabulary([corpus], "whitespace", tokenizer, 2))
+        if args.stream and args.resume_at:
+            print("| rows x window | resumed after steps | first step: laid out from the start | from the position |")
+            print("| --- | ---: | ---: | ---: |")
+            for rows in args.batch_sizes:
+                for steps in args.resume_at:
+                    again, saved = resumed_first_step_seconds(corpus, tokenizer, rows, args.window, steps)
+                    print(f"| {rows} x {args.window} | {steps:,} | {again:.2f} s | {saved:.2f} s |", flush=True)
+            return
         if args.stream:
             keep_freed_memory()  # as hf-elmo train does
             print("| rows x window | processes | ms per step made | CPU ms | positions/s (by CPU time) |")

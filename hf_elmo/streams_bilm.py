@@ -131,6 +131,8 @@ def stream_input_ids(streams: BiLMStreams, char_ids: np.ndarray, start: int, end
     return torch.from_numpy(char_ids[np.concatenate([forward, backward])])
 
 
+STREAM_POSITION = "stream_position"
+"""The key of a `--stream` batch's position in the streams after it (`StreamWindowDataset.resume_at`)."""
 STREAM_CORPUS_FILE = "stream_corpus.json"
 """In every checkpoint of a `--stream` run: the shards the streams read (name, size, SHA-256), which `--resume` finds
 unchanged before it regenerates the streams."""
@@ -207,11 +209,12 @@ class StreamWindowDataset(torch.utils.data.Dataset):
     `words_kept` words (`WordRows`), whatever the corpus's size.
 
     The dataset is one pass of `steps` steps, a deterministic sequence: asked for a step it did not just make, it lays
-    the streams out again from the start (without building their batches), which is how a resumed run skips the steps
-    it already trained. With `steps` left out it holds `epochs` epochs of the whole corpus's positions (counted in one
-    pass over it). Items are `{"forward_ids" (window, C), "forward_labels" (window,), "backward_ids",
-    "backward_labels"}`, the backward ones reversed in time (see `stream_input_ids`); `DataCollatorForBiLMStreams`
-    makes them a batch.
+    the streams out again from the start (without building their batches), or from the position given to `resume_at`
+    for the steps after it, which is how a resumed run skips the steps it already trained. With `steps` left out it
+    holds `epochs` epochs of the whole corpus's positions (counted in one pass over it). Items are `{"forward_ids"
+    (window, C), "forward_labels" (window,), "backward_ids", "backward_labels", "stream_position"}`, the backward ones
+    reversed in time (see `stream_input_ids`), the position where the streams are after the item's step (`_layout`);
+    `DataCollatorForBiLMStreams` makes them a batch.
     """
 
     words_kept = 1 << 17
@@ -248,7 +251,8 @@ class StreamWindowDataset(torch.utils.data.Dataset):
                 )
             steps = max(1, round(epochs * self.steps_per_epoch))
         self.steps = steps
-        self._layouts, self._step, self._batch, self._record = None, None, None, None
+        self._layouts, self._step, self._batch, self._record, self._resume = None, None, None, None, None
+        self._resume_shards = None
         self._word_rows, self._row_sentences = None, None
 
     def __len__(self) -> int:
@@ -262,54 +266,93 @@ class StreamWindowDataset(torch.utils.data.Dataset):
             "_batch": None,
             "_word_rows": None,
             "_row_sentences": None,
+            "_resume_shards": None,
         }
 
     def epoch_sentences(self, epoch: int) -> Iterator[list[str]]:
         """The sentences this process reads in `epoch`, in order."""
+        return (words for _, words in self._read(epoch))
+
+    def _own_shards(self) -> range:
+        """The shards this process reads (indices into `files`)."""
         own = range(len(self.files))
-        if len(self.files) >= self.processes:
-            own = own[self.rank :: self.processes]
+        return own[self.rank :: self.processes] if len(self.files) >= self.processes else own
+
+    def _shard_lines(self, epoch: int, shard_position: int) -> tuple[str, list[tuple[int, str]]]:
+        """The path and the non-blank `(line number, line)` of the shard this process reads `shard_position`-th in
+        `epoch`, in reading order (shuffled on loading)."""
+        own = self._own_shards()
         order = np.random.default_rng([self.seed, epoch]).permutation(len(own)) if self.shuffle else range(len(own))
-        taken = 0
-        for shard in (own[k] for k in order):
-            path = self.files[shard]
-            lines = [(number, line) for number, line in enumerate(read_lines(path), start=1) if line.strip()]
-            if not lines:
-                raise ElmoInputError(f"Training file {path!r} is empty: it has no words.")
-            if self.shuffle:
-                lines = [lines[k] for k in np.random.default_rng([self.seed, epoch, shard]).permutation(len(lines))]
-            for number, line in lines:
-                taken += 1
-                if len(self.files) < self.processes and (taken - 1) % self.processes != self.rank:
+        shard = own[order[shard_position]]
+        path = self.files[shard]
+        lines = [(number, line) for number, line in enumerate(read_lines(path), start=1) if line.strip()]
+        if not lines:
+            raise ElmoInputError(f"Training file {path!r} is empty: it has no words.")
+        if self.shuffle:
+            lines = [lines[k] for k in np.random.default_rng([self.seed, epoch, shard]).permutation(len(lines))]
+        return path, lines
+
+    def _read(self, epoch: int, shard_position: int = 0, line_position: int = 0, lines_before: int = 0):
+        """This process's sentences of `epoch` from a point on, each as `(where, words)`: `where`, `(epoch, shard
+        position, line position, lines before)`, is the sentence's line (`_shard_lines`) and the lines of the epoch
+        before it (every process's, which decide whose a line is with fewer shards than processes);
+        `_read(*where)` starts with that sentence."""
+        lines_taken = lines_before
+        for position in range(shard_position, len(self._own_shards())):
+            path, lines = self._shard_lines(epoch, position)
+            for line_at in range(line_position if position == shard_position else 0, len(lines)):
+                number, line = lines[line_at]
+                lines_taken += 1
+                if len(self.files) < self.processes and (lines_taken - 1) % self.processes != self.rank:
                     continue
                 words = split_line(line, self.split, self.tokenizer, f"{path}, line {number}")
                 if words:
-                    yield words
+                    yield (epoch, position, line_at, lines_taken - 1), words
 
-    def _sentences(self) -> Iterator[list[str]]:
-        for epoch in itertools.count():
+    def _sentences(self, start: tuple[int, int, int, int] | None = None) -> Iterator[tuple[tuple, list[str]]]:
+        """`_read` epoch after epoch, from the beginning or from `start` (a sentence's `where`) on."""
+        first, *within = start or (0, 0, 0, 0)
+        for epoch in itertools.count(first):
             read = None
-            for read in self.epoch_sentences(epoch):
+            for read in self._read(epoch, *within):
                 yield read
-            if read is None:
+            if read is None and start is None:
                 raise ValueError(
                     f"Process {self.rank} of {self.processes} has no sentence of the training text to read: use fewer "
                     "processes or more text."
                 )
+            within, start = (0, 0, 0), None
 
-    def _layout(self) -> Iterator[tuple[list[list[str]], list[int], list[int]]]:
+    def _layout(self, resume: np.ndarray | None = None) -> Iterator[tuple[list, list[int], list[int], np.ndarray]]:
         """Each step's pieces, row after row, as `assign_rows` lays them out: the sentence a piece reads (its words),
         where the piece starts in the sentence's positions (a sentence of `n` words offers `n + 1`) and how many it
-        reads; the pieces of a row read `window` positions."""
-        sentences = self._sentences()
-        current, used = [[] for _ in range(self.rows)], [1] * self.rows  # nothing left to read
+        reads; the pieces of a row read `window` positions. Then the streams' position after the step, `(rows + 2,
+        4)`: row 0 left for the step, row 1 where the last sentence taken is (`_read`), then each row's sentence
+        and how many of its positions the row has read. From such a `resume` position the layout goes on as it
+        would have from the start."""
+        current, used, where = [[] for _ in range(self.rows)], [1] * self.rows, [None] * self.rows  # nothing to read
+        if resume is None:
+            sentences, last = self._sentences(), None
+        else:
+            last = tuple(resume[1].tolist())
+            sentences = self._sentences(last)
+            next(sentences)  # the last sentence taken, read again
+            shards, self._resume_shards = self._resume_shards or {}, None
+            for row, (epoch, shard, line, read) in enumerate(resume[2:].tolist()):
+                if (epoch, shard) not in shards:
+                    shards[epoch, shard] = self._shard_lines(epoch, shard)
+                path, lines = shards[epoch, shard]
+                number, text = lines[line]
+                current[row] = split_line(text, self.split, self.tokenizer, f"{path}, line {number}")
+                used[row], where[row] = read, (epoch, shard, line)
         while True:
             pieces, starts, counts = [], [], []
             for row in range(self.rows):
                 words, start, needed = current[row], used[row], self.window
                 while needed:
                     if start == len(words) + 1:
-                        words, start = next(sentences), 0
+                        last, words = next(sentences)
+                        where[row], start = last[:3], 0
                     taken = min(len(words) + 1 - start, needed)
                     pieces.append(words)
                     starts.append(start)
@@ -317,11 +360,15 @@ class StreamWindowDataset(torch.utils.data.Dataset):
                     start += taken
                     needed -= taken
                 current[row], used[row] = words, start
-            yield pieces, starts, counts
+            position = [(0, 0, 0, 0), last, *((*at, read) for at, read in zip(where, used))]
+            yield pieces, starts, counts, np.array(position, dtype=np.int64)
 
-    def _make_batch(self, pieces: list[list[str]], starts: list[int], counts: list[int]) -> list[dict[str, np.ndarray]]:
-        """The items of a step (`_layout`'s pieces). A sentence is encoded once, when a row takes it, and kept while
-        the row reads it; the step's positions are then gathered from the encoded sentences in one go."""
+    def _make_batch(
+        self, pieces: list[list[str]], starts: list[int], counts: list[int], position: np.ndarray
+    ) -> list[dict[str, np.ndarray]]:
+        """The items of a step (`_layout`'s pieces and position). A sentence is encoded once, when a row takes it,
+        and kept while the row reads it; the step's positions are then gathered from the encoded sentences in one
+        go."""
         if self._word_rows is None:
             self._word_rows, self._row_sentences = WordRows(self.tokenizer, self.words_kept), [(None, None)] * self.rows
         starts, counts = np.array(starts), np.array(counts)
@@ -360,6 +407,7 @@ class StreamWindowDataset(torch.utils.data.Dataset):
                 "forward_labels": forward_labels[row],
                 "backward_ids": backward_ids[row],
                 "backward_labels": backward_labels[row],
+                STREAM_POSITION: position,
             }
             for row in range(self.rows)
         ]
@@ -373,15 +421,38 @@ class StreamWindowDataset(torch.utils.data.Dataset):
             raise IndexError(f"item {index} belongs to the rows of process {part}, this is process {self.rank}")
         if step != self._step:
             if self._layouts is None or step < self._step:
-                self._layouts, self._step = self._layout(), -1
+                resumed = self._resume is not None and step > self._resume[0, 0]
+                self._layouts = self._layout(self._resume) if resumed else self._layout()
+                self._step = int(self._resume[0, 0]) if resumed else -1
             try:
                 for _ in range(step - self._step - 1):
                     next(self._layouts)
-                self._batch, self._step = self._make_batch(*next(self._layouts)), step
+                pieces, starts, counts, position = next(self._layouts)
+                position[0, 0] = step
+                self._batch, self._step = self._make_batch(pieces, starts, counts, position), step
             except BaseException:  # a shard that cannot be read: asked again, the layout starts over
                 self._layouts, self._step = None, None
                 raise
         return self._batch[row]
+
+    def resume_at(self, position: np.ndarray, where: str = "the stream position"):
+        """Lays the streams out from `position` (the `stream_position` of a step's batch) for the steps after its
+        step, without reading the text before it; a step asked for at or before it is laid out from the start."""
+        position = np.asarray(position)
+        shape = (self.rows + 2, 4)
+        if position.shape != shape or position.dtype.kind not in "iu" or position.min() < 0:
+            raise ElmoInputError(
+                f"{where}: expected {shape} non-negative integers (the streams of {self.rows} rows), got "
+                f"{position.shape} {position.dtype}"
+            )
+        shards = {}
+        for epoch, shard, line, _ in position[1:].tolist():
+            if (epoch, shard) not in shards and shard < len(self._own_shards()):
+                shards[epoch, shard] = self._shard_lines(epoch, shard)
+            if line >= len(shards.get((epoch, shard), ((), ()))[1]):
+                raise ElmoInputError(f"{where}: names a line that the training files do not have")
+        self._resume, self._layouts, self._step = position.astype(np.int64), None, None
+        self._resume_shards = shards  # for the layout, which reads them once more in a loader worker
 
     def corpus_record(self) -> dict:
         """What `STREAM_CORPUS_FILE` holds: the shards the streams read (all processes'), their sizes and digests."""
@@ -430,11 +501,16 @@ class StreamWindowDataset(torch.utils.data.Dataset):
                 )
 
 
+@dataclass
 class DataCollatorForBiLMStreams:
     """Stream windows -> an `ElmoForBiLM` batch of `2B` rows: the forward streams with forward labels, then the
     backward streams (reversed in time) with backward labels; every position is real. The held-out windows of
     `--eval-files` (sentences from the start state, as `load_bilm_dataset` makes them) are padded by
-    `DataCollatorForBiLM`: `Trainer` gives the evaluation batches to the training's collator."""
+    `DataCollatorForBiLM`: `Trainer` gives the evaluation batches to the training's collator. With `positions`, a
+    batch also holds `stream_position`, where the streams are after it, which `StreamTrainer` saves in its checkpoints
+    for `--resume` (`StreamWindowDataset.resume_at`)."""
+
+    positions: bool = False
 
     def __call__(self, examples: Sequence[dict]) -> dict[str, torch.Tensor]:
         if examples and "forward_ids" not in examples[0]:
@@ -446,16 +522,20 @@ class DataCollatorForBiLMStreams:
         labels = np.full((*input_ids.shape[:2], 2), IGNORE_INDEX, dtype=np.int64)
         labels[:rows, :, 0] = np.stack([e["forward_labels"] for e in examples])
         labels[rows:, :, 1] = np.stack([e["backward_labels"] for e in examples])
-        return {
+        batch = {
             "input_ids": torch.from_numpy(input_ids),
             "attention_mask": torch.ones(input_ids.shape[:2], dtype=torch.long),
             "labels": torch.from_numpy(labels),
         }
+        if self.positions:
+            batch[STREAM_POSITION] = torch.from_numpy(examples[0][STREAM_POSITION])
+        return batch
 
 
 __all__ = [
     "BiLMStreams",
     "STREAM_CORPUS_FILE",
+    "STREAM_POSITION",
     "DataCollatorForBiLMStreams",
     "StreamWindowDataset",
     "assign_rows",

@@ -33,7 +33,7 @@ from .data_bilm import STORED_WINDOWS, TRAINING_OPTIONS_FILE, DataCollatorForBiL
 from .file_io import ElmoInputError, deferred_signals, write_atomically
 from .input_checks import check_bilm_batch, values_checked_on_host
 from .model_io import check_finite_weights, safetensors_shapes
-from .streams_bilm import STREAM_CORPUS_FILE
+from .streams_bilm import STREAM_CORPUS_FILE, STREAM_POSITION
 from .tokenization_elmo import ElmoTokenizer
 from .word_vocabulary import WORD_VOCABULARY_FILE, WORD_VOCABULARY_SPECIALS
 
@@ -474,16 +474,19 @@ class ElmoTrainer(Trainer):
 class StreamTrainer(ElmoTrainer):
     """`ElmoTrainer` for `StreamWindowDataset` batches: each process carries its rows' LSTM state from batch to batch
     (detached, as bilm-tf feeds it), and saves it with every checkpoint, with the record of the shards the streams read
-    (`STREAM_CORPUS_FILE`), so that `--resume` continues the streams: the dataset lays them out again and `Trainer`
-    skips the steps already trained."""
+    (`STREAM_CORPUS_FILE`) and the streams' position after the step (with `DataCollatorForBiLMStreams(positions=True)`),
+    so that `--resume` continues the streams: the dataset lays them out from that position (else from the start) and
+    `Trainer` skips the steps already trained."""
 
     carried: tuple[torch.Tensor, torch.Tensor] | None = None
+    position: torch.Tensor | None = None  # the streams' position after the last step trained (`STREAM_POSITION`)
     _split_directions = True  # each direction's LSTMs run on its own half of the rows
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         if not model.training:  # evaluation runs windows from the model's start state
             return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
         inputs = {**inputs, "state": self.carried, "use_cache": True, "split_directions": True}
+        self.position = inputs.pop(STREAM_POSITION, None)
         loss, outputs = super().compute_loss(model, inputs, return_outputs=True, num_items_in_batch=num_items_in_batch)
         self.carried = tuple(t.detach() for t in outputs.state)
         return (loss, outputs) if return_outputs else loss
@@ -496,7 +499,8 @@ class StreamTrainer(ElmoTrainer):
         if self.carried is not None:
             hidden, memory = (t.contiguous().cpu() for t in self.carried)
             path = folder / STREAM_STATE_FILE.format(rank=self.args.process_index)
-            save_file({"hidden": hidden, "memory": memory}, path)
+            position = {} if self.position is None else {"position": self.position.cpu()}
+            save_file({"hidden": hidden, "memory": memory, **position}, path)
 
     def load_carried_state(self, checkpoint: str | os.PathLike):
         """Restores this process's carried state from `checkpoint` (a folder `complete_checkpoint` wrote into), after
@@ -514,6 +518,8 @@ class StreamTrainer(ElmoTrainer):
         if not all(torch.isfinite(tensor).all() for tensor in state.values()):
             raise ValueError(f"--resume: {path}: the stream state holds NaN or infinite values")
         self.carried = (state["hidden"].to(self.args.device), state["memory"].to(self.args.device))
+        if "position" in state:  # else (an earlier checkpoint) the streams are laid out again from the start
+            self.train_dataset.resume_at(state["position"].numpy(), f"--resume: {path}: position")
 
 
 LOAD_ERRORS = (pickle.UnpicklingError, EOFError, RuntimeError, OSError, KeyError, SafetensorError)

@@ -258,6 +258,24 @@ def stream_run_on_shards():
     return [*shards, train]
 
 
+def edit_stream_position(change):
+    """Replaces the saved stream position of the last checkpoint of `stream_run_on_shards` by `change(position)`."""
+
+    def edit(root):
+        path = root / "run/checkpoint-2/stream_state-0.safetensors"
+        state = load_file(path)
+        save_file({**state, "position": change(state["position"]).contiguous()}, path)
+
+    return edit
+
+
+def line_beyond_the_shard(position):
+    """The first row's sentence on a line its shard does not have."""
+    position = position.clone()
+    position[2, 2] = 99
+    return position
+
+
 @dataclass
 class Case:
     command: str
@@ -777,6 +795,19 @@ CASES = {
         r"^error: --resume: run/checkpoint-2: no stream_corpus\.json: written by an earlier version of --stream, which "
         r"laid the streams out otherwise; start a new run",
         [*stream_run_on_shards(), lambda root: (root / "run/checkpoint-2/stream_corpus.json").unlink()],
+    ),
+    # --- the saved position of --stream's streams (resumed without reading the text before it) ---
+    "train --resume --stream: a stream position of another number of rows": Case(
+        "train --output-dir run --resume --max-steps 3",
+        r"^error: --resume: run/checkpoint-2/stream_state-0\.safetensors: position: expected \(4, 4\) non-negative "
+        r"integers \(the streams of 2 rows\), got \(3, 4\) int64$",
+        [*stream_run_on_shards(), edit_stream_position(lambda position: position[:-1])],
+    ),
+    "train --resume --stream: a stream position naming a line the shards do not have": Case(
+        "train --output-dir run --resume --max-steps 3",
+        r"^error: --resume: run/checkpoint-2/stream_state-0\.safetensors: position: names a line that the training "
+        r"files do not have$",
+        [*stream_run_on_shards(), edit_stream_position(line_beyond_the_shard)],
     ),
     # --- export to ONNX (hf-elmo export --format onnx) ---
     "export --format onnx --force over a folder with other files": Case(

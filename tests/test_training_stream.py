@@ -18,6 +18,7 @@ from hf_elmo import ElmoConfig, ElmoForBiLM, ElmoTokenizer
 from hf_elmo.cli import main as cli_main
 from hf_elmo.commands.train import StreamTrainer, train_bilm
 from hf_elmo.data_bilm import build_word_vocabulary, iter_sentences
+from hf_elmo.file_io import ElmoInputError
 from hf_elmo.perplexity_bilm import compute_perplexity, load_bilm
 from hf_elmo.streams_bilm import DataCollatorForBiLMStreams, StreamWindowDataset, build_streams, stream_input_ids
 
@@ -165,6 +166,62 @@ def test_a_step_asked_for_first_is_the_step_of_a_pass_from_the_start(corpus):
         for row in range(3):
             item = resumed[3 * step + row]
             assert all(np.array_equal(item[k], batches[step][row][k]) for k in item)
+
+
+@pytest.mark.parametrize(
+    "files, processes, rank",
+    [("shards", 1, 0), ("shards", 2, 1), ("small.txt", 2, 1)],
+    ids=["shards", "own-shards", "own-lines"],
+)
+def test_a_step_after_a_saved_position_is_the_step_of_a_pass_from_the_start(
+    corpus, monkeypatch, files, processes, rank
+):
+    """A resumed run's first batches: laid out from the position the batch of the checkpoint's step carries, reading
+    only the lines it names and those after it, they are those of a pass from the start, within an epoch and across
+    the next ones, shuffled, for a process reading its own shards or its own lines of one file."""
+    from hf_elmo import streams_bilm
+
+    tokenizer = stream_tokenizer(corpus)
+    make = partial(
+        StreamWindowDataset,
+        corpus / files,
+        tokenizer,
+        3,
+        7,
+        2,
+        "pretokenizer",
+        steps=400,
+        rank=rank,
+        processes=processes,
+    )
+    first = rank * 3
+
+    def step_items(dataset, step):
+        return [dataset[(step * processes) * 3 + first + row] for row in range(3)]
+
+    in_order = make()
+    batches = [step_items(in_order, step) for step in range(300)]
+    assert in_order.steps_per_epoch is None and len({b[0]["stream_position"][1, 0] for b in batches}) >= 3  # epochs
+    split_line, lines_split = streams_bilm.split_line, []
+    monkeypatch.setattr(streams_bilm, "split_line", lambda *args: lines_split.append(1) or split_line(*args))
+    for saved in (0, 40, 149, 250):
+        position = batches[saved][0]["stream_position"]
+        assert position[0, 0] == saved
+        resumed = make()
+        resumed.resume_at(position.copy())
+        lines_split.clear()
+        for step in range(saved + 1, saved + 6):
+            for item, expected in zip(step_items(resumed, step), batches[step], strict=True):
+                assert item.keys() == expected.keys()
+                assert all(np.array_equal(item[k], expected[k]) for k in item), (saved, step)
+        # The rows' sentences and the new ones of 5 steps, not the text up to the saved step.
+        assert len(lines_split) <= 3 + 5 * 3 * 7
+    with pytest.raises(ElmoInputError, match=r"position: expected \(5, 4\) non-negative integers"):
+        make().resume_at(position[:-1], "position")
+    far = position.copy()
+    far[2, 2] = 10**6
+    with pytest.raises(ElmoInputError, match="position: names a line that the training files do not have"):
+        make().resume_at(far, "position")
 
 
 def test_the_table_of_word_rows_starting_over_changes_no_batch(corpus):
@@ -320,7 +377,13 @@ def test_resumed_stream_run_ends_with_the_same_weights(corpus, tmp_path, monkeyp
         train_bilm(**run)
     monkeypatch.undo()
     checkpoint = tmp_path / "interrupted/checkpoint-3"
-    assert (checkpoint / "stream_state-0.safetensors").is_file()
+    # Where the streams are after step 3, from which the resumed run lays them out (not from the start).
+    tokenizer = ElmoTokenizer.from_pretrained(checkpoint)
+    dataset = StreamWindowDataset(corpus / "shards", tokenizer, 4, 10, 42, "pretokenizer", steps=8)
+    assert torch.equal(
+        load_file(checkpoint / "stream_state-0.safetensors")["position"],
+        torch.from_numpy(dataset[2 * 4]["stream_position"]),
+    )
     # Resuming needs the stream state of every process of the run.
     shutil.copy(checkpoint / "stream_state-0.safetensors", checkpoint / "stream_state-1.safetensors")
     with pytest.raises(ValueError, match="holds the stream states of 2 processes, this run has 1"):

@@ -404,7 +404,7 @@ def _train(model_args, data, args, output_dir, tokenizer, config, resume_from, r
     trainer = (StreamTrainer if data.stream else ElmoTrainer)(
         model=model,
         args=args,
-        data_collator=DataCollatorForBiLMStreams() if data.stream else DataCollatorForBiLM(words=words),
+        data_collator=DataCollatorForBiLMStreams(positions=True) if data.stream else DataCollatorForBiLM(words=words),
         train_dataset=train_dataset,
         eval_dataset=eval_dataset,
         optimizer_cls_and_kwargs=optimizer,
