@@ -636,6 +636,20 @@ def test_run_stopped_before_its_first_checkpoint_leaves_nothing(corpus, tmp_path
     assert (tmp_path / "run/model.safetensors").is_file() and not (tmp_path / "run/.staging").exists()
 
 
+def values_checked_spy(monkeypatch) -> list:
+    """Makes `ElmoForBiLM.forward` note, for each call, whether the model skips its checks of values."""
+    from hf_elmo.input_checks import values_checked
+
+    seen, forward = [], ElmoForBiLM.forward
+
+    def spy(self, *args, **kwargs):
+        seen.append(values_checked())
+        return forward(self, *args, **kwargs)
+
+    monkeypatch.setattr(ElmoForBiLM, "forward", spy)
+    return seen
+
+
 def test_stored_windows_made_on_the_device_train_as_full_batches_and_a_bad_table_stops_first(
     corpus, tmp_path, monkeypatch
 ):
@@ -645,16 +659,8 @@ def test_stored_windows_made_on_the_device_train_as_full_batches_and_a_bad_table
     import dataclasses
 
     from hf_elmo.data_bilm import DataCollatorForBiLM, WordTable
-    from hf_elmo.input_checks import values_checked
 
-    seen = []
-    forward = ElmoForBiLM.forward
-
-    def spy(self, *args, **kwargs):
-        seen.append(values_checked())
-        return forward(self, *args, **kwargs)
-
-    monkeypatch.setattr(ElmoForBiLM, "forward", spy)
+    seen = values_checked_spy(monkeypatch)
     with_eval = dict(eval_files=[corpus / "valid.txt"], eval_steps=3)
     stored = train_bilm(**short_run(corpus, tmp_path / "stored", **with_eval))
     assert len(seen) > 6 and all(seen)  # training steps and evaluation batches
@@ -691,19 +697,11 @@ def test_batches_checked_on_the_host_train_the_same_and_bad_values_still_stop(co
     the same, the model must see the skip, and a bad batch must still stop it, before the model runs."""
     from hf_elmo import trainer_bilm
     from hf_elmo.data_bilm import DataCollatorForBiLM
-    from hf_elmo.input_checks import values_checked
 
     streaming = dict(streaming=True, eval_files=[corpus / "valid.txt"], eval_steps=3)
     plain = train_bilm(**short_run(corpus, tmp_path / "plain", **streaming))
     monkeypatch.setattr(trainer_bilm, "_on_accelerator", lambda args: True)
-    seen = []
-    forward = ElmoForBiLM.forward
-
-    def spy(self, *args, **kwargs):
-        seen.append(values_checked())
-        return forward(self, *args, **kwargs)
-
-    monkeypatch.setattr(ElmoForBiLM, "forward", spy)
+    seen = values_checked_spy(monkeypatch)
     checked = train_bilm(**short_run(corpus, tmp_path / "run", **streaming))
     assert len(seen) > 6 and all(seen)  # training steps and evaluation batches
     assert_same_weights(load_file(tmp_path / "plain/model.safetensors"), tmp_path / "run")
