@@ -32,10 +32,11 @@ from hf_elmo.data_bilm import DataCollatorForBiLM, build_word_vocabulary, load_b
 from hf_elmo.streams_bilm import DataCollatorForBiLMStreams, StreamWindowDataset
 
 
-def batch_read_ms(dataset, batch_size: int, batches: int = 40) -> float:
-    """Mean host milliseconds per shuffled, collated batch of `dataset` (after a first batch)."""
+def batch_read_ms(dataset, batch_size: int, batches: int = 40, collate=None) -> float:
+    """Mean host milliseconds per shuffled, collated batch of `dataset` (after a first batch), by `collate` (default:
+    `DataCollatorForBiLM()`, for the full rows of `load_bilm_dataset`)."""
     loader = torch.utils.data.DataLoader(
-        dataset, batch_size=batch_size, shuffle=True, collate_fn=DataCollatorForBiLM(), drop_last=True
+        dataset, batch_size=batch_size, shuffle=True, collate_fn=collate or DataCollatorForBiLM(), drop_last=True
     )
     return mean_ms_after_first(iter(loader), min(batches, len(loader) - 1))[0]
 

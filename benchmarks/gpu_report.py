@@ -500,7 +500,7 @@ def trainer_profile(dtype: str, steps: int = 30) -> list:
     from transformers import TrainerCallback
 
     from hf_elmo.commands import train as training_module
-    from hf_elmo.data_bilm import load_bilm_dataset
+    from hf_elmo.data_bilm import DataCollatorForBiLM, WordTable, load_compact_bilm_dataset
     from hf_elmo.word_vocabulary import read_word_vocabulary
 
     rng = np.random.default_rng(0)
@@ -551,10 +551,13 @@ def trainer_profile(dtype: str, steps: int = 30) -> list:
             )
         finally:
             training_module.ElmoTrainer = original_trainer
-        # The host's share of a step that the data loader workers take on: reading and collating one batch.
+        # The host's share of a step that the data loader workers take on: reading a batch of stored windows, as
+        # ElmoTrainer does (the batch is made on the GPU).
         tokenizer = ElmoTokenizer()
         tokenizer.set_word_vocabulary(read_word_vocabulary(folder / "vocab.txt"))
-        read_ms = batch_read_ms(load_bilm_dataset([folder / "corpus.txt"], tokenizer, 20), 128, 20)
+        table = WordTable.of_files([folder / "corpus.txt"], tokenizer)
+        windows = load_compact_bilm_dataset([folder / "corpus.txt"], table, tokenizer, 20, cache_dir=folder / "cache")
+        read_ms = batch_read_ms(windows, 128, 20, DataCollatorForBiLM(words=table, stored_only=True))
     times = np.diff(timing.times[10:])
     tokens_per_second = 128 * 20 / float(np.median(times))
     share, kernels, launches = timing.profile
