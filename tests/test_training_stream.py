@@ -11,7 +11,7 @@ from functools import partial
 import numpy as np
 import pytest
 import torch
-from safetensors.torch import load_file
+from safetensors.torch import load_file, save_file
 from test_training import SHAKESPEARE, one_thread  # noqa: F401  (an autouse fixture)
 
 from hf_elmo import ElmoConfig, ElmoForBiLM, ElmoTokenizer
@@ -357,9 +357,11 @@ def test_the_log_counts_an_epoch_in_optimizer_steps(corpus, tmp_path, capsys):
     assert f"an epoch of {steps:,} steps takes about" in log
 
 
-def test_resumed_stream_run_ends_with_the_same_weights(corpus, tmp_path, monkeypatch):
+@pytest.mark.parametrize("saved_position", [True, False], ids=["from-the-position", "checkpoint-without-position"])
+def test_resumed_stream_run_ends_with_the_same_weights(corpus, tmp_path, monkeypatch, saved_position):
     """A run over shards interrupted after its checkpoint at step 3 and resumed (with data loader workers) trains on
-    the batches of an uninterrupted run from step 4 on, and ends with its weights."""
+    the batches of an uninterrupted run from step 4 on, and ends with its weights: the streams laid out from the
+    position the checkpoint saved, or from the start for a checkpoint written before positions were saved."""
     run = options(corpus, tmp_path / "interrupted", dropout=0.1, num_softmax_samples=32, max_steps=8, save_steps=3)
     run["train_files"] = [corpus / "shards"]
     uninterrupted = record_batches(monkeypatch)
@@ -389,6 +391,9 @@ def test_resumed_stream_run_ends_with_the_same_weights(corpus, tmp_path, monkeyp
     with pytest.raises(ValueError, match="holds the stream states of 2 processes, this run has 1"):
         train_bilm(**run, resume=True)
     (checkpoint / "stream_state-1.safetensors").unlink()
+    if not saved_position:
+        state = load_file(checkpoint / "stream_state-0.safetensors")
+        save_file({k: v for k, v in state.items() if k != "position"}, checkpoint / "stream_state-0.safetensors")
     resumed = record_batches(monkeypatch)
     # Each data loader worker lays the streams out for itself, up to the steps it is asked for.
     train_bilm(**run, resume=True, dataloader_num_workers=2)
