@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The suite's GPU tests, then every GPU measurement the targets need, in order of need: the report (all sections, cut at 5 minutes), the
-# batch-1,024 training target, bulk embedding to HDF5 in both layouts (original size, bfloat16), and last where a
-# batch-1,024 step's GPU time goes. Meant to fit in ten minutes on one H100 (the report alone took 135 s there);
+# The suite's GPU tests, then every GPU measurement the targets need, in order of need: the report (all sections,
+# cut at 5 minutes), the batch-1,024 training target, bulk embedding to HDF5 in both layouts (original size,
+# bfloat16), where a batch-1,024 step's GPU time goes, and last the host's collation rate with several loader
+# workers. Meant to fit in ten minutes on one H100 (the report alone took 135 s there);
 # each part writes into FOLDER as it goes, so a run cut short keeps what it measured.
 #
 #     bash benchmarks/gpu_targets.sh FOLDER        # PYTHON=... to use another interpreter than python3
@@ -28,4 +29,6 @@ rm -f "$folder/lines.txt"
 # Diagnostic, last: where a batch-1,024 step's GPU time goes.
 "$python" benchmarks/gpu_report.py --sections profile --profile-batches 1024 --paths static --minutes 1 \
     --output "$folder/profile-1024.txt" > "$folder/profile-1024.log" 2>&1
+# The host side on a machine with the cores of a GPU host: collation with 0 to 8 loader workers (about a minute).
+timeout 120 "$python" benchmarks/bench_data_preparation.py --words 1000000 --workers 0 2 4 8 > "$folder/data.txt" 2>&1
 tail -n 5 "$folder"/*.txt
