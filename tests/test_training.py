@@ -962,3 +962,52 @@ def test_the_log_gives_the_memory_the_data_and_the_time_per_epoch(corpus, tmp_pa
         f"activations ({softmax * 12 / 2**30:.3g} GiB of it for the softmax of {config.vocab_size:,} words x "
         f"{config.projection_dim + 1})"
     ) in log
+
+
+def test_elmo_trainer_in_a_script_with_plain_training_arguments_and_a_compute_loss_of_its_own(corpus, tmp_path):
+    """docs/training.md's Python path: `ElmoTrainer` with `TrainingArguments` as they come (Trainer's default drops
+    dataset columns the model does not take, such as the stored windows' `positions`) and a subclass whose
+    `compute_loss` calls the model on its inputs, as Trainer's documentation shows: it gets the model's inputs only,
+    and trains as `ElmoTrainer` does (same weights)."""
+    from transformers import TrainingArguments
+
+    from hf_elmo.data_bilm import DataCollatorForBiLM, WordTable, build_word_vocabulary, load_compact_bilm_dataset
+
+    files = [corpus / "small.txt"]
+    tokenizer = ElmoTokenizer()
+    tokenizer.set_word_vocabulary(build_word_vocabulary(files, "pretokenizer", tokenizer, min_count=2))
+    config = ElmoConfig.from_json_file(corpus / "tiny.json")
+    config.vocab_size, config.num_softmax_samples, config.dropout = len(tokenizer.word_vocabulary), 0, 0.0
+    table = WordTable.of_files(files, tokenizer, "pretokenizer")
+    windows = load_compact_bilm_dataset(files, table, tokenizer, 22, "pretokenizer", corpus / "cache")
+    torch.manual_seed(0)
+    initial = ElmoForBiLM(config).state_dict()
+    seen_keys = []
+
+    class OwnLoss(ElmoTrainer):
+        def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+            seen_keys.append(sorted(inputs))
+            outputs = model(**inputs)
+            return (outputs.loss, outputs) if return_outputs else outputs.loss
+
+    weights = {}
+    for trainer_class in (ElmoTrainer, OwnLoss):
+        model = ElmoForBiLM(config)
+        model.load_state_dict(initial)
+        args = TrainingArguments(
+            tmp_path / trainer_class.__name__, max_steps=3, per_device_train_batch_size=8, report_to=[],
+            save_strategy="no", disable_tqdm=True, use_cpu=True,
+        )  # fmt: skip
+        trainer = trainer_class(
+            model=model,
+            args=args,
+            data_collator=DataCollatorForBiLM(words=table),
+            train_dataset=windows,
+            word_tokenizer=tokenizer,
+            clip_norm=0.0,
+        )
+        trainer.train()
+        weights[trainer_class] = {name: tensor.clone() for name, tensor in model.state_dict().items()}
+    assert seen_keys == [["attention_mask", "input_ids", "labels"]] * 3
+    assert all(torch.equal(weights[ElmoTrainer][name], weights[OwnLoss][name]) for name in initial)
+    assert not torch.equal(weights[ElmoTrainer]["softmax.weight"], initial["softmax.weight"])
