@@ -339,6 +339,11 @@ def _text_rows(path: str, stamp: tuple[int, int]) -> Iterator[dict]:
 def window_arrays(example: dict, index: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """One window's `(input_ids (T, C), labels (T, 2))` as int64, from a row of `load_bilm_dataset` (flat) or of
     `encode_windows` (2-D); lists, NumPy or torch. `index` names the example in the error raised for bad shapes."""
+    if "input_ids" not in example or "labels" not in example:
+        hint = ": stored windows need DataCollatorForBiLM(words=<their WordTable>)" if "positions" in example else ""
+        raise ValueError(
+            f"Example {index}: expected input_ids and labels (a row of load_bilm_dataset), got {sorted(example)}{hint}."
+        )
     ids = np.asarray(example["input_ids"], dtype=np.int64)
     labels = np.asarray(example["labels"], dtype=np.int64)
     if labels.ndim == 1 and labels.size % 2 == 0:
@@ -373,6 +378,13 @@ class DataCollatorForBiLM:
         if not examples:
             raise ValueError("DataCollatorForBiLM got no examples.")
         if self.words is not None:
+            for index, example in enumerate(examples):
+                if "positions" not in example:
+                    raise ValueError(
+                        f"Example {index}: DataCollatorForBiLM(words=...) takes stored windows (positions, the rows of "
+                        f"load_compact_bilm_dataset), got {sorted(example)}: rows of load_bilm_dataset need "
+                        "DataCollatorForBiLM() without words."
+                    )
             positions = max(len(example["positions"]) - 2 for example in examples)
             if self.pad_to_multiple_of:
                 positions = -(-positions // self.pad_to_multiple_of) * self.pad_to_multiple_of
@@ -453,6 +465,8 @@ class WordTable:
         for index, window in enumerate(windows, start=first_index):
             if window.ndim != 1 or window.size < 3:
                 raise ValueError(f"Example {index}: expected a stored window of 3 entries or more, got {window.shape}.")
+            if window.dtype.kind not in "iu":
+                raise ValueError(f"Example {index}: stored word indices must be integers, got {window.dtype}.")
         values = np.concatenate(windows)
         if values.min() < NO_NEIGHBOUR or values.max() >= len(self.words):
             bad = next(i for i, w in enumerate(windows) if w.min() < NO_NEIGHBOUR or w.max() >= len(self.words))

@@ -1246,6 +1246,14 @@ def traced(model_class, folder):
     return trace
 
 
+# --- ElmoTrainer in a script of one's own: the rows of one collator given to the other: calls ---
+
+
+def full_row():
+    """A window of three positions as `load_bilm_dataset` stores it: character rows and targets."""
+    return {"input_ids": [0] * 150, "labels": [-100] * 6}
+
+
 API_CASES = {
     "attention_mask of 1 over padding rows": (
         [],
@@ -1639,6 +1647,25 @@ API_CASES = {
         [],
         answer(question="Who sat?", context="The cat sat.", max_context_words=0),
         r"^max_context_words must be >= 1, got 0$",
+    ),
+    # --- ElmoTrainer in a script of one's own: the rows of one collator given to the other ---
+    "rows of load_bilm_dataset collated with a word table": (
+        [],
+        lambda root: DataCollatorForBiLM(words=word_table())([full_row()]),
+        r"^Example 0: DataCollatorForBiLM\(words=\.\.\.\) takes stored windows \(positions, the rows of "
+        r"load_compact_bilm_dataset\), got \['input_ids', 'labels'\]: rows of load_bilm_dataset need "
+        r"DataCollatorForBiLM\(\) without words\.$",
+    ),
+    "stored windows collated without their word table": (
+        [],
+        lambda root: DataCollatorForBiLM()([{"positions": [-1, 0, 3, 1, -1]}]),
+        r"^Example 0: expected input_ids and labels \(a row of load_bilm_dataset\), got \['positions'\]: stored "
+        r"windows need DataCollatorForBiLM\(words=<their WordTable>\)\.$",
+    ),
+    "stored windows whose word indices are not integers": (
+        [],
+        collate_compact([-1, 0, 3, 1, -1], [-1, 0, 3.5, 1, -1]),
+        r"^Example 1: stored word indices must be integers, got float64\.$",
     ),
 }
 
