@@ -378,12 +378,20 @@ class DataCollatorForBiLM:
         if not examples:
             raise ValueError("DataCollatorForBiLM got no examples.")
         if self.words is not None:
+            from .window_dataset import WORD_TABLE
+
             for index, example in enumerate(examples):
                 if "positions" not in example:
                     raise ValueError(
                         f"Example {index}: DataCollatorForBiLM(words=...) takes stored windows (positions, the rows of "
                         f"load_compact_bilm_dataset), got {sorted(example)}: rows of load_bilm_dataset need "
                         "DataCollatorForBiLM() without words."
+                    )
+                if example.get(WORD_TABLE, self.words.digest) != self.words.digest:
+                    raise ValueError(
+                        f"Example {index}: the window was prepared with another word table than the collator's (of "
+                        f"{len(self.words.words):,} words): give DataCollatorForBiLM the WordTable given to "
+                        "load_compact_bilm_dataset."
                     )
             positions = max(len(example["positions"]) - 2 for example in examples)
             if self.pad_to_multiple_of:
@@ -692,6 +700,7 @@ def load_compact_bilm_dataset(
     from .window_dataset import WindowDataset
 
     windows = WindowDataset(dataset.data, info=dataset.info, split=dataset.split, fingerprint=dataset._fingerprint)
+    windows.word_table = table.digest
     return windows.with_format("numpy")
 
 

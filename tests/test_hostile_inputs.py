@@ -1254,6 +1254,20 @@ def full_row():
     return {"input_ids": [0] * 150, "labels": [-100] * 6}
 
 
+def collate_with_another_table(root):
+    """The windows of corpus.txt prepared with its word table, as a data loader reads them, collated with the table of
+    one more word, sorted before the others: their indices would be other words. Prepared in a cache of its own, the
+    working folder being left as it was."""
+    import tempfile
+
+    table = word_table(CORPUS.split())
+    tokenizer = ElmoTokenizer()
+    tokenizer.set_word_vocabulary(list(table.words[:9]))
+    with tempfile.TemporaryDirectory() as cache:
+        windows = load_compact_bilm_dataset(["corpus.txt"], table, tokenizer, cache_dir=cache)
+        DataCollatorForBiLM(words=word_table([*CORPUS.split(), "aardvark"]))(windows.__getitems__([0, 1]))
+
+
 API_CASES = {
     "attention_mask of 1 over padding rows": (
         [],
@@ -1666,6 +1680,12 @@ API_CASES = {
         [],
         collate_compact([-1, 0, 3, 1, -1], [-1, 0, 3.5, 1, -1]),
         r"^Example 1: stored word indices must be integers, got float64\.$",
+    ),
+    "stored windows collated with the word table of other files": (
+        [],
+        collate_with_another_table,
+        r"^Example 0: the window was prepared with another word table than the collator's \(of 13 words\): give "
+        r"DataCollatorForBiLM the WordTable given to load_compact_bilm_dataset\.$",
     ),
 }
 
