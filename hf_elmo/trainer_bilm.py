@@ -272,6 +272,13 @@ def values_checked_if_marked(batch: dict):
 def check_word_table(config: ElmoConfig, table: WordTable, words_at_once: int = 65_536):
     """The model's checks of a batch (`check_bilm_batch`) on every word of `table`, as positions of batches that
     `WordTable.expand` makes: its character rows and its targets in both directions."""
+    top = int(table.targets.max())
+    if top >= config.vocab_size:
+        raise ValueError(
+            f"The word table's targets are word ids up to {top:,}, the model's softmax has {config.vocab_size:,} "
+            "(vocab_size): make the table with the model's tokenizer, or the model with "
+            "vocab_size=len(tokenizer.word_vocabulary)."
+        )
     rows, targets = table.tensors()
     for start in range(0, len(rows), words_at_once):
         ids, labels = rows[start : start + words_at_once].long(), targets[start : start + words_at_once]

@@ -1268,6 +1268,25 @@ def collate_with_another_table(root):
         DataCollatorForBiLM(words=word_table([*CORPUS.split(), "aardvark"]))(windows.__getitems__([0, 1]))
 
 
+def trainer_of_a_smaller_softmax(root):
+    """`ElmoTrainer` of a model whose softmax has fewer words than the vocabulary of the word table it collates with
+    (its output folder, which `Trainer` makes, outside the working folder)."""
+    import tempfile
+
+    from transformers import TrainingArguments
+
+    from hf_elmo.trainer_bilm import ElmoTrainer
+
+    with tempfile.TemporaryDirectory() as output_dir:
+        ElmoTrainer(
+            model=ElmoForBiLM(ElmoConfig(**TINY, vocab_size=5)),
+            args=TrainingArguments(output_dir, use_cpu=True, report_to=[]),
+            data_collator=DataCollatorForBiLM(words=word_table()),
+            word_tokenizer=ElmoTokenizer(),
+            clip_norm=0.0,
+        )
+
+
 API_CASES = {
     "attention_mask of 1 over padding rows": (
         [],
@@ -1686,6 +1705,12 @@ API_CASES = {
         collate_with_another_table,
         r"^Example 0: the window was prepared with another word table than the collator's \(of 13 words\): give "
         r"DataCollatorForBiLM the WordTable given to load_compact_bilm_dataset\.$",
+    ),
+    "ElmoTrainer of a model whose softmax is smaller than the word table's vocabulary": (
+        [],
+        trainer_of_a_smaller_softmax,
+        r"^The word table's targets are word ids up to 8, the model's softmax has 5 \(vocab_size\): make the table "
+        r"with the model's tokenizer, or the model with vocab_size=len\(tokenizer\.word_vocabulary\)\.$",
     ),
 }
 
