@@ -1011,3 +1011,19 @@ def test_elmo_trainer_in_a_script_with_plain_training_arguments_and_a_compute_lo
     assert seen_keys == [["attention_mask", "input_ids", "labels"]] * 3
     assert all(torch.equal(weights[ElmoTrainer][name], weights[OwnLoss][name]) for name in initial)
     assert not torch.equal(weights[ElmoTrainer]["softmax.weight"], initial["softmax.weight"])
+
+
+def test_tokens_seen_on_the_command_line_are_the_positions_trained_on(corpus, tmp_path):
+    """`--include-num-input-tokens-seen non_padding` (which `TrainingArguments`' own parser refused, reading the
+    option as a bool) counts each window's positions: over one epoch, each sentence's words and its two boundaries."""
+    sentences = iter_sentences([corpus / "small.txt"], "pretokenizer", ElmoTokenizer())
+    positions = sum(len(words) + 2 for words in sentences)
+    run = tmp_path / "run"
+    command = (
+        f"train --config {corpus / 'tiny.json'} --train-files {corpus / 'small.txt'} --split pretokenizer "
+        f"--num-train-epochs 1 --per-device-train-batch-size 8 --num-softmax-samples 64 --disable-tqdm "
+        f"--data-cache-dir {corpus / 'cache'} --output-dir {run} --include-num-input-tokens-seen non_padding"
+    )
+    assert cli_main(command.split()) == 0
+    state = json.loads(next(run.glob("checkpoint-*/trainer_state.json")).read_text())
+    assert state["num_input_tokens_seen"] == positions
