@@ -483,9 +483,18 @@ class WordTable:
                 f"[{windows[bad].min()}, {windows[bad].max()}]: the window was prepared with another word table."
             )
         sizes = np.array([window.size for window in windows])
+        starts = np.cumsum(sizes) - sizes
+        positions_only = np.ones(values.size, dtype=bool)
+        positions_only[starts] = positions_only[starts + sizes - 1] = False
+        if values[positions_only].min() < 0:  # -1 is a neighbour, first or last, not a position
+            bad = next(i for i, w in enumerate(windows) if w[1:-1].min() < 0)
+            raise ValueError(
+                f"Example {first_index + bad}: the positions of a stored window must be word indices in [0, "
+                f"{len(self.words) - 1}], got {windows[bad][1:-1].min()} (-1 is only the neighbour before or after "
+                "them)."
+            )
         width = int(sizes.max()) if positions is None else positions + 2
         stored = torch.full((len(windows), width), STORED_PADDING, dtype=torch.int32)
-        starts = np.cumsum(sizes) - sizes
         stored.numpy()[np.repeat(np.arange(len(windows)), sizes), np.arange(sizes.sum()) - np.repeat(starts, sizes)] = (
             values
         )

@@ -1706,6 +1706,12 @@ API_CASES = {
         r"^Example 0: the window was prepared with another word table than the collator's \(of 13 words\): give "
         r"DataCollatorForBiLM the WordTable given to load_compact_bilm_dataset\.$",
     ),
+    "a stored window with a neighbour's -1 among its positions": (
+        [],
+        collate_compact([-1, 0, 3, 1, -1], [-1, 0, -1, 1, -1]),
+        r"^Example 1: the positions of a stored window must be word indices in \[0, 8\], got -1 \(-1 is only the "
+        r"neighbour before or after them\)\.$",
+    ),
     "ElmoTrainer of a model whose softmax is smaller than the word table's vocabulary": (
         [],
         trainer_of_a_smaller_softmax,
