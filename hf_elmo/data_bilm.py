@@ -387,7 +387,7 @@ class DataCollatorForBiLM:
                         f"load_compact_bilm_dataset), got {sorted(example)}: rows of load_bilm_dataset need "
                         "DataCollatorForBiLM() without words."
                     )
-                if example.get(WORD_TABLE, self.words.digest) != self.words.digest:
+                if example.get(WORD_TABLE) not in (None, self.words.digest):  # None: a table not named
                     raise ValueError(
                         f"Example {index}: the window was prepared with another word table than the collator's (of "
                         f"{len(self.words.words):,} words): give DataCollatorForBiLM the WordTable given to "
