@@ -380,20 +380,22 @@ class DataCollatorForBiLM:
         if self.words is not None:
             from .window_dataset import WORD_TABLE
 
-            for index, example in enumerate(examples):
-                if "positions" not in example:
-                    raise ValueError(
-                        f"Example {index}: DataCollatorForBiLM(words=...) takes stored windows (positions, the rows of "
-                        f"load_compact_bilm_dataset), got {sorted(example)}: rows of load_bilm_dataset need "
-                        "DataCollatorForBiLM() without words."
-                    )
-                if example.get(WORD_TABLE) not in (None, self.words.digest):  # None: a table not named
-                    raise ValueError(
-                        f"Example {index}: the window was prepared with another word table than the collator's (of "
-                        f"{len(self.words.words):,} words): give DataCollatorForBiLM the WordTable given to "
-                        "load_compact_bilm_dataset."
-                    )
-            positions = max(len(example["positions"]) - 2 for example in examples)
+            # The rows of a batch come from one dataset: the first names the table of all (None: a table not named).
+            if examples[0].get(WORD_TABLE) not in (None, self.words.digest):
+                raise ValueError(
+                    f"Example 0: the window was prepared with another word table than the collator's (of "
+                    f"{len(self.words.words):,} words): give DataCollatorForBiLM the WordTable given to "
+                    "load_compact_bilm_dataset."
+                )
+            try:
+                positions = max(len(example["positions"]) - 2 for example in examples)
+            except KeyError:
+                index, example = next((i, e) for i, e in enumerate(examples) if "positions" not in e)
+                raise ValueError(
+                    f"Example {index}: DataCollatorForBiLM(words=...) takes stored windows (positions, the rows of "
+                    f"load_compact_bilm_dataset), got {sorted(example)}: rows of load_bilm_dataset need "
+                    "DataCollatorForBiLM() without words."
+                ) from None
             if self.pad_to_multiple_of:
                 positions = -(-positions // self.pad_to_multiple_of) * self.pad_to_multiple_of
             stored = self.words.stored([example["positions"] for example in examples], positions)
@@ -473,9 +475,10 @@ class WordTable:
         for index, window in enumerate(windows, start=first_index):
             if window.ndim != 1 or window.size < 3:
                 raise ValueError(f"Example {index}: expected a stored window of 3 entries or more, got {window.shape}.")
-            if window.dtype.kind not in "iu":
-                raise ValueError(f"Example {index}: stored word indices must be integers, got {window.dtype}.")
         values = np.concatenate(windows)
+        if values.dtype.kind not in "iu":
+            bad, window = next((i, w) for i, w in enumerate(windows, start=first_index) if w.dtype.kind not in "iu")
+            raise ValueError(f"Example {bad}: stored word indices must be integers, got {window.dtype}.")
         if values.min() < NO_NEIGHBOUR or values.max() >= len(self.words):
             bad = next(i for i, w in enumerate(windows) if w.min() < NO_NEIGHBOUR or w.max() >= len(self.words))
             raise ValueError(
@@ -484,9 +487,10 @@ class WordTable:
             )
         sizes = np.array([window.size for window in windows])
         starts = np.cumsum(sizes) - sizes
-        positions_only = np.ones(values.size, dtype=bool)
-        positions_only[starts] = positions_only[starts + sizes - 1] = False
-        if values[positions_only].min() < 0:  # -1 is a neighbour, first or last, not a position
+        ends = starts + sizes - 1
+        # Every -1 must be a window's neighbour, its first or last entry (the range is checked: no value is below -1).
+        neighbours = np.count_nonzero(values[starts] == NO_NEIGHBOUR) + np.count_nonzero(values[ends] == NO_NEIGHBOUR)
+        if np.count_nonzero(values == NO_NEIGHBOUR) > neighbours:
             bad = next(i for i, w in enumerate(windows) if w[1:-1].min() < 0)
             raise ValueError(
                 f"Example {first_index + bad}: the positions of a stored window must be word indices in [0, "
