@@ -451,6 +451,7 @@ class WordTable:
         self.targets = tokenizer.word_targets(self.words).astype(np.int64)
         self.digest = hashlib.sha256("\n".join(self.words).encode("utf-8", "surrogatepass")).hexdigest()
         self._tensors = {}
+        self.split = None  # how the text of its words was split, where known (`of_files`)
 
     @classmethod
     def of_files(cls, files, tokenizer: ElmoTokenizer, split: str = "whitespace") -> "WordTable":
@@ -458,7 +459,9 @@ class WordTable:
         seen = set()
         for words in iter_sentences(check_text_files(files), split, tokenizer):
             seen.update(words)
-        return cls(tokenizer, seen)
+        table = cls(tokenizer, seen)
+        table.split = split
+        return table
 
     def window_arrays(self, positions, index: int = 0) -> tuple[np.ndarray, np.ndarray]:
         """A stored window `[before, p_1 ... p_T, after]` (table indices; `before`/`after` the neighbours of a window
@@ -683,6 +686,11 @@ def load_compact_bilm_dataset(
     if window < 3:
         raise ValueError(f"window must be >= 3 positions (<S>, one word, </S>), got {window}.")
     _check_split(split, tokenizer)
+    if table.split not in (None, split):
+        raise ValueError(
+            f"The word table was made of the words of split={table.split!r}, the windows would be split with "
+            f"split={split!r}: give both the same split."
+        )
     files = check_text_files(files, role)
     folder = Path(cache_dir if cache_dir is not None else datasets.config.HF_DATASETS_CACHE) / "hf_elmo_windows"
     splitter = tokenizer if split == "pretokenizer" else None

@@ -1268,6 +1268,14 @@ def collate_with_another_table(root):
         DataCollatorForBiLM(words=word_table([*CORPUS.split(), "aardvark"]))(windows.__getitems__([0, 1]))
 
 
+def windows_split_otherwise(root):
+    """The windows of raw.txt split by the tokenizer, with the table of its whitespace-separated words."""
+    tokenizer = ElmoTokenizer()
+    tokenizer.set_word_vocabulary(list(word_table().words))
+    table = WordTable.of_files(["raw.txt"], tokenizer, split="whitespace")
+    load_compact_bilm_dataset(["raw.txt"], table, tokenizer, split="pretokenizer", cache_dir=root / "cache")
+
+
 def trainer_of_a_smaller_softmax(root):
     """`ElmoTrainer` of a model whose softmax has fewer words than the vocabulary of the word table it collates with
     (its output folder, which `Trainer` makes, outside the working folder)."""
@@ -1711,6 +1719,12 @@ API_CASES = {
         collate_compact([-1, 0, 3, 1, -1], [-1, 0, -1, 1, -1]),
         r"^Example 1: the positions of a stored window must be word indices in \[0, 8\], got -1 \(-1 is only the "
         r"neighbour before or after them\)\.$",
+    ),
+    "compact windows split otherwise than the words of their word table": (
+        [write("raw.txt", "A bird flew.\n")],
+        windows_split_otherwise,
+        r"^The word table was made of the words of split='whitespace', the windows would be split with "
+        r"split='pretokenizer': give both the same split\.$",
     ),
     "ElmoTrainer of a model whose softmax is smaller than the word table's vocabulary": (
         [],
