@@ -339,6 +339,11 @@ def _text_rows(path: str, stamp: tuple[int, int]) -> Iterator[dict]:
 def window_arrays(example: dict, index: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """One window's `(input_ids (T, C), labels (T, 2))` as int64, from a row of `load_bilm_dataset` (flat) or of
     `encode_windows` (2-D); lists, NumPy or torch. `index` names the example in the error raised for bad shapes."""
+    if "input_ids" not in example or "labels" not in example:
+        hint = ": stored windows need DataCollatorForBiLM(words=<their WordTable>)" if "positions" in example else ""
+        raise ValueError(
+            f"Example {index}: expected input_ids and labels (a row of load_bilm_dataset), got {sorted(example)}{hint}."
+        )
     ids = np.asarray(example["input_ids"], dtype=np.int64)
     labels = np.asarray(example["labels"], dtype=np.int64)
     if labels.ndim == 1 and labels.size % 2 == 0:
@@ -373,7 +378,24 @@ class DataCollatorForBiLM:
         if not examples:
             raise ValueError("DataCollatorForBiLM got no examples.")
         if self.words is not None:
-            positions = max(len(example["positions"]) - 2 for example in examples)
+            from .window_dataset import WORD_TABLE
+
+            # The rows of a batch come from one dataset: the first names the table of all (None: a table not named).
+            if examples[0].get(WORD_TABLE) not in (None, self.words.digest):
+                raise ValueError(
+                    f"Example 0: the window was prepared with another word table than the collator's (of "
+                    f"{len(self.words.words):,} words): give DataCollatorForBiLM the WordTable given to "
+                    "load_compact_bilm_dataset."
+                )
+            try:
+                positions = max(len(example["positions"]) - 2 for example in examples)
+            except KeyError:
+                index, example = next((i, e) for i, e in enumerate(examples) if "positions" not in e)
+                raise ValueError(
+                    f"Example {index}: DataCollatorForBiLM(words=...) takes stored windows (positions, the rows of "
+                    f"load_compact_bilm_dataset), got {sorted(example)}: rows of load_bilm_dataset need "
+                    "DataCollatorForBiLM() without words."
+                ) from None
             if self.pad_to_multiple_of:
                 positions = -(-positions // self.pad_to_multiple_of) * self.pad_to_multiple_of
             stored = self.words.stored([example["positions"] for example in examples], positions)
@@ -429,6 +451,7 @@ class WordTable:
         self.targets = tokenizer.word_targets(self.words).astype(np.int64)
         self.digest = hashlib.sha256("\n".join(self.words).encode("utf-8", "surrogatepass")).hexdigest()
         self._tensors = {}
+        self.split = None  # how the text of its words was split, where known (`of_files`)
 
     @classmethod
     def of_files(cls, files, tokenizer: ElmoTokenizer, split: str = "whitespace") -> "WordTable":
@@ -436,7 +459,9 @@ class WordTable:
         seen = set()
         for words in iter_sentences(check_text_files(files), split, tokenizer):
             seen.update(words)
-        return cls(tokenizer, seen)
+        table = cls(tokenizer, seen)
+        table.split = split
+        return table
 
     def window_arrays(self, positions, index: int = 0) -> tuple[np.ndarray, np.ndarray]:
         """A stored window `[before, p_1 ... p_T, after]` (table indices; `before`/`after` the neighbours of a window
@@ -454,6 +479,9 @@ class WordTable:
             if window.ndim != 1 or window.size < 3:
                 raise ValueError(f"Example {index}: expected a stored window of 3 entries or more, got {window.shape}.")
         values = np.concatenate(windows)
+        if values.dtype.kind not in "iu":
+            bad, window = next((i, w) for i, w in enumerate(windows, start=first_index) if w.dtype.kind not in "iu")
+            raise ValueError(f"Example {bad}: stored word indices must be integers, got {window.dtype}.")
         if values.min() < NO_NEIGHBOUR or values.max() >= len(self.words):
             bad = next(i for i, w in enumerate(windows) if w.min() < NO_NEIGHBOUR or w.max() >= len(self.words))
             raise ValueError(
@@ -461,9 +489,19 @@ class WordTable:
                 f"[{windows[bad].min()}, {windows[bad].max()}]: the window was prepared with another word table."
             )
         sizes = np.array([window.size for window in windows])
+        starts = np.cumsum(sizes) - sizes
+        ends = starts + sizes - 1
+        # Every -1 must be a window's neighbour, its first or last entry (the range is checked: no value is below -1).
+        neighbours = np.count_nonzero(values[starts] == NO_NEIGHBOUR) + np.count_nonzero(values[ends] == NO_NEIGHBOUR)
+        if np.count_nonzero(values == NO_NEIGHBOUR) > neighbours:
+            bad = next(i for i, w in enumerate(windows) if w[1:-1].min() < 0)
+            raise ValueError(
+                f"Example {first_index + bad}: the positions of a stored window must be word indices in [0, "
+                f"{len(self.words) - 1}], got {windows[bad][1:-1].min()} (-1 is only the neighbour before or after "
+                "them)."
+            )
         width = int(sizes.max()) if positions is None else positions + 2
         stored = torch.full((len(windows), width), STORED_PADDING, dtype=torch.int32)
-        starts = np.cumsum(sizes) - sizes
         stored.numpy()[np.repeat(np.arange(len(windows)), sizes), np.arange(sizes.sum()) - np.repeat(starts, sizes)] = (
             values
         )
@@ -648,6 +686,11 @@ def load_compact_bilm_dataset(
     if window < 3:
         raise ValueError(f"window must be >= 3 positions (<S>, one word, </S>), got {window}.")
     _check_split(split, tokenizer)
+    if table.split not in (None, split):
+        raise ValueError(
+            f"The word table was made of the words of split={table.split!r}, the windows would be split with "
+            f"split={split!r}: give both the same split."
+        )
     files = check_text_files(files, role)
     folder = Path(cache_dir if cache_dir is not None else datasets.config.HF_DATASETS_CACHE) / "hf_elmo_windows"
     splitter = tokenizer if split == "pretokenizer" else None
@@ -678,6 +721,7 @@ def load_compact_bilm_dataset(
     from .window_dataset import WindowDataset
 
     windows = WindowDataset(dataset.data, info=dataset.info, split=dataset.split, fingerprint=dataset._fingerprint)
+    windows.word_table = table.digest
     return windows.with_format("numpy")
 
 

@@ -262,9 +262,23 @@ class HostCheckedCollator:
         return {**batch, self.MARK: True}
 
 
+def values_checked_if_marked(batch: dict):
+    """`values_checked_on_host()` for a batch `HostCheckedCollator` or `ElmoTrainer.expand_stored_windows` marked as
+    checked, else no context; the mark is taken out of `batch`, so that the model, and a `compute_loss` of a subclass,
+    get the model's inputs only."""
+    return values_checked_on_host() if batch.pop(HostCheckedCollator.MARK, False) else contextlib.nullcontext()
+
+
 def check_word_table(config: ElmoConfig, table: WordTable, words_at_once: int = 65_536):
     """The model's checks of a batch (`check_bilm_batch`) on every word of `table`, as positions of batches that
     `WordTable.expand` makes: its character rows and its targets in both directions."""
+    top = int(table.targets.max())
+    if top >= config.vocab_size:
+        raise ValueError(
+            f"The word table's targets are word ids up to {top:,}, the model's softmax has {config.vocab_size:,} "
+            "(vocab_size): make the table with the model's tokenizer, or the model with "
+            "vocab_size=len(tokenizer.word_vocabulary)."
+        )
     rows, targets = table.tensors()
     for start in range(0, len(rows), words_at_once):
         ids, labels = rows[start : start + words_at_once].long(), targets[start : start + words_at_once]
@@ -318,6 +332,8 @@ class ElmoTrainer(Trainer):
             # the batch on the device; the table's values checked once stand for the checks of every batch.
             check_word_table(config, self.word_table)
             self.data_collator = dataclasses.replace(collator, stored_only=True)
+            # The rows' `positions` are the collator's input, not the model's: Trainer's default would drop them.
+            self.args.remove_unused_columns = False
         elif _on_accelerator(self.args):
             self.data_collator = HostCheckedCollator(self.data_collator, config)
         # Trainer asks its accelerator for the gradient norm every step (to log it; `max_norm` inf where it does not
@@ -367,11 +383,14 @@ class ElmoTrainer(Trainer):
         return super().get_batch_samples(map(self.expand_stored_windows, epoch_iterator), num_batches, device)
 
     def prediction_step(self, model, inputs, prediction_loss_only, ignore_keys=None):
-        return super().prediction_step(model, self.expand_stored_windows(inputs), prediction_loss_only, ignore_keys)
+        inputs = self.expand_stored_windows(inputs)
+        with values_checked_if_marked(inputs):
+            return super().prediction_step(model, inputs, prediction_loss_only, ignore_keys)
 
     def training_step(self, model, inputs, num_items_in_batch=None):
         self.started = True
-        loss = super().training_step(model, inputs, num_items_in_batch)
+        with values_checked_if_marked(inputs):
+            loss = super().training_step(model, inputs, num_items_in_batch)
         # Noted on the device, without waiting for it: `check_finite` reads it where Trainer waits anyway.
         if self._non_finite_step is None:
             self._non_finite_step = torch.zeros((), dtype=torch.int64, device=loss.device)
@@ -436,10 +455,7 @@ class ElmoTrainer(Trainer):
                 shutil.copyfile(options, folder / TRAINING_OPTIONS_FILE)
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-        inputs = dict(inputs)
-        checked = inputs.pop(HostCheckedCollator.MARK, False)
-        with values_checked_on_host() if checked else contextlib.nullcontext():
-            loss, outputs = super().compute_loss(model, inputs, True, num_items_in_batch)
+        loss, outputs = super().compute_loss(model, inputs, True, num_items_in_batch)
         if not model.training and self._direction_sums is not None:
             counts = inputs["labels"].ne(-100).sum(dim=(0, 1)).double()
             sums = torch.stack([outputs.forward_loss.double() * counts[0], outputs.backward_loss.double() * counts[1]])

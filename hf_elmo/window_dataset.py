@@ -7,12 +7,18 @@ import pyarrow.compute as pc
 from datasets.formatting import query_table
 
 NUMPY_WINDOWS = {"type": "numpy", "format_kwargs": {}, "columns": ["positions"], "output_all_columns": False}
+WORD_TABLE = "word_table"
+"""The key of a row of `WindowDataset` naming the digest of the word table its window was prepared with: the same
+indices read with another table are other words."""
 
 
 class WindowDataset(datasets.Dataset):
     """A `datasets.Dataset` of stored windows (`positions`) whose batches of rows, what a `DataLoader` fetches for each
     batch, are read as one Arrow slice: the `numpy` format would make each row an array on its own, in Python, which
-    took most of the host's time per batch."""
+    took most of the host's time per batch. Each of those rows also names the `WordTable.digest` of the table the
+    windows were prepared with (`WORD_TABLE`), which `DataCollatorForBiLM(words=...)` compares with its own."""
+
+    word_table: str | None = None
 
     def __getitems__(self, keys: list) -> list[dict]:
         if self.format != NUMPY_WINDOWS:
@@ -20,4 +26,4 @@ class WindowDataset(datasets.Dataset):
         column = query_table(self.data, keys, indices=self._indices).column("positions")
         values = pc.list_flatten(column).to_numpy().astype(np.int64)  # int64, as the numpy format gives each row
         ends = np.cumsum(pc.list_value_length(column).to_numpy()).tolist()
-        return [{"positions": values[start:end]} for start, end in zip([0, *ends], ends)]
+        return [{"positions": values[start:end], WORD_TABLE: self.word_table} for start, end in zip([0, *ends], ends)]

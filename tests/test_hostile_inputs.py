@@ -1277,6 +1277,55 @@ def traced(model_class, folder):
     return trace
 
 
+# --- ElmoTrainer in a script of one's own: the rows of one collator given to the other: calls ---
+
+
+def full_row():
+    """A window of three positions as `load_bilm_dataset` stores it: character rows and targets."""
+    return {"input_ids": [0] * 150, "labels": [-100] * 6}
+
+
+def collate_with_another_table(root):
+    """The windows of corpus.txt prepared with its word table, as a data loader reads them, collated with the table of
+    one more word, sorted before the others: their indices would be other words. Prepared in a cache of its own, the
+    working folder being left as it was."""
+    import tempfile
+
+    table = word_table(CORPUS.split())
+    tokenizer = ElmoTokenizer()
+    tokenizer.set_word_vocabulary(list(table.words[:9]))
+    with tempfile.TemporaryDirectory() as cache:
+        windows = load_compact_bilm_dataset(["corpus.txt"], table, tokenizer, cache_dir=cache)
+        DataCollatorForBiLM(words=word_table([*CORPUS.split(), "aardvark"]))(windows.__getitems__([0, 1]))
+
+
+def windows_split_otherwise(root):
+    """The windows of raw.txt split by the tokenizer, with the table of its whitespace-separated words."""
+    tokenizer = ElmoTokenizer()
+    tokenizer.set_word_vocabulary(list(word_table().words))
+    table = WordTable.of_files(["raw.txt"], tokenizer, split="whitespace")
+    load_compact_bilm_dataset(["raw.txt"], table, tokenizer, split="pretokenizer", cache_dir=root / "cache")
+
+
+def trainer_of_a_smaller_softmax(root):
+    """`ElmoTrainer` of a model whose softmax has fewer words than the vocabulary of the word table it collates with
+    (its output folder, which `Trainer` makes, outside the working folder)."""
+    import tempfile
+
+    from transformers import TrainingArguments
+
+    from hf_elmo.trainer_bilm import ElmoTrainer
+
+    with tempfile.TemporaryDirectory() as output_dir:
+        ElmoTrainer(
+            model=ElmoForBiLM(ElmoConfig(**TINY, vocab_size=5)),
+            args=TrainingArguments(output_dir, use_cpu=True, report_to=[]),
+            data_collator=DataCollatorForBiLM(words=word_table()),
+            word_tokenizer=ElmoTokenizer(),
+            clip_norm=0.0,
+        )
+
+
 API_CASES = {
     "attention_mask of 1 over padding rows": (
         [],
@@ -1670,6 +1719,49 @@ API_CASES = {
         [],
         answer(question="Who sat?", context="The cat sat.", max_context_words=0),
         r"^max_context_words must be >= 1, got 0$",
+    ),
+    # --- ElmoTrainer in a script of one's own: the rows of one collator given to the other ---
+    "rows of load_bilm_dataset collated with a word table": (
+        [],
+        lambda root: DataCollatorForBiLM(words=word_table())([full_row()]),
+        r"^Example 0: DataCollatorForBiLM\(words=\.\.\.\) takes stored windows \(positions, the rows of "
+        r"load_compact_bilm_dataset\), got \['input_ids', 'labels'\]: rows of load_bilm_dataset need "
+        r"DataCollatorForBiLM\(\) without words\.$",
+    ),
+    "stored windows collated without their word table": (
+        [],
+        lambda root: DataCollatorForBiLM()([{"positions": [-1, 0, 3, 1, -1]}]),
+        r"^Example 0: expected input_ids and labels \(a row of load_bilm_dataset\), got \['positions'\]: stored "
+        r"windows need DataCollatorForBiLM\(words=<their WordTable>\)\.$",
+    ),
+    "stored windows whose word indices are not integers": (
+        [],
+        collate_compact([-1, 0, 3, 1, -1], [-1, 0, 3.5, 1, -1]),
+        r"^Example 1: stored word indices must be integers, got float64\.$",
+    ),
+    "stored windows collated with the word table of other files": (
+        [],
+        collate_with_another_table,
+        r"^Example 0: the window was prepared with another word table than the collator's \(of 13 words\): give "
+        r"DataCollatorForBiLM the WordTable given to load_compact_bilm_dataset\.$",
+    ),
+    "a stored window with a neighbour's -1 among its positions": (
+        [],
+        collate_compact([-1, 0, 3, 1, -1], [-1, 0, -1, 1, -1]),
+        r"^Example 1: the positions of a stored window must be word indices in \[0, 8\], got -1 \(-1 is only the "
+        r"neighbour before or after them\)\.$",
+    ),
+    "compact windows split otherwise than the words of their word table": (
+        [write("raw.txt", "A bird flew.\n")],
+        windows_split_otherwise,
+        r"^The word table was made of the words of split='whitespace', the windows would be split with "
+        r"split='pretokenizer': give both the same split\.$",
+    ),
+    "ElmoTrainer of a model whose softmax is smaller than the word table's vocabulary": (
+        [],
+        trainer_of_a_smaller_softmax,
+        r"^The word table's targets are word ids up to 8, the model's softmax has 5 \(vocab_size\): make the table "
+        r"with the model's tokenizer, or the model with vocab_size=len\(tokenizer\.word_vocabulary\)\.$",
     ),
 }
 

@@ -686,7 +686,7 @@ def test_stored_windows_made_on_the_device_train_as_full_batches_and_a_bad_table
 
     monkeypatch.setattr(WordTable, "__init__", out_of_vocabulary)
     seen.clear()
-    with pytest.raises(ValueError, match=r"labels must be word ids in \[0, \d+\] or -100 \(no target\), found 1000000"):
+    with pytest.raises(ValueError, match=r"The word table's targets are word ids up to 1,000,000, the model's softmax"):
         train_bilm(**short_run(corpus, tmp_path / "bad"))
     assert seen == []
 
@@ -960,3 +960,68 @@ def test_the_log_gives_the_memory_the_data_and_the_time_per_epoch(corpus, tmp_pa
         f"activations ({softmax * 12 / 2**30:.3g} GiB of it for the softmax of {config.vocab_size:,} words x "
         f"{config.projection_dim + 1})"
     ) in log
+
+
+def test_elmo_trainer_in_a_script_with_plain_training_arguments_and_a_compute_loss_of_its_own(corpus, tmp_path):
+    """docs/training.md's Python path: `ElmoTrainer` with `TrainingArguments` as they come (Trainer's default drops
+    dataset columns the model does not take, such as the stored windows' `positions`) and a subclass whose
+    `compute_loss` calls the model on its inputs, as Trainer's documentation shows: it gets the model's inputs only,
+    and trains as `ElmoTrainer` does (same weights)."""
+    from transformers import TrainingArguments
+
+    from hf_elmo.data_bilm import DataCollatorForBiLM, WordTable, build_word_vocabulary, load_compact_bilm_dataset
+
+    files = [corpus / "small.txt"]
+    tokenizer = ElmoTokenizer()
+    tokenizer.set_word_vocabulary(build_word_vocabulary(files, "pretokenizer", tokenizer, min_count=2))
+    config = ElmoConfig.from_json_file(corpus / "tiny.json")
+    config.vocab_size, config.num_softmax_samples, config.dropout = len(tokenizer.word_vocabulary), 0, 0.0
+    table = WordTable.of_files(files, tokenizer, "pretokenizer")
+    windows = load_compact_bilm_dataset(files, table, tokenizer, 22, "pretokenizer", corpus / "cache")
+    torch.manual_seed(0)
+    initial = ElmoForBiLM(config).state_dict()
+    seen_keys = []
+
+    class OwnLoss(ElmoTrainer):
+        def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+            seen_keys.append(sorted(inputs))
+            outputs = model(**inputs)
+            return (outputs.loss, outputs) if return_outputs else outputs.loss
+
+    weights = {}
+    for trainer_class in (ElmoTrainer, OwnLoss):
+        model = ElmoForBiLM(config)
+        model.load_state_dict(initial)
+        args = TrainingArguments(
+            tmp_path / trainer_class.__name__, max_steps=3, per_device_train_batch_size=8, report_to=[],
+            save_strategy="no", disable_tqdm=True, use_cpu=True,
+        )  # fmt: skip
+        trainer = trainer_class(
+            model=model,
+            args=args,
+            data_collator=DataCollatorForBiLM(words=table),
+            train_dataset=windows,
+            word_tokenizer=tokenizer,
+            clip_norm=0.0,
+        )
+        trainer.train()
+        weights[trainer_class] = {name: tensor.clone() for name, tensor in model.state_dict().items()}
+    assert seen_keys == [["attention_mask", "input_ids", "labels"]] * 3
+    assert all(torch.equal(weights[ElmoTrainer][name], weights[OwnLoss][name]) for name in initial)
+    assert not torch.equal(weights[ElmoTrainer]["softmax.weight"], initial["softmax.weight"])
+
+
+def test_tokens_seen_on_the_command_line_are_the_positions_trained_on(corpus, tmp_path):
+    """`--include-num-input-tokens-seen non_padding` (which `TrainingArguments`' own parser refused, reading the
+    option as a bool) counts each window's positions: over one epoch, each sentence's words and its two boundaries."""
+    sentences = iter_sentences([corpus / "small.txt"], "pretokenizer", ElmoTokenizer())
+    positions = sum(len(words) + 2 for words in sentences)
+    run = tmp_path / "run"
+    command = (
+        f"train --config {corpus / 'tiny.json'} --train-files {corpus / 'small.txt'} --split pretokenizer "
+        f"--num-train-epochs 1 --per-device-train-batch-size 8 --num-softmax-samples 64 --disable-tqdm "
+        f"--data-cache-dir {corpus / 'cache'} --output-dir {run} --include-num-input-tokens-seen non_padding"
+    )
+    assert cli_main(command.split()) == 0
+    state = json.loads(next(run.glob("checkpoint-*/trainer_state.json")).read_text())
+    assert state["num_input_tokens_seen"] == positions

@@ -189,6 +189,13 @@ class ElmoTrainingArguments(TrainingArguments):
     dataloader_pin_memory: bool | None = option(None, help="default: when training on a GPU")
     ddp_find_unused_parameters: bool | None = option(False)
     remove_unused_columns: bool = option(False)
+    # `TrainingArguments` declares it `str | bool`, which its parser reads as a bool only.
+    include_num_input_tokens_seen: str = option(
+        "no",
+        choices=["no", "non_padding", "all"],
+        help="count the positions trained on (num_input_tokens_seen): non_padding, the windows' positions; all, "
+        "Trainer's count of input_ids, each position's character slots, padding included",
+    )
     label_names: list[str] | None = option(["labels"])
     # ELMo's own
     resume: bool = option(
