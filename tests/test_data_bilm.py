@@ -332,6 +332,37 @@ def test_a_data_loader_gets_the_compact_rows_and_the_batches_of_full_rows(tmp_pa
             )
 
 
+def test_datasets_made_from_compact_windows_stay_compact_windows_of_their_table(tmp_path):
+    """`select`, `shuffle`, `filter`, `train_test_split` ... of the compact windows are windows of the same table:
+    their batches (one Arrow slice each) are those of the full rows chosen the same way, and a collator of another
+    table refuses them."""
+    from hf_elmo.window_dataset import WindowDataset
+
+    files = hostile_corpus(tmp_path)
+    tokenizer = tokenizer_with(build_word_vocabulary(files, max_size=40))
+    full = load_bilm_dataset(files, tokenizer, cache_dir=tmp_path / "full")
+    table = WordTable.of_files(files, tokenizer)
+    compact = load_compact_bilm_dataset(files, table, tokenizer, cache_dir=tmp_path / "compact", processes=1)
+    chosen = np.random.default_rng(2).permutation(len(compact))[:150].tolist()
+    made = {
+        "select": lambda d: d.select(chosen),
+        "shuffle": lambda d: d.shuffle(seed=3),
+        "filter": lambda d: d.filter(lambda row: len(row["positions" if "positions" in row else "labels"]) % 3 == 1),
+        "train_test_split": lambda d: d.train_test_split(test_size=0.2, seed=4)["test"],
+        "select, then shuffle": lambda d: d.select(chosen).shuffle(seed=5),
+    }
+    other = WordTable.of_files(files, tokenizer_with(build_word_vocabulary(files, max_size=20)))
+    for name, make in made.items():
+        windows, rows = make(compact), make(full)
+        assert isinstance(windows, WindowDataset) and len(windows) == len(rows) > 0, name
+        keys = list(range(len(windows)))[::-1][:64]
+        batch = DataCollatorForBiLM(words=table)(windows.__getitems__(keys))
+        expected = DataCollatorForBiLM()([rows[i] for i in keys])
+        assert all(torch.equal(batch[k], expected[k]) for k in expected), name
+        with pytest.raises(ValueError, match="prepared with another word table than the collator's"):
+            DataCollatorForBiLM(words=other)(windows.__getitems__(keys))
+
+
 def test_compact_windows_take_a_few_bytes_a_position_and_are_prepared_once(tmp_path):
     files = hostile_corpus(tmp_path)
     tokenizer = tokenizer_with(build_word_vocabulary(files))
