@@ -276,6 +276,13 @@ def line_beyond_the_shard(position):
     return position
 
 
+def read_beyond_the_sentence(position):
+    """The second row having read a million positions of its sentence."""
+    position = position.clone()
+    position[3, 3] = 10**6
+    return position
+
+
 @dataclass
 class Case:
     command: str
@@ -808,6 +815,13 @@ CASES = {
         r"^error: --resume: run/checkpoint-2/stream_state-0\.safetensors: position: names a line that the training "
         r"files do not have$",
         [*stream_run_on_shards(), edit_stream_position(line_beyond_the_shard)],
+    ),
+    # --- the saved stream position's counts of positions read (a count past the sentence read the corpus on) ---
+    "train --resume --stream: a stream position read past a sentence's end": Case(
+        "train --output-dir run --resume --max-steps 3",
+        r"^error: --resume: run/checkpoint-2/stream_state-0\.safetensors: position: row 1 has read 1000000 positions "
+        r"of a sentence that offers 1 to \d+ \(shards/[ab]\.txt, line \d\)$",
+        [*stream_run_on_shards(), edit_stream_position(read_beyond_the_sentence)],
     ),
     # --- export to ONNX (hf-elmo export --format onnx) ---
     "export --format onnx --force over a folder with other files": Case(
