@@ -450,6 +450,36 @@ def test_resumed_stream_run_ends_with_the_same_weights(corpus, tmp_path, monkeyp
     assert max((expected[k] - actual[k]).abs().max().item() for k in expected) <= 1e-6
 
 
+def test_with_gradient_accumulation_the_position_is_the_last_batch_of_the_step(corpus, tmp_path, monkeypatch):
+    """Two batches a step: the checkpoint of step 2 saves the position after the 4th batch (the step's last), and the
+    run resumed from it ends with the weights of the uninterrupted run."""
+    run = options(corpus, tmp_path / "interrupted", max_steps=4, save_steps=2, gradient_accumulation_steps=2)
+    run["train_files"] = [corpus / "shards"]
+    train_bilm(**{**run, "output_dir": tmp_path / "uninterrupted"})
+    original_step = StreamTrainer.training_step
+
+    def crash_at_step_3(self, *args, **kwargs):
+        if self.state.global_step == 3:
+            raise KeyboardInterrupt("simulated crash")
+        return original_step(self, *args, **kwargs)
+
+    monkeypatch.setattr(StreamTrainer, "training_step", crash_at_step_3)
+    with pytest.raises(KeyboardInterrupt):
+        train_bilm(**run)
+    monkeypatch.undo()
+    checkpoint = tmp_path / "interrupted/checkpoint-2"
+    tokenizer = ElmoTokenizer.from_pretrained(checkpoint)
+    dataset = StreamWindowDataset(corpus / "shards", tokenizer, 4, 10, 42, "pretokenizer", steps=8)
+    assert torch.equal(
+        load_file(checkpoint / "stream_state-0.safetensors")["position"],
+        torch.from_numpy(dataset[3 * 4]["stream_position"]),
+    )
+    train_bilm(**run, resume=True)
+    expected = load_file(tmp_path / "uninterrupted/model.safetensors")
+    actual = load_file(tmp_path / "interrupted/model.safetensors")
+    assert max((expected[k] - actual[k]).abs().max().item() for k in expected) <= 1e-6
+
+
 def test_two_processes_each_carry_the_streams_of_their_own_shards(corpus, tmp_path, monkeypatch):
     """Under torchrun each process reads its own shards (of three: a and c, and b), its rows laid out as
     `StreamWindowDataset` lays out that process's part; with next to nothing learnt the saved state of each process
