@@ -1347,9 +1347,9 @@ def trainer_of_a_smaller_softmax(root):
         )
 
 
-def trainer_with(**options):
-    """A call making an `ElmoTrainer` of `options` (its output folder, which `Trainer` makes, outside the working
-    folder)."""
+def trainer_with(training_arguments: dict | None = None, **options):
+    """A call making an `ElmoTrainer` of `options` and `TrainingArguments` of `training_arguments` (its output
+    folder, which `Trainer` makes, outside the working folder)."""
 
     def make(root):
         import tempfile
@@ -1361,7 +1361,7 @@ def trainer_with(**options):
         with tempfile.TemporaryDirectory() as output_dir:
             ElmoTrainer(
                 model=ElmoForBiLM(ElmoConfig(**TINY, vocab_size=9)),
-                args=TrainingArguments(output_dir, use_cpu=True, report_to=[], **options.pop("args", {})),
+                args=TrainingArguments(output_dir, use_cpu=True, report_to=[], **(training_arguments or {})),
                 data_collator=DataCollatorForBiLM(words=word_table()),
                 word_tokenizer=ElmoTokenizer(),
                 clip_norm=0.0,
@@ -1811,7 +1811,7 @@ API_CASES = {
     # --- review of the batches made on the device: Trainer's losses of their own took the labels from the model ---
     "ElmoTrainer with label smoothing": (
         [],
-        trainer_with(args={"label_smoothing_factor": 0.1}),
+        trainer_with({"label_smoothing_factor": 0.1}),
         r"^label_smoothing_factor must be 0 for ElmoForBiLM, got 0\.1: the model computes its loss itself, Trainer's "
         r"label smoothing would read logits it does not return\.$",
     ),
