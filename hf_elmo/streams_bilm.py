@@ -446,11 +446,23 @@ class StreamWindowDataset(torch.utils.data.Dataset):
                 f"{position.shape} {position.dtype}"
             )
         shards = {}
-        for epoch, shard, line, _ in position[1:].tolist():
+        for row, (epoch, shard, line, read) in enumerate(position[1:].tolist(), start=-1):
             if (epoch, shard) not in shards and shard < len(self._own_shards()):
                 shards[epoch, shard] = self._shard_lines(epoch, shard)
-            if line >= len(shards.get((epoch, shard), ((), ()))[1]):
+            path, lines = shards.get((epoch, shard), ("", ()))
+            if line >= len(lines):
                 raise ElmoInputError(f"{where}: names a line that the training files do not have")
+            if row < 0:  # the last sentence taken: its lines before, not positions read
+                continue
+            # A row has read 1 to n + 1 positions of its sentence of n words; past that the layout would read on
+            # through the corpus to make up the difference.
+            number, text = lines[line]
+            offered = len(split_line(text, self.split, self.tokenizer, f"{path}, line {number}")) + 1
+            if not 1 <= read <= offered:
+                raise ElmoInputError(
+                    f"{where}: row {row} has read {read} positions of a sentence that offers 1 to {offered} ({path}, "
+                    f"line {number})"
+                )
         self._resume, self._layouts, self._step = position.astype(np.int64), None, None
         self._resume_shards = shards  # for the layout, which reads them once more in a loader worker
 

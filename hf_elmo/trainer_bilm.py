@@ -285,6 +285,22 @@ def check_word_table(config: ElmoConfig, table: WordTable, words_at_once: int = 
         check_bilm_batch(config, ids[None], None, torch.stack([labels, labels], -1)[None])
 
 
+def check_loss_options(args: TrainingArguments, compute_loss_func=None):
+    """`ElmoForBiLM` computes its loss from the labels itself, one per direction (its softmax sampled while training),
+    and returns no `logits`: Trainer's label smoothing and `compute_loss_func` take the labels away from it and look
+    for those."""
+    if args.label_smoothing_factor:
+        raise ValueError(
+            f"label_smoothing_factor must be 0 for ElmoForBiLM, got {args.label_smoothing_factor}: the model computes "
+            "its loss itself, Trainer's label smoothing would read logits it does not return."
+        )
+    if compute_loss_func is not None:
+        raise ValueError(
+            "compute_loss_func: ElmoTrainer takes none, ElmoForBiLM computes its loss itself from the labels and "
+            "returns no logits; override compute_loss in a subclass instead."
+        )
+
+
 def clip_in_optimizer(optimizer: torch.optim.Optimizer, max_norm: float):
     """bilm-tf's clipping, TensorFlow's `clip_by_global_norm` (every gradient times `max_norm / max(norm, max_norm)`),
     as part of each step of `optimizer`: inside the fused pass of `hf_elmo.adagrad.Adagrad` (`clip_grad_norm_`), else
@@ -323,6 +339,7 @@ class ElmoTrainer(Trainer):
 
     def __init__(self, *args, word_tokenizer: ElmoTokenizer, clip_norm: float, **kwargs):
         super().__init__(*args, **kwargs)
+        check_loss_options(self.args, self.compute_loss_func)
         self.word_tokenizer, self.clip_norm, self.run_dir = word_tokenizer, clip_norm, Path(self.args.output_dir)
         config = self.accelerator.unwrap_model(self.model).config
         collator = self.data_collator

@@ -276,6 +276,13 @@ def line_beyond_the_shard(position):
     return position
 
 
+def read_beyond_the_sentence(position):
+    """The second row having read a million positions of its sentence."""
+    position = position.clone()
+    position[3, 3] = 10**6
+    return position
+
+
 @dataclass
 class Case:
     command: str
@@ -809,6 +816,20 @@ CASES = {
         r"files do not have$",
         [*stream_run_on_shards(), edit_stream_position(line_beyond_the_shard)],
     ),
+    # --- review of the batches made on the device and of --stream's saved position ---
+    # A count of positions read past the sentence made the layout read the corpus on, for ever where large.
+    "train --resume --stream: a stream position read past a sentence's end": Case(
+        "train --output-dir run --resume --max-steps 3",
+        r"^error: --resume: run/checkpoint-2/stream_state-0\.safetensors: position: row 1 has read 1000000 positions "
+        r"of a sentence that offers 1 to \d+ \(shards/[ab]\.txt, line \d\)$",
+        [*stream_run_on_shards(), edit_stream_position(read_beyond_the_sentence)],
+    ),
+    # Trainer's label smoothing took the labels away from the model and looked for logits (a KeyError).
+    "train: --label-smoothing-factor 0.1": Case(
+        f"{TRAIN} --label-smoothing-factor 0.1",
+        r"^error: label_smoothing_factor must be 0 for ElmoForBiLM, got 0\.1: the model computes its loss itself, "
+        r"Trainer's label smoothing would read logits it does not return\.$",
+    ),
     # --- export to ONNX (hf-elmo export --format onnx) ---
     "export --format onnx --force over a folder with other files": Case(
         "export --format onnx --model M --output-dir out --force",
@@ -1326,6 +1347,30 @@ def trainer_of_a_smaller_softmax(root):
         )
 
 
+def trainer_with(training_arguments: dict | None = None, **options):
+    """A call making an `ElmoTrainer` of `options` and `TrainingArguments` of `training_arguments` (its output
+    folder, which `Trainer` makes, outside the working folder)."""
+
+    def make(root):
+        import tempfile
+
+        from transformers import TrainingArguments
+
+        from hf_elmo.trainer_bilm import ElmoTrainer
+
+        with tempfile.TemporaryDirectory() as output_dir:
+            ElmoTrainer(
+                model=ElmoForBiLM(ElmoConfig(**TINY, vocab_size=9)),
+                args=TrainingArguments(output_dir, use_cpu=True, report_to=[], **(training_arguments or {})),
+                data_collator=DataCollatorForBiLM(words=word_table()),
+                word_tokenizer=ElmoTokenizer(),
+                clip_norm=0.0,
+                **options,
+            )
+
+    return make
+
+
 API_CASES = {
     "attention_mask of 1 over padding rows": (
         [],
@@ -1762,6 +1807,19 @@ API_CASES = {
         trainer_of_a_smaller_softmax,
         r"^The word table's targets are word ids up to 8, the model's softmax has 5 \(vocab_size\): make the table "
         r"with the model's tokenizer, or the model with vocab_size=len\(tokenizer\.word_vocabulary\)\.$",
+    ),
+    # --- review of the batches made on the device: Trainer's losses of their own took the labels from the model ---
+    "ElmoTrainer with label smoothing": (
+        [],
+        trainer_with({"label_smoothing_factor": 0.1}),
+        r"^label_smoothing_factor must be 0 for ElmoForBiLM, got 0\.1: the model computes its loss itself, Trainer's "
+        r"label smoothing would read logits it does not return\.$",
+    ),
+    "ElmoTrainer with a compute_loss_func": (
+        [],
+        trainer_with(compute_loss_func=lambda outputs, labels, num_items_in_batch=None: outputs.loss),
+        r"^compute_loss_func: ElmoTrainer takes none, ElmoForBiLM computes its loss itself from the labels and "
+        r"returns no logits; override compute_loss in a subclass instead\.$",
     ),
 }
 

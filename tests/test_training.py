@@ -1011,6 +1011,72 @@ def test_elmo_trainer_in_a_script_with_plain_training_arguments_and_a_compute_lo
     assert not torch.equal(weights[ElmoTrainer]["softmax.weight"], initial["softmax.weight"])
 
 
+def test_stored_windows_train_evaluate_and_predict_as_the_full_rows_of_load_bilm_dataset(corpus, tmp_path):
+    """The independent truth of the batches `ElmoTrainer` makes on the device: the full rows of `load_bilm_dataset`
+    collated on the host. Text with literal <S> and </S> words and a sentence cut into windows (neighbours before and
+    after), two batches accumulated a step, windows padded to a multiple of 4, evaluation in batches of another size:
+    the same weights, losses, perplexities, `predict`'s label_ids and positions counted as seen."""
+    from transformers import TrainingArguments
+
+    from hf_elmo.data_bilm import (
+        DataCollatorForBiLM,
+        WordTable,
+        build_word_vocabulary,
+        load_bilm_dataset,
+        load_compact_bilm_dataset,
+    )
+
+    text = (corpus / "small.txt").read_text(encoding="utf-8")
+    (tmp_path / "text.txt").write_text(f"{text}<S> a literal </S> .\n{'so ' * 30}\n", encoding="utf-8")
+    files = [tmp_path / "text.txt"]
+    tokenizer = ElmoTokenizer()
+    tokenizer.set_word_vocabulary(build_word_vocabulary(files, "whitespace", tokenizer, min_count=2))
+    config = ElmoConfig.from_json_file(corpus / "tiny.json")
+    config.vocab_size, config.num_softmax_samples, config.dropout = len(tokenizer.word_vocabulary), 0, 0.0
+    table = WordTable.of_files(files, tokenizer)
+    runs = {
+        "full": (load_bilm_dataset(files, tokenizer, 7, cache_dir=tmp_path / "full"), DataCollatorForBiLM),
+        "stored": (
+            load_compact_bilm_dataset(files, table, tokenizer, 7, cache_dir=tmp_path / "stored", processes=1),
+            lambda **options: DataCollatorForBiLM(words=table, **options),
+        ),
+    }
+    torch.manual_seed(0)
+    initial = ElmoForBiLM(config).state_dict()
+    results = {}
+    for name, (windows, collator) in runs.items():
+        model = ElmoForBiLM(config)
+        model.load_state_dict(initial)
+        args = TrainingArguments(
+            tmp_path / name, max_steps=3, per_device_train_batch_size=8, gradient_accumulation_steps=2,
+            per_device_eval_batch_size=5, learning_rate=0.1, include_num_input_tokens_seen="non_padding",
+            remove_unused_columns=False, report_to=[], save_strategy="no", disable_tqdm=True, use_cpu=True,
+        )  # fmt: skip
+        trainer = ElmoTrainer(
+            model=model,
+            args=args,
+            data_collator=collator(pad_to_multiple_of=4),
+            train_dataset=windows,
+            word_tokenizer=tokenizer,
+            clip_norm=1.0,
+        )
+        trainer.train()
+        held_out = windows.select(range(len(windows) - 23, len(windows)))  # the literal words and the cut sentence
+        predicted = trainer.predict(held_out)
+        results[name] = model.state_dict(), trainer.evaluate(held_out), predicted, trainer.state.num_input_tokens_seen
+    (weights, evaluated, predicted, seen), (stored_weights, stored_evaluated, stored_predicted, stored_seen) = (
+        results["full"],
+        results["stored"],
+    )
+    assert all(torch.equal(weights[name], stored_weights[name]) for name in initial)
+    assert not torch.equal(weights["softmax.weight"], initial["softmax.weight"])
+    for metric in ("eval_loss", "eval_forward_perplexity", "eval_backward_perplexity", "eval_perplexity"):
+        assert stored_evaluated[metric] == evaluated[metric]
+    assert predicted.label_ids.shape[0] == 23 and np.array_equal(stored_predicted.label_ids, predicted.label_ids)
+    assert stored_predicted.metrics["test_perplexity"] == predicted.metrics["test_perplexity"]
+    assert seen > 0 and stored_seen == seen
+
+
 def test_tokens_seen_on_the_command_line_are_the_positions_trained_on(corpus, tmp_path):
     """`--include-num-input-tokens-seen non_padding` (which `TrainingArguments`' own parser refused, reading the
     option as a bool) counts each window's positions: over one epoch, each sentence's words and its two boundaries."""

@@ -224,6 +224,49 @@ def test_a_step_after_a_saved_position_is_the_step_of_a_pass_from_the_start(
         make().resume_at(far, "position")
 
 
+@pytest.mark.parametrize("seed", range(8))
+def test_streams_resumed_from_any_step_of_random_small_corpora_are_a_pass_from_the_start(tmp_path, seed):
+    """Tiny random corpora, where sentences start and end at every place of a step and a row's sentence may lie
+    epochs and shards behind the last one taken: one to three shards with blank lines, up to three processes (more
+    than shards: lines dealt by a running count), either split, shuffled or not, one to three rows of one to four
+    positions. From the position of every step, the next steps are those of a pass from the start."""
+    rng = np.random.default_rng(seed)
+    for number in range(int(rng.integers(1, 4))):
+        lines = [" ".join(rng.choice(["a", "b", "cc", "d,", "e"], int(rng.integers(0, 7)))) for _ in range(4)]
+        (tmp_path / f"{number}.txt").write_text("\n".join(["a", *lines]) + "\n", encoding="utf-8")
+    split = ["whitespace", "pretokenizer"][seed % 2]
+    tokenizer = ElmoTokenizer()
+    tokenizer.set_word_vocabulary(build_word_vocabulary(sorted(tmp_path.glob("*.txt")), split, tokenizer, 1))
+    processes = int(rng.integers(1, 4))
+    rank, rows, window = int(rng.integers(0, processes)), int(rng.integers(1, 4)), int(rng.integers(1, 5))
+    make = partial(
+        StreamWindowDataset,
+        tmp_path,
+        tokenizer,
+        rows,
+        window,
+        seed,
+        split,
+        steps=60,
+        rank=rank,
+        processes=processes,
+        shuffle=bool(seed % 3),
+    )
+
+    def step_items(dataset, step):
+        return [dataset[(step * processes + rank) * rows + row] for row in range(rows)]
+
+    in_order = make()
+    batches = [step_items(in_order, step) for step in range(60)]
+    assert batches[-1][0]["stream_position"][1, 0] >= 1  # on into the next epochs
+    for saved in range(59):
+        resumed = make()
+        resumed.resume_at(batches[saved][0]["stream_position"].copy())
+        for step in range(saved + 1, min(saved + 4, 60)):
+            for item, expected in zip(step_items(resumed, step), batches[step], strict=True):
+                assert all(np.array_equal(item[k], expected[k]) for k in expected), (saved, step)
+
+
 def test_the_table_of_word_rows_starting_over_changes_no_batch(corpus):
     """Each process keeps the rows and targets of the words it has read, up to `words_kept` of them: a table that
     fills up starts over, and the batches stay the layout's, read in order or not."""
@@ -404,6 +447,36 @@ def test_resumed_stream_run_ends_with_the_same_weights(corpus, tmp_path, monkeyp
     expected = load_file(tmp_path / "uninterrupted/model.safetensors")
     actual = load_file(tmp_path / "interrupted/model.safetensors")
     assert expected.keys() == actual.keys()
+    assert max((expected[k] - actual[k]).abs().max().item() for k in expected) <= 1e-6
+
+
+def test_with_gradient_accumulation_the_position_is_the_last_batch_of_the_step(corpus, tmp_path, monkeypatch):
+    """Two batches a step: the checkpoint of step 2 saves the position after the 4th batch (the step's last), and the
+    run resumed from it ends with the weights of the uninterrupted run."""
+    run = options(corpus, tmp_path / "interrupted", max_steps=4, save_steps=2, gradient_accumulation_steps=2)
+    run["train_files"] = [corpus / "shards"]
+    train_bilm(**{**run, "output_dir": tmp_path / "uninterrupted"})
+    original_step = StreamTrainer.training_step
+
+    def crash_at_step_3(self, *args, **kwargs):
+        if self.state.global_step == 3:
+            raise KeyboardInterrupt("simulated crash")
+        return original_step(self, *args, **kwargs)
+
+    monkeypatch.setattr(StreamTrainer, "training_step", crash_at_step_3)
+    with pytest.raises(KeyboardInterrupt):
+        train_bilm(**run)
+    monkeypatch.undo()
+    checkpoint = tmp_path / "interrupted/checkpoint-2"
+    tokenizer = ElmoTokenizer.from_pretrained(checkpoint)
+    dataset = StreamWindowDataset(corpus / "shards", tokenizer, 4, 10, 42, "pretokenizer", steps=8)
+    assert torch.equal(
+        load_file(checkpoint / "stream_state-0.safetensors")["position"],
+        torch.from_numpy(dataset[3 * 4]["stream_position"]),
+    )
+    train_bilm(**run, resume=True)
+    expected = load_file(tmp_path / "uninterrupted/model.safetensors")
+    actual = load_file(tmp_path / "interrupted/model.safetensors")
     assert max((expected[k] - actual[k]).abs().max().item() for k in expected) <= 1e-6
 
 

@@ -63,6 +63,7 @@ from ..trainer_bilm import (
     EpochTimeCallback,
     StreamTrainer,
     TimeLimitCallback,
+    check_loss_options,
     check_training_memory,
     last_complete_checkpoint,
     log_once,
@@ -229,6 +230,7 @@ class ElmoTrainingArguments(TrainingArguments):
             raise ValueError(f"learning_rate must be > 0, got {self.learning_rate}.")
         if self.all_clip_norm_val < 0:
             raise ValueError(f"all_clip_norm_val must be >= 0, got {self.all_clip_norm_val}.")
+        check_loss_options(self)
         if self.adagrad_initial_accumulator <= 0:  # as TensorFlow's Adagrad: the step divides by its square root
             raise ValueError(f"adagrad_initial_accumulator must be > 0, got {self.adagrad_initial_accumulator}.")
         if self.max_steps == 0:  # Trainer would take 0 as a number of steps, and train one
