@@ -7,6 +7,7 @@ import subprocess
 import sys
 from collections import Counter
 from functools import partial
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -400,6 +401,30 @@ def test_the_log_counts_an_epoch_in_optimizer_steps(corpus, tmp_path, capsys):
     assert f"an epoch of {steps:,} steps takes about" in log
 
 
+def crash_at_step(run: dict, monkeypatch, step: int):
+    """Runs `run` up to a simulated crash as step `step` starts."""
+    original_step = StreamTrainer.training_step
+
+    def crashing_step(self, *args, **kwargs):
+        if self.state.global_step == step:
+            raise KeyboardInterrupt("simulated crash")
+        return original_step(self, *args, **kwargs)
+
+    monkeypatch.setattr(StreamTrainer, "training_step", crashing_step)
+    with pytest.raises(KeyboardInterrupt):
+        train_bilm(**run)
+    monkeypatch.undo()
+
+
+def assert_saved_position(checkpoint: Path, corpus: Path, batches: int):
+    """The position `checkpoint` saved is where the streams of a run over the shards (4 rows of 10) are after
+    `batches` batches."""
+    tokenizer = ElmoTokenizer.from_pretrained(checkpoint)
+    dataset = StreamWindowDataset(corpus / "shards", tokenizer, 4, 10, 42, "pretokenizer", steps=8)
+    saved = load_file(checkpoint / "stream_state-0.safetensors")["position"]
+    assert torch.equal(saved, torch.from_numpy(dataset[(batches - 1) * 4]["stream_position"]))
+
+
 @pytest.mark.parametrize("saved_position", [True, False], ids=["from-the-position", "checkpoint-without-position"])
 def test_resumed_stream_run_ends_with_the_same_weights(corpus, tmp_path, monkeypatch, saved_position):
     """A run over shards interrupted after its checkpoint at step 3 and resumed (with data loader workers) trains on
@@ -410,25 +435,10 @@ def test_resumed_stream_run_ends_with_the_same_weights(corpus, tmp_path, monkeyp
     uninterrupted = record_batches(monkeypatch)
     train_bilm(**{**run, "output_dir": tmp_path / "uninterrupted"})
     monkeypatch.undo()
-    original_step = StreamTrainer.training_step
-
-    def crash_at_step_4(self, *args, **kwargs):
-        if self.state.global_step == 4:
-            raise KeyboardInterrupt("simulated crash")
-        return original_step(self, *args, **kwargs)
-
-    monkeypatch.setattr(StreamTrainer, "training_step", crash_at_step_4)
-    with pytest.raises(KeyboardInterrupt):
-        train_bilm(**run)
-    monkeypatch.undo()
+    crash_at_step(run, monkeypatch, 4)
     checkpoint = tmp_path / "interrupted/checkpoint-3"
     # Where the streams are after step 3, from which the resumed run lays them out (not from the start).
-    tokenizer = ElmoTokenizer.from_pretrained(checkpoint)
-    dataset = StreamWindowDataset(corpus / "shards", tokenizer, 4, 10, 42, "pretokenizer", steps=8)
-    assert torch.equal(
-        load_file(checkpoint / "stream_state-0.safetensors")["position"],
-        torch.from_numpy(dataset[2 * 4]["stream_position"]),
-    )
+    assert_saved_position(checkpoint, corpus, batches=3)
     # Resuming needs the stream state of every process of the run.
     shutil.copy(checkpoint / "stream_state-0.safetensors", checkpoint / "stream_state-1.safetensors")
     with pytest.raises(ValueError, match="holds the stream states of 2 processes, this run has 1"):
@@ -456,24 +466,9 @@ def test_with_gradient_accumulation_the_position_is_the_last_batch_of_the_step(c
     run = options(corpus, tmp_path / "interrupted", max_steps=4, save_steps=2, gradient_accumulation_steps=2)
     run["train_files"] = [corpus / "shards"]
     train_bilm(**{**run, "output_dir": tmp_path / "uninterrupted"})
-    original_step = StreamTrainer.training_step
-
-    def crash_at_step_3(self, *args, **kwargs):
-        if self.state.global_step == 3:
-            raise KeyboardInterrupt("simulated crash")
-        return original_step(self, *args, **kwargs)
-
-    monkeypatch.setattr(StreamTrainer, "training_step", crash_at_step_3)
-    with pytest.raises(KeyboardInterrupt):
-        train_bilm(**run)
-    monkeypatch.undo()
+    crash_at_step(run, monkeypatch, 3)
     checkpoint = tmp_path / "interrupted/checkpoint-2"
-    tokenizer = ElmoTokenizer.from_pretrained(checkpoint)
-    dataset = StreamWindowDataset(corpus / "shards", tokenizer, 4, 10, 42, "pretokenizer", steps=8)
-    assert torch.equal(
-        load_file(checkpoint / "stream_state-0.safetensors")["position"],
-        torch.from_numpy(dataset[3 * 4]["stream_position"]),
-    )
+    assert_saved_position(checkpoint, corpus, batches=4)
     train_bilm(**run, resume=True)
     expected = load_file(tmp_path / "uninterrupted/model.safetensors")
     actual = load_file(tmp_path / "interrupted/model.safetensors")
