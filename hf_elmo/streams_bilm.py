@@ -323,13 +323,12 @@ class StreamWindowDataset(torch.utils.data.Dataset):
                 )
             within, start = (0, 0, 0), None
 
-    def _layout(self, resume: np.ndarray | None = None) -> Iterator[tuple[list, list[int], list[int], np.ndarray]]:
+    def _layout(self, resume: np.ndarray | None = None) -> Iterator[tuple[list, list[int], list[int], tuple]]:
         """Each step's pieces, row after row, as `assign_rows` lays them out: the sentence a piece reads (its words),
         where the piece starts in the sentence's positions (a sentence of `n` words offers `n + 1`) and how many it
-        reads; the pieces of a row read `window` positions. Then the streams' position after the step, `(rows + 2,
-        4)`: row 0 left for the step, row 1 where the last sentence taken is (`_read`), then each row's sentence
-        and how many of its positions the row has read. From such a `resume` position the layout goes on as it
-        would have from the start."""
+        reads; the pieces of a row read `window` positions. Then what `_position` makes the streams' position after
+        the step of (kept as tuples: the steps only skipped need no array). From such a `resume` position the layout
+        goes on as it would have from the start."""
         current, used, where = [[] for _ in range(self.rows)], [1] * self.rows, [None] * self.rows  # nothing to read
         if resume is None:
             sentences, last = self._sentences(), None
@@ -360,8 +359,14 @@ class StreamWindowDataset(torch.utils.data.Dataset):
                     start += taken
                     needed -= taken
                 current[row], used[row] = words, start
-            position = [(0, 0, 0, 0), last, *((*at, read) for at, read in zip(where, used))]
-            yield pieces, starts, counts, np.array(position, dtype=np.int64)
+            yield pieces, starts, counts, (last, tuple(where), tuple(used))
+
+    @staticmethod
+    def _position(step: int, after: tuple) -> np.ndarray:
+        """The streams' position after `step`, `(rows + 2, 4)`, from `_layout`'s tuples: row 0 the step, row 1 where
+        the last sentence taken is (`_read`), then each row's sentence and how many of its positions it has read."""
+        last, where, used = after
+        return np.array([(step, 0, 0, 0), last, *((*at, read) for at, read in zip(where, used))], dtype=np.int64)
 
     def _make_batch(
         self, pieces: list[list[str]], starts: list[int], counts: list[int], position: np.ndarray
@@ -427,8 +432,8 @@ class StreamWindowDataset(torch.utils.data.Dataset):
             try:
                 for _ in range(step - self._step - 1):
                     next(self._layouts)
-                pieces, starts, counts, position = next(self._layouts)
-                position[0, 0] = step
+                pieces, starts, counts, after = next(self._layouts)
+                position = self._position(step, after)
                 self._batch, self._step = self._make_batch(pieces, starts, counts, position), step
             except BaseException:  # a shard that cannot be read: asked again, the layout starts over
                 self._layouts, self._step = None, None
