@@ -53,7 +53,7 @@ MID_OPTIONS = {
 
 def prepare(args):
     from hf_elmo import ElmoTokenizer
-    from hf_elmo.data_bilm import build_word_vocabulary, iter_sentences
+    from hf_elmo.training.corpus import build_word_vocabulary, iter_sentences
     from hf_elmo.word_vocabulary import write_word_vocabulary
 
     tokenizer = ElmoTokenizer()

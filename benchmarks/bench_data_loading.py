@@ -28,8 +28,10 @@ from bench_data_preparation import generate_corpus
 from bench_inference import machine_description
 
 from hf_elmo import ElmoTokenizer, keep_freed_memory
-from hf_elmo.data_bilm import DataCollatorForBiLM, build_word_vocabulary, load_bilm_dataset
-from hf_elmo.streams_bilm import DataCollatorForBiLMStreams, StreamWindowDataset
+from hf_elmo.training.collator import DataCollatorForBiLM
+from hf_elmo.training.corpus import build_word_vocabulary
+from hf_elmo.training.streams import DataCollatorForBiLMStreams, StreamWindowDataset
+from hf_elmo.training.windows import load_bilm_dataset
 
 
 def batch_read_ms(dataset, batch_size: int, batches: int = 40, collate=None) -> float:

@@ -101,15 +101,10 @@ def measure(
     import torch
 
     from hf_elmo import ElmoConfig, ElmoTokenizer
-    from hf_elmo.data_bilm import (
-        STORED_PADDING,
-        STORED_WINDOWS,
-        DataCollatorForBiLM,
-        WordTable,
-        load_bilm_dataset,
-        load_compact_bilm_dataset,
-    )
-    from hf_elmo.trainer_bilm import HostCheckedCollator
+    from hf_elmo.training.collator import DataCollatorForBiLM
+    from hf_elmo.training.trainer import HostCheckedCollator
+    from hf_elmo.training.windows import load_bilm_dataset
+    from hf_elmo.training.word_table import STORED_PADDING, STORED_WINDOWS, WordTable, load_compact_bilm_dataset
     from hf_elmo.word_vocabulary import read_word_vocabulary
 
     tokenizer = ElmoTokenizer()
@@ -194,7 +189,7 @@ def main():
         return
     from bench_inference import machine_description
 
-    from hf_elmo.data_bilm import build_word_vocabulary
+    from hf_elmo.training.corpus import build_word_vocabulary
     from hf_elmo.word_vocabulary import write_word_vocabulary
 
     print(machine_description("cpu"))

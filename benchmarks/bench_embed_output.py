@@ -27,8 +27,9 @@ import numpy as np
 import torch
 from bench_inference import machine_description, random_model
 
-from hf_elmo import ELMO_PRESETS, ElmoConfig, ElmoModel, ElmoTokenizer, embed_elmo
-from hf_elmo.embed_elmo import Embedder, LayerSelector, PackedStore, PerLineStore, embed_file, read_lines
+from hf_elmo import ELMO_PRESETS, ElmoConfig, ElmoModel, ElmoTokenizer
+from hf_elmo.features import embed as embed_elmo
+from hf_elmo.features.embed import Embedder, LayerSelector, PackedStore, PerLineStore, embed_file, read_lines
 
 CORPUS = Path(__file__).resolve().parent.parent / "data" / "tinyshakespeare" / "input.txt"
 

@@ -23,7 +23,7 @@ from bench_inference import machine_description, median, random_model, random_se
 from onnxruntime.quantization import QuantType, quantize_dynamic
 
 from hf_elmo import ElmoConfig, ElmoTokenizer
-from hf_elmo.export_onnx import export_onnx
+from hf_elmo.convert.to_onnx import export_onnx
 
 
 def session(path: Path, threads: int) -> ort.InferenceSession:

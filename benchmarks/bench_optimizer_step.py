@@ -17,7 +17,7 @@ from bench_inference import machine_description
 from bench_training import make_batch, make_config
 
 from hf_elmo import ElmoForBiLM
-from hf_elmo.adagrad import Adagrad
+from hf_elmo.training.adagrad import Adagrad
 
 
 def main():

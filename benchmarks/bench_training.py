@@ -17,7 +17,8 @@ targets of one direction (bilm-tf predicts at every one of its positions; a pack
 boundaries and padding). `--corpus ... --stream` trains on `hf-elmo train --stream`'s batches instead, the
 original's recipe: `--batch-size` continuous streams of the text, pieces of `--window` positions, every position
 a target, the LSTM state carried from step to step. Like `hf-elmo train`, it keeps the memory a step frees for the
-next step (`hf_elmo.freed_memory`; `--return-freed-memory` leaves malloc as it is). Prints the machine and a table.
+next step (`hf_elmo.training.freed_memory`; `--return-freed-memory` leaves malloc as it is). Prints the machine and
+a table.
 
 `--size mid` is a model people train on one machine: character CNN of 384 filters (widths 1-5), two highway
 layers, two LSTM layers of 512 cells projected to 64.
@@ -35,10 +36,12 @@ import torch
 from bench_inference import CLOCKS, machine_description, reference_copy, speedup
 
 from hf_elmo import ElmoConfig, ElmoForBiLM, ElmoTokenizer
-from hf_elmo.adagrad import Adagrad  # noqa: E402
-from hf_elmo.data_bilm import SPLITS, DataCollatorForBiLM, build_word_vocabulary, load_bilm_dataset
-from hf_elmo.freed_memory import keep_freed_memory
-from hf_elmo.streams_bilm import DataCollatorForBiLMStreams, StreamWindowDataset
+from hf_elmo.training.adagrad import Adagrad
+from hf_elmo.training.collator import DataCollatorForBiLM
+from hf_elmo.training.corpus import SPLITS, build_word_vocabulary
+from hf_elmo.training.freed_memory import keep_freed_memory
+from hf_elmo.training.streams import DataCollatorForBiLMStreams, StreamWindowDataset
+from hf_elmo.training.windows import load_bilm_dataset
 
 MID_SIZE = {
     "filters": [[1, 32], [2, 32], [3, 64], [4, 128], [5, 128]],
@@ -125,7 +128,7 @@ def main():
     parser.add_argument(
         "--return-freed-memory",
         action="store_true",
-        help="leave malloc as it is (hf-elmo train keeps freed memory for the next step: hf_elmo.freed_memory)",
+        help="leave malloc as it is (hf-elmo train keeps freed memory for the next step: training.freed_memory)",
     )
     parser.add_argument("--clock", choices=list(CLOCKS), default="wall", help="cpu: processor time of the process")
     parser.add_argument("--steps", type=int, default=5)

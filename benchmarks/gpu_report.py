@@ -50,9 +50,9 @@ from bench_inference import machine_description, random_model, random_sentences,
 from bench_training import make_batch  # noqa: E402
 
 from hf_elmo import ElmoConfig, ElmoForBiLM, ElmoPaths, ElmoTokenizer  # noqa: E402
-from hf_elmo.adagrad import Adagrad  # noqa: E402
-from hf_elmo.gpu_lstm import joint_input_product  # noqa: E402
 from hf_elmo.input_checks import values_checked_on_host  # noqa: E402
+from hf_elmo.lstm_static import joint_input_product  # noqa: E402
+from hf_elmo.training.adagrad import Adagrad  # noqa: E402
 
 DEVICE = "cuda"
 TABLES: list[str] = []
@@ -86,7 +86,7 @@ def record(text: str):
 def set_path(model, path: str):
     """`static` (the GPU path), `sorted` (the CPU path) on an `ElmoModel` or `ElmoForBiLM`; `static, state product`:
     the GPU path with each step multiplying only its state, after one product of all steps' inputs, also where the
-    batch is large enough for the joint product of input and state (`gpu_lstm.joint_input_product`); `static, joint
+    batch is large enough for the joint product of input and state (`lstm_static.joint_input_product`); `static, joint
     product`: the joint product at any batch size; `static, steps fused` / `static, steps not fused`: each step's
     product inside the Triton kernel or not, whatever a captured layer would find faster; `static, windows not
     fused`: the character CNN's window products written out before their max and the highway layers' elementwise
@@ -500,7 +500,8 @@ def trainer_profile(dtype: str, steps: int = 30) -> list:
     from transformers import TrainerCallback
 
     from hf_elmo.commands import train as training_module
-    from hf_elmo.data_bilm import DataCollatorForBiLM, WordTable, load_compact_bilm_dataset
+    from hf_elmo.training.collator import DataCollatorForBiLM
+    from hf_elmo.training.word_table import WordTable, load_compact_bilm_dataset
     from hf_elmo.word_vocabulary import read_word_vocabulary
 
     rng = np.random.default_rng(0)

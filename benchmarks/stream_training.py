@@ -26,10 +26,11 @@ import torch
 import hf_elmo  # noqa: F401
 from hf_elmo import ElmoConfig
 from hf_elmo.commands.train import train_bilm
-from hf_elmo.data_bilm import build_word_vocabulary, iter_sentences, pack_sentences
-from hf_elmo.perplexity_bilm import compute_perplexity, load_bilm, sentence_perplexity, stream_perplexity
 from hf_elmo.tokenization_elmo import ElmoTokenizer
-from hf_elmo.warm_state import estimate_warm_state
+from hf_elmo.training.corpus import build_word_vocabulary, iter_sentences
+from hf_elmo.training.perplexity import compute_perplexity, load_bilm, sentence_perplexity, stream_perplexity
+from hf_elmo.training.warm_state import estimate_warm_state
+from hf_elmo.training.windows import pack_sentences
 from hf_elmo.word_vocabulary import write_word_vocabulary
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -15,9 +15,9 @@ from pathlib import Path
 import torch
 
 import hf_elmo  # noqa: F401
-from hf_elmo.convert_bilm_tf_checkpoint import convert_bilm_tf_checkpoint
-from hf_elmo.perplexity_bilm import load_bilm, sentence_perplexity, stream_perplexity
-from hf_elmo.warm_state import estimate_warm_state, read_sentences
+from hf_elmo.convert.from_bilm_tf_checkpoint import convert_bilm_tf_checkpoint
+from hf_elmo.training.perplexity import load_bilm, sentence_perplexity, stream_perplexity
+from hf_elmo.training.warm_state import estimate_warm_state, read_sentences
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURE = ROOT / "tests/fixtures/bilm-tf-checkpoint"

@@ -21,7 +21,7 @@ from transformers import AutoModel, AutoModelForPreTraining, AutoTokenizer
 
 import hf_elmo  # noqa: F401  (registers ELMo with the Auto classes)
 from hf_elmo.commands.train import train_bilm
-from hf_elmo.perplexity_bilm import compute_perplexity, unigram_perplexity
+from hf_elmo.training.perplexity import compute_perplexity, unigram_perplexity
 
 ROOT = Path(__file__).resolve().parents[1]
 CORPUS = ROOT / "data/tinyshakespeare/input.txt"

@@ -26,7 +26,7 @@ from transformers import AutoModelForTokenClassification, AutoTokenizer, Trainer
 
 import hf_elmo  # noqa: F401  (registers ELMo with the Auto classes)
 from hf_elmo import ElmoModel
-from hf_elmo.data_elmo import DataCollatorForElmo, ElmoLayerCache, tokenize_and_align_labels
+from hf_elmo.features.task_data import DataCollatorForElmo, ElmoLayerCache, tokenize_and_align_labels
 
 DATA = Path(__file__).resolve().parent / "data/ud_english_ewt"
 

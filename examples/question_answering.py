@@ -38,7 +38,7 @@ from transformers import AutoModelForQuestionAnswering, AutoTokenizer, Trainer, 
 
 import hf_elmo  # noqa: F401  (registers ELMo with the Auto classes)
 from hf_elmo import ElmoModel, ElmoQuestionAnsweringPipeline
-from hf_elmo.data_elmo import DataCollatorForElmo, ElmoLayerCache
+from hf_elmo.features.task_data import DataCollatorForElmo, ElmoLayerCache
 from hf_elmo.pipelines_elmo import best_answer_spans, word_spans
 
 

@@ -32,7 +32,7 @@ from transformers import AutoModelForSequenceClassification, AutoTokenizer, Trai
 
 import hf_elmo  # noqa: F401  (registers ELMo with the Auto classes)
 from hf_elmo import ElmoModel
-from hf_elmo.data_elmo import DataCollatorForElmo, ElmoLayerCache
+from hf_elmo.features.task_data import DataCollatorForElmo, ElmoLayerCache
 
 LABELS = ["entailment", "neutral", "contradiction"]
 

@@ -8,8 +8,8 @@ import transformers
 from transformers import AutoConfig, AutoTokenizer
 from transformers.pipelines import PIPELINE_REGISTRY, REMOVED_TASKS
 
+from .compute_paths import ElmoPaths
 from .configuration_elmo import ELMO_PRESETS, MODEL_CLASSES, ElmoConfig
-from .freed_memory import keep_freed_memory
 from .modeling_elmo import (
     ElmoBiLMOutput,
     ElmoForBiLM,
@@ -20,7 +20,6 @@ from .modeling_elmo import (
     ElmoModelOutput,
     ElmoPreTrainedModel,
 )
-from .paths import ElmoPaths
 from .pipelines_elmo import (
     ElmoQuestionAnsweringPipeline,
     ElmoTokenClassificationPipeline,
@@ -30,6 +29,7 @@ from .pipelines_elmo import (
 )
 from .scalar_mix import ScalarMix
 from .tokenization_elmo import ElmoTokenizer
+from .training.freed_memory import keep_freed_memory
 
 AutoConfig.register(ElmoConfig.model_type, ElmoConfig, exist_ok=True)
 AutoTokenizer.register(ElmoConfig, tokenizer_class=ElmoTokenizer, exist_ok=True)

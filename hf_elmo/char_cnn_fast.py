@@ -22,7 +22,7 @@ from .onednn_linear import linear
 from .triton_support import triton
 
 if triton is not None:
-    from .char_cnn_kernels import HighwayCombine, WindowMax
+    from .char_cnn_triton import HighwayCombine, WindowMax
 
 # Words are grouped by how many leading slots need real windows, rounded up to this many.
 SPAN_GRANULARITY = 8

@@ -8,8 +8,8 @@ from huggingface_hub.errors import StrictDataclassClassValidationError, StrictDa
 from transformers import PreTrainedConfig
 
 from .character_rows import MAX_CHARACTERS_PER_TOKEN
-from .model_files import read_json_object
-from .paths import ElmoPaths
+from .compute_paths import ElmoPaths
+from .folder_files import read_json_object
 
 # The released biLMs share the character CNN of the "original" model; they differ in the
 # highway depth, the LSTM cell size and the projection size (bilm-tf README, "Pre-trained models").

@@ -17,7 +17,7 @@ from collections.abc import Callable
 
 import torch
 
-from .paths import paths_in_effect
+from .compute_paths import paths_in_effect
 
 
 def capture_graph(fn: Callable, pool, warmup: Callable | None = None):

@@ -12,8 +12,8 @@ import contextvars
 import torch
 
 from .character_rows import boundary_rows
+from .compute_paths import exporting
 from .configuration_elmo import PROBLEM_TYPES, ElmoConfig
-from .paths import exporting
 
 INTEGER_DTYPES = (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8)
 
@@ -141,7 +141,7 @@ def check_token_labels(labels: torch.Tensor, mask: torch.Tensor, num_labels: int
         raise ValueError(
             f"labels must have one entry per input position, shape {tuple(mask.shape)} like attention_mask "
             f"(-100 at <S>, </S> and padding), got {tuple(labels.shape)}; "
-            "hf_elmo.data_elmo.tokenize_and_align_labels builds them from per-word labels."
+            "hf_elmo.features.task_data.tokenize_and_align_labels builds them from per-word labels."
         )
     if labels.is_floating_point():
         raise ValueError(f"Token classification labels must be integer class ids, got {labels.dtype}.")

@@ -17,11 +17,10 @@ from transformers.modeling_outputs import QuestionAnsweringModelOutput, Sequence
 from transformers.utils import ModelOutput, can_return_tuple
 
 from .char_cnn_fast import char_cnn_forward
+from .compute_paths import ElmoPaths, exporting, paths_in_effect
 from .configuration_elmo import ElmoConfig
 from .cpu_kernels import dropout_forward as compiled_dropout_forward
 from .cuda_graphs import CaptureCache, captured_training_step
-from .fast_lstm import sorted_forward
-from .gpu_lstm import CapturedLayers, static_forward
 from .input_checks import (
     check_answer_positions,
     check_bilm_batch,
@@ -33,9 +32,10 @@ from .input_checks import (
     check_warm_state,
     direction_rows,
 )
-from .model_io import ElmoPreTrainedMixin
-from .paths import ElmoPaths, exporting, paths_in_effect
+from .lstm_sorted import sorted_forward
+from .lstm_static import CapturedLayers, static_forward
 from .pipelines_elmo import ElmoQuestionAnsweringPipeline, ElmoTokenClassificationPipeline
+from .pretrained_elmo import ElmoPreTrainedMixin
 from .sampled_softmax import bilm_loss_sums
 from .task_layers import (
     ElmoPairComparison,

@@ -30,7 +30,7 @@ from .input_checks import direction_rows
 from .triton_support import INTERPRETED as KERNELS_INTERPRETED
 
 try:  # Triton ships with PyTorch's CUDA builds; without it the sampled softmax uses PyTorch operations.
-    from .gpu_softmax_kernels import logsumexp_backward, logsumexp_forward
+    from .sampled_softmax_triton import logsumexp_backward, logsumexp_forward
 except ImportError:  # pragma: no cover - depends on the installation
     logsumexp_forward = None
 

@@ -14,9 +14,9 @@ from transformers import initialization as init
 
 from .batch_encoding_elmo import PAIR_PREFIX
 from .character_rows import word_keys, words_to_char_ids
+from .compute_paths import exporting
 from .configuration_elmo import ElmoConfig
 from .input_checks import check_cached_layers, check_pair_given, check_pair_rows, check_pair_side, check_sequence_labels
-from .paths import exporting
 from .scalar_mix import ScalarMix
 
 

@@ -48,9 +48,9 @@ from .character_rows import (
     to_numpy,
     word_ids_from_rows,
 )
-from .model_files import write_atomically
-from .model_io import load_tokenizer
+from .folder_files import write_atomically
 from .pre_tokenizer import build_pre_tokenizer, collect_sentences, split_words
+from .pretrained_elmo import load_tokenizer
 from .word_vocabulary import WORD_VOCABULARY_FILE, WordVocabulary, read_word_vocabulary, write_word_vocabulary
 
 __all__ = ["ElmoTokenizer"]

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 
 from .character_rows import BOS_TOKEN, EOS_TOKEN
-from .model_files import write_atomically
+from .folder_files import write_atomically
 
 UNK_TOKEN = "<UNK>"
 WORD_VOCABULARY_SPECIALS = (BOS_TOKEN, EOS_TOKEN, UNK_TOKEN)

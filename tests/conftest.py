@@ -1,3 +1,4 @@
+import contextlib
 import copy
 import json
 import os
@@ -17,8 +18,8 @@ if not torch.cuda.is_available():
 
 import hf_elmo  # noqa: F401  (registers the Auto classes)
 from hf_elmo import ElmoModel, ElmoPaths
-from hf_elmo.convert_bilm_tf_checkpoint import convert_bilm_tf_checkpoint
-from hf_elmo.convert_original_elmo import convert
+from hf_elmo.convert.from_bilm_tf_checkpoint import convert_bilm_tf_checkpoint
+from hf_elmo.convert.from_original import convert
 
 # The suite's models are tiny: a second intra-op thread gains nothing, and on a busy machine every multi-threaded
 # operation ends in a barrier that waits for a descheduled thread. The processes tests start get the same count (their
@@ -112,6 +113,18 @@ class BlockHfElmo(importlib.abc.MetaPathFinder):
             raise ImportError("hf_elmo is blocked in this test")
 sys.meta_path.insert(0, BlockHfElmo())
 """
+
+
+@contextlib.contextmanager
+def as_a_folder_copy_runs(model):
+    """`model` runs the paths its folder's copy of the code runs where hf_elmo is not installed: the PyTorch operations
+    where the compiled CPU loops would run (their C++ source is package data, which the copy does not carry)."""
+    saved = dict(model.config.paths)
+    model.config.paths = {**saved, "window_max": "torch", "lstm_kernels": "torch", "dropout": "torch"}
+    try:
+        yield model
+    finally:
+        model.config.paths = saved
 
 
 def run_without_hf_elmo(script: str, cwd: Path, **env) -> subprocess.CompletedProcess:

@@ -6,8 +6,9 @@ from functools import partialmethod
 import pytest
 import torch
 
-from hf_elmo import adagrad, cpu_kernels
-from hf_elmo.adagrad import Adagrad
+from hf_elmo import cpu_kernels
+from hf_elmo.training import adagrad
+from hf_elmo.training.adagrad import Adagrad
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 

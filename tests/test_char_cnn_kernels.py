@@ -7,9 +7,9 @@ import torch
 from conftest import reference_from, rounding_bound
 from test_fast_path import SENTENCES, encode, random_model, small_config
 
-from hf_elmo import char_cnn_fast, paths
+from hf_elmo import char_cnn_fast, compute_paths
 
-kernels = pytest.importorskip("hf_elmo.char_cnn_kernels")
+kernels = pytest.importorskip("hf_elmo.char_cnn_triton")
 DEVICE = "cpu" if kernels.INTERPRETED else "cuda"
 if DEVICE == "cuda" and not torch.cuda.is_available():
     pytest.skip("the kernels need CUDA tensors, or TRITON_INTERPRET=1 for CPU tensors", allow_module_level=True)
@@ -251,6 +251,6 @@ def test_highway_combine_matches_float64(dtypes):
 @pytest.mark.parametrize("field", ["window_max", "highway"])
 def test_forcing_without_the_kernel_says_why(monkeypatch, field):
     model = random_model(small_config(paths={field: "triton"}))
-    monkeypatch.setattr(paths, "INTERPRETED", False)
+    monkeypatch.setattr(compute_paths, "INTERPRETED", False)
     with pytest.raises(ValueError, match=rf"^paths\.{field}='triton' needs Triton and CUDA tensors .*on cpu\.$"):
         model.char_encoder(encode(SENTENCES)["input_ids"])

@@ -7,11 +7,11 @@ import importlib.metadata
 import torch
 
 import hf_elmo
-from hf_elmo.cli import COMMANDS, build_parser
-from hf_elmo.cli import main as cli_main
+from hf_elmo.commands.cli import COMMANDS, build_parser
+from hf_elmo.commands.cli import main as cli_main
 from hf_elmo.commands.env import cpu_flags
-from hf_elmo.data_bilm import build_word_vocabulary
 from hf_elmo.tokenization_elmo import ElmoTokenizer
+from hf_elmo.training.corpus import build_word_vocabulary
 
 
 def test_every_command_declares_its_options_as_a_dataclass():

@@ -13,8 +13,8 @@ from conftest import FIXTURES, run_without_hf_elmo
 from transformers import AutoModel, AutoTokenizer
 
 from hf_elmo import ElmoModel, ElmoTokenizer
-from hf_elmo.cli import main as cli_main
-from hf_elmo.original_format import load_original_elmo
+from hf_elmo.commands.cli import main as cli_main
+from hf_elmo.convert.original_format import load_original_elmo
 
 ROOT = Path(__file__).resolve().parents[1]
 OPTIONS = FIXTURES / "allennlp/options.json"
@@ -68,7 +68,7 @@ def test_remote_code_loads_without_the_package(converted_dirs, tmp_path):
 
 def test_command_line_entry_points(tmp_path):
     script = [sys.executable, str(ROOT / "conversion/convert_original_elmo.py")]
-    module = [sys.executable, "-m", "hf_elmo.cli", "convert"]
+    module = [sys.executable, "-m", "hf_elmo.commands", "convert"]
     for name, command in (("script", script), ("module", module)):
         args = ["--options", str(OPTIONS), "--weights", str(WEIGHTS), "--output-dir", str(tmp_path / name)]
         result = subprocess.run(command + args, capture_output=True, text=True)
@@ -76,7 +76,7 @@ def test_command_line_entry_points(tmp_path):
         assert (tmp_path / name / "model.safetensors").is_file()
     from importlib.metadata import entry_points
 
-    assert any(ep.value == "hf_elmo.cli:main" for ep in entry_points(group="console_scripts", name="hf-elmo"))
+    assert any(ep.value == "hf_elmo.commands.cli:main" for ep in entry_points(group="console_scripts", name="hf-elmo"))
 
 
 def run_convert(options, weights, output_dir, *extra):

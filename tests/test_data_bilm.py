@@ -9,18 +9,10 @@ from transformers import AutoTokenizer
 
 from hf_elmo import ElmoTokenizer
 from hf_elmo.character_rows import words_to_char_ids
-from hf_elmo.data_bilm import (
-    STORED_WINDOWS,
-    DataCollatorForBiLM,
-    WordTable,
-    build_word_vocabulary,
-    encode_windows,
-    iter_sentences,
-    load_bilm_dataset,
-    load_compact_bilm_dataset,
-    pack_sentences,
-    window_arrays,
-)
+from hf_elmo.training.collator import DataCollatorForBiLM
+from hf_elmo.training.corpus import build_word_vocabulary, iter_sentences
+from hf_elmo.training.windows import encode_windows, load_bilm_dataset, pack_sentences, window_arrays
+from hf_elmo.training.word_table import STORED_WINDOWS, WordTable, load_compact_bilm_dataset
 from hf_elmo.word_vocabulary import read_word_vocabulary, write_word_vocabulary
 
 DEVICES = ["cpu", *(["cuda"] if torch.cuda.is_available() else [])]
@@ -187,7 +179,7 @@ def test_bad_data_files(tmp_path):
 def test_perplexity_of_a_line_longer_than_the_window_scores_its_cut_windows(tmp_path):
     from hf_elmo import ElmoConfig, ElmoForBiLM
     from hf_elmo.character_rows import BOS_TOKEN, EOS_TOKEN
-    from hf_elmo.perplexity_bilm import compute_perplexity
+    from hf_elmo.training.perplexity import compute_perplexity
 
     words = ["<S>", "</S>", "<UNK>", "the", "cat", "sat", "on", "mat", "."]
     tokenizer = tokenizer_with(words)
@@ -336,7 +328,7 @@ def test_datasets_made_from_compact_windows_stay_compact_windows_of_their_table(
     """`select`, `shuffle`, `filter`, `train_test_split` ... of the compact windows are windows of the same table:
     their batches (one Arrow slice each) are those of the full rows chosen the same way, and a collator of another
     table refuses them."""
-    from hf_elmo.window_dataset import WindowDataset
+    from hf_elmo.training.window_dataset import WindowDataset
 
     files = hostile_corpus(tmp_path)
     tokenizer = tokenizer_with(build_word_vocabulary(files, max_size=40))

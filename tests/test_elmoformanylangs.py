@@ -27,8 +27,8 @@ from transformers import (
 )
 
 from hf_elmo import ElmoTokenizer
-from hf_elmo.cli import main as cli_main
-from hf_elmo.data_elmo import DataCollatorForElmo, ElmoLayerCache, tokenize_and_align_labels
+from hf_elmo.commands.cli import main as cli_main
+from hf_elmo.features.task_data import DataCollatorForElmo, ElmoLayerCache, tokenize_and_align_labels
 
 FIXTURE = FIXTURES / "elmoformanylangs"
 MODEL_DIR = FIXTURE / "zz.model"

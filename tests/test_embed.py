@@ -16,7 +16,7 @@ import torch
 from conftest import FIXTURES, fixture_batches
 
 from hf_elmo import ElmoModel, ElmoTokenizer
-from hf_elmo.cli import main as cli_main
+from hf_elmo.commands.cli import main as cli_main
 
 LINES = [
     "The bank of the river .",
@@ -298,7 +298,7 @@ def test_killed_midway_leaves_no_output_file(how, converted_dirs, tmp_path):
     command = [
         sys.executable,
         "-m",
-        "hf_elmo.cli",
+        "hf_elmo.commands",
         "embed",
         str(fifo),
         str(output),
@@ -349,7 +349,7 @@ def earlier_output(path):
 def test_interrupt_keeps_an_existing_output(converted_dirs, tmp_path, monkeypatch):
     output = tmp_path / "out.hdf5"
     previous = earlier_output(output)
-    from hf_elmo import embed_elmo
+    from hf_elmo.features import embed as embed_elmo
 
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
@@ -376,7 +376,7 @@ def test_a_failed_write_is_one_line_and_leaves_nothing(store, converted_dirs, tm
     """The file is written on a thread of its own: its error still reaches the user, and no file is left."""
     import errno
 
-    from hf_elmo import embed_elmo
+    from hf_elmo.features import embed as embed_elmo
 
     calls = []
 
@@ -400,7 +400,7 @@ def test_the_next_batch_is_computed_while_one_is_written(converted_dirs, tmp_pat
     """Writing batch k waits until batch k + 1 is being computed: the run finishes only if the two overlap."""
     import threading
 
-    from hf_elmo import embed_elmo
+    from hf_elmo.features import embed as embed_elmo
 
     second_batch_started = threading.Event()
     compute, add = embed_elmo.Embedder.__call__, embed_elmo.PackedStore.add
@@ -540,7 +540,7 @@ def test_existing_output_needs_force(converted_dirs, tmp_path, capsys):
 
 
 def test_two_processes_embed_their_parts_into_one_file_in_line_order(converted_dirs, model64, tmp_path):
-    """`torchrun --nproc_per_node 2 -m hf_elmo.cli embed ...`: each process embeds every other line into a part of
+    """`torchrun --nproc_per_node 2 -m hf_elmo.commands embed ...`: each process embeds every other line into a part of
     its own, and the output reads as one file in the input's order, each line's vectors those of the line alone."""
     lines = [*LINES, "a", "The bank of the river .", "", "b c d"]  # repeats within a part and across parts
     source = write_lines(tmp_path / "in.txt", lines)
@@ -551,7 +551,7 @@ def test_two_processes_embed_their_parts_into_one_file_in_line_order(converted_d
         "--standalone",
         "--nproc_per_node=2",
         "-m",
-        "hf_elmo.cli",
+        "hf_elmo.commands",
         "embed",
         str(source),
         str(tmp_path / "out.hdf5"),

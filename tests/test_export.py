@@ -9,9 +9,9 @@ import torch
 from conftest import FIXTURE_SETS
 
 from hf_elmo import ElmoConfig, ElmoModel, ElmoTokenizer
-from hf_elmo.cli import main as cli_main
+from hf_elmo.commands.cli import main as cli_main
 from hf_elmo.configuration_elmo import ARCHITECTURE_FIELDS
-from hf_elmo.original_format import config_from_options, load_original_elmo
+from hf_elmo.convert.original_format import config_from_options, load_original_elmo
 
 SENTENCES = [["The", "bank", "of", "the", "river", "."], ["Über", "naïve", "日本語"], ["a"]]
 

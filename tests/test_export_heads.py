@@ -14,7 +14,7 @@ from hf_elmo import (
     ElmoForTokenClassification,
     ElmoTokenizer,
 )
-from hf_elmo.cli import main as cli_main
+from hf_elmo.commands.cli import main as cli_main
 
 FIRST = [["the", "cat", "sat", "on", "the", "mat"], ["a", "dog"]]
 SECOND = [["a", "b"], ["p", "q", "r", "s", "t"]]
@@ -113,8 +113,8 @@ def test_onnx_of_a_head_folder_gives_the_heads_logits(cls, tmp_path):
 
 def test_original_format_export_of_a_head_folder_says_the_head_is_left_out(tmp_path):
     from hf_elmo import ElmoModel
-    from hf_elmo.convert_original_elmo import convert
-    from hf_elmo.export_original_elmo import export
+    from hf_elmo.convert.from_original import convert
+    from hf_elmo.convert.to_original import export
 
     model = tiny_model(ElmoForTokenClassification, num_layers=1).float()
     model.save_pretrained(tmp_path / "tagger")

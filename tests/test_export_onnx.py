@@ -7,7 +7,7 @@ from conftest import FIXTURE_SETS, fixture_batches
 from transformers import AutoTokenizer
 
 from hf_elmo import ElmoConfig, ElmoModel, ElmoTokenizer
-from hf_elmo.cli import main as cli_main
+from hf_elmo.commands.cli import main as cli_main
 
 TINY = dict(
     char_embedding_dim=4,

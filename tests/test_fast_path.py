@@ -15,7 +15,7 @@ from test_modeling_elmo import random_model as modeling_random_model
 from test_modeling_elmo import small_config as modeling_small_config
 from transformers import AutoModel
 
-from hf_elmo import ElmoPaths, ElmoTokenizer, char_cnn_fast, cpu_kernels, cpu_threads, fast_lstm, onednn_linear
+from hf_elmo import ElmoPaths, ElmoTokenizer, char_cnn_fast, cpu_kernels, cpu_threads, lstm_sorted, onednn_linear
 from hf_elmo.character_rows import word_keys, words_to_char_ids
 from hf_elmo.cpu_backend import cpu_backend_of, current_cpu_backend
 
@@ -53,7 +53,7 @@ def lstm_step(request, monkeypatch):
     """An LSTM step's elementwise part as one compiled call (where it builds: `test_cpu_kernels.py` fails
     where a compiler is found and it does not) or as PyTorch operations."""
     if request.param == "PyTorch step":
-        monkeypatch.setattr(fast_lstm, "compiled_loops_available", lambda tensor: False)
+        monkeypatch.setattr(lstm_sorted, "compiled_loops_available", lambda tensor: False)
     elif not cpu_kernels.available(torch.zeros(1)):
         pytest.skip("the CPU LSTM kernels do not build here")
     return request.param
@@ -311,7 +311,7 @@ def test_concurrent_cpu_inference_matches_reference(mode, monkeypatch, lstm_step
         return original(*parts)
 
     monkeypatch.setattr("hf_elmo.char_cnn_fast.run_concurrently", spy)
-    monkeypatch.setattr("hf_elmo.fast_lstm.run_concurrently", spy)
+    monkeypatch.setattr("hf_elmo.lstm_sorted.run_concurrently", spy)
     model = random_model(small_config())
     reference = reference_from(model)
     rng = np.random.default_rng(0)
@@ -351,14 +351,14 @@ def test_cpu_training_gradients_match_reference_both_ways(monkeypatch, one_at_a_
     reading rows from their last word), or one after the other for layers with very large steps; either way, with
     rows of different lengths and two intra-op threads, the gradients are those of the reference."""
     directions_per_call = []
-    original = fast_lstm._forward
+    original = lstm_sorted._forward
 
     def spy(xs, *args, **kwargs):
         directions_per_call.append(len(xs))
         return original(xs, *args, **kwargs)
 
-    monkeypatch.setattr(fast_lstm, "_forward", spy)
-    monkeypatch.setattr(fast_lstm, "_MIN_STEP_MULTIPLY_ADDS_ONE_AT_A_TIME", 0 if one_at_a_time else 1 << 62)
+    monkeypatch.setattr(lstm_sorted, "_forward", spy)
+    monkeypatch.setattr(lstm_sorted, "_MIN_STEP_MULTIPLY_ADDS_ONE_AT_A_TIME", 0 if one_at_a_time else 1 << 62)
     model = random_model(small_config())
     reference = reference_from(model)
     batch = encode(SENTENCES)
@@ -433,7 +433,7 @@ def test_a_models_paths_reach_its_products_and_threads(monkeypatch):
     seen = []
     use_onednn, can_split = onednn_linear._use_onednn, cpu_threads.can_run_concurrently
     monkeypatch.setattr(onednn_linear, "_use_onednn", lambda *args: seen.append(("onednn", use_onednn(*args))) or False)
-    for module in (fast_lstm, char_cnn_fast):
+    for module in (lstm_sorted, char_cnn_fast):
         monkeypatch.setattr(module, "can_run_concurrently", lambda t: seen.append(("threads", can_split(t))) or False)
     model = random_model(small_config(paths={"linear": "torch", "threads": "single"})).eval()
     ids = encode(SENTENCES * 4)  # enough distinct words for two threads

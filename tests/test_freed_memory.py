@@ -5,8 +5,8 @@ import sys
 
 import pytest
 
-from hf_elmo import freed_memory
 from hf_elmo.commands import train as train_bilm
+from hf_elmo.training import freed_memory
 
 pytestmark = pytest.mark.skipif(freed_memory._glibc() is None, reason="the C library is not glibc")
 

@@ -23,10 +23,11 @@ from conftest import CHECKPOINT, FIXTURES
 from safetensors.torch import load_file, save_file
 
 from hf_elmo import ElmoConfig, ElmoForBiLM, ElmoTokenizer
-from hf_elmo.cli import main as cli_main
-from hf_elmo.data_bilm import DataCollatorForBiLM, WordTable, load_compact_bilm_dataset
-from hf_elmo.export_onnx import export_onnx
-from hf_elmo.streams_bilm import StreamWindowDataset
+from hf_elmo.commands.cli import main as cli_main
+from hf_elmo.convert.to_onnx import export_onnx
+from hf_elmo.training.collator import DataCollatorForBiLM
+from hf_elmo.training.streams import StreamWindowDataset
+from hf_elmo.training.word_table import WordTable, load_compact_bilm_dataset
 
 CORPUS = "the cat sat on the mat .\nthe dog sat .\na cat and a dog .\n"
 TINY = dict(char_embedding_dim=4, filters=[[1, 4], [2, 4]], n_highway=1, cell_dim=8, projection_dim=4, num_layers=1)
@@ -207,7 +208,7 @@ def rewrite_tf_index(edit):
     def rewrite(root):
         from test_tf_checkpoint import write_index
 
-        from hf_elmo.tf_checkpoint import _table_entries
+        from hf_elmo.convert.tf_checkpoint import _table_entries
 
         index = root / "t/model.ckpt-252.index"
         write_index(index, edit(_table_entries(str(index))))
@@ -1004,7 +1005,7 @@ MEMORY_CASES = {
 # fail before any device work, and a CUDA context alone would not fit.
 _LIMITED_RUNS = """
 import contextlib, io, json, os, resource, sys
-from hf_elmo.cli import main
+from hf_elmo.commands.cli import main
 loaded = int(next(line for line in open("/proc/self/status") if line.startswith("VmSize:")).split()[1]) << 10
 resource.setrlimit(resource.RLIMIT_AS, (loaded + (2 << 30), loaded + (2 << 30)))
 results = {}
@@ -1213,7 +1214,7 @@ def sentence_model(**options):
     """The sentence-transformers recipe on `M` with `options`, encoding a sentence."""
 
     def call(root):
-        from hf_elmo.sentence_embeddings import elmo_sentence_transformer
+        from hf_elmo.features.sentence_embeddings import elmo_sentence_transformer
 
         return elmo_sentence_transformer(root / "M", **options).encode(["The cat sat ."])
 
@@ -1235,7 +1236,7 @@ def collate_compact(*windows):
 
 
 def embed_in_parts(*arguments):
-    from hf_elmo.cli import build_parser
+    from hf_elmo.commands.cli import build_parser
     from hf_elmo.commands.embed import check_split_between_processes
 
     options = build_parser().parse_args(["embed", arguments[0], "out.h5", "--model", "M", *arguments[1:]])
@@ -1335,7 +1336,7 @@ def trainer_of_a_smaller_softmax(root):
 
     from transformers import TrainingArguments
 
-    from hf_elmo.trainer_bilm import ElmoTrainer
+    from hf_elmo.training.trainer import ElmoTrainer
 
     with tempfile.TemporaryDirectory() as output_dir:
         ElmoTrainer(
@@ -1356,7 +1357,7 @@ def trainer_with(training_arguments: dict | None = None, **options):
 
         from transformers import TrainingArguments
 
-        from hf_elmo.trainer_bilm import ElmoTrainer
+        from hf_elmo.training.trainer import ElmoTrainer
 
         with tempfile.TemporaryDirectory() as output_dir:
             ElmoTrainer(
@@ -1851,7 +1852,7 @@ def signalled(*args, **kwargs):
         os.kill(os.getpid(), int(number))
     return original(*args, **kwargs)
 setattr(owner, attribute, signalled)
-from hf_elmo.cli import main
+from hf_elmo.commands.cli import main
 sys.exit(main(argv.split()))
 """
 
@@ -1868,7 +1869,7 @@ SIGNAL_CASES = {
         "export --model M --output-dir earlier --force",
     ),
     "embed, SIGHUP after some datasets": (
-        ("hf_elmo.embed_elmo", "Embedder", "__call__", 2),
+        ("hf_elmo.features.embed", "Embedder", "__call__", 2),
         "SIGHUP",
         f"{EMBED} --model M --batch-size 1",
     ),
@@ -1993,7 +1994,8 @@ def test_embed_reads_text_files_as_text_mode_does(variant, workspace):
 
 
 def test_a_byte_order_mark_is_not_part_of_a_training_word(workspace):
-    from hf_elmo.data_bilm import build_word_vocabulary, load_bilm_dataset
+    from hf_elmo.training.corpus import build_word_vocabulary
+    from hf_elmo.training.windows import load_bilm_dataset
 
     (workspace / "bom.txt").write_bytes(b"\xef\xbb\xbf" + CORPUS.encode())
     words = build_word_vocabulary(["bom.txt"])
@@ -2045,7 +2047,7 @@ _FILE_SIZE_LIMITED_RUN = """
 import resource, signal, sys
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
 resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 16, 1 << 16))
-from hf_elmo.cli import main
+from hf_elmo.commands.cli import main
 sys.exit(main(sys.argv[1].split()))
 """
 

@@ -6,12 +6,12 @@ import textwrap
 
 import numpy as np
 import torch
-from conftest import run_without_hf_elmo
+from conftest import as_a_folder_copy_runs, run_without_hf_elmo
 from fake_hub import FakeHub
 from huggingface_hub import ModelCard
 from transformers import AutoModelForTokenClassification, AutoTokenizer, Trainer, TrainingArguments
 
-from hf_elmo.data_elmo import DataCollatorForElmo, tokenize_and_align_labels
+from hf_elmo.features.task_data import DataCollatorForElmo, tokenize_and_align_labels
 
 WORDS = [["The", "bank", "of", "the", "river", "."], ["Deposit", "money", "!"]]
 LABELS = {0: "DET", 1: "NOUN", 2: "ADP", 3: "PUNCT", 4: "VERB"}
@@ -41,7 +41,7 @@ def load_in_fresh_process(cache, tmp_path, repo_id):
 
 def outputs(model, tokenizer):
     batch = tokenizer(WORDS, is_split_into_words=True, padding=True, return_tensors="pt")
-    with torch.no_grad():
+    with torch.no_grad(), as_a_folder_copy_runs(model):
         return model.eval()(**batch).logits.numpy(), model.elmo(**batch).last_hidden_state.numpy()
 
 
@@ -66,7 +66,7 @@ def test_push_to_hub_then_load_by_repo_id_without_the_package(converted_dirs, tm
         "tokenization_elmo.py",
     }
     assert code | {"config.json", "model.safetensors", "tokenizer_config.json", "README.md"} <= files
-    assert not {"hub_elmo.py", "file_io.py", "cli.py"} & files
+    assert not {"hub.py", "files.py", "cli.py"} & files
     auto_map = json.loads((snapshot / "config.json").read_text())["auto_map"]
     assert set(auto_map) == {
         "AutoConfig",
@@ -152,7 +152,7 @@ def card_origin(text):
 
 def test_model_card_for_each_class(converted_dirs):
     from hf_elmo import ElmoForSequenceClassification, ElmoForTokenClassification, ElmoModel
-    from hf_elmo.hub_elmo import render_model_card
+    from hf_elmo.features.hub import render_model_card
 
     folder = converted_dirs["allennlp"]
     from hf_elmo import ElmoForQuestionAnswering
@@ -180,7 +180,7 @@ def test_model_card_for_each_class(converted_dirs):
 
 def test_every_saved_folder_carries_its_card(converted_dirs, tmp_path):
     from hf_elmo import ElmoForTokenClassification
-    from hf_elmo.file_io import CARD_MARKER
+    from hf_elmo.io.files import CARD_MARKER
 
     converted = converted_dirs["allennlp"]
     card = ModelCard.load(converted / "README.md")

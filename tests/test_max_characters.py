@@ -8,9 +8,9 @@ import torch
 from conftest import CHECKPOINT, reference_from
 
 from hf_elmo import ElmoConfig, ElmoForBiLM, ElmoTokenizer
-from hf_elmo.cli import main as cli_main
-from hf_elmo.convert_bilm_tf_checkpoint import convert_bilm_tf_checkpoint
-from hf_elmo.perplexity_bilm import load_bilm
+from hf_elmo.commands.cli import main as cli_main
+from hf_elmo.convert.from_bilm_tf_checkpoint import convert_bilm_tf_checkpoint
+from hf_elmo.training.perplexity import load_bilm
 
 BOW, EOW, PAD = 259, 260, 261
 

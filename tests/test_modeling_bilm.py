@@ -11,8 +11,9 @@ from transformers import AutoModel, AutoModelForPreTraining
 from transformers.utils import logging as hf_logging
 
 from hf_elmo import ElmoForBiLM, ElmoModel, ElmoPaths, ElmoTokenizer
-from hf_elmo.data_bilm import DataCollatorForBiLM, encode_windows
 from hf_elmo.sampled_softmax import sample_log_uniform_candidates
+from hf_elmo.training.collator import DataCollatorForBiLM
+from hf_elmo.training.windows import encode_windows
 
 WORDS = ["<S>", "</S>", "<UNK>", "the", "cat", "sat", "on", "mat", "a", "dog", "."]
 WINDOWS = [[["the", "cat", "sat"], ["a", "dog", "."]], [["the", "mat"]], [["on", "a", "zebra", "."]]]

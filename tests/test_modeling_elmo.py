@@ -9,7 +9,7 @@ from reference_elmo import bilm as reference_bilm
 from transformers import AutoModel, AutoTokenizer
 
 from hf_elmo import ElmoConfig, ElmoModel, ElmoTokenizer
-from hf_elmo.original_format import load_original_elmo
+from hf_elmo.convert.original_format import load_original_elmo
 
 
 def assert_close_to_tf(actual, expected):

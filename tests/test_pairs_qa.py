@@ -20,7 +20,7 @@ from hf_elmo import (
     ElmoQuestionAnsweringPipeline,
     ElmoTokenizer,
 )
-from hf_elmo.data_elmo import DataCollatorForElmo, ElmoLayerCache
+from hf_elmo.features.task_data import DataCollatorForElmo, ElmoLayerCache
 from hf_elmo.pipelines_elmo import QuestionAnsweringPipelineForElmoModels, best_answer_spans, context_windows
 
 sys.path.insert(0, str(ROOT / "examples"))

@@ -9,9 +9,9 @@ import pytest
 import torch
 from conftest import CHECKPOINT
 
-from hf_elmo.cli import main as cli_main
-from hf_elmo.perplexity_bilm import load_bilm, sentence_perplexity, stream_perplexity
-from hf_elmo.streams_bilm import assign_rows, build_streams
+from hf_elmo.commands.cli import main as cli_main
+from hf_elmo.training.perplexity import load_bilm, sentence_perplexity, stream_perplexity
+from hf_elmo.training.streams import assign_rows, build_streams
 
 HELDOUT = CHECKPOINT / "heldout.txt"
 BILM_TF = json.loads((CHECKPOINT / "bilmtf_perplexity.json").read_text())

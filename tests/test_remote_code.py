@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 import transformers
-from conftest import run_without_hf_elmo
+from conftest import as_a_folder_copy_runs, run_without_hf_elmo
 from transformers import PreTrainedModel
 
 import hf_elmo
@@ -42,7 +42,7 @@ def command_line_or_hub_imports(source: str) -> set[str]:
 
 
 def test_the_rule_recognises_command_line_and_hub_modules():
-    for name in ("cli.py", "file_io.py", "hub_elmo.py"):
+    for name in ("commands/cli.py", "io/files.py", "features/hub.py"):
         assert command_line_or_hub_imports((PACKAGE / name).read_text(encoding="utf-8")), name
 
 
@@ -81,13 +81,14 @@ def test_a_saved_head_loads_and_saves_without_the_package(tmp_path):
         with torch.no_grad():
             batch = {name: torch.from_numpy(numpy.load(name + ".npy")) for name in ("input_ids", "attention_mask")}
             numpy.save("logits.npy", tagger(**batch).logits.numpy())
+        assert "compiled" not in repr(tagger.elmo.paths), tagger.elmo.paths
         tagger.save_pretrained("again")
         assert not os.path.exists("again/README.md"), "a card without the package"
         bilm = AutoModel.from_pretrained("again", trust_remote_code=True)
         assert type(bilm).__name__ == "ElmoModel", type(bilm)
     """
     run_without_hf_elmo(textwrap.dedent(script), tmp_path)
-    with torch.no_grad():
+    with torch.no_grad(), as_a_folder_copy_runs(model):
         expected = model(**batch).logits.numpy()
     assert np.array_equal(np.load(tmp_path / "logits.npy"), expected)
 

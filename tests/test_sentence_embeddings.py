@@ -1,12 +1,12 @@
-"""The sentence-transformers recipe (`hf_elmo.sentence_embeddings`): sentence vectors against the mean (or max) of
-ElmoModel's top layer over each sentence's words, computed here from the model directly."""
+"""The sentence-transformers recipe (`hf_elmo.features.sentence_embeddings`): sentence vectors against the mean (or
+max) of ElmoModel's top layer over each sentence's words, computed here from the model directly."""
 
 import numpy as np
 import torch
 from sentence_transformers import SentenceTransformer
 
 from hf_elmo import ElmoModel, ElmoTokenizer
-from hf_elmo.sentence_embeddings import DEFAULT_MAX_SEQ_LENGTH, elmo_sentence_transformer
+from hf_elmo.features.sentence_embeddings import DEFAULT_MAX_SEQ_LENGTH, elmo_sentence_transformer
 
 TEXTS = ["The cat sat on the mat .", "Hello", "", "I don't think it's raining, is it?"]
 

@@ -16,7 +16,7 @@ from conftest import FIXTURE_SETS, fixture_batches, reference_from
 from test_fast_path import SENTENCES, assert_same_outputs, encode, one_thread, random_model, run_fast, small_config  # noqa: F401
 from transformers import AutoModel
 
-from hf_elmo import gpu_lstm, triton_support
+from hf_elmo import lstm_static, triton_support
 from hf_elmo.sampled_softmax import (
     _draws_for_unique_sample,
     expected_count,
@@ -39,7 +39,7 @@ PATHS = [
     *([("cuda", None)] if "cuda" in DEVICES else []),
 ]
 # Batches below and at `small_config`'s projection width (6): the layers multiply each step's state alone, after one
-# product of all steps' inputs, or each step's input and state together (`gpu_lstm.joint_input_product`).
+# product of all steps' inputs, or each step's input and state together (`lstm_static.joint_input_product`).
 BATCHES = {"state product": SENTENCES, "joint product": SENTENCES + [["one", "more", "row"]]}
 
 
@@ -47,16 +47,18 @@ BATCHES = {"state product": SENTENCES, "joint product": SENTENCES + [["one", "mo
 def fused_calls(monkeypatch):
     """Counts the steps that ran as one fused Triton kernel (`gates_cell_forward`)."""
     calls = []
-    fused = gpu_lstm.gates_cell_forward
+    fused = lstm_static.gates_cell_forward
     if fused is not None:
-        monkeypatch.setattr(gpu_lstm, "gates_cell_forward", lambda *args: (calls.append(1), fused(*args)))
+        monkeypatch.setattr(lstm_static, "gates_cell_forward", lambda *args: (calls.append(1), fused(*args)))
     return calls
 
 
 @pytest.fixture(params=list(BATCHES))
 def sentences(request):
     rows = BATCHES[request.param]
-    assert gpu_lstm.joint_input_product(len(rows), small_config().projection_dim) == (request.param == "joint product")
+    assert lstm_static.joint_input_product(len(rows), small_config().projection_dim) == (
+        request.param == "joint product"
+    )
     return rows
 
 
@@ -190,7 +192,7 @@ def test_joint_input_product_can_be_forced(joint, sentences, monkeypatch):
     def no_choice(*args):
         raise AssertionError("chose by batch size although told which product to take")
 
-    monkeypatch.setattr(gpu_lstm, "joint_input_product", no_choice)
+    monkeypatch.setattr(lstm_static, "joint_input_product", no_choice)
     batch = encode(sentences)
     with torch.no_grad():
         layers, _ = run_fast(model, batch)

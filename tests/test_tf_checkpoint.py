@@ -9,11 +9,11 @@ import torch
 from conftest import CHECKPOINT
 
 from hf_elmo import ElmoForBiLM, ElmoTokenizer
-from hf_elmo.cli import main as cli_main
-from hf_elmo.convert_bilm_tf_checkpoint import convert_bilm_tf_checkpoint
-from hf_elmo.convert_original_elmo import ElmoConversionError
-from hf_elmo.original_format import load_original_elmo
-from hf_elmo.tf_checkpoint import TFCheckpoint, TFCheckpointError, crc32c
+from hf_elmo.commands.cli import main as cli_main
+from hf_elmo.convert.from_bilm_tf_checkpoint import convert_bilm_tf_checkpoint
+from hf_elmo.convert.from_original import ElmoConversionError
+from hf_elmo.convert.original_format import load_original_elmo
+from hf_elmo.convert.tf_checkpoint import TFCheckpoint, TFCheckpointError, crc32c
 
 TF_DIR = CHECKPOINT / "tf_checkpoint"
 PREFIX = "model.ckpt-252"
@@ -383,7 +383,7 @@ def test_crafted_layout_errors(tmp_path):
 def _without(tmp_path, names, replace=None, extra_data=b""):
     """The fixture's checkpoint with the index rewritten: `names` dropped, `replace` entries swapped in (their
     data appended to a copy of the shard)."""
-    from hf_elmo.tf_checkpoint import _table_entries
+    from hf_elmo.convert.tf_checkpoint import _table_entries
 
     folder = copy_checkpoint(tmp_path)
     shard = folder / f"{PREFIX}.data-00000-of-00001"

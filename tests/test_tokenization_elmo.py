@@ -400,7 +400,7 @@ def test_pairs_are_not_truncated_unless_asked(tok):
 def test_pad_and_collators_pad_both_sides(tok):
     from transformers import DataCollatorWithPadding
 
-    from hf_elmo.data_elmo import DataCollatorForElmo
+    from hf_elmo.features.task_data import DataCollatorForElmo
 
     premises, hypotheses = [["a", "b"], ["c"]], [["d"], ["e", "f", "g"]]
     features = [

@@ -14,7 +14,7 @@ from safetensors.torch import load_file
 from transformers import AutoModel
 
 from hf_elmo import ElmoConfig, ElmoForBiLM, ElmoModel, ElmoTokenizer
-from hf_elmo.cli import main as cli_main
+from hf_elmo.commands.cli import main as cli_main
 from hf_elmo.commands.train import (
     ElmoDataArguments,
     ElmoTrainer,
@@ -22,8 +22,8 @@ from hf_elmo.commands.train import (
     parse_options,
     train_bilm,
 )
-from hf_elmo.data_bilm import iter_sentences, model_split
-from hf_elmo.training_setup import tokenizer_and_config
+from hf_elmo.training.corpus import iter_sentences, model_split
+from hf_elmo.training.run_setup import tokenizer_and_config
 
 ROOT = Path(__file__).resolve().parents[1]
 SHAKESPEARE = ROOT / "data/tinyshakespeare/input.txt"
@@ -206,7 +206,15 @@ def test_two_processes_train_like_one_with_the_same_global_batch(corpus, tmp_pat
         "0",
         "--disable-tqdm",
     ]
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "hf_elmo.cli"]
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node=2",
+        "-m",
+        "hf_elmo.commands",
+    ]
     result = subprocess.run(
         command
         + common
@@ -561,7 +569,7 @@ def test_resume_takes_the_options_recorded_in_the_run(corpus, tmp_path, monkeypa
 
 
 def test_a_non_finite_loss_stops_training_at_its_step_and_keeps_the_checkpoints_before(corpus, tmp_path, monkeypatch):
-    from hf_elmo.model_io import check_finite_weights
+    from hf_elmo.pretrained_elmo import check_finite_weights
 
     original = ElmoTrainer.compute_loss
 
@@ -589,7 +597,7 @@ def test_a_non_finite_loss_stops_training_at_its_step_and_keeps_the_checkpoints_
 
 
 def test_non_finite_weights_are_never_saved(corpus, tmp_path, monkeypatch):
-    from hf_elmo.adagrad import Adagrad
+    from hf_elmo.training.adagrad import Adagrad
 
     original = Adagrad.step
 
@@ -658,7 +666,8 @@ def test_stored_windows_made_on_the_device_train_as_full_batches_and_a_bad_table
     of values, each a wait for a GPU, the word table's values being checked once before the first step."""
     import dataclasses
 
-    from hf_elmo.data_bilm import DataCollatorForBiLM, WordTable
+    from hf_elmo.training.collator import DataCollatorForBiLM
+    from hf_elmo.training.word_table import WordTable
 
     seen = values_checked_spy(monkeypatch)
     with_eval = dict(eval_files=[corpus / "valid.txt"], eval_steps=3)
@@ -695,8 +704,8 @@ def test_batches_checked_on_the_host_train_the_same_and_bad_values_still_stop(co
     """On a GPU each batch of full rows (`--streaming`, or a collator of one's own) is checked on the host (by the
     data loader) and the model skips its checks of values, each a wait for the GPU. Forced on here: the run must be
     the same, the model must see the skip, and a bad batch must still stop it, before the model runs."""
-    from hf_elmo import trainer_bilm
-    from hf_elmo.data_bilm import DataCollatorForBiLM
+    from hf_elmo.training import trainer as trainer_bilm
+    from hf_elmo.training.collator import DataCollatorForBiLM
 
     streaming = dict(streaming=True, eval_files=[corpus / "valid.txt"], eval_steps=3)
     plain = train_bilm(**short_run(corpus, tmp_path / "plain", **streaming))
@@ -744,8 +753,8 @@ def test_clipping_inside_adagrads_step_trains_the_same(corpus, tmp_path, monkeyp
     gradients less): the same weights to the bit as clipping the gradients right before the step, as bilm-tf does
     (`g * max_norm / max(norm, max_norm)`), which is in effect at every step here; `Trainer` logs the norms, and
     the norm it asks for is the one the clip takes: no pass of PyTorch's `clip_grad_norm_` over the gradients."""
-    from hf_elmo import trainer_bilm
-    from hf_elmo.adagrad import Adagrad
+    from hf_elmo.training import trainer as trainer_bilm
+    from hf_elmo.training.adagrad import Adagrad
 
     norms = []
 
@@ -927,7 +936,7 @@ def test_steps_are_adagrad_on_window_times_loss_with_the_original_settings(
 
 
 def test_the_log_gives_the_memory_the_data_and_the_time_per_epoch(corpus, tmp_path, capsys):
-    from hf_elmo.data_bilm import load_bilm_dataset, window_arrays
+    from hf_elmo.training.windows import load_bilm_dataset, window_arrays
 
     run = options(
         corpus,
@@ -969,7 +978,9 @@ def test_elmo_trainer_in_a_script_with_plain_training_arguments_and_a_compute_lo
     and trains as `ElmoTrainer` does (same weights)."""
     from transformers import TrainingArguments
 
-    from hf_elmo.data_bilm import DataCollatorForBiLM, WordTable, build_word_vocabulary, load_compact_bilm_dataset
+    from hf_elmo.training.collator import DataCollatorForBiLM
+    from hf_elmo.training.corpus import build_word_vocabulary
+    from hf_elmo.training.word_table import WordTable, load_compact_bilm_dataset
 
     files = [corpus / "small.txt"]
     tokenizer = ElmoTokenizer()
@@ -1018,13 +1029,10 @@ def test_stored_windows_train_evaluate_and_predict_as_the_full_rows_of_load_bilm
     the same weights, losses, perplexities, `predict`'s label_ids and positions counted as seen."""
     from transformers import TrainingArguments
 
-    from hf_elmo.data_bilm import (
-        DataCollatorForBiLM,
-        WordTable,
-        build_word_vocabulary,
-        load_bilm_dataset,
-        load_compact_bilm_dataset,
-    )
+    from hf_elmo.training.collator import DataCollatorForBiLM
+    from hf_elmo.training.corpus import build_word_vocabulary
+    from hf_elmo.training.windows import load_bilm_dataset
+    from hf_elmo.training.word_table import WordTable, load_compact_bilm_dataset
 
     text = (corpus / "small.txt").read_text(encoding="utf-8")
     (tmp_path / "text.txt").write_text(f"{text}<S> a literal </S> .\n{'so ' * 30}\n", encoding="utf-8")

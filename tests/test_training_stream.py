@@ -16,12 +16,12 @@ from safetensors.torch import load_file, save_file
 from test_training import SHAKESPEARE, one_thread  # noqa: F401  (an autouse fixture)
 
 from hf_elmo import ElmoConfig, ElmoForBiLM, ElmoTokenizer
-from hf_elmo.cli import main as cli_main
+from hf_elmo.commands.cli import main as cli_main
 from hf_elmo.commands.train import StreamTrainer, train_bilm
-from hf_elmo.data_bilm import build_word_vocabulary, iter_sentences
-from hf_elmo.file_io import ElmoInputError
-from hf_elmo.perplexity_bilm import compute_perplexity, load_bilm
-from hf_elmo.streams_bilm import DataCollatorForBiLMStreams, StreamWindowDataset, build_streams, stream_input_ids
+from hf_elmo.io.files import ElmoInputError
+from hf_elmo.training.corpus import build_word_vocabulary, iter_sentences
+from hf_elmo.training.perplexity import compute_perplexity, load_bilm
+from hf_elmo.training.streams import DataCollatorForBiLMStreams, StreamWindowDataset, build_streams, stream_input_ids
 
 
 @pytest.fixture(scope="module")
@@ -180,7 +180,7 @@ def test_a_step_after_a_saved_position_is_the_step_of_a_pass_from_the_start(
     """A resumed run's first batches: laid out from the position the batch of the checkpoint's step carries, reading
     only the lines it names and those after it, they are those of a pass from the start, within an epoch and across
     the next ones, shuffled, for a process reading its own shards or its own lines of one file."""
-    from hf_elmo import streams_bilm
+    from hf_elmo.training import streams as streams_bilm
 
     tokenizer = stream_tokenizer(corpus)
     make = partial(
@@ -490,7 +490,15 @@ def test_two_processes_each_carry_the_streams_of_their_own_shards(corpus, tmp_pa
         "--num-softmax-samples 0 --learning-rate 1e-9 --seed 3 --per-device-train-batch-size 2 --disable-tqdm "
         f"--output-dir {tmp_path / 'ddp'}"
     )
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "hf_elmo.cli"]
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node=2",
+        "-m",
+        "hf_elmo.commands",
+    ]
     result = subprocess.run(command + arguments.split(), env=env, capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
     device = "cuda" if torch.cuda.is_available() else "cpu"

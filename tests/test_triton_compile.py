@@ -19,7 +19,7 @@ SCRIPT = textwrap.dedent(
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    from hf_elmo import adagrad, char_cnn_kernels, gpu_lstm_kernels, gpu_softmax_kernels
+    from hf_elmo import adagrad, char_cnn_triton, lstm_triton, sampled_softmax_triton
 
     FLOATS = {"cell_clip", "proj_clip", "lr", "eps"}
 
@@ -44,37 +44,37 @@ SCRIPT = textwrap.dedent(
 
     masks = {"mask_ptr": "*u8", "mask_next_ptr": "*u8", "cell_passed_ptr": "*i8", "hidden_passed_ptr": "*i8"}
     memory = {"memory_in_ptr": "*fp32", "memory_out_ptr": "*fp32", "grad_memory_ptr": "*fp32"}
-    for kernel in (gpu_lstm_kernels._cell_forward_kernel, gpu_lstm_kernels._hidden_forward_kernel):
+    for kernel in (lstm_triton._cell_forward_kernel, lstm_triton._hidden_forward_kernel):
         compile(kernel, {"HAS_CLIP": True, "SAVE": True, "COMPUTE": triton.language.float32, "BLOCK": 512},
                 {**masks, **memory})
-    for kernel in (gpu_lstm_kernels._cell_backward_kernel, gpu_lstm_kernels._hidden_backward_kernel):
+    for kernel in (lstm_triton._cell_backward_kernel, lstm_triton._hidden_backward_kernel):
         compile(kernel, {"HAS_CLIP": True, "COMPUTE": triton.language.float32, "BLOCK": 512},
                 {**masks, **memory, "grad_hidden_ptr": "*fp32"})
-    compile(gpu_lstm_kernels._gates_cell_forward_kernel,
+    compile(lstm_triton._gates_cell_forward_kernel,
             {"HAS_CLIP": True, "SAVE": True, "BLOCK_M": 128, "BLOCK_N": 32, "BLOCK_K": 64,
              "OPERANDS_IN_FLOAT32": False},
             {**masks, **memory}, num_warps=8)
-    compile(gpu_softmax_kernels._logsumexp_partial_kernel, {"BLOCK": 1024},
+    compile(sampled_softmax_triton._logsumexp_partial_kernel, {"BLOCK": 1024},
             {"skip_ptr": "*i64", "max_ptr": "*fp32", "sum_ptr": "*fp32"})
-    compile(gpu_softmax_kernels._logsumexp_backward_kernel, {"BLOCK": 1024},
+    compile(sampled_softmax_triton._logsumexp_backward_kernel, {"BLOCK": 1024},
             {"skip_ptr": "*i64", "lse_ptr": "*fp32", "grad_ptr": "*fp32"})
     compile(adagrad._adagrad_kernel, {"BLOCK": 1024}, default_pointer="*fp32")
     cnn = {"chars_ptr": "*bf16", "spans_ptr": "*i64", "argmax_ptr": "*i16", "partial_ptr": "*fp32",
            "grad_chars_ptr": "*fp32"}
     for block_n, block_k in ((128, 128), (32, 16)):  # the original model's widest and narrowest filters
-        compile(char_cnn_kernels._window_max_kernel,
+        compile(char_cnn_triton._window_max_kernel,
                 {"HAS_SPANS": True, "SAVE_ARGMAX": True, "BLOCK_W": 64, "BLOCK_N": block_n, "BLOCK_K": block_k,
                  "OPERANDS_IN_FLOAT32": False}, cnn, num_warps=8 if block_n == 128 else 4)
     for dtype in ("*bf16", "*fp32"):
         pointers = {**cnn, "chars_ptr": dtype}
         ptx = [
-            compile(char_cnn_kernels._window_max_kernel,
+            compile(char_cnn_triton._window_max_kernel,
                     {"HAS_SPANS": True, "SAVE_ARGMAX": True, "BLOCK_W": 64, "BLOCK_N": 64, "BLOCK_K": 64,
                      "OPERANDS_IN_FLOAT32": False}, pointers, default_pointer=dtype),
-            compile(char_cnn_kernels._weight_grad_kernel,
+            compile(char_cnn_triton._weight_grad_kernel,
                     {"HAS_SPANS": True, "BLOCK_W": 64, "BLOCK_N": 64, "BLOCK_K": 128, "OPERANDS_IN_FLOAT32": False},
                     pointers, default_pointer=dtype, num_warps=8),
-            compile(char_cnn_kernels._chars_grad_kernel,
+            compile(char_cnn_triton._chars_grad_kernel,
                     {"HAS_SPANS": True, "WIDTH": 7, "BLOCK_W": 64, "BLOCK_N": 64, "BLOCK_E": 16,
                      "OPERANDS_IN_FLOAT32": False}, pointers, default_pointer=dtype),
         ]
@@ -84,8 +84,8 @@ SCRIPT = textwrap.dedent(
             assert all("bf16" in text and "mma" in text for text in ptx)
     highway = {"product_ptr": "*bf16", "x_ptr": "*fp32", "out_ptr": "*fp32", "grad_ptr": "*fp32",
                "grad_product_ptr": "*bf16", "grad_x_ptr": "*fp32"}
-    compile(char_cnn_kernels._highway_forward_kernel, {"COMPUTE": triton.language.float32, "BLOCK": 1024}, highway)
-    compile(char_cnn_kernels._highway_backward_kernel, {"COMPUTE": triton.language.float32, "BLOCK": 1024}, highway)
+    compile(char_cnn_triton._highway_forward_kernel, {"COMPUTE": triton.language.float32, "BLOCK": 1024}, highway)
+    compile(char_cnn_triton._highway_backward_kernel, {"COMPUTE": triton.language.float32, "BLOCK": 1024}, highway)
     """
 )
 

@@ -17,11 +17,11 @@ from fake_hub import FakeHub
 from transformers import AutoModel, AutoModelForTokenClassification, AutoTokenizer, pipeline
 
 from hf_elmo import ElmoConfig, ElmoForBiLM, ElmoModel, ElmoTokenizer
-from hf_elmo.cli import main as cli_main
-from hf_elmo.data_elmo import ElmoLayerCache
-from hf_elmo.export_original_elmo import export
-from hf_elmo.perplexity_bilm import load_bilm
-from hf_elmo.warm_state import estimate_warm_state, store_warm_state
+from hf_elmo.commands.cli import main as cli_main
+from hf_elmo.convert.to_original import export
+from hf_elmo.features.task_data import ElmoLayerCache
+from hf_elmo.training.perplexity import load_bilm
+from hf_elmo.training.warm_state import estimate_warm_state, store_warm_state
 
 BILM_TF_STREAM = json.loads((CHECKPOINT / "bilmtf_perplexity.json").read_text())["batch_size_1"]["combined_ppl_as_test"]
 WORDS = [["The", "bank", "of", "the", "river", "."], ["Deposit", "money", "!"], ["Yes"]]
@@ -242,7 +242,7 @@ def test_bilm_checkpoint_with_warm_state_and_estimator_input(checkpoint_dir):
 
 
 def test_long_lines_are_read_in_pieces_with_their_state_carried(converted_dirs, monkeypatch):
-    from hf_elmo import warm_state
+    from hf_elmo.training import warm_state
 
     model = ElmoModel.from_pretrained(converted_dirs["allennlp"]).eval()
     # Two streams; lines of 210, 3, 40 and 3 words, so that the rows of a step end in different pieces.

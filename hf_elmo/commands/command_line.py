@@ -12,7 +12,7 @@ import types
 
 from transformers import HfArgumentParser
 
-from ..file_io import STOP_SIGNALS
+from ..io.files import STOP_SIGNALS
 
 
 @dataclasses.dataclass(frozen=True, eq=False)

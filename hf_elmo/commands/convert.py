@@ -5,11 +5,11 @@ model folder."""
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..convert_bilm_tf_checkpoint import convert_bilm_tf_checkpoint
-from ..convert_elmoformanylangs import convert_elmoformanylangs
-from ..convert_original_elmo import convert
-from ..file_io import ElmoInputError
-from ..warm_state import DEFAULT_SENTENCES
+from ..convert.from_bilm_tf_checkpoint import convert_bilm_tf_checkpoint
+from ..convert.from_elmoformanylangs import convert_elmoformanylangs
+from ..convert.from_original import convert
+from ..io.files import ElmoInputError
+from ..training.warm_state import DEFAULT_SENTENCES
 from .command_line import option
 
 HELP = (

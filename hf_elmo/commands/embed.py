@@ -9,7 +9,8 @@ from pathlib import Path
 
 import torch
 
-from ..embed_elmo import (
+from ..convert.original_format import load_original_elmo
+from ..features.embed import (
     DTYPES,
     OUTPUT_DTYPES,
     Embedder,
@@ -19,11 +20,10 @@ from ..embed_elmo import (
     part_path,
     process_part,
 )
-from ..file_io import HDF5_FILE, ElmoInputError, check_output
 from ..input_checks import device_option
-from ..model_io import load_model_folder
+from ..io.files import HDF5_FILE, ElmoInputError, check_output
 from ..modeling_elmo import ElmoModel
-from ..original_format import load_original_elmo
+from ..pretrained_elmo import load_model_folder
 from ..tokenization_elmo import ElmoTokenizer
 from .command_line import ExclusiveOptions, option
 

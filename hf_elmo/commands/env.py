@@ -10,10 +10,10 @@ from pathlib import Path
 import torch
 
 from .. import __version__, cpu_kernels, triton_support
+from ..compute_paths import ElmoPaths, resolve
 from ..configuration_elmo import ElmoConfig
-from ..file_io import ElmoInputError
 from ..input_checks import device_option
-from ..paths import ElmoPaths, resolve
+from ..io.files import ElmoInputError
 from .command_line import option
 
 HELP = "print the versions, CPU features, compiled loops, CUDA device and model paths of this installation"

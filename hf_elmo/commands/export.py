@@ -3,8 +3,8 @@ an ONNX graph (`export_onnx`)."""
 
 from dataclasses import dataclass
 
-from ..export_onnx import export_onnx
-from ..export_original_elmo import export
+from ..convert.to_onnx import export_onnx
+from ..convert.to_original import export
 from .command_line import option
 
 HELP = "write a model folder back as an original options.json + weights.hdf5, or as an ONNX graph (--format onnx)"

@@ -1,6 +1,6 @@
 """The folder of a training run: what `hf-elmo train` writes there before its first checkpoint, the options it records
 (`OPTIONS_FILE`) and how `--resume` reads them back, and the clean-up after a run that stopped before its first
-checkpoint (the checkpoints themselves: `hf_elmo.trainer_bilm`)."""
+checkpoint (the checkpoints themselves: `hf_elmo.training.trainer`)."""
 
 import dataclasses
 import json
@@ -9,9 +9,9 @@ import shutil
 from pathlib import Path
 
 from ..configuration_elmo import ELMO_PRESETS
-from ..data_bilm import TRAINING_OPTIONS_FILE
-from ..file_io import ElmoInputError, check_not_an_input, read_json_object
-from ..trainer_bilm import STAGING_DIR, checkpoints
+from ..io.files import ElmoInputError, check_not_an_input, read_json_object
+from ..training.corpus import TRAINING_OPTIONS_FILE
+from ..training.trainer import STAGING_DIR, checkpoints
 
 OPTIONS_FILE = TRAINING_OPTIONS_FILE
 # What a run writes before its first checkpoint: a new run may start in a folder holding only these.

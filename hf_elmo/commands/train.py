@@ -19,7 +19,7 @@ Runs unchanged under `torchrun` and `accelerate launch --multi_gpu` (DDP): the b
 loss is normalised by the targets of all processes, so N processes with batch b train like one with batch N * b
 (with windows; with `--stream` each process reads its own part of the corpus).
 
-The examples are windows of whole sentences, each from the start state (`data_bilm`); `--stream` trains the way
+The examples are windows of whole sentences, each from the start state (`training.windows`); `--stream` trains the way
 bilm-tf did instead, every batch row reading one continuous stream with its LSTM state carried from batch to batch
 (`StreamTrainer`, `streams_bilm`; docs/training.md).
 """
@@ -38,24 +38,16 @@ from transformers import TrainingArguments
 from transformers.trainer_utils import IntervalStrategy, SchedulerType
 from transformers.training_args import OptimizerNames
 
-from ..adagrad import Adagrad
 from ..configuration_elmo import ELMO_PRESETS
-from ..data_bilm import (
-    SPLIT_HELP,
-    SPLITS,
-    DataCollatorForBiLM,
-    WordTable,
-    check_text_files,
-    iter_sentences,
-    load_bilm_dataset,
-    load_compact_bilm_dataset,
-    window_positions,
-)
-from ..file_io import write_atomically
-from ..freed_memory import keep_freed_memory
-from ..streams_bilm import DataCollatorForBiLMStreams, StreamWindowDataset
+from ..io.files import write_atomically
 from ..tokenization_elmo import ElmoTokenizer
-from ..trainer_bilm import (
+from ..training.adagrad import Adagrad
+from ..training.collator import DataCollatorForBiLM
+from ..training.corpus import SPLIT_HELP, SPLITS, check_text_files, iter_sentences
+from ..training.freed_memory import keep_freed_memory
+from ..training.run_setup import build_bilm, tokenizer_and_config
+from ..training.streams import DataCollatorForBiLMStreams, StreamWindowDataset
+from ..training.trainer import (
     LOAD_ERRORS,
     STAGING_DIR,
     CheckpointStaging,
@@ -71,8 +63,9 @@ from ..trainer_bilm import (
     optimizer_steps_per_epoch,
     steps_trained,
 )
-from ..training_setup import build_bilm, tokenizer_and_config
-from ..warm_state import estimate_warm_state
+from ..training.warm_state import estimate_warm_state
+from ..training.windows import load_bilm_dataset
+from ..training.word_table import WordTable, load_compact_bilm_dataset, window_positions
 from .command_line import option
 from .run_folder import OPTIONS_FILE, prepare_output_dir, remove_run_leftovers, resumed_options
 
@@ -167,7 +160,7 @@ class ElmoTrainingArguments(TrainingArguments):
     per_device_eval_batch_size: int = option(128, help="windows per process in evaluation")
     learning_rate: float = option(0.2)
     optim: OptimizerNames | str = option(
-        "adagrad", help="adagrad: bilm-tf's (hf_elmo.adagrad, no epsilon); else any of Trainer's optimizers"
+        "adagrad", help="adagrad: bilm-tf's (hf_elmo.training.adagrad, no epsilon); else any of Trainer's optimizers"
     )
     lr_scheduler_type: SchedulerType | str = option("constant", help="a transformers scheduler name")
     num_train_epochs: float = option(10.0)
@@ -212,8 +205,8 @@ class ElmoTrainingArguments(TrainingArguments):
     max_minutes: float | None = option(None, help="stop (and save) after this many minutes of training")
     keep_freed_memory: bool = option(
         True,
-        help="keep the memory each step frees in the process for the next step (glibc: hf_elmo.freed_memory): faster "
-        "CPU training, the process holding its busiest step's memory between steps",
+        help="keep the memory each step frees in the process for the next step (glibc: training.freed_memory): "
+        "faster CPU training, the process holding its busiest step's memory between steps",
     )
 
     def __post_init__(self):

@@ -1,12 +1,12 @@
-"""`hf-elmo vocab`: count a corpus (`data_bilm.build_word_vocabulary`) and write a word vocabulary in the original
+"""`hf-elmo vocab`: count a corpus (`training.corpus.build_word_vocabulary`) and write a word vocabulary in the original
 format."""
 
 from dataclasses import dataclass
 from functools import partial
 
-from ..data_bilm import SPLIT_HELP, SPLITS, build_word_vocabulary
-from ..file_io import VOCABULARY_FILE, check_output, write_output
+from ..io.files import VOCABULARY_FILE, check_output, write_output
 from ..tokenization_elmo import ElmoTokenizer
+from ..training.corpus import SPLIT_HELP, SPLITS, build_word_vocabulary
 from ..word_vocabulary import write_word_vocabulary
 from .command_line import option
 

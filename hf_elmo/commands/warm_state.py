@@ -3,12 +3,12 @@ in the model folder."""
 
 from dataclasses import dataclass
 
-from ..data_bilm import MODEL_SPLIT_HELP, SPLITS, model_split
 from ..input_checks import device_option
-from ..model_io import load_model_folder
 from ..modeling_elmo import ElmoModel
+from ..pretrained_elmo import load_model_folder
 from ..tokenization_elmo import ElmoTokenizer
-from ..warm_state import DEFAULT_SENTENCES, estimate_warm_state, read_sentences, store_warm_state
+from ..training.corpus import MODEL_SPLIT_HELP, SPLITS, model_split
+from ..training.warm_state import DEFAULT_SENTENCES, estimate_warm_state, read_sentences, store_warm_state
 from .command_line import option
 
 HELP = "estimate a warm start state from text and store it in a model folder"

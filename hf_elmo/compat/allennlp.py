@@ -28,8 +28,8 @@ import torch
 from torch import nn
 
 from ..character_rows import BOS_WORD_IDS, EOS_WORD_IDS, MAX_WORD_LENGTH, pad_rows, words_to_char_ids
-from ..embed_elmo import _state_rows, _store_rows, read_lines
-from ..file_io import HDF5_FILE, ElmoInputError, write_output
+from ..features.embed import _state_rows, _store_rows, read_lines
+from ..io.files import HDF5_FILE, ElmoInputError, write_output
 from ..modeling_elmo import ElmoModel
 from ..scalar_mix import ScalarMix
 from .loading import load_elmo

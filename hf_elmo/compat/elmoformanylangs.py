@@ -20,10 +20,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..convert_elmoformanylangs import load_elmoformanylangs
-from ..embed_elmo import Embedder as _LayerEmbedder
-from ..embed_elmo import LayerSelector
-from ..file_io import ElmoInputError
+from ..convert.from_elmoformanylangs import load_elmoformanylangs
+from ..features.embed import Embedder as _LayerEmbedder
+from ..features.embed import LayerSelector
+from ..io.files import ElmoInputError
 from .loading import load_elmo
 
 

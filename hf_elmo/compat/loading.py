@@ -4,10 +4,10 @@ hf-elmo folder, or a Hub id."""
 import os
 from pathlib import Path
 
-from ..file_io import ElmoInputError
-from ..model_io import load_model_folder
+from ..convert.original_format import load_original_elmo
+from ..io.files import ElmoInputError
 from ..modeling_elmo import ElmoModel
-from ..original_format import load_original_elmo
+from ..pretrained_elmo import load_model_folder
 from ..tokenization_elmo import ElmoTokenizer
 
 

@@ -22,7 +22,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..file_io import ElmoInputError
+from ..io.files import ElmoInputError
 from ..modeling_elmo import ElmoModel
 from ..scalar_mix import ScalarMix
 from ..tokenization_elmo import ElmoTokenizer

@@ -2,7 +2,7 @@
 
 Three ways to run the held-out text through the model:
 
-- windows (the default): sentences packed into windows exactly as for training (see `data_bilm`), each window
+- windows (the default): sentences packed into windows exactly as for training (see `windows`), each window
   starting from the model's start state (its warm start state, else zeros);
 - `--stream`: bilm-tf's `test()`, exactly: one continuous stream per batch row, the state never reset, the last
   incomplete batch dropped (see `streams_bilm`);
@@ -23,20 +23,16 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .character_rows import EOS_TOKEN
-from .configuration_elmo import ElmoConfig
-from .data_bilm import (
-    DataCollatorForBiLM,
-    check_text_files,
-    encode_windows,
-    iter_sentences,
-    pack_sentences,
-)
-from .modeling_elmo import ElmoForBiLM
-from .sampled_softmax import full_softmax_loss
-from .streams_bilm import build_streams, stream_input_ids
-from .tokenization_elmo import ElmoTokenizer
-from .word_vocabulary import BOS_WORD_INDEX
+from ..character_rows import EOS_TOKEN
+from ..configuration_elmo import ElmoConfig
+from ..modeling_elmo import ElmoForBiLM
+from ..sampled_softmax import full_softmax_loss
+from ..tokenization_elmo import ElmoTokenizer
+from ..word_vocabulary import BOS_WORD_INDEX
+from .collator import DataCollatorForBiLM
+from .corpus import check_text_files, iter_sentences
+from .streams import build_streams, stream_input_ids
+from .windows import encode_windows, pack_sentences
 
 STARTS = ("zero", "warm")
 

@@ -1,5 +1,5 @@
-"""`WindowDataset`, the dataset of compact windows that `data_bilm.load_compact_bilm_dataset` returns. A module of its
-own: defining it imports `datasets`, which `data_bilm` (imported by most commands) imports only where it reads data."""
+"""`WindowDataset`, the dataset of compact windows that `word_table.load_compact_bilm_dataset` returns. A module of its
+own: defining it imports `datasets`, which `word_table` (imported by most commands) imports only where it reads data."""
 
 import functools
 

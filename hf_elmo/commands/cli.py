@@ -11,8 +11,8 @@ files and fields) or `OSError` for it, caught here. SIGTERM and SIGHUP stop a co
 import argparse
 import sys
 
-from .commands import convert, embed, env, export, perplexity, train, vocab, warm_state
-from .commands.command_line import CommandParser, DefaultsHelpFormatter, signals_as_interrupts
+from . import convert, embed, env, export, perplexity, train, vocab, warm_state
+from .command_line import CommandParser, DefaultsHelpFormatter, signals_as_interrupts
 
 COMMANDS = {
     "convert": convert,

@@ -51,7 +51,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .file_io import HDF5_FILE, ElmoInputError, HDF5Output, read_lines, write_output
+from ..io.files import HDF5_FILE, ElmoInputError, HDF5Output, read_lines, write_output
 
 WINDOW_BATCHES = 16
 """Lines sorted by length together, in batches: more pads less, holds more lines in memory."""

@@ -28,10 +28,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .character_rows import BOS_TOKEN, EOS_TOKEN
-from .data_bilm import IGNORE_INDEX, DataCollatorForBiLM, _check_split, expand_shards, iter_sentences, split_line
-from .file_io import ElmoInputError, json_field, read_json_object, read_lines
-from .tokenization_elmo import ElmoTokenizer
+from ..character_rows import BOS_TOKEN, EOS_TOKEN
+from ..io.files import ElmoInputError, json_field, read_json_object, read_lines
+from ..tokenization_elmo import ElmoTokenizer
+from .collator import DataCollatorForBiLM
+from .corpus import _check_split, expand_shards, iter_sentences, split_line
+from .windows import IGNORE_INDEX
 
 
 def assign_rows(lengths: Sequence[int], batch_size: int, num_steps: int) -> tuple[list[list[int]], int]:

@@ -19,9 +19,9 @@ it, with the same rounding, instead of clipping writing every gradient once more
 
 import torch
 
-from .cpu_kernels import adagrad_step as compiled_adagrad_step
-from .cpu_kernels import available as compiled_loops_available
-from .triton_support import INTERPRETED, tl, triton
+from ..cpu_kernels import adagrad_step as compiled_adagrad_step
+from ..cpu_kernels import available as compiled_loops_available
+from ..triton_support import INTERPRETED, tl, triton
 
 _BLOCK = 4096
 

@@ -11,14 +11,14 @@ from pathlib import Path
 
 from transformers import set_seed
 
-from .configuration_elmo import ARCHITECTURE_FIELDS, ELMO_PRESETS, WEIGHT_FORMAT_FIELDS, ElmoConfig
-from .data_bilm import TRAINING_OPTIONS_FILE, build_word_vocabulary
-from .model_io import add_origin, describe_source
-from .modeling_elmo import ElmoForBiLM
-from .original_format import config_from_options
-from .tokenization_elmo import ElmoTokenizer
-from .trainer_bilm import check_frequency_order, log_once
-from .word_vocabulary import WORD_VOCABULARY_FILE, read_word_vocabulary
+from ..configuration_elmo import ARCHITECTURE_FIELDS, ELMO_PRESETS, WEIGHT_FORMAT_FIELDS, ElmoConfig
+from ..convert.original_format import config_from_options
+from ..modeling_elmo import ElmoForBiLM
+from ..pretrained_elmo import add_origin, describe_source
+from ..tokenization_elmo import ElmoTokenizer
+from ..word_vocabulary import WORD_VOCABULARY_FILE, read_word_vocabulary
+from .corpus import TRAINING_OPTIONS_FILE, build_word_vocabulary
+from .trainer import check_frequency_order, log_once
 
 
 def load_config(spec: str) -> ElmoConfig:

@@ -25,11 +25,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .character_rows import BOS_TOKEN, EOS_TOKEN
-from .data_bilm import check_text_files, iter_sentences
-from .file_io import ElmoInputError, replace_atomically
-from .modeling_elmo import ElmoModel, ElmoState
-from .tokenization_elmo import ElmoTokenizer
+from ..character_rows import BOS_TOKEN, EOS_TOKEN
+from ..io.files import ElmoInputError, replace_atomically
+from ..modeling_elmo import ElmoModel, ElmoState
+from ..tokenization_elmo import ElmoTokenizer
+from .corpus import check_text_files, iter_sentences
 
 STREAMS = 64
 DEFAULT_SENTENCES = 2000

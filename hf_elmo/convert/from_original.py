@@ -7,11 +7,11 @@ weight mapping are `original_format.py`; `hf-elmo export` goes the other way wit
 
 from pathlib import Path
 
-from .file_io import MODEL_FOLDER, ElmoConversionError, check_output, write_output
-from .model_io import add_origin
+from ..io.files import MODEL_FOLDER, ElmoConversionError, check_output, write_output
+from ..pretrained_elmo import add_origin
+from ..tokenization_elmo import ElmoTokenizer
+from ..training.warm_state import add_warm_state
 from .original_format import load_original_elmo
-from .tokenization_elmo import ElmoTokenizer
-from .warm_state import add_warm_state
 
 
 def convert(

@@ -1,7 +1,7 @@
 """Sentence embeddings with sentence-transformers: ELMo's top layer averaged (or max-pooled) over the words of each
 sentence, without the `<S>` and `</S>` positions the tokenizer adds.
 
-    from hf_elmo.sentence_embeddings import elmo_sentence_transformer
+    from hf_elmo.features.sentence_embeddings import elmo_sentence_transformer
 
     model = elmo_sentence_transformer("path/to/elmo")       # any ELMo folder or Hub id
     model.encode(["The cat sat on the mat.", "Hello"])       # (2, 2 * projection_dim)

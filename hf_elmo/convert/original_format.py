@@ -24,9 +24,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .configuration_elmo import ElmoConfig
-from .file_io import ElmoInputError, checked_config, checked_filters, json_field, read_json_object
-from .modeling_elmo import ElmoModel
+from ..configuration_elmo import ElmoConfig
+from ..io.files import ElmoInputError, checked_config, checked_filters, json_field, read_json_object
+from ..modeling_elmo import ElmoModel
 
 TF_FORGET_BIAS = 1.0
 CELL_PATH = "RNN_{direction}/RNN/MultiRNNCell/Cell{layer}/LSTMCell"

@@ -27,15 +27,17 @@ from transformers.trainer import TRAINER_STATE_NAME
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from transformers.training_args import OptimizerNames
 
+from ..configuration_elmo import ElmoConfig
+from ..input_checks import check_bilm_batch, values_checked_on_host
+from ..io.files import ElmoInputError, deferred_signals, write_atomically
+from ..pretrained_elmo import check_finite_weights, safetensors_shapes
+from ..tokenization_elmo import ElmoTokenizer
+from ..word_vocabulary import WORD_VOCABULARY_FILE, WORD_VOCABULARY_SPECIALS
 from .adagrad import Adagrad
-from .configuration_elmo import ElmoConfig
-from .data_bilm import STORED_WINDOWS, TRAINING_OPTIONS_FILE, DataCollatorForBiLM, WordTable, iter_sentences
-from .file_io import ElmoInputError, deferred_signals, write_atomically
-from .input_checks import check_bilm_batch, values_checked_on_host
-from .model_io import check_finite_weights, safetensors_shapes
-from .streams_bilm import STREAM_CORPUS_FILE, STREAM_POSITION
-from .tokenization_elmo import ElmoTokenizer
-from .word_vocabulary import WORD_VOCABULARY_FILE, WORD_VOCABULARY_SPECIALS
+from .collator import DataCollatorForBiLM
+from .corpus import TRAINING_OPTIONS_FILE, iter_sentences
+from .streams import STREAM_CORPUS_FILE, STREAM_POSITION
+from .word_table import STORED_WINDOWS, WordTable
 
 STAGING_DIR = ".staging"
 """Folder in the output folder where a checkpoint or the final model is written, then moved into place."""
@@ -303,8 +305,8 @@ def check_loss_options(args: TrainingArguments, compute_loss_func=None):
 
 def clip_in_optimizer(optimizer: torch.optim.Optimizer, max_norm: float):
     """bilm-tf's clipping, TensorFlow's `clip_by_global_norm` (every gradient times `max_norm / max(norm, max_norm)`),
-    as part of each step of `optimizer`: inside the fused pass of `hf_elmo.adagrad.Adagrad` (`clip_grad_norm_`), else
-    before the step."""
+    as part of each step of `optimizer`: inside the fused pass of `hf_elmo.training.adagrad.Adagrad`
+    (`clip_grad_norm_`), else before the step."""
 
     def clip(optimizer, args, kwargs):
         if isinstance(optimizer, Adagrad):
@@ -359,7 +361,7 @@ class ElmoTrainer(Trainer):
         self.accelerator.clip_grad_norm_ = self.gradient_norm
 
     def gradient_norm(self, parameters, max_norm: float, norm_type: float = 2.0) -> torch.Tensor:
-        """The total gradient norm for `Trainer`'s log: with `hf_elmo.adagrad.Adagrad` in plain or DDP training
+        """The total gradient norm for `Trainer`'s log: with `hf_elmo.training.adagrad.Adagrad` in plain or DDP training
         without a loss scaler, taken by the optimizer's clip (`--all_clip_norm_val`, or none), whose factor its
         fused step applies; else the accelerator's `clip_grad_norm_`."""
         optimizer = getattr(self.optimizer, "optimizer", self.optimizer)  # accelerate wraps it
@@ -464,7 +466,7 @@ class ElmoTrainer(Trainer):
 
     def complete_checkpoint(self, folder: Path):
         """Adds what `Trainer` does not write to the checkpoint in `folder`: the tokenizer, so that every checkpoint
-        is a complete model folder, and the run's options (how it splits text: `data_bilm.model_split`)."""
+        is a complete model folder, and the run's options (how it splits text: `corpus.model_split`)."""
         if self.args.should_save:
             self.word_tokenizer.save_pretrained(folder)
             options = self.run_dir / TRAINING_OPTIONS_FILE

@@ -3,7 +3,7 @@ half-written.
 
 Every problem with an input (a missing file, bad JSON, a field of the wrong type, an output that would replace
 user data) is an `ElmoInputError`: a `ValueError` whose message is one line naming the file and what is wrong.
-The command line (`hf_elmo.cli`) prints it as `error: ...`.
+The command line (`hf_elmo.commands.cli`) prints it as `error: ...`.
 
 The output rule (`check_output`, `write_output`), the same for every command that writes:
 
@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from .model_files import (
+from ..folder_files import (
     ElmoInputError,
     follow_umask,
     json_field,

@@ -41,7 +41,7 @@ from transformers.utils import CONFIG_NAME, cached_file
 from transformers.utils import logging as hf_logging
 
 from .configuration_elmo import MODEL_CLASSES, model_class_entry
-from .model_files import ElmoInputError, follow_umask, json_field, read_json_object, write_atomically
+from .folder_files import ElmoInputError, follow_umask, json_field, read_json_object, write_atomically
 
 _PICKLE_REFUSED = (
     "ELMo loads weights only from safetensors by default, because a pickle checkpoint (pytorch_model.bin) can run "
@@ -72,11 +72,11 @@ def note_new_head(model, name_or_path, saved_architectures):
 
 
 def installed_hub_module():
-    """`hf_elmo.hub_elmo` (model card, pushing to the Hub) of the installed package, or None where hf_elmo is not
+    """`hf_elmo.features.hub` (model card, pushing to the Hub) of the installed package, or None where hf_elmo is not
     installed (a saved folder's code loaded with trust_remote_code=True). Imported by its absolute name so that
     `save_pretrained`, which copies the model's relative imports into the folder, does not copy Hub code."""
     try:
-        return importlib.import_module("hf_elmo.hub_elmo")
+        return importlib.import_module("hf_elmo.features.hub")
     except ImportError:
         return None
 

@@ -6,9 +6,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from .batch_encoding_elmo import PAIR_PREFIX
-from .character_rows import pad_rows
-from .modeling_elmo import ElmoModel
+from ..batch_encoding_elmo import PAIR_PREFIX
+from ..character_rows import pad_rows
+from ..modeling_elmo import ElmoModel
 
 
 def tokenize_and_align_labels(

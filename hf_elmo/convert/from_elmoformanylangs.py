@@ -32,7 +32,7 @@ from pathlib import Path
 
 import torch
 
-from .character_rows import (
+from ..character_rows import (
     VOCAB_BEGINNING_OF_WORD,
     VOCAB_BOS_TOKEN,
     VOCAB_END_OF_WORD,
@@ -40,8 +40,8 @@ from .character_rows import (
     VOCAB_PADDING,
     VOCAB_UNKNOWN,
 )
-from .configuration_elmo import ElmoConfig
-from .file_io import (
+from ..configuration_elmo import ElmoConfig
+from ..io.files import (
     MODEL_FOLDER,
     ElmoInputError,
     check_output,
@@ -52,9 +52,9 @@ from .file_io import (
     read_utf8,
     write_output,
 )
-from .model_io import add_origin
-from .modeling_elmo import ElmoModel
-from .tokenization_elmo import ElmoTokenizer
+from ..modeling_elmo import ElmoModel
+from ..pretrained_elmo import add_origin
+from ..tokenization_elmo import ElmoTokenizer
 
 DEFAULT_MODEL_CONFIG = {
     "encoder": {"name": "elmo", "projection_dim": 512, "cell_clip": 3, "proj_clip": 3, "dim": 4096, "n_layers": 2},

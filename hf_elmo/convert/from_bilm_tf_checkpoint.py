@@ -20,14 +20,14 @@ from pathlib import Path
 
 import torch
 
-from .file_io import MODEL_FOLDER, ElmoInputError, check_output, write_output
-from .model_io import add_origin
-from .modeling_elmo import ElmoForBiLM
+from ..io.files import MODEL_FOLDER, ElmoInputError, check_output, write_output
+from ..modeling_elmo import ElmoForBiLM
+from ..pretrained_elmo import add_origin
+from ..tokenization_elmo import ElmoTokenizer
+from ..training.warm_state import add_warm_state
+from ..word_vocabulary import read_word_vocabulary
 from .original_format import config_from_options, load_options, not_described_error, weight_links
 from .tf_checkpoint import TFCheckpoint
-from .tokenization_elmo import ElmoTokenizer
-from .warm_state import add_warm_state
-from .word_vocabulary import read_word_vocabulary
 
 _LSTM_NAME = re.compile(r"RNN_(\d+)/RNN/MultiRNNCell/Cell(\d+)/LSTMCell/(W_0|B|W_P_0)")
 _LSTM_PARTS = {"W_0": "kernel", "B": "bias", "W_P_0": "projection/kernel"}

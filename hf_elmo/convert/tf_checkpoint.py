@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .file_io import ElmoInputError
+from ..io.files import ElmoInputError
 
 _TABLE_MAGIC = 0xDB4775248B80FB57
 _FOOTER_SIZE = 48  # two block handles padded to 40 bytes, then the magic

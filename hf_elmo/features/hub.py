@@ -6,8 +6,8 @@ model's config carries (`config.json` `elmo_origin`, added to by `model_io.add_o
 convert`, trained by `hf-elmo train`, a task head put on the biLM of a named folder or repository. It reports no
 evaluation.
 
-The model reaches this module only through the installed package (`model_io.installed_hub_module`): a saved folder's
-remote code carries no Hub code.
+The model reaches this module only through the installed package (`pretrained_elmo.installed_hub_module`): a saved
+folder's remote code carries no Hub code.
 """
 
 import tempfile
@@ -16,9 +16,9 @@ from pathlib import Path
 from huggingface_hub import HfApi, ModelCard, ModelCardData
 from huggingface_hub.errors import EntryNotFoundError
 
-from .configuration_elmo import model_class_entry
-from .file_io import CARD_MARKER
-from .model_files import write_atomically
+from ..configuration_elmo import model_class_entry
+from ..folder_files import write_atomically
+from ..io.files import CARD_MARKER
 
 # The project's top-level model_card.md, linked into the package so installed copies carry it.
 MODEL_CARD_TEMPLATE = Path(__file__).with_name("model_card.md")

@@ -15,10 +15,10 @@ import json
 import warnings
 from pathlib import Path
 
-from .configuration_elmo import TASK_HEADS
-from .file_io import ORIGINAL_FOLDER, HDF5Output, check_output, write_output
-from .model_io import load_model_folder
-from .modeling_elmo import ElmoModel
+from ..configuration_elmo import TASK_HEADS
+from ..io.files import ORIGINAL_FOLDER, HDF5Output, check_output, write_output
+from ..modeling_elmo import ElmoModel
+from ..pretrained_elmo import load_model_folder
 from .original_format import hdf5_datasets_from_state_dict, options_from_config
 
 

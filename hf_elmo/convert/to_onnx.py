@@ -22,12 +22,12 @@ import torch
 from torch import nn
 from transformers.utils import CONFIG_NAME
 
-from . import modeling_elmo
-from .configuration_elmo import TASK_HEADS
-from .file_io import OutputKind, write_output
-from .model_files import read_json_object
-from .model_io import load_model_folder
-from .modeling_elmo import ElmoModel
+from .. import modeling_elmo
+from ..configuration_elmo import TASK_HEADS
+from ..folder_files import read_json_object
+from ..io.files import OutputKind, write_output
+from ..modeling_elmo import ElmoModel
+from ..pretrained_elmo import load_model_folder
 
 ONNX_FOLDER = OutputKind(
     "an ONNX export folder (model.onnx)", True, lambda p: p.name in ("model.onnx", "model.onnx.data")

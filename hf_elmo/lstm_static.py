@@ -26,7 +26,7 @@ from .cuda_graphs import CaptureCache, PendingBackward, capture_graph
 from .triton_support import INTERPRETED, triton
 
 if triton is not None:  # Triton ships with PyTorch's CUDA builds; the PyTorch steps need none.
-    from .gpu_lstm_kernels import cell_backward, cell_forward, gates_cell_forward, hidden_backward, hidden_forward
+    from .lstm_triton import cell_backward, cell_forward, gates_cell_forward, hidden_backward, hidden_forward
 
     _TRITON_STEPS = (cell_forward, hidden_forward, hidden_backward, cell_backward)
 else:

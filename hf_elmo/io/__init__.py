@@ -1,0 +1,1 @@
+"""Reading the input files of the commands and features; writing their outputs atomically."""
