@@ -6,7 +6,7 @@
 
 The gradients are those of one real step (`bench_training.make_batch`, sampled softmax of 8,192 of 100,000 words), so
 the softmax rows a step does not touch are zero as in training. Both ways give the same norm and update to the bit
-(`tests/test_adagrad.py`); what differs is one read and one write of every gradient.
+(`tests/training/test_adagrad.py`); what differs is one read and one write of every gradient.
 """
 
 import argparse

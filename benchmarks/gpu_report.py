@@ -138,7 +138,7 @@ def paths_for(batch_size: int, paths: list[str], projection_dim: int) -> list[st
 
 def exactness(quick: bool):
     """Each GPU path against the model's reference path in float64 on the CPU, on random weights. (The original
-    implementations' fixtures on the GPU are the suite's `tests/test_static_shapes.py`, which `gpu_targets.sh` runs
+    implementations' fixtures on the GPU are the suite's `tests/model/test_lstm_static.py`, which `gpu_targets.sh` runs
     first.)"""
     rows = []
     config = ElmoConfig.from_preset("small")

@@ -16,9 +16,9 @@ cd "$(dirname "$0")/.."
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"  # the package from this tree, installed or not
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > "$folder/gpu.txt" 2>&1
 # The suite's GPU tests first (the kernels on CUDA tensors, CUDA graphs, the static-shape path), at most 3 minutes.
-timeout 180 "$python" -m pytest -q -p no:cacheprovider tests/test_char_cnn_kernels.py tests/test_cuda_graphs.py \
-    tests/test_static_shapes.py tests/test_adagrad.py tests/test_sampled_softmax.py \
-    tests/test_data_bilm.py::test_compact_windows_give_the_batches_and_the_loss_of_full_rows > "$folder/tests.txt" 2>&1
+timeout 180 "$python" -m pytest -q -p no:cacheprovider tests/model/test_char_cnn_triton.py tests/model/test_cuda_graphs.py \
+    tests/model/test_lstm_static.py tests/training/test_adagrad.py tests/model/test_sampled_softmax.py \
+    tests/training/test_training_data.py::test_compact_windows_give_the_batches_and_the_loss_of_full_rows > "$folder/tests.txt" 2>&1
 "$python" benchmarks/gpu_report.py --minutes 5 --output "$folder/report.txt" > "$folder/report.log" 2>&1
 "$python" benchmarks/gpu_report.py --sections training --batches 1024 --paths static --minutes 1 \
     --output "$folder/training-1024.txt" > "$folder/training-1024.log" 2>&1

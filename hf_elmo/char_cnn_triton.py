@@ -14,7 +14,8 @@ elementwise operations in PyTorch, each a pass over `(words, filters)` tensors, 
 results; `HighwayCombine` is one pass forward and one backward, and keeps only the product and `x`.
 
 Importing this module needs Triton. With `TRITON_INTERPRET=1` set before the import, the kernels run on CPU
-tensors (slowly), which is how the CPU test suite checks them; `tests/test_triton_compile.py` compiles them for a GPU.
+tensors (slowly), which is how the CPU test suite checks them; `tests/model/test_triton_compile.py` compiles them for a
+GPU.
 """
 
 import torch

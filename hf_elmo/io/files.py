@@ -122,7 +122,7 @@ def _is_model_folder_file(path: Path) -> bool:
         "vocab.txt",
     }
     ours = path.name in names or re.fullmatch(r"model-\d{5}-of-\d{5}\.safetensors", path.name) is not None
-    ours = ours or (path.suffix == ".py" and (Path(__file__).parent / path.name).is_file())
+    ours = ours or (path.suffix == ".py" and (Path(__file__).parents[1] / path.name).is_file())
     if path.name == "README.md":  # the model card save_pretrained wrote, not one written by someone else
         try:
             return CARD_MARKER in path.read_text(encoding="utf-8")

@@ -172,7 +172,7 @@ def test_split_errors():
 
 def test_the_captured_stream_step_computes_what_the_direct_step_does():
     """A stream step on a GPU is captured as CUDA graphs around `_training_step_sums` with the carried start state
-    (`cuda_graphs.py`; the replay itself is tested on a GPU in `test_static_shapes.py`): that function gives the direct
+    (`cuda_graphs.py`; the replay itself is tested on a GPU in `test_lstm_static.py`): that function gives the direct
     step's loss sums, final state and gradients, and its final state takes no gradient."""
     config = ElmoConfig(**{**fast_path_config().to_dict(), "vocab_size": 40, "num_softmax_samples": 0})
     model = ElmoForBiLM(config).train()

@@ -742,7 +742,7 @@ CASES = {
         [tf_checkpoint],
     ),
     # --- training defaults and presets (a sentence longer than the window is no longer refused: it is cut, see
-    # tests/test_data_bilm.py) ---
+    # tests/training/test_training_data.py) ---
     "train: --config naming neither a preset nor a file": Case(
         TRAIN.replace("--config B", "--config huge"),
         r"--config 'huge' is neither a preset \(tiny, small, medium, original\) nor an existing file or folder\.$",
@@ -2165,7 +2165,7 @@ def test_a_config_json_without_forget_bias_is_read_as_the_folders_that_lacked_it
     batch = ElmoTokenizer()(words, is_split_into_words=True, padding=True, return_tensors="pt")
     with torch.no_grad():
         top = model(**batch).last_hidden_state
-    for k, sentence in enumerate(words):  # the original's rule, as tests/test_modeling_elmo.py compares
+    for k, sentence in enumerate(words):  # the original's rule, as tests/model/test_modeling_elmo.py compares
         np.testing.assert_allclose(top[k, 1 : len(sentence) + 1].numpy(), expected[k], atol=1e-6, rtol=1e-5)
 
 

@@ -17,7 +17,7 @@ from hf_elmo.word_vocabulary import read_word_vocabulary, write_word_vocabulary
 
 DEVICES = ["cpu", *(["cuda"] if torch.cuda.is_available() else [])]
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SHAKESPEARE = ROOT / "data/tinyshakespeare/input.txt"
 BILM_TF_TRAIN = FIXTURES / "bilm-tf/train"
 

@@ -10,7 +10,7 @@ import torch
 
 from hf_elmo import ElmoConfig
 
-BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 
 
 @pytest.fixture
@@ -63,7 +63,7 @@ def test_report_sections_run_and_the_gpu_path_is_exact(report):
         assert float(values) <= 1e-5 and float(gradients) <= 1e-4, what
     for what, cosines in rows_of(exactness, "small, bfloat16 autocast"):
         assert min(float(c) for c in cosines.split(" / ")) >= 0.99, what
-    # (The original implementations' fixtures on the GPU path are tests/test_static_shapes.py's.)
+    # (The original implementations' fixtures on the GPU path are tests/model/test_lstm_static.py's.)
     # Every path trained and embedded at a rate (none failed or was skipped).
     for table, first in ((training, ("small", "original")), (inference, ("float32", "bfloat16"))):
         rows = [row for name in first for row in rows_of(table, name)]

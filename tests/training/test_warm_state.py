@@ -11,7 +11,7 @@ import h5py
 import numpy as np
 import pytest
 import torch
-from conftest import CHECKPOINT, FIXTURES, run_without_hf_elmo
+from conftest import CHECKPOINT, FIXTURES, as_a_folder_copy_runs, run_without_hf_elmo
 from datasets import Dataset
 from fake_hub import FakeHub
 from transformers import AutoModel, AutoModelForTokenClassification, AutoTokenizer, pipeline
@@ -195,7 +195,8 @@ def test_remote_code_and_hub_carry_the_warm_state(warm_dir, tmp_path, monkeypatc
         """
     )
     run_without_hf_elmo(script, tmp_path, HF_HUB_OFFLINE="1", HF_HUB_CACHE=str(tmp_path / "hub-cache"))
-    expected = run(model).last_hidden_state.numpy()
+    with as_a_folder_copy_runs(model):
+        expected = run(model).last_hidden_state.numpy()
     for index in range(2):
         assert np.array_equal(np.load(tmp_path / f"top{index}.npy"), expected)
 

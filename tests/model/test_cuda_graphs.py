@@ -1,6 +1,6 @@
 """How a replayed computation hands its gradients to autograd (`cuda_graphs._Replay`), on the CPU: the two graphs
 are stood in for by functions that write the same buffers a replay writes. The replays themselves are tested on a
-GPU (`test_static_shapes.py`)."""
+GPU (`test_lstm_static.py`)."""
 
 import pytest
 import torch

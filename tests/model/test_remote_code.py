@@ -19,7 +19,7 @@ from hf_elmo import ElmoConfig, ElmoForTokenClassification, ElmoModel, ElmoToken
 from hf_elmo.configuration_elmo import AUTO_MAP, MODEL_CLASSES
 
 PACKAGE = Path(hf_elmo.__file__).parent
-DOCS = Path(__file__).parents[1] / "docs" / "architecture.md"
+DOCS = Path(__file__).parents[2] / "docs" / "architecture.md"
 TINY = dict(char_embedding_dim=4, filters=[[1, 4], [2, 4]], n_highway=1, cell_dim=8, projection_dim=4, num_layers=1)
 # Command-line and Hub code: a module importing one of these is no part of a model.
 COMMAND_LINE_MODULES = {"argparse", "signal"}

@@ -3,7 +3,7 @@ import textwrap
 import numpy as np
 import pytest
 import torch
-from conftest import run_without_hf_elmo
+from conftest import as_a_folder_copy_runs, run_without_hf_elmo
 from safetensors import safe_open
 from test_modeling_elmo import small_config
 from test_sampled_softmax import reference_sampled_softmax
@@ -230,7 +230,7 @@ def test_remote_code_loads_the_bilm_without_the_package(tmp_path):
     model.save_pretrained(tmp_path / "bilm")
     inputs = batch()
     torch.save(dict(inputs), tmp_path / "inputs.pt")
-    with torch.no_grad():
+    with torch.no_grad(), as_a_folder_copy_runs(model):
         expected = model(**inputs).loss.item()
     script = textwrap.dedent(
         f"""

@@ -25,7 +25,7 @@ from hf_elmo.commands.train import (
 from hf_elmo.training.corpus import iter_sentences, model_split
 from hf_elmo.training.run_setup import tokenizer_and_config
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SHAKESPEARE = ROOT / "data/tinyshakespeare/input.txt"
 
 

@@ -9,14 +9,14 @@ import h5py
 import numpy as np
 import pytest
 import torch
-from conftest import FIXTURES, run_without_hf_elmo
+from conftest import FIXTURES, as_a_folder_copy_runs, run_without_hf_elmo
 from transformers import AutoModel, AutoTokenizer
 
 from hf_elmo import ElmoModel, ElmoTokenizer
 from hf_elmo.commands.cli import main as cli_main
 from hf_elmo.convert.original_format import load_original_elmo
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 OPTIONS = FIXTURES / "allennlp/options.json"
 WEIGHTS = FIXTURES / "allennlp/lm_weights.hdf5"
 WORDS = [["The", "bank", "of", "the", "river", "."], ["I", "went", "to", "the", "bank", "to", "deposit", "money"]]
@@ -44,7 +44,8 @@ def test_converted_folder_loads_with_auto_classes_bit_identical(converted_dirs, 
 
 def test_remote_code_loads_without_the_package(converted_dirs, tmp_path):
     folder = converted_dirs["bilm-tf"]
-    expected = embed(AutoModel.from_pretrained(folder).eval(), AutoTokenizer.from_pretrained(folder))
+    with as_a_folder_copy_runs(AutoModel.from_pretrained(folder).eval()) as model:
+        expected = embed(model, AutoTokenizer.from_pretrained(folder))
     script = textwrap.dedent(
         f"""
         import numpy, torch

@@ -19,7 +19,7 @@ from transformers import (
 from hf_elmo import ElmoConfig, ElmoForSequenceClassification, ElmoForTokenClassification, ElmoModel, ElmoTokenizer
 from hf_elmo.features.task_data import DataCollatorForElmo, ElmoLayerCache, tokenize_and_align_labels
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SENTENCES = [["The", "cat", "sat", "on", "the", "mat", "."], ["Hi"], ["Über", "naïve", "words", "here"], []]
 
 
