@@ -1,3 +1,7 @@
+"""What the suite shares: one intra-op thread per process, the fixtures' files and batches, the fixture models
+converted once per session, the reference-path model, the rounding bound of a float32 sum.
+"""
+
 import contextlib
 import copy
 import json
@@ -26,6 +30,9 @@ from hf_elmo.convert.from_original import convert
 # numbers are compared exactly with this process's). Tests of threading set their own counts.
 torch.set_num_threads(1)
 os.environ["OMP_NUM_THREADS"] = "1"
+
+# The hostile-input tables of every folder share their working folder and checks (`workspace`, `bilm_dir`).
+pytest_plugins = ["hostile"]
 
 FIXTURES = Path(__file__).parent / "fixtures"
 # A biLM trained by bilm-tf, its raw TensorFlow checkpoint and bilm-tf's own held-out numbers (README there).
