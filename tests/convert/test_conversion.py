@@ -1,3 +1,8 @@
+"""The converter of the original files (`options.json` + `weights.hdf5`): its folder loads through the Auto classes and
+with remote code bit for bit, the command line entry points, its errors one line leaving nothing, `--force` replacing
+only an earlier conversion.
+"""
+
 import json
 import shutil
 import subprocess

@@ -1,3 +1,7 @@
+"""`ElmoConfig`: the presets' parameter counts, unknown presets and invalid values refused on construction, the
+save/load round trip.
+"""
+
 import pytest
 import torch
 from transformers import AutoConfig

@@ -1,3 +1,7 @@
+"""`ElmoForBiLM`: the full and sampled softmax losses against float64 recomputations, the loss normalisation, dropout
+in training, bad labels, saving and loading (with remote code too), bfloat16 autocast, the training step's FLOP count.
+"""
+
 import textwrap
 
 import numpy as np

@@ -1,3 +1,7 @@
+"""`ElmoModel` against the original's outputs (the fixtures, with carried state) and a float64 reference: clipping, the
+state of each row, stateless outputs, gradients, input checks, safetensors-only loading, `return_dict=False`.
+"""
+
 import re
 
 import h5py

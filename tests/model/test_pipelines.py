@@ -1,3 +1,7 @@
+"""The pipelines: feature extraction, token classification (raw text, pre-split words, aggregation, from a folder
+with and without the package, the built-in pipeline kept for other models), text classification, word offsets.
+"""
+
 import numpy as np
 import pytest
 import torch

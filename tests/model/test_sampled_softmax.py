@@ -1,3 +1,7 @@
+"""TensorFlow's sampled softmax with the log-uniform sampler: the loss and its gradients against the float64 formula,
+the expected counts, the sampler's draws and frequencies, the limit of the full softmax.
+"""
+
 import math
 
 import numpy as np

@@ -1,3 +1,7 @@
+"""`ScalarMix` against its float64 formula (with and without layer norm over the unmasked positions), gradients and
+freezing, the L2 penalty, DDP, bad inputs.
+"""
+
 import os
 import subprocess
 import sys

@@ -1,7 +1,9 @@
 """Tests of the ELMo character-id tokenizer.
 
-Expected rows are written out by hand from the spec (ELMO_SPEC.md section 1: byte b -> b + 1,
-begin-of-word 259, end-of-word 260, padding char 261, <S> char 257, </S> char 258, 48 bytes max).
+Expected rows are written out by hand from the rule of the original code (AllenNLP's `ELMoCharacterMapper`, bilm-tf's
+`UnicodeCharsVocabulary`): a word is its UTF-8 bytes cut to the first 48, each byte b -> b + 1, between
+begin-of-word 259 and end-of-word 260, the rest of its 50 slots the padding character 261; the sentence boundaries
+are the rows of the <S> character 257 and the </S> character 258; a padding position is a row of zeros.
 """
 
 import pickle

@@ -1,3 +1,8 @@
+"""Training a biLM with `hf-elmo train` and `ElmoTrainer`: the steps are bilm-tf's Adagrad steps, training beats the
+unigram perplexity, resuming and several processes give the same weights, checkpoints are complete or absent,
+non-finite values stop a run, Trainer's options reach it, stored windows train as full rows, the log.
+"""
+
 import json
 import math
 import os

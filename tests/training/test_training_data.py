@@ -1,3 +1,7 @@
+"""The training data: windows of whole sentences and their targets, the word vocabulary, the collator, compact windows
+(the same batches and loss as full rows, prepared once), shards, bad data and vocabulary files.
+"""
+
 from collections import Counter
 from pathlib import Path
 
