@@ -11,7 +11,8 @@ biLM is frozen, so its layers are computed once (`ElmoLayerCache`) and shared by
   * the top layer only; layer 0 (the character CNN) only;
   * ELMo at the BiLSTM's input and output, each with its own learned ScalarMix.
 
-Prints a markdown table; `--predictions FILE` also writes each ablation's predicted tags, one list per sentence.
+Prints a markdown table; `--predictions FILE` also writes each ablation's predicted tags, one list per sentence, and
+`--save-taggers` each ablation's trained tagger (with the biLM) into its folder under `--output-dir`.
 """
 
 import argparse
@@ -88,6 +89,9 @@ def main():
     parser.add_argument("--ablations", nargs="*", default=list(ABLATIONS), choices=list(ABLATIONS), metavar="NAME")
     parser.add_argument("--output-dir", default="outputs/pos_tagging")
     parser.add_argument("--predictions", help="also write each ablation's predicted tags to this JSON file")
+    parser.add_argument(
+        "--save-taggers", action="store_true", help="also save each ablation's tagger into its folder of --output-dir"
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
         "--threads", type=int, default=1, help="CPU threads (1 is fastest for small models, shared CPUs)"
@@ -156,6 +160,8 @@ def main():
         )
         started = time.perf_counter()
         trainer.train()
+        if args.save_taggers:
+            trainer.save_model()
         predictions[name] = predicted_tags(trainer.predict(splits["eval"]).predictions, eval_words, labels)
         score = word_accuracy(predictions[name], eval_tags)
         mixes = model.task_encoder.scalar_mixes.items()

@@ -497,23 +497,37 @@ def test_pos_tagging_example_prints_the_ablation_table(converted_dirs, tmp_path)
     ablations = ["top layer only (input)", "all layers, learned weights (input + output)"]
     command = [sys.executable, str(ROOT / "examples/pos_tagging.py"), "--model", str(converted_dirs["allennlp"])]
     command += ["--train-sentences", "16", "--eval-sentences", "16", "--epochs", "1", "--output-dir", str(tmp_path)]
-    command += ["--predictions", str(tmp_path / "predictions.json")]
+    command += ["--predictions", str(tmp_path / "predictions.json"), "--save-taggers"]
     result = subprocess.run(command + ["--ablations", *ablations], capture_output=True, text=True, cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     rows = re.findall(r"^\| (.+?) \| ([0-9.]+) \| (.+) \|$", result.stdout, flags=re.M)
     assert [name for name, _, _ in rows] == ablations
-    # The accuracy is over the words alone: recomputed from the predicted tags against the file's own UPOS column.
-    gold = [[]]
+    # The truth, counted here: the words and UPOS column of the file's first 16 sentences, each saved tagger run on
+    # those words, its tag at the position of each word (the batch's own word_ids), against the gold tag.
+    sentences = [[]]
     for line in (ROOT / "examples/data/ud_english_ewt/en_ewt-ud-test.conllu").read_text(encoding="utf-8").splitlines():
         columns = line.split("\t")
         if len(columns) == 10 and columns[0].isdigit():
-            gold[-1].append(columns[3])
-        elif not line.strip() and gold[-1]:
-            gold.append([])
-    gold = gold[:16]
+            sentences[-1].append((columns[1], columns[3]))
+        elif not line.strip() and sentences[-1]:
+            sentences.append([])
+    sentences = sentences[:16]
+    words = [[word for word, _ in sentence] for sentence in sentences]
+    gold = [[tag for _, tag in sentence] for sentence in sentences]
+    batch = ElmoTokenizer.from_pretrained(converted_dirs["allennlp"])(
+        words, is_split_into_words=True, padding=True, return_tensors="pt"
+    )
     predicted = json.loads((tmp_path / "predictions.json").read_text())
     for name, accuracy, _ in rows:
-        assert [len(tags) for tags in predicted[name]] == [len(tags) for tags in gold]
-        pairs = [(p, g) for tags, gold_tags in zip(predicted[name], gold) for p, g in zip(tags, gold_tags)]
-        assert float(accuracy) == pytest.approx(100 * sum(p == g for p, g in pairs) / len(pairs), abs=0.005)
+        tagger = ElmoForTokenClassification.from_pretrained(tmp_path / name.replace(" ", "_")).eval()
+        with torch.no_grad():
+            best = tagger(**batch).logits.argmax(-1)
+        tags = [[None] * len(sentence) for sentence in words]
+        for k in range(len(words)):
+            for position, word in enumerate(batch.word_ids(k)):
+                if word is not None:
+                    tags[k][word] = tagger.config.id2label[int(best[k, position])]
+        correct = sum(p == g for sentence, gold_tags in zip(tags, gold) for p, g in zip(sentence, gold_tags))
+        assert float(accuracy) == pytest.approx(100 * correct / sum(map(len, gold)), abs=0.005), name
+        assert predicted[name] == tags, name  # the example's --predictions, one tag a word
     assert rows[0][2] == "—" and rows[1][2].startswith("input [") and ", output [" in rows[1][2]
