@@ -227,7 +227,7 @@ API_CASES = {
     "config.json paths that are a string": (
         [edit_json("M/config.json", paths="reference")],
         load("ElmoModel", "M"),
-        r"M: config\.json: ElmoConfig\.paths must be dict \| hf_elmo\.paths\.ElmoPaths \| None, got "
+        r"M: config\.json: ElmoConfig\.paths must be dict \| hf_elmo\.compute_paths\.ElmoPaths \| None, got "
         r"'reference'\.$",
     ),
     "compiled window max forced on a bfloat16 model": (
