@@ -146,7 +146,7 @@ CASES = {
         r"^error: ElmoConfig\.cell_clip must be finite, got nan\.$",
         [edit_json("M/config.json", cell_clip=float("nan"))],
     ),
-    # --- training defaults and presets (a sentence longer than the window is no longer refused: it is cut, see
+    # --- training defaults and presets (a sentence longer than the window is cut, not refused: see
     # tests/training/test_training_data.py) ---
     "train: --config naming neither a preset nor a file": Case(
         TRAIN.replace("--config B", "--config huge"),
