@@ -64,7 +64,7 @@ for _name, _entry in MODEL_CLASSES.items():
         )
 del _name, _entry, _model_class, _auto_class
 
-__version__ = "0.1.0"
+__version__ = "0.2.0.dev0"
 
 __all__ = [
     "ELMO_PRESETS",

@@ -1,5 +1,5 @@
-"""The one version number: `hf_elmo.__version__` (the version the package is built with) is the latest release that
-CHANGELOG.md heads, and the unreleased work there comes after it."""
+"""The one version number: `hf_elmo.__version__` (the version the package is built with) is CHANGELOG.md's newest
+heading: that release itself, or a development version of it while the heading says "unreleased"."""
 
 import re
 from pathlib import Path
@@ -9,11 +9,14 @@ from packaging.version import Version
 import hf_elmo
 
 
-def test_the_version_is_the_changelogs_latest_release():
+def test_the_version_is_the_changelogs_newest_heading():
     changelog = (Path(__file__).parents[1] / "CHANGELOG.md").read_text(encoding="utf-8")
     headings = re.findall(r"^## (\S+)(.*)$", changelog, flags=re.MULTILINE)
-    released = [Version(version) for version, rest in headings if "unreleased" not in rest]
-    unreleased = [Version(version) for version, rest in headings if "unreleased" in rest]
-    assert released, f"CHANGELOG.md heads no released version, only {headings}"
-    assert Version(hf_elmo.__version__) == released[0], (hf_elmo.__version__, headings)
-    assert all(version > released[0] for version in unreleased), headings
+    assert headings, "CHANGELOG.md has no version heading"
+    newest, rest = Version(headings[0][0]), headings[0][1]
+    version = Version(hf_elmo.__version__)
+    if "unreleased" in rest:
+        assert version.is_devrelease and Version(version.base_version) == newest, (hf_elmo.__version__, headings[0])
+    else:
+        assert version == newest, (hf_elmo.__version__, headings[0])
+    assert all(Version(older) < newest for older, _ in headings[1:]), headings
