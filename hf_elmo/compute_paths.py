@@ -110,6 +110,9 @@ class ElmoPaths:
     # What `resolve` adds to the named paths: not choices (not in config.json), shown by `print`.
     onednn: OnednnProducts | None = field(default=None, compare=False)
     """With `linear="onednn"`, resolved: the products oneDNN takes on this CPU."""
+    sampled_softmax: str | None = field(default=None, compare=False)
+    """Resolved: the biLM's sampled log-sum-exp, "compiled" (the CPU loops, float32), "triton" (one fused pass each
+    way, GPUs) or "torch"."""
     training_step: str | None = field(default=None, compare=False)
     """Resolved: "captured" where a biLM training step may be replayed from CUDA graphs (`cuda_graphs.py`), else
     "direct: " and the reason; per call (`ElmoForBiLM.training_step_paths`) also from the batch."""
@@ -149,6 +152,8 @@ class ElmoPaths:
         if self.onednn is not None:
             notes["linear"] = str(self.onednn)
         lines = [f"{name}: {getattr(self, name)}" + (f" ({notes[name]})" if name in notes else "") for name in CHOICES]
+        if self.sampled_softmax is not None:
+            lines.append(f"sampled_softmax: {self.sampled_softmax}")
         if self.training_step is not None:
             lines.append(f"training_step: {self.training_step}")
         return "\n".join(lines)
@@ -331,7 +336,14 @@ def _resolve(paths, device_type, dtype, training, capturing, built, triton, oned
         )
         training_step = "captured" if refusal is None else f"direct: {refusal}"
     onednn = onednn if chosen["linear"] == "onednn" else None
-    return ElmoPaths(**chosen, onednn=onednn, training_step=training_step, reasons=tuple(reasons.items()))
+    sampled_softmax = "compiled" if loops else "triton" if gpu_triton and dtype != torch.float64 else "torch"
+    return ElmoPaths(
+        **chosen,
+        onednn=onednn,
+        sampled_softmax=sampled_softmax,
+        training_step=training_step,
+        reasons=tuple(reasons.items()),
+    )
 
 
 __all__ = ["CHOICES", "ElmoPaths", "OnednnProducts", "exporting", "paths_in_effect", "resolve"]

@@ -2,7 +2,8 @@
 
 Equivalent to AllenNLP's `_ElmoBiLm` (and bilm-tf) for converted weights (`original_format.weight_links`), but
 stateless: the LSTM state is passed in and out explicitly, else every row starts from zeros or the warm start state.
-Each `forward` shows the plain math; the fast paths live in their own modules, chosen by `config.paths` (`compute_paths.py`).
+Each `forward` shows the plain math; the fast paths live in their own modules, chosen by `config.paths`
+(`compute_paths.py`).
 """
 
 import math
@@ -518,7 +519,8 @@ class ElmoForBiLM(ElmoPreTrainedModel):
     def _loss_sums(self, top: torch.Tensor, labels: torch.Tensor, split_directions: bool = False):
         """`sampled_softmax.bilm_loss_sums`: the sampled softmax in training when `uses_sampled_softmax()`."""
         num_samples = self.config.num_softmax_samples if self.training and self.uses_sampled_softmax() else None
-        return bilm_loss_sums(top, labels, self.softmax, num_samples, split_directions)
+        kernel = self.paths.sampled_softmax
+        return bilm_loss_sums(top, labels, self.softmax, num_samples, split_directions, kernel)
 
     @property
     def paths(self) -> ElmoPaths:

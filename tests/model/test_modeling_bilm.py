@@ -351,3 +351,20 @@ def test_a_training_call_decides_its_step_from_its_arguments(monkeypatch):
     assert step(long_rows, labels).startswith(f"direct: more than {MAX_CAPTURED_POSITIONS} positions")
     model.gradient_checkpointing_enable()
     assert step(ids, labels) == "direct: gradient checkpointing"
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_the_printed_sampled_softmax_kernel_is_the_one_that_runs(dtype, monkeypatch):
+    from hf_elmo import cpu_kernels, sampled_softmax
+
+    if not cpu_kernels.loops_built():
+        pytest.skip("the compiled CPU loops do not build here")
+    ran = []
+    for name in ("compiled_logsumexp", "compiled_logsumexp_backward"):
+        original = getattr(sampled_softmax, name)
+        monkeypatch.setattr(sampled_softmax, name, lambda *args, f=original: ran.append("compiled") or f(*args))
+    model = random_bilm(tiny_config(), dtype=dtype).train()
+    expected = "compiled" if dtype == torch.float32 else "torch"
+    assert model.paths.sampled_softmax == expected and f"sampled_softmax: {expected}" in str(model.paths)
+    model(**batch()).loss.backward()
+    assert ran == (["compiled", "compiled"] if expected == "compiled" else [])
