@@ -381,11 +381,20 @@ class ElmoModel(ElmoPreTrainedModel):
         )
 
     def check_inputs(
-        self, input_ids, attention_mask=None, input_word_ids=None, state=None, framed: bool = False
+        self,
+        input_ids,
+        attention_mask=None,
+        input_word_ids=None,
+        state=None,
+        framed: bool = False,
+        values_checked_on_host: bool = False,
     ) -> torch.BoolTensor:
         """`input_checks.check_inputs` for this model -> the `(B, T)` mask of real positions; `framed`: also require
-        the `<S>`/`</S>` rows around every sentence, as the task heads do."""
-        return check_inputs(self.config, input_ids, attention_mask, input_word_ids, state, self.dtype, framed)
+        the `<S>`/`</S>` rows around every sentence, as the task heads do; `values_checked_on_host`: the caller
+        checked the values already, only shapes, dtypes and devices are checked."""
+        return check_inputs(
+            self.config, input_ids, attention_mask, input_word_ids, state, self.dtype, framed, values_checked_on_host
+        )
 
     @can_return_tuple
     def forward(
@@ -397,6 +406,7 @@ class ElmoModel(ElmoPreTrainedModel):
         output_hidden_states: bool | None = None,
         return_dict: bool | None = None,
         input_word_ids: torch.LongTensor | None = None,
+        values_checked_on_host: bool = False,
     ) -> ElmoModelOutput:
         r"""
         Args:
@@ -406,8 +416,13 @@ class ElmoModel(ElmoPreTrainedModel):
                 otherwise every row starts from the warm start state, else zeros, independent of everything else.
             use_cache, output_hidden_states (*optional*): return the final `state`; all `num_layers + 1` layers.
             input_word_ids (`(B, T)`, *optional*): word ids, for (and only for) models with `input_word_dim > 0`.
+            values_checked_on_host (defaults to `False`): the values of the inputs were checked already (e.g. by
+                `check_inputs` on the host before they moved to a GPU, where each check of values is a wait for the
+                device); shapes, dtypes and devices are checked all the same.
         """
-        mask = self.check_inputs(input_ids, attention_mask, input_word_ids, state)
+        mask = self.check_inputs(
+            input_ids, attention_mask, input_word_ids, state, values_checked_on_host=values_checked_on_host
+        )
         if output_hidden_states is None:
             output_hidden_states = self.config.output_hidden_states
         return self.forward_checked(
@@ -513,7 +528,7 @@ class ElmoForBiLM(ElmoPreTrainedModel):
 
     def check_batch(self, input_ids, attention_mask=None, labels=None, **unused) -> None:
         """Checks a batch as `forward` would, e.g. on the host before it moves to a GPU, where `forward` can then skip
-        the checks of values (`input_checks.values_checked_on_host`); other entries of a batch dict are ignored."""
+        the checks of values (`values_checked_on_host=True`); other entries of a batch dict are ignored."""
         check_bilm_batch(self.config, input_ids, attention_mask, labels)
 
     def _loss_sums(self, top: torch.Tensor, labels: torch.Tensor, split_directions: bool = False):
@@ -591,6 +606,7 @@ class ElmoForBiLM(ElmoPreTrainedModel):
         use_cache: bool | None = None,
         return_dict: bool | None = None,
         split_directions: bool = False,
+        values_checked_on_host: bool = False,
     ) -> ElmoBiLMOutput:
         r"""
         Args:
@@ -603,16 +619,19 @@ class ElmoForBiLM(ElmoPreTrainedModel):
                 word (backward LM), -100 where there is none; `DataCollatorForBiLM` builds them.
             return_logits (defaults to `False`): also return both directions' full-softmax logits `(B, T, V)`.
             num_items_in_batch (*optional*): the number of targets to divide the summed loss by (from `Trainer`).
+            values_checked_on_host (defaults to `False`): the batch's values were checked already (`check_batch`
+                on the host, as `hf-elmo train` does): the model checks shapes, dtypes and devices only.
         """
+        checked = values_checked_on_host
         if labels is not None and isinstance(input_ids, torch.Tensor):
-            # On a GPU this waits for the device; `hf-elmo train` checks on the host (`values_checked_on_host`).
-            check_labels(self.config, labels, input_ids.shape[:2], split_directions)
+            # On a GPU this waits for the device unless the host checked the values already.
+            check_labels(self.config, labels, input_ids.shape[:2], split_directions, checked)
         if output_hidden_states is None:
             output_hidden_states = self.config.output_hidden_states
         extra_outputs = return_logits or output_hidden_states
         paths = self.training_step_paths(input_ids, labels, state, use_cache, extra_outputs, split_directions)
         if paths.training_step == "captured":
-            mask = self.elmo.check_inputs(input_ids, attention_mask, state=state)
+            mask = self.elmo.check_inputs(input_ids, attention_mask, state=state, values_checked_on_host=checked)
             sums, counts, *final_state = replay_training_step(
                 self, input_ids, mask, labels, state, split_directions=split_directions, paths=paths
             )
@@ -620,10 +639,10 @@ class ElmoForBiLM(ElmoPreTrainedModel):
         else:
             options = {"state": state, "use_cache": use_cache, "output_hidden_states": output_hidden_states}
             if split_directions:
-                mask = self.elmo.check_inputs(input_ids, attention_mask, state=state)
+                mask = self.elmo.check_inputs(input_ids, attention_mask, state=state, values_checked_on_host=checked)
                 outputs = self._split_directions_layers(input_ids, mask, **options)
             else:
-                outputs = self.elmo(input_ids, attention_mask, **options)
+                outputs = self.elmo(input_ids, attention_mask, values_checked_on_host=checked, **options)
             top = self.dropout(outputs.last_hidden_state)
             if labels is not None:
                 sums, counts = self._loss_sums(top, labels, split_directions)
