@@ -547,12 +547,19 @@ class ElmoForBiLM(ElmoPreTrainedModel):
     ) -> ElmoPaths:
         """`paths` with `training_step` decided for a call with these arguments: "captured" where the step is replayed
         from CUDA graphs (`cuda_graphs.replay_training_step`), else "direct: " and why."""
+        paths = self.paths
+        if paths.training_step != "captured":
+            return paths
         rows, length = input_ids.shape[:2] if isinstance(input_ids, torch.Tensor) else (0, 0)
-        return self.paths.for_training_step(
+        # Inputs of the wrong kinds fail their checks afterwards, with their one-line errors.
+        takes_gradients = isinstance(state, (tuple, list)) and any(
+            isinstance(t, torch.Tensor) and t.requires_grad for t in state
+        )
+        return paths.for_training_step(
             labels=labels is not None,
             outputs_beyond_loss=bool(outputs_beyond_loss),
             carried=bool(use_cache) == (state is not None),
-            state_takes_gradients=state is not None and any(getattr(t, "requires_grad", False) for t in state),
+            state_takes_gradients=takes_gradients,
             gradient_checkpointing=self.elmo.gradient_checkpointing,
             positions_per_direction=rows * length / (2 if split_directions else 1),
         )
