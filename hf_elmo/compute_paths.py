@@ -221,10 +221,8 @@ def resolve(
     built = device.type == "cpu" and loops_built()
     large_steps = step_multiply_adds >= MAX_COMPILED_STEP_MULTIPLY_ADDS
     machine = (built, _triton_runs(device), onednn_products())
-    resolved = _resolve(paths, device.type, dtype, bool(training), capturing, *machine, large_steps)
-    if resolved.training_step == "captured" and word_embeddings:
-        return replace(resolved, training_step="direct: word embeddings (ELMoForManyLangs)")
-    return resolved
+    model = (large_steps, bool(word_embeddings))
+    return _resolve(paths, device.type, dtype, bool(training), capturing, *machine, *model)
 
 
 _REFERENCE_PATHS = ElmoPaths.reference()
@@ -259,7 +257,7 @@ def paths_in_effect(config, device: torch.device, dtype: torch.dtype, training: 
 
 
 @functools.lru_cache(maxsize=256)
-def _resolve(paths, device_type, dtype, training, capturing, built, triton, onednn, large_steps):
+def _resolve(paths, device_type, dtype, training, capturing, built, triton, onednn, large_steps, word_embeddings):
     loops = built and dtype == torch.float32
     if capturing == "export":
         return ElmoPaths.reference()
@@ -332,6 +330,8 @@ def _resolve(paths, device_type, dtype, training, capturing, built, triton, oned
             if chosen["lstm"] != "static"
             else "the character CNN's distinct words"
             if chosen["char_cnn"] == "distinct_words"
+            else "word embeddings (ELMoForManyLangs)"
+            if word_embeddings
             else None
         )
         training_step = "captured" if refusal is None else f"direct: {refusal}"
