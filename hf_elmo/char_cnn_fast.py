@@ -7,16 +7,17 @@ windows up to a word's *span* are multiplied. "distinct_words" also computes eac
 (sorted by span and grouped, so that a long word does not make every short word's windows long); "every_word" runs
 the same operations whatever the input, for GPUs, which would wait for the host to sort and group the words. The
 max over a filter's windows is PyTorch's products (`torch`), the compiled CPU loop (`compiled`, `cpu_kernels.py`)
-or one Triton kernel that never writes the `(words, windows, filters)` products (`triton`, `char_cnn_kernels.py`).
+or one Triton kernel that never writes the `(words, windows, filters)` products (`triton`, `char_cnn_triton.py`).
+Matrix products go to oneDNN as the resolved `paths.onednn` says, fewer of them in threads working side by side.
 """
+
+from dataclasses import replace
 
 import torch
 import torch.nn.functional as F
 
 from .character_rows import word_keys
-from .cpu_backend import cpu_backend_of
 from .cpu_kernels import WindowMax as CompiledWindowMax
-from .cpu_kernels import available as compiled_loops_available
 from .cpu_threads import can_run_concurrently, run_concurrently
 from .onednn_linear import linear
 from .triton_support import triton
@@ -32,12 +33,7 @@ MIN_WORDS_PER_THREAD = 16
 
 def char_cnn_forward(encoder, char_ids: torch.LongTensor, word_ids: torch.LongTensor | None, paths) -> torch.Tensor:
     """`ElmoCharacterEncoder.forward` on `paths.char_cnn`: `(..., C)` character ids (and `(...)` word ids with word
-    embeddings) -> `(..., P)`."""
-    with cpu_backend_of(paths):  # oneDNN products and threads as `paths.linear` and `paths.threads` say
-        return _char_cnn_forward(encoder, char_ids, word_ids, paths)
-
-
-def _char_cnn_forward(encoder, char_ids, word_ids, paths):
+    embeddings) -> `(..., P)`; `paths` resolved."""
     batch_shape, num_chars = char_ids.shape[:-1], char_ids.shape[-1]
     words = char_ids.reshape(-1, num_chars)
     if paths.char_cnn == "every_word":
@@ -45,18 +41,19 @@ def _char_cnn_forward(encoder, char_ids, word_ids, paths):
         # the fused window products stop at each block of words' longest span by themselves.
         capturing = words.is_cuda and torch.cuda.is_current_stream_capturing()
         longest = num_chars if capturing or paths.window_max == "triton" else int(_spans(words).max())
-        features = _max_over_windows_of_group(encoder, words, longest, _run_values(encoder, words), paths)
+        features = _max_over_windows_of_group(encoder, words, longest, _run_values(encoder, words, paths), paths)
         per_token = _highways(encoder, features, paths)
     else:
         words, word_index = _distinct_rows(words)
         spans, order = _spans(words).sort()
         words, spans = words[order], spans.tolist()
         embed = _embed_sorted_words
-        if can_run_concurrently(words) and len(spans) >= 2 * MIN_WORDS_PER_THREAD:
+        if can_run_concurrently(words, paths.threads) and len(spans) >= 2 * MIN_WORDS_PER_THREAD:
+            beside = replace(paths, onednn=paths.onednn and paths.onednn.beside_other_threads())
             # Every other word to each thread: both get as many short and long words.
             halves = run_concurrently(
-                lambda: embed(encoder, words[0::2], spans[0::2], paths),
-                lambda: embed(encoder, words[1::2], spans[1::2], paths),
+                lambda: embed(encoder, words[0::2], spans[0::2], beside),
+                lambda: embed(encoder, words[1::2], spans[1::2], beside),
             )
             per_word = halves[0].new_empty(len(spans), halves[0].shape[1])
             per_word[0::2], per_word[1::2] = halves
@@ -70,14 +67,14 @@ def _char_cnn_forward(encoder, char_ids, word_ids, paths):
     if encoder.word_embedding is not None:
         per_token = torch.cat([encoder.word_embedding(word_ids.reshape(-1)), per_token], dim=-1)
     projection = encoder.projection
-    return linear(per_token, projection.weight, projection.bias).reshape(*batch_shape, -1)
+    return linear(per_token, projection.weight, projection.bias, onednn=paths.onednn).reshape(*batch_shape, -1)
 
 
-def highway_forward(layer, x: torch.Tensor, path: str) -> torch.Tensor:
+def highway_forward(layer, x: torch.Tensor, paths) -> torch.Tensor:
     """`ElmoHighwayLayer.forward` on `paths.highway`: its elementwise part as one Triton kernel each way, or as PyTorch
-    operations after a oneDNN product."""
-    product = linear(x, layer.weight, layer.bias)
-    if path == "triton":
+    operations after the product (through oneDNN where `paths.onednn` takes it)."""
+    product = linear(x, layer.weight, layer.bias, onednn=paths.onednn)
+    if paths.highway == "triton":
         with torch.autocast(x.device.type, enabled=False):
             combined = HighwayCombine.apply(product.reshape(-1, product.shape[-1]), x.reshape(-1, x.shape[-1]))
         return combined.view(x.shape)
@@ -88,14 +85,14 @@ def highway_forward(layer, x: torch.Tensor, path: str) -> torch.Tensor:
 
 def _highways(encoder, features: torch.Tensor, paths) -> torch.Tensor:
     for layer in encoder.highways:
-        features = highway_forward(layer, features, paths.highway)
+        features = highway_forward(layer, features, paths)
     return features
 
 
 def _embed_sorted_words(encoder, words: torch.LongTensor, spans: list[int], paths) -> torch.Tensor:
     """`(U, C)` distinct words sorted by span, with their spans -> their token embeddings `(U, P)`, or their
     highway outputs `(U, F)` when word embeddings join them before the projection."""
-    run_values = _run_values(encoder, words)
+    run_values = _run_values(encoder, words, paths)
     features = torch.cat(
         [
             _max_over_windows_of_group(encoder, words[start:end], span, [v[start:end] for v in run_values], paths)
@@ -104,15 +101,15 @@ def _embed_sorted_words(encoder, words: torch.LongTensor, spans: list[int], path
     )
     features = _highways(encoder, features, paths)
     if encoder.word_embedding is None:  # the projection depends on the characters only: once per distinct word
-        return linear(features, encoder.projection.weight, encoder.projection.bias)
+        return linear(features, encoder.projection.weight, encoder.projection.bias, onednn=paths.onednn)
     return features
 
 
-def _run_values(encoder, words: torch.LongTensor) -> list[torch.Tensor]:
+def _run_values(encoder, words: torch.LongTensor, paths) -> list[torch.Tensor]:
     """A window inside a word's final run of one character: the kernel summed over its width times the run's
     character, `(U, n)` per filter."""
     final_char = encoder.char_embedding(words[:, -1])  # (U, e)
-    return [linear(final_char, conv.weight.sum(dim=-1)) for conv in encoder.convolutions]
+    return [linear(final_char, conv.weight.sum(dim=-1), onednn=paths.onednn) for conv in encoder.convolutions]
 
 
 def _max_over_windows_of_group(encoder, words: torch.LongTensor, span: int, run_values, paths) -> torch.Tensor:
@@ -125,8 +122,7 @@ def _max_over_windows_of_group(encoder, words: torch.LongTensor, span: int, run_
         autocast = torch.is_autocast_enabled(chars.device.type)
         chars = chars.to(torch.get_autocast_dtype(chars.device.type) if autocast else chars.dtype)
         spans = _spans(words)
-    compiled = paths.window_max == "compiled" and compiled_loops_available(chars)
-    compiled = compiled and not torch.is_autocast_enabled("cpu")
+    compiled = paths.window_max == "compiled"
     per_filter = []
     for conv, value in zip(encoder.convolutions, run_values):
         width = conv.kernel_size[0]
@@ -142,13 +138,13 @@ def _max_over_windows_of_group(encoder, words: torch.LongTensor, span: int, run_
         elif num_windows > 0:
             window_chars = chars[:, : num_windows + width - 1]
             if compiled:
-                window_max = CompiledWindowMax.apply(window_chars, conv.weight, num_windows)
+                window_max = CompiledWindowMax.apply(window_chars, conv.weight, num_windows, paths.onednn)
             else:
                 # max, not amax: its backward is one scatter (ties are identical windows, which give the weights
                 # the same gradient whichever of them takes it). Matrix products of the windows rather than cuDNN's
                 # convolutions: never rounded to TF32, and faster for these narrow inputs in bfloat16 too.
                 windows = window_chars.unfold(1, width, 1)  # (u, windows, e, width)
-                window_max = linear(windows.flatten(2), conv.weight.flatten(1)).max(dim=1).values
+                window_max = linear(windows.flatten(2), conv.weight.flatten(1), onednn=paths.onednn).max(dim=1).values
             # Windows from `span` on lie inside the final run; if the word has any, their value counts.
             if num_windows < num_chars - width + 1:
                 # `where`, not `maximum`: cheaper backward, and a tie gives the weights the same gradient either way.

@@ -7,9 +7,8 @@ and dtype. `resolve` turns "auto" into a named path from the device, the dtype, 
 is being captured.
 """
 
-import dataclasses
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 import torch
 
@@ -33,11 +32,53 @@ CHOICES = {
 CAPTURING = (None, "cuda_graph", "export")
 """What may be capturing the model: nothing, a CUDA graph, or `torch.export` / `torch.compile`."""
 
+# Under this many multiply-adds per row and step (5 D P: the input, state and projection products) the sorted LSTM's
+# steps are many small operations whose dispatch the compiled loop saves; from it on their time goes into products
+# that oneDNN forms faster than the BLAS the loop calls, and the loop is slower (the original size).
+MAX_COMPILED_STEP_MULTIPLY_ADDS = 1 << 22
+
+# Beyond this many positions per batch and direction a GPU stays busy with operations issued one by one, and a
+# captured training step would only hold its memory twice.
+MAX_CAPTURED_POSITIONS = 12_288
+
+
+@dataclass(frozen=True)
+class OnednnProducts:
+    """The CPU matrix products `paths.linear="onednn"` sends to oneDNN: `(M, K) x (K, N)` products of at least
+    `min_multiply_adds` `M K N`, and of at most `max_rows` rows `M` where given; every other product is PyTorch's."""
+
+    min_multiply_adds: int
+    max_rows: int | None = None
+
+    def takes(self, rows: int, multiply_adds: int) -> bool:
+        return multiply_adds >= self.min_multiply_adds and (self.max_rows is None or rows <= self.max_rows)
+
+    def beside_other_threads(self) -> "OnednnProducts":
+        """The products taken in a thread working beside others of the same pass (`cpu_threads.py`): a oneDNN call
+        through `torch.ops` holds the GIL for as long as it runs and makes them wait, while PyTorch's products release
+        it; only large products of a few rows, as the original size's per-step gate products (32 x 512 x 16384), are
+        so much faster through oneDNN that this pays."""
+        return OnednnProducts(min_multiply_adds=1 << 27, max_rows=64)
+
+    def __str__(self) -> str:
+        rows = "" if self.max_rows is None else f" of at most {self.max_rows} rows"
+        return f"products of at least {self.min_multiply_adds:,} multiply-adds{rows}"
+
+
+@functools.cache
+def onednn_products() -> OnednnProducts:
+    """The products oneDNN takes on this CPU. Below the threshold PyTorch's own product (MKL) is as fast or faster;
+    on processors without AVX-512 both libraries run AVX2 kernels and MKL's are faster up to large products (ELMo's
+    narrow per-step products, one side 64 or 128 wide, are faster through MKL on AMD Zen 3): there only the fixed
+    cost of a oneDNN call is at stake above 2^23."""
+    avx512 = torch.backends.cpu.get_cpu_capability().startswith("AVX512")
+    return OnednnProducts(min_multiply_adds=1 << 20 if avx512 else 1 << 23)
+
 
 @dataclass(frozen=True)
 class ElmoPaths:
     """The path of each part; "auto" chooses by `resolve`'s rules. Owners: `char_cnn_fast.py` (char_cnn, window_max,
-    highway), `fast_lstm.py` (lstm "sorted"), `gpu_lstm.py` (lstm "static", lstm_kernels "triton*",
+    highway), `lstm_sorted.py` (lstm "sorted"), `lstm_static.py` (lstm "static", lstm_kernels "triton*",
     joint_input_product), `cuda_graphs.py` (cuda_graphs), `onednn_linear.py` (linear), `cpu_kernels.py` (compiled
     loops, dropout), `cpu_threads.py` (threads)."""
 
@@ -66,6 +107,18 @@ class ElmoPaths:
     threads: str = "auto"
     """Independent parts of a CPU inference pass side by side on threads, or one after the other."""
 
+    # What `resolve` adds to the named paths: not choices (not in config.json), shown by `print`.
+    onednn: OnednnProducts | None = field(default=None, compare=False)
+    """With `linear="onednn"`, resolved: the products oneDNN takes on this CPU."""
+    sampled_softmax: str | None = field(default=None, compare=False)
+    """Resolved: the biLM's sampled log-sum-exp, "compiled" (the CPU loops, float32), "triton" (one fused pass each
+    way, GPUs) or "torch"."""
+    training_step: str | None = field(default=None, compare=False)
+    """Resolved: "captured" where a biLM training step may be replayed from CUDA graphs (`cuda_graphs.py`), else
+    "direct: " and the reason; per call (`ElmoForBiLM.training_step_paths`) also from the batch."""
+    reasons: tuple[tuple[str, str], ...] = field(default=(), compare=False)
+    """Resolved: why "auto" chose a path other than its usual one, per field (shown by `print`)."""
+
     def __post_init__(self):
         for name, allowed in CHOICES.items():
             value = getattr(self, name)
@@ -91,10 +144,51 @@ class ElmoPaths:
         return cls(**value)
 
     def to_dict(self) -> dict[str, str]:
-        return dataclasses.asdict(self)
+        """The choices, as `config.paths` holds them."""
+        return {name: getattr(self, name) for name in CHOICES}
 
     def __str__(self) -> str:
-        return "\n".join(f"{name}: {getattr(self, name)}" for name in CHOICES)
+        notes = dict(self.reasons)
+        if self.onednn is not None:
+            notes["linear"] = str(self.onednn)
+        lines = [f"{name}: {getattr(self, name)}" + (f" ({notes[name]})" if name in notes else "") for name in CHOICES]
+        if self.sampled_softmax is not None:
+            lines.append(f"sampled_softmax: {self.sampled_softmax}")
+        if self.training_step is not None:
+            lines.append(f"training_step: {self.training_step}")
+        return "\n".join(lines)
+
+    def for_training_step(
+        self,
+        *,
+        labels: bool,
+        outputs_beyond_loss: bool,
+        carried: bool,
+        state_takes_gradients: bool,
+        gradient_checkpointing: bool,
+        positions_per_direction: int,
+    ) -> "ElmoPaths":
+        """Resolved paths with `training_step` decided for one biLM call: captured only for a training batch with
+        labels whose outputs are the loss (and, given a start state, the final state) and which is small enough
+        that a GPU would wait for the host issuing its operations one by one."""
+        if self.training_step != "captured":
+            return self
+        refusal = (
+            "no labels"
+            if not labels
+            else "outputs beyond the loss and the final state"
+            if outputs_beyond_loss
+            else "a final state without a start state, or a start state without use_cache"
+            if not carried
+            else "a start state that takes gradients"
+            if state_takes_gradients
+            else "gradient checkpointing"
+            if gradient_checkpointing
+            else f"more than {MAX_CAPTURED_POSITIONS} positions per direction keep the GPU busy"
+            if positions_per_direction > MAX_CAPTURED_POSITIONS
+            else None
+        )
+        return self if refusal is None else replace(self, training_step=f"direct: {refusal}")
 
 
 def _triton_runs(device: torch.device) -> bool:
@@ -104,18 +198,31 @@ def _triton_runs(device: torch.device) -> bool:
     return device.type == "cpu" if INTERPRETED else device.type == "cuda"
 
 
-def resolve(paths: ElmoPaths, device: torch.device, dtype: torch.dtype, training: bool, capturing: str | None = None):
-    """`paths` with every "auto" replaced by the path that runs for parameters (or autocast) of `dtype` on `device`.
+def resolve(
+    paths: ElmoPaths,
+    device: torch.device,
+    dtype: torch.dtype,
+    training: bool,
+    capturing: str | None = None,
+    *,
+    step_multiply_adds: int = 0,
+    word_embeddings: bool = False,
+):
+    """`paths` with every "auto" replaced by the path that runs for parameters (or autocast) of `dtype` on `device`,
+    for a model whose LSTM steps take `step_multiply_adds` per row (`5 D P`) and which reads word embeddings or not.
 
-    A named path that cannot run there (Triton kernels without Triton, compiled loops without float32 CPU tensors)
-    is a one-line ValueError. Under `torch.export` or `torch.compile` (`capturing="export"`) everything is the
-    reference: its shapes depend on the input's shapes only.
+    A named path that cannot run there (Triton kernels without Triton, compiled loops without float32 CPU tensors,
+    oneDNN without CPU tensors) is a one-line ValueError. Under `torch.export` or `torch.compile`
+    (`capturing="export"`) everything is the reference: its shapes depend on the input's shapes only.
     """
     if capturing not in CAPTURING:
         raise ValueError(f"capturing must be one of {CAPTURING}, got {capturing!r}.")
     device = torch.device(device)
     built = device.type == "cpu" and loops_built()
-    return _resolve(paths, device.type, dtype, bool(training), capturing, built, _triton_runs(device))
+    large_steps = step_multiply_adds >= MAX_COMPILED_STEP_MULTIPLY_ADDS
+    machine = (built, _triton_runs(device), onednn_products())
+    model = (large_steps, bool(word_embeddings))
+    return _resolve(paths, device.type, dtype, bool(training), capturing, *machine, *model)
 
 
 _REFERENCE_PATHS = ElmoPaths.reference()
@@ -136,11 +243,21 @@ def paths_in_effect(config, device: torch.device, dtype: torch.dtype, training: 
     if torch.is_autocast_enabled(device.type):
         dtype = torch.get_autocast_dtype(device.type)
     capturing = "cuda_graph" if device.type == "cuda" and torch.cuda.is_current_stream_capturing() else None
-    return resolve(ElmoPaths.from_value(config.paths), device, dtype, training, capturing)
+    paths = ElmoPaths.from_value(config.paths)
+    step_multiply_adds = 5 * config.cell_dim * config.projection_dim
+    return resolve(
+        paths,
+        device,
+        dtype,
+        training,
+        capturing,
+        step_multiply_adds=step_multiply_adds,
+        word_embeddings=bool(config.input_word_dim),
+    )
 
 
 @functools.lru_cache(maxsize=256)
-def _resolve(paths, device_type, dtype, training, capturing, built, triton):
+def _resolve(paths, device_type, dtype, training, capturing, built, triton, onednn, large_steps, word_embeddings):
     loops = built and dtype == torch.float32
     if capturing == "export":
         return ElmoPaths.reference()
@@ -172,10 +289,18 @@ def _resolve(paths, device_type, dtype, training, capturing, built, triton):
     chosen = {name: auto[name] if getattr(paths, name) == "auto" else getattr(paths, name) for name in auto}
     if chosen["char_cnn"] == "reference":
         chosen["window_max"] = chosen["highway"] = "torch"
+    reasons = {}
     lstm_kernels = paths.lstm_kernels
     if lstm_kernels == "auto":
         lstm_kernels = {"sorted": "compiled" if loops else "torch", "static": "triton" if gpu_triton else "torch"}
         lstm_kernels = lstm_kernels.get(chosen["lstm"], "torch")
+        if lstm_kernels == "compiled" and large_steps:
+            # The steps' time goes into products that oneDNN forms faster than the BLAS the loop calls, and their few
+            # operations cost little to dispatch.
+            lstm_kernels = "torch"
+            reasons["lstm_kernels"] = (
+                f"steps of at least {MAX_COMPILED_STEP_MULTIPLY_ADDS:,} multiply-adds per row run faster in PyTorch"
+            )
     chosen["lstm_kernels"] = lstm_kernels
     needs = {
         "compiled": (loops, "the compiled CPU loops (float32 CPU tensors, a C++ compiler)"),
@@ -193,7 +318,32 @@ def _resolve(paths, device_type, dtype, training, capturing, built, triton):
         raise ValueError(
             f"paths.lstm_kernels={lstm_kernels!r} runs on paths.lstm={kernels_of!r}, got {chosen['lstm']!r}."
         )
-    return ElmoPaths(**chosen)
+    if chosen["linear"] == "onednn" and device_type != "cpu":
+        raise ValueError(f"paths.linear='onednn' needs CPU tensors; got {dtype} tensors on {device_type}.")
+    training_step = None
+    if training:
+        # Sorting the words for "distinct_words" would make the host wait for the device.
+        refusal = (
+            "CUDA graphs off"
+            if chosen["cuda_graphs"] != "on" or not on_gpu
+            else "not the static LSTM"
+            if chosen["lstm"] != "static"
+            else "the character CNN's distinct words"
+            if chosen["char_cnn"] == "distinct_words"
+            else "word embeddings (ELMoForManyLangs)"
+            if word_embeddings
+            else None
+        )
+        training_step = "captured" if refusal is None else f"direct: {refusal}"
+    onednn = onednn if chosen["linear"] == "onednn" else None
+    sampled_softmax = "compiled" if loops else "triton" if gpu_triton and dtype != torch.float64 else "torch"
+    return ElmoPaths(
+        **chosen,
+        onednn=onednn,
+        sampled_softmax=sampled_softmax,
+        training_step=training_step,
+        reasons=tuple(reasons.items()),
+    )
 
 
-__all__ = ["CHOICES", "ElmoPaths", "exporting", "paths_in_effect", "resolve"]
+__all__ = ["CHOICES", "ElmoPaths", "OnednnProducts", "exporting", "paths_in_effect", "resolve"]

@@ -398,14 +398,15 @@ class WindowMax(torch.autograd.Function):
     into characters: most of the character CNN's time in training.)"""
 
     @staticmethod
-    def forward(ctx, chars: torch.Tensor, weight: torch.Tensor, num_windows: int) -> torch.Tensor:
-        """`chars` `(U, num_windows + W - 1, E)` float32, `weight` `(F, E, W)` (a `Conv1d`'s) -> `(U, F)`."""
+    def forward(ctx, chars: torch.Tensor, weight: torch.Tensor, num_windows: int, onednn=None) -> torch.Tensor:
+        """`chars` `(U, num_windows + W - 1, E)` float32, `weight` `(F, E, W)` (a `Conv1d`'s) -> `(U, F)`; the
+        products through oneDNN where `onednn` (`OnednnProducts`) takes them."""
         num_filters, channels, width = weight.shape
         chars = chars.contiguous()
         # Windows and filters as (W, E): a window is then W x E consecutive values of its word's characters.
         kernel = weight.transpose(1, 2).reshape(num_filters, width * channels)
         windows = chars.unfold(1, width, 1).transpose(2, 3).reshape(-1, width * channels)  # (U T, W E)
-        products = matmul_nt(windows, kernel)  # (U T, F)
+        products = matmul_nt(windows, kernel, onednn=onednn)  # (U T, F)
         values = products.new_empty(chars.shape[0], num_filters)
         taken_at = torch.empty(chars.shape[0], num_filters, dtype=torch.int64)
         pointers = _pointers((products, (chars.shape[0] * num_windows, num_filters)), (values, tuple(values.shape)))
@@ -434,4 +435,4 @@ class WindowMax(torch.autograd.Function):
             words, length, channels, width, num_filters, pointers[0], pointers[1], taken_at.data_ptr(), *pointers[2:]
         )
         grad_weight = grad_kernel.view(num_filters, width, channels).transpose(1, 2)
-        return grad_chars, grad_weight, None
+        return grad_chars, grad_weight, None, None

@@ -4,11 +4,11 @@ The two directions of every LSTM layer are independent, and so are the words of 
 own thread with its share of the intra-op threads replaces thousands of small multi-threaded operations, each ending in
 a barrier where one descheduled thread stalls the others, by a few single-threaded streams: as fast on an idle machine
 and many times faster on a busy one (docs/performance.md). Used only without autograd (a backward pass runs on the
-autograd engine's thread), only on CPU, and only where `paths.threads` is "concurrent" (the default on CPUs). Matrix
-products in the workers go to PyTorch's own kernels, which release the GIL while they run, unless they are
-very large (`onednn_linear.py`). (Training does
-not split: each LSTM step is a dozen small operations whose Python dispatch holds the GIL, and one thread running
-both directions stacked, `fast_lstm.py`, is faster than two threads waiting for each other.)
+autograd engine's thread), only on CPU, and only where `paths.threads` is "concurrent" (the default on CPUs). The
+callers send fewer of the workers' matrix products to oneDNN (`OnednnProducts.beside_other_threads`): PyTorch's own
+kernels release the GIL while they run. (Training does not split: each LSTM step is a dozen small operations whose
+Python dispatch holds the GIL, and one thread running both directions stacked, `lstm_sorted.py`, is faster than two
+threads waiting for each other.)
 
 A worker gets its share of threads without `torch.set_num_threads`: that also sets ATen's process-wide count,
 which every thread that starts using torch afterwards begins with, so a thread of the application started
@@ -26,9 +26,6 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import torch
-
-from .cpu_backend import current_cpu_backend
-from .onednn_linear import beside_other_threads
 
 _executors: dict[int, ThreadPoolExecutor] = {}
 if hasattr(os, "register_at_fork"):
@@ -75,10 +72,10 @@ def _sets_torch_threads(setters) -> bool:
         return executor.submit(check).result()
 
 
-def can_run_concurrently(tensor: torch.Tensor) -> bool:
-    """Whether work on `tensor` may be split between threads."""
+def can_run_concurrently(tensor: torch.Tensor, threads: str) -> bool:
+    """Whether work on `tensor` may be split between threads, on `paths.threads` `threads`."""
     return (
-        current_cpu_backend().concurrent_inference
+        threads == "concurrent"
         and tensor.device.type == "cpu"
         and not torch.is_grad_enabled()
         and torch.get_num_threads() > 1
@@ -88,8 +85,7 @@ def can_run_concurrently(tensor: torch.Tensor) -> bool:
 
 def run_concurrently(*calls: Callable):
     """Runs zero-argument callables on one thread each, with an equal share of the caller's intra-op threads and
-    its inference-mode, autocast and `contextvars` state (e.g. `cpu_backend`'s choices). Returns their results in
-    order."""
+    its inference-mode, autocast and `contextvars` state. Returns their results in order."""
     share = max(1, torch.get_num_threads() // len(calls))
     inference_mode = torch.is_inference_mode_enabled()
     autocast = {
@@ -102,9 +98,7 @@ def run_concurrently(*calls: Callable):
         torch.get_num_threads()  # ATen sets a thread's counts to its process-wide one on first use: before ours
         for set_num_threads in _thread_count_setters():
             set_num_threads(share)
-        # Products go to PyTorch's own kernels, which release the GIL, unless they are very large: a oneDNN call
-        # through `torch.ops` holds it for the whole product and makes the other threads wait (`onednn_linear.py`).
-        with torch.inference_mode(inference_mode), torch.no_grad(), torch.autocast(**autocast), beside_other_threads():
+        with torch.inference_mode(inference_mode), torch.no_grad(), torch.autocast(**autocast):
             return call()
 
     executor = _executors.get(len(calls))

@@ -17,8 +17,6 @@ from collections.abc import Callable
 
 import torch
 
-from .compute_paths import paths_in_effect
-
 
 def capture_graph(fn: Callable, pool, warmup: Callable | None = None):
     """Runs `warmup()` (default: `fn()`) once on a side stream (compiles kernels and creates library handles
@@ -209,41 +207,13 @@ class CaptureCache:
         return CaptureCache(self.max_entries)
 
 
-# Beyond this many positions per batch and direction a GPU stays busy with operations issued one by one, and a
-# captured step would only hold its memory twice.
-MAX_CAPTURED_POSITIONS = 12_288
-
-
-def captured_training_step(
-    model, input_ids, attention_mask, labels, state, use_cache, split_directions, extra_outputs: bool = False
-):
-    """`ElmoForBiLM._training_step_sums` of a training batch replayed from CUDA graphs: a step of a GPU-sized batch is
-    otherwise a few thousand operations that the host issues more slowly than the GPU runs them. None where that
-    does not apply (not training with labels, outputs beyond the loss and the final state, graphs off or not the
-    static path, distinct words, word embeddings, gradient checkpointing, a start state that takes gradients, a batch
-    large enough to keep the GPU busy without them) or when this shape is seen for the first time."""
-    # Captured: a step from the start state, or one from a given state that returns its final one (streams).
-    carried = bool(use_cache) == (state is not None) and not extra_outputs
-    if not (model.training and labels is not None and carried and isinstance(input_ids, torch.Tensor)):
-        return None
-    paths = paths_in_effect(model.config, input_ids.device, model.dtype, True)
-    elmo = model.elmo
-    directions_apart = 2 if split_directions else 1  # stream batches hold each direction's rows apart
-    if not (
-        paths.cuda_graphs == "on"
-        and paths.lstm == "static"
-        and paths.char_cnn != "distinct_words"  # sorting the words waits for the host
-        and input_ids.is_cuda
-        and not elmo.gradient_checkpointing
-        and not model.config.input_word_dim
-        and input_ids.shape[0] * input_ids.shape[1] <= MAX_CAPTURED_POSITIONS * directions_apart
-        and not torch.cuda.is_current_stream_capturing()
-    ):
-        return None
-    mask = elmo.check_inputs(input_ids, attention_mask, state=state)
+def replay_training_step(model, input_ids, mask, labels, state, *, split_directions: bool, paths):
+    """`ElmoForBiLM._training_step_sums` of a training batch whose resolved `paths.training_step` is "captured",
+    replayed from CUDA graphs: a step of a GPU-sized batch is otherwise a few thousand operations that the host
+    issues more slowly than the GPU runs them. A batch shape seen for the first time, one beyond the cache's
+    entries, or a step while the last replay's backward pass is outstanding runs the same function directly."""
     state = tuple(state) if state is not None else ()
-    if any(t.requires_grad for t in state):
-        return None
+    elmo = model.elmo
     autocast = torch.is_autocast_enabled("cuda")
     params = [p for p in model.parameters() if p.requires_grad]
     key = (
@@ -271,5 +241,5 @@ def captured_training_step(
 
     captured = model._captured_steps.get_or_capture(key, capture)
     if captured is None or captured.pending.busy:
-        return None
+        return step(input_ids, mask, labels, *state)
     return captured.replay(input_ids, mask, labels, *state)

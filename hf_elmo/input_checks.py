@@ -3,11 +3,9 @@
 Shapes, dtypes and devices are checked on the host. The checks of values (ids in range, right padding, a finite
 `state`, and for the task heads the sentence boundaries) are reduced on the device and read back in one transfer per
 call: on a GPU every transfer makes the host wait for the device, so a caller that has checked a batch on the host
-already (`check_bilm_batch` before moving it) runs the model inside `values_checked_on_host()`, where they are skipped.
+already (`check_bilm_batch` before moving it) calls the model with `values_checked_on_host=True`, which skips them
+(as does `torch.export`, whose tensors hold no values); shapes, dtypes and devices are checked all the same.
 """
-
-import contextlib
-import contextvars
 
 import torch
 
@@ -17,26 +15,11 @@ from .configuration_elmo import PROBLEM_TYPES, ElmoConfig
 
 INTEGER_DTYPES = (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8)
 
-_VALUES_CHECKED = contextvars.ContextVar("elmo_values_checked", default=False)
 
-
-@contextlib.contextmanager
-def values_checked_on_host():
-    """Within it, the model's checks of values (ids in range, right padding, targets in the vocabulary) are
-    skipped: on a GPU each makes the host wait for the device at every call. Only for batches whose values were
-    checked already, as `hf-elmo train` checks each batch while it is still on the host, or the word table it makes
-    the batches from; shapes, dtypes and devices are checked all the same."""
-    token = _VALUES_CHECKED.set(True)
-    try:
-        yield
-    finally:
-        _VALUES_CHECKED.reset(token)
-
-
-def values_checked() -> bool:
-    """Whether the caller has checked the values already (`values_checked_on_host`), or a graph is being exported,
-    whose tensors hold no values: the exported graph checks no values."""
-    return _VALUES_CHECKED.get() or exporting()
+def _skips_values(values_checked_on_host: bool) -> bool:
+    """Whether the checks of values are skipped: the caller checked them on the host already, or a graph is being
+    exported, whose tensors hold no values (the exported graph checks no values)."""
+    return values_checked_on_host or exporting()
 
 
 def device_option(name: str | None) -> torch.device:
@@ -55,10 +38,16 @@ def device_option(name: str | None) -> torch.device:
     return device
 
 
-def check_labels(config: ElmoConfig, labels, positions: torch.Size, split_directions: bool = False):
+def check_labels(
+    config: ElmoConfig,
+    labels,
+    positions: torch.Size,
+    split_directions: bool = False,
+    values_checked_on_host: bool = False,
+):
     """Validates the biLM's `(B, T, 2)` targets: integer word ids of the model's vocabulary, or -100; with
     `split_directions` (the forward LM reads the first half of the rows, the backward LM the second), -100 in the
-    direction a row is not read by."""
+    direction a row is not read by. `values_checked_on_host`: the caller checked the values already."""
     expected = (*positions, 2)
     if not isinstance(labels, torch.Tensor) or labels.shape != expected:
         got = tuple(labels.shape) if isinstance(labels, torch.Tensor) else type(labels).__name__
@@ -67,7 +56,7 @@ def check_labels(config: ElmoConfig, labels, positions: torch.Size, split_direct
         )
     if labels.is_floating_point() or labels.is_complex() or labels.dtype == torch.bool:
         raise ValueError(f"labels must hold integer word ids, got dtype {labels.dtype}.")
-    if values_checked():
+    if _skips_values(values_checked_on_host):
         return
     bad = (labels != -100) & ((labels < 0) | (labels >= config.vocab_size))
     if bad.any():
@@ -85,7 +74,7 @@ def check_labels(config: ElmoConfig, labels, positions: torch.Size, split_direct
 
 def check_finite_labels(labels: torch.Tensor, problem_type: str):
     """The float labels of the sequence heads (regression, multi-label): a NaN would make the loss NaN."""
-    if not values_checked() and not torch.isfinite(labels).all():
+    if not exporting() and not torch.isfinite(labels).all():
         raise ValueError(f"labels hold NaN or infinite values ({problem_type}): the loss would be NaN.")
 
 
@@ -246,6 +235,7 @@ def check_inputs(
     state=None,
     dtype: torch.dtype | None = None,
     framed: bool = False,
+    values_checked_on_host: bool = False,
 ) -> torch.BoolTensor:
     """Validates the inputs of a model built from `config` and returns the `(B, T)` mask of real positions.
 
@@ -258,6 +248,8 @@ def check_inputs(
             heads read the words between them). With a character vocabulary the model does not know the rows
             (the tokenizer holds the vocabulary): every sentence must then start with one same row and end with
             another.
+        values_checked_on_host: the caller checked the values already (`check_bilm_batch` on the host): only
+            shapes, dtypes and devices are checked.
     """
     if torch.jit.is_tracing():
         raise ValueError(
@@ -308,7 +300,7 @@ def check_inputs(
     _check_word_id_shape(config, input_word_ids, input_ids.shape[:2])
     if state is not None:
         _check_state(config, state, input_ids, dtype)
-    if values_checked():
+    if _skips_values(values_checked_on_host):
         return mask
 
     lengths = mask.sum(dim=1)

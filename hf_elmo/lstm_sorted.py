@@ -19,13 +19,11 @@ Same arithmetic as the straightforward per-step formulation up to float rounding
 (values within 1e-5, gradients within 1e-4 relative).
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 
 import torch
 
-from .cpu_backend import cpu_backend_of
-from .cpu_kernels import available as compiled_loops_available
 from .cpu_kernels import backward_sequence as compiled_backward
 from .cpu_kernels import forward_sequence as compiled_forward
 from .cpu_threads import can_run_concurrently, run_concurrently
@@ -113,8 +111,12 @@ class LstmSettings:
     proj_clip: float | None
     forget_bias: float
     """Added to the forget gate's bias at run time (TensorFlow's `LSTMCell(forget_bias=...)`), 0 for none."""
-    compiled: bool = True
-    """Whether the time loops may run compiled (`paths.lstm_kernels = "compiled"`), where they apply."""
+    compiled: bool = False
+    """Whether the time loops run compiled (`paths.lstm_kernels = "compiled"`, float32 CPU tensors)."""
+    onednn: object = None
+    """The products that go to oneDNN (`paths.onednn`, an `OnednnProducts`), None for none."""
+    threads: str = "single"
+    """`paths.threads`: whether the directions of an inference pass may run on threads of their own."""
 
 
 def lstm_layer(
@@ -153,24 +155,15 @@ def lstm_layer(
 # Under autograd the directions run stacked, except where a step's products are large: there one direction after the
 # other, each product over both intra-op threads (through oneDNN where it is faster), is faster than the stacked
 # product, which gives each thread one direction's weights to stream from memory. Per row and step, the products take 5
-# D P multiply-adds: the original size (D 4096, P 512: 10.5M) trains its encoder faster one direction at a time, the
-# mid-size model (512, 64: 164K) faster stacked (measured on AMD EPYC, 2 threads). (For the per-step PyTorch operations,
-# two Python threads, one per direction, were slower in every case: each step is a dozen operations whose dispatch holds
-# the GIL, and the threads wait for each other. The compiled loop runs stacked directions on threads of their own
-# without Python.)
+# D P multiply-adds: the original size trains its encoder faster one direction at a time, the mid-size model faster
+# stacked. (For the per-step PyTorch operations, two Python threads, one per direction, were slower in every case:
+# each step is a dozen operations whose dispatch holds the GIL, and the threads wait for each other. The compiled loop
+# runs stacked directions on threads of their own without Python.)
 _MIN_STEP_MULTIPLY_ADDS_ONE_AT_A_TIME = 1 << 22
 
 
 def _large_steps(cell_dim: int, projection_dim: int) -> bool:
     return 5 * cell_dim * projection_dim >= _MIN_STEP_MULTIPLY_ADDS_ONE_AT_A_TIME
-
-
-def _compiled_loop(tensor: torch.Tensor, cell_dim: int, projection_dim: int, settings: LstmSettings) -> bool:
-    """Whether a layer's time loop runs compiled (`cpu_kernels.py`): for float32 CPU tensors where it builds, except
-    for layers with large steps, whose time goes into products that oneDNN forms faster than the BLAS the loop
-    calls (the original size trains its encoder slower compiled) and whose few operations per step cost little to
-    dispatch."""
-    return settings.compiled and compiled_loops_available(tensor) and not _large_steps(cell_dim, projection_dim)
 
 
 _TENSORS_PER_DIRECTION = 7  # x, hidden, memory, W_x, b, W_h, W_p
@@ -184,8 +177,10 @@ def _run_layer(tensors, reverse, steps, settings):
             tuple((k,) for k in directions) if _large_steps(memory.shape[1], hidden.shape[1]) else (tuple(directions),)
         )
         return _LstmLayer.apply(tuple(reverse), steps, settings, groups, *tensors)
-    concurrent = len(reverse) > 1 and can_run_concurrently(tensors[0])
+    concurrent = len(reverse) > 1 and can_run_concurrently(tensors[0], settings.threads)
     groups = [(k,) for k in directions] if concurrent else [tuple(directions)]
+    if concurrent and settings.onednn is not None:
+        settings = replace(settings, onednn=settings.onednn.beside_other_threads())
     calls = [partial(_forward, *_stack(tensors, group, reverse), steps, settings, save=False) for group in groups]
     results = run_concurrently(*calls) if concurrent else [call() for call in calls]
     return [t for result in results for direction in result[0] for t in direction]
@@ -214,13 +209,13 @@ def _front(buffer: torch.Tensor, K: int, n: int) -> torch.Tensor:
     return buffer.view(-1)[: K * n * width].view(K, n, width)
 
 
-def _batched_product(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+def _batched_product(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor | None = None, onednn=None):
     """`torch.bmm`; for one direction a plain product, which spreads over the intra-op threads (a batched product
-    spreads only its batch over them), through oneDNN where that is faster (`onednn_linear.py`)."""
+    spreads only its batch over them), through oneDNN where `onednn` (`OnednnProducts`) takes it."""
     if x.shape[0] == 1:
         if out is None:
-            return matmul_nt(x[0], weight[0].t()).unsqueeze(0)
-        matmul_nt(x[0], weight[0].t(), out=out[0])
+            return matmul_nt(x[0], weight[0].t(), onednn=onednn).unsqueeze(0)
+        matmul_nt(x[0], weight[0].t(), out=out[0], onednn=onednn)
         return out
     return torch.bmm(x, weight, out=out)
 
@@ -235,7 +230,7 @@ def _weight_gradient(grad: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     return torch.bmm(grad.transpose(1, 2), x)
 
 
-def _bmm(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor, add: bool = False, scratch=None) -> torch.Tensor:
+def _bmm(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor, add=False, scratch=None, onednn=None):
     """`out (+)= x @ weight` for `(K, n, I)` and `(K, I, O)` into `out` `(K, n, O)`, through `scratch` `(K, n, O)`
     where `out` is not contiguous (a batched product into a strided `out`, or in place, runs the directions one
     after the other; into a contiguous buffer, side by side on the intra-op threads).
@@ -243,11 +238,11 @@ def _bmm(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor, add: bool = F
     A product of one row runs as a matrix-vector kernel whose rounding can depend on the weights' memory
     alignment; multiplying the row twice keeps results independent of it."""
     if x.shape[1] == 1:
-        product = _batched_product(x.expand(-1, 2, -1), weight)[:, :1]
+        product = _batched_product(x.expand(-1, 2, -1), weight, onednn=onednn)[:, :1]
     elif out.is_contiguous() and not add:
-        return _batched_product(x, weight, out=out)
+        return _batched_product(x, weight, out=out, onednn=onednn)
     else:
-        product = _batched_product(x, weight, out=scratch)
+        product = _batched_product(x, weight, out=scratch, onednn=onednn)
     return out.add_(product) if add else out.copy_(product)
 
 
@@ -266,11 +261,12 @@ def _torch_forward_step(
     cell_block,
     fold_doubling,
     minus_one,
+    onednn,
 ):
     """`cpu_kernels.forward_step` as PyTorch operations, after adding the state product into `gates_in`
     `(K, n, 4D)`; `minus_one` (a 0-d tensor) for tanh from sigmoid, with the cell block's doubling folded into the
-    inputs or not."""
-    gates = _bmm(hidden_in, state_weight_t, gates_in, add=True, scratch=scratch)
+    inputs or not; products through oneDNN where `onednn` takes them."""
+    gates = _bmm(hidden_in, state_weight_t, gates_in, add=True, scratch=scratch, onednn=onednn)
     input_gate, forget_gate, cell_input, output_gate = act.chunk(4, dim=2)
     if minus_one is not None:  # one sigmoid over all four blocks, the cell block at twice its input
         if not fold_doubling:
@@ -309,9 +305,10 @@ def _torch_forward_loop(
     proj_clip,
     fold_doubling,
     minus_one,
+    onednn,
 ):
     """`cpu_kernels.forward_sequence` as PyTorch operations, a dozen per step (same arguments; the weights
-    transposed, `(K, P, 4D)` and `(K, D, P)`)."""
+    transposed, `(K, P, 4D)` and `(K, D, P)`; products through oneDNN where `onednn` takes them)."""
     K, batch_size, projection_dim = hidden0.shape
     cell_dim = cells.shape[2]
     cell_block = slice(2 * cell_dim, 3 * cell_dim)
@@ -356,8 +353,9 @@ def _torch_forward_loop(
             cell_block,
             fold_doubling=fold_doubling,
             minus_one=minus_one,
+            onednn=onednn,
         )
-        new_hidden = _bmm(cell_out, projection_weight_t, raw_h, scratch=_front(projected, K, n))
+        new_hidden = _bmm(cell_out, projection_weight_t, raw_h, scratch=_front(projected, K, n), onednn=onednn)
         if proj_clip is not None:
             torch.clamp(new_hidden, -proj_clip, proj_clip, out=output_steps[t])
 
@@ -375,7 +373,7 @@ def _forward(
     total = steps.num_positions
     cell_clip, proj_clip = settings.cell_clip, settings.proj_clip
     cell_block = slice(2 * cell_dim, 3 * cell_dim)
-    compiled = _compiled_loop(xs[0], cell_dim, projection_dim, settings)
+    compiled = settings.compiled
     # PyTorch's CPU tanh is several times slower than its sigmoid; tanh(x) = 2 sigmoid(2x) - 1 has an absolute
     # error of a few units in the last place in float32 and float64, too coarse in 16-bit types.
     tanh_by_sigmoid = not compiled and xs[0].device.type == "cpu" and xs[0].dtype in (torch.float32, torch.float64)
@@ -400,7 +398,7 @@ def _forward(
     # Each step adds its W_h h into its block and activates it there (with `save`).
     activations = packed_x.new_empty(K, total, 4 * cell_dim)
     if K == 1:  # through oneDNN where that is faster, which writes a result of its own, then copied
-        matmul_nt(packed_x[0], input_weight[0], bias[0], out=activations[0])
+        matmul_nt(packed_x[0], input_weight[0], bias[0], out=activations[0], onednn=settings.onednn)
     else:  # into the buffer, without a copy
         torch.baddbmm(bias.unsqueeze(1), packed_x, input_weight.transpose(1, 2), out=activations)
     new = partial(packed_x.new_empty, K)
@@ -455,6 +453,7 @@ def _forward(
             proj_clip,
             fold_doubling,
             minus_one if tanh_by_sigmoid else None,
+            settings.onednn,
         )
 
     final_hidden = steps.final_state(outputs, hidden0)
@@ -558,7 +557,9 @@ def _torch_backward_loop(
             )
         else:
             grad_h = torch.add(grad_hidden[:, :n], grad_output_steps[t], out=grad_projected_steps[t])
-        grad_cell_output = _bmm(grad_h, projection_weight, _front(grad_cell_outputs, K, n))  # (K, n, D)
+        grad_cell_output = _bmm(  # (K, n, D)
+            grad_h, projection_weight, _front(grad_cell_outputs, K, n), onednn=settings.onednn
+        )
         _torch_backward_step(
             grad_gate_steps[t],
             grad_cell_output,
@@ -566,7 +567,13 @@ def _torch_backward_loop(
             grad_cells[:, :n],
             *(factor[t] for factor in derivative_steps),
         )
-        _bmm(grad_gate_steps[t], state_weight, grad_hidden[:, :n], scratch=_front(grad_hidden_products, K, n))
+        _bmm(
+            grad_gate_steps[t],
+            state_weight,
+            grad_hidden[:, :n],
+            scratch=_front(grad_hidden_products, K, n),
+            onednn=settings.onednn,
+        )
 
 
 def _backward(
@@ -586,8 +593,7 @@ def _backward(
     """Gradients of the stacked directions (lists with one entry per direction; a gradient may be None): per
     direction, of its input `(T, B, P_in)`, initial hidden and memory, and of `W_x`, `b`, `W_h`, `W_p`."""
     activations, cell_tanh = saved["activations"], saved["cell_tanh"]
-    K, total, gate_dim = activations.shape
-    cell_dim = gate_dim // 4
+    K, total, _ = activations.shape
     batch_size = hiddens[0].shape[0]
     hidden0, memory0 = _stacked(hiddens), _stacked(memories)
 
@@ -607,7 +613,7 @@ def _backward(
     grad_gates = activations  # = gradient of the gate inputs, once the loop has run
     grad_projected = torch.empty_like(packed_grad_outputs)  # of each unclipped W_p m
     state_weight, projection_weight = _stacked(state_weights), _stacked(projection_weights)
-    if _compiled_loop(activations, cell_dim, hidden0.shape[2], settings):
+    if settings.compiled:
         compiled_backward(
             steps.batch_sizes,
             state_weight.contiguous(),
@@ -639,7 +645,7 @@ def _backward(
             grad_memory,
         )
 
-    grad_inputs = _batched_product(grad_gates, _stacked(input_weights))  # (K, N, P_in)
+    grad_inputs = _batched_product(grad_gates, _stacked(input_weights), onednn=settings.onednn)  # (K, N, P_in)
     # Both from one product: d[W_x | W_h] = d(gates)^T [x | h_in]. The bias's gradient is a sum of its own: as a
     # column of ones in the product it made the product's width odd, which BLAS forms far slower.
     input_dim, projection_dim = saved["packed_x"].shape[2], hidden0.shape[2]
@@ -703,12 +709,7 @@ class _LstmLayer(torch.autograd.Function):
 def sorted_forward(bilstm, inputs, masks, states, paths):
     """`ElmoBiLstm.forward`'s computation on `paths.lstm = "sorted"`: the rows sorted by length, each step multiplying
     only the rows still running; directions whose rows run equally long steps are stacked into one call.
-    Arguments and results as `ElmoBiLstm.directions_forward`."""
-    with cpu_backend_of(paths):  # oneDNN products and threads as `paths.linear` and `paths.threads` say
-        return _sorted_forward(bilstm, inputs, masks, states, paths)
-
-
-def _sorted_forward(bilstm, inputs, masks, states, paths):
+    Arguments and results as `ElmoBiLstm.directions_forward`; `paths` resolved."""
     sorts = [_sort_by_length(masks[0])]
     sorts.append(sorts[0] if masks[1] is masks[0] else _sort_by_length(masks[1]))
     time_major, hidden, memory = [], [], []
@@ -728,7 +729,9 @@ def _sorted_forward(bilstm, inputs, masks, states, paths):
     groups = [(0, 1)] if batch_sizes[0] == batch_sizes[1] else [(0,), (1,)]
     first = bilstm.forward_layers[0]
     compiled = paths.lstm_kernels == "compiled"
-    settings = LstmSettings(first.cell_clip, first.proj_clip, first.forget_bias or 0.0, compiled)
+    settings = LstmSettings(
+        first.cell_clip, first.proj_clip, first.forget_bias or 0.0, compiled, paths.onednn, paths.threads
+    )
     outputs, finals = [], [([], []), ([], [])]
     for index, layers in enumerate(zip(bilstm.forward_layers, bilstm.backward_layers)):
         # bilm-tf wraps every cell, residual included, in input dropout.

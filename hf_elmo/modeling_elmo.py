@@ -2,7 +2,8 @@
 
 Equivalent to AllenNLP's `_ElmoBiLm` (and bilm-tf) for converted weights (`original_format.weight_links`), but
 stateless: the LSTM state is passed in and out explicitly, else every row starts from zeros or the warm start state.
-Each `forward` shows the plain math; the fast paths live in their own modules, chosen by `config.paths` (`paths.py`).
+Each `forward` shows the plain math; the fast paths live in their own modules, chosen by `config.paths`
+(`compute_paths.py`).
 """
 
 import math
@@ -20,7 +21,7 @@ from .char_cnn_fast import char_cnn_forward
 from .compute_paths import ElmoPaths, exporting, paths_in_effect
 from .configuration_elmo import ElmoConfig
 from .cpu_kernels import dropout_forward as compiled_dropout_forward
-from .cuda_graphs import CaptureCache, captured_training_step
+from .cuda_graphs import CaptureCache, replay_training_step
 from .input_checks import (
     check_answer_positions,
     check_bilm_batch,
@@ -216,22 +217,19 @@ class ElmoBiLstm(nn.Module):
         return super()._apply(fn, recurse)
 
     def forward(
-        self, token_embeddings: torch.Tensor, mask: torch.BoolTensor, state: ElmoState, split_directions: bool = False
+        self, token_embeddings: torch.Tensor, mask: torch.BoolTensor, state: ElmoState
     ) -> tuple[list[torch.Tensor], ElmoState]:
         """`(B, T, P)` embeddings, `(B, T)` right-padded mask -> `num_layers` outputs `(B, T, 2P)` (0 at padding) and
-        the final state. `split_directions`: each stack reads its half of the rows (see `ElmoModel.forward`)."""
-        rows = direction_rows(token_embeddings.shape[0], split_directions)
-        if split_directions:
-            inputs, masks = [token_embeddings[r] for r in rows], [mask[r] for r in rows]
-        else:  # the same tensors, which the sorted path then sorts and lays out once
-            inputs, masks = [token_embeddings] * 2, [mask] * 2
+        the final state."""
         hidden, memory = (t.chunk(2, dim=-1) for t in state)  # [forward | backward] halves
-        states = [(hidden[k][:, r], memory[k][:, r]) for k, r in enumerate(rows)]
-        outputs, finals = self.directions_forward(inputs, masks, states)
-        layer_outputs = [_join_directions(forward, backward, split_directions) for forward, backward in outputs]
+        # Both stacks read the same tensors, which the sorted path then sorts and lays out once.
+        outputs, finals = self.directions_forward(
+            [token_embeddings] * 2, [mask] * 2, [(hidden[0], memory[0]), (hidden[1], memory[1])]
+        )
+        layer_outputs = [torch.cat([forward, backward], dim=-1) for forward, backward in outputs]
         # In the state's dtype, also under autocast, so that it can be passed back.
         final_state = tuple(
-            _join_states(forward.to(start.dtype), backward.to(start.dtype), start, split_directions)
+            torch.cat([forward.to(start.dtype), backward.to(start.dtype)], dim=-1)
             for forward, backward, start in zip(*finals, state)
         )
         return layer_outputs, final_state
@@ -259,25 +257,6 @@ class ElmoBiLstm(nn.Module):
         return outputs, [(torch.stack(hidden), torch.stack(memory)) for hidden, memory in finals]
 
 
-def _join_directions(forward: torch.Tensor, backward: torch.Tensor, split_directions: bool = False) -> torch.Tensor:
-    """`(B', T, X)` of each direction -> `(B, T, 2X)` rows `[forward | backward]`: `B' = B` rows holding both, or
-    with `split_directions` `B' = B/2` forward rows `[forward | 0]` followed by backward rows `[0 | backward]`."""
-    if not split_directions:
-        return torch.cat([forward, backward], dim=-1)
-    width = forward.shape[-1]
-    return torch.cat([F.pad(forward, (0, width)), F.pad(backward, (width, 0))])
-
-
-def _join_states(forward: torch.Tensor, backward: torch.Tensor, start: torch.Tensor, split_directions: bool):
-    """Final `(L, B', X)` of each direction -> `(L, B, 2X)`; with `split_directions` the half a row's direction did
-    not run keeps `start`'s `(L, B, 2X)` values."""
-    if not split_directions:
-        return torch.cat([forward, backward], dim=-1)
-    half, width = forward.shape[1], forward.shape[-1]
-    forward_rows = torch.cat([forward, start[:, :half, width:]], dim=-1)
-    return torch.cat([forward_rows, torch.cat([start[:, half:, :width], backward], dim=-1)], dim=1)
-
-
 class ElmoPreTrainedModel(ElmoPreTrainedMixin, PreTrainedModel):
     config_class = ElmoConfig
     config: ElmoConfig
@@ -285,7 +264,7 @@ class ElmoPreTrainedModel(ElmoPreTrainedMixin, PreTrainedModel):
     main_input_name = "input_ids"
     _no_split_modules = ["ElmoBiLstm"]
     _is_stateful = True
-    supports_gradient_checkpointing = True  # `ElmoModel._forward_checked`, non-reentrant only
+    supports_gradient_checkpointing = True  # `ElmoModel.run_segment`, non-reentrant only
     # The word softmax of a pre-training checkpoint (other heads leave it out), a warm state with `warm_state=False`.
     _keys_to_ignore_on_load_unexpected = [r"^softmax\.", r"warm_(hidden|memory)$"]
     has_classifier = False
@@ -402,11 +381,20 @@ class ElmoModel(ElmoPreTrainedModel):
         )
 
     def check_inputs(
-        self, input_ids, attention_mask=None, input_word_ids=None, state=None, framed: bool = False
+        self,
+        input_ids,
+        attention_mask=None,
+        input_word_ids=None,
+        state=None,
+        framed: bool = False,
+        values_checked_on_host: bool = False,
     ) -> torch.BoolTensor:
         """`input_checks.check_inputs` for this model -> the `(B, T)` mask of real positions; `framed`: also require
-        the `<S>`/`</S>` rows around every sentence, as the task heads do."""
-        return check_inputs(self.config, input_ids, attention_mask, input_word_ids, state, self.dtype, framed)
+        the `<S>`/`</S>` rows around every sentence, as the task heads do; `values_checked_on_host`: the caller
+        checked the values already, only shapes, dtypes and devices are checked."""
+        return check_inputs(
+            self.config, input_ids, attention_mask, input_word_ids, state, self.dtype, framed, values_checked_on_host
+        )
 
     @can_return_tuple
     def forward(
@@ -418,7 +406,7 @@ class ElmoModel(ElmoPreTrainedModel):
         output_hidden_states: bool | None = None,
         return_dict: bool | None = None,
         input_word_ids: torch.LongTensor | None = None,
-        split_directions: bool = False,
+        values_checked_on_host: bool = False,
     ) -> ElmoModelOutput:
         r"""
         Args:
@@ -428,40 +416,54 @@ class ElmoModel(ElmoPreTrainedModel):
                 otherwise every row starts from the warm start state, else zeros, independent of everything else.
             use_cache, output_hidden_states (*optional*): return the final `state`; all `num_layers + 1` layers.
             input_word_ids (`(B, T)`, *optional*): word ids, for (and only for) models with `input_word_dim > 0`.
-            split_directions (defaults to `False`): the forward LM reads rows `0..B/2-1` only, the backward LM rows
-                `B/2..B-1` (continuous streams, `streams_bilm.py`): rows hold `[forward | 0]` or `[0 | backward]`,
-                and the half of a row's final `state` that its direction did not run is the state it started from.
+            values_checked_on_host (defaults to `False`): the values of the inputs were checked already (e.g. by
+                `check_inputs` on the host before they moved to a GPU, where each check of values is a wait for the
+                device); shapes, dtypes and devices are checked all the same.
         """
-        mask = self.check_inputs(input_ids, attention_mask, input_word_ids, state)
+        mask = self.check_inputs(
+            input_ids, attention_mask, input_word_ids, state, values_checked_on_host=values_checked_on_host
+        )
         if output_hidden_states is None:
             output_hidden_states = self.config.output_hidden_states
-        return self._forward_checked(
-            input_ids, mask, state, use_cache, output_hidden_states, input_word_ids, split_directions
+        return self.forward_checked(
+            input_ids,
+            mask,
+            state=state,
+            use_cache=use_cache,
+            output_hidden_states=output_hidden_states,
+            input_word_ids=input_word_ids,
         )
 
-    def _forward_checked(
-        self, input_ids, mask, state, use_cache, output_hidden_states, input_word_ids=None, split_directions=False
+    def forward_checked(
+        self,
+        input_ids: torch.LongTensor,
+        mask: torch.BoolTensor,
+        *,
+        state: ElmoState | None = None,
+        use_cache: bool | None = False,
+        output_hidden_states: bool = False,
+        input_word_ids: torch.LongTensor | None = None,
     ) -> ElmoModelOutput:
-        """`forward` after `check_inputs`: on a GPU no host synchronisation beyond the character CNN's (none in a
-        captured graph)."""
-        direction_rows(input_ids.shape[0], split_directions)  # an odd batch fails before any work
+        """`forward` after `check_inputs` gave `mask` `(B, T)`: on a GPU no host synchronisation beyond the character
+        CNN's (none in a captured graph)."""
         word_ids = input_word_ids.long() if input_word_ids is not None else None
-        checkpointed = self.gradient_checkpointing and self.training and torch.is_grad_enabled()
-        run = self._gradient_checkpointing_func if checkpointed else nn.Module.__call__
-        token_embeddings = run(self.char_encoder, input_ids.long(), word_ids)
+        token_embeddings = self.run_segment(self.char_encoder, input_ids.long(), word_ids)
         if state is None:
             # The model's dtype, not the embeddings' (bfloat16 under autocast): the state can then be passed back.
             state = self.initial_state(input_ids.shape[0], device=input_ids.device)
-        layer_outputs, final_state = run(self.encoder, token_embeddings, mask, state, split_directions)
+        layer_outputs, final_state = self.run_segment(self.encoder, token_embeddings, mask, state)
         hidden_states = None
         if output_hidden_states:
-            # shape[0], not len(): len() would make the batch size a constant of an exported graph
-            forward_rows, backward_rows = direction_rows(token_embeddings.shape[0], split_directions)
-            layer0 = _join_directions(token_embeddings[forward_rows], token_embeddings[backward_rows], split_directions)
-            layer0 = layer0 * mask[..., None]
+            layer0 = torch.cat([token_embeddings, token_embeddings], dim=-1) * mask[..., None]
             hidden_states = (layer0, *layer_outputs)
         final_state = final_state if use_cache else None
         return ElmoModelOutput(last_hidden_state=layer_outputs[-1], hidden_states=hidden_states, state=final_state)
+
+    def run_segment(self, function, *args):
+        """`function(*args)`, as one checkpointed segment in training with gradient checkpointing."""
+        if self.gradient_checkpointing and self.training and torch.is_grad_enabled():
+            return self._gradient_checkpointing_func(function, *args)
+        return function(*args)
 
 
 @dataclass
@@ -526,19 +528,75 @@ class ElmoForBiLM(ElmoPreTrainedModel):
 
     def check_batch(self, input_ids, attention_mask=None, labels=None, **unused) -> None:
         """Checks a batch as `forward` would, e.g. on the host before it moves to a GPU, where `forward` can then skip
-        the checks of values (`input_checks.values_checked_on_host`); other entries of a batch dict are ignored."""
+        the checks of values (`values_checked_on_host=True`); other entries of a batch dict are ignored."""
         check_bilm_batch(self.config, input_ids, attention_mask, labels)
 
     def _loss_sums(self, top: torch.Tensor, labels: torch.Tensor, split_directions: bool = False):
         """`sampled_softmax.bilm_loss_sums`: the sampled softmax in training when `uses_sampled_softmax()`."""
         num_samples = self.config.num_softmax_samples if self.training and self.uses_sampled_softmax() else None
-        return bilm_loss_sums(top, labels, self.softmax, num_samples, split_directions)
+        kernel = self.paths.sampled_softmax
+        return bilm_loss_sums(top, labels, self.softmax, num_samples, split_directions, kernel)
+
+    @property
+    def paths(self) -> ElmoPaths:
+        """The paths that run on the model's device and dtype in its current mode: `print(model.paths)`."""
+        return self.elmo.paths
+
+    def training_step_paths(
+        self, input_ids, labels=None, state=None, use_cache=None, outputs_beyond_loss=False, split_directions=False
+    ) -> ElmoPaths:
+        """`paths` with `training_step` decided for a call with these arguments: "captured" where the step is replayed
+        from CUDA graphs (`cuda_graphs.replay_training_step`), else "direct: " and why."""
+        paths = self.paths
+        if paths.training_step != "captured":
+            return paths
+        rows, length = input_ids.shape[:2] if isinstance(input_ids, torch.Tensor) else (0, 0)
+        # Inputs of the wrong kinds fail their checks afterwards, with their one-line errors.
+        takes_gradients = isinstance(state, (tuple, list)) and any(
+            isinstance(t, torch.Tensor) and t.requires_grad for t in state
+        )
+        return paths.for_training_step(
+            labels=labels is not None,
+            outputs_beyond_loss=bool(outputs_beyond_loss),
+            carried=bool(use_cache) == (state is not None),
+            state_takes_gradients=takes_gradients,
+            gradient_checkpointing=self.elmo.gradient_checkpointing,
+            positions_per_direction=rows * length / (2 if split_directions else 1),
+        )
+
+    def _split_directions_layers(
+        self, input_ids, mask, *, state=None, use_cache=False, output_hidden_states=False
+    ) -> ElmoModelOutput:
+        """`ElmoModel.forward_checked` for continuous streams (`training/streams.py`): the forward LM reads rows
+        `0..B/2-1` only and the backward LM rows `B/2..B-1`; rows hold `[forward | 0]` or `[0 | backward]`, and the
+        half of a row's final `state` that its direction did not run is the state it started from."""
+        elmo = self.elmo
+        rows = direction_rows(input_ids.shape[0], True)  # an odd batch fails before any work
+        embeddings = elmo.run_segment(elmo.char_encoder, input_ids.long(), None)
+        if state is None:
+            state = elmo.initial_state(input_ids.shape[0], device=input_ids.device)
+        hidden, memory = (t.chunk(2, dim=-1) for t in state)  # [forward | backward] halves
+        states = [(hidden[k][:, r], memory[k][:, r]) for k, r in enumerate(rows)]
+        inputs, masks = [embeddings[r] for r in rows], [mask[r] for r in rows]
+        outputs, finals = elmo.run_segment(elmo.encoder.directions_forward, inputs, masks, states)
+        layers = [_rows_of_each_direction(forward, backward) for forward, backward in outputs]
+        hidden_states = None
+        if output_hidden_states:
+            hidden_states = (_rows_of_each_direction(*inputs) * mask[..., None], *layers)
+        final_state = None
+        if use_cache:  # in the state's dtype, also under autocast, so that it can be passed back
+            final_state = tuple(
+                _states_of_each_direction(forward.to(start.dtype), backward.to(start.dtype), start)
+                for forward, backward, start in zip(*finals, state)
+            )
+        return ElmoModelOutput(last_hidden_state=layers[-1], hidden_states=hidden_states, state=final_state)
 
     def _training_step_sums(self, input_ids, mask, labels, *state, split_directions=False):
         """`_loss_sums` of a training batch; given a start `state` (`hidden, memory`: continuous streams), also its
         final state, through which no gradient flows (the caller carries it to the next batch detached)."""
         start = tuple(state) or None
-        outputs = self.elmo._forward_checked(input_ids, mask, start, start is not None, False, None, split_directions)
+        layers = self._split_directions_layers if split_directions else self.elmo.forward_checked
+        outputs = layers(input_ids, mask, state=start, use_cache=start is not None, output_hidden_states=False)
         sums = self._loss_sums(self.dropout(outputs.last_hidden_state), labels, split_directions)
         return sums if start is None else (*sums, *(t.detach() for t in outputs.state))
 
@@ -555,30 +613,43 @@ class ElmoForBiLM(ElmoPreTrainedModel):
         use_cache: bool | None = None,
         return_dict: bool | None = None,
         split_directions: bool = False,
+        values_checked_on_host: bool = False,
     ) -> ElmoBiLMOutput:
         r"""
         Args:
-            input_ids, attention_mask, state, use_cache, output_hidden_states, split_directions: as for `ElmoModel`;
-                with `split_directions` each LM is scored on its half of the rows only.
+            input_ids, attention_mask, state, use_cache, output_hidden_states: as for `ElmoModel`.
+            split_directions (defaults to `False`): continuous streams (`training/streams.py`): the forward LM reads
+                rows `0..B/2-1` only, the backward LM rows `B/2..B-1`, each scored on its half of the rows; rows
+                hold `[forward | 0]` or `[0 | backward]`, and the half of a row's final `state` that its direction
+                did not run is the state it started from.
             labels (`(B, T, 2)`, *optional*): per position the id of the next word (forward LM) and of the previous
                 word (backward LM), -100 where there is none; `DataCollatorForBiLM` builds them.
             return_logits (defaults to `False`): also return both directions' full-softmax logits `(B, T, V)`.
             num_items_in_batch (*optional*): the number of targets to divide the summed loss by (from `Trainer`).
+            values_checked_on_host (defaults to `False`): the batch's values were checked already (`check_batch`
+                on the host, as `hf-elmo train` does): the model checks shapes, dtypes and devices only.
         """
+        checked = values_checked_on_host
         if labels is not None and isinstance(input_ids, torch.Tensor):
-            # On a GPU this waits for the device; `hf-elmo train` checks on the host (`values_checked_on_host`).
-            check_labels(self.config, labels, input_ids.shape[:2], split_directions)
+            # On a GPU this waits for the device unless the host checked the values already.
+            check_labels(self.config, labels, input_ids.shape[:2], split_directions, checked)
+        if output_hidden_states is None:
+            output_hidden_states = self.config.output_hidden_states
         extra_outputs = return_logits or output_hidden_states
-        captured = captured_training_step(
-            self, input_ids, attention_mask, labels, state, use_cache, split_directions, extra_outputs
-        )
-        if captured is not None:
-            sums, counts, *final_state = captured
+        paths = self.training_step_paths(input_ids, labels, state, use_cache, extra_outputs, split_directions)
+        if paths.training_step == "captured":
+            mask = self.elmo.check_inputs(input_ids, attention_mask, state=state, values_checked_on_host=checked)
+            sums, counts, *final_state = replay_training_step(
+                self, input_ids, mask, labels, state, split_directions=split_directions, paths=paths
+            )
             outputs = ElmoModelOutput(state=tuple(final_state) or None)
         else:
-            outputs = self.elmo(
-                input_ids, attention_mask, state, use_cache, output_hidden_states, split_directions=split_directions
-            )
+            options = {"state": state, "use_cache": use_cache, "output_hidden_states": output_hidden_states}
+            if split_directions:
+                mask = self.elmo.check_inputs(input_ids, attention_mask, state=state, values_checked_on_host=checked)
+                outputs = self._split_directions_layers(input_ids, mask, **options)
+            else:
+                outputs = self.elmo(input_ids, attention_mask, values_checked_on_host=checked, **options)
             top = self.dropout(outputs.last_hidden_state)
             if labels is not None:
                 sums, counts = self._loss_sums(top, labels, split_directions)
@@ -601,6 +672,21 @@ class ElmoForBiLM(ElmoPreTrainedModel):
             hidden_states=outputs.hidden_states,
             state=outputs.state,
         )
+
+
+def _rows_of_each_direction(forward: torch.Tensor, backward: torch.Tensor) -> torch.Tensor:
+    """`(B/2, T, X)` of each direction -> `(B, T, 2X)`: forward rows `[forward | 0]`, then backward rows
+    `[0 | backward]`."""
+    width = forward.shape[-1]
+    return torch.cat([F.pad(forward, (0, width)), F.pad(backward, (width, 0))])
+
+
+def _states_of_each_direction(forward: torch.Tensor, backward: torch.Tensor, start: torch.Tensor) -> torch.Tensor:
+    """Final `(L, B/2, X)` of each direction -> `(L, B, 2X)`; the half a row's direction did not run keeps `start`'s
+    `(L, B, 2X)` values."""
+    half, width = forward.shape[1], forward.shape[-1]
+    forward_rows = torch.cat([forward, start[:, :half, width:]], dim=-1)
+    return torch.cat([forward_rows, torch.cat([start[:, half:, :width], backward], dim=-1)], dim=1)
 
 
 class ElmoTaskPreTrainedModel(ElmoTaskFeaturesMixin, ElmoPreTrainedModel):

@@ -174,6 +174,7 @@ def sampled_softmax_loss(
     sampled: torch.LongTensor | None = None,
     num_tries: int | None = None,
     generator: torch.Generator | None = None,
+    kernel: str | None = None,
 ) -> torch.Tensor:
     """Per-target sampled-softmax cross-entropy.
 
@@ -185,6 +186,8 @@ def sampled_softmax_loss(
         sampled, num_tries: a sample from `sample_log_uniform_candidates` to use instead of drawing one.
         generator: random generator of the draw (default: torch's global generator of the device that draws: the
             CPU's for CPU tensors and for a CPU `generator`, else `hidden`'s device, which then never waits).
+        kernel: the log-sum-exp over the sample, a model's resolved `paths.sampled_softmax`: "compiled" (the CPU
+            loops), "triton" (one fused pass each way) or "torch"; by default as a model on `hidden` resolves it.
 
     Returns:
         `(N,)` losses, in float32 or float64 (the precision of `hidden`, at least float32).
@@ -218,21 +221,29 @@ def sampled_softmax_loss(
     # The softmax runs in at least float32 even under bf16 autocast.
     compute_dtype = torch.promote_types(true_logits.dtype, torch.float32)
     true_logits = true_logits.to(compute_dtype) - true_log_q.to(compute_dtype)
+    if kernel is None:
+        kernel = _kernel_for(hidden)
     if device.type == "cpu" and hidden.dtype in (torch.float32, torch.float64) and not torch.is_autocast_enabled("cpu"):
-        sampled_total = _SampledLogSumExp.apply(hidden, sampled_weight, sampled_bias, hit)
+        sampled_total = _SampledLogSumExp.apply(hidden, sampled_weight, sampled_bias, hit, kernel == "compiled")
     else:
         sampled_logits = torch.addmm(sampled_bias, hidden, sampled_weight.t())
-        sampled_total = logsumexp_without(sampled_logits, hit).to(compute_dtype)
+        sampled_total = logsumexp_without(sampled_logits, hit, fused=kernel == "triton").to(compute_dtype)
     return torch.logaddexp(true_logits, sampled_total) - true_logits
 
 
-def logsumexp_without(logits: torch.Tensor, skip: torch.LongTensor, fused: bool | None = None) -> torch.Tensor:
+def _kernel_for(hidden: torch.Tensor) -> str:
+    """The sampled log-sum-exp's kernel for a call outside a model, as `compute_paths.resolve` chooses it: the
+    compiled loops for float32 CPU tensors, one fused Triton pass for 16- and 32-bit CUDA tensors (CPU tensors only
+    under Triton's interpreter, where asked for)."""
+    if hidden.dtype == torch.float32 and not torch.is_autocast_enabled("cpu") and compiled_loops_available(hidden):
+        return "compiled"
+    fused = logsumexp_forward is not None and not KERNELS_INTERPRETED
+    return "triton" if fused and hidden.is_cuda and hidden.dtype != torch.float64 else "torch"
+
+
+def logsumexp_without(logits: torch.Tensor, skip: torch.LongTensor, fused: bool = False) -> torch.Tensor:
     """`(N, S)` logits, `(N,)` a column per row to leave out (`S`: none) -> `(N,)` log-sum-exp of the others, in at
-    least float32. `fused`: one Triton pass forward and one backward (`gpu_softmax_kernels.py`), by default for
-    16- and 32-bit CUDA tensors (CPU tensors only under Triton's interpreter, where asked for)."""
-    if fused is None:
-        fused = logsumexp_forward is not None and not KERNELS_INTERPRETED
-        fused = fused and logits.is_cuda and logits.dtype != torch.float64
+    least float32. `fused`: one Triton pass forward and one backward (`sampled_softmax_triton.py`)."""
     if fused:
         return _LogSumExpWithout.apply(logits.contiguous(), skip.contiguous())
     columns = logits.shape[1]
@@ -260,15 +271,16 @@ class _SampledLogSumExp(torch.autograd.Function):
     """`logsumexp_without(hidden @ weight.T + bias, skip)` on CPUs, `(N, P)`, `(S, P)`, `(S,)`, `(N,)` -> `(N,)`, with
     the `(N, S)` logits formed once, masked in place and turned into their gradient in place: three passes over
     them in each direction instead of a copy, a scatter and autograd's log-sum-exp; in float32 the log-sum-exp and
-    its gradient are one pass each (`cpu_kernels.py`)."""
+    its gradient are one pass each where `compiled` (`cpu_kernels.py`)."""
 
     @staticmethod
-    def forward(ctx, hidden, weight, bias, skip):
+    def forward(ctx, hidden, weight, bias, skip, compiled):
         logits = torch.addmm(bias, hidden, weight.t())
         hits = (skip < logits.shape[1]).nonzero().squeeze(1)
         logits[hits, skip[hits]] = float("-inf")
-        total = compiled_logsumexp(logits) if compiled_loops_available(logits) else torch.logsumexp(logits, dim=1)
+        total = compiled_logsumexp(logits) if compiled else torch.logsumexp(logits, dim=1)
         ctx.save_for_backward(hidden, weight, logits, total)
+        ctx.compiled = compiled
         return total
 
     @staticmethod
@@ -276,7 +288,7 @@ class _SampledLogSumExp(torch.autograd.Function):
     def backward(ctx, grad):
         hidden, weight, logits, total = ctx.saved_tensors
         # Softmax times the incoming gradient; the left-out column has exp(-inf) = 0.
-        if compiled_loops_available(logits):
+        if ctx.compiled:
             grad_logits = compiled_logsumexp_backward(logits, total, grad)
         else:
             grad_logits = torch.sub(logits, total[:, None]).exp_().mul_(grad[:, None])
@@ -287,7 +299,7 @@ class _SampledLogSumExp(torch.autograd.Function):
             grad_weight = torch.mm(grad_logits.t(), hidden)
         if ctx.needs_input_grad[2]:
             grad_bias = grad_logits.sum(dim=0)
-        return grad_hidden, grad_weight, grad_bias, None
+        return grad_hidden, grad_weight, grad_bias, None, None
 
 
 def full_softmax_loss(
@@ -299,12 +311,17 @@ def full_softmax_loss(
 
 
 def bilm_loss_sums(
-    top: torch.Tensor, labels: torch.Tensor, softmax: torch.nn.Linear, num_samples: int | None, split_directions=False
+    top: torch.Tensor,
+    labels: torch.Tensor,
+    softmax: torch.nn.Linear,
+    num_samples: int | None,
+    split_directions=False,
+    kernel: str | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """`(B, T, 2P)` top layer (after dropout) and `(B, T, 2)` labels -> the summed cross-entropy `(2,)` and the
     number of targets `(2,)` of the forward and the backward LM (with `split_directions`, of the forward LM on the
-    first half of the rows and the backward LM on the second), through the sampled softmax with `num_samples`, else
-    the full one."""
+    first half of the rows and the backward LM on the second), through the sampled softmax with `num_samples` (its
+    log-sum-exp on `kernel`, see `sampled_softmax_loss`), else the full one."""
     forward_rows, backward_rows = direction_rows(len(top), split_directions)
     forward_hidden, backward_hidden = top[forward_rows].chunk(2, dim=-1)[0], top[backward_rows].chunk(2, dim=-1)[1]
     hidden = torch.cat([forward_hidden.flatten(0, 1), backward_hidden.flatten(0, 1)])  # (2 B' T, P)
@@ -318,7 +335,7 @@ def bilm_loss_sums(
         scored = has_target.nonzero().squeeze(1)
         hidden, targets = hidden.index_select(0, scored), targets.index_select(0, scored)
     if num_samples:
-        losses = sampled_softmax_loss(hidden, targets, softmax.weight, softmax.bias, num_samples)
+        losses = sampled_softmax_loss(hidden, targets, softmax.weight, softmax.bias, num_samples, kernel=kernel)
     else:
         losses = full_softmax_loss(hidden, targets, softmax.weight, softmax.bias)
     if scored is not None:

@@ -113,7 +113,7 @@ def stream_perplexity(
     for start in range(0, length, chunk):
         end = min(start + chunk, length)
         input_ids = stream_input_ids(streams, char_ids, start, end).to(device)
-        out = model.elmo(input_ids, state=state, use_cache=True, split_directions=True)
+        out = model(input_ids, state=state, use_cache=True, split_directions=True)
         state = out.state
         top = out.last_hidden_state
         hidden = (top[:rows, :, :projection_dim], top[rows:, :, projection_dim:].flip(1))

@@ -28,7 +28,7 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from transformers.training_args import OptimizerNames
 
 from ..configuration_elmo import ElmoConfig
-from ..input_checks import check_bilm_batch, values_checked_on_host
+from ..input_checks import check_bilm_batch
 from ..io.files import ElmoInputError, deferred_signals, write_atomically
 from ..pretrained_elmo import check_finite_weights, safetensors_shapes
 from ..tokenization_elmo import ElmoTokenizer
@@ -249,9 +249,9 @@ def _on_accelerator(args: TrainingArguments) -> bool:
 
 
 class HostCheckedCollator:
-    """`collate`, then the model's checks of the batch on the host (in the data loader's processes), with a mark that
-    lets `ElmoTrainer` skip them on the device: there each is a wait for the GPU at every step, which then idles
-    until the host has issued the next step."""
+    """`collate`, then the model's checks of the batch on the host (in the data loader's processes), with the model's
+    input `values_checked_on_host=True`, which skips them on the device: there each is a wait for the GPU at every
+    step, which then idles until the host has issued the next step."""
 
     MARK = "values_checked_on_host"
 
@@ -262,13 +262,6 @@ class HostCheckedCollator:
         batch = self.collate(examples)
         check_bilm_batch(self.config, batch["input_ids"], batch.get("attention_mask"), batch["labels"])
         return {**batch, self.MARK: True}
-
-
-def values_checked_if_marked(batch: dict):
-    """`values_checked_on_host()` for a batch `HostCheckedCollator` or `ElmoTrainer.expand_stored_windows` marked as
-    checked, else no context; the mark is taken out of `batch`, so that the model, and a `compute_loss` of a subclass,
-    get the model's inputs only."""
-    return values_checked_on_host() if batch.pop(HostCheckedCollator.MARK, False) else contextlib.nullcontext()
 
 
 def check_word_table(config: ElmoConfig, table: WordTable, words_at_once: int = 65_536):
@@ -403,13 +396,11 @@ class ElmoTrainer(Trainer):
 
     def prediction_step(self, model, inputs, prediction_loss_only, ignore_keys=None):
         inputs = self.expand_stored_windows(inputs)
-        with values_checked_if_marked(inputs):
-            return super().prediction_step(model, inputs, prediction_loss_only, ignore_keys)
+        return super().prediction_step(model, inputs, prediction_loss_only, ignore_keys)
 
     def training_step(self, model, inputs, num_items_in_batch=None):
         self.started = True
-        with values_checked_if_marked(inputs):
-            loss = super().training_step(model, inputs, num_items_in_batch)
+        loss = super().training_step(model, inputs, num_items_in_batch)
         # Noted on the device, without waiting for it: `check_finite` reads it where Trainer waits anyway.
         if self._non_finite_step is None:
             self._non_finite_step = torch.zeros((), dtype=torch.int64, device=loss.device)

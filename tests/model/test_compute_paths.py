@@ -158,3 +158,74 @@ def test_model_paths_show_what_runs(machine):
     assert model.train().paths.dropout == "compiled"
     model.config.paths = ElmoPaths.reference().to_dict()
     assert model.paths == ElmoPaths.reference()
+
+
+def test_large_lstm_steps_resolve_to_pytorchs_and_print_why(machine):
+    machine(True, False, CPU)
+    limit = compute_paths.MAX_COMPILED_STEP_MULTIPLY_ADDS
+    assert resolve(ElmoPaths(), CPU, F32, True, step_multiply_adds=limit - 1).lstm_kernels == "compiled"
+    large = resolve(ElmoPaths(), CPU, F32, True, step_multiply_adds=limit)
+    assert large.lstm_kernels == "torch"
+    assert f"lstm_kernels: torch (steps of at least {limit:,} multiply-adds per row" in str(large)
+    assert resolve(ElmoPaths(lstm_kernels="compiled"), CPU, F32, True, step_multiply_adds=limit).lstm_kernels == (
+        "compiled"
+    )
+
+
+def test_onednn_needs_cpu_tensors_and_prints_the_products_it_takes(machine):
+    machine(True, False, CPU)
+    products = compute_paths.onednn_products()
+    assert f"linear: onednn ({products})" in str(resolve(ElmoPaths(), CPU, F32, False)).splitlines()
+    assert resolve(ElmoPaths(linear="torch"), CPU, F32, False).onednn is None
+    with pytest.raises(ValueError, match=r"^paths\.linear='onednn' needs CPU tensors; got torch\.float32 .* cuda\.$"):
+        resolve(ElmoPaths(linear="onednn"), CUDA, F32, False)
+
+
+BATCH_THAT_CAPTURES = dict(
+    labels=True,
+    outputs_beyond_loss=False,
+    carried=True,
+    state_takes_gradients=False,
+    gradient_checkpointing=False,
+    positions_per_direction=compute_paths.MAX_CAPTURED_POSITIONS,
+)
+
+
+@pytest.mark.parametrize(
+    "paths, device, extra, expected",
+    [
+        ({}, CUDA, {}, "captured"),
+        ({"cuda_graphs": "off"}, CUDA, {}, "direct: CUDA graphs off"),
+        ({}, CPU, {}, "direct: CUDA graphs off"),
+        ({"lstm": "sorted"}, CUDA, {}, "direct: not the static LSTM"),
+        ({"char_cnn": "distinct_words"}, CUDA, {}, "direct: the character CNN's distinct words"),
+        ({}, CUDA, {"word_embeddings": True}, "direct: word embeddings (ELMoForManyLangs)"),
+    ],
+)
+def test_the_training_step_is_captured_where_the_paths_allow_it(paths, device, extra, expected, machine):
+    machine(False, True, device)
+    resolved = resolve(ElmoPaths(**paths), device, F32, True, **extra)
+    assert resolved.training_step == expected and f"training_step: {expected}" in str(resolved).splitlines()
+    assert resolve(ElmoPaths(**paths), device, F32, False, **extra).training_step is None  # no training step
+    assert resolved.for_training_step(**BATCH_THAT_CAPTURES).training_step == expected
+
+
+@pytest.mark.parametrize(
+    "change, reason",
+    [
+        (dict(labels=False), "no labels"),
+        (dict(outputs_beyond_loss=True), "outputs beyond the loss and the final state"),
+        (dict(carried=False), "a final state without a start state, or a start state without use_cache"),
+        (dict(state_takes_gradients=True), "a start state that takes gradients"),
+        (dict(gradient_checkpointing=True), "gradient checkpointing"),
+        (
+            dict(positions_per_direction=compute_paths.MAX_CAPTURED_POSITIONS + 1),
+            f"more than {compute_paths.MAX_CAPTURED_POSITIONS} positions per direction keep the GPU busy",
+        ),
+    ],
+)
+def test_a_batch_that_cannot_be_captured_says_why(change, reason, machine):
+    machine(False, True, CUDA)
+    resolved = resolve(ElmoPaths(), CUDA, F32, True)
+    step = resolved.for_training_step(**{**BATCH_THAT_CAPTURES, **change})
+    assert step.training_step == f"direct: {reason}" and step == resolved  # the same paths run the step directly

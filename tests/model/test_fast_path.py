@@ -15,9 +15,17 @@ from test_modeling_elmo import random_model as modeling_random_model
 from test_modeling_elmo import small_config as modeling_small_config
 from transformers import AutoModel
 
-from hf_elmo import ElmoPaths, ElmoTokenizer, char_cnn_fast, cpu_kernels, cpu_threads, lstm_sorted, onednn_linear
+from hf_elmo import (
+    ElmoTokenizer,
+    char_cnn_fast,
+    compute_paths,
+    cpu_kernels,
+    cpu_threads,
+    lstm_sorted,
+    onednn_linear,
+)
 from hf_elmo.character_rows import word_keys, words_to_char_ids
-from hf_elmo.cpu_backend import cpu_backend_of, current_cpu_backend
+from hf_elmo.compute_paths import OnednnProducts
 
 # Lengths differ and are not sorted; one word fills all 50 slots; words repeat within and across sentences.
 SENTENCES = [
@@ -44,16 +52,19 @@ def products(request, monkeypatch):
     if request.param != "default products":
         if onednn_linear._onednn_linear is None or not torch.backends.mkldnn.is_available():
             pytest.skip("this PyTorch build has no oneDNN")
-        monkeypatch.setattr(onednn_linear, "_MIN_MULTIPLY_ADDS", 0)
+        monkeypatch.setattr(compute_paths, "onednn_products", lambda: EVERY_PRODUCT)
     return request.param
+
+
+EVERY_PRODUCT = OnednnProducts(min_multiply_adds=0)
 
 
 @pytest.fixture(params=["compiled step", "PyTorch step"])
 def lstm_step(request, monkeypatch):
     """An LSTM step's elementwise part as one compiled call (where it builds: `test_cpu_kernels.py` fails
-    where a compiler is found and it does not) or as PyTorch operations."""
+    where a compiler is found and it does not) or as PyTorch operations (as "auto" resolves for large steps)."""
     if request.param == "PyTorch step":
-        monkeypatch.setattr(lstm_sorted, "compiled_loops_available", lambda tensor: False)
+        monkeypatch.setattr(compute_paths, "MAX_COMPILED_STEP_MULTIPLY_ADDS", 0)
     elif not cpu_kernels.available(torch.zeros(1)):
         pytest.skip("the CPU LSTM kernels do not build here")
     return request.param
@@ -270,14 +281,13 @@ def test_autocast_training_step_gives_float32_gradients_close_to_float32(product
 
 
 @pytest.mark.skipif(onednn_linear._onednn_linear is None, reason="this PyTorch build has no oneDNN")
-def test_onednn_linear_matches_torch_linear_with_gradients(monkeypatch):
-    monkeypatch.setattr(onednn_linear, "_MIN_MULTIPLY_ADDS", 0)
+def test_onednn_linear_matches_torch_linear_with_gradients():
     generator = torch.Generator().manual_seed(0)
     x = torch.randn(3, 5, 7, generator=generator).transpose(0, 1)  # not contiguous
     weight, bias = torch.randn(4, 7, generator=generator), torch.randn(4, generator=generator)
     tensors = [t.clone().requires_grad_() for t in (x, weight, bias)]
     references = [t.clone().requires_grad_() for t in (x, weight, bias)]
-    out, expected = onednn_linear.linear(*tensors), torch.nn.functional.linear(*references)
+    out, expected = onednn_linear.linear(*tensors, onednn=EVERY_PRODUCT), torch.nn.functional.linear(*references)
     assert out.shape == expected.shape and (out - expected).abs().max() <= 1e-5
     grad = torch.randn(out.shape, generator=generator)
     out.backward(grad)
@@ -285,18 +295,17 @@ def test_onednn_linear_matches_torch_linear_with_gradients(monkeypatch):
     for a, b in zip(tensors, references):
         assert (a.grad - b.grad).abs().max() <= 1e-5
     with torch.no_grad():
-        assert (onednn_linear.linear(x, weight) - x @ weight.t()).abs().max() <= 1e-5
+        assert (onednn_linear.linear(x, weight, onednn=EVERY_PRODUCT) - x @ weight.t()).abs().max() <= 1e-5
 
 
 @pytest.mark.skipif(onednn_linear._onednn_linear is None, reason="this PyTorch build has no oneDNN")
-def test_onednn_linear_under_torch_compile(monkeypatch):
+def test_onednn_linear_under_torch_compile():
     # Inductor lowers the oneDNN operator only for frozen weights: a compiled model's products must be PyTorch's.
-    monkeypatch.setattr(onednn_linear, "_MIN_MULTIPLY_ADDS", 0)
     generator = torch.Generator().manual_seed(0)
     x, weight = torch.randn(6, 7, generator=generator), torch.randn(4, 7, generator=generator)
     torch._dynamo.reset()
     with torch.inference_mode():
-        out = torch.compile(onednn_linear.linear, fullgraph=True)(x, weight)
+        out = torch.compile(partial(onednn_linear.linear, onednn=EVERY_PRODUCT), fullgraph=True)(x, weight)
     assert (out.double() - x.double() @ weight.double().t()).abs().max() <= 1e-5
 
 
@@ -405,36 +414,69 @@ def test_concurrent_parts_change_no_other_threads_count():
     assert seen == {"a": 1, "b": 1, "started by a": 2, "started by b": 2}
 
 
-def test_cpu_choices_of_the_paths_are_scoped_and_reach_the_workers(monkeypatch):
-    """`paths.linear` and `paths.threads` hold for the pass that set them, in the threads it hands parts to, and
-    not in other threads or after it."""
-    monkeypatch.setattr(onednn_linear, "_MIN_MULTIPLY_ADDS", 0)
-    x, weight = torch.randn(3, 4), torch.randn(5, 4)
-    available = onednn_linear._use_onednn(x, weight)
-    with cpu_backend_of(ElmoPaths(linear="torch", threads="concurrent")) as backend:
-        assert backend == current_cpu_backend() and not backend.onednn and backend.concurrent_inference
-        assert not onednn_linear._use_onednn(x, weight)
-        assert cpu_threads.run_concurrently(lambda: current_cpu_backend().onednn, lambda: 1) == [False, 1]
-        with cpu_backend_of(ElmoPaths(linear="torch", threads="single")):
-            assert current_cpu_backend() == type(backend)(onednn=False, concurrent_inference=False)
-            assert not cpu_threads.can_run_concurrently(x)
-        other_thread = []
-        thread = threading.Thread(target=lambda: other_thread.append(current_cpu_backend().onednn))
-        thread.start()
-        thread.join()
-        assert other_thread == [True], "another thread keeps its own choices"
-    assert onednn_linear._use_onednn(x, weight) == available and current_cpu_backend().onednn
+@pytest.mark.skipif(not cpu_kernels.available(torch.zeros(1)), reason="the CPU LSTM kernels do not build here")
+@pytest.mark.parametrize(
+    "cell_dim, projection_dim, lstm_kernels, runs",
+    [
+        (8, 4, "auto", "compiled"),
+        # 5 D P at the threshold: PyTorch's products, as the paths print.
+        (1024, 820, "auto", "torch"),
+        (1024, 820, "compiled", "compiled"),  # a named path runs as named
+    ],
+    ids=["small steps", "large steps", "large steps, compiled asked for"],
+)
+def test_the_printed_lstm_kernels_are_the_ones_that_run(monkeypatch, cell_dim, projection_dim, lstm_kernels, runs):
+    assert 5 * 1024 * 820 >= compute_paths.MAX_COMPILED_STEP_MULTIPLY_ADDS > 5 * 8 * 4
+    seen = []
+    for name in ("compiled_forward", "compiled_backward", "_torch_forward_loop", "_torch_backward_loop"):
+        original = getattr(lstm_sorted, name)
+        kind = "compiled" if name.startswith("compiled") else "torch"
+        monkeypatch.setattr(
+            lstm_sorted, name, partial(lambda f, kind, *a, **k: seen.append(kind) or f(*a, **k), original, kind)
+        )
+    config = small_config(cell_dim=cell_dim, projection_dim=projection_dim, num_layers=1)
+    config.paths = {"lstm_kernels": lstm_kernels}
+    model = random_model(config).train()
+    model.config.dropout = 0.0
+    printed = str(model.paths)
+    assert f"lstm_kernels: {runs}" in printed.splitlines()[4]
+    assert ("multiply-adds per row" in printed) == (lstm_kernels == "auto" and runs == "torch")
+    model(**encode(SENTENCES[:2])).last_hidden_state.sum().backward()
+    assert seen and set(seen) == {runs}, seen
+
+
+def test_the_printed_products_are_the_ones_that_run_forward_and_backward(monkeypatch):
+    """The oneDNN products `print(model.paths)` shows are those of the forward pass and of its backward pass, which
+    runs after the forward returned; a model on `linear="torch"` sends none to oneDNN either way."""
+    monkeypatch.setattr(compute_paths, "onednn_products", lambda: EVERY_PRODUCT)
+    asked = []
+    use_onednn = onednn_linear._use_onednn
+    monkeypatch.setattr(
+        onednn_linear, "_use_onednn", lambda x, w, onednn: asked.append(onednn) or use_onednn(x, w, onednn)
+    )
+    for linear in ("onednn", "torch"):
+        model = random_model(small_config(paths={"linear": linear, "lstm_kernels": "torch"})).train()
+        printed = str(model.paths).splitlines()[7]
+        assert printed == (
+            "linear: onednn (products of at least 0 multiply-adds)" if linear == "onednn" else "linear: torch"
+        )
+        asked.clear()
+        out = model(**encode(SENTENCES[:2])).last_hidden_state
+        forward_asked = len(asked)
+        out.sum().backward()
+        assert forward_asked and (len(asked) > forward_asked or linear == "torch"), "products forward and backward"
+        assert set(asked) == ({EVERY_PRODUCT} if linear == "onednn" else {None})
 
 
 def test_a_models_paths_reach_its_products_and_threads(monkeypatch):
     """A model whose `paths.linear` is "torch" sends no product to oneDNN, and one whose `paths.threads` is "single"
     splits no pass between threads."""
-    monkeypatch.setattr(onednn_linear, "_MIN_MULTIPLY_ADDS", 0)
+    monkeypatch.setattr(compute_paths, "onednn_products", lambda: EVERY_PRODUCT)
     seen = []
     use_onednn, can_split = onednn_linear._use_onednn, cpu_threads.can_run_concurrently
     monkeypatch.setattr(onednn_linear, "_use_onednn", lambda *args: seen.append(("onednn", use_onednn(*args))) or False)
     for module in (lstm_sorted, char_cnn_fast):
-        monkeypatch.setattr(module, "can_run_concurrently", lambda t: seen.append(("threads", can_split(t))) or False)
+        monkeypatch.setattr(module, "can_run_concurrently", lambda *a: seen.append(("threads", can_split(*a))) or False)
     model = random_model(small_config(paths={"linear": "torch", "threads": "single"})).eval()
     ids = encode(SENTENCES * 4)  # enough distinct words for two threads
     torch.set_num_threads(2)  # one thread never splits

@@ -294,3 +294,81 @@ def test_floating_point_ops_count_the_products_a_training_step_runs(samples, spl
     start_state_products = 2 * config.num_layers * 2 * direction_rows * config.projection_dim * 4 * config.cell_dim
     assert backward.get_total_flops() == 2 * forward.get_total_flops() - start_state_products
     assert model.floating_point_ops({"labels": inputs["labels"]}) == 0  # no input: nothing counted, as Trainer does
+
+
+def test_the_captured_steps_dropout_on_the_cpu():
+    """What a GPU captures as CUDA graphs (`ElmoForBiLM._training_step_sums` on the static LSTM over every word) run
+    on the CPU in training: dropout at every layer's input (both directions stacked) and on the top layer at rate p,
+    and from the same seed the direct step's draws, loss and gradients; new draws from another seed."""
+    p = 0.3
+    config = tiny_config(dropout=p, num_softmax_samples=0, projection_dim=32, cell_dim=64)
+    config.paths = {"char_cnn": "every_word", "lstm": "static", "lstm_kernels": "torch", "cuda_graphs": "off"}
+    model = random_bilm(config, dtype=torch.float32).train()
+    assert model.paths.training_step == "direct: CUDA graphs off"
+    inputs = batch()
+    mask = model.elmo.check_inputs(inputs["input_ids"], inputs["attention_mask"])
+    top_calls, encoder_calls = recorded_calls(model.dropout), recorded_calls(model.elmo.encoder.dropout)
+
+    def step(seed):
+        model.zero_grad(set_to_none=True)
+        torch.manual_seed(seed)
+        sums, counts = model._training_step_sums(inputs["input_ids"], mask, inputs["labels"])
+        loss = sums.sum() / counts.sum()
+        loss.backward()
+        return loss.detach(), {name: param.grad.clone() for name, param in model.named_parameters()}
+
+    loss, grads = step(seed=0)
+    assert len(top_calls) == 1 and len(encoder_calls) == config.num_layers
+    assert_dropout_at_rate(top_calls + encoder_calls, p)
+    model.zero_grad(set_to_none=True)
+    torch.manual_seed(0)
+    direct = model(**inputs).loss
+    direct.backward()
+    assert torch.equal(loss, direct.detach())
+    for name, param in model.named_parameters():
+        assert torch.equal(grads[name], param.grad), name
+    assert not torch.equal(step(seed=1)[0], loss)
+
+
+def test_a_training_call_decides_its_step_from_its_arguments(monkeypatch):
+    """Where the paths allow a captured step (a GPU's), each argument that rules it out shows as the reason."""
+    from hf_elmo.compute_paths import MAX_CAPTURED_POSITIONS
+
+    monkeypatch.setattr(ElmoForBiLM, "paths", property(lambda self: ElmoPaths(training_step="captured")))
+    model = random_bilm(tiny_config()).train()
+    ids, labels = batch()["input_ids"], batch()["labels"]
+    state = model.elmo.initial_state(len(ids))
+
+    def step(*args, **kwargs):
+        return model.training_step_paths(*args, **kwargs).training_step
+
+    assert step(ids, labels) == "captured"
+    assert step(ids, labels, state, use_cache=True) == "captured"
+    assert step(ids, None) == "direct: no labels"
+    assert step(ids, labels, outputs_beyond_loss=True) == "direct: outputs beyond the loss and the final state"
+    assert step(ids, labels, use_cache=True).startswith("direct: a final state without a start state")
+    assert step(ids, labels, state).startswith("direct: a final state without a start state")
+    taking = tuple(t.clone().requires_grad_() for t in state)
+    assert step(ids, labels, taking, use_cache=True) == "direct: a start state that takes gradients"
+    long_rows = torch.zeros(2, MAX_CAPTURED_POSITIONS, 1, dtype=torch.long)
+    assert step(long_rows, labels, split_directions=True) == "captured"  # each direction reads half of the rows
+    assert step(long_rows, labels).startswith(f"direct: more than {MAX_CAPTURED_POSITIONS} positions")
+    model.gradient_checkpointing_enable()
+    assert step(ids, labels) == "direct: gradient checkpointing"
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_the_printed_sampled_softmax_kernel_is_the_one_that_runs(dtype, monkeypatch):
+    from hf_elmo import cpu_kernels, sampled_softmax
+
+    if not cpu_kernels.loops_built():
+        pytest.skip("the compiled CPU loops do not build here")
+    ran = []
+    for name in ("compiled_logsumexp", "compiled_logsumexp_backward"):
+        original = getattr(sampled_softmax, name)
+        monkeypatch.setattr(sampled_softmax, name, lambda *args, f=original: ran.append("compiled") or f(*args))
+    model = random_bilm(tiny_config(), dtype=dtype).train()
+    expected = "compiled" if dtype == torch.float32 else "torch"
+    assert model.paths.sampled_softmax == expected and f"sampled_softmax: {expected}" in str(model.paths)
+    model(**batch()).loss.backward()
+    assert ran == (["compiled", "compiled"] if expected == "compiled" else [])

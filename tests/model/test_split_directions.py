@@ -38,6 +38,13 @@ def configured(model, path):
     return model
 
 
+def run_split(model: ElmoModel, **inputs):
+    """`model`'s layers with `split_directions`, through the biLM head over it (`ElmoForBiLM` holds the split)."""
+    head = ElmoForBiLM(ElmoConfig(**{**model.config.to_dict(), "vocab_size": 2})).train(model.training)
+    head.elmo = model
+    return head(**inputs, split_directions=True)
+
+
 def random_weights(model, scale):
     """Weights of magnitude `scale / sqrt(fan_in)` (large enough for both clips of `fast_path_config` to trigger)."""
     generator = torch.Generator().manual_seed(0)
@@ -68,7 +75,7 @@ def test_each_direction_reads_its_half_of_the_rows(path, batch):
     inputs = encode(sentences)
     start = random_state(model, len(sentences))
     with torch.no_grad():
-        out = model(**inputs, state=start, use_cache=True, output_hidden_states=True, split_directions=True)
+        out = run_split(model, **inputs, state=start, use_cache=True, output_hidden_states=True)
     P, D, half = config.projection_dim, config.cell_dim, len(sentences) // 2
     weights = model.state_dict()
     for row, words in enumerate(sentences):
@@ -99,7 +106,7 @@ def test_gradients_equal_those_of_every_row_run_without_the_split(path):
     inputs = encode(sentences)
     start = random_state(model, len(sentences), requires_grad=True)
     reference_start = tuple(t.detach().clone().requires_grad_() for t in start)
-    out = model(**inputs, state=start, use_cache=True, output_hidden_states=True, split_directions=True)
+    out = run_split(model, **inputs, state=start, use_cache=True, output_hidden_states=True)
     reference_layers, reference_state = reference(inputs["input_ids"], inputs["attention_mask"], reference_start)
     half = len(sentences) // 2
     generator = torch.Generator().manual_seed(2)

@@ -651,12 +651,10 @@ def test_run_stopped_before_its_first_checkpoint_leaves_nothing(corpus, tmp_path
 
 def values_checked_spy(monkeypatch) -> list:
     """Makes `ElmoForBiLM.forward` note, for each call, whether the model skips its checks of values."""
-    from hf_elmo.input_checks import values_checked
-
     seen, forward = [], ElmoForBiLM.forward
 
     def spy(self, *args, **kwargs):
-        seen.append(values_checked())
+        seen.append(kwargs.get("values_checked_on_host", False))
         return forward(self, *args, **kwargs)
 
     monkeypatch.setattr(ElmoForBiLM, "forward", spy)
@@ -734,21 +732,18 @@ def test_batches_checked_on_the_host_train_the_same_and_bad_values_still_stop(co
     with pytest.raises(ValueError, match=expected) as error:
         train_bilm(**short_run(corpus, tmp_path / "bad", streaming=True))
     assert seen == [] and any(
-        entry.name == "__call__" and "trainer_bilm" in str(entry.path) for entry in error.traceback
+        entry.name == "__call__" and Path(entry.path).match("training/trainer.py") for entry in error.traceback
     )
 
 
 def test_values_checked_on_host_skips_only_the_checks_of_values():
-    from hf_elmo.input_checks import values_checked_on_host
-
     model = ElmoModel(ElmoConfig(filters=[[1, 4]], n_highway=0, cell_dim=8, projection_dim=4, num_layers=1))
     ids = torch.full((1, 3, 50), 300)  # beyond the 262 character ids
     with pytest.raises(ValueError, match=r"input_ids must be in \[0, 261\]"):
         model.check_inputs(ids)
-    with values_checked_on_host():
-        assert model.check_inputs(ids).tolist() == [[True, True, True]]
-        with pytest.raises(ValueError, match=r"input_ids must have shape \(batch, words, 50\)"):
-            model.check_inputs(ids[..., :49])
+    assert model.check_inputs(ids, values_checked_on_host=True).tolist() == [[True, True, True]]
+    with pytest.raises(ValueError, match=r"input_ids must have shape \(batch, words, 50\)"):
+        model.check_inputs(ids[..., :49], values_checked_on_host=True)
     with pytest.raises(ValueError, match=r"input_ids must be in \[0, 261\]"):
         model.check_inputs(ids)
 
