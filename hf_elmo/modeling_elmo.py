@@ -18,7 +18,7 @@ from transformers.modeling_outputs import QuestionAnsweringModelOutput, Sequence
 from transformers.utils import ModelOutput, can_return_tuple
 
 from .char_cnn_fast import char_cnn_forward
-from .compute_paths import ElmoPaths, exporting, paths_in_effect
+from .compute_paths import ElmoPaths, exporting
 from .configuration_elmo import ElmoConfig
 from .cpu_kernels import dropout_forward as compiled_dropout_forward
 from .cuda_graphs import CaptureCache, replay_training_step
@@ -35,6 +35,7 @@ from .input_checks import (
 )
 from .lstm_sorted import sorted_forward
 from .lstm_static import CapturedLayers, static_forward
+from .paths_resolution import paths_in_effect
 from .pipelines_elmo import ElmoQuestionAnsweringPipeline, ElmoTokenClassificationPipeline
 from .pretrained_elmo import ElmoPreTrainedMixin
 from .sampled_softmax import bilm_loss_sums

@@ -232,7 +232,7 @@ def sampled_softmax_loss(
 
 
 def _kernel_for(hidden: torch.Tensor) -> str:
-    """The sampled log-sum-exp's kernel for a call outside a model, as `compute_paths.resolve` chooses it: the
+    """The sampled log-sum-exp's kernel for a call outside a model, as `paths_resolution.resolve` chooses it: the
     compiled loops for float32 CPU tensors, one fused Triton pass for 16- and 32-bit CUDA tensors (CPU tensors only
     under Triton's interpreter, where asked for)."""
     if hidden.dtype == torch.float32 and not torch.is_autocast_enabled("cpu") and compiled_loops_available(hidden):

@@ -127,3 +127,59 @@ def test_only_the_command_line_imports_the_commands():
         if not is_command_line(name) and any(is_command_line(module) for module in imported)
     )
     assert importers == []
+
+
+FLOORS = {"flat": 0, "io": 1, "training": 2, "convert": 2, "features": 2, "commands": 3, "compat": 3}
+"""The floors of the package, from the bottom: the modules a saved model and its tokenizer carry (flat in
+`hf_elmo/`), the commands' files, the wings (training, the formats, the features: one floor, they may import each
+other), the command line and the other projects' APIs. `hf_elmo/__init__.py`, the package's front door, may import
+any floor."""
+
+
+def floor_of(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 2 or (len(parts) == 2 and parts[1] in FLOORS) else "flat"
+
+
+def test_no_import_goes_up_a_floor():
+    upward = sorted(
+        f"{name} -> {module}"
+        for name, imported in import_graph().items()
+        if name != "hf_elmo"
+        for module in imported
+        if FLOORS[floor_of(module)] > FLOORS[floor_of(name)]
+    )
+    assert upward == []
+
+
+def reached_from(module: str, graph: dict[str, set[str]]) -> set[str]:
+    seen, todo = set(), [module]
+    while todo:
+        for imported in graph[todo.pop()] - seen:
+            seen.add(imported)
+            todo.append(imported)
+    return seen
+
+
+COMPUTE_MODULES = {  # the kernels and what chooses between them (`compute_paths`, the paths' description, is neither)
+    "hf_elmo.paths_resolution",
+    "hf_elmo.cpu_kernels",
+    "hf_elmo.onednn_linear",
+    "hf_elmo.cpu_threads",
+    "hf_elmo.cpu_backend",
+    "hf_elmo.triton_support",
+    "hf_elmo.cuda_graphs",
+    "hf_elmo.char_cnn_fast",
+    "hf_elmo.char_cnn_triton",
+    "hf_elmo.lstm_sorted",
+    "hf_elmo.lstm_static",
+    "hf_elmo.lstm_triton",
+    "hf_elmo.sampled_softmax",
+    "hf_elmo.sampled_softmax_triton",
+}
+
+
+def test_the_config_and_the_tokenizer_import_nothing_of_the_compute_paths():
+    graph = import_graph()
+    for module in ("hf_elmo.configuration_elmo", "hf_elmo.tokenization_elmo"):
+        assert sorted(reached_from(module, graph) & COMPUTE_MODULES) == [], module

@@ -10,10 +10,11 @@ from pathlib import Path
 import torch
 
 from .. import __version__, cpu_kernels, triton_support
-from ..compute_paths import ElmoPaths, resolve
+from ..compute_paths import ElmoPaths
 from ..configuration_elmo import ElmoConfig
 from ..input_checks import device_option
 from ..io.files import ElmoInputError
+from ..paths_resolution import resolve
 from .command_line import option
 
 HELP = "print the versions, CPU features, compiled loops, CUDA device and model paths of this installation"

@@ -7,7 +7,7 @@ import torch
 from conftest import reference_from, rounding_bound
 from test_fast_path import SENTENCES, encode, random_model, small_config
 
-from hf_elmo import char_cnn_fast, compute_paths
+from hf_elmo import char_cnn_fast, paths_resolution
 
 kernels = pytest.importorskip("hf_elmo.char_cnn_triton")
 DEVICE = "cpu" if kernels.INTERPRETED else "cuda"
@@ -251,6 +251,6 @@ def test_highway_combine_matches_float64(dtypes):
 @pytest.mark.parametrize("field", ["window_max", "highway"])
 def test_forcing_without_the_kernel_says_why(monkeypatch, field):
     model = random_model(small_config(paths={field: "triton"}))
-    monkeypatch.setattr(compute_paths, "INTERPRETED", False)
+    monkeypatch.setattr(paths_resolution, "INTERPRETED", False)
     with pytest.raises(ValueError, match=rf"^paths\.{field}='triton' needs Triton and CUDA tensors .*on cpu\.$"):
         model.char_encoder(encode(SENTENCES)["input_ids"])

@@ -7,8 +7,9 @@ import re
 import pytest
 import torch
 
-from hf_elmo import ElmoConfig, ElmoModel, ElmoPaths, compute_paths
-from hf_elmo.compute_paths import CHOICES, resolve
+from hf_elmo import ElmoConfig, ElmoModel, ElmoPaths, compute_paths, paths_resolution
+from hf_elmo.compute_paths import CHOICES
+from hf_elmo.paths_resolution import resolve
 
 CPU, CUDA = torch.device("cpu"), torch.device("cuda")
 F32, BF16, F64 = torch.float32, torch.bfloat16, torch.float64
@@ -68,9 +69,9 @@ def machine(monkeypatch):
     """Sets whether the compiled loops are built and whether Triton runs on CPU tensors (its interpreter)."""
 
     def set_machine(loops: bool, triton_runs: bool, device: torch.device):
-        monkeypatch.setattr(compute_paths, "loops_built", lambda: loops)
-        monkeypatch.setattr(compute_paths, "triton", object() if triton_runs else None)
-        monkeypatch.setattr(compute_paths, "INTERPRETED", triton_runs and device.type == "cpu")
+        monkeypatch.setattr(paths_resolution, "loops_built", lambda: loops)
+        monkeypatch.setattr(paths_resolution, "triton", object() if triton_runs else None)
+        monkeypatch.setattr(paths_resolution, "INTERPRETED", triton_runs and device.type == "cpu")
 
     return set_machine
 

@@ -23,6 +23,7 @@ from hf_elmo import (
     cpu_threads,
     lstm_sorted,
     onednn_linear,
+    paths_resolution,
 )
 from hf_elmo.character_rows import word_keys, words_to_char_ids
 from hf_elmo.compute_paths import OnednnProducts
@@ -52,7 +53,7 @@ def products(request, monkeypatch):
     if request.param != "default products":
         if onednn_linear._onednn_linear is None or not torch.backends.mkldnn.is_available():
             pytest.skip("this PyTorch build has no oneDNN")
-        monkeypatch.setattr(compute_paths, "onednn_products", lambda: EVERY_PRODUCT)
+        monkeypatch.setattr(paths_resolution, "onednn_products", lambda: EVERY_PRODUCT)
     return request.param
 
 
@@ -64,7 +65,7 @@ def lstm_step(request, monkeypatch):
     """An LSTM step's elementwise part as one compiled call (where it builds: `test_cpu_kernels.py` fails
     where a compiler is found and it does not) or as PyTorch operations (as "auto" resolves for large steps)."""
     if request.param == "PyTorch step":
-        monkeypatch.setattr(compute_paths, "MAX_COMPILED_STEP_MULTIPLY_ADDS", 0)
+        monkeypatch.setattr(paths_resolution, "MAX_COMPILED_STEP_MULTIPLY_ADDS", 0)
     elif not cpu_kernels.available(torch.zeros(1)):
         pytest.skip("the CPU LSTM kernels do not build here")
     return request.param
@@ -448,7 +449,7 @@ def test_the_printed_lstm_kernels_are_the_ones_that_run(monkeypatch, cell_dim, p
 def test_the_printed_products_are_the_ones_that_run_forward_and_backward(monkeypatch):
     """The oneDNN products `print(model.paths)` shows are those of the forward pass and of its backward pass, which
     runs after the forward returned; a model on `linear="torch"` sends none to oneDNN either way."""
-    monkeypatch.setattr(compute_paths, "onednn_products", lambda: EVERY_PRODUCT)
+    monkeypatch.setattr(paths_resolution, "onednn_products", lambda: EVERY_PRODUCT)
     asked = []
     use_onednn = onednn_linear._use_onednn
     monkeypatch.setattr(
@@ -471,7 +472,7 @@ def test_the_printed_products_are_the_ones_that_run_forward_and_backward(monkeyp
 def test_a_models_paths_reach_its_products_and_threads(monkeypatch):
     """A model whose `paths.linear` is "torch" sends no product to oneDNN, and one whose `paths.threads` is "single"
     splits no pass between threads."""
-    monkeypatch.setattr(compute_paths, "onednn_products", lambda: EVERY_PRODUCT)
+    monkeypatch.setattr(paths_resolution, "onednn_products", lambda: EVERY_PRODUCT)
     seen = []
     use_onednn, can_split = onednn_linear._use_onednn, cpu_threads.can_run_concurrently
     monkeypatch.setattr(onednn_linear, "_use_onednn", lambda *args: seen.append(("onednn", use_onednn(*args))) or False)
