@@ -1,14 +1,26 @@
 """Protein sequences (SeqVec, Heinzinger et al. 2019): SeqVec's usage code on `hf_elmo.compat.allennlp` gives AllenNLP
-0.9's numbers on SeqVec-shaped models (`tests/fixtures/seqvec/`, made by AllenNLP's own code)."""
+0.9's numbers on SeqVec-shaped models (`tests/fixtures/seqvec/`, made by AllenNLP's own code); FASTA read as SeqVec
+reads it, bad files refused naming the record; `hf-elmo embed --fasta` (per-residue and per-protein files, the
+residue budget changing no vector)."""
 
 import json
+import re
 
+import h5py
 import numpy as np
 import pytest
+import torch
 from conftest import FIXTURES
 from seqvec_shaped import SEQVEC_OPTIONS, SMALL_OPTIONS, write_seqvec_shaped
 
+from hf_elmo import ElmoTokenizer
+from hf_elmo.commands.cli import main as cli_main
 from hf_elmo.compat.allennlp import ElmoEmbedder
+from hf_elmo.convert.original_format import load_original_elmo
+from hf_elmo.features.embed import Embedder, LayerSelector
+from hf_elmo.features.embed_proteins import OutOfMemoryFallback, embed_fasta, residue_batches
+from hf_elmo.io.fasta import FastaRecord, read_fasta
+from hf_elmo.io.files import ElmoInputError
 
 SEQVEC_FIXTURE = FIXTURES / "seqvec" / "allennlp_outputs.npz"
 MODEL_OPTIONS = {"seqvec": SEQVEC_OPTIONS, "small": SMALL_OPTIONS}
@@ -63,3 +75,214 @@ def test_seqvec_usage_gives_allennlps_numbers(seqvec_shaped_models, model):
             key = f"{model}/call_{c}/sequence_{k}"
             expected = {name: stored[f"{key}/{name}"] for name in ("rows", "layer_means", "per_protein")}
             assert_matches_allennlp(embedding, expected, key)
+
+
+# --- FASTA and `hf-elmo embed --fasta` ------------------------------------------------------------------------------
+
+
+def small_model_args(seqvec_shaped_models):
+    options_file, weight_file = seqvec_shaped_models["small"]
+    return ["--options", str(options_file), "--weights", str(weight_file)]
+
+
+def embed_fasta_file(fasta, output, model_args, *options):
+    code = cli_main(["embed", str(fasta), str(output), *model_args, "--fasta", "--quiet", *options])
+    assert code == 0
+    return output
+
+
+def test_fasta_records_are_read_as_seqvec_reads_them(tmp_path):
+    fasta = tmp_path / "in.fasta"
+    fasta.write_bytes(
+        b"\n>sp|P69905|HBA_HUMAN Hemoglobin subunit alpha\r\nMVLSPADKTN\r\n vkaawgkv \r\n\r\nGAHAG*\r\n"
+        b">x1\nMXUOBZ\n>  spaced  header \nm k\n"
+    )
+    records = read_fasta(fasta)
+    assert [(r.id, r.header, r.sequence, r.line) for r in records] == [
+        ("sp|P69905|HBA_HUMAN", "sp|P69905|HBA_HUMAN Hemoglobin subunit alpha", "MVLSPADKTNVKAAWGKVGAHAG", 2),
+        ("x1", "x1", "MXUOBZ", 7),
+        ("spaced", "spaced  header", "MK", 9),
+    ]
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        (">a\nMK\n>b one\nLL\n>a again\nMM\n", r"record 'a' \(line 5\) repeats the id of line 1"),
+        (">a\nMK\n>empty\n\n>c\nMM\n", r"record 'empty' \(line 3\) has no residues"),
+        (">a\nMK\n>stop\n*\n", r"record 'stop' \(line 3\) has no residues"),
+        ("MKVL\n>a\nMK\n", r"line 1: not a FASTA file \(expected a header line starting with '>', got 'MKVL'\)"),
+        ("sentence one\nsentence two\n", r"line 1: not a FASTA file"),
+        ("", r"no FASTA record"),
+        (">a\nMK*VL\n", r"record 'a' \(line 1\) has '\*' before the end of the sequence"),
+        (">a\nMK-VL\n", r"record 'a' \(line 1\) has '-' in its sequence"),
+        (">\nMK\n", r"line 1: a header without an id"),
+        (">a/1-10\nMK\n", r"record 'a/1-10' \(line 1\): an id cannot hold '/'"),
+    ],
+)
+def test_bad_fasta_is_refused_in_one_line_naming_the_record(text, message, seqvec_shaped_models, tmp_path, capsys):
+    fasta = tmp_path / "in.fasta"
+    fasta.write_text(text)
+    output = tmp_path / "out.h5"
+    model_args = small_model_args(seqvec_shaped_models)
+    code = cli_main(["embed", str(fasta), str(output), *model_args, "--fasta", "--sum", "--quiet"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and err.startswith(f"error: {fasta}: ") and "\n" not in err, err
+    assert re.search(message, err), err
+    assert list(tmp_path.iterdir()) == [fasta]
+
+
+PROTEINS = {  # id: sequence; lengths 1 to 700, two of the same length
+    "one": "M",
+    "short": "MKV",
+    "p53_fragment": "MEEPQSDPSVEPPLSQETFSDLWKLLPENNVLSPLPSQAMDDLMLSPDDIEQWFTEDPGP",
+    "same_length_a": "ACDEFGHIKLMNPQRSTVWY",
+    "same_length_b": "YWVTSRQPNMLKIHGFEDCA",
+    "rare": "MXUOBZKLAX",
+}
+
+
+def write_proteins(path, proteins=PROTEINS, extra=None):
+    generator = np.random.default_rng(7)
+    proteins = {**proteins, **(extra or {})}
+    lines = []
+    for record_id, sequence in proteins.items():
+        lines.append(f">{record_id} protein {record_id} OS=test")
+        lines += [sequence[i : i + 60] for i in range(0, len(sequence), 60)]
+    path.write_text("\n".join(lines) + "\n")
+    return {**proteins}, generator
+
+
+def stateless_truth(seqvec_shaped_models, sequence):
+    """`(3, L, 2P)` of one protein from the start state: AllenNLP's `embed_sentence` on a fresh embedder, which the
+    fixture test above checks against AllenNLP's numbers."""
+    options_file, weight_file = seqvec_shaped_models["small"]
+    return ElmoEmbedder(str(options_file), str(weight_file), stateful=False).embed_sentence(list(sequence))
+
+
+def layer_bound(truth: np.ndarray) -> float:
+    # float32 runs of one model summed in other orders (another padding): 1e-5 of the largest magnitude per layer
+    return 1e-5 * float(np.abs(truth).max())
+
+
+def test_protein_command_writes_seqvecs_vectors_keyed_by_id(seqvec_shaped_models, tmp_path):
+    proteins, _ = write_proteins(tmp_path / "in.fasta", extra={"long": "MKTAYIAKQR" * 70})
+    residues, per_protein = tmp_path / "residues.h5", tmp_path / "proteins.h5"
+    model_args = small_model_args(seqvec_shaped_models)
+    embed_fasta_file(tmp_path / "in.fasta", residues, model_args, "--sum", "--per-protein", str(per_protein))
+    every_layer = embed_fasta_file(tmp_path / "in.fasta", tmp_path / "all.h5", model_args, "--all")
+    with h5py.File(residues) as summed, h5py.File(per_protein) as means, h5py.File(every_layer) as layers:
+        assert set(summed) == set(means) == set(layers) == set(proteins)
+        for record_id, sequence in proteins.items():
+            truth = stateless_truth(seqvec_shaped_models, sequence)
+            header = f"{record_id} protein {record_id} OS=test"
+            assert summed[record_id].attrs["header"] == means[record_id].attrs["header"] == header
+            assert summed[record_id].dtype == np.float32 and summed[record_id].shape == (len(sequence), 32)
+            assert layers[record_id].shape == (3, len(sequence), 32)
+            bound = layer_bound(truth)
+            assert np.abs(layers[record_id][...] - truth).max() <= bound, record_id
+            assert np.abs(summed[record_id][...] - truth.sum(axis=0)).max() <= 3 * bound, record_id
+            assert np.abs(means[record_id][...] - truth.sum(axis=0).mean(axis=0)).max() <= 3 * bound, record_id
+
+
+def test_residue_batches_are_longest_first_within_the_budget():
+    generator = np.random.default_rng(3)
+    lengths = [int(n) for n in generator.integers(1, 400, size=60)] + [900, 1]
+    records = [FastaRecord(f"r{i}", f"r{i}", "A" * n, i) for i, n in enumerate(lengths)]
+    for budget in (1, 50, 1000, 15_000):
+        batches = residue_batches(records, budget)
+        flat = [record for batch in batches for record in batch]
+        assert sorted(r.id for r in flat) == sorted(r.id for r in records)
+        assert [len(r.sequence) for r in flat] == sorted(lengths, reverse=True)
+        for batch in batches:
+            longest = len(batch[0].sequence)
+            assert len(batch) == 1 or len(batch) * longest <= budget
+        for before in batches[:-1]:  # a batch stops only when the next record would overflow it
+            assert (len(before) + 1) * len(before[0].sequence) > budget
+
+
+def test_the_residue_budget_changes_no_vector(seqvec_shaped_models, tmp_path):
+    proteins, _ = write_proteins(tmp_path / "in.fasta")
+    model_args = small_model_args(seqvec_shaped_models)
+    outputs = [
+        embed_fasta_file(
+            tmp_path / "in.fasta", tmp_path / f"{budget}.h5", model_args, "--all", "--residue-budget", str(budget)
+        )
+        for budget in (1, 60, 100_000)
+    ]
+    files = [h5py.File(output) for output in outputs]
+    for record_id in proteins:
+        one_at_a_time = files[0][record_id][...]
+        for other in files[1:]:
+            assert np.abs(other[record_id][...] - one_at_a_time).max() <= layer_bound(one_at_a_time), record_id
+    for f in files:
+        f.close()
+
+
+def test_protein_options_are_checked_before_loading_the_model(seqvec_shaped_models, tmp_path, capsys):
+    write_proteins(tmp_path / "in.fasta")
+    model_args = small_model_args(seqvec_shaped_models)
+    fasta, output = str(tmp_path / "in.fasta"), str(tmp_path / "out.h5")
+    for options, message in [
+        (["--sum", "--per-protein", str(tmp_path / "p.h5")], "--per-protein goes with --fasta"),
+        (["--fasta", "--sum", "--carry-state"], "--carry-state does not go with --fasta"),
+        (["--fasta", "--sum", "--residue-budget", "0"], "--residue-budget must be >= 1, got 0"),
+        (["--fasta", "--sum", "--per-protein", output], "--per-protein must be another file than the output"),
+    ]:
+        code = cli_main(["embed", fasta, output, *model_args, "--quiet", *options])
+        err = capsys.readouterr().err.strip()
+        assert code == 2 and message in err and "\n" not in err, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.fasta"]
+
+
+class GpuOfLimitedMemory(Embedder):
+    """An embedder that runs out of memory, as a GPU would, for batches of more than `limit` padded residues."""
+
+    limit = 100
+
+    def __call__(self, sentences, carry_state=False):
+        if len(sentences) * max(len(words) for words in sentences) > self.limit:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB")
+        return super().__call__(sentences, carry_state)
+
+
+def limited_embedder(seqvec_shaped_models):
+    options_file, weight_file = seqvec_shaped_models["small"]
+    model = load_original_elmo(options_file, weight_file)
+    return GpuOfLimitedMemory(model, ElmoTokenizer(), LayerSelector("sum", model.config.num_layers))
+
+
+def test_out_of_memory_stops_naming_the_protein_and_writes_nothing(seqvec_shaped_models, tmp_path):
+    proteins, _ = write_proteins(tmp_path / "in.fasta", extra={"titin_like": "MKTAYIAKQR" * 20})
+    records = read_fasta(tmp_path / "in.fasta")
+    embedder = limited_embedder(seqvec_shaped_models)
+    with pytest.raises(ElmoInputError) as error:
+        embed_fasta(
+            embedder,
+            records,
+            tmp_path / "in.fasta",
+            tmp_path / "residues.h5",
+            tmp_path / "proteins.h5",
+            embed_batch=OutOfMemoryFallback(embedder, cpu_fallback=False),
+        )
+    assert str(error.value) == (
+        f"{tmp_path / 'in.fasta'}: record 'titin_like' (line 13): cpu ran out of memory for this protein of 200 "
+        "residues alone; pass --cpu-fallback to embed such proteins on the CPU, or --device cpu"
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.fasta"]
+
+
+def test_cpu_fallback_embeds_what_does_not_fit_and_says_so(seqvec_shaped_models, tmp_path):
+    proteins, _ = write_proteins(tmp_path / "in.fasta", extra={"titin_like": "MKTAYIAKQR" * 20})
+    records = read_fasta(tmp_path / "in.fasta")
+    embedder, reports = limited_embedder(seqvec_shaped_models), []
+    fallback = OutOfMemoryFallback(embedder, cpu_fallback=True, report=reports.append)
+    embed_fasta(embedder, records, "in.fasta", tmp_path / "residues.h5", residue_budget=200, embed_batch=fallback)
+    assert reports == [
+        "the GPU ran out of memory for a protein of 200 residues: embedding it on the CPU",
+        "the GPU ran out of memory for a batch of 3 proteins: embedding them one at a time",
+    ]
+    with h5py.File(tmp_path / "residues.h5") as residues:
+        for record_id, sequence in proteins.items():
+            truth = stateless_truth(seqvec_shaped_models, sequence).sum(axis=0)
+            assert np.abs(residues[record_id][...] - truth).max() <= layer_bound(truth), record_id

@@ -1,0 +1,151 @@
+"""`hf-elmo embed --fasta`: per-residue vectors of the protein sequences of a FASTA file (one residue per word, as
+SeqVec reads them; `io.fasta`), written to an HDF5 file, and optionally each protein's mean vector to a second one.
+
+    hf-elmo embed sequences.fasta residues.h5 --model DIR --fasta --sum --per-protein proteins.h5
+
+* `residues.h5`: one float32 dataset per record, named by its id: `(L, 2P)` with `--sum` (SeqVec's per-residue
+  vectors, the layers summed; `(L, 1024)` for SeqVec), `--top`, `--average` or `--scalar-mix-weights`,
+  `(num_layers + 1, L, 2P)` with `--all`; its attribute `header` is the record's whole header line (without `>`).
+* `proteins.h5` (`--per-protein`): the same names and attributes, each dataset the mean over residues of the one
+  above, `(2P,)` or `(num_layers + 1, 2P)` (SeqVec's per-protein vector with `--sum`).
+
+Every protein starts from the model's start state (zeros, or its warm start state), so its vectors depend on its
+sequence alone. Proteins are embedded longest first in batches of at most `--residue-budget` padded residues
+(batch size times its longest protein; a longer protein goes alone): the budget changes the speed and the memory,
+not the vectors (up to float rounding). Both files are written beside their places under hidden names and appear
+complete or not at all, by the rule of every command's output (`io.files`).
+"""
+
+import sys
+from collections.abc import Callable, Iterable
+
+import numpy as np
+import torch
+
+from ..io.fasta import FastaRecord
+from ..io.files import HDF5_FILE, ElmoInputError, HDF5Output, write_output
+from .embed import Embedder, NonFiniteVectors
+
+DEFAULT_RESIDUE_BUDGET = 15_000  # SeqVec's and bio_embeddings' default
+
+
+def residue_batches(records: list[FastaRecord], budget: int) -> list[list[FastaRecord]]:
+    """The records longest first (ties in file order), cut into batches whose size times their longest sequence is
+    at most `budget`; a longer sequence forms a batch of its own."""
+    batches: list[list[FastaRecord]] = []
+    for record in sorted(records, key=lambda r: len(r.sequence), reverse=True):
+        if batches and (len(batches[-1]) + 1) * len(batches[-1][0].sequence) <= budget:
+            batches[-1].append(record)
+        else:
+            batches.append([record])
+    return batches
+
+
+def embed_fasta(
+    embedder: Embedder,
+    records: list[FastaRecord],
+    source,
+    output_path,
+    per_protein_path=None,
+    *,
+    residue_budget: int = DEFAULT_RESIDUE_BUDGET,
+    force: bool = False,
+    inputs: Iterable = (),
+    on_batch: Callable[[int], None] = lambda residues: None,
+    embed_batch: Callable | None = None,
+) -> int:
+    """Writes the files described in the module docstring; returns the number of proteins. `source`: the FASTA
+    file the records were read from, for messages. `inputs`: the files the
+    run reads, which no output may be. `on_batch(residues)` is called after each batch is written. `embed_batch`:
+    what turns a batch's residue lists into their vectors (default `embedder`)."""
+    inputs = list(inputs)
+    embed_batch = embedder if embed_batch is None else embed_batch
+
+    def fill(residues: HDF5Output, proteins: HDF5Output | None):
+        for batch in residue_batches(records, residue_budget):
+            try:
+                vectors = embed_batch([list(record.sequence) for record in batch])
+            except (NonFiniteVectors, ProteinOutOfMemory) as error:
+                record = batch[error.row]
+                raise ElmoInputError(f"{source}: record {record.id!r} (line {record.line}): {error}") from None
+            lengths = [len(record.sequence) for record in batch]
+            for record, words in zip(batch, np.split(vectors, np.cumsum(lengths)[:-1], axis=-2)):
+                dataset = residues.file.create_dataset(record.id, data=np.ascontiguousarray(words))
+                dataset.attrs["header"] = record.header
+                if proteins is not None:
+                    mean = words.mean(axis=-2, dtype=np.float64).astype(words.dtype)
+                    proteins.file.create_dataset(record.id, data=mean).attrs["header"] = record.header
+            residues.check()
+            if proteins is not None:
+                proteins.check()
+            on_batch(sum(lengths))
+
+    def write_residues(path):
+        with HDF5Output(path) as residues:
+            if per_protein_path is None:
+                fill(residues, None)
+                return
+
+            def write_proteins(protein_path):
+                with HDF5Output(protein_path) as proteins:
+                    fill(residues, proteins)
+
+            write_output(per_protein_path, write_proteins, HDF5_FILE, [*inputs, output_path], force)
+
+    write_output(output_path, write_residues, HDF5_FILE, [*inputs, *filter(None, [per_protein_path])], force)
+    return len(records)
+
+
+class ProteinOutOfMemory(RuntimeError):
+    """The GPU has too little memory for one protein alone; `row` is its row in the batch."""
+
+    def __init__(self, row: int, residues: int, device: torch.device):
+        self.row = row
+        super().__init__(
+            f"{device} ran out of memory for this protein of {residues:,} residues alone; pass --cpu-fallback to "
+            "embed such proteins on the CPU, or --device cpu"
+        )
+
+
+class OutOfMemoryFallback:
+    """`embedder` on a GPU, and what to do when the GPU runs out of memory: the batch's proteins are embedded one at
+    a time; one that does not fit alone is an error (`ProteinOutOfMemory`), or with `cpu_fallback` is embedded by a
+    float32 copy of the model on the CPU (made at the first such protein), each reported by `report`."""
+
+    def __init__(self, embedder: Embedder, cpu_fallback: bool, report: Callable[[str], None] | None = None):
+        self.embedder = embedder
+        self.cpu_fallback = cpu_fallback
+        self.report = report or (lambda message: print(message, file=sys.stderr))
+        self.cpu_embedder: Embedder | None = None
+
+    def __call__(self, batch: list[list[str]]) -> np.ndarray:
+        try:
+            return self.embedder(batch)
+        except torch.OutOfMemoryError:
+            pass
+        torch.cuda.empty_cache()
+        if len(batch) > 1:
+            self.report(f"the GPU ran out of memory for a batch of {len(batch)} proteins: embedding them one at a time")
+            return np.concatenate([self._alone(row, words) for row, words in enumerate(batch)], axis=-2)
+        return self._alone(0, batch[0])
+
+    def _alone(self, row: int, words: list[str]) -> np.ndarray:
+        try:
+            return self.embedder([words])
+        except torch.OutOfMemoryError:
+            pass
+        torch.cuda.empty_cache()
+        if not self.cpu_fallback:
+            raise ProteinOutOfMemory(row, len(words), self.embedder.device)
+        self.report(f"the GPU ran out of memory for a protein of {len(words):,} residues: embedding it on the CPU")
+        if self.cpu_embedder is None:
+            self.cpu_embedder = self._on_cpu()
+        return self.cpu_embedder([words])
+
+    def _on_cpu(self) -> Embedder:
+        model = self.embedder.model
+        with torch.device("meta"):
+            cpu_model = type(model)(model.config)
+        state = {name: tensor.to("cpu", torch.float32) for name, tensor in model.state_dict().items()}
+        cpu_model.load_state_dict(state, assign=True)
+        return Embedder(cpu_model.eval(), self.embedder.tokenizer, self.embedder.select, self.embedder.output_dtype)
