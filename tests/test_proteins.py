@@ -5,6 +5,7 @@ residue budget changing no vector)."""
 
 import json
 import re
+from pathlib import Path
 
 import h5py
 import numpy as np
@@ -286,3 +287,19 @@ def test_cpu_fallback_embeds_what_does_not_fit_and_says_so(seqvec_shaped_models,
         for record_id, sequence in proteins.items():
             truth = stateless_truth(seqvec_shaped_models, sequence).sum(axis=0)
             assert np.abs(residues[record_id][...] - truth).max() <= layer_bound(truth), record_id
+
+
+def test_the_repositorys_sample_of_real_proteins(seqvec_shaped_models, tmp_path):
+    sample = Path(__file__).parents[1] / "data" / "proteins" / "sample.fasta"
+    records = read_fasta(sample)
+    assert [(r.id, len(r.sequence), r.sequence[:10]) for r in records] == [
+        ("sp|P00864|CAPP_ECOLI", 883, "MNEQYSALRS"),
+        ("6U7P:A|PDBID|CHAIN|SEQUENCE", 99, "PQITLWKRPL"),
+    ]
+    per_protein = tmp_path / "proteins.h5"
+    model_args = small_model_args(seqvec_shaped_models)
+    embed_fasta_file(sample, tmp_path / "residues.h5", model_args, "--sum", "--per-protein", str(per_protein))
+    with h5py.File(per_protein) as means:
+        assert means["6U7P:A|PDBID|CHAIN|SEQUENCE"].attrs["header"] == "6U7P:A|PDBID|CHAIN|SEQUENCE"
+        truth = stateless_truth(seqvec_shaped_models, records[1].sequence).sum(axis=0)
+        assert np.abs(means[records[1].id][...] - truth.mean(axis=0)).max() <= 3 * layer_bound(truth)
