@@ -5,6 +5,8 @@ residue budget changing no vector)."""
 
 import json
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import h5py
@@ -12,16 +14,18 @@ import numpy as np
 import pytest
 import torch
 from conftest import FIXTURES
-from seqvec_shaped import SEQVEC_OPTIONS, SMALL_OPTIONS, write_seqvec_shaped
+from seqvec_shaped import SEQVEC_OPTIONS, SMALL_OPTIONS, random_protein, write_seqvec_shaped
 
-from hf_elmo import ElmoTokenizer
+from hf_elmo import ElmoModel, ElmoTokenizer
 from hf_elmo.commands.cli import main as cli_main
 from hf_elmo.compat.allennlp import ElmoEmbedder
 from hf_elmo.convert.original_format import load_original_elmo
 from hf_elmo.features.embed import Embedder, LayerSelector
 from hf_elmo.features.embed_proteins import OutOfMemoryFallback, embed_fasta, residue_batches
+from hf_elmo.features.hub import render_model_card
 from hf_elmo.io.fasta import FastaRecord, read_fasta
 from hf_elmo.io.files import ElmoInputError
+from hf_elmo.pretrained_elmo import add_origin
 
 SEQVEC_FIXTURE = FIXTURES / "seqvec" / "allennlp_outputs.npz"
 MODEL_OPTIONS = {"seqvec": SEQVEC_OPTIONS, "small": SMALL_OPTIONS}
@@ -303,3 +307,57 @@ def test_the_repositorys_sample_of_real_proteins(seqvec_shaped_models, tmp_path)
         assert means["6U7P:A|PDBID|CHAIN|SEQUENCE"].attrs["header"] == "6U7P:A|PDBID|CHAIN|SEQUENCE"
         truth = stateless_truth(seqvec_shaped_models, records[1].sequence).sum(axis=0)
         assert np.abs(means[records[1].id][...] - truth.mean(axis=0)).max() <= 3 * layer_bound(truth)
+
+
+PEAK_RSS_SCRIPT = """
+import resource, sys
+from hf_elmo.commands.cli import main
+code = main(sys.argv[1:])
+print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 if code == 0 else -1)
+"""
+
+
+def memory_bound_per_residue(options: dict) -> int:
+    """docs/proteins.md's bound on the CPU memory one residue of a protein takes, in bytes: the input-to-gate
+    products of both directions (2 x 4 cells), the layers, their stack and the stored copy (6 x 3 x 2P), float32,
+    and 1,000 bytes for its character row and bookkeeping."""
+    cells, projection = options["lstm"]["dim"], options["lstm"]["projection_dim"]
+    return 4 * (2 * 4 * cells + 6 * 3 * 2 * projection) + 1000
+
+
+def test_a_titin_sized_protein_stays_within_the_memory_bound_per_residue(seqvec_shaped_models, tmp_path):
+    """Peak RSS of `hf-elmo embed --fasta` on 35,000 residues, less that of the same command on 10 residues (the
+    model, the code), is within the documented bound per residue: nothing grows faster than the protein."""
+    generator = np.random.default_rng(35)
+    peaks = {}
+    for length in (10, 35_000):
+        fasta = tmp_path / f"{length}.fasta"
+        fasta.write_text(f">titin_like\n{random_protein(length, generator)}\n")
+        command = ["embed", str(fasta), str(tmp_path / f"{length}.h5"), "--fasta", "--sum", "--quiet"]
+        run = subprocess.run(
+            [sys.executable, "-c", PEAK_RSS_SCRIPT, *command, *small_model_args(seqvec_shaped_models)],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        peaks[length] = int(run.stdout.split()[-1])
+        with h5py.File(tmp_path / f"{length}.h5") as residues:
+            assert residues["titin_like"].shape == (length, 32)
+    assert peaks[35_000] - peaks[10] <= (35_000 - 10) * memory_bound_per_residue(SMALL_OPTIONS), peaks
+
+
+def test_a_converted_seqvecs_card_names_the_paper_and_licence(seqvec_shaped_models, tmp_path):
+    """docs/proteins.md's recipe: the history line added after `hf-elmo convert` is in the card save_pretrained
+    writes, and the card pushed with `license="mit"` carries it."""
+    options_file, weight_file = seqvec_shaped_models["small"]
+    folder = tmp_path / "seqvec-hf"
+    convert = ["convert", "--options", str(options_file), "--weights", str(weight_file), "--output-dir", str(folder)]
+    assert cli_main(convert) == 0
+    model = ElmoModel.from_pretrained(folder)
+    paper = "SeqVec (Heinzinger et al. 2019, BMC Bioinformatics 20, 723), MIT licence"
+    add_origin(model.config, paper)
+    model.save_pretrained(folder)
+    card = (folder / "README.md").read_text()
+    assert "Converted by `hf-elmo convert`" in card and f"* {paper}" in card
+    pushed = render_model_card(ElmoModel.from_pretrained(folder), "someone/seqvec", license="mit")
+    assert pushed.data.license == "mit" and paper in pushed.text
