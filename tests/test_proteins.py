@@ -16,7 +16,7 @@ import torch
 from conftest import FIXTURES
 from seqvec_shaped import SEQVEC_OPTIONS, SMALL_OPTIONS, random_protein, write_seqvec_shaped
 
-from hf_elmo import ElmoModel, ElmoTokenizer
+from hf_elmo import ElmoConfig, ElmoModel, ElmoTokenizer
 from hf_elmo.commands.cli import main as cli_main
 from hf_elmo.compat.allennlp import ElmoEmbedder
 from hf_elmo.convert.original_format import load_original_elmo
@@ -361,3 +361,76 @@ def test_a_converted_seqvecs_card_names_the_paper_and_licence(seqvec_shaped_mode
     assert "Converted by `hf-elmo convert`" in card and f"* {paper}" in card
     pushed = render_model_card(ElmoModel.from_pretrained(folder), "someone/seqvec", license="mit")
     assert pushed.data.license == "mit" and paper in pushed.text
+
+
+# --- training a protein biLM -------------------------------------------------------------------------------------
+
+RESIDUE_VOCAB = Path(__file__).parents[1] / "data" / "proteins" / "residue_vocab.txt"
+
+
+def protein_corpus(tmp_path, count=48) -> Path:
+    """`hf-elmo fasta-text` of a FASTA file of `count` random proteins of 20 to 60 residues (multi-line records)."""
+    generator = np.random.default_rng(4)
+    sequences = [random_protein(int(generator.integers(20, 61)), generator) for _ in range(count)]
+    fasta = tmp_path / "family.fasta"
+    fasta.write_text("".join(f">p{i}\n{s[:30]}\n{s[30:].lower()}*\n" for i, s in enumerate(sequences)))
+    text = tmp_path / "family.txt"
+    assert cli_main(["fasta-text", str(fasta), "--output", str(text)]) == 0
+    lines = text.read_text().splitlines()
+    assert lines == [" ".join(s) for s in sequences]  # one protein per line, residues as words
+    return text
+
+
+def train_arguments(text, output_dir, tmp_path, *more):
+    return [
+        "train",
+        "--train-files",
+        str(text),
+        "--split",
+        "whitespace",
+        "--vocab",
+        str(RESIDUE_VOCAB),
+        "--output-dir",
+        str(output_dir),
+        "--window",
+        "24",
+        "--per-device-train-batch-size",
+        "8",
+        "--max-steps",
+        "3",
+        "--save-steps",
+        "3",
+        "--data-cache-dir",
+        str(tmp_path / "cache"),
+        "--disable-tqdm",
+        *more,
+    ]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_protein_bilm_trains_from_scratch_with_the_residue_vocabulary(stream, tmp_path):
+    text = protein_corpus(tmp_path)
+    output_dir = tmp_path / "run"
+    more = ["--config", "seqvec-tiny", *(["--stream"] if stream else [])]
+    assert cli_main(train_arguments(text, output_dir, tmp_path, *more)) == 0
+    config = ElmoConfig.from_pretrained(output_dir)
+    tiny = ElmoConfig.from_preset("seqvec-tiny")
+    assert (config.filters, config.n_highway, config.cell_dim) == (tiny.filters, 2, 64)
+    words = ElmoTokenizer.from_pretrained(output_dir).word_vocabulary
+    assert list(words) == RESIDUE_VOCAB.read_text().split() and config.vocab_size == 28  # SeqVec's n_tokens_vocab
+    state = json.loads((output_dir / "checkpoint-3/trainer_state.json").read_text())
+    assert all(np.isfinite(entry["loss"]) for entry in state["log_history"] if "loss" in entry)
+
+
+def test_a_converted_seqvec_continues_training_on_a_protein_family(seqvec_shaped_models, tmp_path):
+    options_file, weight_file = seqvec_shaped_models["small"]
+    converted = tmp_path / "seqvec-hf"
+    convert = ["convert", "--options", str(options_file), "--weights", str(weight_file), "--output-dir"]
+    assert cli_main([*convert, str(converted)]) == 0
+    output_dir = tmp_path / "family"
+    text = protein_corpus(tmp_path)
+    assert cli_main(train_arguments(text, output_dir, tmp_path, "--init-from", str(converted))) == 0
+    before, after = ElmoModel.from_pretrained(converted), ElmoModel.from_pretrained(output_dir)
+    assert after.config.cell_dim == before.config.cell_dim == SMALL_OPTIONS["lstm"]["dim"]
+    moved = [name for name, value in before.state_dict().items() if not torch.equal(value, after.state_dict()[name])]
+    assert moved, "three steps on the family should move the biLM"

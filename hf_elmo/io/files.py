@@ -154,6 +154,17 @@ HDF5_FILE = OutputKind("an HDF5 file", False, _starts_with(b"\x89HDF\r\n\x1a\n")
 VOCABULARY_FILE = OutputKind("a word vocabulary (<S>, </S>, <UNK> first)", False, _starts_with(b"<S>\n</S>\n<UNK>\n"))
 
 
+def _is_residue_text(path: Path) -> bool:
+    with open(path, "rb") as text:
+        first = text.readline(1 << 20)
+    return re.fullmatch(rb"[A-Z]( [A-Z])*\n", first) is not None
+
+
+RESIDUE_TEXT_FILE = OutputKind(
+    "protein residues as text (one protein per line, residues as words)", False, _is_residue_text
+)
+
+
 def check_not_an_input(path, inputs: Iterable) -> Path:
     """Refuses an output that is, holds or lies inside one of `inputs` (files or folders; `None` and `-` skipped)."""
     path = Path(path)
