@@ -20,7 +20,7 @@ from hf_elmo import ElmoConfig, ElmoModel, ElmoTokenizer
 from hf_elmo.commands.cli import main as cli_main
 from hf_elmo.compat.allennlp import ElmoEmbedder
 from hf_elmo.convert.original_format import load_original_elmo
-from hf_elmo.features.embed import Embedder, LayerSelector
+from hf_elmo.features.embed import Embedder, LayerSelector, NonFiniteVectors
 from hf_elmo.features.embed_proteins import OutOfMemoryFallback, embed_fasta, residue_batches
 from hf_elmo.features.hub import render_model_card
 from hf_elmo.io.fasta import FastaRecord, read_fasta
@@ -434,3 +434,20 @@ def test_a_converted_seqvec_continues_training_on_a_protein_family(seqvec_shaped
     assert after.config.cell_dim == before.config.cell_dim == SMALL_OPTIONS["lstm"]["dim"]
     moved = [name for name, value in before.state_dict().items() if not torch.equal(value, after.state_dict()[name])]
     assert moved, "three steps on the family should move the biLM"
+
+
+def test_a_non_finite_vector_after_the_fallback_names_its_own_protein(seqvec_shaped_models, tmp_path):
+    write_proteins(tmp_path / "in.fasta")
+    embedder = limited_embedder(seqvec_shaped_models)
+    embedder.limit = 20  # the batch runs out of memory: proteins go one at a time, the longest on the CPU
+
+    class Poisoned(GpuOfLimitedMemory):
+        def __call__(self, sentences, carry_state=False):
+            if "".join(sentences[0]) == PROTEINS["same_length_b"]:
+                raise NonFiniteVectors(0, float("nan"), torch.float32, torch.float32)
+            return super().__call__(sentences, carry_state)
+
+    embedder.__class__ = Poisoned
+    fallback = OutOfMemoryFallback(embedder, cpu_fallback=True, report=lambda message: None)
+    with pytest.raises(ElmoInputError, match=r"record 'same_length_b' \(line 9\): the model, running in float32"):
+        embed_fasta(embedder, read_fasta(tmp_path / "in.fasta"), "in.fasta", tmp_path / "r.h5", embed_batch=fallback)

@@ -130,17 +130,25 @@ class OutOfMemoryFallback:
         return self._alone(0, batch[0])
 
     def _alone(self, row: int, words: list[str]) -> np.ndarray:
+        """One protein, `row` of its batch (the row its errors name)."""
         try:
             return self.embedder([words])
         except torch.OutOfMemoryError:
             pass
+        except NonFiniteVectors as error:
+            error.row = row
+            raise
         torch.cuda.empty_cache()
         if not self.cpu_fallback:
             raise ProteinOutOfMemory(row, len(words), self.embedder.device)
         self.report(f"the GPU ran out of memory for a protein of {len(words):,} residues: embedding it on the CPU")
         if self.cpu_embedder is None:
             self.cpu_embedder = self._on_cpu()
-        return self.cpu_embedder([words])
+        try:
+            return self.cpu_embedder([words])
+        except NonFiniteVectors as error:
+            error.row = row
+            raise
 
     def _on_cpu(self) -> Embedder:
         model = self.embedder.model
