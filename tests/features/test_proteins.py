@@ -294,7 +294,7 @@ def test_cpu_fallback_embeds_what_does_not_fit_and_says_so(seqvec_shaped_models,
 
 
 def test_the_repositorys_sample_of_real_proteins(seqvec_shaped_models, tmp_path):
-    sample = Path(__file__).parents[1] / "data" / "proteins" / "sample.fasta"
+    sample = Path(__file__).parents[2] / "data" / "proteins" / "sample.fasta"
     records = read_fasta(sample)
     assert [(r.id, len(r.sequence), r.sequence[:10]) for r in records] == [
         ("sp|P00864|CAPP_ECOLI", 883, "MNEQYSALRS"),
@@ -365,7 +365,7 @@ def test_a_converted_seqvecs_card_names_the_paper_and_licence(seqvec_shaped_mode
 
 # --- training a protein biLM -------------------------------------------------------------------------------------
 
-RESIDUE_VOCAB = Path(__file__).parents[1] / "data" / "proteins" / "residue_vocab.txt"
+RESIDUE_VOCAB = Path(__file__).parents[2] / "data" / "proteins" / "residue_vocab.txt"
 
 
 def protein_corpus(tmp_path, count=48) -> Path:
