@@ -20,7 +20,7 @@ from ..features.embed import (
     part_path,
     process_part,
 )
-from ..features.embed_proteins import DEFAULT_RESIDUE_BUDGET, OutOfMemoryFallback, embed_fasta
+from ..features.embed_proteins import DEFAULT_RESIDUE_BUDGET, OutOfMemoryFallback, check_partials, embed_fasta
 from ..input_checks import device_option
 from ..io.fasta import read_fasta
 from ..io.files import HDF5_FILE, ElmoInputError, check_output
@@ -104,6 +104,11 @@ class EmbedOptions:
         False,
         help="with --fasta on a GPU: embed a protein for which the GPU has too little memory on the CPU instead of "
         "stopping (each one is reported)",
+        flag=True,
+    )
+    resume: bool = option(
+        False,
+        help="with --fasta: continue the run of the same command that was stopped, from the partial files it kept",
         flag=True,
     )
     force: bool = option(False, help="replace an existing output file", flag=True)
@@ -206,6 +211,7 @@ def check_protein_options(options):
             (options.per_protein is not None, "--per-protein"),
             (options.residue_budget is not None, "--residue-budget"),
             (options.cpu_fallback, "--cpu-fallback"),
+            (options.resume, "--resume"),
         ):
             if given:
                 raise ElmoInputError(f"{name} goes with --fasta (protein sequences)")
@@ -232,6 +238,7 @@ def run_fasta(options, inputs) -> int:
     from tqdm.auto import tqdm
 
     records = read_fasta(options.input)
+    check_partials([path for path in (options.output, options.per_protein) if path is not None], options.resume)
     device = device_option(options.device)
     model, tokenizer = _load(options)
     model.to(device=device, dtype=DTYPES[options.dtype])
@@ -247,6 +254,16 @@ def run_fasta(options, inputs) -> int:
             options.per_protein,
             residue_budget=options.residue_budget or DEFAULT_RESIDUE_BUDGET,
             force=options.force,
+            resume=options.resume,
+            run={
+                "model": [
+                    str(Path(path).resolve()) for path in (options.model, options.options, options.weights) if path
+                ],
+                "layers": _layers(options),
+                "scalar_mix_weights": options.scalar_mix_weights,
+                "dtype": options.dtype,
+                "output_dtype": str(output_dtype),
+            },
             inputs=inputs,
             on_batch=bar.update,
             embed_batch=OutOfMemoryFallback(embedder, options.cpu_fallback) if model.device.type == "cuda" else None,

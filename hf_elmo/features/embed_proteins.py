@@ -12,18 +12,27 @@ SeqVec reads them; `io.fasta`), written to an HDF5 file, and optionally each pro
 Every protein starts from the model's start state (zeros, or its warm start state), so its vectors depend on its
 sequence alone. Proteins are embedded longest first in batches of at most `--residue-budget` padded residues
 (batch size times its longest protein; a longer protein goes alone): the budget changes the speed and the memory,
-not the vectors (up to float rounding). Both files are written beside their places under hidden names and appear
-complete or not at all, by the rule of every command's output (`io.files`).
+not the vectors (up to float rounding).
+
+Both files are written beside their places under hidden names (`.NAME.partial`) and renamed when complete, so they
+appear complete or not at all; an existing file is replaced only with `--force` (`io.files`' rule). A run stopped
+before the end (Ctrl-C, SIGTERM, an error naming a protein) keeps its partial files, and the same command with
+`--resume` embeds only the proteins they lack; a partial file of another input, model, layer selection or dtype is
+refused, and one damaged by a failed write (a full disk) is removed.
 """
 
+import contextlib
+import json
+import os
 import sys
 from collections.abc import Callable, Iterable
+from pathlib import Path
 
 import numpy as np
 import torch
 
 from ..io.fasta import FastaRecord
-from ..io.files import HDF5_FILE, ElmoInputError, HDF5Output, write_output
+from ..io.files import HDF5_FILE, ElmoInputError, HDF5Output, check_output, deferred_signals
 from .embed import Embedder, NonFiniteVectors
 
 DEFAULT_RESIDUE_BUDGET = 15_000  # SeqVec's and bio_embeddings' default
@@ -41,6 +50,24 @@ def residue_batches(records: list[FastaRecord], budget: int) -> list[list[FastaR
     return batches
 
 
+def partial_path(path) -> Path:
+    """Where the vectors of a run are written until it completes (and kept when it is interrupted): a hidden file
+    beside `path`."""
+    path = Path(path)
+    return path.with_name(f".{path.name}.partial")
+
+
+def check_partials(outputs, resume: bool):
+    """Refuses `--resume` without the partial files of the `outputs`, and a new run where partial files are left."""
+    for partial in map(partial_path, outputs):
+        if resume and not partial.is_file():
+            raise ElmoInputError(f"{partial}: not found, no interrupted run to resume (run without --resume)")
+        if not resume and partial.exists():
+            raise ElmoInputError(
+                f"{partial}: an interrupted run's vectors; pass --resume to continue that run, or remove the file"
+            )
+
+
 def embed_fasta(
     embedder: Embedder,
     records: list[FastaRecord],
@@ -50,50 +77,96 @@ def embed_fasta(
     *,
     residue_budget: int = DEFAULT_RESIDUE_BUDGET,
     force: bool = False,
+    resume: bool = False,
+    run: dict | None = None,
     inputs: Iterable = (),
     on_batch: Callable[[int], None] = lambda residues: None,
     embed_batch: Callable | None = None,
+    report: Callable[[str], None] | None = None,
 ) -> int:
     """Writes the files described in the module docstring; returns the number of proteins. `source`: the FASTA
-    file the records were read from, for messages. `inputs`: the files the
-    run reads, which no output may be. `on_batch(residues)` is called after each batch is written. `embed_batch`:
-    what turns a batch's residue lists into their vectors (default `embedder`)."""
+    file the records were read from. `resume`: continue the run whose partial files (`partial_path`) an interruption
+    left, which must have been made by the same `run` (what decides the vectors: model, layers, dtypes) on the same
+    `source`. `inputs`: the files the run reads, which no output may be. `on_batch(residues)` is called after each
+    batch is written (and once for the proteins a resumed run finds done). `embed_batch`: what turns a batch's
+    residue lists into their vectors (default `embedder`). `report`: where the note of an interruption goes."""
     inputs = list(inputs)
     embed_batch = embedder if embed_batch is None else embed_batch
-
-    def fill(residues: HDF5Output, proteins: HDF5Output | None):
-        for batch in residue_batches(records, residue_budget):
+    report = report or (lambda message: print(message, file=sys.stderr))
+    outputs = [Path(output_path), *([Path(per_protein_path)] if per_protein_path is not None else [])]
+    for output in outputs:
+        check_output(output, HDF5_FILE, [*inputs, *(other for other in outputs if other != output)], force)
+    partials = [partial_path(output) for output in outputs]
+    identity = json.dumps(
+        {"input": "-" if str(source) == "-" else str(Path(source).resolve()), **(run or {})}, sort_keys=True
+    )
+    check_partials(outputs, resume)
+    with contextlib.ExitStack() as stack:
+        files = []
+        for partial in partials:
             try:
-                vectors = embed_batch([list(record.sequence) for record in batch])
-            except (NonFiniteVectors, ProteinOutOfMemory) as error:
-                record = batch[error.row]
-                raise ElmoInputError(f"{source}: record {record.id!r} (line {record.line}): {error}") from None
-            lengths = [len(record.sequence) for record in batch]
-            for record, words in zip(batch, np.split(vectors, np.cumsum(lengths)[:-1], axis=-2)):
-                dataset = residues.file.create_dataset(record.id, data=np.ascontiguousarray(words))
-                dataset.attrs["header"] = record.header
-                if proteins is not None:
-                    mean = words.mean(axis=-2, dtype=np.float64).astype(words.dtype)
-                    proteins.file.create_dataset(record.id, data=mean).attrs["header"] = record.header
-            residues.check()
-            if proteins is not None:
-                proteins.check()
-            on_batch(sum(lengths))
-
-    def write_residues(path):
-        with HDF5Output(path) as residues:
-            if per_protein_path is None:
-                fill(residues, None)
-                return
-
-            def write_proteins(protein_path):
-                with HDF5Output(protein_path) as proteins:
-                    fill(residues, proteins)
-
-            write_output(per_protein_path, write_proteins, HDF5_FILE, [*inputs, output_path], force)
-
-    write_output(output_path, write_residues, HDF5_FILE, [*inputs, *filter(None, [per_protein_path])], force)
+                files.append(stack.enter_context(HDF5Output(partial, append=resume)))
+            except OSError as error:
+                raise ElmoInputError(f"{partial}: cannot resume from it ({error}); remove it to start again") from None
+            if resume and files[-1].file.attrs.get("hf_elmo_run") != identity:
+                raise ElmoInputError(
+                    f"{partial}: written by another run (another input, model, layer selection or dtype); run that "
+                    "command with --resume, or remove the file to start again"
+                )
+            files[-1].file.attrs["hf_elmo_run"] = identity
+        done = set(files[0].file).intersection(*(set(f.file) for f in files[1:]))
+        for f in files:  # a protein written to one file only, when the run stopped: written again
+            for name in set(f.file) - done:
+                del f.file[name]
+        todo = [record for record in records if record.id not in done]
+        on_batch(sum(len(record.sequence) for record in records if record.id in done))
+        try:
+            _fill(files, todo, source, residue_budget, embed_batch, on_batch)
+        except BaseException:
+            if any(f.error is not None for f in files):  # a failed write leaves HDF5 files that cannot be resumed
+                stack.close()
+                for partial in partials:
+                    partial.unlink(missing_ok=True)
+            else:
+                report(
+                    f"stopped: the proteins embedded so far are kept in {', '.join(map(str, partials))}; the same "
+                    "command with --resume continues"
+                )
+            raise
+    with deferred_signals():
+        for partial, output in zip(partials, outputs):
+            try:
+                if force:
+                    os.replace(partial, output)
+                else:  # a link, unlike a rename, fails if another process created the file meanwhile
+                    os.link(partial, output)
+                    partial.unlink()
+            except FileExistsError:
+                raise ElmoInputError(f"{output}: file exists (use --force to replace it)") from None
+            except OSError as error:
+                raise ElmoInputError(f"{output}: not written ({error.strerror or error})") from None
     return len(records)
+
+
+def _fill(files: list[HDF5Output], records, source, residue_budget, embed_batch, on_batch):
+    """Embeds `records` into `files` (per-residue, then per-protein if there are two), batch by batch."""
+    residues, proteins = files[0], files[1] if len(files) > 1 else None
+    for batch in residue_batches(records, residue_budget):
+        try:
+            vectors = embed_batch([list(record.sequence) for record in batch])
+        except (NonFiniteVectors, ProteinOutOfMemory) as error:
+            record = batch[error.row]
+            raise ElmoInputError(f"{source}: record {record.id!r} (line {record.line}): {error}") from None
+        lengths = [len(record.sequence) for record in batch]
+        for record, words in zip(batch, np.split(vectors, np.cumsum(lengths)[:-1], axis=-2)):
+            residues.file.create_dataset(record.id, data=np.ascontiguousarray(words)).attrs["header"] = record.header
+            if proteins is not None:
+                mean = words.mean(axis=-2, dtype=np.float64).astype(words.dtype)
+                proteins.file.create_dataset(record.id, data=mean).attrs["header"] = record.header
+        for f in files:
+            f.file.flush()
+            f.check()
+        on_batch(sum(lengths))
 
 
 class ProteinOutOfMemory(RuntimeError):

@@ -271,13 +271,14 @@ class HDF5Output:
     Python file object (h5py's `fileobj` driver) that keeps the first error and from then on writes nothing and
     reports success: HDF5 closes cleanly, and the caller discards the file."""
 
-    def __init__(self, path: str | os.PathLike):
+    def __init__(self, path: str | os.PathLike, append: bool = False):
+        """`append`: open an existing HDF5 file to add to it, instead of writing a new one."""
         import h5py
 
         self.error: OSError | None = None
-        self._raw = open(path, "w+b", buffering=0)
+        self._raw = open(path, "r+b" if append else "w+b", buffering=0)
         try:
-            self.file = h5py.File(_FirstErrorKept(self), "w")
+            self.file = h5py.File(_FirstErrorKept(self), "a" if append else "w")
         except BaseException:
             self._raw.close()
             raise

@@ -21,7 +21,7 @@ from hf_elmo.commands.cli import main as cli_main
 from hf_elmo.compat.allennlp import ElmoEmbedder
 from hf_elmo.convert.original_format import load_original_elmo
 from hf_elmo.features.embed import Embedder, LayerSelector, NonFiniteVectors
-from hf_elmo.features.embed_proteins import OutOfMemoryFallback, embed_fasta, residue_batches
+from hf_elmo.features.embed_proteins import OutOfMemoryFallback, embed_fasta, partial_path, residue_batches
 from hf_elmo.features.hub import render_model_card
 from hf_elmo.io.fasta import FastaRecord, read_fasta
 from hf_elmo.io.files import ElmoInputError
@@ -257,7 +257,7 @@ def limited_embedder(seqvec_shaped_models):
     return GpuOfLimitedMemory(model, ElmoTokenizer(), LayerSelector("sum", model.config.num_layers))
 
 
-def test_out_of_memory_stops_naming_the_protein_and_writes_nothing(seqvec_shaped_models, tmp_path):
+def test_out_of_memory_stops_naming_the_protein_and_writes_no_output(seqvec_shaped_models, tmp_path):
     proteins, _ = write_proteins(tmp_path / "in.fasta", extra={"titin_like": "MKTAYIAKQR" * 20})
     records = read_fasta(tmp_path / "in.fasta")
     embedder = limited_embedder(seqvec_shaped_models)
@@ -274,7 +274,8 @@ def test_out_of_memory_stops_naming_the_protein_and_writes_nothing(seqvec_shaped
         f"{tmp_path / 'in.fasta'}: record 'titin_like' (line 13): cpu ran out of memory for this protein of 200 "
         "residues alone; pass --cpu-fallback to embed such proteins on the CPU, or --device cpu"
     )
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.fasta"]
+    # the proteins before it are kept for --resume, under hidden names
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".proteins.h5.partial", ".residues.h5.partial", "in.fasta"]
 
 
 def test_cpu_fallback_embeds_what_does_not_fit_and_says_so(seqvec_shaped_models, tmp_path):
@@ -451,3 +452,73 @@ def test_a_non_finite_vector_after_the_fallback_names_its_own_protein(seqvec_sha
     fallback = OutOfMemoryFallback(embedder, cpu_fallback=True, report=lambda message: None)
     with pytest.raises(ElmoInputError, match=r"record 'same_length_b' \(line 9\): the model, running in float32"):
         embed_fasta(embedder, read_fasta(tmp_path / "in.fasta"), "in.fasta", tmp_path / "r.h5", embed_batch=fallback)
+
+
+def test_a_stopped_run_resumes_to_the_files_of_an_uninterrupted_one(seqvec_shaped_models, tmp_path):
+    proteins, _ = write_proteins(tmp_path / "in.fasta")
+    records = read_fasta(tmp_path / "in.fasta")
+    embedder = limited_embedder(seqvec_shaped_models)
+    embedder.limit = 10**9
+    outputs = {name: (tmp_path / f"{name}.h5", tmp_path / f"{name}-proteins.h5") for name in ("whole", "resumed")}
+    run = {"model": "small", "layers": "sum"}
+    embed_fasta(embedder, records, tmp_path / "in.fasta", *outputs["whole"], residue_budget=60, run=run)
+    batches, reports = [], []
+
+    def stop_after_two_batches(residues):
+        batches.append(residues)
+        if len(batches) == 2:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        embed_fasta(
+            embedder,
+            records,
+            tmp_path / "in.fasta",
+            *outputs["resumed"],
+            residue_budget=60,
+            run=run,
+            on_batch=stop_after_two_batches,
+            report=reports.append,
+        )
+    assert not outputs["resumed"][0].exists() and not outputs["resumed"][1].exists()
+    partials = [partial_path(path) for path in outputs["resumed"]]
+    assert reports == [
+        f"stopped: the proteins embedded so far are kept in {partials[0]}, {partials[1]}; the same command with "
+        "--resume continues"
+    ]
+    with h5py.File(partials[0]) as kept:
+        first_two = set(kept)
+    assert 0 < len(first_two) < len(proteins)
+    for other_run, message in [
+        ({"model": "small", "layers": "all"}, "written by another run"),
+        (run, "an interrupted run's vectors; pass --resume"),
+    ]:
+        with pytest.raises(ElmoInputError, match=message):
+            embed_fasta(
+                embedder, records, tmp_path / "in.fasta", *outputs["resumed"], run=other_run, resume=other_run != run
+            )
+    computed = []
+    embed_fasta(
+        embedder, records, tmp_path / "in.fasta", *outputs["resumed"], run=run, resume=True, on_batch=computed.append
+    )
+    assert computed[0] == sum(len(proteins[name]) for name in first_two)  # counted, not computed again
+    assert not any(partial.exists() for partial in partials)
+    for whole, resumed in zip(outputs["whole"], outputs["resumed"]):
+        with h5py.File(whole) as expected, h5py.File(resumed) as got:
+            assert set(got) == set(expected) == set(proteins)
+            for name in proteins:
+                assert got[name].attrs["header"] == expected[name].attrs["header"]
+                assert np.abs(got[name][...] - expected[name][...]).max() <= layer_bound(expected[name][...]), name
+    with pytest.raises(ElmoInputError, match="no interrupted run to resume"):
+        embed_fasta(embedder, records, tmp_path / "in.fasta", *outputs["resumed"], run=run, resume=True, force=True)
+
+
+def test_a_damaged_partial_file_is_refused_in_one_line(seqvec_shaped_models, tmp_path):
+    write_proteins(tmp_path / "in.fasta")
+    partial_path(tmp_path / "r.h5").write_bytes(b"\x89HDF\r\n\x1a\n cut short by kill -9")
+    embedder = limited_embedder(seqvec_shaped_models)
+    records = read_fasta(tmp_path / "in.fasta")
+    with pytest.raises(
+        ElmoInputError, match=r"\.r\.h5\.partial: cannot resume from it \(.*\); remove it to start again"
+    ):
+        embed_fasta(embedder, records, tmp_path / "in.fasta", tmp_path / "r.h5", resume=True)
