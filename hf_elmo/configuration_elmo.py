@@ -27,6 +27,15 @@ ELMO_PRESETS = {
     "small": {"n_highway": 1, "cell_dim": 1024, "projection_dim": 128},
     "medium": {"n_highway": 1, "cell_dim": 2048, "projection_dim": 256},
     "original": {"n_highway": 2, "cell_dim": 4096, "projection_dim": 512},
+    # SeqVec (Heinzinger et al. 2019), a protein biLM with one residue per word, has the original sizes; its tiny
+    # counterpart keeps the structure (7 filters of widths 1 to 7, 2 highway layers) for tests and small families.
+    "seqvec": {"n_highway": 2, "cell_dim": 4096, "projection_dim": 512},
+    "seqvec-tiny": {
+        "filters": [[1, 8], [2, 8], [3, 8], [4, 16], [5, 16], [6, 16], [7, 32]],
+        "n_highway": 2,
+        "cell_dim": 64,
+        "projection_dim": 16,
+    },
 }
 
 ACTIVATIONS = ("relu", "tanh")

@@ -11,7 +11,7 @@ files and fields) or `OSError` for it, caught here. SIGTERM and SIGHUP stop a co
 import argparse
 import sys
 
-from . import convert, embed, env, export, perplexity, train, vocab, warm_state
+from . import convert, embed, env, export, fasta_text, perplexity, train, vocab, warm_state
 from .command_line import CommandParser, DefaultsHelpFormatter, signals_as_interrupts
 
 COMMANDS = {
@@ -19,6 +19,7 @@ COMMANDS = {
     "embed": embed,
     "export": export,
     "vocab": vocab,
+    "fasta-text": fasta_text,
     "train": train,
     "perplexity": perplexity,
     "warm-state": warm_state,

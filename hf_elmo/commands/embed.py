@@ -20,14 +20,19 @@ from ..features.embed import (
     part_path,
     process_part,
 )
+from ..features.embed_proteins import DEFAULT_RESIDUE_BUDGET, OutOfMemoryFallback, check_partials, embed_fasta
 from ..input_checks import device_option
+from ..io.fasta import read_fasta
 from ..io.files import HDF5_FILE, ElmoInputError, check_output
 from ..modeling_elmo import ElmoModel
 from ..pretrained_elmo import load_model_folder
 from ..tokenization_elmo import ElmoTokenizer
 from .command_line import ExclusiveOptions, option
 
-HELP = "write the ELMo vectors of a text file, one sentence per line, to an HDF5 file"
+HELP = (
+    "write the ELMo vectors of a text file, one sentence per line, or of the protein sequences of a FASTA file "
+    "(--fasta), to an HDF5 file"
+)
 
 MODEL_SOURCE = ExclusiveOptions(required=True)
 LAYERS = ExclusiveOptions(required=True)
@@ -36,7 +41,9 @@ LAYERS = ExclusiveOptions(required=True)
 @dataclass(kw_only=True)
 class EmbedOptions:
     input: str = option(
-        help="UTF-8 text, one sentence per line (whitespace-tokenised unless --raw); - for stdin", positional=True
+        help="UTF-8 text, one sentence per line (whitespace-tokenised unless --raw), or with --fasta a FASTA file of "
+        "protein sequences; - for stdin",
+        positional=True,
     )
     output: str = option(help="HDF5 file to write", positional=True)
     model: str | None = option(
@@ -49,6 +56,7 @@ class EmbedOptions:
     all: bool = option(False, help="all layers: (L+1, n_words, 2P)", flag=True, exclusive=LAYERS)
     top: bool = option(False, help="top layer: (n_words, 2P)", flag=True, exclusive=LAYERS)
     average: bool = option(False, help="mean of all layers", flag=True, exclusive=LAYERS)
+    sum: bool = option(False, help="sum of all layers (SeqVec's per-residue vectors)", flag=True, exclusive=LAYERS)
     scalar_mix_weights: list[float] | None = option(
         None,
         help="fixed mix sum_k softmax(W)_k layer_k: one unnormalised weight per layer, as AllenNLP's "
@@ -77,6 +85,31 @@ class EmbedOptions:
         help="per-line: one dataset per line, as AllenNLP's; packed: all words in one dataset 'vectors' and each "
         "line's (start, count) in 'spans', for bulk embedding",
         choices=["per-line", "packed"],
+    )
+    fasta: bool = option(
+        False,
+        help="the input is a FASTA file of protein sequences, one residue per word: one dataset per record, named by "
+        "its id, with its header as the attribute 'header'",
+        flag=True,
+    )
+    per_protein: str | None = option(
+        None, help="with --fasta: also write each protein's mean over its residues to this HDF5 file"
+    )
+    residue_budget: int | None = option(
+        None,
+        help=f"with --fasta: padded residues per batch, longest proteins first (default {DEFAULT_RESIDUE_BUDGET:,}); "
+        "changes speed and memory, not the vectors",
+    )
+    cpu_fallback: bool = option(
+        False,
+        help="with --fasta on a GPU: embed a protein for which the GPU has too little memory on the CPU instead of "
+        "stopping (each one is reported)",
+        flag=True,
+    )
+    resume: bool = option(
+        False,
+        help="with --fasta: continue the run of the same command that was stopped, from the partial files it kept",
+        flag=True,
     )
     force: bool = option(False, help="replace an existing output file", flag=True)
     quiet: bool = option(False, help="no progress bar", flag=True)
@@ -123,18 +156,23 @@ def _load(options):
 def _layers(options) -> str:
     if options.scalar_mix_weights is not None:
         return "mix"
-    return next(name for name in ("all", "top", "average") if getattr(options, name))
+    return next(name for name in ("all", "top", "average", "sum") if getattr(options, name))
 
 
 def run(options) -> int:
     """`options`: the fields of `EmbedOptions`, as parsed."""
     inputs = [options.input, options.model, options.options, options.weights]
     check_output(options.output, HDF5_FILE, inputs, options.force)  # before loading a large model
+    check_protein_options(options)
+    if options.per_protein is not None:
+        check_output(options.per_protein, HDF5_FILE, [*inputs, options.output], options.force)
     if str(options.input) != "-" and Path(options.input).is_dir():
         raise ElmoInputError(f"{options.input}: is a folder, expected the input text file")
     if str(options.input) != "-" and not Path(options.input).exists():
         raise ElmoInputError(f"{options.input}: no such input file")
     rank, processes = process_part()
+    if options.fasta:
+        return run_fasta(options, inputs)
     check_split_between_processes(options, processes)
     device = device_option(options.device if processes == 1 or options.device else _local_device())
     model, tokenizer = _load(options)
@@ -163,6 +201,74 @@ def run(options) -> int:
         count = _merge_when_all_are_done(options, rank, processes, inputs[1:])
     if rank == 0:
         print(f"{count} sentences embedded to {options.output}", file=sys.stderr)
+    return 0
+
+
+def check_protein_options(options):
+    """Refuses the options that do not go with --fasta, and the protein options without it."""
+    if not options.fasta:
+        for given, name in (
+            (options.per_protein is not None, "--per-protein"),
+            (options.residue_budget is not None, "--residue-budget"),
+            (options.cpu_fallback, "--cpu-fallback"),
+            (options.resume, "--resume"),
+        ):
+            if given:
+                raise ElmoInputError(f"{name} goes with --fasta (protein sequences)")
+        return
+    for given, name in (
+        (options.raw, "--raw"),
+        (options.carry_state, "--carry-state"),
+        (options.layout != "per-line", "--layout packed"),
+        (options.forget_sentences, "--forget-sentences"),
+        (process_part()[1] > 1, "a launch of several processes"),
+    ):
+        if given:
+            raise ElmoInputError(
+                f"{name} does not go with --fasta (one dataset per protein, each from the start state)"
+            )
+    if options.residue_budget is not None and options.residue_budget < 1:
+        raise ElmoInputError(f"--residue-budget must be >= 1, got {options.residue_budget}")
+    if options.per_protein is not None and Path(options.per_protein).resolve() == Path(options.output).resolve():
+        raise ElmoInputError(f"{options.per_protein}: --per-protein must be another file than the output")
+
+
+def run_fasta(options, inputs) -> int:
+    """`hf-elmo embed --fasta` (`features.embed_proteins`)."""
+    from tqdm.auto import tqdm
+
+    records = read_fasta(options.input)
+    check_partials([path for path in (options.output, options.per_protein) if path is not None], options.resume)
+    device = device_option(options.device)
+    model, tokenizer = _load(options)
+    model.to(device=device, dtype=DTYPES[options.dtype])
+    select = LayerSelector(_layers(options), model.config.num_layers, options.scalar_mix_weights)
+    output_dtype = OUTPUT_DTYPES[options.output_dtype or ("float64" if options.dtype == "float64" else "float32")]
+    embedder = Embedder(model, tokenizer, select, output_dtype)
+    with tqdm(total=sum(len(record.sequence) for record in records), unit=" residues", disable=options.quiet) as bar:
+        count = embed_fasta(
+            embedder,
+            records,
+            options.input,
+            options.output,
+            options.per_protein,
+            residue_budget=options.residue_budget or DEFAULT_RESIDUE_BUDGET,
+            force=options.force,
+            resume=options.resume,
+            run={
+                "model": [
+                    str(Path(path).resolve()) for path in (options.model, options.options, options.weights) if path
+                ],
+                "layers": _layers(options),
+                "scalar_mix_weights": options.scalar_mix_weights,
+                "dtype": options.dtype,
+                "output_dtype": str(output_dtype),
+            },
+            inputs=inputs,
+            on_batch=bar.update,
+            embed_batch=OutOfMemoryFallback(embedder, options.cpu_fallback) if model.device.type == "cuda" else None,
+        )
+    print(f"{count} proteins embedded to {options.output}", file=sys.stderr)
     return 0
 
 

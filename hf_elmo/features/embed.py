@@ -74,7 +74,7 @@ def count_lines(path) -> int | None:
 
 class LayerSelector:
     """The `(num_layers + 1)` layers `(B, T, 2P)` -> what one output dataset holds: `(L + 1, B, T, 2P)` for `all`,
-    `(B, T, 2P)` otherwise."""
+    `(B, T, 2P)` otherwise (`top`, `average`, `sum`: SeqVec's per-residue vectors, `mix`)."""
 
     def __init__(self, mode: str, num_layers: int, mix_weights: list[float] | None = None):
         self.mode = mode
@@ -96,6 +96,8 @@ class LayerSelector:
             return stacked
         if self.mode == "average":
             return stacked.mean(dim=0)
+        if self.mode == "sum":
+            return stacked.sum(dim=0)
         return torch.einsum("l,l...->...", self.mix.to(stacked), stacked)
 
 

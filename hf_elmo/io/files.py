@@ -154,6 +154,17 @@ HDF5_FILE = OutputKind("an HDF5 file", False, _starts_with(b"\x89HDF\r\n\x1a\n")
 VOCABULARY_FILE = OutputKind("a word vocabulary (<S>, </S>, <UNK> first)", False, _starts_with(b"<S>\n</S>\n<UNK>\n"))
 
 
+def _is_residue_text(path: Path) -> bool:
+    with open(path, "rb") as text:
+        first = text.readline(1 << 20)
+    return re.fullmatch(rb"[A-Z]( [A-Z])*\n", first) is not None
+
+
+RESIDUE_TEXT_FILE = OutputKind(
+    "protein residues as text (one protein per line, residues as words)", False, _is_residue_text
+)
+
+
 def check_not_an_input(path, inputs: Iterable) -> Path:
     """Refuses an output that is, holds or lies inside one of `inputs` (files or folders; `None` and `-` skipped)."""
     path = Path(path)
@@ -260,13 +271,14 @@ class HDF5Output:
     Python file object (h5py's `fileobj` driver) that keeps the first error and from then on writes nothing and
     reports success: HDF5 closes cleanly, and the caller discards the file."""
 
-    def __init__(self, path: str | os.PathLike):
+    def __init__(self, path: str | os.PathLike, append: bool = False):
+        """`append`: open an existing HDF5 file to add to it, instead of writing a new one."""
         import h5py
 
         self.error: OSError | None = None
-        self._raw = open(path, "w+b", buffering=0)
+        self._raw = open(path, "r+b" if append else "w+b", buffering=0)
         try:
-            self.file = h5py.File(_FirstErrorKept(self), "w")
+            self.file = h5py.File(_FirstErrorKept(self), "a" if append else "w")
         except BaseException:
             self._raw.close()
             raise
