@@ -52,7 +52,7 @@ from ..training.trainer import (
     STAGING_DIR,
     CheckpointStaging,
     ElmoTrainer,
-    EpochTimeCallback,
+    StepTimeCallback,
     StreamTrainer,
     TimeLimitCallback,
     check_loss_options,
@@ -412,7 +412,7 @@ def _train(model_args, data, args, output_dir, tokenizer, config, resume_from, r
         optimizer_cls_and_kwargs=optimizer,
         callbacks=[
             *([TimeLimitCallback(args.max_minutes)] if args.max_minutes else []),
-            *([EpochTimeCallback(steps_per_epoch)] if steps_per_epoch else []),
+            StepTimeCallback(steps_per_epoch),
         ],
         word_tokenizer=tokenizer,
         clip_norm=args.all_clip_norm_val / data.window,
