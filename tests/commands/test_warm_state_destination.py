@@ -7,7 +7,7 @@ import shutil
 import pytest
 from safetensors.torch import load_file
 
-from hf_elmo.cli import main as cli_main
+from hf_elmo.commands.cli import main as cli_main
 
 TEXT = "the cat sat on the mat .\na dog ran .\nit rained all day in the town .\n"
 

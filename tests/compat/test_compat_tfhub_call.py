@@ -9,7 +9,7 @@ import torch
 
 from hf_elmo.compat.tfhub import TFHubElmo
 
-MIGRATION = Path(__file__).resolve().parents[1] / "docs" / "migration.md"
+MIGRATION = Path(__file__).resolve().parents[2] / "docs" / "migration.md"
 
 
 @pytest.fixture(scope="module")
