@@ -27,8 +27,6 @@ from ..pretrained_elmo import load_model_folder
 from ..tokenization_elmo import ElmoTokenizer
 from .command_line import ExclusiveOptions, option
 
-HELP = "write the ELMo vectors of a text file, one sentence per line, to an HDF5 file"
-
 MODEL_SOURCE = ExclusiveOptions(required=True)
 LAYERS = ExclusiveOptions(required=True)
 

@@ -253,7 +253,6 @@ class ElmoTrainingArguments(TrainingArguments):
         super().__post_init__()
 
 
-HELP = "pre-train a biLM, or adapt one to a domain, with the transformers Trainer"
 COMMAND_OPTIONS = (ElmoModelArguments, ElmoDataArguments, ElmoTrainingArguments)
 """`hf-elmo train` takes the fields of these dataclasses as its options (`cli` builds them with `HfArgumentParser`)."""
 OWN_TRAINING_FIELDS = {f.name for f in dataclasses.fields(ElmoTrainingArguments)} - {

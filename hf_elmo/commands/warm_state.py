@@ -21,8 +21,6 @@ from ..training.warm_state import (
 )
 from .command_line import ExclusiveOptions, option
 
-HELP = "estimate a warm start state from text and store it in a copy of a model folder (or the folder itself)"
-
 DESTINATION = ExclusiveOptions()
 
 
