@@ -1,42 +1,111 @@
 """The `hf-elmo` command: `hf-elmo COMMAND --help` for each command.
 
-Each command is a module of `hf_elmo.commands` with `HELP` (one line), `COMMAND_OPTIONS` (a dataclass whose fields
-are its options, read by `HfArgumentParser`) and `run(options) -> int` (the exit status), given the parsed options
-and `options.given`, the names of those on the command line. Every command reports a problem with what it was given
+Each command is a module of `hf_elmo.commands` (named in `COMMAND_ENTRIES` with its one-line help, imported when the
+command runs) with `COMMAND_OPTIONS` (a dataclass whose fields are its options, read by `HfArgumentParser`) and
+`run(options) -> int` (the exit status), given the parsed options and `options.given`, the names of those on the
+command line. Every command reports a problem with what it was given
 as one line, `error: ...`, and exits with status 2: the commands raise `ValueError` (`file_io.ElmoInputError` for
 files and fields) or `OSError` for it, caught here. SIGTERM and SIGHUP stop a command as Ctrl-C does (exit status
 130), after it removed what it was writing (`file_io`).
 """
 
 import argparse
+import importlib
 import sys
+from collections.abc import MutableMapping
+from typing import NamedTuple
 
-from . import convert, embed, env, export, fasta_text, perplexity, train, vocab, warm_state
-from .command_line import CommandParser, DefaultsHelpFormatter, signals_as_interrupts
 
-COMMANDS = {
-    "convert": convert,
-    "embed": embed,
-    "export": export,
-    "vocab": vocab,
-    "fasta-text": fasta_text,
-    "train": train,
-    "perplexity": perplexity,
-    "warm-state": warm_state,
-    "env": env,
+class CommandEntry(NamedTuple):
+    module: str  # in hf_elmo.commands
+    help: str  # one line
+
+
+# The commands and their one-line help: `hf-elmo --help` imports none of their modules (nor torch, nor transformers).
+COMMAND_ENTRIES = {
+    "convert": CommandEntry(
+        "convert",
+        "convert an original options.json + weights.hdf5, a bilm-tf training checkpoint or an ELMoForManyLangs model "
+        "to a Hugging Face folder",
+    ),
+    "embed": CommandEntry(
+        "embed",
+        "write the ELMo vectors of a text file, one sentence per line, or of the protein sequences of a FASTA file "
+        "(--fasta), to an HDF5 file",
+    ),
+    "export": CommandEntry(
+        "export",
+        "write a model folder back as an original options.json + weights.hdf5, or as an ONNX graph (--format onnx)",
+    ),
+    "vocab": CommandEntry("vocab", "count a corpus and write a word vocabulary in the original format"),
+    "fasta-text": CommandEntry(
+        "fasta_text",
+        "write the protein sequences of FASTA files as text for hf-elmo train: one protein per line, residues as words",
+    ),
+    "train": CommandEntry("train", "pre-train a biLM, or adapt one to a domain, with the transformers Trainer"),
+    "perplexity": CommandEntry("perplexity", "forward, backward and mean perplexity of a trained biLM on text files"),
+    "warm-state": CommandEntry(
+        "warm_state",
+        "estimate a warm start state from text and store it in a copy of a model folder (or the folder itself)",
+    ),
+    "env": CommandEntry(
+        "env", "print the versions, CPU features, compiled loops, CUDA device and model paths of this installation"
+    ),
 }
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The parser of `hf-elmo`: one sub-parser per command."""
+class _CommandModules(MutableMapping):
+    """Each command's module, imported when it is asked for."""
+
+    def __init__(self):
+        self._modules = {}
+
+    def __getitem__(self, name):
+        if name not in self._modules:
+            self._modules[name] = importlib.import_module(f".{COMMAND_ENTRIES[name].module}", __package__)
+        return self._modules[name]
+
+    def __setitem__(self, name, module):
+        self._modules[name] = module
+
+    def __delitem__(self, name):
+        del self._modules[name]
+
+    def __iter__(self):
+        return iter(COMMAND_ENTRIES)
+
+    def __len__(self):
+        return len(COMMAND_ENTRIES)
+
+
+COMMANDS = _CommandModules()
+
+
+def _subparser(**options):
+    """The parser of a command: `CommandParser` (which imports transformers) for one whose options it reads, plain
+    argparse for one named in the list only."""
+    if "dataclass_types" not in options:
+        return argparse.ArgumentParser(**options)
+    from .command_line import CommandParser
+
+    return CommandParser(**options)
+
+
+def build_parser(commands=None) -> argparse.ArgumentParser:
+    """The parser of `hf-elmo`: one sub-parser per command, with the options of those in `commands` (default: all)."""
     parser = argparse.ArgumentParser(prog="hf-elmo", description="ELMo for Hugging Face transformers.")
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=CommandParser)
-    for name, module in COMMANDS.items():
-        help_text = module.HELP
-        command = commands.add_parser(
+    subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_subparser)
+    for name, entry in COMMAND_ENTRIES.items():
+        if commands is not None and name not in commands:
+            subparsers.add_parser(name, help=entry.help, description=entry.help, add_help=False)
+            continue
+        from .command_line import DefaultsHelpFormatter
+
+        module = COMMANDS[name]
+        command = subparsers.add_parser(
             name,
-            help=help_text,
-            description=help_text,
+            help=entry.help,
+            description=entry.help,
             dataclass_types=module.COMMAND_OPTIONS,
             formatter_class=DefaultsHelpFormatter,
         )
@@ -45,9 +114,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
-    parser = build_parser()
     argv = sys.argv[1:] if argv is None else list(argv)
-    args = parser.parse_args(argv)
+    args = build_parser([name for name in argv if name in COMMAND_ENTRIES][:1]).parse_args(argv)
+    from .command_line import CommandParser, signals_as_interrupts
+
     options = COMMANDS[args.command].COMMAND_OPTIONS
     args.given = _given_options(CommandParser(options), argv[argv.index(args.command) + 1 :])
     with signals_as_interrupts():

@@ -36,9 +36,25 @@ def option(default=dataclasses.MISSING, help: str = "", **argparse_options):
 
 
 class CommandParser(HfArgumentParser):
-    """`HfArgumentParser` with the `positional`, `flag` and `exclusive` field options of `option`."""
+    """`HfArgumentParser` with the `positional`, `flag` and `exclusive` field options of `option`. The fields a
+    dataclass inherits from another package's (`train`'s from transformers' `TrainingArguments`) are listed by
+    `--help` after this package's, in a group of their own."""
+
+    def _add_dataclass_arguments(self, dtype):
+        package = dtype.__module__.split(".")[0]
+        self._inherited, self._inherited_group = {}, None
+        for base in reversed(dtype.__mro__[1:]):
+            if dataclasses.is_dataclass(base) and base.__module__.split(".")[0] != package:
+                self._inherited.update({field.name: base for field in dataclasses.fields(base)})
+        super()._add_dataclass_arguments(dtype)
 
     def _parse_dataclass_field(self, parser: argparse.ArgumentParser, field: dataclasses.Field):
+        base = getattr(self, "_inherited", {}).get(field.name)
+        if base is not None:
+            if self._inherited_group is None:
+                title = f"{base.__name__} of {base.__module__.split('.')[0]} (general training options)"
+                self._inherited_group = self.add_argument_group(title)
+            parser = self._inherited_group
         metadata = dict(field.metadata)
         exclusive = metadata.pop("exclusive", None)
         if exclusive is not None:

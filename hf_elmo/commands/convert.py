@@ -12,11 +12,6 @@ from ..io.files import ElmoInputError
 from ..training.warm_state import DEFAULT_SENTENCES
 from .command_line import option
 
-HELP = (
-    "convert an original options.json + weights.hdf5, a bilm-tf training checkpoint or an ELMoForManyLangs model to a "
-    "Hugging Face folder"
-)
-
 
 @dataclass(kw_only=True)
 class ConvertOptions:

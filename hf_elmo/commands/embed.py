@@ -29,11 +29,6 @@ from ..pretrained_elmo import load_model_folder
 from ..tokenization_elmo import ElmoTokenizer
 from .command_line import ExclusiveOptions, option
 
-HELP = (
-    "write the ELMo vectors of a text file, one sentence per line, or of the protein sequences of a FASTA file "
-    "(--fasta), to an HDF5 file"
-)
-
 MODEL_SOURCE = ExclusiveOptions(required=True)
 LAYERS = ExclusiveOptions(required=True)
 

@@ -17,8 +17,6 @@ from ..io.files import ElmoInputError
 from ..paths_resolution import resolve
 from .command_line import option
 
-HELP = "print the versions, CPU features, compiled loops, CUDA device and model paths of this installation"
-
 CPU_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_tile", "amx_bf16")
 """The processor features that decide which CPU code is fast: AVX2 / AVX-512 for the compiled loops (built with
 `-march=native`), AVX-512 bfloat16 and AMX for oneDNN's bfloat16 products."""

@@ -7,8 +7,6 @@ from ..convert.to_onnx import export_onnx
 from ..convert.to_original import export
 from .command_line import option
 
-HELP = "write a model folder back as an original options.json + weights.hdf5, or as an ONNX graph (--format onnx)"
-
 
 @dataclass(kw_only=True)
 class ExportOptions:

@@ -8,8 +8,6 @@ from ..io.fasta import read_fasta
 from ..io.files import RESIDUE_TEXT_FILE, check_output, write_output
 from .command_line import option
 
-HELP = "write the protein sequences of FASTA files as text for hf-elmo train: one protein per line, residues as words"
-
 
 @dataclass(kw_only=True)
 class FastaTextOptions:

@@ -7,8 +7,6 @@ from ..training.corpus import MODEL_SPLIT_HELP, SPLITS, model_split
 from ..training.perplexity import STARTS, compute_perplexity, load_bilm, sentence_perplexity, stream_perplexity
 from .command_line import ExclusiveOptions, option
 
-HELP = "forward, backward and mean perplexity of a trained biLM on text files"
-
 MODE = ExclusiveOptions()
 
 

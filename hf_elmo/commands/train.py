@@ -32,6 +32,7 @@ import math
 import os
 import shutil
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 from transformers import TrainingArguments
@@ -52,7 +53,7 @@ from ..training.trainer import (
     STAGING_DIR,
     CheckpointStaging,
     ElmoTrainer,
-    EpochTimeCallback,
+    StepTimeCallback,
     StreamTrainer,
     TimeLimitCallback,
     check_loss_options,
@@ -252,7 +253,6 @@ class ElmoTrainingArguments(TrainingArguments):
         super().__post_init__()
 
 
-HELP = "pre-train a biLM, or adapt one to a domain, with the transformers Trainer"
 COMMAND_OPTIONS = (ElmoModelArguments, ElmoDataArguments, ElmoTrainingArguments)
 """`hf-elmo train` takes the fields of these dataclasses as its options (`cli` builds them with `HfArgumentParser`)."""
 OWN_TRAINING_FIELDS = {f.name for f in dataclasses.fields(ElmoTrainingArguments)} - {
@@ -412,7 +412,7 @@ def _train(model_args, data, args, output_dir, tokenizer, config, resume_from, r
         optimizer_cls_and_kwargs=optimizer,
         callbacks=[
             *([TimeLimitCallback(args.max_minutes)] if args.max_minutes else []),
-            *([EpochTimeCallback(steps_per_epoch)] if steps_per_epoch else []),
+            StepTimeCallback(steps_per_epoch),
         ],
         word_tokenizer=tokenizer,
         clip_norm=args.all_clip_norm_val / data.window,
@@ -435,17 +435,24 @@ def _train(model_args, data, args, output_dir, tokenizer, config, resume_from, r
         sentences = list(itertools.islice(iter_sentences(data.train_files, data.split, tokenizer), 2000))
         model.elmo.set_warm_state(estimate_warm_state(model.elmo, sentences, tokenizer))
         log_once(f"Warm start state estimated from the first {len(sentences):,} training sentences.")
-    trainer.save_final_model()
     metrics = {"train_loss": result.training_loss, "train_runtime": result.metrics["train_runtime"]}
     metrics["steps"] = result.global_step
     if eval_dataset is not None:
         last = trainer.state.log_history[-2] if len(trainer.state.log_history) > 1 else {}
         just_evaluated = "eval_perplexity" in last and last.get("step") == trainer.state.global_step
         metrics.update(last if just_evaluated else trainer.evaluate())
-        log_once(
-            f"Held-out perplexity: forward {metrics['eval_forward_perplexity']:.2f}, backward "
-            f"{metrics['eval_backward_perplexity']:.2f}, geometric mean {metrics['eval_perplexity']:.2f}."
+        held_out = (
+            f"forward {metrics['eval_forward_perplexity']:.2f}, backward {metrics['eval_backward_perplexity']:.2f}, "
+            f"geometric mean {metrics['eval_perplexity']:.2f}"
         )
+        log_once(f"Held-out perplexity: {held_out}.")
+        files = ", ".join(f"`{Path(file).name}`" for file in data.eval_files)
+        # The model card tells it (`hub_elmo`).
+        model.config.elmo_evaluation = [
+            f"Held-out perplexity of the biLM at the end of its `hf-elmo train` run (step {result.global_step:,}, "
+            f"{files} in windows of {data.window} positions): {held_out}."
+        ]
+    trainer.save_final_model()
     log_once(f"Saved the trained biLM to {output_dir}.")
     return metrics
 

@@ -10,8 +10,6 @@ from ..training.corpus import SPLIT_HELP, SPLITS, build_word_vocabulary
 from ..word_vocabulary import write_word_vocabulary
 from .command_line import option
 
-HELP = "count a corpus and write a word vocabulary in the original format"
-
 
 @dataclass(kw_only=True)
 class VocabOptions:

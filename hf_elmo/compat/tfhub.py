@@ -1,13 +1,13 @@
 """TF-Hub ELMo's outputs from any ELMo folder, without TensorFlow.
 
     elmo = hub.Module("https://tfhub.dev/google/elmo/3", trainable=True)
+    vectors = elmo(["the cat is on the mat"])  # `default` alone, as TF-Hub's call without as_dict
     out = elmo(["the cat is on the mat"], signature="default", as_dict=True)
     out = elmo(inputs={"tokens": tokens, "sequence_len": lengths}, signature="tokens", as_dict=True)
 ->
     from hf_elmo.compat.tfhub import TFHubElmo
     elmo = TFHubElmo("path/to/folder")   # or a Hub id, or an ElmoModel (and its tokenizer)
-    out = elmo(["the cat is on the mat"])  # or elmo([...], signature="default", as_dict=True)
-    out = elmo(tokens=tokens, sequence_len=lengths)  # or TF-Hub's inputs={...}, signature="tokens"
+    ... the calls unchanged; also elmo(tokens=tokens, sequence_len=lengths, as_dict=True)
 
 `out` holds torch tensors under TF-Hub's names, `T` being the longest sentence of the call: `word_emb` `(B, T, P)`
 (the character CNN), `lstm_outputs1` and `lstm_outputs2` `(B, T, 2P)` (one per LSTM layer), `elmo` `(B, T, 2P)`
@@ -60,12 +60,19 @@ class TFHubElmo(nn.Module):
         return self
 
     def forward(
-        self, inputs=None, signature: str = "default", as_dict: bool = True, *, tokens=None, sequence_len=None
+        self, inputs=None, signature: str | None = None, as_dict: bool | None = None, *, tokens=None, sequence_len=None
     ) -> dict[str, torch.Tensor] | torch.Tensor:
-        """TF-Hub's call: `inputs` a list of strings (`signature="default"`) or `{"tokens": ..., "sequence_len": ...}`
-        (`signature="tokens"`), or the keywords `tokens` and `sequence_len`; `as_dict=False` returns `default`."""
+        """TF-Hub's call: `inputs` a list of strings (`signature="default"` or `None`) or `{"tokens": ...,
+        "sequence_len": ...}` (`signature="tokens"`), or the keywords `tokens` and `sequence_len`. Returns `default`
+        `(B, 2P)`, or with `as_dict=True` every output by name."""
+        signature = signature or "default"
         if signature not in ("default", "tokens"):
             raise ElmoInputError(f"signature must be 'default' or 'tokens', got {signature!r}")
+        if signature == "default" and isinstance(inputs, dict):
+            raise ElmoInputError(
+                'the default signature takes a list of strings; inputs={"tokens": ..., "sequence_len": ...} '
+                'needs signature="tokens"'
+            )
         if signature == "tokens":
             if not isinstance(inputs, dict) or set(inputs) != {"tokens", "sequence_len"}:
                 raise ElmoInputError('signature="tokens" takes inputs={"tokens": ..., "sequence_len": ...}')

@@ -3,13 +3,14 @@ pushed to the Hub as the repository README.
 
 The card tells what the folder holds (class, task, labels in id order, sizes) and how it was made, from the history a
 model's config carries (`config.json` `elmo_origin`, added to by `model_io.add_origin`): converted by `hf-elmo
-convert`, trained by `hf-elmo train`, a task head put on the biLM of a named folder or repository. It reports no
-evaluation.
+convert`, trained by `hf-elmo train`, a task head put on the biLM of a named folder or repository; and the
+evaluation the model's config records (`elmo_evaluation`: the held-out perplexity `hf-elmo train` logged).
 
 The model reaches this module only through the installed package (`pretrained_elmo.installed_hub_module`): a saved
 folder's remote code carries no Hub code.
 """
 
+import json
 import tempfile
 from pathlib import Path
 
@@ -22,6 +23,20 @@ from ..io.files import CARD_MARKER
 
 # The project's top-level model_card.md, linked into the package so installed copies carry it.
 MODEL_CARD_TEMPLATE = Path(__file__).with_name("model_card.md")
+# The task heads' options the card's snippets show for a folder without such a head: examples, not the defaults.
+_TAGGER_EXAMPLE = dict(
+    num_labels=17,
+    task_encoder_hidden_size=64,
+    elmo_placement=["input", "output"],
+    scalar_mix_layers=None,
+    scalar_mix_trainable=True,
+    scalar_mix_layer_norm=False,
+    scalar_mix_l2=0.0,
+    elmo_dropout=0.5,
+    word_vectors_size=0,
+    word_vectors_dim=0,
+)
+_CLASSIFIER_EXAMPLE = dict(num_labels=3, classifier_pooling="mean_max", sentence_pairs=False)
 # The placeholder card transformers uploads when a repository has none (e.g. after tokenizer.push_to_hub).
 _TRANSFORMERS_PLACEHOLDER = "This model card has been automatically generated."
 
@@ -66,6 +81,9 @@ def render_model_card(
         marker=marker,
         repo_id=repo_id,
         model_class=model_class,
+        auto_class=model_class_entry(type(model)).auto_class,
+        tagger=_head_options(config, _TAGGER_EXAMPLE, model_class == "ElmoForTokenClassification"),
+        classifier=_head_options(config, _CLASSIFIER_EXAMPLE, model_class == "ElmoForSequenceClassification"),
         task=card_data.pipeline_tag,
         labels=[config.id2label[i] for i in sorted(config.id2label)] if model.has_classifier else None,
         num_layers=config.num_layers,
@@ -74,12 +92,24 @@ def render_model_card(
         max_characters_per_token=config.max_characters_per_token,
         num_parameters=model.num_parameters(),
         origin=getattr(config, "elmo_origin", None) or [],
+        evaluation=getattr(config, "elmo_evaluation", None) or [],
         freeze_elmo=config.freeze_elmo,
+        sentence_pairs=config.sentence_pairs,
         warm_state=config.warm_state,
     )
     if MODEL_CARD_TEMPLATE.is_file():
         return ModelCard.from_template(card_data, template_path=str(MODEL_CARD_TEMPLATE), **template_kwargs)
     return ModelCard.from_template(card_data, model_id=repo_id)
+
+
+def _head_options(config, example: dict, own_class: bool) -> dict:
+    """The options a card's head snippet passes, as Python source (the number of labels as an int): the folder's own
+    values for the folder's own class, so that its head loads as saved, else `example`."""
+    values = {name: getattr(config, name) for name in example} if own_class else example
+    source = {
+        name: json.dumps(value) if isinstance(value, (str, list)) else repr(value) for name, value in values.items()
+    }
+    return {**source, "num_labels": values["num_labels"]}
 
 
 def push_to_hub_with_model_card(

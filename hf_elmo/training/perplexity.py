@@ -154,7 +154,8 @@ def sentence_perplexity(
         raise ValueError(f"start must be one of {STARTS}, got {start!r}.")
     if start == "warm" and model.elmo.warm_state is None:
         raise ValueError(
-            "This model has no warm start state: estimate one with `hf-elmo warm-state --model DIR TEXT_FILE`."
+            "This model has no warm start state: estimate one with "
+            "`hf-elmo warm-state --model DIR --in-place TEXT_FILE`."
         )
     if batch_size < 1:
         raise ValueError(f"batch size must be >= 1, got {batch_size}.")

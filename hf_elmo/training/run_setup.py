@@ -57,6 +57,7 @@ def record_training(model, data, config: ElmoConfig, checkpoint_config):
     """Adds this run to the history the model card tells (`hub_elmo`), after that of the --init-from checkpoint."""
     if checkpoint_config is not None:
         config.elmo_origin = getattr(checkpoint_config, "elmo_origin", None)
+    vars(config).pop("elmo_evaluation", None)  # the --init-from weights', not those this run trains
     start = "from scratch" if model.init_from is None else f"from the weights of {describe_source(model.init_from)}"
     names = ", ".join(f"`{Path(file).name}`" for file in data.train_files[:5])
     more = f" and {len(data.train_files) - 5:,} more" if len(data.train_files) > 5 else ""

@@ -85,10 +85,10 @@ def checkpoints(output_dir: Path) -> list[Path]:
 
 
 def last_complete_checkpoint(output_dir: Path, world_size: int, stream: bool = False) -> Path:
-    """The checkpoint --resume continues from: the last one holding everything a resume reads; later incomplete ones
-    (written by an older version, or files removed since) are named in the log and left alone. A damaged one (a
-    safetensors file that cannot be read, e.g. truncated) is an error naming the file and the intact one before it:
-    whether to go back to that is the user's choice."""
+    """The checkpoint --resume continues from, named in the log: the last one holding everything a resume reads; later
+    incomplete ones (written by an older version, or files removed since) are named there too and left alone. A
+    damaged one (a safetensors file that cannot be read, e.g. truncated) is an error naming the file and the intact
+    one before it: whether to go back to that is the user's choice."""
     skipped, damaged = [], None
     for checkpoint in reversed(checkpoints(output_dir)):
         problems = _checkpoint_problems(checkpoint, world_size, stream)
@@ -105,8 +105,11 @@ def last_complete_checkpoint(output_dir: Path, world_size: int, stream: bool = F
                 f"--resume: {damaged[1]}; {checkpoint.name} is intact: move {damaged[0].name} out of {output_dir} to "
                 "continue from it."
             )
-        if skipped:
-            log_once(f"--resume: continuing from {checkpoint.name}; skipped incomplete " + "; ".join(skipped) + ".")
+        log_once(
+            f"--resume: continuing from {checkpoint.name}"
+            + ("; skipped incomplete " + "; ".join(skipped) if skipped else "")
+            + "."
+        )
         return checkpoint
     if damaged:
         raise ValueError(f"--resume: {damaged[1]}; no earlier checkpoint is intact.")
@@ -215,11 +218,11 @@ def optimizer_steps_per_epoch(windows: int, args: TrainingArguments) -> int:
     return max(batches // args.gradient_accumulation_steps, 1)
 
 
-class EpochTimeCallback(TrainerCallback):
-    """Logs, once `logging_steps` steps have run after the first (which also warms up), how long an epoch and the run
-    take at the rate of those steps."""
+class StepTimeCallback(TrainerCallback):
+    """Logs, once `logging_steps` steps have run after the first (which also warms up), the time a step takes and how
+    long the rest of the run and, where its size is known (`steps_per_epoch`), an epoch take at that rate."""
 
-    def __init__(self, steps_per_epoch: int):
+    def __init__(self, steps_per_epoch: int | None):
         self.steps_per_epoch = steps_per_epoch
         self.start = None
 
@@ -232,10 +235,14 @@ class EpochTimeCallback(TrainerCallback):
             return
         per_step = (time.monotonic() - started) / args.logging_steps
         remaining = state.max_steps - state.global_step
+        epoch = ""
+        if self.steps_per_epoch:
+            epoch = (
+                f" an epoch of {self.steps_per_epoch:,} steps takes about {_duration(per_step * self.steps_per_epoch)},"
+            )
         log_once(
-            f"Steps {first + 1}-{state.global_step}: {per_step:.3g} s a step; an epoch of {self.steps_per_epoch:,} "
-            f"steps takes about {_duration(per_step * self.steps_per_epoch)}, the remaining {remaining:,} steps of "
-            f"the run about {_duration(per_step * remaining)}."
+            f"Steps {first + 1}-{state.global_step}: {per_step:.3g} s a step;{epoch} the remaining {remaining:,} steps "
+            f"of the run about {_duration(per_step * remaining)}."
         )
 
 

@@ -1,6 +1,6 @@
 """A model's warm start state, estimated from text and stored in the model folder (`hf-elmo warm-state`).
 
-    hf-elmo warm-state --model DIR TEXT_FILE... [--sentences N]
+    hf-elmo warm-state --model DIR (--output-dir NEW_DIR | --in-place) TEXT_FILE... [--sentences N]
 
 A biLM trained the original way (bilm-tf: one continuous stream per batch row, the LSTM state carried from batch to
 batch) has, apart from its very first batch, never seen a zero state: started from zeros for every sentence it
@@ -124,6 +124,16 @@ def read_sentences(files: Sequence[str], limit: int, split: str = "whitespace", 
     return list(itertools.islice(iter_sentences(files, split, tokenizer), limit))
 
 
+def check_single_weights_file(folder: Path) -> Path:
+    """`folder/model.safetensors`, the one weights file `store_warm_state` can add the state to."""
+    weights = folder / "model.safetensors"
+    if not weights.is_file():
+        index = folder / "model.safetensors.index.json"
+        detail = "sharded weights are not supported" if index.is_file() else "no model.safetensors"
+        raise ElmoInputError(f"{folder}: {detail}; load the model, call set_warm_state and save_pretrained instead.")
+    return weights
+
+
 def store_warm_state(folder: str | os.PathLike, state: ElmoState):
     """Writes `state` into a saved model folder: the weights first, then `config.json` (`warm_state: true`).
 
@@ -134,11 +144,7 @@ def store_warm_state(folder: str | os.PathLike, state: ElmoState):
     from safetensors.torch import save_file
 
     folder = Path(folder)
-    weights, config_path = folder / "model.safetensors", folder / "config.json"
-    if not weights.is_file():
-        index = folder / "model.safetensors.index.json"
-        detail = "sharded weights are not supported" if index.is_file() else "no model.safetensors"
-        raise ElmoInputError(f"{folder}: {detail}; load the model, call set_warm_state and save_pretrained instead.")
+    weights, config_path = check_single_weights_file(folder), folder / "config.json"
     with safe_open(weights, framework="pt") as f:
         metadata = f.metadata()
         tensors = {key: f.get_tensor(key) for key in f.keys()}

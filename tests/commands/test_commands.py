@@ -52,7 +52,6 @@ def test_options_given_on_the_command_line_are_known(tmp_path, monkeypatch):
 
 def _recording(module, seen):
     class Recording:
-        HELP = module.HELP
         COMMAND_OPTIONS = module.COMMAND_OPTIONS
 
         @staticmethod

@@ -48,7 +48,7 @@ def test_weights_get_the_permissions_of_any_new_file(workspace):
     umask = os.umask(0o027)
     try:
         assert cli_main(f"{CONVERT} --output-dir converted".split()) == 0
-        assert cli_main("warm-state --model M corpus.txt --device cpu".split()) == 0  # replaces M's weights
+        assert cli_main("warm-state --model M --in-place corpus.txt --device cpu".split()) == 0  # replaces M's weights
     finally:
         os.umask(umask)
     for path in ("converted/model.safetensors", "converted/config.json", "M/model.safetensors"):

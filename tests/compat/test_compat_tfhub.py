@@ -21,20 +21,20 @@ def test_outputs_against_allennlps_fixtures(hub_elmo):
     with h5py.File(FIXTURES / "allennlp" / "elmo_token_embeddings.hdf5", "r") as f:
         token_embeddings = f["embedding"][...]
     picked = [0, 1, 2, 7, 100, 457]
-    out = hub_elmo(tokens=[[words[i] for i in picked], [words[0], ""]], sequence_len=[len(picked), 1])
+    out = hub_elmo(tokens=[[words[i] for i in picked], [words[0], ""]], sequence_len=[len(picked), 1], as_dict=True)
     assert out["word_emb"].shape == (2, len(picked), 16)
     assert np.allclose(out["word_emb"][0].detach().numpy(), token_embeddings[picked], atol=1e-6, rtol=1e-5)
     assert not out["word_emb"][1, 1:].any(), "positions past the sentence are zero"
 
     (sentences, expected), _ = fixture_batches("allennlp")[:2]  # batch 0 starts from zeros, as every call here
-    out = hub_elmo([" ".join(words) for words in sentences])
+    out = hub_elmo([" ".join(words) for words in sentences], as_dict=True)
     assert set(out) == {"word_emb", "lstm_outputs1", "lstm_outputs2", "elmo", "default"}
     for k, words in enumerate(sentences):
         assert np.allclose(out["lstm_outputs2"][k, : len(words)].detach().numpy(), expected[k], atol=1e-6, rtol=1e-5)
 
 
 def test_elmo_is_the_learned_mix_and_default_its_mean_over_words(hub_elmo):
-    out = hub_elmo(["The bank of  the river .", "Hi", ""])
+    out = hub_elmo(["The bank of  the river .", "Hi", ""], as_dict=True)
     lengths = [6, 1, 0]
     layers = [np.concatenate([out["word_emb"].detach().numpy()] * 2, axis=-1)] + [
         out[f"lstm_outputs{k}"].detach().numpy().astype(np.float64) for k in (1, 2)
@@ -51,15 +51,15 @@ def test_elmo_is_the_learned_mix_and_default_its_mean_over_words(hub_elmo):
 
 
 def test_strings_split_at_spaces_like_the_tokens_signature(hub_elmo, converted_dirs):
-    from_strings = hub_elmo(["a  b c", "d"])
-    from_tokens = hub_elmo(tokens=[["a", "b", "c"], ["d", "", ""]], sequence_len=torch.tensor([3, 1]))
+    from_strings = hub_elmo(["a  b c", "d"], as_dict=True)
+    from_tokens = hub_elmo(tokens=[["a", "b", "c"], ["d", "", ""]], sequence_len=torch.tensor([3, 1]), as_dict=True)
     for key, value in from_strings.items():
         torch.testing.assert_close(value, from_tokens[key], rtol=0, atol=0)
     tokens = {"tokens": [["a", "b", "c"], ["d", "", ""]], "sequence_len": [3, 1]}
     as_in_tfhub = hub_elmo(inputs=tokens, signature="tokens", as_dict=True)
     torch.testing.assert_close(as_in_tfhub["elmo"], from_strings["elmo"], rtol=0, atol=0)
     torch.testing.assert_close(hub_elmo(["a  b c", "d"], as_dict=False), from_strings["default"], rtol=0, atol=0)
-    from_model = TFHubElmo(ElmoModel.from_pretrained(converted_dirs["allennlp"]))(["a  b c", "d"])
+    from_model = TFHubElmo(ElmoModel.from_pretrained(converted_dirs["allennlp"]))(["a  b c", "d"], as_dict=True)
     torch.testing.assert_close(from_model["lstm_outputs2"], from_strings["lstm_outputs2"], rtol=0, atol=0)
 
 

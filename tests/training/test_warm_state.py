@@ -35,7 +35,7 @@ def warm_dir(converted_dirs, tmp_path_factory):
     shutil.copytree(converted_dirs["allennlp"], folder)
     text = folder.parent / "text.txt"
     text.write_text("\n".join(TEXT * 4) + "\n")
-    assert cli_main(["warm-state", "--model", str(folder), str(text)]) == 0
+    assert cli_main(["warm-state", "--model", str(folder), "--in-place", str(text)]) == 0
     return folder
 
 
@@ -48,7 +48,15 @@ def run(model, **kwargs):
 def test_warm_start_scores_like_bilm_tf_stream(checkpoint_dir, tmp_path, capsys):
     folder = tmp_path / "bilm"
     shutil.copytree(checkpoint_dir, folder)
-    arguments = ["warm-state", "--model", str(folder), str(CHECKPOINT / "train.txt"), "--sentences", "200"]
+    arguments = [
+        "warm-state",
+        "--model",
+        str(folder),
+        "--in-place",
+        str(CHECKPOINT / "train.txt"),
+        "--sentences",
+        "200",
+    ]
     assert cli_main(arguments) == 0
     assert f"Warm start state from 200 sentences written to {folder}" in capsys.readouterr().out
     model, _ = load_bilm(folder)
@@ -212,7 +220,7 @@ def test_convert_with_warm_state_text_and_export_warning(tmp_path):
         warnings.simplefilter("error")
         export(tmp_path / "plain", tmp_path / "exported-plain")
     # On the device the converter used (a GPU's rounding differs from the CPU's).
-    assert cli_main(["warm-state", "--model", str(tmp_path / "plain"), str(text), "--device", "cpu"]) == 0
+    assert cli_main(["warm-state", "--model", str(tmp_path / "plain"), "--in-place", str(text), "--device", "cpu"]) == 0
     converted, stored = ElmoModel.from_pretrained(tmp_path / "warm"), ElmoModel.from_pretrained(tmp_path / "plain")
     assert all(torch.equal(a, b) for a, b in zip(converted.warm_state, stored.warm_state))
     with pytest.warns(UserWarning, match="no place for the model's warm start state; it is not exported"):
@@ -281,7 +289,7 @@ def test_warm_state_errors(warm_dir, converted_dirs, tmp_path, capsys, monkeypat
         (str(no_weights), str(text)): "cannot load the model",
     }
     for (folder, *rest), message in runs.items():
-        assert cli_main(["warm-state", "--model", folder, *rest]) == 2
+        assert cli_main(["warm-state", "--model", folder, "--in-place", *rest]) == 2
         assert message in capsys.readouterr().err
 
     # An interrupted write leaves the folder as it was, and no temporary file.
