@@ -29,6 +29,7 @@ RESUMABLE_CHANGES = {
     "save_total_limit",
     "dataloader_num_workers",
     "keep_freed_memory",
+    "rendezvous_timeout",
     "max_minutes",
     "max_steps",
     "num_train_epochs",

@@ -67,6 +67,7 @@ from ..training.warm_state import estimate_warm_state
 from ..training.windows import load_bilm_dataset
 from ..training.word_table import WordTable, load_compact_bilm_dataset, window_positions
 from .command_line import option
+from .launch import DEFAULT_RENDEZVOUS_TIMEOUT, RENDEZVOUS_HELP, Launch, check_timeout, init_process_group
 from .run_folder import OPTIONS_FILE, prepare_output_dir, remove_run_leftovers, resumed_options
 
 
@@ -203,6 +204,7 @@ class ElmoTrainingArguments(TrainingArguments):
     )
     adagrad_initial_accumulator: float = option(1.0, help="bilm-tf's, at the scale of window x loss")
     max_minutes: float | None = option(None, help="stop (and save) after this many minutes of training")
+    rendezvous_timeout: float = option(DEFAULT_RENDEZVOUS_TIMEOUT, help=RENDEZVOUS_HELP)
     keep_freed_memory: bool = option(
         True,
         help="keep the memory each step frees in the process for the next step (glibc: training.freed_memory): "
@@ -235,6 +237,7 @@ class ElmoTrainingArguments(TrainingArguments):
                 f"num_train_epochs must be > 0 (or max_steps given), got {self.num_train_epochs}: nothing would be "
                 "trained."
             )
+        check_timeout(self.rendezvous_timeout)
         if self.max_minutes is not None and self.max_minutes <= 0:
             raise ValueError(f"max_minutes must be > 0, got {self.max_minutes}.")
         if self.dataloader_num_workers is not None and self.dataloader_num_workers < 0:
@@ -278,6 +281,21 @@ def parse_options(options: dict) -> tuple[ElmoModelArguments, ElmoDataArguments,
     return model, data, training
 
 
+def _join(launch: Launch, options: dict):
+    """The processes of a launch joined before `TrainingArguments` sets them up (accelerate then takes the process
+    group as it is): the joining bounded by `--rendezvous_timeout` and stopped by a signal, the collectives by
+    `--ddp_timeout`."""
+    if launch.world_size == 1:
+        return
+    fields = _fields()
+    timeouts = [options.get(name, fields[name].default) for name in ("rendezvous_timeout", "ddp_timeout")]
+    for name, seconds in zip(("rendezvous_timeout", "ddp_timeout"), timeouts):
+        check_timeout(seconds, name)
+    on_gpu = torch.cuda.is_available() and not options.get("use_cpu")
+    backend = options.get("ddp_backend") or ("nccl" if on_gpu else "gloo")
+    init_process_group(launch, backend, *timeouts)
+
+
 def _eval_windows(data: ElmoDataArguments, tokenizer: ElmoTokenizer, words: WordTable | None):
     """The evaluation windows: compact with the training's word table `words`, else as `load_bilm_dataset` makes
     them."""
@@ -302,8 +320,10 @@ def train_bilm(**options) -> dict:
     (seconds), `steps` and, with evaluation files, `eval_forward_perplexity`, `eval_backward_perplexity`,
     `eval_perplexity` (their geometric mean).
     """
+    launch = Launch.from_environment()  # before any work: a wrong variable is one line, not a lost run
     if options.get("resume"):
         options = resumed_options(options, _fields())
+    _join(launch, options)
     model_args, data, args = parse_options(options)
     if args.keep_freed_memory:
         keep_freed_memory()
