@@ -25,6 +25,8 @@ from ..pretrained_elmo import load_model_folder
 from ..tokenization_elmo import ElmoTokenizer
 from .command_line import ExclusiveOptions, option
 from .launch import DEFAULT_RENDEZVOUS_TIMEOUT, RENDEZVOUS_HELP, Launch, Rendezvous, check_timeout
+from .threads import HELP as THREADS_HELP
+from .threads import use_threads
 
 HELP = "write the ELMo vectors of a text file, one sentence per line, to an HDF5 file"
 
@@ -79,6 +81,7 @@ class EmbedOptions:
     )
     force: bool = option(False, help="replace an existing output file", flag=True)
     quiet: bool = option(False, help="no progress bar", flag=True)
+    threads: int | None = option(None, help=THREADS_HELP)
     rendezvous_timeout: float = option(DEFAULT_RENDEZVOUS_TIMEOUT, help=RENDEZVOUS_HELP)
 
 
@@ -130,6 +133,7 @@ def run(options) -> int:
     """`options`: the fields of `EmbedOptions`, as parsed."""
     launch = Launch.from_environment()  # before any work: a wrong variable is one line, not a lost run
     check_timeout(options.rendezvous_timeout)
+    use_threads(options.threads)
     inputs = [options.input, options.model, options.options, options.weights]
     check_output(options.output, HDF5_FILE, inputs, options.force)  # before loading a large model
     if str(options.input) != "-" and Path(options.input).is_dir():

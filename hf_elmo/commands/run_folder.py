@@ -30,6 +30,7 @@ RESUMABLE_CHANGES = {
     "dataloader_num_workers",
     "keep_freed_memory",
     "rendezvous_timeout",
+    "threads",
     "max_minutes",
     "max_steps",
     "num_train_epochs",

@@ -69,6 +69,8 @@ from ..training.word_table import WordTable, load_compact_bilm_dataset, window_p
 from .command_line import option
 from .launch import DEFAULT_RENDEZVOUS_TIMEOUT, RENDEZVOUS_HELP, Launch, check_timeout, init_process_group
 from .run_folder import OPTIONS_FILE, prepare_output_dir, remove_run_leftovers, resumed_options
+from .threads import HELP as THREADS_HELP
+from .threads import use_threads
 
 
 def _check_finite(options):
@@ -205,6 +207,7 @@ class ElmoTrainingArguments(TrainingArguments):
     adagrad_initial_accumulator: float = option(1.0, help="bilm-tf's, at the scale of window x loss")
     max_minutes: float | None = option(None, help="stop (and save) after this many minutes of training")
     rendezvous_timeout: float = option(DEFAULT_RENDEZVOUS_TIMEOUT, help=RENDEZVOUS_HELP)
+    threads: int | None = option(None, help=THREADS_HELP)
     keep_freed_memory: bool = option(
         True,
         help="keep the memory each step frees in the process for the next step (glibc: training.freed_memory): "
@@ -238,6 +241,8 @@ class ElmoTrainingArguments(TrainingArguments):
                 "trained."
             )
         check_timeout(self.rendezvous_timeout)
+        if self.threads is not None and self.threads < 1:
+            raise ValueError(f"threads must be a whole number >= 1, got {self.threads}.")
         if self.max_minutes is not None and self.max_minutes <= 0:
             raise ValueError(f"max_minutes must be > 0, got {self.max_minutes}.")
         if self.dataloader_num_workers is not None and self.dataloader_num_workers < 0:
@@ -325,6 +330,7 @@ def train_bilm(**options) -> dict:
         options = resumed_options(options, _fields())
     _join(launch, options)
     model_args, data, args = parse_options(options)
+    use_threads(args.threads)  # after TrainingArguments, whose setup under a launcher sets a count of its own
     if args.keep_freed_memory:
         keep_freed_memory()
     output_dir = prepare_output_dir(model_args, data, args)

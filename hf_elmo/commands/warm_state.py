@@ -10,6 +10,8 @@ from ..tokenization_elmo import ElmoTokenizer
 from ..training.corpus import MODEL_SPLIT_HELP, SPLITS, model_split
 from ..training.warm_state import DEFAULT_SENTENCES, estimate_warm_state, read_sentences, store_warm_state
 from .command_line import option
+from .threads import HELP as THREADS_HELP
+from .threads import use_threads
 
 HELP = "estimate a warm start state from text and store it in a model folder"
 
@@ -21,6 +23,7 @@ class WarmStateOptions:
     sentences: int = option(DEFAULT_SENTENCES, help="use the first N sentences")
     split: str | None = option(None, help=MODEL_SPLIT_HELP, choices=SPLITS)
     device: str | None = option(None, help="torch device, e.g. cpu or cuda:0 (default: cuda if available)")
+    threads: int | None = option(None, help=THREADS_HELP)
 
 
 COMMAND_OPTIONS = WarmStateOptions
@@ -28,6 +31,7 @@ COMMAND_OPTIONS = WarmStateOptions
 
 def run(options) -> int:
     """`options`: the fields of `WarmStateOptions`, as parsed."""
+    use_threads(options.threads)
     device = device_option(options.device)
     split = model_split(options.model, options.split)
     model = load_model_folder(ElmoModel, options.model).to(device)
