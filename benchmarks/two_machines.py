@@ -190,6 +190,23 @@ def embed(work: Path, logs: Path):
     )
 
 
+def descendants(pid: int) -> list[int]:
+    """The processes started by `pid`, and by them, ..."""
+    children = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            parent = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(parent, []).append(int(stat.parent.name))
+    found, pending = [], [pid]
+    while pending:
+        below = children.get(pending.pop(), [])
+        found.extend(below)
+        pending.extend(below)
+    return found
+
+
 def machine_lost(work: Path, logs: Path):
     arguments = train_arguments(work, "lost", 2, "--max-steps", "100000", "--save-steps", "5")
     agents = start_agents(arguments, logs, "lost")
@@ -197,13 +214,15 @@ def machine_lost(work: Path, logs: Path):
     while not list((work / "lost").glob("checkpoint-*/trainer_state.json")):
         assert time.monotonic() < deadline and agents[0].poll() is None, "no checkpoint came"
         time.sleep(0.2)
-    os.killpg(agents[1].pid, signal.SIGKILL)
+    # torchrun starts its processes in sessions of their own: the machine's agent and its processes all go at once.
+    for pid in [agents[1].pid, *descendants(agents[1].pid)]:
+        os.kill(pid, signal.SIGKILL)
     killed = time.monotonic()
     code = agents[0].wait(timeout=HANG)
     seconds = time.monotonic() - killed
     agents[1].wait()
     log = (logs / "lost-machine0.log").read_text()
-    errors = [line for line in log.splitlines() if "error:" in line]
+    errors = [line for line in log.splitlines() if line.startswith("error:")]
     check(
         "a machine lost: the other stops",
         code != 0 and len(errors) == 2,

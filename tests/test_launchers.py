@@ -13,7 +13,9 @@ from pathlib import Path
 import pytest
 import torch.distributed as distributed
 
+from hf_elmo import ElmoForBiLM
 from hf_elmo.cli import main as cli_main
+from hf_elmo.trainer_bilm import last_complete_checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]
 SHAKESPEARE = ROOT / "data/tinyshakespeare/input.txt"
@@ -189,3 +191,38 @@ def test_a_process_waiting_for_a_part_stops_on_a_signal_or_its_peer_and_removes_
     assert (code, error[: len(expected[1])]) == expected, error[-3000:]
     assert error.count("\n") == 1
     assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_training_stops_in_one_line_when_a_peer_is_lost_and_its_checkpoints_stay(corpus, tmp_path):
+    """Two processes started by hand; once a checkpoint is in place process 1 is killed (its machine gone): process 0
+    stops at its next step with one line, and the last checkpoint is complete for `--resume` on two processes
+    (benchmarks/two_machines.py resumes one on two torchrun agents)."""
+    port = free_port()
+    arguments = [*train_arguments(corpus, tmp_path / "run"), "--max-steps", "100000", "--save-steps", "2"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
+    env.update(WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    processes = [
+        subprocess.Popen(
+            [sys.executable, "-m", "hf_elmo.cli", *arguments],
+            env={**env, "RANK": str(rank), "LOCAL_RANK": "0"},
+            cwd=tmp_path,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for rank in range(2)
+    ]
+    try:
+        wait_until(lambda: any((tmp_path / "run").glob("checkpoint-*/trainer_state.json")), processes[0])
+        processes[1].kill()
+        processes[1].communicate()
+        code, error = finish(processes[0])
+    finally:
+        for process in processes:
+            process.kill()
+    errors = [line for line in error.splitlines() if line.startswith("error:")]
+    assert code == 2 and "Traceback" not in error, error[-3000:]
+    assert len(errors) == 1 and "error: process 0 of 2: another process of the launch stopped or cannot be" in errors[0]
+    last = max((tmp_path / "run").glob("checkpoint-*"), key=lambda path: int(path.name.split("-")[1]))
+    assert last_complete_checkpoint(tmp_path / "run", 2, False) == last  # what --resume on two processes takes
+    assert ElmoForBiLM.from_pretrained(last).num_parameters() > 0

@@ -11,6 +11,7 @@ the processes meet: the store of the process with rank 0, or of torchrun's agent
 import datetime
 import math
 import os
+import re
 import threading
 import time
 from dataclasses import dataclass
@@ -195,6 +196,24 @@ class Rendezvous:
             raise
         except Exception as error:  # the store's host is gone
             raise LaunchError(f"lost the launch's store at {self.launch.master_addr}: {_one_line(error)}") from None
+
+
+def lost_process_error(error: RuntimeError) -> "LaunchError | None":
+    """A collective operation's failure because another process of the launch is gone, as one line (the
+    transport's own message: `Connection closed by peer [host]:port`, ...); None for any other error."""
+    import torch.distributed as distributed
+
+    if not distributed.is_initialized():
+        return None
+    message = _one_line(error)
+    transport = re.match(r"\[[^\]]*(gloo|nccl|c10d)[^\]]*\] (.*)", message, re.IGNORECASE)
+    if transport is None and not isinstance(error, distributed.DistError):
+        return None
+    cause = transport.group(2).split(". ")[0] if transport else message
+    return LaunchError(
+        f"process {distributed.get_rank()} of {distributed.get_world_size()}: another process of the launch stopped "
+        f"or cannot be reached ({cause})"
+    )
 
 
 def init_process_group(launch: Launch, backend: str, rendezvous_timeout: float, timeout: float):

@@ -67,7 +67,14 @@ from ..training.warm_state import estimate_warm_state
 from ..training.windows import load_bilm_dataset
 from ..training.word_table import WordTable, load_compact_bilm_dataset, window_positions
 from .command_line import option
-from .launch import DEFAULT_RENDEZVOUS_TIMEOUT, RENDEZVOUS_HELP, Launch, check_timeout, init_process_group
+from .launch import (
+    DEFAULT_RENDEZVOUS_TIMEOUT,
+    RENDEZVOUS_HELP,
+    Launch,
+    check_timeout,
+    init_process_group,
+    lost_process_error,
+)
 from .run_folder import OPTIONS_FILE, prepare_output_dir, remove_run_leftovers, resumed_options
 from .threads import HELP as THREADS_HELP
 from .threads import use_threads
@@ -479,7 +486,10 @@ def _train(model_args, data, args, output_dir, tokenizer, config, resume_from, r
 def run(args: argparse.Namespace) -> int:
     names = set(_fields())
     given = getattr(args, "given", names)  # the options on the command line: with --resume the others are recorded
-    train_bilm(**{k: v for k, v in vars(args).items() if k in names and k in given})
+    try:
+        train_bilm(**{k: v for k, v in vars(args).items() if k in names and k in given})
+    except RuntimeError as error:
+        raise lost_process_error(error) or error from None
     return 0
 
 
