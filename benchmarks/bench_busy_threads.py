@@ -50,7 +50,7 @@ def child(arguments: list[str], threads: str):
     """Runs one command in this process and prints its seconds and thread count as JSON."""
     import torch
 
-    from hf_elmo.cli import main
+    from hf_elmo.commands.cli import main
 
     if threads != "default":
         arguments = [*arguments, "--threads", threads]
@@ -84,7 +84,7 @@ def prepare(folder: Path, lines: int):
     # One training step gives the model embed uses, and fills the windows cache the timed runs read.
     arguments = [*command("train", folder, 1)]
     arguments[arguments.index("--output-dir") + 1] = str(folder / "model")
-    subprocess.run([sys.executable, "-m", "hf_elmo.cli", *arguments], check=True, capture_output=True)
+    subprocess.run([sys.executable, "-m", "hf_elmo.commands", *arguments], check=True, capture_output=True)
 
 
 def main():

@@ -71,7 +71,7 @@ def start_agents(arguments: list[str], logs: Path, name: str) -> list[subprocess
         "--max-restarts",
         "0",
         "-m",
-        "hf_elmo.cli",
+        "hf_elmo.commands",
         *arguments,
     ]
     agents = []
@@ -88,7 +88,7 @@ def run_agents(arguments, logs, name) -> list[int]:
 
 
 def hf_elmo(arguments: list[str]):
-    subprocess.run([sys.executable, "-m", "hf_elmo.cli", *arguments], env=ENV, check=True, capture_output=True)
+    subprocess.run([sys.executable, "-m", "hf_elmo.commands", *arguments], env=ENV, check=True, capture_output=True)
 
 
 def losses(run: Path, step: int) -> list[float]:

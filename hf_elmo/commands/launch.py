@@ -16,7 +16,7 @@ import threading
 import time
 from dataclasses import dataclass
 
-from ..file_io import ElmoInputError
+from ..io.files import ElmoInputError
 
 POLL_SECONDS = 0.2
 DEFAULT_RENDEZVOUS_TIMEOUT = 300.0

@@ -14,10 +14,10 @@ import pytest
 import torch.distributed as distributed
 
 from hf_elmo import ElmoForBiLM
-from hf_elmo.cli import main as cli_main
-from hf_elmo.trainer_bilm import last_complete_checkpoint
+from hf_elmo.commands.cli import main as cli_main
+from hf_elmo.training.trainer import last_complete_checkpoint
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SHAKESPEARE = ROOT / "data/tinyshakespeare/input.txt"
 HANG = 300  # seconds only a hang reaches: every wait below ends at an event
 
@@ -125,7 +125,7 @@ def wait_until(condition, process):
 def start_rank_0(arguments, port, tmp_path, *options):
     env = {**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
     env.update(WORLD_SIZE="2", RANK="0", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    command = [sys.executable, "-m", "hf_elmo.cli", *arguments, *options]
+    command = [sys.executable, "-m", "hf_elmo.commands", *arguments, *options]
     return subprocess.Popen(command, env=env, cwd=tmp_path, stderr=subprocess.PIPE, text=True)
 
 
@@ -203,7 +203,7 @@ def test_training_stops_in_one_line_when_a_peer_is_lost_and_its_checkpoints_stay
     env.update(WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     processes = [
         subprocess.Popen(
-            [sys.executable, "-m", "hf_elmo.cli", *arguments],
+            [sys.executable, "-m", "hf_elmo.commands", *arguments],
             env={**env, "RANK": str(rank), "LOCAL_RANK": "0"},
             cwd=tmp_path,
             stdout=subprocess.DEVNULL,

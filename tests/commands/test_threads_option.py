@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from hf_elmo.cli import main as cli_main
 from hf_elmo.commands import threads as thread_choice
+from hf_elmo.commands.cli import main as cli_main
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SHAKESPEARE = ROOT / "data/tinyshakespeare/input.txt"
 
 
