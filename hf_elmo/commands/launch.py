@@ -122,9 +122,10 @@ def _one_line(error: BaseException) -> str:
 class Rendezvous:
     """The processes of `launch` joined through the launch's store (`torch.distributed.rendezvous("env://")`):
     `store`, a key-value store they share. `stop(reason)` tells the others this process stops; `wait_for(key)` waits
-    for a key while the process that sets it gives signs of life (`beat`)."""
+    for a key while the process that sets it gives signs of life (a count each process raises every few seconds on a
+    thread of its own, unless `heartbeat` is False)."""
 
-    def __init__(self, launch: Launch, timeout: float, prefix: str):
+    def __init__(self, launch: Launch, timeout: float, prefix: str, heartbeat: bool = True):
         import torch.distributed as distributed
 
         self.launch, self.timeout = launch, timeout
@@ -149,7 +150,8 @@ class Rendezvous:
                 f"{timeout:g} s (--rendezvous-timeout; {_one_line(error)})"
             ) from None
         self._beats = threading.Event()
-        threading.Thread(target=self._beat, name="hf-elmo heartbeat", daemon=True).start()
+        if heartbeat:
+            threading.Thread(target=self._beat, name="hf-elmo heartbeat", daemon=True).start()
 
     def _beat(self):
         while not self._beats.wait(min(5.0, self.timeout / 4)):
@@ -171,7 +173,7 @@ class Rendezvous:
         life; a `LaunchError` when one stops, or gives none for the rendezvous timeout."""
         others = [k for k in range(self.launch.world_size) if k != self.launch.rank]
         last_beat = {k: (None, time.monotonic()) for k in setters}
-        pending = [k for k in setters]
+        pending = list(setters)
         try:
             while True:
                 pending = [k for k in pending if not self.store.check([f"{key}/{k}"])]
@@ -223,8 +225,8 @@ def init_process_group(launch: Launch, backend: str, rendezvous_timeout: float, 
 
     if launch.world_size == 1 or distributed.is_initialized():
         return
-    rendezvous = Rendezvous(launch, rendezvous_timeout, "hf_elmo_join")
-    rendezvous._beats.set()  # the collectives report lost processes themselves
+    # No heartbeat: the collectives report a lost process themselves.
+    rendezvous = Rendezvous(launch, rendezvous_timeout, "hf_elmo_join", heartbeat=False)
 
     def initialize():
         distributed.init_process_group(
