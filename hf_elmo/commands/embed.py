@@ -2,7 +2,6 @@
 whose docstring describes the file). Under `torchrun` each process embeds every other line into a part of its own,
 and the first merges the parts."""
 
-import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,7 +17,6 @@ from ..features.embed import (
     embed_file,
     merge_parts,
     part_path,
-    process_part,
 )
 from ..features.embed_proteins import DEFAULT_RESIDUE_BUDGET, OutOfMemoryFallback, check_partials, embed_fasta
 from ..input_checks import device_option
@@ -28,6 +26,9 @@ from ..modeling_elmo import ElmoModel
 from ..pretrained_elmo import load_model_folder
 from ..tokenization_elmo import ElmoTokenizer
 from .command_line import ExclusiveOptions, option
+from .launch import DEFAULT_RENDEZVOUS_TIMEOUT, RENDEZVOUS_HELP, Launch, Rendezvous, check_timeout
+from .threads import HELP as THREADS_HELP
+from .threads import use_threads
 
 MODEL_SOURCE = ExclusiveOptions(required=True)
 LAYERS = ExclusiveOptions(required=True)
@@ -108,6 +109,8 @@ class EmbedOptions:
     )
     force: bool = option(False, help="replace an existing output file", flag=True)
     quiet: bool = option(False, help="no progress bar", flag=True)
+    threads: int | None = option(None, help=THREADS_HELP)
+    rendezvous_timeout: float = option(DEFAULT_RENDEZVOUS_TIMEOUT, help=RENDEZVOUS_HELP)
 
 
 COMMAND_OPTIONS = EmbedOptions
@@ -156,20 +159,32 @@ def _layers(options) -> str:
 
 def run(options) -> int:
     """`options`: the fields of `EmbedOptions`, as parsed."""
+    launch = Launch.from_environment()  # before any work: a wrong variable is one line, not a lost run
+    check_timeout(options.rendezvous_timeout)
+    use_threads(options.threads)
     inputs = [options.input, options.model, options.options, options.weights]
     check_output(options.output, HDF5_FILE, inputs, options.force)  # before loading a large model
-    check_protein_options(options)
+    check_protein_options(options, launch.world_size)
     if options.per_protein is not None:
         check_output(options.per_protein, HDF5_FILE, [*inputs, options.output], options.force)
     if str(options.input) != "-" and Path(options.input).is_dir():
         raise ElmoInputError(f"{options.input}: is a folder, expected the input text file")
     if str(options.input) != "-" and not Path(options.input).exists():
         raise ElmoInputError(f"{options.input}: no such input file")
-    rank, processes = process_part()
     if options.fasta:
         return run_fasta(options, inputs)
-    check_split_between_processes(options, processes)
-    device = device_option(options.device if processes == 1 or options.device else _local_device())
+    check_split_between_processes(options, launch.world_size)
+    if launch.world_size == 1:
+        count = _embed(options, options.output, inputs, (0, 1), options.device, options.force)
+    else:
+        count = _embed_part_and_merge(options, launch, inputs)
+    if launch.rank == 0:
+        print(f"{count} sentences embedded to {options.output}", file=sys.stderr)
+    return 0
+
+
+def _embed(options, output, inputs, part: tuple[int, int], device: str | None, force: bool) -> int:
+    device = device_option(device)
     model, tokenizer = _load(options)
     model.to(device=device, dtype=DTYPES[options.dtype])
     embedder = Embedder(
@@ -178,28 +193,23 @@ def run(options) -> int:
         LayerSelector(_layers(options), model.config.num_layers, options.scalar_mix_weights),
         OUTPUT_DTYPES[options.output_dtype or ("float64" if options.dtype == "float64" else "float32")],
     )
-    count = embed_file(
+    return embed_file(
         embedder,
         options.input,
-        options.output if processes == 1 else part_path(options.output, rank, processes),
+        output,
         batch_size=options.batch_size,
         raw=options.raw,
         carry_state=options.carry_state,
         forget_sentences=options.forget_sentences,
-        force=options.force or processes > 1,  # a part left by an interrupted run is replaced
+        force=force,
         packed=options.layout == "packed",
         progress=not options.quiet,
         inputs=inputs[1:],
-        part=(rank, processes),
+        part=part,
     )
-    if processes > 1:
-        count = _merge_when_all_are_done(options, rank, processes, inputs[1:])
-    if rank == 0:
-        print(f"{count} sentences embedded to {options.output}", file=sys.stderr)
-    return 0
 
 
-def check_protein_options(options):
+def check_protein_options(options, processes: int):
     """Refuses the options that do not go with --fasta, and the protein options without it."""
     if not options.fasta:
         for given, name in (
@@ -216,7 +226,7 @@ def check_protein_options(options):
         (options.carry_state, "--carry-state"),
         (options.layout != "per-line", "--layout packed"),
         (options.forget_sentences, "--forget-sentences"),
-        (process_part()[1] > 1, "a launch of several processes"),
+        (processes > 1, "a launch of several processes"),
     ):
         if given:
             raise ElmoInputError(
@@ -267,27 +277,37 @@ def run_fasta(options, inputs) -> int:
     return 0
 
 
-def _local_device() -> str | None:
-    """Each process of a launch on its own GPU (`LOCAL_RANK`), if there are GPUs."""
-    return f"cuda:{os.environ.get('LOCAL_RANK', '0')}" if torch.cuda.is_available() else None
-
-
-def _merge_when_all_are_done(options, rank: int, processes: int, inputs) -> int:
-    """Once every process has written its part, process 0 merges them into the output; each removes its own part."""
-    import datetime
-
-    import torch.distributed as distributed
-
-    if not distributed.is_initialized():
-        # Parts can take hours: the processes wait for the slowest as long as it takes.
-        distributed.init_process_group("gloo", timeout=datetime.timedelta(days=7))
+def _embed_part_and_merge(options, launch: Launch, inputs) -> int:
+    """Each process embeds its part; once every part is written the first process merges them into the output, and
+    each removes its own part. The processes join before the work, so that one missing is known at once."""
+    rank, processes = launch.rank, launch.world_size
+    rendezvous = Rendezvous(launch, options.rendezvous_timeout, "hf_elmo_embed")
     parts = [part_path(options.output, k, processes) for k in range(processes)]
+    others = [k for k in range(processes) if k != rank]
+    device = options.device
+    if device is None and torch.cuda.is_available():
+        device = f"cuda:{launch.local_rank}"  # each process of a launch on its own GPU
     count = 0
     try:
-        distributed.barrier()
+        # A part left by an interrupted run is replaced.
+        _embed(options, parts[rank], inputs, (rank, processes), device, force=True)
+        rendezvous.store.set(f"embedded/{rank}", "1")
         if rank == 0:
-            count = merge_parts(parts, options.output, options.force, [options.input, *inputs])
-        distributed.barrier()
+            rendezvous.wait_for("embedded", others, "its part of the lines is missing")
+            count = merge_parts(parts, options.output, options.force, [options.input, *inputs[1:]])
+            rendezvous.store.set("merged/0", "1")
+            rendezvous.wait_for("finished", others, "it did not finish")  # its store serves them until then
+        else:
+            rendezvous.wait_for("merged", [0], "the parts were not merged")
+            rendezvous.store.set(f"finished/{rank}", "1")
+    except BaseException as error:
+        name = error.args[0] if isinstance(error, KeyboardInterrupt) and error.args else "SIGINT"
+        rendezvous.stop(f"interrupted by {name}" if isinstance(error, KeyboardInterrupt) else _one_line(error))
+        raise
     finally:
         parts[rank].unlink(missing_ok=True)
     return count
+
+
+def _one_line(error: BaseException) -> str:
+    return " ".join(str(error).split())[:200] or type(error).__name__

@@ -6,6 +6,8 @@ from ..input_checks import device_option
 from ..training.corpus import MODEL_SPLIT_HELP, SPLITS, model_split
 from ..training.perplexity import STARTS, compute_perplexity, load_bilm, sentence_perplexity, stream_perplexity
 from .command_line import ExclusiveOptions, option
+from .threads import HELP as THREADS_HELP
+from .threads import use_threads
 
 MODE = ExclusiveOptions()
 
@@ -28,6 +30,7 @@ class PerplexityOptions:
     split: str | None = option(None, help=MODEL_SPLIT_HELP, choices=SPLITS)
     batch_size: int = option(64, help="windows, lines or streams per batch")
     device: str | None = option(None, help="torch device, e.g. cpu or cuda:0 (default: cuda if available)")
+    threads: int | None = option(None, help=THREADS_HELP)
 
 
 COMMAND_OPTIONS = PerplexityOptions
@@ -35,6 +38,7 @@ COMMAND_OPTIONS = PerplexityOptions
 
 def run(options) -> int:
     """`options`: the fields of `PerplexityOptions`, as parsed."""
+    use_threads(options.threads)
     device = device_option(options.device)
     split = model_split(options.model, options.split)
     model, tokenizer = load_bilm(options.model, device)

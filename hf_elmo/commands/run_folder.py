@@ -29,6 +29,8 @@ RESUMABLE_CHANGES = {
     "save_total_limit",
     "dataloader_num_workers",
     "keep_freed_memory",
+    "rendezvous_timeout",
+    "threads",
     "max_minutes",
     "max_steps",
     "num_train_epochs",

@@ -68,7 +68,17 @@ from ..training.warm_state import estimate_warm_state
 from ..training.windows import load_bilm_dataset
 from ..training.word_table import WordTable, load_compact_bilm_dataset, window_positions
 from .command_line import option
+from .launch import (
+    DEFAULT_RENDEZVOUS_TIMEOUT,
+    RENDEZVOUS_HELP,
+    Launch,
+    check_timeout,
+    init_process_group,
+    lost_process_error,
+)
 from .run_folder import OPTIONS_FILE, prepare_output_dir, remove_run_leftovers, resumed_options
+from .threads import HELP as THREADS_HELP
+from .threads import use_threads
 
 
 def _check_finite(options):
@@ -204,6 +214,8 @@ class ElmoTrainingArguments(TrainingArguments):
     )
     adagrad_initial_accumulator: float = option(1.0, help="bilm-tf's, at the scale of window x loss")
     max_minutes: float | None = option(None, help="stop (and save) after this many minutes of training")
+    rendezvous_timeout: float = option(DEFAULT_RENDEZVOUS_TIMEOUT, help=RENDEZVOUS_HELP)
+    threads: int | None = option(None, help=THREADS_HELP)
     keep_freed_memory: bool = option(
         True,
         help="keep the memory each step frees in the process for the next step (glibc: training.freed_memory): "
@@ -236,6 +248,9 @@ class ElmoTrainingArguments(TrainingArguments):
                 f"num_train_epochs must be > 0 (or max_steps given), got {self.num_train_epochs}: nothing would be "
                 "trained."
             )
+        check_timeout(self.rendezvous_timeout)
+        if self.threads is not None and self.threads < 1:
+            raise ValueError(f"threads must be a whole number >= 1, got {self.threads}.")
         if self.max_minutes is not None and self.max_minutes <= 0:
             raise ValueError(f"max_minutes must be > 0, got {self.max_minutes}.")
         if self.dataloader_num_workers is not None and self.dataloader_num_workers < 0:
@@ -278,6 +293,21 @@ def parse_options(options: dict) -> tuple[ElmoModelArguments, ElmoDataArguments,
     return model, data, training
 
 
+def _join(launch: Launch, options: dict):
+    """The processes of a launch joined before `TrainingArguments` sets them up (accelerate then takes the process
+    group as it is): the joining bounded by `--rendezvous_timeout` and stopped by a signal, the collectives by
+    `--ddp_timeout`."""
+    if launch.world_size == 1:
+        return
+    fields = _fields()
+    timeouts = [options.get(name, fields[name].default) for name in ("rendezvous_timeout", "ddp_timeout")]
+    for name, seconds in zip(("rendezvous_timeout", "ddp_timeout"), timeouts):
+        check_timeout(seconds, name)
+    on_gpu = torch.cuda.is_available() and not options.get("use_cpu")
+    backend = options.get("ddp_backend") or ("nccl" if on_gpu else "gloo")
+    init_process_group(launch, backend, *timeouts)
+
+
 def _eval_windows(data: ElmoDataArguments, tokenizer: ElmoTokenizer, words: WordTable | None):
     """The evaluation windows: compact with the training's word table `words`, else as `load_bilm_dataset` makes
     them."""
@@ -302,9 +332,12 @@ def train_bilm(**options) -> dict:
     (seconds), `steps` and, with evaluation files, `eval_forward_perplexity`, `eval_backward_perplexity`,
     `eval_perplexity` (their geometric mean).
     """
+    launch = Launch.from_environment()  # before any work: a wrong variable is one line, not a lost run
     if options.get("resume"):
         options = resumed_options(options, _fields())
+    _join(launch, options)
     model_args, data, args = parse_options(options)
+    use_threads(args.threads)  # after TrainingArguments, whose setup under a launcher sets a count of its own
     if args.keep_freed_memory:
         keep_freed_memory()
     output_dir = prepare_output_dir(model_args, data, args)
@@ -460,7 +493,10 @@ def _train(model_args, data, args, output_dir, tokenizer, config, resume_from, r
 def run(args: argparse.Namespace) -> int:
     names = set(_fields())
     given = getattr(args, "given", names)  # the options on the command line: with --resume the others are recorded
-    train_bilm(**{k: v for k, v in vars(args).items() if k in names and k in given})
+    try:
+        train_bilm(**{k: v for k, v in vars(args).items() if k in names and k in given})
+    except RuntimeError as error:
+        raise lost_process_error(error) or error from None
     return 0
 
 

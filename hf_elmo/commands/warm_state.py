@@ -20,6 +20,8 @@ from ..training.warm_state import (
     store_warm_state,
 )
 from .command_line import ExclusiveOptions, option
+from .threads import HELP as THREADS_HELP
+from .threads import use_threads
 
 DESTINATION = ExclusiveOptions()
 
@@ -44,6 +46,7 @@ class WarmStateOptions:
     sentences: int = option(DEFAULT_SENTENCES, help="use the first N sentences")
     split: str | None = option(None, help=MODEL_SPLIT_HELP, choices=SPLITS)
     device: str | None = option(None, help="torch device, e.g. cpu or cuda:0 (default: cuda if available)")
+    threads: int | None = option(None, help=THREADS_HELP)
 
 
 COMMAND_OPTIONS = WarmStateOptions
@@ -60,6 +63,7 @@ def _copy_with_warm_state(model_dir: Path, state, target: Path):
 
 def run(options) -> int:
     """`options`: the fields of `WarmStateOptions`, as parsed."""
+    use_threads(options.threads)
     device = device_option(options.device)
     split = model_split(options.model, options.split)
     if options.output_dir is None and not options.in_place:

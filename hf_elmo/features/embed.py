@@ -43,7 +43,6 @@ the original command:
 import contextlib
 import json
 import math
-import os
 from collections.abc import Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -374,12 +373,6 @@ def embed_file(
     finally:
         bar.close()
     return embedded[0]
-
-
-def process_part() -> tuple[int, int]:
-    """`(rank, processes)` of this process under `torchrun` or `accelerate launch` (their `RANK` and `WORLD_SIZE`),
-    else `(0, 1)`."""
-    return int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
 
 
 def part_path(output, rank: int, processes: int) -> Path:
