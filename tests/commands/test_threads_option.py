@@ -37,7 +37,7 @@ def command_line(command, folder: Path, text: Path, converted_dirs, checkpoint_d
         return ["perplexity", "--model", str(checkpoint_dir), str(text)]
     if command == "warm-state":
         model = shutil.copytree(converted_dirs["allennlp"], folder / "model")
-        return ["warm-state", "--model", str(model), str(text), "--sentences", "20"]
+        return ["warm-state", "--model", str(model), str(text), "--sentences", "20", "--in-place"]
     return [
         "train",
         "--config",
