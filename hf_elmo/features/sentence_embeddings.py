@@ -27,7 +27,8 @@ POOLING_MODES = ("mean", "max")
 
 class ElmoWordPooling(Pooling):
     """sentence-transformers' `Pooling` over the words only: each row's first position (`<S>`) and last unpadded one
-    (`</S>`) are left out of the mask it pools with. A sentence without words pools nothing (zeros for `mean`)."""
+    (`</S>`) are left out of the mask it pools with. A sentence without words pools its `<S>` and `</S>` positions,
+    as sentence-transformers pools BERT's `[CLS]` and `[SEP]` for an empty text: a finite vector in every mode."""
 
     def forward(self, features, **kwargs):
         mask = features["attention_mask"]
@@ -35,6 +36,7 @@ class ElmoWordPooling(Pooling):
         words[:, 0] = 0
         last = mask.sum(dim=1) - 1  # ElmoTokenizer pads on the right only
         words[torch.arange(len(mask), device=mask.device), last] = 0
+        words = torch.where(words.any(dim=1, keepdim=True), words, mask)
         pooled = super().forward({**features, "attention_mask": words}, **kwargs)
         return {**pooled, "attention_mask": mask}
 
