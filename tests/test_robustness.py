@@ -1,0 +1,204 @@
+"""Long inputs, sizes that would exhaust memory, values that overflow and arguments of the wrong type, through the
+pipelines, the compatibility APIs and the sentence-transformers module: each refused with one line naming the
+argument or size, or answered correctly within bounded memory."""
+
+import math
+import re
+
+import numpy as np
+import pytest
+import torch
+from conftest import FIXTURES
+from test_heads import tiny_model
+from transformers import AutoModelForTokenClassification, AutoTokenizer, pipeline
+
+import hf_elmo.compat.allennlp as compat_allennlp
+import hf_elmo.pipelines_elmo as pipelines_elmo
+from hf_elmo import ElmoForQuestionAnswering, ElmoModel, ElmoTokenizer
+from hf_elmo.compat.elmoformanylangs import Embedder
+from hf_elmo.file_io import ElmoInputError
+from hf_elmo.sentence_embeddings import elmo_sentence_transformer
+
+OPTIONS, WEIGHTS = FIXTURES / "allennlp" / "options.json", FIXTURES / "allennlp" / "lm_weights.hdf5"
+BIO_LABELS = {0: "O", 1: "B-PER", 2: "I-PER", 3: "B-LOC", 4: "I-LOC"}
+
+
+def one_line(error: pytest.ExceptionInfo) -> str:
+    message = str(error.value)
+    assert "\n" not in message and message.strip(), message
+    return message
+
+
+# --- the question-answering pipeline: a long question over a long context ------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def qa():
+    return pipeline(
+        "elmo-question-answering", model=tiny_model(ElmoForQuestionAnswering).float(), tokenizer=ElmoTokenizer()
+    )
+
+
+def test_a_long_question_over_many_windows_runs_in_forwards_of_bounded_size(qa, monkeypatch):
+    words = np.random.default_rng(0).integers(0, 10**6, size=1300).astype(str)  # no span repeats another's words
+    question, context = " ".join(words[:300]) + " ?", " ".join(words[300:])
+    arguments = dict(question=question, context=context, max_context_words=40, stride=10, top_k=5)
+    whole = qa(**arguments)  # 33 windows, each 301 + 40 words with their boundaries: one forward under the default
+    monkeypatch.setattr(pipelines_elmo, "POSITIONS_PER_FORWARD", 1000)
+    sizes = []
+    hook = qa.model.register_forward_pre_hook(
+        lambda module, args, kwargs: sizes.append(
+            (len(kwargs["input_ids"]), kwargs["input_ids"].shape[1] + kwargs["pair_input_ids"].shape[1])
+        ),
+        with_kwargs=True,
+    )
+    try:
+        bounded = qa(**arguments)
+    finally:
+        hook.remove()
+    # The question (303 positions) is copied into each window of 42: two windows a forward fit in 1000 positions.
+    assert [rows for rows, _ in sizes] == [2] * 16 + [1] and all(rows * positions <= 1000 for rows, positions in sizes)
+    assert [(a["start"], a["end"], a["answer"]) for a in bounded] == [
+        (a["start"], a["end"], a["answer"]) for a in whole
+    ]
+    # Each window's logits come from its own rows: a different padding changes the sums' order only.
+    assert [a["score"] for a in bounded] == pytest.approx([a["score"] for a in whole], rel=1e-5)
+
+
+def test_a_window_larger_than_the_bound_runs_alone(qa, monkeypatch):
+    monkeypatch.setattr(pipelines_elmo, "POSITIONS_PER_FORWARD", 10)
+    expected = qa(question="Who sat ?", context="The cat sat on the mat .", top_k=3)
+    monkeypatch.undo()
+    assert qa(question="Who sat ?", context="The cat sat on the mat .", top_k=3) == expected
+
+
+@pytest.mark.parametrize(
+    "arguments, message",
+    [
+        ({"top_k": 1e9}, r"^top_k must be an int, got 1000000000\.0$"),
+        ({"top_k": 1.5}, r"^top_k must be an int, got 1\.5$"),
+        ({"top_k": math.nan}, r"^top_k must be an int, got nan$"),
+        ({"top_k": "3"}, r"^top_k must be an int, got '3'$"),
+        ({"top_k": True}, r"^top_k must be an int, got True$"),
+        ({"top_k": 0}, r"^top_k must be >= 1, got 0$"),
+        ({"max_answer_len": 2.0}, r"^max_answer_len must be an int, got 2\.0$"),
+        ({"max_context_words": "256"}, r"^max_context_words must be an int, got '256'$"),
+        ({"stride": -1}, r"^stride must be >= 0, got -1$"),
+        ({"handle_impossible_answer": "no"}, r"^handle_impossible_answer must be True or False, got 'no'$"),
+    ],
+)
+def test_question_answering_arguments_of_the_wrong_type_are_named(qa, arguments, message):
+    with pytest.raises(ValueError) as error:
+        qa(question="Who sat ?", context="The cat sat .", **arguments)
+    assert re.search(message, one_line(error))
+
+
+@pytest.fixture(scope="module")
+def tagger(converted_dirs):
+    torch.manual_seed(3)
+    model = AutoModelForTokenClassification.from_pretrained(converted_dirs["allennlp"], id2label=BIO_LABELS).eval()
+    with torch.no_grad():
+        model.classifier.weight.normal_(std=1.0)
+    return pipeline(
+        "token-classification", model=model, tokenizer=AutoTokenizer.from_pretrained(converted_dirs["allennlp"])
+    )
+
+
+@pytest.mark.parametrize(
+    "arguments, message",
+    [
+        ({"aggregation_strategy": 123}, r"^aggregation_strategy must be one of \['none', 'simple', .*\], got 123$"),
+        ({"aggregation_strategy": "largest"}, r"^aggregation_strategy must be one of .*, got 'largest'$"),
+        ({"ignore_labels": "PER"}, r"^ignore_labels must be a list of labels \(str\), got 'PER'$"),
+        ({"ignore_labels": ["O", 0]}, r"^ignore_labels must be a list of labels \(str\), got \['O', 0\]$"),
+        ({"delimiter": 0, "is_split_into_words": True}, r"^delimiter must be a str \(what joins the words\), got int$"),
+    ],
+)
+def test_token_classification_arguments_of_the_wrong_type_are_named(tagger, arguments, message):
+    text = ["Ada", "met", "Charles", "."] if arguments.get("is_split_into_words") else "Ada met Charles ."
+    with pytest.raises(ValueError) as error:
+        tagger(text, **arguments)
+    assert re.search(message, one_line(error))
+
+
+def test_an_empty_delimiter_joins_the_words_without_one(tagger):
+    words = ["Ada", "met", "Charles", "Babbage", "."]
+    (result,) = tagger(words, is_split_into_words=True, delimiter="", ignore_labels=[])
+    assert [(r["start"], r["end"]) for r in result] == [(0, 3), (3, 6), (6, 13), (13, 20), (20, 21)]
+    assert all("".join(words)[r["start"] : r["end"]] == r["word"] for r in result)
+
+
+def test_ignore_labels_leave_out_whole_labels(tagger):
+    text = "Ada Lovelace met Charles Babbage in London ."
+    everything = tagger(text, ignore_labels=[])
+    assert {r["entity"] for r in everything} - {"O"}  # some word is tagged with another label
+    kept = tagger(text, ignore_labels=["O", "B-PER"])
+    assert kept == [r for r in everything if r["entity"] not in ("O", "B-PER")]
+
+
+# --- the compatibility APIs ------------------------------------------------------------------------------------------
+
+
+def test_allennlp_elmo_refuses_a_million_mixes_before_loading_the_model(monkeypatch):
+    def not_before_the_check(*args):
+        raise AssertionError("the model was loaded before num_output_representations was checked")
+
+    monkeypatch.setattr(compat_allennlp, "load_elmo", not_before_the_check)
+    with pytest.raises(ElmoInputError) as error:
+        compat_allennlp.Elmo(OPTIONS, WEIGHTS, num_output_representations=10**6)
+    assert one_line(error) == (
+        "num_output_representations is 1,000,000, more than the limit of 1,000 mixes (each call returns a "
+        "(batch_size, timesteps, 2P) tensor per mix)"
+    )
+
+
+@pytest.mark.parametrize("weights", [[1e39, 0, 0], [0, -1e39, 0], [3.5e38, 0, 0]])
+def test_allennlp_elmo_refuses_mix_weights_that_are_not_float32_numbers(weights):
+    with pytest.raises(ElmoInputError) as error:
+        compat_allennlp.Elmo(OPTIONS, WEIGHTS, 1, scalar_mix_parameters=weights)
+    assert re.search(r"scalar_mix_parameters: .*must be finite float32 numbers \(at most 3\.403e\+38", one_line(error))
+
+
+def test_allennlp_elmo_mixes_with_the_largest_float32_weight():
+    """3e38 is a float32 number: the mix puts all its weight on layer 0, the character CNN's `[x | x]`."""
+    elmo = compat_allennlp.Elmo(OPTIONS, WEIGHTS, 1, dropout=0.0, scalar_mix_parameters=[3e38, 0, 0], stateful=False)
+    ids = compat_allennlp.batch_to_ids([["The", "cat", "sat", "."], ["Hi"]])
+    with torch.no_grad():
+        out = elmo(ids)
+        layers, _ = elmo._elmo_lstm(ids)
+    (mixed,) = out["elmo_representations"]
+    expected = compat_allennlp._without_boundaries(layers[0], out["mask"])
+    assert torch.isfinite(mixed).all()
+    torch.testing.assert_close(mixed, expected, rtol=0, atol=0)
+
+
+def test_sents2elmo_refuses_an_output_layer_below_minus_two(converted_dirs):
+    embedder = Embedder(converted_dirs["allennlp"])
+    layers = embedder.model.config.num_layers + 1
+    for output_layer in (-3, -layers, layers):
+        with pytest.raises(ElmoInputError) as error:
+            embedder.sents2elmo([["The", "cat"]], output_layer=output_layer)
+        assert one_line(error) == (
+            f"output_layer must be -1 (average), -2 (all layers) or a layer in [0, {layers - 1}], got {output_layer}"
+        )
+
+
+# --- sentence-transformers ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("pooling_mode", ["max", "mean"])
+@pytest.mark.parametrize("normalize_embeddings", [False, True])
+def test_an_empty_sentence_pools_its_boundaries_as_bert_pools_cls_and_sep(
+    converted_dirs, pooling_mode, normalize_embeddings
+):
+    folder = converted_dirs["allennlp"]
+    model, tokenizer = ElmoModel.from_pretrained(folder).eval(), ElmoTokenizer.from_pretrained(folder)
+    sentences = elmo_sentence_transformer(folder, pooling_mode=pooling_mode)
+    encoded = sentences.encode(["", "The cat"], normalize_embeddings=normalize_embeddings)
+    assert np.isfinite(encoded).all()
+    with torch.no_grad():
+        boundaries = model(**tokenizer([[]], is_split_into_words=True, return_tensors="pt")).last_hidden_state[0]
+    expected = (boundaries.max(dim=0).values if pooling_mode == "max" else boundaries.mean(dim=0)).numpy()
+    if normalize_embeddings:
+        expected = expected / np.linalg.norm(expected)
+    np.testing.assert_allclose(encoded[0], expected, rtol=0, atol=1e-6)
