@@ -16,8 +16,8 @@ import hf_elmo.compat.allennlp as compat_allennlp
 import hf_elmo.pipelines_elmo as pipelines_elmo
 from hf_elmo import ElmoForQuestionAnswering, ElmoModel, ElmoTokenizer
 from hf_elmo.compat.elmoformanylangs import Embedder
-from hf_elmo.file_io import ElmoInputError
-from hf_elmo.sentence_embeddings import elmo_sentence_transformer
+from hf_elmo.features.sentence_embeddings import elmo_sentence_transformer
+from hf_elmo.io.files import ElmoInputError
 
 OPTIONS, WEIGHTS = FIXTURES / "allennlp" / "options.json", FIXTURES / "allennlp" / "lm_weights.hdf5"
 BIO_LABELS = {0: "O", 1: "B-PER", 2: "I-PER", 3: "B-LOC", 4: "I-LOC"}
