@@ -2,10 +2,15 @@
 pipelines, the compatibility APIs and the sentence-transformers module: each refused with one line naming the
 argument or size, or answered correctly within bounded memory."""
 
+import json
 import logging
 import math
 import os
 import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
 
 import datasets
 import numpy as np
@@ -296,3 +301,60 @@ def test_a_damaged_windows_cache_is_named_in_one_line_and_prepared_again(corpus,
         rf"{re.escape(str(stored))}: a damaged windows cache \({pattern}.*\): prepared again from .*corpus\.txt", line
     ), line
     assert stored.read_bytes() == whole and cache_file_damage(stored) is None
+
+
+# --- the compiled CPU loops' cache ---------------------------------------------------------------------------------
+
+_LOAD_THE_LOOPS = """
+import json, warnings
+import torch
+from hf_elmo import cpu_kernels
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    built = cpu_kernels.available(torch.zeros(1))
+print(json.dumps([built, [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]]))
+"""
+
+
+def load_the_loops(cache: Path) -> tuple[bool, list[str]]:
+    """Whether a fresh process with the cache folder `cache` loads the compiled loops, and its RuntimeWarnings."""
+    env = {**os.environ, "HF_ELMO_CACHE": str(cache)}
+    done = subprocess.run([sys.executable, "-c", _LOAD_THE_LOOPS], env=env, capture_output=True, text=True)
+    assert done.returncode == 0, (done.returncode, done.stderr[-2000:])  # a bus error loading a cut library: -7
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def built_loops(tmp_path_factory):
+    if not (shutil.which("c++") or shutil.which("g++") or shutil.which("clang++")):
+        pytest.skip("no C++ compiler here")
+    cache = tmp_path_factory.mktemp("kernels")
+    assert load_the_loops(cache) == [True, []]
+    return cache
+
+
+def flip_a_byte_in_the_middle(path):
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize(
+    "damage, what",
+    [
+        (lambda path: os.truncate(path, path.stat().st_size // 2), r"[\d,]+ bytes where .*\.so\.record\.json records"),
+        (flip_a_byte_in_the_middle, r"its SHA-256 differs from the one .*\.so\.record\.json records"),
+    ],
+    ids=["cut short", "changed"],
+)
+def test_a_damaged_build_of_the_compiled_loops_is_built_again_not_loaded(built_loops, tmp_path, damage, what):
+    cache = tmp_path / "cache"
+    shutil.copytree(built_loops, cache)
+    (library,) = (cache / "kernels").glob("*.so")
+    damage(library)
+    built, warned = load_the_loops(cache)
+    assert built and len(warned) == 1, warned
+    assert re.fullmatch(
+        rf"{re.escape(str(library))}: a damaged build of the compiled CPU loops \({what}.*\): built again", warned[0]
+    )
+    assert cache_file_damage(library) is None
