@@ -13,10 +13,16 @@ Reloading a saved folder needs `trust_remote_code=True` because its pooling modu
 the installed hf_elmo (sentence-transformers imports classes outside its own package only when trusted).
 """
 
+from functools import partial
+
 import torch
 from sentence_transformers import SentenceTransformer
 from sentence_transformers.base.modules import Transformer
 from sentence_transformers.sentence_transformer.modules import Pooling
+from transformers.utils import cached_file
+
+from ..configuration_elmo import ElmoConfig
+from ..pretrained_elmo import check_tokenizer_files
 
 DEFAULT_MAX_SEQ_LENGTH = 512
 """Positions (words and the two boundaries) a sentence keeps; longer ones are cut, keeping `</S>`. ELMo itself has no
@@ -52,6 +58,10 @@ def elmo_sentence_transformer(
         raise ValueError(
             f"max_seq_length must be an int of at least 3 positions (<S>, a word, </S>), got {max_seq_length!r}"
         )
+    # sentence-transformers reads these files through transformers, whose errors say neither which file nor where
+    locate = partial(cached_file, str(model_name_or_path), _raise_exceptions_for_missing_entries=False)
+    ElmoConfig.from_pretrained(str(model_name_or_path))
+    check_tokenizer_files(model_name_or_path, locate)
     transformer = Transformer(
         str(model_name_or_path), processor_kwargs={"model_max_length": max_seq_length}, model_kwargs=model_kwargs
     )
