@@ -19,12 +19,14 @@ import pyarrow.compute as pc
 import pytest
 import torch
 from conftest import FIXTURES
+from safetensors.torch import load_file, save_file
+from sentence_transformers import SentenceTransformer
 from test_heads import tiny_model
 from transformers import AutoModelForTokenClassification, AutoTokenizer, pipeline
 
 import hf_elmo.compat.allennlp as compat_allennlp
 import hf_elmo.pipelines_elmo as pipelines_elmo
-from hf_elmo import ElmoForQuestionAnswering, ElmoModel, ElmoTokenizer
+from hf_elmo import ElmoConfig, ElmoForQuestionAnswering, ElmoModel, ElmoTokenizer
 from hf_elmo.compat.elmoformanylangs import Embedder
 from hf_elmo.features.sentence_embeddings import elmo_sentence_transformer
 from hf_elmo.folder_files import cache_file_damage, cache_record_path
@@ -358,3 +360,68 @@ def test_a_damaged_build_of_the_compiled_loops_is_built_again_not_loaded(built_l
         rf"{re.escape(str(library))}: a damaged build of the compiled CPU loops \({what}.*\): built again", warned[0]
     )
     assert cache_file_damage(library) is None
+
+
+# --- files that transformers and sentence-transformers read first; weights of another kind --------------------------
+
+
+@pytest.fixture
+def folder(converted_dirs, tmp_path):
+    copy = tmp_path / "M"
+    shutil.copytree(converted_dirs["allennlp"], copy)
+    return copy
+
+
+@pytest.mark.parametrize(
+    "content, what",
+    [
+        ('{"model_max_length": 5', r"is not valid JSON \(line 1, column 23: Expecting ',' delimiter\)"),
+        ("", r"is not valid JSON \(line 1, column 1: Expecting value\)"),
+        ("[1, 2]", r"holds a JSON list, expected an object"),
+        (b"\xff\xfe{}", r"cannot read tokenizer_config\.json \(.*can't decode byte 0xff.*\)"),
+    ],
+    ids=["cut", "empty", "a list", "not UTF-8"],
+)
+def test_a_damaged_tokenizer_config_is_named_before_transformers_reads_it(folder, content, what):
+    config = folder / "tokenizer_config.json"
+    config.write_bytes(content) if isinstance(content, bytes) else config.write_text(content)
+    for load in (ElmoTokenizer.from_pretrained, elmo_sentence_transformer):
+        with pytest.raises(ValueError) as error:
+            load(str(folder))
+        assert re.fullmatch(rf"{re.escape(str(folder))}: (tokenizer_config\.json )?{what}", one_line(error))
+
+
+def test_another_model_type_is_named_with_its_folder_by_the_sentence_transformer(folder, tmp_path):
+    saved = tmp_path / "sentences"
+    elmo_sentence_transformer(folder).save(str(saved))
+    for path in (folder, saved):
+        config = json.loads((path / "config.json").read_text())
+        (path / "config.json").write_text(json.dumps({**config, "model_type": "bert"}))
+    expected = "{}: config.json: The configuration has model_type 'bert', not 'elmo': it is not an ELMo model."
+    with pytest.raises(ValueError) as error:
+        elmo_sentence_transformer(folder)
+    assert one_line(error) == expected.format(folder)
+    with pytest.raises(ValueError) as error:  # the saved folder's own ElmoConfig
+        SentenceTransformer(str(saved), trust_remote_code=True)
+    assert one_line(error) == expected.format(saved)
+
+
+@pytest.mark.parametrize("dtype, name", [(torch.int64, "I64"), (torch.int32, "I32"), (torch.bool, "BOOL")])
+def test_weights_of_an_integer_or_bool_dtype_are_refused_not_cast(folder, dtype, name):
+    tensors = load_file(folder / "model.safetensors")
+    tensors["encoder.forward_layers.0.input_linearity.weight"] = torch.ones(256, 16, dtype=dtype)
+    save_file(tensors, folder / "model.safetensors", metadata={"format": "pt"})
+    with pytest.raises(ValueError) as error:
+        ElmoModel.from_pretrained(folder)
+    assert one_line(error) == (
+        f"{folder}: the weights (model.safetensors) hold 'encoder.forward_layers.0.input_linearity.weight' of dtype "
+        f"{name}: ELMo's weights are floating-point numbers (an integer or bool tensor would be cast to them silently)"
+    )
+    config = ElmoConfig.from_pretrained(folder)
+    with pytest.raises(ValueError) as error:
+        ElmoModel.from_pretrained(None, config=config, state_dict=tensors)
+    assert re.fullmatch(
+        r"from_pretrained\(None, \.\.\.\): state_dict hold '.*input_linearity\.weight' of dtype "
+        rf"{str(dtype).removeprefix('torch.')}: .*",
+        one_line(error),
+    )
