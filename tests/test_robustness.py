@@ -26,7 +26,7 @@ from transformers import AutoModelForTokenClassification, AutoTokenizer, pipelin
 
 import hf_elmo.compat.allennlp as compat_allennlp
 import hf_elmo.pipelines_elmo as pipelines_elmo
-from hf_elmo import ElmoConfig, ElmoForQuestionAnswering, ElmoModel, ElmoTokenizer
+from hf_elmo import ElmoConfig, ElmoForQuestionAnswering, ElmoForTokenClassification, ElmoModel, ElmoTokenizer
 from hf_elmo.compat.elmoformanylangs import Embedder
 from hf_elmo.features.sentence_embeddings import elmo_sentence_transformer
 from hf_elmo.folder_files import cache_file_damage, cache_record_path
@@ -425,3 +425,45 @@ def test_weights_of_an_integer_or_bool_dtype_are_refused_not_cast(folder, dtype,
         rf"{str(dtype).removeprefix('torch.')}: .*",
         one_line(error),
     )
+
+
+# --- torch.export from a one-sentence example -----------------------------------------------------------------------
+
+ONE_SENTENCE_BATCHES = [[["one", "two", "three", "four", "five", "six", "seven"]], [["a"]], [[]], [["x", "y"]]]
+EXPORTED = {
+    "ElmoModel": (ElmoModel, {}, "last_hidden_state"),
+    "token classification with a task BiLSTM": (
+        ElmoForTokenClassification,
+        dict(task_encoder_hidden_size=3, task_encoder_num_layers=2, elmo_placement=["input", "output"]),
+        "logits",
+    ),
+}
+
+
+def one_sentence(words):
+    batch = ElmoTokenizer()(words, is_split_into_words=True, return_tensors="pt")
+    return {name: batch[name] for name in ("input_ids", "attention_mask")}
+
+
+@pytest.mark.parametrize("name", list(EXPORTED))
+def test_export_from_one_sentence_with_only_the_length_dynamic_gives_the_eager_outputs(name):
+    cls, options, output = EXPORTED[name]
+    model = tiny_model(cls, num_layers=1, **options).float()
+    length = torch.export.Dim("length")
+    axes = {"input_ids": {1: length}, "attention_mask": {1: length}}
+    exported = torch.export.export(model, (), one_sentence(["the", "cat", "sat"]), dynamic_shapes=axes).module()
+    for words in ONE_SENTENCE_BATCHES:
+        inputs = one_sentence(words)
+        with torch.no_grad():
+            expected, actual = model(**inputs)[output], exported(**inputs)[output]
+        # As in test_export_heads: the reference paths and one scan per direction against the eager fast paths, the
+        # same sums of a few dozen float32 products of O(1) values in another order.
+        torch.testing.assert_close(actual, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_a_dynamic_batch_from_one_sentence_is_pytorchs_error_naming_the_dimension():
+    model = tiny_model(ElmoModel, num_layers=1).float()
+    batch, length = torch.export.Dim("batch"), torch.export.Dim("length")
+    axes = {"input_ids": {0: batch, 1: length}, "attention_mask": {0: batch, 1: length}}
+    with pytest.raises(torch._dynamo.exc.UserError, match=r"marked batch as dynamic but your code specialized it"):
+        torch.export.export(model, (), one_sentence(["the", "cat", "sat"]), dynamic_shapes=axes)
