@@ -1,9 +1,9 @@
-"""Long inputs, sizes that would exhaust memory, values that overflow and arguments of the wrong type, through the
-pipelines, the compatibility APIs and the sentence-transformers module: each refused with one line naming the
-argument or size, or answered correctly within bounded memory."""
+"""Long inputs, values that overflow, arguments of the wrong type, damaged files and caches around the model: the
+pipelines, the compiled loops' cache, the folder files transformers reads first, weights of another dtype,
+`torch.export` from one sentence; each refused with one line naming the argument, file or size, or answered
+correctly within bounded memory."""
 
 import json
-import logging
 import math
 import os
 import re
@@ -12,28 +12,18 @@ import subprocess
 import sys
 from pathlib import Path
 
-import datasets
 import numpy as np
-import pyarrow as pa
-import pyarrow.compute as pc
 import pytest
 import torch
-from conftest import FIXTURES
 from safetensors.torch import load_file, save_file
-from sentence_transformers import SentenceTransformer
 from test_heads import tiny_model
 from transformers import AutoModelForTokenClassification, AutoTokenizer, pipeline
 
-import hf_elmo.compat.allennlp as compat_allennlp
 import hf_elmo.pipelines_elmo as pipelines_elmo
 from hf_elmo import ElmoConfig, ElmoForQuestionAnswering, ElmoForTokenClassification, ElmoModel, ElmoTokenizer
-from hf_elmo.compat.elmoformanylangs import Embedder
 from hf_elmo.features.sentence_embeddings import elmo_sentence_transformer
-from hf_elmo.folder_files import cache_file_damage, cache_record_path
-from hf_elmo.io.files import ElmoInputError
-from hf_elmo.training.word_table import WordTable, load_compact_bilm_dataset
+from hf_elmo.folder_files import cache_file_damage
 
-OPTIONS, WEIGHTS = FIXTURES / "allennlp" / "options.json", FIXTURES / "allennlp" / "lm_weights.hdf5"
 BIO_LABELS = {0: "O", 1: "B-PER", 2: "I-PER", 3: "B-LOC", 4: "I-LOC"}
 
 
@@ -150,161 +140,6 @@ def test_ignore_labels_leave_out_whole_labels(tagger):
     assert kept == [r for r in everything if r["entity"] not in ("O", "B-PER")]
 
 
-# --- the compatibility APIs ------------------------------------------------------------------------------------------
-
-
-def test_allennlp_elmo_refuses_a_million_mixes_before_loading_the_model(monkeypatch):
-    def not_before_the_check(*args):
-        raise AssertionError("the model was loaded before num_output_representations was checked")
-
-    monkeypatch.setattr(compat_allennlp, "load_elmo", not_before_the_check)
-    with pytest.raises(ElmoInputError) as error:
-        compat_allennlp.Elmo(OPTIONS, WEIGHTS, num_output_representations=10**6)
-    assert one_line(error) == (
-        "num_output_representations is 1,000,000, more than the limit of 1,000 mixes (each call returns a "
-        "(batch_size, timesteps, 2P) tensor per mix)"
-    )
-
-
-@pytest.mark.parametrize("weights", [[1e39, 0, 0], [0, -1e39, 0], [3.5e38, 0, 0]])
-def test_allennlp_elmo_refuses_mix_weights_that_are_not_float32_numbers(weights):
-    with pytest.raises(ElmoInputError) as error:
-        compat_allennlp.Elmo(OPTIONS, WEIGHTS, 1, scalar_mix_parameters=weights)
-    assert re.search(r"scalar_mix_parameters: .*must be finite float32 numbers \(at most 3\.403e\+38", one_line(error))
-
-
-def test_allennlp_elmo_mixes_with_the_largest_float32_weight():
-    """3e38 is a float32 number: the mix puts all its weight on layer 0, the character CNN's `[x | x]`."""
-    elmo = compat_allennlp.Elmo(OPTIONS, WEIGHTS, 1, dropout=0.0, scalar_mix_parameters=[3e38, 0, 0], stateful=False)
-    ids = compat_allennlp.batch_to_ids([["The", "cat", "sat", "."], ["Hi"]])
-    with torch.no_grad():
-        out = elmo(ids)
-        layers, _ = elmo._elmo_lstm(ids)
-    (mixed,) = out["elmo_representations"]
-    expected = compat_allennlp._without_boundaries(layers[0], out["mask"])
-    assert torch.isfinite(mixed).all()
-    torch.testing.assert_close(mixed, expected, rtol=0, atol=0)
-
-
-def test_sents2elmo_refuses_an_output_layer_below_minus_two(converted_dirs):
-    embedder = Embedder(converted_dirs["allennlp"])
-    layers = embedder.model.config.num_layers + 1
-    for output_layer in (-3, -layers, layers):
-        with pytest.raises(ElmoInputError) as error:
-            embedder.sents2elmo([["The", "cat"]], output_layer=output_layer)
-        assert one_line(error) == (
-            f"output_layer must be -1 (average), -2 (all layers) or a layer in [0, {layers - 1}], got {output_layer}"
-        )
-
-
-# --- sentence-transformers ----------------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("pooling_mode", ["max", "mean"])
-@pytest.mark.parametrize("normalize_embeddings", [False, True])
-def test_an_empty_sentence_pools_its_boundaries_as_bert_pools_cls_and_sep(
-    converted_dirs, pooling_mode, normalize_embeddings
-):
-    folder = converted_dirs["allennlp"]
-    model, tokenizer = ElmoModel.from_pretrained(folder).eval(), ElmoTokenizer.from_pretrained(folder)
-    sentences = elmo_sentence_transformer(folder, pooling_mode=pooling_mode)
-    encoded = sentences.encode(["", "The cat"], normalize_embeddings=normalize_embeddings)
-    assert np.isfinite(encoded).all()
-    with torch.no_grad():
-        boundaries = model(**tokenizer([[]], is_split_into_words=True, return_tensors="pt")).last_hidden_state[0]
-    expected = (boundaries.max(dim=0).values if pooling_mode == "max" else boundaries.mean(dim=0)).numpy()
-    if normalize_embeddings:
-        expected = expected / np.linalg.norm(expected)
-    np.testing.assert_allclose(encoded[0], expected, rtol=0, atol=1e-6)
-
-
-# --- prepared windows caches on disk ---------------------------------------------------------------------------------
-
-
-def cut_at_a_record_batch_boundary(path):
-    """The file without its last record batch and its end: a stream pyarrow reads whole, one batch short."""
-    with pa.OSFile(str(path)) as source:
-        reader = pa.ipc.open_stream(source)
-        reader.read_next_batch()
-        reader.read_next_batch()
-        boundary = source.tell()
-    os.truncate(path, boundary)
-
-
-def cut_inside_a_record_batch(path):
-    os.truncate(path, path.stat().st_size * 2 // 3)
-
-
-def emptied(path):
-    os.truncate(path, 0)
-
-
-def garbage(path):
-    path.write_bytes(np.random.default_rng(0).integers(0, 256, path.stat().st_size, dtype=np.uint8).tobytes())
-
-
-def other_valid_indices(path):
-    """Every stored word index moved to the next word of the table, batch by batch: a valid file of other windows, of
-    the same length."""
-    with pa.OSFile(str(path)) as source:  # read into memory: a mapped file would be truncated under its batches
-        batches = list(pa.ipc.open_stream(source))
-    schema, largest = batches[0].schema, max(pc.max(pc.list_flatten(b.column(0))).as_py() for b in batches)
-    with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_stream(sink, schema) as writer:
-        for batch in batches:
-            column = batch.column(0)
-            values = pc.list_flatten(column).to_numpy()
-            moved = pa.array(np.where(values >= 0, (values + 1) % (largest + 1), values).astype(np.int32))
-            writer.write_batch(pa.record_batch([pa.ListArray.from_arrays(column.offsets, moved)], schema=schema))
-
-
-def record_removed(path):
-    cache_record_path(path).unlink()
-
-
-@pytest.fixture(scope="module")
-def corpus(tmp_path_factory):
-    """2,500 lines: three record batches of windows (one per `LINES_PER_PACK` lines)."""
-    folder = tmp_path_factory.mktemp("corpus")
-    words = np.random.default_rng(1).integers(0, 40, size=(2500, 6)).astype(str)
-    (folder / "corpus.txt").write_text("".join(" ".join(f"w{w}" for w in line) + "\n" for line in words))
-    vocabulary = ["<S>", "</S>", "<UNK>", *(f"w{k}" for k in range(30))]
-    tokenizer = ElmoTokenizer()
-    tokenizer.set_word_vocabulary(vocabulary)
-    files = [folder / "corpus.txt"]
-    return files, WordTable.of_files(files, tokenizer), tokenizer
-
-
-@pytest.mark.parametrize(
-    "damage, what",
-    [
-        (cut_at_a_record_batch_boundary, r"[\d,]+ bytes where corpus-key\.arrow\.record\.json records [\d,]+"),
-        (cut_inside_a_record_batch, r"[\d,]+ bytes where .*\.record\.json records [\d,]+"),
-        (emptied, r"0 bytes where .*\.record\.json records [\d,]+"),
-        (garbage, r"its SHA-256 differs from the one .*\.record\.json records"),
-        (other_valid_indices, r"its SHA-256 differs from the one .*\.record\.json records"),
-        (record_removed, r"no .*\.arrow\.record\.json beside it \(its length and digest, written after the data\)"),
-    ],
-)
-def test_a_damaged_windows_cache_is_named_in_one_line_and_prepared_again(corpus, tmp_path, caplog, damage, what):
-    files, table, tokenizer = corpus
-    fresh = load_compact_bilm_dataset(files, table, tokenizer, window=5, cache_dir=tmp_path, processes=1)
-    expected = [row["positions"].tolist() for row in fresh]
-    (stored,) = (tmp_path / "hf_elmo_windows").glob("*.arrow")
-    whole = stored.read_bytes()
-    damage(stored)
-    if damage is cut_at_a_record_batch_boundary:  # the issue's case: pyarrow reads it without complaint, short
-        assert 0 < len(datasets.Dataset.from_file(str(stored))) < len(expected)
-    with caplog.at_level(logging.WARNING, logger="hf_elmo.training.word_table"):
-        again = load_compact_bilm_dataset(files, table, tokenizer, window=5, cache_dir=tmp_path, processes=1)
-    assert [row["positions"].tolist() for row in again] == expected
-    (line,) = [record.getMessage() for record in caplog.records]
-    pattern = what.replace("corpus-key", re.escape(stored.stem))
-    assert re.fullmatch(
-        rf"{re.escape(str(stored))}: a damaged windows cache \({pattern}.*\): prepared again from .*corpus\.txt", line
-    ), line
-    assert stored.read_bytes() == whole and cache_file_damage(stored) is None
-
-
 # --- the compiled CPU loops' cache ---------------------------------------------------------------------------------
 
 _LOAD_THE_LOOPS = """
@@ -389,21 +224,6 @@ def test_a_damaged_tokenizer_config_is_named_before_transformers_reads_it(folder
         with pytest.raises(ValueError) as error:
             load(str(folder))
         assert re.fullmatch(rf"{re.escape(str(folder))}: (tokenizer_config\.json )?{what}", one_line(error))
-
-
-def test_another_model_type_is_named_with_its_folder_by_the_sentence_transformer(folder, tmp_path):
-    saved = tmp_path / "sentences"
-    elmo_sentence_transformer(folder).save(str(saved))
-    for path in (folder, saved):
-        config = json.loads((path / "config.json").read_text())
-        (path / "config.json").write_text(json.dumps({**config, "model_type": "bert"}))
-    expected = "{}: config.json: The configuration has model_type 'bert', not 'elmo': it is not an ELMo model."
-    with pytest.raises(ValueError) as error:
-        elmo_sentence_transformer(folder)
-    assert one_line(error) == expected.format(folder)
-    with pytest.raises(ValueError) as error:  # the saved folder's own ElmoConfig
-        SentenceTransformer(str(saved), trust_remote_code=True)
-    assert one_line(error) == expected.format(saved)
 
 
 @pytest.mark.parametrize("dtype, name", [(torch.int64, "I64"), (torch.int32, "I32"), (torch.bool, "BOOL")])
