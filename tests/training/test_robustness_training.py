@@ -3,6 +3,7 @@
 import logging
 import os
 import re
+import shutil
 
 import datasets
 import numpy as np
@@ -12,13 +13,16 @@ import pytest
 
 from hf_elmo import ElmoTokenizer
 from hf_elmo.folder_files import cache_file_damage, cache_record_path
+from hf_elmo.training.windows import load_bilm_dataset
 from hf_elmo.training.word_table import WordTable, load_compact_bilm_dataset
 
 # --- prepared windows caches on disk ---------------------------------------------------------------------------------
 
 
 def cut_at_a_record_batch_boundary(path):
-    """The file without its last record batch and its end: a stream pyarrow reads whole, one batch short."""
+    """The file without its last record batches and its end: a stream pyarrow reads whole, short (the whole file is
+    kept beside it as `.whole`)."""
+    shutil.copy(path, f"{path}.whole")
     with pa.OSFile(str(path)) as source:
         reader = pa.ipc.open_stream(source)
         reader.read_next_batch()
@@ -99,3 +103,25 @@ def test_a_damaged_windows_cache_is_named_in_one_line_and_prepared_again(corpus,
         rf"{re.escape(str(stored))}: a damaged windows cache \({pattern}.*\): prepared again from .*corpus\.txt", line
     ), line
     assert stored.read_bytes() == whole and cache_file_damage(stored) is None
+
+
+@pytest.mark.parametrize("damage", [cut_at_a_record_batch_boundary, garbage, record_removed])
+@pytest.mark.parametrize("stored", ["generator-train.arrow", "cache-*.arrow"], ids=["lines", "windows"])
+def test_a_damaged_datasets_cache_of_the_full_windows_is_named_and_prepared_again(
+    corpus, tmp_path, caplog, damage, stored
+):
+    files, _, tokenizer = corpus
+    fresh = load_bilm_dataset(files, tokenizer, window=5, cache_dir=tmp_path)
+    expected = [(row["input_ids"].tolist(), row["labels"].tolist()) for row in fresh]
+    (path,) = tmp_path.rglob(stored)
+    damage(path)
+    if damage is cut_at_a_record_batch_boundary:  # the issue's case: datasets reads it without complaint, short
+        assert 0 < len(datasets.Dataset.from_file(str(path))) < len(datasets.Dataset.from_file(str(path) + ".whole"))
+    with caplog.at_level(logging.WARNING, logger="hf_elmo.training.windows"):
+        again = load_bilm_dataset(files, tokenizer, window=5, cache_dir=tmp_path)
+    assert [(row["input_ids"].tolist(), row["labels"].tolist()) for row in again] == expected
+    (line,) = [record.getMessage() for record in caplog.records]
+    assert re.fullmatch(
+        rf"{re.escape(str(path))}: a damaged windows cache \(.*\): prepared again from .*corpus\.txt", line
+    )
+    assert all(cache_file_damage(file) is None for file in tmp_path.rglob("*.arrow"))
