@@ -294,6 +294,17 @@ class ElmoConfig(PreTrainedConfig):
         return super().from_dict(config_dict, **kwargs)
 
     @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path, **kwargs):
+        """`PreTrainedConfig.from_pretrained`, its errors naming the folder and config.json (`AutoConfig` and
+        sentence-transformers reach `from_dict`'s checks through it, with nothing else to say where they were)."""
+        try:
+            return super().from_pretrained(pretrained_model_name_or_path, **kwargs)
+        except ValueError as error:
+            if str(pretrained_model_name_or_path) in str(error):
+                raise
+            raise ValueError(f"{pretrained_model_name_or_path}: config.json: {error}") from None
+
+    @classmethod
     def _dict_from_json_file(cls, json_file):
         # transformers would fail on a JSON value that is not an object with a TypeError or AttributeError
         return cls._decode_special_floats(read_json_object(json_file, "configuration fields"))

@@ -14,7 +14,9 @@ operations per step wherever these loops are not available.
 
 The source is C++ compiled on first use with the machine's C++ compiler, for the machine's own processor
 (`-march=native`) and with OpenMP, into `~/.cache/hf_elmo` (or `$HF_ELMO_CACHE`), keyed by the source, the
-compiler and the processor's features, written whole or not at all; it is loaded with `ctypes` (which lets go of
+compiler and the processor's features, written whole or not at all, its length and SHA-256 recorded after it; a
+library that does not match its record (cut short, changed, or without one) is built again, never loaded (a cut one
+can kill the process that loads it). It is loaded with `ctypes` (which lets go of
 Python's lock during a call), so nothing is built at install time and no PyTorch headers are needed. PyTorch's
 OpenMP runtime is already loaded under the same name (`libgomp.so.1`), so the loops share its threads and their
 per-thread counts. Where no compiler is found, the build fails, PyTorch's BLAS does not export `sgemm_` (or gives
@@ -38,6 +40,7 @@ from pathlib import Path
 
 import torch
 
+from .folder_files import cache_file_damage, record_cache_file, remove_cache_file
 from .onednn_linear import matmul_nt
 
 _SOURCE_FILE = Path(__file__).with_name("cpu_kernels.cpp")
@@ -108,6 +111,7 @@ def _build(compiler: str, target: Path) -> None:
                 built = False
             if built:
                 os.replace(library, target)
+                record_cache_file(target)
                 return
     raise OSError(f"{compiler} could not build them")
 
@@ -159,6 +163,12 @@ def _load() -> tuple[ctypes.CDLL, int]:
         raise OSError("PyTorch's BLAS does not export sgemm_")
     key = hashlib.sha256("\0".join([_source(), compiler, _processor_features()]).encode()).hexdigest()[:16]
     target = _cache_folder() / f"cpu_kernels_{key}.so"
+    # A library cut short can kill the process that loads it (a bus error): it is loaded only as it was recorded.
+    if target.exists() and (damage := cache_file_damage(target)) is not None:
+        warnings.warn(
+            f"{target}: a damaged build of the compiled CPU loops ({damage}): built again", RuntimeWarning, stacklevel=4
+        )
+        remove_cache_file(target)
     if not target.exists():
         _build(compiler, target)
     library = ctypes.CDLL(str(target))

@@ -5,6 +5,7 @@ Reading a file gives one-line errors naming it (`ElmoInputError`, a `ValueError`
 `file_io` (the commands' outputs and signal handling), so a saved model's remote code carries no command-line code.
 """
 
+import hashlib
 import json
 import os
 import secrets
@@ -91,12 +92,64 @@ def write_atomically(path: str | os.PathLike, text: str) -> str:
     return replace_atomically(path, lambda temporary: temporary.write_text(text, encoding="utf-8"))
 
 
+def cache_record_path(path: str | os.PathLike) -> Path:
+    """The record of the cache file `path`: its length and SHA-256, beside it."""
+    path = Path(path)
+    return path.with_name(f"{path.name}.record.json")
+
+
+def _length_and_digest(path: Path) -> dict:
+    digest, length = hashlib.sha256(), 0
+    with open(path, "rb") as f:
+        while block := f.read(1 << 20):
+            digest.update(block)
+            length += len(block)
+    return {"bytes": length, "sha256": digest.hexdigest()}
+
+
+def record_cache_file(path: str | os.PathLike) -> None:
+    """Writes the record of the complete cache file `path`, last: a file without a record was never finished."""
+    write_atomically(cache_record_path(path), json.dumps(_length_and_digest(Path(path))))
+
+
+def cache_file_damage(path: str | os.PathLike) -> str | None:
+    """What is wrong with the cache file `path` against its record, or None when it is whole (the data its writer
+    recorded, neither cut short nor changed)."""
+    record_path = cache_record_path(path)
+    try:
+        record = json.loads(record_path.read_text(encoding="utf-8"))
+        expected = (int(record["bytes"]), str(record["sha256"]))
+    except FileNotFoundError:
+        return f"no {record_path.name} beside it (its length and digest, written after the data)"
+    except (OSError, UnicodeDecodeError, ValueError, TypeError, KeyError) as error:
+        return f"its record {record_path.name} is unreadable ({type(error).__name__})"
+    try:
+        found = _length_and_digest(Path(path))
+    except OSError as error:
+        return f"cannot be read ({error.strerror or error})"
+    if found["bytes"] != expected[0]:
+        return f"{found['bytes']:,} bytes where {record_path.name} records {expected[0]:,}"
+    if found["sha256"] != expected[1]:
+        return f"its SHA-256 differs from the one {record_path.name} records"
+    return None
+
+
+def remove_cache_file(path: str | os.PathLike) -> None:
+    """Removes a cache file and its record."""
+    Path(path).unlink(missing_ok=True)
+    cache_record_path(path).unlink(missing_ok=True)
+
+
 __all__ = [
     "ElmoInputError",
+    "cache_file_damage",
+    "cache_record_path",
     "follow_umask",
     "json_field",
     "read_json_object",
     "read_utf8",
+    "record_cache_file",
+    "remove_cache_file",
     "replace_atomically",
     "write_atomically",
 ]

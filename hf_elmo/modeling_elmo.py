@@ -191,9 +191,13 @@ class ElmoLstmLayer(nn.Module):
             from torch._higher_order_ops.scan import scan  # PyTorch's, not public yet
 
             # The carry's layout, as the steps make it: `contiguous()` would keep the strides of a batch of one row,
-            # which the steps' outputs do not have.
+            # which the steps' outputs do not have. The scanned inputs are copies too: PyTorch's guards on the base
+            # of a view fail with an AttributeError instead of naming a dimension specialized by the example.
             initial = tuple(state.clone(memory_format=torch.contiguous_format) for state in (hidden, memory))
-            (hidden, memory), outputs = scan(step, initial, (gate_inputs.transpose(0, 1), mask.t()), reverse=reverse)
+            steps = tuple(
+                x.clone(memory_format=torch.contiguous_format) for x in (gate_inputs.transpose(0, 1), mask.t())
+            )
+            (hidden, memory), outputs = scan(step, initial, steps, reverse=reverse)
             return outputs.transpose(0, 1), hidden, memory
         outputs = [None] * inputs.shape[1]
         for t in reversed(range(inputs.shape[1])) if reverse else range(inputs.shape[1]):

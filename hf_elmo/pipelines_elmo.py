@@ -48,11 +48,19 @@ class ElmoTokenClassificationPipeline(TokenClassificationPipeline):
                 f"ElmoTokenClassificationPipeline got unsupported arguments {sorted(unsupported)}; it takes "
                 "ignore_labels, aggregation_strategy, is_split_into_words and delimiter."
             )
-        preprocess_params = {"is_split_into_words": is_split_into_words, "delimiter": delimiter or " "}
+        if delimiter is not None and not isinstance(delimiter, str):
+            raise ValueError(f"delimiter must be a str (what joins the words), got {type(delimiter).__name__}")
+        preprocess_params = {
+            "is_split_into_words": is_split_into_words,
+            "delimiter": " " if delimiter is None else delimiter,
+        }
         postprocess_params = {}
         if aggregation_strategy is not None:
-            if isinstance(aggregation_strategy, str):
-                if aggregation_strategy.upper() not in AggregationStrategy.__members__:
+            if not isinstance(aggregation_strategy, AggregationStrategy):
+                if (
+                    not isinstance(aggregation_strategy, str)
+                    or aggregation_strategy.upper() not in AggregationStrategy.__members__
+                ):
                     raise ValueError(
                         f"aggregation_strategy must be one of {[s.value for s in AggregationStrategy]}, "
                         f"got {aggregation_strategy!r}"
@@ -60,6 +68,8 @@ class ElmoTokenClassificationPipeline(TokenClassificationPipeline):
                 aggregation_strategy = AggregationStrategy[aggregation_strategy.upper()]
             postprocess_params["aggregation_strategy"] = aggregation_strategy
         if ignore_labels is not None:
+            if isinstance(ignore_labels, str) or not all(isinstance(label, str) for label in ignore_labels):
+                raise ValueError(f"ignore_labels must be a list of labels (str), got {ignore_labels!r}")
             postprocess_params["ignore_labels"] = list(ignore_labels)
         return preprocess_params, {}, postprocess_params
 
@@ -183,22 +193,19 @@ class ElmoQuestionAnsweringPipeline(Pipeline):
     ):
         if kwargs:
             raise ValueError(f"ElmoQuestionAnsweringPipeline got unknown arguments {sorted(kwargs)}.")
-        preprocess_params = {}
-        if max_context_words is not None:
-            preprocess_params["max_context_words"] = max_context_words
-        if stride is not None:
-            preprocess_params["stride"] = stride
-        postprocess_params = {}
-        if max_answer_len is not None:
-            if max_answer_len < 1:
-                raise ValueError(f"max_answer_len must be >= 1, got {max_answer_len}")
-            postprocess_params["max_answer_len"] = max_answer_len
-        if handle_impossible_answer is not None:
-            postprocess_params["handle_impossible_answer"] = handle_impossible_answer
-        if top_k is not None:
-            if top_k < 1:
-                raise ValueError(f"top_k must be >= 1, got {top_k}")
-            postprocess_params["top_k"] = top_k
+        numbers = {"max_context_words": (max_context_words, 1), "stride": (stride, 0)}
+        numbers.update({"max_answer_len": (max_answer_len, 1), "top_k": (top_k, 1)})
+        for name, (value, least) in numbers.items():
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+                raise ValueError(f"{name} must be an int, got {value!r}")
+            if value is not None and value < least:
+                raise ValueError(f"{name} must be >= {least}, got {value}")
+        if handle_impossible_answer is not None and not isinstance(handle_impossible_answer, bool):
+            raise ValueError(f"handle_impossible_answer must be True or False, got {handle_impossible_answer!r}")
+        preprocess_params = _given(max_context_words=max_context_words, stride=stride)
+        postprocess_params = _given(
+            max_answer_len=max_answer_len, handle_impossible_answer=handle_impossible_answer, top_k=top_k
+        )
         return preprocess_params, {}, postprocess_params
 
     def preprocess(self, inputs: Any, max_context_words: int = 256, stride: int = 64) -> dict[str, Any]:
@@ -217,16 +224,30 @@ class ElmoQuestionAnsweringPipeline(Pipeline):
                 raise ValueError(f"the {key} has no words")
         context_words = words["context"]
         starts = context_windows(len(context_words), max_context_words, stride)
-        windows = [context_words[start : start + max_context_words] for start in starts]
-        encoding = self.tokenizer(
-            [words["question"]] * len(windows), windows, is_split_into_words=True, padding=True, return_tensors="pt"
-        )
-        return {**encoding, "starts": starts, "context_words": context_words, "context": inputs["context"]}
+        return {
+            "question_words": words["question"],
+            "windows": [context_words[start : start + max_context_words] for start in starts],
+            "starts": starts,
+            "context_words": context_words,
+            "context": inputs["context"],
+        }
 
     def _forward(self, model_inputs: dict[str, Any]) -> dict[str, Any]:
-        extra = {key: model_inputs.pop(key) for key in ("starts", "context_words", "context")}
-        outputs = self.model(**model_inputs)
-        return {"start_logits": outputs.start_logits, "end_logits": outputs.end_logits, **extra}
+        """Runs the question with each window, as many windows a forward as `POSITIONS_PER_FORWARD` allows (the
+        question is copied into each): `start_logits` and `end_logits`, one `(positions,)` tensor per window."""
+        question, windows = model_inputs.pop("question_words"), model_inputs.pop("windows")
+        positions = len(question) + max(len(window) for window in windows) + 4  # each with <S> and </S>
+        group = max(1, POSITIONS_PER_FORWARD // positions)
+        start_logits, end_logits = [], []
+        for first in range(0, len(windows), group):
+            part = windows[first : first + group]
+            encoding = self.tokenizer(
+                [question] * len(part), part, is_split_into_words=True, padding=True, return_tensors="pt"
+            )
+            outputs = self.model(**encoding.to(self.device))
+            start_logits.extend(outputs.start_logits)
+            end_logits.extend(outputs.end_logits)
+        return {"start_logits": start_logits, "end_logits": end_logits, **model_inputs}
 
     def postprocess(
         self,
@@ -261,6 +282,12 @@ class ElmoQuestionAnsweringPipeline(Pipeline):
         return answers[0] if len(answers) == 1 else answers
 
 
+POSITIONS_PER_FORWARD = 2**15
+"""The most question and context positions one forward of the question-answering model reads: the windows of a long
+context run in groups that fit (one at a time where one alone holds more), so that the question copied into every
+window does not multiply the memory of a call by the number of windows."""
+
+
 class QuestionAnsweringPipelineForElmoModels(ElmoQuestionAnsweringPipeline):
     """What importing hf_elmo puts under `question-answering`, the task transformers 5 removed: for an ELMo model
     `ElmoQuestionAnsweringPipeline`; for any other model the KeyError transformers 5 raises for the task, whose message
@@ -281,6 +308,11 @@ class QuestionAnsweringTaskEntry(dict):
 
     def __missing__(self, key):
         raise KeyError(QuestionAnsweringPipelineForElmoModels.removed_task_message if key == "default" else key)
+
+
+def _given(**params) -> dict[str, Any]:
+    """The parameters a call set (the others keep their defaults)."""
+    return {key: value for key, value in params.items() if value is not None}
 
 
 def context_windows(n_words: int, window: int, stride: int) -> list[int]:

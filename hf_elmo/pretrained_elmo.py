@@ -95,6 +95,29 @@ def safetensors_shapes(files: list[str]) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
+def _check_floating_point(dtypes: dict[str, str], where: str):
+    """Refuses integer and bool tensors (`dtypes`: name -> safetensors or torch dtype name): transformers would cast
+    them to the model's floating-point dtype without a word."""
+    for name, dtype in dtypes.items():
+        if not dtype.startswith(("F", "BF", "float", "bfloat")):
+            raise ValueError(
+                f"{where} hold '{name}' of dtype {dtype}: ELMo's weights are floating-point numbers (an integer or "
+                "bool tensor would be cast to them silently)"
+            )
+
+
+def safetensors_dtypes(files: list[str]) -> dict[str, str]:
+    """Name -> dtype (safetensors' name: `F32`, `I64`, `BOOL`, ...) of every tensor in safetensors files, from their
+    headers (read after `safetensors_shapes`, which names a file it cannot read)."""
+    from safetensors import safe_open
+
+    dtypes = {}
+    for file in files:
+        with safe_open(file, framework="pt") as tensors:
+            dtypes.update((name, tensors.get_slice(name).get_dtype()) for name in tensors.keys())
+    return dtypes
+
+
 def _check_weights_before_loading(cls, path, kwargs):
     """Compares the model the configuration describes with the tensors on disk (their headers), before transformers
     allocates anything (`_check_weight_shapes`); with no path, with the tensors of `state_dict=`."""
@@ -106,6 +129,8 @@ def _check_weights_before_loading(cls, path, kwargs):
         if isinstance(config, PreTrainedConfig) and state_dict is not None:
             shapes = {name: tuple(tensor.shape) for name, tensor in state_dict.items()}
             _check_weight_shapes(cls, config, shapes, "from_pretrained(None, ...): state_dict")
+            dtypes = {name: str(tensor.dtype).removeprefix("torch.") for name, tensor in state_dict.items()}
+            _check_floating_point(dtypes, "from_pretrained(None, ...): state_dict")
         return
     hub = {key: kwargs[key] for key in _HUB_KEYS if key in kwargs}
     locate = partial(cached_file, path, _raise_exceptions_for_missing_entries=False, **hub)
@@ -131,6 +156,7 @@ def _check_weights_before_loading(cls, path, kwargs):
         config = config[0] if isinstance(config, tuple) else config
     where = f"{path}: the weights ({os.path.basename(files[0])})"
     _check_weight_shapes(cls, config, safetensors_shapes(files), where)
+    _check_floating_point(safetensors_dtypes(files), where)
 
 
 def _check_weight_shapes(cls, config, shapes: dict[str, tuple[int, ...]], where: str):
@@ -194,22 +220,9 @@ def load_tokenizer(load, pretrained_model_name_or_path, *args, **kwargs):
     folder."""
     hub = {key: kwargs[key] for key in _HUB_KEYS if key in kwargs}
     locate = partial(cached_file, pretrained_model_name_or_path, _raise_exceptions_for_missing_entries=False, **hub)
+    check_tokenizer_files(pretrained_model_name_or_path, locate)
     try:
         tokenizer = load(pretrained_model_name_or_path, *args, **kwargs)
-    except json.JSONDecodeError as error:
-        # transformers does not say which file: the first of those it reads that does not parse
-        for name in ("tokenizer_config.json", "special_tokens_map.json", "added_tokens.json"):
-            path = locate(name)
-            try:
-                if path is not None:
-                    json.loads(Path(path).read_text(encoding="utf-8"))
-            except (ValueError, OSError):
-                break
-        else:
-            name = "a JSON file"
-        where = f"line {error.lineno}, column {error.colno}"
-        message = f"{pretrained_model_name_or_path}: {name} is not valid JSON ({where}: {error.msg})"
-        raise ValueError(message) from None
     except ValueError as error:  # the tokenizer's checks of the values its files hold: name the folder
         if str(pretrained_model_name_or_path) in str(error):
             raise
@@ -217,6 +230,28 @@ def load_tokenizer(load, pretrained_model_name_or_path, *args, **kwargs):
     _check_tokenizer_class(pretrained_model_name_or_path, locate("tokenizer_config.json"))
     _check_tokenizer_matches_model(tokenizer, pretrained_model_name_or_path, locate(CONFIG_NAME))
     return tokenizer
+
+
+TOKENIZER_JSON_FILES = ("tokenizer_config.json", "special_tokens_map.json", "added_tokens.json")
+
+
+def check_tokenizer_files(source, locate):
+    """A `ValueError` naming the first of the tokenizer's JSON files (`locate(name)`: its path, or None where the
+    folder has none) that is not a JSON object: transformers reads them first, and says neither which file nor where
+    in it."""
+    for name in TOKENIZER_JSON_FILES:
+        path = locate(name)
+        if path is None:
+            continue
+        try:
+            values = json.loads(Path(path).read_text(encoding="utf-8"))
+        except json.JSONDecodeError as error:
+            where = f"line {error.lineno}, column {error.colno}"
+            raise ValueError(f"{source}: {name} is not valid JSON ({where}: {error.msg})") from None
+        except (OSError, UnicodeDecodeError) as error:
+            raise ValueError(f"{source}: cannot read {name} ({error})") from None
+        if not isinstance(values, dict):
+            raise ValueError(f"{source}: {name} holds a JSON {type(values).__name__}, expected an object")
 
 
 def _check_tokenizer_class(where, tokenizer_config_file):
@@ -357,6 +392,7 @@ __all__ = [
     "add_origin",
     "align_parameters",
     "check_finite_weights",
+    "check_tokenizer_files",
     "describe_source",
     "installed_hub_module",
     "load_model_folder",
@@ -364,6 +400,7 @@ __all__ = [
     "load_tokenizer",
     "name_pipeline",
     "note_new_head",
+    "safetensors_dtypes",
     "safetensors_shapes",
     "weights_follow_umask",
 ]

@@ -41,6 +41,12 @@ class ScalarMix(nn.Module):
         self.num_layers = num_layers
         self.initial_weights = [0.0] * num_layers if initial_weights is None else [float(w) for w in initial_weights]
         self.initial_gamma = float(initial_gamma)
+        largest = torch.finfo(torch.float32).max  # the parameters are float32: a larger value would become inf
+        if not all(abs(value) <= largest for value in [*self.initial_weights, self.initial_gamma]):
+            raise ValueError(
+                f"ScalarMix's initial weights and gamma must be finite float32 numbers (at most {largest:.4g} in "
+                f"magnitude), got weights {self.initial_weights} and gamma {self.initial_gamma}."
+            )
         self.do_layer_norm = do_layer_norm
         self.trainable = trainable
         self.scalar_parameters = nn.Parameter(torch.tensor(self.initial_weights), requires_grad=trainable)

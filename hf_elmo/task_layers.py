@@ -116,7 +116,9 @@ def _scanned_lstm(lstm: nn.LSTM, inputs: torch.Tensor, mask: torch.Tensor) -> to
     only: every row steps through every position, its state changing at its words only (as in `ElmoLstmLayer`)."""
     from torch._higher_order_ops.scan import scan  # PyTorch's, not public yet
 
-    words = mask.t()[..., None]  # (W, B, 1)
+    # Copies, not views: PyTorch's guards on the base of a scanned view fail with an AttributeError instead of naming
+    # a dimension specialized by the example.
+    words = mask.t()[..., None].clone(memory_format=torch.contiguous_format)  # (W, B, 1)
     for layer in range(lstm.num_layers):
         directions = []
         for suffix, reverse in (("", False), ("_reverse", True)):
@@ -124,6 +126,7 @@ def _scanned_lstm(lstm: nn.LSTM, inputs: torch.Tensor, mask: torch.Tensor) -> to
                 getattr(lstm, f"{name}_l{layer}{suffix}") for name in ("weight_ih", "bias_ih", "weight_hh", "bias_hh")
             )
             gate_inputs = F.linear(inputs, input_weight, input_bias).transpose(0, 1)
+            gate_inputs = gate_inputs.clone(memory_format=torch.contiguous_format)  # contiguous() keeps one row a view
             # Two tensors: an exported scan given one tensor as both carries computes wrong values.
             start = tuple(inputs.new_zeros(inputs.shape[0], lstm.hidden_size) for _ in range(2))
             outputs = scan(_lstm_step(state_weight, state_bias), start, (gate_inputs, words), reverse=reverse)[1]

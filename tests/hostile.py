@@ -27,6 +27,7 @@ from safetensors.torch import load_file, save_file
 
 from hf_elmo import ElmoConfig, ElmoForBiLM, ElmoTokenizer
 from hf_elmo.commands.cli import main as cli_main
+from hf_elmo.folder_files import record_cache_file
 from hf_elmo.training.collator import DataCollatorForBiLM
 from hf_elmo.training.streams import StreamWindowDataset
 from hf_elmo.training.word_table import WordTable, load_compact_bilm_dataset
@@ -182,7 +183,7 @@ def nan_accumulator(path):
 
 def windows_of_another_table(cache):
     """Each prepared windows file of `cache` rewritten as one window of a word index beyond any table, as the windows
-    of another word table (or a damaged file) would read."""
+    of another word table would read, with its record (a file that does not match its record is prepared again)."""
 
     def rewrite(root):
         import pyarrow as pa
@@ -191,6 +192,7 @@ def windows_of_another_table(cache):
         for path in sorted((root / cache).rglob("*.arrow")):
             with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_stream(sink, schema) as writer:
                 writer.write_batch(pa.record_batch([pa.array([[-1, 0, 10**6, 1, -1]], pa.list_(pa.int32()))], schema))
+            record_cache_file(path)
 
     return rewrite
 

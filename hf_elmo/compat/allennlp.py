@@ -38,6 +38,9 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_BATCH_SIZE = 64
 OUTPUT_FORMATS = ("all", "top", "average")
+MAX_OUTPUT_REPRESENTATIONS = 1000
+"""AllenNLP's models use one or two mixes; the limit refuses, before anything is built, a count whose outputs would not
+fit in memory."""
 
 _STATEFUL_NOTE = (
     "hf_elmo.compat.allennlp carries the LSTM state from call to call, as AllenNLP does: a sentence's vectors then "
@@ -187,6 +190,11 @@ class Elmo(nn.Module):
             or (num_output_representations < 1)
         ):
             raise ElmoInputError(f"num_output_representations must be an int >= 1, got {num_output_representations!r}")
+        if num_output_representations > MAX_OUTPUT_REPRESENTATIONS:
+            raise ElmoInputError(
+                f"num_output_representations is {num_output_representations:,}, more than the limit of "
+                f"{MAX_OUTPUT_REPRESENTATIONS:,} mixes (each call returns a (batch_size, timesteps, 2P) tensor per mix)"
+            )
         if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not 0 <= dropout <= 1:
             raise ElmoInputError(f"dropout must be a number in [0, 1], got {dropout!r}")
         if scalar_mix_parameters is not None and not all(

@@ -50,7 +50,7 @@ class Embedder:
         if (
             isinstance(output_layer, bool)
             or not isinstance(output_layer, (int, np.integer))
-            or not (-layers <= output_layer < layers)
+            or not (-2 <= output_layer < layers)
         ):
             raise ElmoInputError(
                 f"output_layer must be -1 (average), -2 (all layers) or a layer in [0, {layers - 1}], got "

@@ -13,10 +13,16 @@ Reloading a saved folder needs `trust_remote_code=True` because its pooling modu
 the installed hf_elmo (sentence-transformers imports classes outside its own package only when trusted).
 """
 
+from functools import partial
+
 import torch
 from sentence_transformers import SentenceTransformer
 from sentence_transformers.base.modules import Transformer
 from sentence_transformers.sentence_transformer.modules import Pooling
+from transformers.utils import cached_file
+
+from ..configuration_elmo import ElmoConfig
+from ..pretrained_elmo import check_tokenizer_files
 
 DEFAULT_MAX_SEQ_LENGTH = 512
 """Positions (words and the two boundaries) a sentence keeps; longer ones are cut, keeping `</S>`. ELMo itself has no
@@ -27,7 +33,8 @@ POOLING_MODES = ("mean", "max")
 
 class ElmoWordPooling(Pooling):
     """sentence-transformers' `Pooling` over the words only: each row's first position (`<S>`) and last unpadded one
-    (`</S>`) are left out of the mask it pools with. A sentence without words pools nothing (zeros for `mean`)."""
+    (`</S>`) are left out of the mask it pools with. A sentence without words pools its `<S>` and `</S>` positions,
+    as sentence-transformers pools BERT's `[CLS]` and `[SEP]` for an empty text: a finite vector in every mode."""
 
     def forward(self, features, **kwargs):
         mask = features["attention_mask"]
@@ -35,6 +42,7 @@ class ElmoWordPooling(Pooling):
         words[:, 0] = 0
         last = mask.sum(dim=1) - 1  # ElmoTokenizer pads on the right only
         words[torch.arange(len(mask), device=mask.device), last] = 0
+        words = torch.where(words.any(dim=1, keepdim=True), words, mask)
         pooled = super().forward({**features, "attention_mask": words}, **kwargs)
         return {**pooled, "attention_mask": mask}
 
@@ -50,6 +58,10 @@ def elmo_sentence_transformer(
         raise ValueError(
             f"max_seq_length must be an int of at least 3 positions (<S>, a word, </S>), got {max_seq_length!r}"
         )
+    # sentence-transformers reads these files through transformers, whose errors say neither which file nor where
+    locate = partial(cached_file, str(model_name_or_path), _raise_exceptions_for_missing_entries=False)
+    ElmoConfig.from_pretrained(str(model_name_or_path))
+    check_tokenizer_files(model_name_or_path, locate)
     transformer = Transformer(
         str(model_name_or_path), processor_kwargs={"model_max_length": max_seq_length}, model_kwargs=model_kwargs
     )

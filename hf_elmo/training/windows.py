@@ -16,15 +16,21 @@ a certainty), so both directions have `n + 1` targets per sentence and perplexit
 sentences were packed together.
 """
 
+import logging
 import os
+import shutil
 from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
 
 import numpy as np
 
 from ..character_rows import BOS_TOKEN, EOS_TOKEN
+from ..folder_files import cache_file_damage, cache_record_path, record_cache_file
 from ..io.files import read_lines
 from ..tokenization_elmo import ElmoTokenizer
 from .corpus import _check_split, _check_targets, check_text_files, split_line
+
+logger = logging.getLogger(__name__)
 
 IGNORE_INDEX = -100
 
@@ -148,6 +154,7 @@ def load_bilm_dataset(
             part = datasets.IterableDataset.from_generator(_text_rows, gen_kwargs=source)
         else:
             cache = None if cache_dir is None else os.fspath(cache_dir)
+            folder = _checked_generator_cache(source, cache)
             part = datasets.Dataset.from_generator(_text_rows, gen_kwargs=source, cache_dir=cache)
         options = {} if streaming else {"desc": f"Packing {os.path.basename(path)} into windows of {window}"}
         part = part.map(
@@ -160,11 +167,31 @@ def load_bilm_dataset(
             fn_kwargs={"tokenizer": tokenizer, "window": window, "split": split, "source": path},
             **options,
         )
+        if not streaming:  # what this call wrote: complete, renamed into place by `datasets`
+            for file in folder.glob("*.arrow"):
+                if not cache_record_path(file).exists():
+                    record_cache_file(file)
         parts.append(part)
     dataset = parts[0] if len(parts) == 1 else datasets.concatenate_datasets(parts)
     if not streaming and len(dataset) == 0:
         raise ValueError(f"The {role} files {files} hold no sentence.")
     return dataset.with_format("numpy")
+
+
+def _checked_generator_cache(source: dict, cache_dir: str | None) -> Path:
+    """The folder where `datasets` keeps the lines of `source` and the windows made of them (`Dataset.from_generator`
+    and `map`), removed when one of its Arrow files does not match its record (`cache_file_damage`: cut short, also at
+    a record batch's end, which `datasets` reads without complaint, changed, or never recorded), with a one-line
+    warning: `datasets` then prepares them again."""
+    from datasets.io.generator import GeneratorDatasetInputStream
+
+    folder = Path(GeneratorDatasetInputStream(_text_rows, cache_dir=cache_dir, gen_kwargs=source).builder.cache_dir)
+    for file in sorted(folder.glob("*.arrow")):
+        if (damage := cache_file_damage(file)) is not None:
+            logger.warning(f"{file}: a damaged windows cache ({damage}): prepared again from {source['path']}")
+            shutil.rmtree(folder)
+            break
+    return folder
 
 
 def _text_rows(path: str, stamp: tuple[int, int]) -> Iterator[dict]:

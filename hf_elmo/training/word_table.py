@@ -4,6 +4,7 @@
 import contextlib
 import hashlib
 import itertools
+import logging
 import os
 from collections.abc import Iterable, Sequence
 from functools import partial
@@ -13,11 +14,14 @@ import numpy as np
 import torch
 
 from ..character_rows import BOS_TOKEN, EOS_TOKEN
+from ..folder_files import cache_file_damage, record_cache_file, remove_cache_file
 from ..io.files import ElmoInputError, read_lines
 from ..tokenization_elmo import ElmoTokenizer
 from ..word_vocabulary import BOS_WORD_INDEX, EOS_WORD_INDEX
 from .corpus import _check_split, _check_targets, check_text_files, iter_sentences, split_line
 from .windows import IGNORE_INDEX, pack_sentences
+
+logger = logging.getLogger(__name__)
 
 WINDOWS_FORMAT = "hf-elmo compact windows 1"
 """Part of every cache key: a change of the stored layout must not read files written in the old one."""
@@ -176,8 +180,9 @@ def _compact_schema():
 
 @contextlib.contextmanager
 def _written_aside(target: Path):
-    """A path to write `target` at, renamed to it when the block ends without error: `target` is complete or absent,
-    and a failed write leaves no empty cache folder behind."""
+    """A path to write `target` at, renamed to it when the block ends without error, then its record (length and
+    digest, `record_cache_file`) written: `target` is complete or absent, a `target` without its record was cut short
+    after the rename, and a failed write leaves no empty cache folder behind."""
     created = [folder for folder in (target.parent, *target.parent.parents) if not folder.exists()]
     target.parent.mkdir(parents=True, exist_ok=True)
     aside = target.with_name(f".{target.name}.{os.getpid()}.partial")
@@ -185,6 +190,7 @@ def _written_aside(target: Path):
     try:
         yield aside
         os.replace(aside, target)
+        record_cache_file(target)
         written = True
     finally:
         aside.unlink(missing_ok=True)
@@ -274,9 +280,11 @@ def load_compact_bilm_dataset(
 
     Each text file is prepared once into an Arrow file of the cache (`cache_dir`, default the `datasets` cache), keyed
     by the file's path, size and modification time, the window, the split and the table; the files are then
-    memory-mapped, so preparing and training take memory independent of the corpus's size. Files not prepared yet
-    are prepared by `processes` processes (default: one per core): one file each when there are as many files, else
-    sharing each file's blocks of lines.
+    memory-mapped, so preparing and training take memory independent of the corpus's size. Each file's length and
+    SHA-256 are recorded beside it once it is complete and checked before it is read: a file cut short, changed or
+    without its record is named in one line (a warning) and prepared again. Files not prepared yet are prepared by
+    `processes` processes (default: one per core): one file each when there are as many files, else sharing each
+    file's blocks of lines.
     """
     import datasets
     from datasets.fingerprint import Hasher
@@ -298,7 +306,14 @@ def load_compact_bilm_dataset(
         source = (os.path.abspath(path), info.st_size, info.st_mtime_ns)
         key = Hasher.hash((WINDOWS_FORMAT, source, window, split, splitter, table.digest))
         targets.append(folder / f"{key}.arrow")
-    missing = [(path, target) for path, target in zip(files, targets) if not target.is_file()]
+    missing = []
+    for path, target in zip(files, targets):
+        if not target.is_file():
+            missing.append((path, target))
+        elif (damage := cache_file_damage(target)) is not None:
+            logger.warning(f"{target}: a damaged windows cache ({damage}): prepared again from {path}")
+            remove_cache_file(target)
+            missing.append((path, target))
     processes = (os.cpu_count() or 1) if processes is None else processes
     write = partial(_write_compact_file, table=table, window=window, split=split, tokenizer=tokenizer)
     if 1 < processes <= len(missing):

@@ -413,8 +413,9 @@ def test_exp_is_float32_exp_over_the_whole_range():
 
 def test_built_once_into_the_cache_and_reused(fresh_library, tmp_path):
     requires_library()
-    built = list((tmp_path / "cache" / "kernels").iterdir())
-    assert [p.suffix for p in built] == [".so"]  # the library alone: no source or partial file left beside it
+    built = sorted((tmp_path / "cache" / "kernels").iterdir())
+    # The library and its record alone: no source or partial file left beside it.
+    assert [p.name for p in built] == [built[0].name, f"{built[0].name}.record.json"] and built[0].suffix == ".so"
     cpu_kernels._library.cache_clear()
     modified = built[0].stat().st_mtime_ns
     assert cpu_kernels.available(torch.zeros(1))

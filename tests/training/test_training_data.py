@@ -13,6 +13,7 @@ from transformers import AutoTokenizer
 
 from hf_elmo import ElmoTokenizer
 from hf_elmo.character_rows import words_to_char_ids
+from hf_elmo.folder_files import cache_record_path
 from hf_elmo.training.collator import DataCollatorForBiLM
 from hf_elmo.training.corpus import build_word_vocabulary, iter_sentences
 from hf_elmo.training.windows import encode_windows, load_bilm_dataset, pack_sentences, window_arrays
@@ -368,7 +369,8 @@ def test_compact_windows_take_a_few_bytes_a_position_and_are_prepared_once(tmp_p
     positions = sum(len(row["positions"]) - 2 for row in dataset)
     stored = sorted(cache.rglob("*.arrow"))
     assert len(stored) == 2 and sum(p.stat().st_size for p in stored) <= 8 * positions
-    assert sorted(p for p in cache.rglob("*") if p.is_file()) == stored  # nothing half-written left
+    records = [cache_record_path(p) for p in stored]  # each file's length and digest, written after it
+    assert sorted(p for p in cache.rglob("*") if p.is_file()) == sorted(stored + records)  # nothing half-written left
     times = {p: p.stat().st_mtime_ns for p in stored}
     load_compact_bilm_dataset(files, table, tokenizer, cache_dir=cache)
     assert {p: p.stat().st_mtime_ns for p in sorted(cache.rglob("*.arrow"))} == times

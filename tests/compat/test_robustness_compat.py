@@ -1,0 +1,61 @@
+"""Sizes and values the compatibility APIs refuse before building anything: too many mixes, mix weights beyond
+float32, an output layer that does not exist."""
+
+import re
+
+import pytest
+import torch
+from conftest import FIXTURES
+from test_robustness_model import one_line
+
+import hf_elmo.compat.allennlp as compat_allennlp
+from hf_elmo.compat.elmoformanylangs import Embedder
+from hf_elmo.io.files import ElmoInputError
+
+OPTIONS, WEIGHTS = FIXTURES / "allennlp" / "options.json", FIXTURES / "allennlp" / "lm_weights.hdf5"
+
+# --- the compatibility APIs ------------------------------------------------------------------------------------------
+
+
+def test_allennlp_elmo_refuses_a_million_mixes_before_loading_the_model(monkeypatch):
+    def not_before_the_check(*args):
+        raise AssertionError("the model was loaded before num_output_representations was checked")
+
+    monkeypatch.setattr(compat_allennlp, "load_elmo", not_before_the_check)
+    with pytest.raises(ElmoInputError) as error:
+        compat_allennlp.Elmo(OPTIONS, WEIGHTS, num_output_representations=10**6)
+    assert one_line(error) == (
+        "num_output_representations is 1,000,000, more than the limit of 1,000 mixes (each call returns a "
+        "(batch_size, timesteps, 2P) tensor per mix)"
+    )
+
+
+@pytest.mark.parametrize("weights", [[1e39, 0, 0], [0, -1e39, 0], [3.5e38, 0, 0]])
+def test_allennlp_elmo_refuses_mix_weights_that_are_not_float32_numbers(weights):
+    with pytest.raises(ElmoInputError) as error:
+        compat_allennlp.Elmo(OPTIONS, WEIGHTS, 1, scalar_mix_parameters=weights)
+    assert re.search(r"scalar_mix_parameters: .*must be finite float32 numbers \(at most 3\.403e\+38", one_line(error))
+
+
+def test_allennlp_elmo_mixes_with_the_largest_float32_weight():
+    """3e38 is a float32 number: the mix puts all its weight on layer 0, the character CNN's `[x | x]`."""
+    elmo = compat_allennlp.Elmo(OPTIONS, WEIGHTS, 1, dropout=0.0, scalar_mix_parameters=[3e38, 0, 0], stateful=False)
+    ids = compat_allennlp.batch_to_ids([["The", "cat", "sat", "."], ["Hi"]])
+    with torch.no_grad():
+        out = elmo(ids)
+        layers, _ = elmo._elmo_lstm(ids)
+    (mixed,) = out["elmo_representations"]
+    expected = compat_allennlp._without_boundaries(layers[0], out["mask"])
+    assert torch.isfinite(mixed).all()
+    torch.testing.assert_close(mixed, expected, rtol=0, atol=0)
+
+
+def test_sents2elmo_refuses_an_output_layer_below_minus_two(converted_dirs):
+    embedder = Embedder(converted_dirs["allennlp"])
+    layers = embedder.model.config.num_layers + 1
+    for output_layer in (-3, -layers, layers):
+        with pytest.raises(ElmoInputError) as error:
+            embedder.sents2elmo([["The", "cat"]], output_layer=output_layer)
+        assert one_line(error) == (
+            f"output_layer must be -1 (average), -2 (all layers) or a layer in [0, {layers - 1}], got {output_layer}"
+        )
