@@ -150,7 +150,8 @@ CASES = {
     # tests/training/test_training_data.py) ---
     "train: --config naming neither a preset nor a file": Case(
         TRAIN.replace("--config B", "--config huge"),
-        r"--config 'huge' is neither a preset \(tiny, small, medium, original\) nor an existing file or folder\.$",
+        r"--config 'huge' is neither a preset \(tiny, small, medium, original, seqvec, seqvec-tiny\) nor an "
+        r"existing file or folder\.$",
     ),
     # --- compact training data and its guard-rails ---
     "train: a pattern of shards that matches no file": Case(
