@@ -1,0 +1,62 @@
+"""A transformers (BERT) user's habits with the model and tokenizer APIs: each works as it does for BERT, or gets one
+line saying what to do instead."""
+
+import pytest
+import torch
+from datasets import Dataset
+from transformers import Trainer, TrainingArguments
+
+from hf_elmo import ElmoConfig, ElmoForSequenceClassification, ElmoTokenizer
+from hf_elmo.data_elmo import DataCollatorForElmo
+
+TINY = dict(char_embedding_dim=4, filters=[[1, 4], [2, 4]], n_highway=1, cell_dim=8, projection_dim=4, num_layers=1)
+TEXTS = ["the cat sat", "a dog", "birds fly high up", "no", "fish swim", "the end"]
+CLASSES = [0, 1, 2, 1, 0, 2]
+
+
+# --- Trainer with a dataset's `label` column -------------------------------------------------------------------------
+
+
+def trained_on_column(label_column: str, tmp_path) -> dict[str, torch.Tensor]:
+    """The weights of a sentence classifier after two `Trainer` steps on `TEXTS` with the classes in `label_column`."""
+    tokenizer = ElmoTokenizer()
+    dataset = Dataset.from_dict({"text": TEXTS, label_column: CLASSES})
+    dataset = dataset.map(lambda rows: tokenizer(rows["text"]), batched=True, remove_columns=["text"])
+    torch.manual_seed(0)
+    model = ElmoForSequenceClassification(ElmoConfig(**TINY, num_labels=3, dropout=0.0, freeze_elmo=False))
+    args = TrainingArguments(
+        output_dir=str(tmp_path / label_column),
+        max_steps=2,
+        per_device_train_batch_size=3,
+        learning_rate=0.1,
+        report_to="none",
+        save_strategy="no",
+        use_cpu=True,
+        seed=1,
+    )
+    collator = DataCollatorForElmo(tokenizer)
+    Trainer(model=model, args=args, train_dataset=dataset, data_collator=collator).train()
+    return model.state_dict()
+
+
+@pytest.mark.parametrize("label_column", ["label", "label_ids"])
+def test_trainer_takes_a_label_column_as_labels_as_data_collator_with_padding_does(label_column, tmp_path):
+    with_labels = trained_on_column("labels", tmp_path)
+    with_column = trained_on_column(label_column, tmp_path)
+    torch.manual_seed(0)
+    start = ElmoForSequenceClassification(ElmoConfig(**TINY, num_labels=3)).state_dict()
+    assert not torch.equal(with_labels["classifier.weight"], start["classifier.weight"])  # the loss was used
+    for name, value in with_labels.items():
+        assert torch.equal(with_column[name], value), name
+
+
+def test_the_collator_renames_label_and_pads_as_with_labels():
+    tokenizer = ElmoTokenizer()
+    features = [dict(tokenizer(text), label=label) for text, label in zip(TEXTS[:3], CLASSES[:3])]
+    batch = DataCollatorForElmo(tokenizer)(features)
+    assert "label" not in batch and torch.equal(batch["labels"], torch.tensor(CLASSES[:3]))
+    renamed = [dict(tokenizer(text), labels=label) for text, label in zip(TEXTS[:3], CLASSES[:3])]
+    expected = DataCollatorForElmo(tokenizer)(renamed)
+    assert batch.keys() == expected.keys()
+    for key, value in expected.items():
+        assert torch.equal(batch[key], value), key
