@@ -49,7 +49,7 @@ from .character_rows import (
     word_ids_from_rows,
 )
 from .folder_files import write_atomically
-from .pre_tokenizer import build_pre_tokenizer, collect_sentences, split_words
+from .pre_tokenizer import build_pre_tokenizer, collect_sentences, split_batch_of_pairs, split_words
 from .pretrained_elmo import load_tokenizer
 from .word_vocabulary import WORD_VOCABULARY_FILE, WordVocabulary, read_word_vocabulary, write_word_vocabulary
 
@@ -89,7 +89,8 @@ class ElmoTokenizer(PreTrainedTokenizer):
     `max_characters_per_token` (default 50, the released models' width) sets the slots of every row: a word keeps
     its first `max_characters_per_token - 2` UTF-8 bytes (bilm-tf's own tests train with 10).
 
-    Sentence pairs (`tok(premise, hypothesis)`, `tok(text=..., text_pair=...)`, single or batched, raw or pre-split)
+    Sentence pairs (`tok(premise, hypothesis)`, `tok(text=..., text_pair=...)`, single or batched, raw or pre-split,
+    or as BERT's batch of pairs `tok([(premise, hypothesis), ...])`, pre-split a tuple of two word lists)
     follow ELMo, not BERT: each side is a sentence of its own, with its own `<S>`/`</S>` and padding and no separator.
     The first sides give `input_ids`, `attention_mask`, the second `pair_input_ids`, `pair_attention_mask` (and
     `pair_input_word_ids`), with their word indices from `pair_word_ids()`; `pad` pads each side on its own. Nothing is
@@ -369,6 +370,8 @@ class ElmoTokenizer(PreTrainedTokenizer):
         **kwargs,
     ) -> ElmoBatchEncoding:
         """Encode one sentence or a batch, all words of the batch at once; see the class docstring for the shapes."""
+        if text_pair is None and (pairs := split_batch_of_pairs(text, is_split_into_words)) is not None:
+            text, text_pair = pairs
         if text_pair is not None:
             unshared = ("self", "text", "text_pair", "kwargs")
             options = {key: value for key, value in locals().items() if key not in unshared}

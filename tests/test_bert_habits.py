@@ -60,3 +60,53 @@ def test_the_collator_renames_label_and_pads_as_with_labels():
     assert batch.keys() == expected.keys()
     for key, value in expected.items():
         assert torch.equal(batch[key], value), key
+
+
+# --- a batch of pairs given as tuples -----------------------------------------------------------------------------
+
+
+def same_encoding(got, expected):
+    assert got.keys() == expected.keys()
+    for key, value in expected.items():
+        if isinstance(value, torch.Tensor):
+            assert torch.equal(got[key], value), key
+        else:  # unpadded: ragged lists
+            assert got[key] == value, key
+
+
+@pytest.mark.parametrize("options", [{}, dict(padding=True, return_tensors="pt")])
+def test_a_batch_of_pairs_as_tuples_is_the_batch_of_text_and_text_pair(options):
+    tokenizer = ElmoTokenizer()
+    got = tokenizer([("a b", "c"), ("d", "e f")], **options)
+    expected = tokenizer(["a b", "d"], ["c", "e f"], **options)
+    assert "pair_input_ids" in expected
+    same_encoding(got, expected)
+    assert [got.pair_word_ids(i) for i in range(2)] == [expected.pair_word_ids(i) for i in range(2)]
+
+
+def test_a_pre_split_batch_of_pairs_is_tuples_of_word_lists_and_a_tuple_of_words_stays_a_sentence():
+    tokenizer = ElmoTokenizer()
+    got = tokenizer([(["a", "b"], ["c"]), (["d"], ["e", "f"])], is_split_into_words=True, padding=True)
+    expected = tokenizer([["a", "b"], ["d"]], [["c"], ["e", "f"]], is_split_into_words=True, padding=True)
+    same_encoding(got, expected)
+    words = tokenizer([("a", "b"), ("c", "d")], is_split_into_words=True, padding=True)
+    assert "pair_input_ids" not in words and tokenizer.batch_decode(words["input_ids"], skip_special_tokens=True) == [
+        "a b",
+        "c d",
+    ]
+
+
+@pytest.mark.parametrize(
+    "batch, message",
+    [
+        ([("a b", "c"), "d"], r"^Item 0 of the batch is a pair \(text, text_pair\) but item 1 is not \('d'\)"),
+        ([("a", "b", "c")], r"^Item 0 of the batch is a tuple of 3: .* a batch of pairs is tuples \(text, text_pair\)"),
+        # BERT's tokenizers take a list of two texts as a pair; here it is a sentence's words missing
+        # is_split_into_words=True
+        ([["The", "cat"]], r"^Item 0 of the batch is a list of 2: for pre-split words pass is_split_into_words=True"),
+    ],
+)
+def test_a_batch_mixing_pairs_and_texts_is_refused_in_one_line(batch, message):
+    with pytest.raises(ValueError, match=message) as refused:
+        ElmoTokenizer()(batch)
+    assert "\n" not in str(refused.value)
