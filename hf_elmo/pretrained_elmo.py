@@ -65,10 +65,34 @@ def describe_source(name_or_path) -> str:
 
 
 def note_new_head(model, name_or_path, saved_architectures):
-    """Records a task head loaded from the folder of another class (`from_pretrained`): its biLM came from there."""
+    """Records a task head loaded from the folder of another class (`from_pretrained`): its biLM came from there, and
+    until its parameters change its head is fresh values (`untrained_head`)."""
     model_class = type(model).__name__
     if model.has_classifier and name_or_path is not None and model_class not in (saved_architectures or []):
         add_origin(model.config, f"`{model_class}` head put on the biLM of {describe_source(name_or_path)}.")
+        saved = [name for name in saved_architectures or [] if name in MODEL_CLASSES] or ["a biLM"]
+        their_tasks = sorted({MODEL_CLASSES[name].pipeline_task for name in saved if name in MODEL_CLASSES})
+        model.fresh_head = (
+            f"{name_or_path} holds {' and '.join(saved)} (config.json architectures), not {model_class}: its "
+            f"{model_class} head is untrained; train it first (e.g. with Trainer), or use the folder's own task "
+            f"({', '.join(their_tasks) or 'feature-extraction'})",
+            _head_versions(model),
+        )
+
+
+def _head_versions(model) -> dict[str, int]:
+    # A parameter's version counter grows with every in-place change (an optimizer step, a copied state dict).
+    prefix = f"{model.base_model_prefix}."
+    return {name: p._version for name, p in model.named_parameters() if not name.startswith(prefix)}
+
+
+def untrained_head(model) -> str | None:
+    """Why a task pipeline must not run `model`, in one line: a head loaded from the folder of another class
+    (`note_new_head`) whose parameters have not changed since; None otherwise."""
+    fresh = getattr(model, "fresh_head", None)
+    if fresh is None or _head_versions(model) != fresh[1]:
+        return None
+    return fresh[0]
 
 
 def installed_hub_module():
@@ -365,6 +389,7 @@ __all__ = [
     "name_pipeline",
     "note_new_head",
     "safetensors_shapes",
+    "untrained_head",
     "weights_follow_umask",
 ]
 

@@ -4,9 +4,15 @@ line saying what to do instead."""
 import pytest
 import torch
 from datasets import Dataset
-from transformers import Trainer, TrainingArguments
+from transformers import Trainer, TrainingArguments, pipeline
 
-from hf_elmo import ElmoConfig, ElmoForSequenceClassification, ElmoTokenizer
+from hf_elmo import (
+    ElmoConfig,
+    ElmoForQuestionAnswering,
+    ElmoForSequenceClassification,
+    ElmoForTokenClassification,
+    ElmoTokenizer,
+)
 from hf_elmo.data_elmo import DataCollatorForElmo
 
 TINY = dict(char_embedding_dim=4, filters=[[1, 4], [2, 4]], n_highway=1, cell_dim=8, projection_dim=4, num_layers=1)
@@ -110,3 +116,43 @@ def test_a_batch_mixing_pairs_and_texts_is_refused_in_one_line(batch, message):
     with pytest.raises(ValueError, match=message) as refused:
         ElmoTokenizer()(batch)
     assert "\n" not in str(refused.value)
+
+
+# --- a task pipeline given a folder saved from another class ------------------------------------------------------
+
+
+@pytest.fixture
+def tagger_folder(tmp_path):
+    folder = tmp_path / "tagger"
+    ElmoForTokenClassification(ElmoConfig(**TINY, num_labels=3)).save_pretrained(folder)
+    ElmoTokenizer().save_pretrained(folder)
+    return folder
+
+
+def test_the_question_answering_pipeline_refuses_a_tagger_folder_in_one_line_as_it_refuses_a_tagger(tagger_folder):
+    with pytest.raises(ValueError, match="needs an ElmoForQuestionAnswering model") as as_object:
+        tagger = ElmoForTokenClassification.from_pretrained(tagger_folder)
+        pipeline("question-answering", model=tagger, tokenizer=ElmoTokenizer())
+    with pytest.raises(ValueError) as as_folder:
+        pipeline("question-answering", model=str(tagger_folder))
+    message = str(as_folder.value)
+    assert message.startswith(f"{tagger_folder} holds ElmoForTokenClassification (config.json architectures), not ")
+    assert "ElmoForQuestionAnswering head is untrained" in message and "(token-classification)" in message
+    assert "\n" not in message and "\n" not in str(as_object.value)
+
+
+def test_a_head_put_on_another_folder_runs_in_its_pipeline_once_trained(tagger_folder):
+    model = ElmoForQuestionAnswering.from_pretrained(tagger_folder)
+    tokenizer = ElmoTokenizer.from_pretrained(tagger_folder)
+    with pytest.raises(ValueError, match="head is untrained"):
+        pipeline("question-answering", model=model, tokenizer=tokenizer)
+    batch = tokenizer(["Who sat?"], ["The cat sat."], return_tensors="pt")
+    loss = model(**batch, start_positions=torch.tensor([1]), end_positions=torch.tensor([2])).loss
+    loss.backward()
+    torch.optim.SGD(model.parameters(), lr=0.1).step()
+    answer = pipeline("question-answering", model=model, tokenizer=tokenizer)(
+        question="Who sat?", context="The cat sat."
+    )
+    assert answer["answer"] in "The cat sat."
+    tagger = ElmoForTokenClassification.from_pretrained(tagger_folder)  # the folder's own head
+    assert pipeline("token-classification", model=tagger, tokenizer=tokenizer)("The cat sat.") is not None
