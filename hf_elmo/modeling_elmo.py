@@ -50,6 +50,7 @@ from .task_layers import (
     sequence_classification_loss,
     word_mask,
 )
+from .tokenization_elmo import ElmoTokenizer
 
 ElmoState = tuple[torch.Tensor, torch.Tensor]
 """`(hidden (num_layers, B, 2P), memory (num_layers, B, 2D))`, each `[forward | backward]` on its last axis."""
@@ -269,6 +270,7 @@ class ElmoPreTrainedModel(ElmoPreTrainedMixin, PreTrainedModel):
     # The word softmax of a pre-training checkpoint (other heads leave it out), a warm state with `warm_state=False`.
     _keys_to_ignore_on_load_unexpected = [r"^softmax\.", r"warm_(hidden|memory)$"]
     has_classifier = False
+    tokenizer_class = ElmoTokenizer  # saved with the model (`model_io.write_tokenizer`)
 
     @torch.no_grad()
     def _init_weights(self, module: nn.Module):

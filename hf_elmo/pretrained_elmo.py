@@ -343,6 +343,21 @@ def name_pipeline(model, save_directory):
     write_atomically(config_file, json.dumps(values, indent=2, sort_keys=True) + "\n")
 
 
+TOKENIZER_CONFIG = "tokenizer_config.json"
+
+
+def write_tokenizer(model, save_directory):
+    """Saves the tokenizer of a model that reads UTF-8 bytes (`model.tokenizer_class`, with the model's
+    `max_characters_per_token`) into `save_directory` unless it holds a tokenizer already, so that every model folder
+    loads with `AutoTokenizer` (with `trust_remote_code=True` where hf_elmo is not installed: the tokenizer's code goes
+    with the model's). A model reading a character vocabulary (`config.char_vocabulary`) gets none: its vocabulary
+    lives in the tokenizer, and `AutoTokenizer` on a folder without it says so."""
+    if model.config.char_vocabulary or (Path(save_directory) / TOKENIZER_CONFIG).exists():
+        return
+    tokenizer = model.tokenizer_class(max_characters_per_token=model.config.max_characters_per_token)
+    tokenizer.save_pretrained(save_directory)
+
+
 def weights_follow_umask(save_directory):
     """Gives the weight files `save_pretrained` wrote into `save_directory` the permissions of any new file, as its
     other files have (safetensors creates them 0600)."""
@@ -391,6 +406,7 @@ __all__ = [
     "safetensors_shapes",
     "untrained_head",
     "weights_follow_umask",
+    "write_tokenizer",
 ]
 
 
@@ -405,12 +421,14 @@ class ElmoPreTrainedMixin:
         return load_pretrained(super().from_pretrained, cls, pretrained_model_name_or_path, *model_args, **kwargs)
 
     def save_pretrained(self, save_directory, *args, **kwargs):
-        """`PreTrainedModel.save_pretrained`, plus the pipeline of a tagger in `config.json` (`name_pipeline`) and,
-        where hf_elmo is installed, the model card as `README.md` (`hub_elmo.write_model_card`)."""
+        """`PreTrainedModel.save_pretrained`, plus the pipeline of a tagger in `config.json` (`name_pipeline`), the
+        tokenizer that reads characters as the model does unless the folder has one (`write_tokenizer`) and, where
+        hf_elmo is installed, the model card as `README.md` (`hub_elmo.write_model_card`)."""
         super().save_pretrained(save_directory, *args, **kwargs)
         if kwargs.get("is_main_process", True):
             weights_follow_umask(save_directory)
             name_pipeline(self, save_directory)
+            write_tokenizer(self, save_directory)
             hub = installed_hub_module()
             if hub is not None:
                 hub.write_model_card(self, save_directory)

@@ -114,6 +114,8 @@ class ElmoTokenizer(PreTrainedTokenizer):
         "word_vocab_file": WORD_VOCABULARY_FILE,
     }
     model_input_names = ["input_ids", "attention_mask"]
+    # Saved with its code and `auto_map` also where it is the remote code of a folder (a model saves its tokenizer).
+    _auto_class = "AutoTokenizer"
 
     def __init__(
         self,

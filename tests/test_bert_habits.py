@@ -1,16 +1,22 @@
 """A transformers (BERT) user's habits with the model and tokenizer APIs: each works as it does for BERT, or gets one
 line saying what to do instead."""
 
+import json
+import textwrap
+
 import pytest
 import torch
+from conftest import run_without_hf_elmo
 from datasets import Dataset
-from transformers import Trainer, TrainingArguments, pipeline
+from fake_hub import FakeHub
+from transformers import AutoTokenizer, Trainer, TrainingArguments, pipeline
 
 from hf_elmo import (
     ElmoConfig,
     ElmoForQuestionAnswering,
     ElmoForSequenceClassification,
     ElmoForTokenClassification,
+    ElmoModel,
     ElmoTokenizer,
 )
 from hf_elmo.data_elmo import DataCollatorForElmo
@@ -156,3 +162,77 @@ def test_a_head_put_on_another_folder_runs_in_its_pipeline_once_trained(tagger_f
     assert answer["answer"] in "The cat sat."
     tagger = ElmoForTokenClassification.from_pretrained(tagger_folder)  # the folder's own head
     assert pipeline("token-classification", model=tagger, tokenizer=tokenizer)("The cat sat.") is not None
+
+
+# --- a model folder, saved or pushed, carries its tokenizer ----------------------------------------------------------
+
+WORDS = [["The", "cat", "sat", "."], ["Über", "naïve"]]
+ENCODE_WITHOUT_THE_PACKAGE = """
+    import json, sys
+    from transformers import AutoTokenizer
+    tokenizer = AutoTokenizer.from_pretrained(sys.argv[1], trust_remote_code=True)
+    assert type(tokenizer).__module__.startswith("transformers_modules"), type(tokenizer).__module__
+    batch = tokenizer({words!r}, is_split_into_words=True, padding=True)
+    json.dump({{key: batch[key] for key in ("input_ids", "attention_mask")}}, open("encoded.json", "w"))
+"""
+
+
+def encoded_without_the_package(name_or_path, tmp_path, **env) -> dict:
+    script = ENCODE_WITHOUT_THE_PACKAGE.format(words=WORDS)
+    run_without_hf_elmo(
+        f"import sys; sys.argv[1:] = [{str(name_or_path)!r}]\n" + textwrap.dedent(script), tmp_path, **env
+    )
+    return json.loads((tmp_path / "encoded.json").read_text())
+
+
+def expected_encoding(**tokenizer_options) -> dict:
+    batch = ElmoTokenizer(**tokenizer_options)(WORDS, is_split_into_words=True, padding=True)
+    return {key: batch[key] for key in ("input_ids", "attention_mask")}
+
+
+@pytest.mark.parametrize("max_characters_per_token", [50, 10])
+def test_a_saved_model_folder_loads_with_auto_tokenizer_with_and_without_the_package(
+    max_characters_per_token, tmp_path
+):
+    folder = tmp_path / "model"
+    config = ElmoConfig(**TINY, num_labels=3, max_characters_per_token=max_characters_per_token)
+    ElmoForSequenceClassification(config).save_pretrained(folder)
+    tokenizer_config = json.loads((folder / "tokenizer_config.json").read_text())
+    assert tokenizer_config["auto_map"]["AutoTokenizer"][0] == "tokenization_elmo.ElmoTokenizer"
+    expected = expected_encoding(max_characters_per_token=max_characters_per_token)
+    assert len(expected["input_ids"][0][0]) == max_characters_per_token
+    installed = AutoTokenizer.from_pretrained(folder)
+    batch = installed(WORDS, is_split_into_words=True, padding=True)
+    assert {key: batch[key] for key in expected} == expected
+    assert encoded_without_the_package(folder, tmp_path) == expected
+
+
+def test_a_model_saved_into_a_folder_with_a_tokenizer_leaves_it_as_it_is(tmp_path):
+    tokenizer = ElmoTokenizer(max_characters_per_token=10, model_max_length=7)
+    tokenizer.save_pretrained(tmp_path)
+    before = (tmp_path / "tokenizer_config.json").read_text()
+    ElmoModel(ElmoConfig(**TINY)).save_pretrained(tmp_path)
+    assert (tmp_path / "tokenizer_config.json").read_text() == before
+    assert AutoTokenizer.from_pretrained(tmp_path).model_max_length == 7
+
+
+def test_a_model_of_a_character_vocabulary_saves_no_tokenizer_and_auto_tokenizer_says_what_is_missing(tmp_path):
+    config = ElmoConfig(**TINY, char_vocabulary=True, n_characters=20)
+    ElmoModel(config).save_pretrained(tmp_path)
+    assert not (tmp_path / "tokenizer_config.json").exists()
+    with pytest.raises(ValueError, match="the tokenizer files lack char_vocab.json but the model reads a character"):
+        AutoTokenizer.from_pretrained(tmp_path)
+
+
+def test_push_to_hub_uploads_the_tokenizer_and_keeps_one_pushed_before(tmp_path, monkeypatch):
+    hub = FakeHub(tmp_path / "hub-cache").install(monkeypatch)
+    ElmoForSequenceClassification(ElmoConfig(**TINY, num_labels=3)).push_to_hub("org/elmo-classifier")
+    snapshot = hub.snapshot("org/elmo-classifier")
+    assert {"tokenizer_config.json", "tokenization_elmo.py", "pre_tokenizer.py"} <= {p.name for p in snapshot.iterdir()}
+    cache = dict(HF_HUB_OFFLINE="1", HF_HUB_CACHE=str(tmp_path / "hub-cache"))
+    assert encoded_without_the_package("org/elmo-classifier", tmp_path, **cache) == expected_encoding()
+
+    ElmoTokenizer(model_max_length=7).push_to_hub("org/elmo-tagged")
+    pushed = (hub.snapshot("org/elmo-tagged") / "tokenizer_config.json").read_text()
+    ElmoModel(ElmoConfig(**TINY)).push_to_hub("org/elmo-tagged")
+    assert (hub.snapshot("org/elmo-tagged") / "tokenizer_config.json").read_text() == pushed
