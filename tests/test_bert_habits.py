@@ -10,6 +10,7 @@ from conftest import run_without_hf_elmo
 from datasets import Dataset
 from fake_hub import FakeHub
 from transformers import AutoTokenizer, Trainer, TrainingArguments, pipeline
+from transformers.modeling_layers import GradientCheckpointingLayer
 
 from hf_elmo import (
     ElmoConfig,
@@ -20,6 +21,7 @@ from hf_elmo import (
     ElmoTokenizer,
 )
 from hf_elmo.data_elmo import DataCollatorForElmo
+from hf_elmo.modeling_elmo import ElmoBiLstm, ElmoCharacterEncoder
 
 TINY = dict(char_embedding_dim=4, filters=[[1, 4], [2, 4]], n_highway=1, cell_dim=8, projection_dim=4, num_layers=1)
 TEXTS = ["the cat sat", "a dog", "birds fly high up", "no", "fish swim", "the end"]
@@ -236,3 +238,32 @@ def test_push_to_hub_uploads_the_tokenizer_and_keeps_one_pushed_before(tmp_path,
     pushed = (hub.snapshot("org/elmo-tagged") / "tokenizer_config.json").read_text()
     ElmoModel(ElmoConfig(**TINY)).push_to_hub("org/elmo-tagged")
     assert (hub.snapshot("org/elmo-tagged") / "tokenizer_config.json").read_text() == pushed
+
+
+# --- gradient checkpointing through transformers' GradientCheckpointingLayer ------------------------------------------
+
+
+@pytest.mark.parametrize("lstm_path", ["reference", "sorted"])
+def test_gradient_checkpointing_runs_through_gradient_checkpointing_layers(lstm_path, monkeypatch):
+    config = ElmoConfig(**TINY, num_labels=3, freeze_elmo=False, paths={"lstm": lstm_path})
+    model = ElmoForTokenClassification(config).train()
+    layers = [m for m in model.modules() if isinstance(m, GradientCheckpointingLayer)]
+    assert {type(m) for m in layers} == {ElmoCharacterEncoder, ElmoBiLstm}
+    runs = []
+    model.elmo.char_encoder.char_embedding.register_forward_hook(lambda *_: runs.append("characters"))
+    directions_forward = ElmoBiLstm.directions_forward
+    monkeypatch.setattr(
+        ElmoBiLstm, "directions_forward", lambda self, *args: runs.append("biLSTM") or directions_forward(self, *args)
+    )
+    batch = ElmoTokenizer()([["The", "cat"], ["Hi"]], is_split_into_words=True, padding=True, return_tensors="pt")
+    labels = torch.tensor([[-100, 1, 2, -100], [-100, 0, -100, -100]])
+    model(**batch, labels=labels).loss.backward()
+    plain = {part: runs.count(part) for part in ("biLSTM", "characters")}
+    assert plain["biLSTM"] == 1 and plain["characters"] >= 1
+    model.activation_checkpointing_enable()
+    assert all(layer.gradient_checkpointing for layer in layers)
+    runs.clear()
+    model(**batch, labels=labels).loss.backward()
+    assert {part: runs.count(part) for part in plain} == {part: 2 * n for part, n in plain.items()}  # again backward
+    model.activation_checkpointing_disable()
+    assert not any(layer.gradient_checkpointing for layer in layers)
