@@ -457,5 +457,6 @@ class ElmoPreTrainedMixin:
         # `ElmoCharacterEmbedding`): every character read as another.
         raise NotImplementedError(
             f"{type(self).__name__} has no token embeddings to resize: it reads every word by its characters, whose "
-            "ids the tokenizer fixes (ElmoTokenizer adds no tokens)."
+            "ids the tokenizer fixes; tokens added to ElmoTokenizer are read by their characters too, so leave "
+            "resize_token_embeddings out."
         )

@@ -267,3 +267,66 @@ def test_gradient_checkpointing_runs_through_gradient_checkpointing_layers(lstm_
     assert {part: runs.count(part) for part in plain} == {part: 2 * n for part, n in plain.items()}  # again backward
     model.activation_checkpointing_disable()
     assert not any(layer.gradient_checkpointing for layer in layers)
+
+
+# --- added tokens: words never split --------------------------------------------------------------------------------
+
+
+def test_an_added_token_is_a_word_never_split_read_by_its_characters():
+    tokenizer = ElmoTokenizer()
+    assert ElmoTokenizer().tokenize("[E1]Paris[/E1] is nice") == [
+        "[",
+        "E1",
+        "]",
+        "Paris",
+        "[",
+        "/",
+        "E1",
+        "]",
+        "is",
+        "nice",
+    ]
+    assert tokenizer.add_tokens(["[E1]", "[/E1]"]) == 2
+    assert tokenizer.add_tokens(["[E1]", "<S>"]) == 0  # already there, and a pseudo-vocabulary token
+    text = "[E1]Paris[/E1] is nice"
+    words = ["[E1]", "Paris", "[/E1]", "is", "nice"]
+    assert tokenizer.tokenize(text) == words
+    encoded = tokenizer([text], padding=True, return_tensors="pt")
+    assert torch.equal(
+        encoded["input_ids"], ElmoTokenizer()([words], is_split_into_words=True, return_tensors="pt")["input_ids"]
+    )
+    assert encoded.word_ids(0) == [None, 0, 1, 2, 3, 4, None]
+    assert tokenizer.convert_tokens_to_ids(["[E1]", "[/E1]"]) == [262, 263] and len(tokenizer) == 264
+    assert tokenizer.get_added_vocab() == {"<pad>": 0, "<S>": 257, "</S>": 258, "[E1]": 262, "[/E1]": 263}
+    assert tokenizer.decode(encoded["input_ids"][0], skip_special_tokens=True) == "[E1] Paris [/E1] is nice"
+    with pytest.raises(NotImplementedError, match="tokens added to ElmoTokenizer are read by their characters too"):
+        ElmoModel(ElmoConfig(**TINY)).resize_token_embeddings(len(tokenizer))
+
+
+def test_the_longer_of_two_added_tokens_at_one_place_is_the_word():
+    tokenizer = ElmoTokenizer()
+    tokenizer.add_tokens(["<e>", "<e>>"])
+    assert tokenizer.tokenize("a<e>>b <e>c") == ["a", "<e>>", "b", "<e>", "c"]
+
+
+def test_added_special_tokens_are_kept_whole_skipped_in_decoding_and_saved(tmp_path):
+    tokenizer = ElmoTokenizer(extra_special_tokens=["[E1]"])
+    assert tokenizer.add_special_tokens({"cls_token": "[CLS]"}) == 1
+    assert tokenizer.tokenize("[CLS] x[E1]y") == ["[CLS]", "x", "[E1]", "y"]
+    ids = tokenizer("[CLS] x[E1]y")["input_ids"]
+    assert tokenizer.decode(ids) == "<S> [CLS] x [E1] y </S>"
+    assert tokenizer.decode(ids, skip_special_tokens=True) == "x y"
+    tokenizer.save_pretrained(tmp_path)
+    for reloaded in (ElmoTokenizer.from_pretrained(tmp_path), AutoTokenizer.from_pretrained(tmp_path)):
+        assert reloaded.tokenize("[CLS] x[E1]y") == ["[CLS]", "x", "[E1]", "y"]
+        assert reloaded("[CLS] x[E1]y")["input_ids"] == ids
+        assert reloaded.get_vocab() == tokenizer.get_vocab() and reloaded.cls_token == "[CLS]"
+    script = """
+        import json, sys
+        from transformers import AutoTokenizer
+        tokenizer = AutoTokenizer.from_pretrained(".", trust_remote_code=True)
+        text = "[CLS] x[E1]y"
+        json.dump({"words": tokenizer.tokenize(text), "ids": tokenizer(text)["input_ids"]}, open("out.json", "w"))
+    """
+    run_without_hf_elmo(script, tmp_path)
+    assert json.loads((tmp_path / "out.json").read_text()) == {"words": ["[CLS]", "x", "[E1]", "y"], "ids": ids}
