@@ -275,7 +275,7 @@ class ElmoPreTrainedModel(ElmoPreTrainedMixin, PreTrainedModel):
     # The word softmax of a pre-training checkpoint (other heads leave it out), a warm state with `warm_state=False`.
     _keys_to_ignore_on_load_unexpected = [r"^softmax\.", r"warm_(hidden|memory)$"]
     has_classifier = False
-    tokenizer_class = ElmoTokenizer  # saved with the model (`model_io.write_tokenizer`)
+    tokenizer_class = ElmoTokenizer  # saved with the model (`pretrained_elmo.write_tokenizer`)
 
     @torch.no_grad()
     def _init_weights(self, module: nn.Module):

@@ -18,7 +18,7 @@ import torch
 from transformers import Pipeline
 from transformers.pipelines.token_classification import AggregationStrategy, TokenClassificationPipeline
 
-from .model_io import untrained_head
+from .pretrained_elmo import untrained_head
 
 
 class ElmoTokenClassificationPipeline(TokenClassificationPipeline):
@@ -125,8 +125,8 @@ class TokenClassificationPipelineForAnyModel(TokenClassificationPipeline):
 
 
 def refuse_untrained_head(model):
-    """A head loaded from a folder saved from another class and not trained since (`model_io.untrained_head`), e.g.
-    by `pipeline("question-answering", model=folder)` on a tagger's folder: refused in one line by that task, as a
+    """A head loaded from a folder saved from another class and not trained since (`pretrained_elmo.untrained_head`),
+    e.g. by `pipeline("question-answering", model=folder)` on a tagger's folder: refused in one line by that task, as a
     model object of another class is. The pipeline class itself takes it, for whoever builds one by hand; the
     token-classification task takes it with transformers' load report, as it does for BERT."""
     reason = untrained_head(model)

@@ -20,7 +20,7 @@ from hf_elmo import (
     ElmoModel,
     ElmoTokenizer,
 )
-from hf_elmo.data_elmo import DataCollatorForElmo
+from hf_elmo.features.task_data import DataCollatorForElmo
 from hf_elmo.modeling_elmo import ElmoBiLstm, ElmoCharacterEncoder
 
 TINY = dict(char_embedding_dim=4, filters=[[1, 4], [2, 4]], n_highway=1, cell_dim=8, projection_dim=4, num_layers=1)
