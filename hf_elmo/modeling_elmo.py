@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 from transformers import PreTrainedModel
 from transformers import initialization as init
+from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import QuestionAnsweringModelOutput, SequenceClassifierOutput, TokenClassifierOutput
 from transformers.utils import ModelOutput, can_return_tuple
 
@@ -50,6 +51,7 @@ from .task_layers import (
     sequence_classification_loss,
     word_mask,
 )
+from .tokenization_elmo import ElmoTokenizer
 
 ElmoState = tuple[torch.Tensor, torch.Tensor]
 """`(hidden (num_layers, B, 2P), memory (num_layers, B, 2D))`, each `[forward | backward]` on its last axis."""
@@ -112,9 +114,10 @@ class ElmoHighwayLayer(nn.Linear):
         return gate * x + (1 - gate) * F.relu(transformed)
 
 
-class ElmoCharacterEncoder(nn.Module):
+class ElmoCharacterEncoder(GradientCheckpointingLayer):
     """Character ids `(..., C)` -> token embeddings `(..., P)`: convolutions, max over windows, highway, projection.
-    With `config.input_word_dim > 0` (ELMoForManyLangs) a word embedding joins the features: `[word | characters]`."""
+    With `config.input_word_dim > 0` (ELMoForManyLangs) a word embedding joins the features: `[word | characters]`.
+    With gradient checkpointing one checkpointed segment in training (whichever path runs it)."""
 
     def __init__(self, config: ElmoConfig):
         super().__init__()
@@ -205,8 +208,9 @@ class ElmoLstmLayer(nn.Module):
         return torch.stack(outputs, dim=1), hidden, memory
 
 
-class ElmoBiLstm(nn.Module):
-    """Two independent stacks of `ElmoLstmLayer`; the directions meet only in the outputs."""
+class ElmoBiLstm(GradientCheckpointingLayer):
+    """Two independent stacks of `ElmoLstmLayer`; the directions meet only in the outputs. With gradient checkpointing
+    one checkpointed segment in training: the fast paths run every layer of both directions in one call."""
 
     def __init__(self, config: ElmoConfig):
         super().__init__()
@@ -269,10 +273,13 @@ class ElmoPreTrainedModel(ElmoPreTrainedMixin, PreTrainedModel):
     main_input_name = "input_ids"
     _no_split_modules = ["ElmoBiLstm"]
     _is_stateful = True
-    supports_gradient_checkpointing = True  # `ElmoModel.run_segment`, non-reentrant only
+    # The character encoder and the biLSTM (`GradientCheckpointingLayer`s; the split directions' biLSTM through
+    # `ElmoModel.run_segment`), non-reentrant only.
+    supports_gradient_checkpointing = True
     # The word softmax of a pre-training checkpoint (other heads leave it out), a warm state with `warm_state=False`.
     _keys_to_ignore_on_load_unexpected = [r"^softmax\.", r"warm_(hidden|memory)$"]
     has_classifier = False
+    tokenizer_class = ElmoTokenizer  # saved with the model (`pretrained_elmo.write_tokenizer`)
 
     @torch.no_grad()
     def _init_weights(self, module: nn.Module):
@@ -320,9 +327,10 @@ class ElmoPreTrainedModel(ElmoPreTrainedMixin, PreTrainedModel):
 
 class ElmoModel(ElmoPreTrainedModel):
     """The ELMo biLM: character ids `(B, T, C)` (boundaries included) -> `num_layers + 1` layers `(B, T, 2P)`. With
-    gradient checkpointing the character encoder and the biLSTM each run as one checkpointed segment in training."""
+    gradient checkpointing the character encoder and the biLSTM (transformers' `GradientCheckpointingLayer`s) each
+    run as one checkpointed segment in training."""
 
-    gradient_checkpointing = False  # set by `gradient_checkpointing_enable()`
+    gradient_checkpointing = False  # set by `activation_checkpointing_enable()`, as on its layers
 
     def __init__(self, config: ElmoConfig):
         super().__init__(config)
@@ -452,11 +460,11 @@ class ElmoModel(ElmoPreTrainedModel):
         """`forward` after `check_inputs` gave `mask` `(B, T)`: on a GPU no host synchronisation beyond the character
         CNN's (none in a captured graph)."""
         word_ids = input_word_ids.long() if input_word_ids is not None else None
-        token_embeddings = self.run_segment(self.char_encoder, input_ids.long(), word_ids)
+        token_embeddings = self.char_encoder(input_ids.long(), word_ids)
         if state is None:
             # The model's dtype, not the embeddings' (bfloat16 under autocast): the state can then be passed back.
             state = self.initial_state(input_ids.shape[0], device=input_ids.device)
-        layer_outputs, final_state = self.run_segment(self.encoder, token_embeddings, mask, state)
+        layer_outputs, final_state = self.encoder(token_embeddings, mask, state)
         hidden_states = None
         if output_hidden_states:
             layer0 = torch.cat([token_embeddings, token_embeddings], dim=-1) * mask[..., None]
@@ -465,7 +473,8 @@ class ElmoModel(ElmoPreTrainedModel):
         return ElmoModelOutput(last_hidden_state=layer_outputs[-1], hidden_states=hidden_states, state=final_state)
 
     def run_segment(self, function, *args):
-        """`function(*args)`, as one checkpointed segment in training with gradient checkpointing."""
+        """`function(*args)`, as one checkpointed segment in training with gradient checkpointing: for a computation
+        that is not a `GradientCheckpointingLayer`'s forward (the split directions' biLSTM)."""
         if self.gradient_checkpointing and self.training and torch.is_grad_enabled():
             return self._gradient_checkpointing_func(function, *args)
         return function(*args)
@@ -577,7 +586,7 @@ class ElmoForBiLM(ElmoPreTrainedModel):
         half of a row's final `state` that its direction did not run is the state it started from."""
         elmo = self.elmo
         rows = direction_rows(input_ids.shape[0], True)  # an odd batch fails before any work
-        embeddings = elmo.run_segment(elmo.char_encoder, input_ids.long(), None)
+        embeddings = elmo.char_encoder(input_ids.long(), None)
         if state is None:
             state = elmo.initial_state(input_ids.shape[0], device=input_ids.device)
         hidden, memory = (t.chunk(2, dim=-1) for t in state)  # [forward | backward] halves

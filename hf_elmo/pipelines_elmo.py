@@ -18,6 +18,8 @@ import torch
 from transformers import Pipeline
 from transformers.pipelines.token_classification import AggregationStrategy, TokenClassificationPipeline
 
+from .pretrained_elmo import untrained_head
+
 
 class ElmoTokenClassificationPipeline(TokenClassificationPipeline):
     """Raw text, or pre-split words with `is_split_into_words=True`, -> one prediction per word.
@@ -130,6 +132,16 @@ class TokenClassificationPipelineForAnyModel(TokenClassificationPipeline):
         if is_elmo_model(kwargs.get("model", args[0] if args else None)):
             return ElmoTokenClassificationPipeline(*args, **kwargs)  # not a `cls`: no second __init__
         return super().__new__(cls)
+
+
+def refuse_untrained_head(model):
+    """A head loaded from a folder saved from another class and not trained since (`pretrained_elmo.untrained_head`),
+    e.g. by `pipeline("question-answering", model=folder)` on a tagger's folder: refused in one line by that task, as a
+    model object of another class is. The pipeline class itself takes it, for whoever builds one by hand; the
+    token-classification task takes it with transformers' load report, as it does for BERT."""
+    reason = untrained_head(model)
+    if reason is not None:
+        raise ValueError(reason)
 
 
 def is_elmo_model(model) -> bool:
@@ -297,7 +309,9 @@ class QuestionAnsweringPipelineForElmoModels(ElmoQuestionAnsweringPipeline):
     removed_task_message: str
 
     def __new__(cls, *args, **kwargs):
-        if is_elmo_model(kwargs.get("model", args[0] if args else None)):
+        model = kwargs.get("model", args[0] if args else None)
+        if is_elmo_model(model):
+            refuse_untrained_head(model)
             return ElmoQuestionAnsweringPipeline(*args, **kwargs)  # not a `cls`: no second __init__
         raise KeyError(cls.removed_task_message)
 

@@ -126,12 +126,44 @@ def collect_sentences(
     for index, item in enumerate(text):
         if isinstance(item, (list, tuple)):
             raise ValueError(
-                f"Item {index} of the batch is a list: for pre-split words pass is_split_into_words=True "
-                "(ElmoTokenizer does not support sequence pairs)"
+                f"Item {index} of the batch is a {type(item).__name__} of {len(item)}: for pre-split words pass "
+                "is_split_into_words=True; a batch of pairs is tuples (text, text_pair) throughout"
             )
         if not isinstance(item, str):
             raise TypeError(f"Item {index} of the batch is {type(item).__name__}, expected str")
     return [split(item) for item in text], True
 
 
-__all__ = ["MAX_RUN_LENGTH", "PRE_TOKENIZER_PATTERN", "build_pre_tokenizer", "collect_sentences", "split_words"]
+def split_batch_of_pairs(text: Any, is_split_into_words: bool) -> tuple[list, list] | None:
+    """`(texts, text_pairs)` of a batch given as pairs, as BERT's tokenizers take them (`[("a b", "c"), ...]`), or
+    None when `text` is not such a batch. A pair is a tuple of two texts, or pre-split of two word lists; not a list
+    (BERT's tokenizers take `["a b", "c"]` as a pair too, but here a list in a batch is the words of a sentence given
+    without `is_split_into_words=True`, refused by `collect_sentences`), and a tuple of words stays one sentence. A
+    batch holds pairs throughout or none (a one-line error)."""
+    if not isinstance(text, (list, tuple)) or not text:
+        return None
+
+    def is_pair(item) -> bool:
+        side_type = (list, tuple) if is_split_into_words else str
+        return isinstance(item, tuple) and len(item) == 2 and all(isinstance(side, side_type) for side in item)
+
+    pairs = [is_pair(item) for item in text]
+    if not any(pairs):
+        return None
+    if not all(pairs):
+        single = pairs.index(False)
+        raise ValueError(
+            f"Item {pairs.index(True)} of the batch is a pair (text, text_pair) but item {single} is not "
+            f"({text[single]!r:.60}): a batch holds pairs throughout or none"
+        )
+    return [item[0] for item in text], [item[1] for item in text]
+
+
+__all__ = [
+    "MAX_RUN_LENGTH",
+    "PRE_TOKENIZER_PATTERN",
+    "build_pre_tokenizer",
+    "collect_sentences",
+    "split_batch_of_pairs",
+    "split_words",
+]

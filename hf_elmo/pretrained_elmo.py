@@ -65,10 +65,34 @@ def describe_source(name_or_path) -> str:
 
 
 def note_new_head(model, name_or_path, saved_architectures):
-    """Records a task head loaded from the folder of another class (`from_pretrained`): its biLM came from there."""
+    """Records a task head loaded from the folder of another class (`from_pretrained`): its biLM came from there, and
+    until its parameters change its head is fresh values (`untrained_head`)."""
     model_class = type(model).__name__
     if model.has_classifier and name_or_path is not None and model_class not in (saved_architectures or []):
         add_origin(model.config, f"`{model_class}` head put on the biLM of {describe_source(name_or_path)}.")
+        saved = [name for name in saved_architectures or [] if name in MODEL_CLASSES] or ["a biLM"]
+        their_tasks = sorted({MODEL_CLASSES[name].pipeline_task for name in saved if name in MODEL_CLASSES})
+        model.fresh_head = (
+            f"{name_or_path} holds {' and '.join(saved)} (config.json architectures), not {model_class}: its "
+            f"{model_class} head is untrained; train it first (e.g. with Trainer), or use the folder's own task "
+            f"({', '.join(their_tasks) or 'feature-extraction'})",
+            _head_versions(model),
+        )
+
+
+def _head_versions(model) -> dict[str, int]:
+    # A parameter's version counter grows with every in-place change (an optimizer step, a copied state dict).
+    prefix = f"{model.base_model_prefix}."
+    return {name: p._version for name, p in model.named_parameters() if not name.startswith(prefix)}
+
+
+def untrained_head(model) -> str | None:
+    """Why a task pipeline must not run `model`, in one line: a head loaded from the folder of another class
+    (`note_new_head`) whose parameters have not changed since; None otherwise."""
+    fresh = getattr(model, "fresh_head", None)
+    if fresh is None or _head_versions(model) != fresh[1]:
+        return None
+    return fresh[0]
 
 
 def installed_hub_module():
@@ -354,6 +378,21 @@ def name_pipeline(model, save_directory):
     write_atomically(config_file, json.dumps(values, indent=2, sort_keys=True) + "\n")
 
 
+TOKENIZER_CONFIG = "tokenizer_config.json"
+
+
+def write_tokenizer(model, save_directory):
+    """Saves the tokenizer of a model that reads UTF-8 bytes (`model.tokenizer_class`, with the model's
+    `max_characters_per_token`) into `save_directory` unless it holds a tokenizer already, so that every model folder
+    loads with `AutoTokenizer` (with `trust_remote_code=True` where hf_elmo is not installed: the tokenizer's code goes
+    with the model's). A model reading a character vocabulary (`config.char_vocabulary`) gets none: its vocabulary
+    lives in the tokenizer, and `AutoTokenizer` on a folder without it says so."""
+    if model.config.char_vocabulary or (Path(save_directory) / TOKENIZER_CONFIG).exists():
+        return
+    tokenizer = model.tokenizer_class(max_characters_per_token=model.config.max_characters_per_token)
+    tokenizer.save_pretrained(save_directory)
+
+
 def weights_follow_umask(save_directory):
     """Gives the weight files `save_pretrained` wrote into `save_directory` the permissions of any new file, as its
     other files have (safetensors creates them 0600)."""
@@ -402,7 +441,9 @@ __all__ = [
     "note_new_head",
     "safetensors_dtypes",
     "safetensors_shapes",
+    "untrained_head",
     "weights_follow_umask",
+    "write_tokenizer",
 ]
 
 
@@ -417,12 +458,14 @@ class ElmoPreTrainedMixin:
         return load_pretrained(super().from_pretrained, cls, pretrained_model_name_or_path, *model_args, **kwargs)
 
     def save_pretrained(self, save_directory, *args, **kwargs):
-        """`PreTrainedModel.save_pretrained`, plus the pipeline of a tagger in `config.json` (`name_pipeline`) and,
-        where hf_elmo is installed, the model card as `README.md` (`hub_elmo.write_model_card`)."""
+        """`PreTrainedModel.save_pretrained`, plus the pipeline of a tagger in `config.json` (`name_pipeline`), the
+        tokenizer that reads characters as the model does unless the folder has one (`write_tokenizer`) and, where
+        hf_elmo is installed, the model card as `README.md` (`hub_elmo.write_model_card`)."""
         super().save_pretrained(save_directory, *args, **kwargs)
         if kwargs.get("is_main_process", True):
             weights_follow_umask(save_directory)
             name_pipeline(self, save_directory)
+            write_tokenizer(self, save_directory)
             hub = installed_hub_module()
             if hub is not None:
                 hub.write_model_card(self, save_directory)
@@ -451,5 +494,6 @@ class ElmoPreTrainedMixin:
         # `ElmoCharacterEmbedding`): every character read as another.
         raise NotImplementedError(
             f"{type(self).__name__} has no token embeddings to resize: it reads every word by its characters, whose "
-            "ids the tokenizer fixes (ElmoTokenizer adds no tokens)."
+            "ids the tokenizer fixes; tokens added to ElmoTokenizer are read by their characters too, so leave "
+            "resize_token_embeddings out."
         )

@@ -10,8 +10,10 @@ nothing else.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -49,7 +51,7 @@ from .character_rows import (
     word_ids_from_rows,
 )
 from .folder_files import write_atomically
-from .pre_tokenizer import build_pre_tokenizer, collect_sentences, split_words
+from .pre_tokenizer import build_pre_tokenizer, collect_sentences, split_batch_of_pairs, split_words
 from .pretrained_elmo import load_tokenizer
 from .word_vocabulary import WORD_VOCABULARY_FILE, WordVocabulary, read_word_vocabulary, write_word_vocabulary
 
@@ -57,6 +59,12 @@ __all__ = ["ElmoTokenizer"]
 
 _IDS_TO_TOKENS = {index: token for token, index in CHARACTER_TOKENS.items()}
 _NO_PAIRS = "ElmoTokenizer does not support sequence pairs"
+
+
+@functools.lru_cache(maxsize=8)
+def _added_words_pattern(tokens: tuple[str, ...]) -> re.Pattern:
+    # Longest first: of two added tokens starting at one place, the longer is the word.
+    return re.compile("(" + "|".join(re.escape(token) for token in sorted(tokens, key=len, reverse=True)) + ")")
 
 
 def _padding_side_error(value: Any) -> str:
@@ -89,7 +97,8 @@ class ElmoTokenizer(PreTrainedTokenizer):
     `max_characters_per_token` (default 50, the released models' width) sets the slots of every row: a word keeps
     its first `max_characters_per_token - 2` UTF-8 bytes (bilm-tf's own tests train with 10).
 
-    Sentence pairs (`tok(premise, hypothesis)`, `tok(text=..., text_pair=...)`, single or batched, raw or pre-split)
+    Sentence pairs (`tok(premise, hypothesis)`, `tok(text=..., text_pair=...)`, single or batched, raw or pre-split,
+    or as BERT's batch of pairs `tok([(premise, hypothesis), ...])`, pre-split a tuple of two word lists)
     follow ELMo, not BERT: each side is a sentence of its own, with its own `<S>`/`</S>` and padding and no separator.
     The first sides give `input_ids`, `attention_mask`, the second `pair_input_ids`, `pair_attention_mask` (and
     `pair_input_word_ids`), with their word indices from `pair_word_ids()`; `pad` pads each side on its own. Nothing is
@@ -100,11 +109,14 @@ class ElmoTokenizer(PreTrainedTokenizer):
     `CharacterVocabulary` describes; the boundary words are then `<bos>` / `<eos>`, and with a word vocabulary
     the output also has `input_word_ids` `(B, T + 2)`.
 
-    Added tokens are refused (`add_tokens`, `add_special_tokens`, `extra_special_tokens=`: a `ValueError`): ELMo has no
-    token vocabulary to extend, since it reads every word by its characters, so any string is already a word it can
-    read (and there is no embedding row to add, `resize_token_embeddings` refuses too). To keep a marker such as
-    `"[X]"` one word, which the word splitter would cut into `[`, `X`, `]`, pass pre-split words
-    (`is_split_into_words=True`).
+    Added tokens (`add_tokens`, `add_special_tokens`, `extra_special_tokens=`), e.g. entity markers such as `"[E1]"`,
+    are words that raw text never splits (the word splitter would cut `"[E1]"` into `[`, `E1`, `]`), wherever they
+    occur. The model reads an added token by its characters, as every word: its row in `input_ids` is the row of
+    the word `"[E1]"` given pre-split, so there is no embedding row to add (`resize_token_embeddings` refuses) and a
+    fine-tuned head learns what the marker's characters stand for. Its id (`convert_tokens_to_ids`, `get_vocab()`,
+    `len(tokenizer)`) follows the pseudo-vocabulary, as transformers numbers added tokens, and is saved with the
+    tokenizer (`tokenizer_config.json`); special ones are dropped by `decode(..., skip_special_tokens=True)`. Special
+    tokens such as `cls_token` are not put into the rows: the sentence boundaries are always `<S>`/`</S>`.
     """
 
     vocab_files_names: dict[str, str] = {
@@ -113,6 +125,8 @@ class ElmoTokenizer(PreTrainedTokenizer):
         "word_vocab_file": WORD_VOCABULARY_FILE,
     }
     model_input_names = ["input_ids", "attention_mask"]
+    # Saved with its code and `auto_map` also where it is the remote code of a folder (a model saves its tokenizer).
+    _auto_class = "AutoTokenizer"
 
     def __init__(
         self,
@@ -214,27 +228,10 @@ class ElmoTokenizer(PreTrainedTokenizer):
         vocab.update(getattr(self, "_added_tokens_encoder", {}))
         return vocab
 
-    def _refuse_new_tokens(self, tokens) -> None:
-        """Tokens of the pseudo-vocabulary (`<S>`, `</S>`, `<pad>`, ...) may be (re)declared special; others are
-        refused (see the class docstring)."""
-        known = {**self._vocab, **getattr(self, "_added_tokens_encoder", {})}
-        new = [str(token) for token in tokens if str(token) and str(token) not in known]
-        if new:
-            raise ValueError(
-                f"ElmoTokenizer cannot add the token {new[0]!r}: ELMo reads every word by its characters, so there is "
-                "no token vocabulary to extend; to keep it one word, pass pre-split words (is_split_into_words=True)."
-            )
-
-    def add_special_tokens(self, special_tokens_dict, replace_extra_special_tokens=True) -> int:
-        # Checked before the base class assigns any of them.
-        values = (special_tokens_dict or {}).values()
-        self._refuse_new_tokens([t for v in values for t in (v if isinstance(v, (list, tuple)) else [v])])
-        return super().add_special_tokens(special_tokens_dict, replace_extra_special_tokens)
-
-    def _add_tokens(self, new_tokens, special_tokens: bool = False) -> int:
-        # Reached by `add_tokens` and by `__init__` for the special tokens.
-        self._refuse_new_tokens(new_tokens or [])
-        return super()._add_tokens(new_tokens, special_tokens=special_tokens)
+    def added_words(self) -> list[str]:
+        """The tokens added with `add_tokens` / `add_special_tokens` (beyond the pseudo-vocabulary's): words that raw
+        text never splits, each read by its characters as any word."""
+        return [token for token in self._added_tokens_encoder if token not in self._vocab]
 
     def _convert_token_to_id(self, token: str) -> int | None:
         # Words have no single id (they are rows of character ids); like fast tokenizers without
@@ -263,7 +260,11 @@ class ElmoTokenizer(PreTrainedTokenizer):
         if depth != 2:
             raise ValueError(f"convert_ids_to_tokens expects ids of one sequence, got {depth}-D input")
         rows = as_rows(ids, width=self.characters.width)
-        return rows_to_words(self.characters, rows, self.pad_token, skip_special_tokens)
+        words = rows_to_words(self.characters, rows, self.pad_token, skip_special_tokens)
+        if skip_special_tokens:  # an added special token is a word whose row is its characters
+            special = set(self.all_special_tokens) & set(self.added_words())
+            words = [word for word in words if word not in special]
+        return words
 
     def save_vocabulary(self, save_directory: str, filename_prefix: str | None = None) -> tuple[str, ...]:
         # UTF-8 byte ids are fixed by the algorithm; only the vocabularies a tokenizer has need files.
@@ -311,15 +312,26 @@ class ElmoTokenizer(PreTrainedTokenizer):
     # --- word splitting -----------------------------------------------------------------------------
 
     def split_words(self, text: str) -> list[str]:
-        """Split raw text into Penn-Treebank-style words (see `pre_tokenizer.PRE_TOKENIZER_PATTERN`).
+        """Split raw text into Penn-Treebank-style words (see `pre_tokenizer.PRE_TOKENIZER_PATTERN`), each added token
+        (`added_words`) a word of its own wherever it occurs, as BERT's tokenizers keep theirs whole.
 
         `"I don't think it's raining, is it?"` -> `["I", "do", "n't", "think", "it", "'s",
-        "raining", ",", "is", "it", "?"]`.
+        "raining", ",", "is", "it", "?"]`; with `[E1]` added, `"[E1]Paris"` -> `["[E1]", "Paris"]`.
         """
-        return split_words(self.pre_tokenizer, text)
+        added = self.added_words()
+        if not added or not isinstance(text, str):
+            return split_words(self.pre_tokenizer, text)
+        words = []
+        # re.split with one group: the pieces between the added tokens at even indices, the added tokens at odd ones.
+        for index, piece in enumerate(_added_words_pattern(tuple(sorted(added))).split(text)):
+            if index % 2:
+                words.append(piece)
+            elif piece:
+                words.extend(split_words(self.pre_tokenizer, piece))
+        return words
 
     def tokenize(self, text: str, **kwargs) -> list[str]:
-        """The words of `text` (`split_words`); there are no added tokens to keep whole (see the class docstring)."""
+        """The words of `text` (`split_words`)."""
         return self.split_words(text)
 
     # --- special tokens: whole rows (the base class counts and types them through these) -------------
@@ -369,6 +381,8 @@ class ElmoTokenizer(PreTrainedTokenizer):
         **kwargs,
     ) -> ElmoBatchEncoding:
         """Encode one sentence or a batch, all words of the batch at once; see the class docstring for the shapes."""
+        if text_pair is None and (pairs := split_batch_of_pairs(text, is_split_into_words)) is not None:
+            text, text_pair = pairs
         if text_pair is not None:
             unshared = ("self", "text", "text_pair", "kwargs")
             options = {key: value for key, value in locals().items() if key not in unshared}

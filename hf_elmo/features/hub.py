@@ -20,6 +20,7 @@ from huggingface_hub.errors import EntryNotFoundError
 from ..configuration_elmo import model_class_entry
 from ..folder_files import write_atomically
 from ..io.files import CARD_MARKER
+from ..pretrained_elmo import TOKENIZER_CONFIG
 
 # The project's top-level model_card.md, linked into the package so installed copies carry it.
 MODEL_CARD_TEMPLATE = Path(__file__).with_name("model_card.md")
@@ -127,8 +128,10 @@ def push_to_hub_with_model_card(
     datasets: list[str] | None = None,
     license: str = "apache-2.0",
 ):
-    """`model.save_pretrained` (weights, config, remote code) uploaded in one commit with a README: the repository's
-    own card if it has one (tags added), else the ELMo model card. Returns the `CommitInfo`."""
+    """`model.save_pretrained` (weights, config, remote code, tokenizer) uploaded in one commit with a README: the
+    repository's own card if it has one (tags added), else the ELMo model card; the repository's own tokenizer
+    configuration if it has one (pushed before, maybe with added tokens), else the model's. Returns the
+    `CommitInfo`."""
     api = HfApi()
     repo_id = api.create_repo(repo_id, private=private, token=token, exist_ok=True).repo_id
     try:
@@ -141,6 +144,8 @@ def push_to_hub_with_model_card(
         card = render_model_card(model, repo_id, datasets=datasets, license=license, tags=tags)
     with tempfile.TemporaryDirectory() as folder:
         model.save_pretrained(folder, max_shard_size=max_shard_size)
+        if TOKENIZER_CONFIG in api.list_repo_files(repo_id, token=token, revision=revision):
+            (Path(folder) / TOKENIZER_CONFIG).unlink(missing_ok=True)  # the repository's own tokenizer stays
         card.save(Path(folder) / "README.md")
         return api.upload_folder(
             repo_id=repo_id,

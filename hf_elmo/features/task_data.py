@@ -65,6 +65,8 @@ class DataCollatorForElmo:
     the `pair_...` features and `pair_elmo_hidden_states` of the second sentences likewise.
 
     Per-example labels that are scalars or fixed-size vectors (sequence classification) are stacked as they are.
+    Labels under `label` or `label_ids` (a `datasets` column's usual names) come out as `labels`, as
+    `DataCollatorWithPadding` gives them.
     """
 
     def __init__(self, tokenizer, label_pad_token_id: int = -100):
@@ -72,9 +74,10 @@ class DataCollatorForElmo:
         self.label_pad_token_id = label_pad_token_id
 
     def __call__(self, features: list[Mapping[str, Any]]) -> dict[str, torch.Tensor]:
-        labels = [feature["labels"] for feature in features] if "labels" in features[0] else None
+        label_key = next((key for key in ("labels", "label", "label_ids") if key in features[0]), None)
+        labels = [feature[label_key] for feature in features] if label_key is not None else None
         cached = [key for key in ("elmo_hidden_states", PAIR_PREFIX + "elmo_hidden_states") if key in features[0]]
-        rest = [{k: v for k, v in f.items() if k != "labels" and k not in cached} for f in features]
+        rest = [{k: v for k, v in f.items() if k != label_key and k not in cached} for f in features]
         batch = dict(self.tokenizer.pad(rest, padding=True, return_tensors="pt"))
         positions = batch["input_ids"].shape[1]
         for key in cached:  # the layers of each side, padded as its input_ids

@@ -1,6 +1,6 @@
 """The common model contract of transformers, as its own `ModelTesterMixin` checks it, for every ELMo class: loading
 from a state dict without a folder, initialising exactly the weights a checkpoint lacks, hidden states from the
-heads, a useful `ElmoForBiLM` output without labels, the input embeddings, added tokens, gradient checkpointing and
+heads, a useful `ElmoForBiLM` output without labels, the input embeddings, gradient checkpointing and
 the error of a classifier of another size."""
 
 import h5py
@@ -185,30 +185,6 @@ def test_the_character_embedding_is_an_nn_embedding_whose_id_0_stays_a_fixed_zer
     assert not torch.equal(embedding(ids), table[ids])
     with pytest.raises(NotImplementedError, match="has no token embeddings to resize"):
         model.resize_token_embeddings(300)
-
-
-# --- added tokens --------------------------------------------------------------------------------------------------
-
-
-def test_the_tokenizer_refuses_added_tokens_and_keeps_pre_split_markers_whole():
-    tokenizer = ElmoTokenizer()
-    before = (len(tokenizer), tokenizer.get_vocab(), tokenizer.all_special_tokens, tokenizer.get_added_vocab())
-    refused = "ElmoTokenizer cannot add the token '\\[X\\]': .* pass pre-split words"
-    with pytest.raises(ValueError, match=refused):
-        tokenizer.add_tokens(["[X]"], special_tokens=True)
-    with pytest.raises(ValueError, match=refused):
-        tokenizer.add_tokens("[X]")
-    with pytest.raises(ValueError, match=refused):
-        tokenizer.add_special_tokens({"extra_special_tokens": ["[X]"]})
-    with pytest.raises(ValueError, match=refused):
-        tokenizer.add_special_tokens({"cls_token": "[X]"})
-    with pytest.raises(ValueError, match=refused):
-        ElmoTokenizer(extra_special_tokens=["[X]"])
-    assert (len(tokenizer), tokenizer.get_vocab(), tokenizer.all_special_tokens, tokenizer.get_added_vocab()) == before
-    assert tokenizer.cls_token is None
-    assert tokenizer.add_tokens(["<S>"], special_tokens=True) == 0  # already a (special) token of its own
-    encoded = tokenizer([["a", "[X]", "b"]], is_split_into_words=True)
-    assert tokenizer.convert_ids_to_tokens(encoded["input_ids"][0]) == ["<S>", "a", "[X]", "b", "</S>"]
 
 
 # --- gradient checkpointing ----------------------------------------------------------------------------------------
