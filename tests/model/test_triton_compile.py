@@ -19,7 +19,8 @@ SCRIPT = textwrap.dedent(
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    from hf_elmo import adagrad, char_cnn_triton, lstm_triton, sampled_softmax_triton
+    from hf_elmo import char_cnn_triton, lstm_triton, sampled_softmax_triton
+    from hf_elmo.training import adagrad
 
     FLOATS = {"cell_clip", "proj_clip", "lr", "eps"}
 
