@@ -102,9 +102,8 @@ def _resolve(paths, device_type, dtype, training, capturing, built, triton, oned
         "joint_input_product": "by_batch_size",
         "cuda_graphs": "on" if on_gpu and capturing is None else "off",
         "linear": "onednn" if device_type == "cpu" else "torch",
-        # Dropout draws on the tensors it is given (float32 ones also under autocast): where they are not float32 it
-        # falls back by itself.
-        "dropout": "compiled" if training and built else "torch",
+        # The compiled draws are float32 only: under bfloat16 autocast (resolved with its dtype) PyTorch's draw.
+        "dropout": "compiled" if training and loops else "torch",
         "threads": "concurrent" if device_type == "cpu" and not training else "single",
     }
     chosen = {name: auto[name] if getattr(paths, name) == "auto" else getattr(paths, name) for name in auto}
@@ -130,8 +129,6 @@ def _resolve(paths, device_type, dtype, training, capturing, built, triton, oned
     for name in ("window_max", "highway", "lstm_kernels", "dropout"):
         value = chosen[name]
         runs, what = needs.get(value.split("_")[0], (True, ""))
-        if name == "dropout" and value == "compiled":
-            runs, what = built, "the compiled CPU loops (CPU tensors, a C++ compiler)"
         if not runs:
             raise ValueError(f"paths.{name}={value!r} needs {what}; got {dtype} tensors on {device_type}.")
     kernels_of = {"compiled": "sorted", "triton": "static"}.get(lstm_kernels.split("_")[0])

@@ -44,9 +44,8 @@ RULES = [
     ((CPU, F32, True, None, True, False), dict(dropout="compiled", threads="single")),
     # No compiled loops: PyTorch's operations everywhere they would run.
     ((CPU, F32, True, None, False, False), dict(window_max="torch", lstm_kernels="torch", threads="single")),
-    # The compiled loops are float32 only (also under bfloat16 autocast, which resolves with its dtype); dropout takes
-    # them where the tensors it is given are float32 (also under autocast).
-    ((CPU, BF16, True, None, True, False), {**NO_LOOPS, "dropout": "compiled", "threads": "single"}),
+    # The compiled loops are float32 only (also under bfloat16 autocast, which resolves with its dtype).
+    ((CPU, BF16, True, None, True, False), {**NO_LOOPS, "threads": "single"}),
     ((CPU, F64, False, None, True, False), dict(window_max="torch", lstm_kernels="torch")),
     # Triton under its interpreter on CPU tensors (the test suite): kernels only where asked for.
     ((CPU, F32, False, None, True, True), {}),
