@@ -44,7 +44,7 @@ from ..io.files import write_atomically
 from ..tokenization_elmo import ElmoTokenizer
 from ..training.adagrad import Adagrad
 from ..training.collator import DataCollatorForBiLM
-from ..training.corpus import SPLIT_HELP, SPLITS, check_text_files, iter_sentences
+from ..training.corpus import SPLIT_HELP, SPLITS, check_text_files, iter_sentences, residue_text_files
 from ..training.freed_memory import keep_freed_memory
 from ..training.run_setup import build_bilm, tokenizer_and_config
 from ..training.streams import DataCollatorForBiLMStreams, StreamWindowDataset
@@ -129,6 +129,11 @@ class ElmoDataArguments:
     min_count: int = option(1, help="when building the vocabulary: keep words seen at least this often")
     max_vocab_size: int | None = option(None, help="when building the vocabulary: at most this many entries")
     split: str = option("pretokenizer", help=SPLIT_HELP, choices=SPLITS)
+    fasta: bool = option(
+        False,
+        help="the training and held-out files are FASTA: each protein a sentence, each residue a word, read as SeqVec "
+        "reads them (a residue text made once under --data_cache_dir; --split is whitespace)",
+    )
     window: int = option(20, help="positions per example, <S> and </S> included; with --stream, positions per piece")
     stream: bool = option(
         False,
@@ -148,6 +153,8 @@ class ElmoDataArguments:
             raise ValueError("train_files (--train_files) must name at least one text file, got none.")
         if self.split not in SPLITS:
             raise ValueError(f"split must be one of {SPLITS}, got {self.split!r}.")
+        if self.fasta:
+            self.split = "whitespace"  # the residue text's words
         if self.stream and self.streaming:
             raise ValueError(
                 "--streaming reads windows lazily; --stream reads its shards lazily anyway: give one of the two."
@@ -342,6 +349,13 @@ def train_bilm(**options) -> dict:
         keep_freed_memory()
     output_dir = prepare_output_dir(model_args, data, args)
     created = not output_dir.exists()
+    recorded_files = {"train_files": data.train_files, "eval_files": data.eval_files}
+    if data.fasta:
+        import datasets
+
+        cache_dir = data.data_cache_dir or datasets.config.HF_DATASETS_CACHE
+        data.train_files = residue_text_files(data.train_files, cache_dir)
+        data.eval_files = residue_text_files(data.eval_files, cache_dir)
     check_text_files(data.train_files, "training")
     if data.eval_files:
         check_text_files(data.eval_files, "evaluation")
@@ -356,7 +370,7 @@ def train_bilm(**options) -> dict:
                 f"{resume_from.name}); give more steps to go on."
             )
     # What --resume fills in and checks: a resumed run must be the same run.
-    record = {**dataclasses.asdict(model_args), **dataclasses.asdict(data)}
+    record = {**dataclasses.asdict(model_args), **dataclasses.asdict(data), **recorded_files}
     record.update({k: v for k, v in options.items() if k not in record})
     record.update({k: getattr(args, k) for k in OWN_TRAINING_FIELDS})
     try:

@@ -8,10 +8,14 @@ for raw text).
 
 import codecs
 import glob
+import hashlib
 import os
+import warnings
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+from ..folder_files import cache_file_damage, record_cache_file, remove_cache_file, replace_atomically
+from ..io.fasta import read_fasta
 from ..io.files import ElmoInputError, json_field, read_json_object, read_lines
 from ..tokenization_elmo import ElmoTokenizer
 from ..word_vocabulary import count_word_vocabulary
@@ -160,3 +164,36 @@ def build_word_vocabulary(
     with `word_vocabulary.write_word_vocabulary`."""
     files = check_text_files(files, "corpus")
     return count_word_vocabulary(iter_sentences(files, split, tokenizer), min_count, max_size)
+
+
+def residue_text_files(fasta_files: Sequence[str | os.PathLike], cache_dir: str | os.PathLike) -> list[str]:
+    """The protein sequences of FASTA files (`io.fasta`, read as SeqVec reads them) as text files a biLM trains on
+    with `split="whitespace"`: one protein per line, its residues as words, in file order; one file per FASTA file
+    under `cache_dir/hf_elmo_residues`, named by the FASTA file's SHA-256, made once and checked against its record
+    (length and digest, written last) before each use."""
+    folder = Path(cache_dir) / "hf_elmo_residues"
+    texts = []
+    for fasta in expand_shards(fasta_files, "FASTA"):
+        if not os.path.isfile(fasta):
+            raise ElmoInputError(f"{fasta}: no such FASTA file")
+        digest = hashlib.sha256()
+        with open(fasta, "rb") as source:
+            while block := source.read(1 << 20):
+                digest.update(block)
+        text = folder / f"{Path(fasta).stem}-{digest.hexdigest()[:16]}.txt"
+        damage = cache_file_damage(text) if text.exists() else None
+        if damage is not None:
+            warnings.warn(f"{text}: a damaged residue text ({damage}): made again from {fasta}", stacklevel=2)
+            remove_cache_file(text)
+        if not text.exists():
+            records = read_fasta(fasta)
+            folder.mkdir(parents=True, exist_ok=True)
+
+            def write(path, records=records):
+                with open(path, "w", encoding="utf-8") as out:
+                    out.writelines(" ".join(record.sequence) + "\n" for record in records)
+
+            replace_atomically(text, write)
+            record_cache_file(text)
+        texts.append(str(text))
+    return texts

@@ -421,6 +421,13 @@ def test_a_protein_bilm_trains_from_scratch_with_the_residue_vocabulary(stream, 
     assert list(words) == RESIDUE_VOCAB.read_text().split() and config.vocab_size == 28  # SeqVec's n_tokens_vocab
     state = json.loads((output_dir / "checkpoint-3/trainer_state.json").read_text())
     assert all(np.isfinite(entry["loss"]) for entry in state["log_history"] if "loss" in entry)
+    # The same run from the FASTA file itself: the same weights.
+    fasta_run = tmp_path / "fasta-run"
+    arguments = train_arguments(tmp_path / "family.fasta", fasta_run, tmp_path, *more)
+    arguments.remove("--split"), arguments.remove("whitespace")
+    assert cli_main([*arguments, "--fasta"]) == 0
+    from_text, from_fasta = ElmoModel.from_pretrained(output_dir), ElmoModel.from_pretrained(fasta_run)
+    assert all(torch.equal(value, from_fasta.state_dict()[name]) for name, value in from_text.state_dict().items())
 
 
 def test_a_converted_seqvec_continues_training_on_a_protein_family(seqvec_shaped_models, tmp_path):
