@@ -1,101 +1,177 @@
 """onnxruntime against the PyTorch CPU path, with random weights: words per second (boundaries not counted).
 
-    python benchmarks/bench_onnx.py --sizes small original --batch-size 32 --words 20 --threads 2
-    python benchmarks/bench_onnx.py --sizes tiny --batch-size 2 --words 3 --repeats 1 --warmup 0   # a quick check
+    python benchmarks/bench_onnx.py --sizes small original --batch-sizes 1 32 --words 20 --threads 2
+    python benchmarks/bench_onnx.py --sizes tiny --batch-sizes 2 --words 3 --repeats 1 --warmup 0   # a quick check
 
-Each size is saved, exported by `hf-elmo export --format onnx` (`export_onnx.export_onnx`) and quantised by
-onnxruntime's dynamic int8 quantisation (`quantize_dynamic`: int8 weights, activations quantised at run time). The
-three paths compute all layers of the same batch, taking turns in one process (`bench_inference.time_alternating`),
-so that load changes hit all of them alike. Prints the machine, words/s and seconds per batch (median of
+Each size is saved with random weights, exported by `hf-elmo export --format onnx` (`export_onnx.export_onnx`) in
+float32 and with `--quantize int8`. Each path runs in a process of its own, so that no path's thread pool (idle
+threads spinning) slows another: the processes take turns, one timed call each, with a pause between turns so that
+the last one's threads have gone to sleep, and load changes hit all of them alike. onnxruntime runs with its
+default session options (intra-op threads spinning while a call waits for work) and, in another process, with
+spinning off (`session.intra_op.allow_spinning=0`). Prints the machine, words/s and seconds per batch (median of
 `--repeats`), then per layer the cosine of each onnxruntime path's vectors to PyTorch's over the real positions
 (mean and minimum) and their largest absolute difference.
 """
 
 import argparse
+import subprocess
+import sys
 import tempfile
-from functools import partial
+import time
 from pathlib import Path
 
 import numpy as np
-import onnxruntime as ort
-import torch
-from bench_inference import machine_description, median, random_model, random_sentences, time_alternating
-from onnxruntime.quantization import QuantType, quantize_dynamic
+from bench_inference import machine_description, median, random_model, random_sentences
 
-from hf_elmo import ElmoConfig, ElmoTokenizer
-from hf_elmo.convert.to_onnx import export_onnx
+PATHS = {  # name: (graph folder, allow_spinning) or None for PyTorch
+    "pytorch": None,
+    "onnxruntime": ("onnx", "1"),
+    "onnxruntime, no spinning": ("onnx", "0"),
+    "onnxruntime int8": ("int8", "0"),
+}
+# Seconds between turns: the threads of the process that just ran stop spinning and sleep.
+PAUSE = 0.3
 
 
-def session(path: Path, threads: int) -> ort.InferenceSession:
-    options = ort.SessionOptions()
-    options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
-    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+def worker(args):
+    """One path in its own process: reads `run B` (prints the seconds of one call on batch size B) or `save B FILE`
+    (writes the layers of batch size B) from stdin, one command a line."""
+    import torch
+
+    from hf_elmo import ElmoModel, ElmoTokenizer
+
+    torch.set_num_threads(args.threads)
+    folder = Path(args.folder)
+    batches = {}
+    for size in args.batch_sizes:
+        encoded = ElmoTokenizer()(
+            random_sentences(size, args.words), is_split_into_words=True, padding=True, return_tensors="np"
+        )
+        batches[size] = {name: encoded[name] for name in ("input_ids", "attention_mask")}
+    if PATHS[args.worker] is None:
+        model = ElmoModel.from_pretrained(folder / "model").eval()
+
+        def layers(feed):
+            with torch.inference_mode():
+                inputs = {name: torch.from_numpy(value) for name, value in feed.items()}
+                return torch.stack(model(**inputs, output_hidden_states=True).hidden_states).numpy()
+
+    else:
+        import onnxruntime as ort
+
+        graph, spinning = PATHS[args.worker]
+        options = ort.SessionOptions()
+        options.intra_op_num_threads, options.inter_op_num_threads = args.threads, 1
+        options.add_session_config_entry("session.intra_op.allow_spinning", spinning)
+        session = ort.InferenceSession(str(folder / graph / "model.onnx"), options, providers=["CPUExecutionProvider"])
+
+        def layers(feed):
+            return session.run(["hidden_states"], feed)[0]
+
+    print("ready", flush=True)
+    for line in sys.stdin:
+        command, size, *rest = line.split()
+        if command == "run":
+            start = time.perf_counter()
+            layers(batches[int(size)])
+            print(time.perf_counter() - start, flush=True)
+        else:
+            np.save(rest[0], layers(batches[int(size)]))
+            print("saved", flush=True)
 
 
 def layer_agreement(reference: np.ndarray, other: np.ndarray, real: np.ndarray) -> list[tuple[float, float, float]]:
     """Per layer of `(L + 1, B, T, 2P)` outputs: mean and minimum cosine over the real positions, max abs diff."""
     result = []
     for want, got in zip(reference, other):
-        want, got = want[real], got[real]
+        want, got = want[real].astype(np.float64), got[real].astype(np.float64)
         cosine = (want * got).sum(-1) / (np.linalg.norm(want, axis=-1) * np.linalg.norm(got, axis=-1))
         result.append((float(cosine.mean()), float(cosine.min()), float(np.abs(want - got).max())))
     return result
+
+
+def ask(process, line: str) -> str:
+    process.stdin.write(line + "\n")
+    process.stdin.flush()
+    return process.stdout.readline().strip()
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sizes = ["tiny", "small", "medium", "original"]
     parser.add_argument("--sizes", nargs="+", default=["small", "original"], choices=sizes)
-    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 32])
     parser.add_argument("--words", type=int, default=20, help="words per sentence")
     parser.add_argument("--threads", type=int, default=2, help="PyTorch's and onnxruntime's intra-op threads")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--warmup", type=int, default=1)
+    parser.add_argument("--paths", nargs="+", default=list(PATHS), choices=list(PATHS))
+    parser.add_argument("--worker", choices=list(PATHS), help=argparse.SUPPRESS)
+    parser.add_argument("--folder", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.worker:
+        return worker(args)
+
+    import onnxruntime as ort
+    import torch
+
+    from hf_elmo import ElmoConfig, ElmoTokenizer
+    from hf_elmo.convert.to_onnx import export_onnx
 
     torch.set_num_threads(args.threads)
     print(f"machine: {machine_description('cpu')}, onnxruntime {ort.__version__}")
     print(
-        f"{args.words} words per sentence, batch {args.batch_size}, median of {args.repeats} after {args.warmup} "
-        "warm-up"
+        f"{args.words} words per sentence, {args.threads} threads, each path in its own process, median of "
+        f"{args.repeats} after {args.warmup} warm-up"
     )
-    print(f"{'size':<10}{'path':<18}{'words/s':>10}{'s/batch':>10}")
-    tokenizer = ElmoTokenizer()
-    sentences = random_sentences(args.batch_size, args.words)
-    batch = tokenizer(sentences, is_split_into_words=True, padding=True, return_tensors="pt")
-    batch = {name: batch[name] for name in ("input_ids", "attention_mask")}
-    feed = {name: tensor.numpy() for name, tensor in batch.items()}
-    real = feed["attention_mask"].astype(bool)
+    print(f"{'size':<10}{'batch':>6}  {'path':<26}{'words/s':>10}{'s/batch':>10}")
     for size in args.sizes:
-        model = random_model(ElmoConfig.from_preset(size), "cpu", torch.float32)
         with tempfile.TemporaryDirectory() as folder:
             folder = Path(folder)
-            model.save_pretrained(folder / "model")
+            random_model(ElmoConfig.from_preset(size), "cpu", torch.float32).save_pretrained(folder / "model")
             export_onnx(folder / "model", folder / "onnx")
-            quantize_dynamic(folder / "onnx/model.onnx", folder / "model.int8.onnx", weight_type=QuantType.QInt8)
-            sessions = {
-                "onnxruntime": session(folder / "onnx/model.onnx", args.threads),
-                "onnxruntime int8": session(folder / "model.int8.onnx", args.threads),
-            }
-
-        def pytorch(model=model, batch=batch):
-            with torch.inference_mode():
-                return model(**batch, output_hidden_states=True).hidden_states
-
-        calls = {"pytorch": pytorch}
-        calls.update({name: partial(run.run, ["hidden_states"], feed) for name, run in sessions.items()})
-        times = time_alternating(calls, args.repeats, args.warmup, "cpu")
-        for name, seconds in times.items():
-            words_per_second = args.batch_size * args.words / median(seconds)
-            print(f"{size:<10}{name:<18}{words_per_second:>10,.0f}{median(seconds):>10.3f}")
-        expected = torch.stack(pytorch()).numpy()
-        for name, run in sessions.items():
-            (layers,) = run.run(["hidden_states"], feed)
-            for layer, (mean, low, diff) in enumerate(layer_agreement(expected, layers, real)):
-                print(
-                    f"{'':<10}{name}, layer {layer}: cosine to PyTorch mean {mean:.5f}, min {low:.5f}, "
-                    f"max abs diff {diff:.3g}"
+            if "onnxruntime int8" in args.paths:
+                export_onnx(folder / "model", folder / "int8", quantize="int8")
+            command = [sys.executable, __file__, "--folder", str(folder), "--threads", str(args.threads)]
+            command += ["--words", str(args.words), "--batch-sizes", *map(str, args.batch_sizes)]
+            workers = {
+                name: subprocess.Popen(
+                    [*command, "--worker", name], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
                 )
+                for name in args.paths
+            }
+            for process in workers.values():
+                assert process.stdout.readline().strip() == "ready"
+            for batch_size in args.batch_sizes:
+                times = {name: [] for name in workers}
+                for i in range(args.warmup + args.repeats):
+                    for name, process in workers.items():
+                        time.sleep(PAUSE)
+                        seconds = float(ask(process, f"run {batch_size}"))
+                        if i >= args.warmup:
+                            times[name].append(seconds)
+                for name, seconds in times.items():
+                    words_per_second = batch_size * args.words / median(seconds)
+                    print(f"{size:<10}{batch_size:>6}  {name:<26}{words_per_second:>10,.0f}{median(seconds):>10.3f}")
+                layers = {}
+                for name, process in workers.items():
+                    assert ask(process, f"save {batch_size} {folder / 'layers.npy'}") == "saved"
+                    layers[name] = np.load(folder / "layers.npy")
+                real = ElmoTokenizer()(
+                    random_sentences(batch_size, args.words), is_split_into_words=True, padding=True
+                )["attention_mask"]
+                real = np.asarray(real, dtype=bool)
+                for name in workers:
+                    if name == "pytorch" or "pytorch" not in layers:
+                        continue
+                    for layer, (mean, low, diff) in enumerate(layer_agreement(layers["pytorch"], layers[name], real)):
+                        print(
+                            f"{'':<18}{name}, layer {layer}: cosine to PyTorch mean {mean:.5f}, min {low:.5f}, "
+                            f"max abs diff {diff:.3g}"
+                        )
+            for process in workers.values():
+                process.stdin.close()
+                process.wait()
 
 
 if __name__ == "__main__":

@@ -22,6 +22,12 @@ class ExportOptions:
         help="onnx: the LSTM state as explicit inputs (state_hidden, state_memory) and outputs (final_state_*)",
         flag=True,
     )
+    quantize: str | None = option(
+        None,
+        help="onnx: int8 weights (onnxruntime's dynamic quantisation), refused if the mean cosine of a layer's "
+        "vectors to float32's is below 0.999 on the check sentences",
+        choices=("int8",),
+    )
     force: bool = option(False, help="replace an earlier export in that folder", flag=True)
 
 
@@ -31,10 +37,21 @@ COMMAND_OPTIONS = ExportOptions
 def run(options) -> int:
     """`options`: the fields of `ExportOptions`, as parsed."""
     if options.format == "onnx":
-        output = export_onnx(options.model, options.output_dir, with_state=options.with_state, force=options.force)
-        print(f"model.onnx written to {output}")
+        written = export_onnx(
+            options.model,
+            options.output_dir,
+            with_state=options.with_state,
+            force=options.force,
+            quantize=options.quantize,
+        )
+        if written.int8_cosines is None:
+            print(f"model.onnx written to {written.folder}")
+        else:
+            cosines = ", ".join(f"{c:.5f}" for c in written.int8_cosines)
+            print(f"model.onnx (int8) written to {written.folder}; mean cosine to float32 per layer: {cosines}")
         return 0
-    if options.with_state:
-        raise ValueError("--with-state: only --format onnx has the LSTM state as inputs and outputs")
+    for name in ("with_state", "quantize"):
+        if getattr(options, name):
+            raise ValueError(f"--{name.replace('_', '-')}: only --format onnx has it")
     print(f"options.json and weights.hdf5 written to {export(options.model, options.output_dir, force=options.force)}")
     return 0

@@ -16,9 +16,12 @@ whose values are not checked in the graph: docs/export.md says what is checked w
 
 import logging
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import torch
+import torch.nn.functional as F
 from torch import nn
 from transformers.utils import CONFIG_NAME
 
@@ -26,8 +29,9 @@ from .. import modeling_elmo
 from ..configuration_elmo import TASK_HEADS
 from ..folder_files import read_json_object
 from ..io.files import OutputKind, write_output
-from ..modeling_elmo import ElmoModel
+from ..modeling_elmo import ElmoCharacterEncoder, ElmoModel
 from ..pretrained_elmo import load_model_folder
+from ..tokenization_elmo import ElmoTokenizer
 
 ONNX_FOLDER = OutputKind(
     "an ONNX export folder (model.onnx)", True, lambda p: p.name in ("model.onnx", "model.onnx.data")
@@ -46,6 +50,56 @@ def saved_head(model_dir) -> str | None:
     if not isinstance(architectures, list):
         return None
     return next((name for name in TASK_HEADS if name in architectures), None)
+
+
+class DistinctWordsCharacterEncoder(nn.Module):
+    """`ElmoCharacterEncoder`'s computation in operators an exported graph keeps dynamic, with less work: each
+    distinct word once (ONNX `Unique` on the rows), and the windows of every word only up to the batch's longest
+    span (the slots up to a word's last change of character, `char_cnn_fast._spans`): a window beyond a word's span
+    lies inside its final run of one character, whose value per filter is that character's embedding times the
+    kernel summed over its width. Shares the encoder's parameters."""
+
+    def __init__(self, encoder: ElmoCharacterEncoder):
+        super().__init__()
+        self.encoder = encoder
+
+    def forward(self, char_ids: torch.LongTensor, word_ids: torch.LongTensor | None = None) -> torch.Tensor:
+        """`(..., C)` character ids (and `(...)` word ids with word embeddings) -> `(..., P)`."""
+        encoder = self.encoder
+        batch_shape, num_chars = char_ids.shape[:-1], char_ids.shape[-1]
+        words, word_index = torch.unique(char_ids.reshape(-1, num_chars), dim=0, return_inverse=True)  # (U, C)
+        differs = words != words[:, -1:]
+        spans = torch.where(differs, torch.arange(1, num_chars + 1), 0).amax(dim=1)  # (U,)
+        widths = [conv.kernel_size[0] for conv in encoder.convolutions]
+        # At least one window of the widest filter, so that every filter has a window to take the max of.
+        kept = torch.clamp(spans.max() + max(widths) - 1, min=max(widths), max=num_chars)
+        chars = encoder.char_embedding(words[:, :kept]).transpose(1, 2)  # (U, e, kept)
+        final_char = encoder.char_embedding(words[:, -1])  # (U, e)
+        per_filter = []
+        for conv, width in zip(encoder.convolutions, widths):
+            window_max = F.conv1d(chars, conv.weight).amax(dim=-1)  # (U, n), the windows of the first `kept` slots
+            run_value = final_char @ conv.weight.sum(dim=-1).t()
+            # Whether the word's final run holds a whole window: then the run's value is one of its windows.
+            has_run = (spans <= num_chars - width)[:, None]
+            per_filter.append(torch.where(has_run, torch.maximum(window_max, run_value), window_max))
+        bias = torch.cat([conv.bias for conv in encoder.convolutions])
+        # The bias and the activation commute with the max: both are monotonic.
+        features = encoder.activation(torch.cat(per_filter, dim=-1) + bias)
+        for highway in encoder.highways:
+            features = highway(features)
+        if encoder.word_embedding is None:  # the projection depends on the characters only: once per distinct word
+            return encoder.projection(features)[word_index].reshape(*batch_shape, -1)
+        features = torch.cat([encoder.word_embedding(word_ids.reshape(-1)), features[word_index]], dim=-1)
+        return encoder.projection(features).reshape(*batch_shape, -1)
+
+
+def with_distinct_words_encoder(model: nn.Module) -> nn.Module:
+    """`model` with each of its `ElmoCharacterEncoder`s replaced by a `DistinctWordsCharacterEncoder` of it."""
+    for parent in list(model.modules()):
+        for name, child in parent.named_children():
+            if isinstance(child, ElmoCharacterEncoder):
+                setattr(parent, name, DistinctWordsCharacterEncoder(child))
+    return model
 
 
 class ElmoOnnxGraph(nn.Module):
@@ -141,9 +195,112 @@ class ElmoOnnxGraph(nn.Module):
         return {name: axes[name] for name in self.input_names()}
 
 
-def export_onnx(model_dir, output_dir, with_state: bool = False, force: bool = False):
-    """Writes `model.onnx` of the model in `model_dir` to `output_dir` (the module docstring)."""
-    for package in ("onnx", "onnxscript"):  # torch.onnx's exporter needs both
+# What the export is checked on: the exported graph against the PyTorch model, the int8 graph against float32.
+CHECK_SENTENCES = [
+    "The cat sat on the mat .",
+    "A quick brown fox jumps over the lazy dog near the river bank .",
+    "Stocks fell 3.5 % on Tuesday after the central bank raised interest rates again .",
+    "She said : “ I will not go , ” and closed the door .",
+    "Photosynthesis converts light energy into chemical energy stored in glucose .",
+    "Why ?",
+]
+QUANTIZATIONS = ("int8",)
+# The least mean cosine per layer of the int8 graph's vectors to float32's on the check sentences.
+MIN_INT8_COSINE = 0.999
+
+
+def check_inputs_of(graph: "ElmoOnnxGraph", model_dir) -> dict[str, torch.Tensor]:
+    """The check sentences as the graph's inputs, made by the folder's tokenizer (by `ElmoTokenizer` for a folder
+    without one); sentence pairs: the first half with the second."""
+    config = graph.model.config
+    if (Path(model_dir) / "tokenizer_config.json").is_file():
+        tokenizer = ElmoTokenizer.from_pretrained(model_dir)
+    else:
+        tokenizer = ElmoTokenizer(max_characters_per_token=config.max_characters_per_token)
+    half = len(CHECK_SENTENCES) // 2
+    texts = (CHECK_SENTENCES[:half], CHECK_SENTENCES[half:]) if graph.pairs else (CHECK_SENTENCES,)
+    batch = tokenizer(*texts, padding=True, return_tensors="pt")
+    inputs = {}
+    for name in graph.input_names():
+        if name in batch:
+            inputs[name] = batch[name]
+        elif name.endswith("input_word_ids"):  # a tokenizer without the word vocabulary: any valid ids do
+            inputs[name] = batch[name.replace("input_word_ids", "attention_mask")].clone()
+    if graph.with_state:
+        inputs["state_hidden"], inputs["state_memory"] = graph.model.initial_state(len(CHECK_SENTENCES))
+    return inputs
+
+
+def layer_cosines(expected: np.ndarray, actual: np.ndarray, real: np.ndarray) -> list[float]:
+    """Per layer of `(L + 1, B, T, 2P)` `hidden_states`: the mean cosine of the vectors at the `(B, T)` real
+    positions."""
+    result = []
+    for want, got in zip(expected, actual):
+        want, got = want[real].astype(np.float64), got[real].astype(np.float64)
+        norms = np.linalg.norm(want, axis=-1) * np.linalg.norm(got, axis=-1)
+        result.append(float(np.mean((want * got).sum(-1) / np.maximum(norms, np.finfo(np.float64).tiny))))
+    return result
+
+
+def _session(path: Path):
+    import onnxruntime as ort
+
+    return ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+
+
+def _check_float32(path: Path, graph: "ElmoOnnxGraph", inputs: dict, expected: list[torch.Tensor]):
+    """onnxruntime loads and runs the written graph and gives the PyTorch model's outputs on the check inputs."""
+    try:
+        outputs = _session(path).run(None, {name: value.numpy() for name, value in inputs.items()})
+    except Exception as error:  # onnxruntime raises its own kinds
+        message = " ".join(str(error).split())
+        raise ValueError(f"{path.name}: onnxruntime cannot run the exported graph ({message})") from None
+    for name, got, want in zip(graph.output_names(), outputs, expected):
+        want = want.numpy()
+        scale = max(1.0, float(np.abs(want).max(initial=0.0)))
+        diff = float(np.abs(got - want).max(initial=0.0))
+        if not np.isfinite(got).all() or not diff <= 1e-4 * scale:
+            raise ValueError(
+                f"{path.name}: onnxruntime's {name} differs from the PyTorch model's by {diff:.3g} on the check "
+                "sentences (expected within 1e-4 of its largest value); not written"
+            )
+
+
+def _quantize_int8(float_path: Path, path: Path, inputs: dict, real: np.ndarray) -> list[float]:
+    """`float_path` quantised to `path` by onnxruntime's dynamic int8 quantisation (int8 weights, activations
+    quantised at run time) -> the mean cosine per layer of its vectors to float32's on the check inputs."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    quantize_dynamic(float_path, path, weight_type=QuantType.QInt8)
+    feed = {name: value.numpy() for name, value in inputs.items()}
+    (expected,) = _session(float_path).run(["hidden_states"], feed)
+    (actual,) = _session(path).run(["hidden_states"], feed)
+    cosines = layer_cosines(expected, actual, real)
+    if min(cosines) < MIN_INT8_COSINE:
+        shown = ", ".join(f"{c:.5f}" for c in cosines)
+        raise ValueError(
+            f"--quantize int8: the int8 graph's vectors are too far from float32's (mean cosine per layer {shown} on "
+            f"the check sentences, expected at least {MIN_INT8_COSINE}); not written: use the float32 export"
+        )
+    return cosines
+
+
+@dataclass
+class OnnxExport:
+    """What `export_onnx` wrote: the folder, and for an int8 graph the mean cosine per layer of its vectors to
+    float32's on the check sentences."""
+
+    folder: Path
+    int8_cosines: list[float] | None = None
+
+
+def export_onnx(
+    model_dir, output_dir, with_state: bool = False, force: bool = False, quantize: str | None = None
+) -> OnnxExport:
+    """Writes `model.onnx` of the model in `model_dir` to `output_dir` (the module docstring), in float32 whatever
+    the folder's dtype, or int8 with `quantize="int8"`; checks it in onnxruntime on `CHECK_SENTENCES` before it is
+    moved into place."""
+    for package in ("onnx", "onnxscript", "onnxruntime"):  # torch.onnx's exporter; the check
         try:
             __import__(package)
         except ImportError:
@@ -151,14 +308,28 @@ def export_onnx(model_dir, output_dir, with_state: bool = False, force: bool = F
                 f"--format onnx needs the package {package}: pip install 'hf-elmo[onnx]' (onnx, onnxscript, "
                 "onnxruntime)"
             ) from None
+    if quantize is not None and quantize not in QUANTIZATIONS:
+        raise ValueError(f"--quantize: expected one of {', '.join(QUANTIZATIONS)}, got {quantize!r}")
     head = saved_head(model_dir)
     if head and with_state:
         raise ValueError(
             f"--with-state: {model_dir} holds a task head ({head}), whose model.onnx computes its logits from each "
             "sentence's start state; only a biLM's (ElmoModel, ElmoForBiLM) has the LSTM state as inputs and outputs"
         )
-    model = load_model_folder(getattr(modeling_elmo, head) if head else ElmoModel, model_dir)
-    graph = ElmoOnnxGraph(model, with_state).eval()
+    if head and quantize:
+        raise ValueError(
+            f"--quantize: {model_dir} holds a task head ({head}); only a biLM's model.onnx (ElmoModel, ElmoForBiLM) is "
+            "quantised, checked by the cosine of its layers to float32's"
+        )
+    # onnxruntime's CPU provider runs float32 graphs only (a float16 graph crashes it, a bfloat16 one does not
+    # load): a 16-bit model is exported from its weights made float32, which holds them exactly.
+    model = load_model_folder(getattr(modeling_elmo, head) if head else ElmoModel, model_dir).float()
+    reference = ElmoOnnxGraph(model, with_state).eval()
+    inputs = check_inputs_of(reference, model_dir)
+    with torch.no_grad():
+        expected = reference(**inputs)
+    graph = ElmoOnnxGraph(with_distinct_words_encoder(model), with_state).eval()
+    cosines = None
 
     def write(folder):
         # The exporter's notes on its own internals (operators of packages not installed, deprecations) are noise
@@ -181,9 +352,15 @@ def export_onnx(model_dir, output_dir, with_state: bool = False, force: bool = F
                 )
         finally:
             exporter_log.setLevel(level)
-        program.save(str(folder / "model.onnx"))
+        float_path = folder / ("model.float32.onnx" if quantize else "model.onnx")
+        program.save(str(float_path))
+        _check_float32(float_path, graph, inputs, expected)
+        if quantize:
+            nonlocal cosines
+            cosines = _quantize_int8(float_path, folder / "model.onnx", inputs, inputs["attention_mask"].bool().numpy())
+            float_path.unlink()
 
-    return write_output(output_dir, write, ONNX_FOLDER, [model_dir], force)
+    return OnnxExport(write_output(output_dir, write, ONNX_FOLDER, [model_dir], force), cosines)
 
 
-__all__ = ["ElmoOnnxGraph", "export_onnx"]
+__all__ = ["DistinctWordsCharacterEncoder", "ElmoOnnxGraph", "OnnxExport", "export_onnx"]
