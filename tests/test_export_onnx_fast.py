@@ -1,0 +1,159 @@
+"""The exported graph's character encoder (each distinct word once, windows up to the longest span), the checks
+`hf-elmo export --format onnx` runs before writing, `--quantize int8`, and folders of 16-bit dtypes."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from conftest import fixture_batches
+
+from hf_elmo import ElmoConfig, ElmoModel, ElmoTokenizer
+from hf_elmo import export_onnx as onnx_export
+from hf_elmo.cli import main as cli_main
+from hf_elmo.export_onnx import DistinctWordsCharacterEncoder, layer_cosines
+
+ort = pytest.importorskip("onnxruntime")  # in the test extra, with onnx and onnxscript
+
+CONFIG = dict(
+    char_embedding_dim=4,
+    filters=[[1, 4], [2, 4], [3, 8], [5, 8]],
+    n_highway=1,
+    cell_dim=8,
+    projection_dim=4,
+    num_layers=2,
+    cell_clip=3.0,
+    proj_clip=3.0,
+    use_skip_connections=True,
+)
+LONGEST = "x" * 60  # cut to the row's 50 slots: a word whose final run is one slot
+# Repeated words, a one-letter word, a word filling its row, words whose spans end near the row's end.
+SENTENCES = [
+    ["the", "cat", "sat", "on", "the", "mat", "."],
+    ["a", LONGEST, "the"],
+    ["y" * 45, "z" * 47, "b"],
+    ["the"],
+]
+
+
+def random_model(**options) -> ElmoModel:
+    torch.manual_seed(0)
+    model = ElmoModel(ElmoConfig(**{**CONFIG, **options}, output_hidden_states=True)).eval()
+    with torch.no_grad():
+        for param in model.parameters():  # values of order 1 to 10, the padding characters' windows winning some maxima
+            param.copy_(torch.randn(param.shape) / param.shape[-1] ** 0.5)
+    return model
+
+
+def encode(sentences):
+    batch = ElmoTokenizer()(sentences, is_split_into_words=True, padding=True, return_tensors="pt")
+    return {name: batch[name] for name in ("input_ids", "attention_mask")}
+
+
+@pytest.mark.parametrize("sentences", [SENTENCES, SENTENCES[:1], [["a"]]], ids=["mixed", "short words", "one word"])
+def test_distinct_words_encoder_computes_the_reference_encoder(sentences):
+    model = random_model()
+    char_ids = encode(sentences)["input_ids"]
+    with torch.no_grad():
+        expected = model.char_encoder.double()(char_ids)
+        actual = DistinctWordsCharacterEncoder(model.char_encoder.float())(char_ids)
+    # float32 (unit roundoff 6e-8) sums of at most 5 x 4 products per window, then highway and projection of 24
+    # terms each, terms as large as the largest output: 24 terms x 3 layers of rounding, about 1e-5 of it at most
+    torch.testing.assert_close(actual.double(), expected, rtol=0, atol=1e-5 * float(expected.abs().max()))
+
+
+def export(folder, output, *options):
+    command = f"export --format onnx --model {folder} --output-dir {output}".split() + list(options)
+    assert cli_main(command) == 0
+
+
+def run_graph(folder, sentences):
+    session = ort.InferenceSession(str(folder / "model.onnx"), providers=["CPUExecutionProvider"])
+    feed = {name: value.numpy() for name, value in encode(sentences).items()}
+    return session.run(["hidden_states"], feed)[0]
+
+
+def test_exported_graph_gives_the_models_layers_on_long_repeated_and_single_words(tmp_path):
+    model = random_model()
+    model.save_pretrained(tmp_path / "model")
+    export(tmp_path / "model", tmp_path / "onnx")
+    for sentences in (SENTENCES, [["a"]], SENTENCES[2:3]):
+        with torch.no_grad():
+            expected = torch.stack(model(**encode(sentences)).hidden_states).numpy()
+        np.testing.assert_allclose(run_graph(tmp_path / "onnx", sentences), expected, rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_a_16_bit_folder_exports_a_float32_graph_that_onnxruntime_runs(dtype, tmp_path):
+    model = random_model().to(getattr(torch, dtype))
+    model.save_pretrained(tmp_path / "model")
+    assert json.loads((tmp_path / "model/config.json").read_text())["dtype"] == dtype
+    export(tmp_path / "model", tmp_path / "onnx")
+    float32 = ElmoModel.from_pretrained(tmp_path / "model").float().eval()
+    with torch.no_grad():
+        expected = torch.stack(float32(**encode(SENTENCES)).hidden_states).numpy()
+    np.testing.assert_allclose(run_graph(tmp_path / "onnx", SENTENCES), expected, rtol=0, atol=1e-5)
+
+
+def test_int8_export_keeps_every_layer_of_the_fixture_at_cosine_0_999(converted_dirs, tmp_path, capsys):
+    folder = converted_dirs["allennlp"]
+    export(folder, tmp_path / "int8", "--quantize", "int8")
+    printed = capsys.readouterr().out
+    assert "model.onnx (int8) written" in printed and "mean cosine to float32 per layer" in printed
+    session = ort.InferenceSession(str(tmp_path / "int8/model.onnx"), providers=["CPUExecutionProvider"])
+    assert any(node.op_type.startswith("MatMulInteger") for node in _nodes(tmp_path / "int8/model.onnx"))
+    model = ElmoModel.from_pretrained(folder).eval()
+    per_batch = []
+    for words, _ in fixture_batches("allennlp"):
+        inputs = encode(words)
+        (layers,) = session.run(["hidden_states"], {name: value.numpy() for name, value in inputs.items()})
+        with torch.no_grad():
+            expected = torch.stack(model(**inputs, output_hidden_states=True).hidden_states).numpy()
+        per_batch.append(layer_cosines(expected, layers, inputs["attention_mask"].bool().numpy()))
+    per_layer = np.mean(per_batch, axis=0)
+    assert len(per_layer) == model.config.num_layers + 1
+    assert (per_layer >= 0.999).all(), per_layer
+
+
+def _nodes(path):
+    import onnx
+
+    return onnx.load(str(path)).graph.node
+
+
+def test_int8_below_the_least_cosine_is_refused_and_nothing_is_written(tmp_path, monkeypatch):
+    random_model().save_pretrained(tmp_path / "model")
+    monkeypatch.setattr(onnx_export, "MIN_INT8_COSINE", 1.0 + 1e-9)  # no int8 graph reaches it
+    with pytest.raises(ValueError, match=r"^--quantize int8: the int8 graph's vectors are too far from float32's"):
+        onnx_export.export_onnx(tmp_path / "model", tmp_path / "int8", quantize="int8")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]
+
+
+def test_quantize_is_refused_for_heads_and_other_formats(tmp_path, capsys):
+    from test_heads import tiny_model
+
+    from hf_elmo import ElmoForTokenClassification
+
+    tiny_model(ElmoForTokenClassification, num_layers=1).save_pretrained(tmp_path / "tagger")
+    assert (
+        cli_main(
+            f"export --format onnx --model {tmp_path / 'tagger'} --output-dir {tmp_path / 'o'} --quantize int8".split()
+        )
+        != 0
+    )
+    assert "--quantize: " in capsys.readouterr().err
+    assert cli_main(f"export --model {tmp_path / 'tagger'} --output-dir {tmp_path / 'p'} --quantize int8".split()) != 0
+    assert "--quantize: only --format onnx has it" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["tagger"]
+
+
+def test_a_graph_onnxruntime_cannot_run_is_not_written(tmp_path, monkeypatch):
+    random_model().save_pretrained(tmp_path / "model")
+
+    def broken_session(path):
+        raise RuntimeError("[ONNXRuntimeError] : 9 : NOT_IMPLEMENTED : Could not find an implementation for MatMul(13)")
+
+    monkeypatch.setattr(onnx_export, "_session", broken_session)
+    with pytest.raises(ValueError, match=r"^model.onnx: onnxruntime cannot run the exported graph \(\[ONNXRun"):
+        onnx_export.export_onnx(tmp_path / "model", tmp_path / "onnx")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]
