@@ -9,9 +9,9 @@ import torch
 from conftest import fixture_batches
 
 from hf_elmo import ElmoConfig, ElmoModel, ElmoTokenizer
-from hf_elmo import export_onnx as onnx_export
-from hf_elmo.cli import main as cli_main
-from hf_elmo.export_onnx import DistinctWordsCharacterEncoder, layer_cosines
+from hf_elmo.commands.cli import main as cli_main
+from hf_elmo.convert import to_onnx as onnx_export
+from hf_elmo.convert.to_onnx import DistinctWordsCharacterEncoder, layer_cosines
 
 ort = pytest.importorskip("onnxruntime")  # in the test extra, with onnx and onnxscript
 
