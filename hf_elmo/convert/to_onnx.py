@@ -14,6 +14,7 @@ config.json) gives the head's logits instead (`head_outputs`), with `pair_input_
 whose values are not checked in the graph: docs/export.md says what is checked where.
 """
 
+import json
 import logging
 import warnings
 from dataclasses import dataclass
@@ -26,8 +27,9 @@ from torch import nn
 from transformers.utils import CONFIG_NAME
 
 from .. import modeling_elmo
-from ..configuration_elmo import TASK_HEADS
+from ..configuration_elmo import TASK_HEADS, ElmoConfig
 from ..folder_files import read_json_object
+from ..input_checks import check_inputs, check_pair_rows, check_pair_side
 from ..io.files import OutputKind, write_output
 from ..modeling_elmo import ElmoCharacterEncoder, ElmoModel
 from ..pretrained_elmo import load_model_folder
@@ -347,6 +349,62 @@ def _quantize_int8(float_path: Path, path: Path, inputs: dict, real: np.ndarray)
     return cosines
 
 
+# The key of the model's config (JSON) in `model.onnx`'s metadata, which `CheckedOnnxSession` reads.
+CONFIG_METADATA_KEY = "hf_elmo_config"
+
+
+class CheckedOnnxSession:
+    """An onnxruntime session of an exported `model.onnx` whose `run` first checks its inputs as the PyTorch model
+    does (`input_checks.check_inputs`, with the config the export wrote into the graph's metadata): a missing or
+    unknown input, a wrong shape, dtype or value (character ids out of range, left padding, a mask over padding rows,
+    rows of different batch sizes) is a one-line `ValueError` naming the input, before onnxruntime runs.
+    `session_options` and `providers` go to `onnxruntime.InferenceSession`."""
+
+    def __init__(self, path, session_options=None, providers=("CPUExecutionProvider",)):
+        import onnxruntime as ort
+
+        self.session = ort.InferenceSession(str(path), session_options, providers=list(providers))
+        metadata = self.session.get_modelmeta().custom_metadata_map
+        if CONFIG_METADATA_KEY not in metadata:
+            raise ValueError(f"{path}: no {CONFIG_METADATA_KEY} in its metadata: not written by hf-elmo export")
+        self.config = ElmoConfig.from_dict(json.loads(metadata[CONFIG_METADATA_KEY]))
+        self.input_names = [i.name for i in self.session.get_inputs()]
+        self.framed = self.session.get_outputs()[0].name in ("logits", "start_logits")  # a task head's graph
+
+    def check(self, feed: dict):
+        """Raises a one-line `ValueError` naming the first input of `feed` (name -> numpy array) that the graph
+        cannot take."""
+        missing, unknown = set(self.input_names) - set(feed), set(feed) - set(self.input_names)
+        if missing or unknown:
+            raise ValueError(
+                f"the graph's inputs are {', '.join(self.input_names)}; missing {sorted(missing)}, unknown "
+                f"{sorted(unknown)}"
+            )
+        for name, value in feed.items():
+            if not isinstance(value, np.ndarray):
+                raise ValueError(f"{name} must be a numpy array (return_tensors='np'), got {type(value).__name__}")
+        state = None
+        if "state_hidden" in feed:
+            state = tuple(torch.from_numpy(feed[name]) for name in ("state_hidden", "state_memory"))
+        pairs = "pair_input_ids" in feed
+        for prefix in ("", "pair_") if pairs else ("",):
+            tensors = [feed.get(prefix + name) for name in ("input_ids", "attention_mask", "input_word_ids")]
+            tensors = [None if value is None else torch.from_numpy(value) for value in tensors]
+            try:
+                mask = check_inputs(self.config, *tensors, state=state, dtype=torch.float32, framed=self.framed)
+            except ValueError as error:  # its messages name the first side's inputs
+                raise ValueError(f"{prefix}input_ids, {prefix}attention_mask: {error}" if prefix else error) from None
+            if pairs:
+                check_pair_side(prefix, mask)
+        if pairs:
+            check_pair_rows(len(feed["input_ids"]), len(feed["pair_input_ids"]))
+
+    def run(self, output_names, feed: dict, run_options=None) -> list[np.ndarray]:
+        """`onnxruntime.InferenceSession.run` after `check(feed)`."""
+        self.check(feed)
+        return self.session.run(output_names, feed, run_options)
+
+
 @dataclass
 class OnnxExport:
     """What `export_onnx` wrote: the folder, and for an int8 graph the mean cosine per layer of its vectors to
@@ -414,6 +472,7 @@ def export_onnx(
                 )
         finally:
             exporter_log.setLevel(level)
+        program.model.metadata_props[CONFIG_METADATA_KEY] = model.config.to_json_string(use_diff=False)
         float_path = folder / ("model.float32.onnx" if quantize else "model.onnx")
         program.save(str(float_path))
         _check_float32(float_path, graph, inputs, expected)
@@ -425,4 +484,4 @@ def export_onnx(
     return OnnxExport(write_output(output_dir, write, ONNX_FOLDER, [model_dir], force), cosines)
 
 
-__all__ = ["DistinctWordsCharacterEncoder", "ElmoOnnxGraph", "OnnxExport", "export_onnx"]
+__all__ = ["CheckedOnnxSession", "DistinctWordsCharacterEncoder", "ElmoOnnxGraph", "OnnxExport", "export_onnx"]

@@ -165,3 +165,59 @@ def test_a_graph_onnxruntime_cannot_run_is_not_written(tmp_path, monkeypatch):
     with pytest.raises(ValueError, match=r"^model.onnx: onnxruntime cannot run the exported graph \(\[ONNXRun"):
         onnx_export.export_onnx(tmp_path / "model", tmp_path / "onnx")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]
+
+
+@pytest.fixture(scope="module")
+def checked_session(tmp_path_factory):
+    """A biLM exported with the state as inputs, opened through `CheckedOnnxSession`."""
+    folder = tmp_path_factory.mktemp("checked")
+    random_model().save_pretrained(folder / "model")
+    export(folder / "model", folder / "onnx", "--with-state")
+    return onnx_export.CheckedOnnxSession(folder / "onnx/model.onnx")
+
+
+def test_checked_session_runs_a_good_feed_as_onnxruntime_does(checked_session):
+    feed = {name: value.numpy() for name, value in encode(SENTENCES).items()}
+    state = ElmoModel(checked_session.config).initial_state(len(SENTENCES))
+    feed.update(state_hidden=state[0].numpy(), state_memory=state[1].numpy())
+    for got, want in zip(checked_session.run(None, feed), checked_session.session.run(None, feed), strict=True):
+        np.testing.assert_array_equal(got, want)
+
+
+def _wrong(feed, name, change):
+    feed = dict(feed)
+    feed[name] = change(feed[name].copy())
+    return feed
+
+
+def _left_padded(mask):
+    mask[1] = mask[1][::-1]
+    return mask
+
+
+def _too_high(ids):
+    ids[0, 1, 3] = 100_000
+    return ids
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (lambda feed: {k: v for k, v in feed.items() if k != "attention_mask"}, r"missing \['attention_mask'\]"),
+        (lambda feed: _wrong(feed, "input_ids", lambda ids: ids[..., :49]), r"input_ids must have shape \(batch"),
+        (lambda feed: _wrong(feed, "input_ids", lambda ids: ids[:, :0]), r"input_ids is empty"),
+        (lambda feed: _wrong(feed, "input_ids", _too_high), r"input_ids must be in \[0, 261\], found .* 100000\]"),
+        (lambda feed: _wrong(feed, "attention_mask", _left_padded), r"every attention_mask row must be ones then"),
+        (lambda feed: _wrong(feed, "attention_mask", lambda mask: mask[:2]), r"attention_mask must have shape \(4, "),
+        (lambda feed: _wrong(feed, "state_hidden", lambda state: state[:, :2]), r"state must be .* got \(\(2, 2, 8\)"),
+        (lambda feed: _wrong(feed, "input_ids", lambda ids: ids.tolist()), r"input_ids must be a numpy array"),
+    ],
+    ids=["missing", "49 characters", "no positions", "id out of range", "left padding", "rows", "state", "a list"],
+)
+def test_checked_session_names_the_wrong_input_in_one_line(checked_session, change, message):
+    feed = {name: value.numpy() for name, value in encode(SENTENCES).items()}
+    state = ElmoModel(checked_session.config).initial_state(len(SENTENCES))
+    feed.update(state_hidden=state[0].numpy(), state_memory=state[1].numpy())
+    with pytest.raises(ValueError, match=message) as raised:
+        checked_session.run(None, change(feed))
+    assert "\n" not in str(raised.value)
