@@ -1,9 +1,10 @@
 """onnxruntime against the PyTorch CPU path, with random weights: words per second (boundaries not counted).
 
     python benchmarks/bench_onnx.py --sizes small original --batch-sizes 1 32 --words 20 --threads 2
+    python benchmarks/bench_onnx.py --threads 1 --clock cpu   # a busy machine: each process's processor time
     python benchmarks/bench_onnx.py --sizes tiny --batch-sizes 2 --words 3 --repeats 1 --warmup 0   # a quick check
 
-Each size is saved with random weights, exported by `hf-elmo export --format onnx` (`export_onnx.export_onnx`) in
+Each size is saved with random weights, exported by `hf-elmo export --format onnx` (`convert.to_onnx.export_onnx`) in
 float32 and with `--quantize int8`. Each path runs in a process of its own, so that no path's thread pool (idle
 threads spinning) slows another: the processes take turns, one timed call each, with a pause between turns so that
 the last one's threads have gone to sleep, and load changes hit all of them alike. onnxruntime runs with its
@@ -21,7 +22,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from bench_inference import machine_description, median, random_model, random_sentences
+from bench_inference import CLOCKS, machine_description, median, random_model, random_sentences
 
 PATHS = {  # name: (graph folder, allow_spinning) or None for PyTorch
     "pytorch": None,
@@ -68,13 +69,14 @@ def worker(args):
         def layers(feed):
             return session.run(["hidden_states"], feed)[0]
 
+    now = CLOCKS[args.clock]
     print("ready", flush=True)
     for line in sys.stdin:
         command, size, *rest = line.split()
         if command == "run":
-            start = time.perf_counter()
+            start = now()
             layers(batches[int(size)])
-            print(time.perf_counter() - start, flush=True)
+            print(now() - start, flush=True)
         else:
             np.save(rest[0], layers(batches[int(size)]))
             print("saved", flush=True)
@@ -106,6 +108,12 @@ def main():
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--paths", nargs="+", default=list(PATHS), choices=list(PATHS))
+    parser.add_argument(
+        "--clock",
+        choices=list(CLOCKS),
+        default="wall",
+        help="cpu: each worker's processor time, with --threads 1 a stable estimate on a busy machine",
+    )
     parser.add_argument("--worker", choices=list(PATHS), help=argparse.SUPPRESS)
     parser.add_argument("--folder", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -121,8 +129,8 @@ def main():
     torch.set_num_threads(args.threads)
     print(f"machine: {machine_description('cpu')}, onnxruntime {ort.__version__}")
     print(
-        f"{args.words} words per sentence, {args.threads} threads, each path in its own process, median of "
-        f"{args.repeats} after {args.warmup} warm-up"
+        f"{args.words} words per sentence, {args.threads} threads, each path in its own process, {args.clock} clock, "
+        f"median of {args.repeats} after {args.warmup} warm-up"
     )
     print(f"{'size':<10}{'batch':>6}  {'path':<26}{'words/s':>10}{'s/batch':>10}")
     for size in args.sizes:
@@ -133,6 +141,7 @@ def main():
             if "onnxruntime int8" in args.paths:
                 export_onnx(folder / "model", folder / "int8", quantize="int8")
             command = [sys.executable, __file__, "--folder", str(folder), "--threads", str(args.threads)]
+            command += ["--clock", args.clock]
             command += ["--words", str(args.words), "--batch-sizes", *map(str, args.batch_sizes)]
             workers = {
                 name: subprocess.Popen(
