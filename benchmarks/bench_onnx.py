@@ -127,7 +127,7 @@ def main():
     from hf_elmo.convert.to_onnx import export_onnx
 
     torch.set_num_threads(args.threads)
-    print(f"machine: {machine_description('cpu')}, onnxruntime {ort.__version__}")
+    print(f"machine: {machine_description('cpu')}, onnxruntime {ort.__version__}", flush=True)
     print(
         f"{args.words} words per sentence, {args.threads} threads, each path in its own process, {args.clock} clock, "
         f"median of {args.repeats} after {args.warmup} warm-up"
@@ -161,7 +161,10 @@ def main():
                             times[name].append(seconds)
                 for name, seconds in times.items():
                     words_per_second = batch_size * args.words / median(seconds)
-                    print(f"{size:<10}{batch_size:>6}  {name:<26}{words_per_second:>10,.0f}{median(seconds):>10.3f}")
+                    print(
+                        f"{size:<10}{batch_size:>6}  {name:<26}{words_per_second:>10,.0f}{median(seconds):>10.3f}",
+                        flush=True,
+                    )
                 layers = {}
                 for name, process in workers.items():
                     assert ask(process, f"save {batch_size} {folder / 'layers.npy'}") == "saved"

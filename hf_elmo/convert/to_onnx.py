@@ -1,6 +1,6 @@
 """Export a model folder as an ONNX graph for onnxruntime and other ONNX runtimes.
 
-    hf-elmo export --format onnx --model DIR --output-dir OUT [--with-state]
+    hf-elmo export --format onnx --model DIR --output-dir OUT [--with-state] [--quantize int8]
 
 `OUT/model.onnx` computes `ElmoModel` with every layer: inputs `input_ids` `(batch, length, 50)` and
 `attention_mask` `(batch, length)`, int64 as the tokenizer gives them (`return_tensors="np"`), plus `input_word_ids`
@@ -10,8 +10,11 @@ state is explicit, inputs `state_hidden` `(num_layers, batch, 2P)` and `state_me
 outputs `final_state_hidden` and `final_state_memory` (as `state=` and `use_cache=True`); without it every row starts
 from the model's start state (zeros, or its warm start state). A folder saved as a task head (`architectures` in its
 config.json) gives the head's logits instead (`head_outputs`), with `pair_input_ids` and `pair_attention_mask`
-`(batch, pair_length, ...)` for sentence pairs and question answering. The graph is `torch.export`'s of the model,
-whose values are not checked in the graph: docs/export.md says what is checked where.
+`(batch, pair_length, ...)` for sentence pairs and question answering. The graph is `torch.export`'s of the model
+with its character encoder replaced by `DistinctWordsCharacterEncoder`, float32 whatever the folder's dtype, and is
+run in onnxruntime against the PyTorch model before it is written; `--quantize int8` makes its matrix products int8,
+refused below a cosine of `MIN_INT8_COSINE` to float32 per layer. The graph checks no values; `CheckedOnnxSession`
+checks a feed as the PyTorch model does: docs/export.md says what is checked where.
 """
 
 import json
@@ -216,7 +219,11 @@ def check_inputs_of(graph: "ElmoOnnxGraph", model_dir) -> dict[str, torch.Tensor
     without one); sentence pairs: the first half with the second."""
     config = graph.model.config
     if (Path(model_dir) / "tokenizer_config.json").is_file():
-        tokenizer = ElmoTokenizer.from_pretrained(model_dir)
+        try:
+            tokenizer = ElmoTokenizer.from_pretrained(model_dir)
+        except Exception as error:  # json, OSError, ValueError from the tokenizer files
+            message = " ".join(str(error).split()) or type(error).__name__
+            raise ValueError(f"{model_dir}: cannot load the tokenizer to check the export ({message})") from None
     else:
         tokenizer = ElmoTokenizer(max_characters_per_token=config.max_characters_per_token)
     half = len(CHECK_SENTENCES) // 2
