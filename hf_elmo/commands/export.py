@@ -50,8 +50,9 @@ def run(options) -> int:
             cosines = ", ".join(f"{c:.5f}" for c in written.int8_cosines)
             print(f"model.onnx (int8) written to {written.folder}; mean cosine to float32 per layer: {cosines}")
         return 0
-    for name in ("with_state", "quantize"):
-        if getattr(options, name):
-            raise ValueError(f"--{name.replace('_', '-')}: only --format onnx has it")
+    if options.with_state:
+        raise ValueError("--with-state: only --format onnx has the LSTM state as inputs and outputs")
+    if options.quantize:
+        raise ValueError("--quantize: only --format onnx has int8 weights")
     print(f"options.json and weights.hdf5 written to {export(options.model, options.output_dir, force=options.force)}")
     return 0

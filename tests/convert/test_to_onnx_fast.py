@@ -151,7 +151,7 @@ def test_quantize_is_refused_for_heads_and_other_formats(tmp_path, capsys):
     )
     assert "--quantize: " in capsys.readouterr().err
     assert cli_main(f"export --model {tmp_path / 'tagger'} --output-dir {tmp_path / 'p'} --quantize int8".split()) != 0
-    assert "--quantize: only --format onnx has it" in capsys.readouterr().err
+    assert "--quantize: only --format onnx has int8 weights" in capsys.readouterr().err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["tagger"]
 
 
