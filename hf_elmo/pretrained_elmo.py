@@ -119,11 +119,15 @@ def safetensors_shapes(files: list[str]) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
+INTEGER_BUFFERS = ("word_vectors.sorted_keys", "word_vectors.rows")
+"""The model's integer tensors: the task encoder's word-vector lookup (`task_layers.ElmoWordVectors`)."""
+
+
 def _check_floating_point(dtypes: dict[str, str], where: str):
-    """Refuses integer and bool tensors (`dtypes`: name -> safetensors or torch dtype name): transformers would cast
-    them to the model's floating-point dtype without a word."""
+    """Refuses integer and bool tensors (`dtypes`: name -> safetensors or torch dtype name) where the model holds
+    floating-point ones: transformers would cast them to the model's dtype without a word."""
     for name, dtype in dtypes.items():
-        if not dtype.startswith(("F", "BF", "float", "bfloat")):
+        if not dtype.startswith(("F", "BF", "float", "bfloat")) and not name.endswith(INTEGER_BUFFERS):
             raise ValueError(
                 f"{where} hold '{name}' of dtype {dtype}: ELMo's weights are floating-point numbers (an integer or "
                 "bool tensor would be cast to them silently)"

@@ -1017,7 +1017,8 @@ def test_elmo_trainer_in_a_script_with_plain_training_arguments_and_a_compute_lo
         )
         trainer.train()
         weights[trainer_class] = {name: tensor.clone() for name, tensor in model.state_dict().items()}
-    assert seen_keys == [["attention_mask", "input_ids", "labels"]] * 3
+    # The batch's values were checked on the host: the model is told so through its input of that name.
+    assert seen_keys == [["attention_mask", "input_ids", "labels", "values_checked_on_host"]] * 3
     assert all(torch.equal(weights[ElmoTrainer][name], weights[OwnLoss][name]) for name in initial)
     assert not torch.equal(weights[ElmoTrainer]["softmax.weight"], initial["softmax.weight"])
 
