@@ -122,3 +122,20 @@ def test_demo_vocabulary_and_unigram_baseline(tmp_path):
     for direction in ("forward", "backward"):
         line = re.search(rf"^  {direction} +[\d.]+ +([\d.]+)$", README, re.M)
         assert line.group(1) == f"{unigram[direction]:.1f}", direction
+
+
+def test_tagging_data_counts():
+    """docs/tasks.md's and docs/warm-state.md's counts of the tagging example's data, as `examples/pos_tagging.py`
+    reads it."""
+    sys.path.insert(0, str(ROOT / "examples"))
+    try:
+        from pos_tagging import DATA, read_conllu
+    finally:
+        sys.path.remove(str(ROOT / "examples"))
+    dev, _ = read_conllu(DATA / "en_ewt-ud-dev.conllu")
+    test, _ = read_conllu(DATA / "en_ewt-ud-test.conllu")
+    words = f"{sum(len(sentence) for sentence in test):,} words"
+    assert f"{len(dev):,} EWT dev sentences, evaluates on the {len(test):,} test sentences ({words};" in " ".join(
+        TASKS.split()
+    )
+    assert f"EWT test, {words};" in " ".join(WARM_STATE.split())
