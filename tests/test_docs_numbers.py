@@ -139,3 +139,23 @@ def test_tagging_data_counts():
         TASKS.split()
     )
     assert f"EWT test, {words};" in " ".join(WARM_STATE.split())
+
+
+def test_long_protein_memory_arithmetic():
+    """docs/proteins.md's bound per residue at SeqVec's sizes and what it gives for titin, and the per-residue slope of
+    its measured peaks and where that slope puts titin: arithmetic on the page's own numbers."""
+    page = " ".join((ROOT / "docs" / "proteins.md").read_text(encoding="utf-8").split())
+    cells, width = (
+        int(value.replace(",", "")) for value in re.search(r"\(([\d,]+) cells, 2P = ([\d,]+)\)", page).groups()
+    )
+    residues = int(re.search(r"a titin-sized protein of ([\d,]+) residues", page).group(1).replace(",", ""))
+    per_residue = 4 * (2 * 4 * cells + 6 * 3 * width) + 1000
+    assert f"that is {per_residue / 1024:.0f} KiB per residue" in page
+    assert f"needs at most {residues * per_residue / 2**30:.1f} GiB beyond the model" in page
+    peaks = re.search(
+        r"([\d,]+) MiB at ([\d,]+) residues, [\d,]+ MiB at [\d,]+, ([\d,]+) MiB at ([\d,]+),", page
+    ).groups()
+    first, first_length, last, last_length = (int(value.replace(",", "")) for value in peaks)
+    slope = (last - first) / (last_length - first_length)  # MiB per residue
+    assert f"that is {slope * 1024:.0f} KiB per residue" in page
+    assert f"puts {residues:,} residues at about {(first + slope * (residues - first_length)) / 1024:.1f} GiB" in page
