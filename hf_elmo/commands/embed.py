@@ -26,7 +26,7 @@ from ..modeling_elmo import ElmoModel
 from ..pretrained_elmo import load_model_folder
 from ..tokenization_elmo import ElmoTokenizer
 from .command_line import ExclusiveOptions, option
-from .launch import DEFAULT_RENDEZVOUS_TIMEOUT, RENDEZVOUS_HELP, Launch, Rendezvous, check_timeout
+from .launch import DEFAULT_RENDEZVOUS_TIMEOUT, RENDEZVOUS_HELP, Launch, Rendezvous, check_timeout, stop_reason
 from .threads import HELP as THREADS_HELP
 from .threads import use_threads
 
@@ -301,13 +301,8 @@ def _embed_part_and_merge(options, launch: Launch, inputs) -> int:
             rendezvous.wait_for("merged", [0], "the parts were not merged")
             rendezvous.store.set(f"finished/{rank}", "1")
     except BaseException as error:
-        name = error.args[0] if isinstance(error, KeyboardInterrupt) and error.args else "SIGINT"
-        rendezvous.stop(f"interrupted by {name}" if isinstance(error, KeyboardInterrupt) else _one_line(error))
+        rendezvous.stop(stop_reason(error))
         raise
     finally:
         parts[rank].unlink(missing_ok=True)
     return count
-
-
-def _one_line(error: BaseException) -> str:
-    return " ".join(str(error).split())[:200] or type(error).__name__

@@ -8,6 +8,7 @@ A launch's variables: `WORLD_SIZE` (the number of processes, default 1), `RANK` 
 the processes meet: the store of the process with rank 0, or of torchrun's agent).
 """
 
+import contextlib
 import datetime
 import math
 import os
@@ -149,16 +150,21 @@ class Rendezvous:
                 f"process {launch.rank} of {launch.world_size}: the others did not join at {where} within "
                 f"{timeout:g} s (--rendezvous-timeout; {_one_line(error)})"
             ) from None
-        self._beats = threading.Event()
-        if heartbeat:
-            threading.Thread(target=self._beat, name="hf-elmo heartbeat", daemon=True).start()
+        self._beats = self._beating() if heartbeat else threading.Event()
 
-    def _beat(self):
-        while not self._beats.wait(min(5.0, self.timeout / 4)):
-            try:
-                self.store.add(f"beat/{self.launch.rank}", 1)
-            except Exception:  # the store is gone: the waits report it
-                return
+    def _beating(self) -> threading.Event:
+        """Starts raising this process's count every few seconds on a thread of its own, until the event is set."""
+        stop = threading.Event()
+
+        def beat():
+            while not stop.wait(min(5.0, self.timeout / 4)):
+                try:
+                    self.store.add(f"beat/{self.launch.rank}", 1)
+                except Exception:  # the store is gone: the waits report it
+                    return
+
+        threading.Thread(target=beat, name="hf-elmo heartbeat", daemon=True).start()
+        return stop
 
     def stop(self, reason: str):
         """Tells the other processes that this one stops (best effort: the store may be gone)."""
@@ -168,10 +174,35 @@ class Rendezvous:
         except Exception:
             pass
 
+    def check_stopped(self, what: str):
+        """A `LaunchError` naming the first other process that told it stops, and why."""
+        for k in range(self.launch.world_size):
+            if k != self.launch.rank and self.store.check([f"stopped/{k}"]):
+                reason = self.store.get(f"stopped/{k}").decode()
+                raise LaunchError(f"process {k} of {self.launch.world_size} stopped ({reason}): {what}")
+
+    @contextlib.contextmanager
+    def machine_first(self, key: str, what: str):
+        """The block run first by the first process of each machine (`LOCAL_RANK` 0), which gives signs of life
+        meanwhile and then sets `key/<rank>`, and after it by the machine's other processes, which wait for that in
+        `wait_for`: `TrainingArguments.main_process_first` with waits that a signal, a stopped or a silent first
+        process end in one line, where the barriers of `torch.distributed` hold signals back until they return."""
+        first = self.launch.rank - self.launch.local_rank  # launchers number a machine's processes in a row
+        if self.launch.rank != first:
+            self.wait_for(key, [first], what)
+            yield
+            return
+        beats = self._beating()
+        try:
+            yield
+        finally:
+            beats.set()
+        self.check_stopped(what)  # a process that stopped while this one worked would leave it waiting later
+        self.store.set(f"{key}/{self.launch.rank}", "1")
+
     def wait_for(self, key: str, setters: list[int], what: str):
         """Waits until every process of `setters` has set `key/<rank>`, with no time limit while they give signs of
         life; a `LaunchError` when one stops, or gives none for the rendezvous timeout."""
-        others = [k for k in range(self.launch.world_size) if k != self.launch.rank]
         last_beat = {k: (None, time.monotonic()) for k in setters}
         pending = list(setters)
         try:
@@ -179,10 +210,7 @@ class Rendezvous:
                 pending = [k for k in pending if not self.store.check([f"{key}/{k}"])]
                 if not pending:
                     return
-                for k in others:
-                    if self.store.check([f"stopped/{k}"]):
-                        reason = self.store.get(f"stopped/{k}").decode()
-                        raise LaunchError(f"process {k} of {self.launch.world_size} stopped ({reason}): {what}")
+                self.check_stopped(what)
                 now = time.monotonic()
                 for k in pending:
                     beats = self.store.add(f"beat/{k}", 0)
@@ -198,6 +226,13 @@ class Rendezvous:
             raise
         except Exception as error:  # the store's host is gone
             raise LaunchError(f"lost the launch's store at {self.launch.master_addr}: {_one_line(error)}") from None
+
+
+def stop_reason(error: BaseException) -> str:
+    """Why a process stops, as `Rendezvous.stop` tells the others: the signal, or the error's line."""
+    if isinstance(error, KeyboardInterrupt):
+        return f"interrupted by {error.args[0] if error.args else 'SIGINT'}"
+    return _one_line(error)
 
 
 def lost_process_error(error: RuntimeError) -> "LaunchError | None":
@@ -220,12 +255,13 @@ def lost_process_error(error: RuntimeError) -> "LaunchError | None":
 
 def init_process_group(launch: Launch, backend: str, rendezvous_timeout: float, timeout: float):
     """`torch.distributed.init_process_group` for `launch`, the joining bounded by `rendezvous_timeout` and
-    interruptible; `timeout`, the collectives' own (`Trainer`'s `--ddp_timeout`). Nothing for one process."""
+    interruptible; `timeout`, the collectives' own (`Trainer`'s `--ddp_timeout`). Returns the `Rendezvous` the
+    processes joined through (without heartbeat: the collectives report a lost process themselves); None for one
+    process or a process group already set up."""
     import torch.distributed as distributed
 
     if launch.world_size == 1 or distributed.is_initialized():
-        return
-    # No heartbeat: the collectives report a lost process themselves.
+        return None
     rendezvous = Rendezvous(launch, rendezvous_timeout, "hf_elmo_join", heartbeat=False)
 
     def initialize():
@@ -238,3 +274,4 @@ def init_process_group(launch: Launch, backend: str, rendezvous_timeout: float, 
         )
 
     wait_in_main_thread(initialize, rendezvous_timeout + 5, f"the process group of {launch.world_size} processes")
+    return rendezvous

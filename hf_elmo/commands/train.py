@@ -72,9 +72,11 @@ from .launch import (
     DEFAULT_RENDEZVOUS_TIMEOUT,
     RENDEZVOUS_HELP,
     Launch,
+    Rendezvous,
     check_timeout,
     init_process_group,
     lost_process_error,
+    stop_reason,
 )
 from .run_folder import OPTIONS_FILE, prepare_output_dir, remove_run_leftovers, resumed_options
 from .threads import HELP as THREADS_HELP
@@ -300,19 +302,19 @@ def parse_options(options: dict) -> tuple[ElmoModelArguments, ElmoDataArguments,
     return model, data, training
 
 
-def _join(launch: Launch, options: dict):
+def _join(launch: Launch, options: dict) -> Rendezvous | None:
     """The processes of a launch joined before `TrainingArguments` sets them up (accelerate then takes the process
     group as it is): the joining bounded by `--rendezvous_timeout` and stopped by a signal, the collectives by
-    `--ddp_timeout`."""
+    `--ddp_timeout`. Returns the `Rendezvous` of the launch; None for one process."""
     if launch.world_size == 1:
-        return
+        return None
     fields = _fields()
     timeouts = [options.get(name, fields[name].default) for name in ("rendezvous_timeout", "ddp_timeout")]
     for name, seconds in zip(("rendezvous_timeout", "ddp_timeout"), timeouts):
         check_timeout(seconds, name)
     on_gpu = torch.cuda.is_available() and not options.get("use_cpu")
     backend = options.get("ddp_backend") or ("nccl" if on_gpu else "gloo")
-    init_process_group(launch, backend, *timeouts)
+    return init_process_group(launch, backend, *timeouts)
 
 
 def _eval_windows(data: ElmoDataArguments, tokenizer: ElmoTokenizer, words: WordTable | None):
@@ -342,7 +344,16 @@ def train_bilm(**options) -> dict:
     launch = Launch.from_environment()  # before any work: a wrong variable is one line, not a lost run
     if options.get("resume"):
         options = resumed_options(options, _fields())
-    _join(launch, options)
+    rendezvous = _join(launch, options)
+    try:
+        return _check_and_train(options, rendezvous)
+    except BaseException as error:
+        if rendezvous is not None:
+            rendezvous.stop(stop_reason(error))  # the others stop with one line naming this process, not later
+        raise
+
+
+def _check_and_train(options: dict, rendezvous: Rendezvous | None) -> dict:
     model_args, data, args = parse_options(options)
     use_threads(args.threads)  # after TrainingArguments, whose setup under a launcher sets a count of its own
     if args.keep_freed_memory:
@@ -374,7 +385,7 @@ def train_bilm(**options) -> dict:
     record.update({k: v for k, v in options.items() if k not in record})
     record.update({k: getattr(args, k) for k in OWN_TRAINING_FIELDS})
     try:
-        return _train(model_args, data, args, output_dir, tokenizer, config, resume_from, record)
+        return _train(model_args, data, args, output_dir, tokenizer, config, resume_from, record, rendezvous)
     except BaseException:
         if args.process_index == 0:
             shutil.rmtree(output_dir / STAGING_DIR, ignore_errors=True)
@@ -383,10 +394,15 @@ def train_bilm(**options) -> dict:
         raise
 
 
-def _train(model_args, data, args, output_dir, tokenizer, config, resume_from, record) -> dict:
+def _train(model_args, data, args, output_dir, tokenizer, config, resume_from, record, rendezvous) -> dict:
     model = build_bilm(model_args, config, args.seed)  # before the data: --init-from problems are found first
     words = None
-    with args.main_process_first(desc="preparing the data"):
+    preparing = "preparing the training data"
+    if rendezvous is None:  # one process, or a process group set up by the caller
+        first = args.main_process_first(desc=preparing)
+    else:  # the others wait in polls that a signal stops
+        first = rendezvous.machine_first("prepared", preparing)
+    with first:
         if data.stream:
             train_dataset = StreamWindowDataset(
                 data.train_files,

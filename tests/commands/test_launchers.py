@@ -226,3 +226,104 @@ def test_training_stops_in_one_line_when_a_peer_is_lost_and_its_checkpoints_stay
     last = max((tmp_path / "run").glob("checkpoint-*"), key=lambda path: int(path.name.split("-")[1]))
     assert last_complete_checkpoint(tmp_path / "run", 2, False) == last  # what --resume on two processes takes
     assert ElmoForBiLM.from_pretrained(last).num_parameters() > 0
+
+
+# A training process whose data preparation (the windows' cache) marks where it is, and, on the first process of the
+# machine, waits for the test to release it.
+HELD_IN_PREPARATION = """
+import os, sys, time
+from pathlib import Path
+
+import hf_elmo.commands.train as train
+from hf_elmo.commands.cli import main
+
+marks, rank = Path(os.environ["TEST_MARKS"]), os.environ["RANK"]
+build_bilm, prepare = train.build_bilm, train.load_compact_bilm_dataset
+
+
+def build_and_mark(*args, **kwargs):
+    model = build_bilm(*args, **kwargs)
+    (marks / f"built-{rank}").touch()  # next: the data preparation, or the wait for it
+    return model
+
+
+def prepare_when_released(*args, **kwargs):
+    (marks / f"preparing-{rank}").touch()
+    while not (marks / "release").exists():
+        time.sleep(0.05)
+    return prepare(*args, **kwargs)
+
+
+train.build_bilm, train.load_compact_bilm_dataset = build_and_mark, prepare_when_released
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def start_on_one_machine(arguments, port, marks, tmp_path):
+    """Processes 0 and 1 of a launch on one machine (LOCAL_RANK 0 and 1): process 0 prepares the data, 1 waits."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": "", "TEST_MARKS": str(marks)}
+    env.update(WORLD_SIZE="2", LOCAL_WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    return [
+        subprocess.Popen(
+            [sys.executable, "-c", HELD_IN_PREPARATION, *arguments],
+            env={**env, "RANK": str(rank), "LOCAL_RANK": str(rank)},
+            cwd=tmp_path,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for rank in range(2)
+    ]
+
+
+def last_line(error: str) -> str:
+    return error.splitlines()[-1] if error else ""
+
+
+@pytest.mark.parametrize("stopped", ["SIGTERM to process 1 waiting", "SIGINT to process 0 preparing"])
+def test_a_signal_while_the_data_is_prepared_stops_every_process_in_one_line(stopped, corpus, tmp_path):
+    port, marks = free_port(), tmp_path / "marks"
+    marks.mkdir()
+    arguments = [*train_arguments(corpus, tmp_path / "run"), "--rendezvous-timeout", "3600"]
+    processes = start_on_one_machine(arguments, port, marks, tmp_path)
+    try:
+        for process, mark in zip(processes, ("preparing-0", "built-1")):
+            wait_until((marks / mark).exists, process)
+        signalled = 1 if stopped.startswith("SIGTERM") else 0
+        stop = signal.SIGTERM if signalled else signal.SIGINT
+        processes[signalled].send_signal(stop)
+        code, error = finish(processes[signalled])
+        assert code == 130, error[-3000:]
+        assert last_line(error) == f"interrupted by {stop.name}: the output in progress was not written", error
+        (marks / "release").touch()  # process 0 goes on to what follows the preparation
+        code, error = finish(processes[1 - signalled])
+    finally:
+        for process in processes:
+            process.kill()
+    expected = f"error: process {signalled} of 2 stopped (interrupted by {stop.name}): preparing the training data"
+    assert (code, last_line(error)) == (2, expected), error[-3000:]
+    assert "Traceback" not in error
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["marks"]
+
+
+def test_the_others_wait_for_a_preparation_longer_than_the_rendezvous_timeout(corpus, tmp_path):
+    """Process 0 gives signs of life while it prepares the data: process 1 waits past --rendezvous-timeout, then
+    both train."""
+    port, marks, timeout = free_port(), tmp_path / "marks", 5
+    marks.mkdir()
+    arguments = [*train_arguments(corpus, tmp_path / "run"), "--rendezvous-timeout", str(timeout)]
+    processes = start_on_one_machine(arguments, port, marks, tmp_path)
+    try:
+        for process, mark in zip(processes, ("preparing-0", "built-1")):
+            wait_until((marks / mark).exists, process)
+        beats = distributed.PrefixStore("hf_elmo_join", distributed.TCPStore("127.0.0.1", port, is_master=False))
+        # Beats come every timeout / 4 seconds: past 4 of them process 1 has waited longer than the timeout.
+        wait_until(lambda: beats.add("beat/0", 0) > 4, processes[1])
+        assert processes[1].poll() is None
+        (marks / "release").touch()
+        results = [finish(process) for process in processes]
+    finally:
+        for process in processes:
+            process.kill()
+    assert [code for code, _ in results] == [0, 0], results[0][1][-3000:] + results[1][1][-3000:]
+    assert ElmoForBiLM.from_pretrained(tmp_path / "run").num_parameters() > 0
