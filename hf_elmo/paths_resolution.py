@@ -114,14 +114,12 @@ def _resolve(paths, device_type, dtype, training, capturing, built, triton, oned
     if lstm_kernels == "auto":
         lstm_kernels = {"sorted": "compiled" if loops else "torch", "static": "triton" if gpu_triton else "torch"}
         lstm_kernels = lstm_kernels.get(chosen["lstm"], "torch")
-        if lstm_kernels == "compiled" and large_steps and training:
-            # In training the steps' time goes into products that oneDNN forms faster than the BLAS the loop calls,
-            # and their few operations cost little to dispatch. Inference keeps the loop: much faster for a few rows
-            # a step, as fast for many (benchmarks/RESULTS.md).
+        if lstm_kernels == "compiled" and large_steps:
+            # The steps' time goes into products that oneDNN forms faster than the BLAS the loop calls, and their few
+            # operations cost little to dispatch.
             lstm_kernels = "torch"
             reasons["lstm_kernels"] = (
-                f"in training, steps of at least {MAX_COMPILED_STEP_MULTIPLY_ADDS:,} multiply-adds per row run faster "
-                "in PyTorch"
+                f"steps of at least {MAX_COMPILED_STEP_MULTIPLY_ADDS:,} multiply-adds per row run faster in PyTorch"
             )
     chosen["lstm_kernels"] = lstm_kernels
     needs = {
