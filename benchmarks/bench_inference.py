@@ -151,6 +151,12 @@ def add_common_arguments(parser: argparse.ArgumentParser):
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--compare", action="store_true", help="also time the reference path, alternating")
+    parser.add_argument(
+        "--also",
+        nargs="+",
+        metavar="FIELD=PATH",
+        help="also time the model with these paths named (e.g. lstm_kernels=torch), alternating",
+    )
 
 
 def measure(calls: dict, args) -> tuple[dict[str, list[float]], dict[str, str]]:
@@ -219,6 +225,9 @@ def main():
         paths = {"fast": model}
         if args.compare:
             paths["reference"] = reference_copy(model).eval()
+        if args.also:
+            paths["also"] = copy.deepcopy(model)
+            paths["also"].config.paths = {**model.config.paths, **dict(item.split("=", 1) for item in args.also)}
         for batch_size in args.batch_sizes:
             batch = tokenizer(
                 random_sentences(batch_size, args.words), is_split_into_words=True, padding=True, return_tensors="pt"
@@ -226,6 +235,8 @@ def main():
             calls = {"fast": partial(model, **batch, output_hidden_states=True)}
             if args.compare:
                 calls["reference"] = partial(paths["reference"], **batch, output_hidden_states=True)
+            if args.also:
+                calls["also"] = partial(paths["also"], **batch, output_hidden_states=True)
             with torch.inference_mode(), autocast:
                 times, peaks = measure(calls, args)
             for name, seconds in times.items():
