@@ -309,7 +309,7 @@ def test_a_signal_while_the_data_is_prepared_stops_every_process_in_one_line(sto
 def test_the_others_wait_for_a_preparation_longer_than_the_rendezvous_timeout(corpus, tmp_path):
     """Process 0 gives signs of life while it prepares the data: process 1 waits past --rendezvous-timeout, then
     both train."""
-    port, marks, timeout = free_port(), tmp_path / "marks", 5
+    port, marks, timeout = free_port(), tmp_path / "marks", 12  # seconds no busy machine goes without a beat
     marks.mkdir()
     arguments = [*train_arguments(corpus, tmp_path / "run"), "--rendezvous-timeout", str(timeout)]
     processes = start_on_one_machine(arguments, port, marks, tmp_path)
