@@ -98,7 +98,8 @@ def cache_record_path(path: str | os.PathLike) -> Path:
     return path.with_name(f"{path.name}.record.json")
 
 
-def _length_and_digest(path: Path) -> dict:
+def length_and_digest(path: Path) -> dict:
+    """`{"bytes": ..., "sha256": ...}` of the file `path`, read in blocks."""
     digest, length = hashlib.sha256(), 0
     with open(path, "rb") as f:
         while block := f.read(1 << 20):
@@ -109,7 +110,7 @@ def _length_and_digest(path: Path) -> dict:
 
 def record_cache_file(path: str | os.PathLike) -> None:
     """Writes the record of the complete cache file `path`, last: a file without a record was never finished."""
-    write_atomically(cache_record_path(path), json.dumps(_length_and_digest(Path(path))))
+    write_atomically(cache_record_path(path), json.dumps(length_and_digest(Path(path))))
 
 
 def cache_file_damage(path: str | os.PathLike) -> str | None:
@@ -124,7 +125,7 @@ def cache_file_damage(path: str | os.PathLike) -> str | None:
     except (OSError, UnicodeDecodeError, ValueError, TypeError, KeyError) as error:
         return f"its record {record_path.name} is unreadable ({type(error).__name__})"
     try:
-        found = _length_and_digest(Path(path))
+        found = length_and_digest(Path(path))
     except OSError as error:
         return f"cannot be read ({error.strerror or error})"
     if found["bytes"] != expected[0]:

@@ -8,13 +8,18 @@ for raw text).
 
 import codecs
 import glob
-import hashlib
 import os
 import warnings
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from ..folder_files import cache_file_damage, record_cache_file, remove_cache_file, replace_atomically
+from ..folder_files import (
+    cache_file_damage,
+    length_and_digest,
+    record_cache_file,
+    remove_cache_file,
+    replace_atomically,
+)
 from ..io.fasta import read_fasta
 from ..io.files import ElmoInputError, json_field, read_json_object, read_lines
 from ..tokenization_elmo import ElmoTokenizer
@@ -176,11 +181,7 @@ def residue_text_files(fasta_files: Sequence[str | os.PathLike], cache_dir: str 
     for fasta in expand_shards(fasta_files, "FASTA"):
         if not os.path.isfile(fasta):
             raise ElmoInputError(f"{fasta}: no such FASTA file")
-        digest = hashlib.sha256()
-        with open(fasta, "rb") as source:
-            while block := source.read(1 << 20):
-                digest.update(block)
-        text = folder / f"{Path(fasta).stem}-{digest.hexdigest()[:16]}.txt"
+        text = folder / f"{Path(fasta).stem}-{length_and_digest(Path(fasta))['sha256'][:16]}.txt"
         damage = cache_file_damage(text) if text.exists() else None
         if damage is not None:
             warnings.warn(f"{text}: a damaged residue text ({damage}): made again from {fasta}", stacklevel=2)

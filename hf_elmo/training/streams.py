@@ -18,7 +18,6 @@ the first rows and the backward LM on the others. The final state of such a batc
 the directions never mixing.
 """
 
-import hashlib
 import itertools
 import os
 from collections.abc import Iterator, Sequence
@@ -29,6 +28,7 @@ import numpy as np
 import torch
 
 from ..character_rows import BOS_TOKEN, EOS_TOKEN
+from ..folder_files import length_and_digest
 from ..io.files import ElmoInputError, json_field, read_json_object, read_lines
 from ..tokenization_elmo import ElmoTokenizer
 from .collator import DataCollatorForBiLM
@@ -478,11 +478,7 @@ class StreamWindowDataset(torch.utils.data.Dataset):
         if self._record is None:
             shards = []
             for path in self.files:
-                digest = hashlib.sha256()
-                with open(path, "rb") as f:
-                    while block := f.read(1 << 20):
-                        digest.update(block)
-                shards.append({"file": path, "bytes": os.path.getsize(path), "sha256": digest.hexdigest()})
+                shards.append({"file": path, **length_and_digest(Path(path))})
             self._record = {"shards": shards}
         return self._record
 
