@@ -32,7 +32,6 @@ Sections, each printed as a table (and all of them again at the end):
 import argparse
 import copy
 import math
-import os
 import sys
 import tempfile
 import time
@@ -57,8 +56,10 @@ DEVICE = "cuda"
 TABLES: list[str] = []
 OUTPUT: Path | None = None  # --output: each table appended as soon as it is measured (a run cut short keeps them)
 KERNEL_TABLES = 0  # --kernels N: also print the N costliest operations of each profiled step
+TRACES: Path | None = None  # --traces FOLDER: with --kernels, each profiled step's torch.profiler trace there
 PATHS = ["static", "sorted", "reference"]
 BATCHES = None
+SIZES = ["small", "original"]
 PROFILE_BATCHES = [128]
 CHAR_CNN_BATCHES = (128, 4096)
 INFERENCE_PROFILE_BATCH = 4096  # where the bfloat16 inference target was measured
@@ -263,7 +264,7 @@ def time_steps(step, steps: int, warmup: int) -> float:
 def training(quick: bool, deadline: float):
     rows = []
     batches = BATCHES or ([128, 512] if quick else [128, 512, 2048])
-    for size in ("small", "original"):
+    for size in SIZES:
         for batch_size in batches:
             batch = make_batch(batch_size, 20, 100_000, DEVICE)
             for dtype in ("bfloat16", "float32"):
@@ -335,6 +336,8 @@ def inference(quick: bool, deadline: float):
             "static, state product",
             "sorted",
         ):
+            if path.split(",")[0] not in PATHS:
+                continue
             model = set_path(random_model(config, DEVICE, dtype), path)
             for batch_size in batches:
                 if path not in with_unfused(
@@ -485,9 +488,8 @@ def profile_steps(step, steps: int, label: str = "", kinds_title: str | None = N
         print(
             profiler.key_averages().table(sort_by="cuda_time_total", row_limit=KERNEL_TABLES, max_name_column_width=90)
         )
-        out = os.environ.get("OUT")
-        if out:
-            profiler.export_chrome_trace(os.path.join(out, f"trace-{label.replace(' ', '-')}.json"))
+        if TRACES is not None:
+            profiler.export_chrome_trace(str(TRACES / f"trace-{label.replace(' ', '-').replace(',', '')}.json"))
     return busy_share(profiler, wall, steps)
 
 
@@ -660,11 +662,14 @@ def main():
     parser.add_argument("--kernels", type=int, default=0, help="print the N costliest operations of profiled steps")
     parser.add_argument("--paths", nargs="+", default=["static", "sorted", "reference"])
     parser.add_argument("--batches", nargs="+", type=int, help="training batch sizes (default 128 512 2048)")
+    parser.add_argument("--sizes", nargs="+", default=["small", "original"], help="training model sizes")
     parser.add_argument("--profile-batches", nargs="+", type=int, default=[128])
     parser.add_argument("--output", type=Path, help="also write each table into this file as soon as it is measured")
+    parser.add_argument("--traces", type=Path, help="with --kernels: a torch.profiler trace of each profiled step here")
     args = parser.parse_args()
-    global KERNEL_TABLES, PATHS, BATCHES, PROFILE_BATCHES, OUTPUT
+    global KERNEL_TABLES, PATHS, BATCHES, SIZES, PROFILE_BATCHES, OUTPUT, TRACES
     KERNEL_TABLES, PATHS, BATCHES, PROFILE_BATCHES = args.kernels, args.paths, args.batches, args.profile_batches
+    TRACES, SIZES = args.traces, args.sizes
     if not torch.cuda.is_available():
         sys.exit("gpu_report.py needs a CUDA GPU.")
     start = time.monotonic()
