@@ -1,8 +1,8 @@
 """Replaying a function and its gradient as CUDA graphs, so that the host issues two launches instead of hundreds.
 
 `CapturedFunction` captures `fn(*inputs) -> tuple of tensors` once on the GPU, and the gradients of its outputs
-with respect to given parameters once more, each as a CUDA graph; `replay` runs them under autograd like the
-function itself. What a replay needs from the caller: tensors of the captured shapes, dtypes and devices;
+with respect to a module's trainable parameters once more, each as a CUDA graph; `replay` runs them under autograd
+like the function itself. What a replay needs from the caller: tensors of the captured shapes, dtypes and devices;
 parameters still at the addresses they had (an optimizer's in-place update keeps them there); and no other
 forward pass through the same captured function before the backward pass of the last one (its saved tensors live
 in the graph's memory): `pending.busy` says when one is outstanding, so that the caller runs the function directly
@@ -68,30 +68,38 @@ class _Token:
 
 
 class CapturedFunction:
-    """`fn(*inputs)` and the gradient of its outputs with respect to `params`, as two CUDA graphs.
+    """`fn(*inputs)` and the gradient of its outputs with respect to the trainable parameters of `module`, as two
+    CUDA graphs.
 
-    `fn` must return a tuple of tensors, must not wait for the GPU (no `.item()`, no shapes that depend on
-    values) and must read no tensors other than `inputs` and `params` that could change between calls.
+    `fn` must read the parameters through `module`, return a tuple of tensors, not wait for the GPU (no `.item()`,
+    no shapes that depend on values) and read no tensors other than `inputs` and the parameters that could change
+    between calls.
     """
 
-    def __init__(self, fn: Callable, inputs: tuple[torch.Tensor, ...], params: list[torch.Tensor]):
-        self.params = params
+    def __init__(self, fn: Callable, inputs: tuple[torch.Tensor, ...], module: torch.nn.Module):
+        named = [(name, p) for name, p in module.named_parameters() if p.requires_grad]
+        self.params = [p for _, p in named]
         self.inputs = tuple(t.detach().clone() for t in inputs)
         self.pending = PendingBackward()
         pool = torch.cuda.graph_pool_handle()
 
-        def warmup():
-            outputs = fn(*self.inputs)
-            differentiable = [o for o in outputs if o.requires_grad]
-            torch.autograd.grad(differentiable, params, [torch.ones_like(o) for o in differentiable], allow_unused=True)
+        def forward():
+            return through_aliases(module, named, lambda: fn(*self.inputs))
 
-        self.forward_graph, self.outputs = capture_graph(lambda: fn(*self.inputs), pool, warmup)
+        def warmup():
+            outputs, aliases = forward()
+            differentiable = [o for o in outputs if o.requires_grad]
+            torch.autograd.grad(
+                differentiable, aliases, [torch.ones_like(o) for o in differentiable], allow_unused=True
+            )
+
+        self.forward_graph, (self.outputs, aliases) = capture_graph(forward, pool, warmup)
         self.differentiable = [k for k, o in enumerate(self.outputs) if o.requires_grad]
         self.grad_outputs = [torch.zeros_like(self.outputs[k]) for k in self.differentiable]
 
         def gradients():
             return torch.autograd.grad(
-                [self.outputs[k] for k in self.differentiable], params, self.grad_outputs, allow_unused=True
+                [self.outputs[k] for k in self.differentiable], aliases, self.grad_outputs, allow_unused=True
             )
 
         graph = torch.cuda.CUDAGraph()
@@ -102,6 +110,16 @@ class CapturedFunction:
     def replay(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """`fn(*inputs)`, differentiable with respect to the parameters."""
         return _Replay.apply(self, len(inputs), *inputs, *self.params)
+
+
+def through_aliases(module: torch.nn.Module, named: list[tuple[str, torch.Tensor]], fn: Callable):
+    """`fn()` with each of `named`'s parameters of `module` replaced by a view of itself made here: `(fn's result,
+    the views)`. A captured backward pass then ends at views made on the capturing stream: ending at the
+    parameters themselves, autograd would make the stream where their gradient accumulators were made (the default
+    stream, by any earlier step whose graph is still alive) wait for the capture, which CUDA refuses."""
+    aliases = [p.view_as(p) for _, p in named]
+    with torch.nn.utils.stateless._reparametrize_module(module, {name: a for (name, _), a in zip(named, aliases)}):
+        return fn(), aliases
 
 
 class _Replay(torch.autograd.Function):
@@ -215,7 +233,6 @@ def replay_training_step(model, input_ids, mask, labels, state, *, split_directi
     state = tuple(state) if state is not None else ()
     elmo = model.elmo
     autocast = torch.is_autocast_enabled("cuda")
-    params = [p for p in model.parameters() if p.requires_grad]
     key = (
         tuple(input_ids.shape),
         input_ids.dtype,
@@ -223,7 +240,7 @@ def replay_training_step(model, input_ids, mask, labels, state, *, split_directi
         input_ids.device,
         autocast,
         torch.get_autocast_dtype("cuda"),
-        tuple(p.data_ptr() for p in params),
+        tuple(p.data_ptr() for p in model.parameters() if p.requires_grad),
         model.dropout.p,
         elmo.encoder.dropout.p,
         torch.backends.cuda.matmul.allow_tf32,
@@ -237,7 +254,7 @@ def replay_training_step(model, input_ids, mask, labels, state, *, split_directi
     def capture():
         # The autocast cache would hand the graph casts of the weights made before it, never updated.
         with torch.autocast("cuda", dtype=torch.get_autocast_dtype("cuda"), enabled=autocast, cache_enabled=False):
-            return CapturedFunction(step, (input_ids, mask, labels, *state), params)
+            return CapturedFunction(step, (input_ids, mask, labels, *state), model)
 
     captured = model._captured_steps.get_or_capture(key, capture)
     if captured is None or captured.pending.busy:

@@ -88,15 +88,9 @@ def _resolve(paths, device_type, dtype, training, capturing, built, triton, oned
     auto = {
         # GPUs would wait for the host to sort and group the words.
         "char_cnn": "every_word" if on_gpu else "distinct_words",
-        # On GPUs the fused window products pay for 16-bit products, and for float32 while a CUDA graph is captured
-        # (PyTorch's products would then take every slot of every word).
-        "window_max": (
-            "triton"
-            if gpu_triton and (sixteen_bit or (dtype == torch.float32 and capturing == "cuda_graph"))
-            else "compiled"
-            if loops
-            else "torch"
-        ),
+        # On GPUs the fused window products pay for 16-bit products only: in float32 their weight gradient (exact
+        # products, no tensor cores) costs more than PyTorch's products of every slot of every word in a captured step.
+        "window_max": "triton" if gpu_triton and sixteen_bit else "compiled" if loops else "torch",
         "highway": "triton" if gpu_triton else "torch",
         "lstm": "static" if on_gpu else "sorted",
         "joint_input_product": "by_batch_size",

@@ -54,7 +54,7 @@ RULES = [
     ((CUDA, BF16, True, None, False, True), {**GPU, "window_max": "triton"}),
     ((CUDA, torch.float16, False, None, False, True), {**GPU, "window_max": "triton"}),
     # While a CUDA graph is captured: the fused window products for float32 too, no graphs inside the graph.
-    ((CUDA, F32, True, "cuda_graph", False, True), {**GPU, "window_max": "triton", "cuda_graphs": "off"}),
+    ((CUDA, F32, True, "cuda_graph", False, True), {**GPU, "cuda_graphs": "off"}),
     # A GPU without Triton: PyTorch's operations.
     ((CUDA, BF16, False, None, False, False), {**GPU, "highway": "torch", "lstm_kernels": "torch"}),
     # torch.export and torch.compile: the reference, whatever was asked for.

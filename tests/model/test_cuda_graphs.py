@@ -93,3 +93,39 @@ def test_backward_with_inputs_leaves_the_other_grads_alone(setup):
     x = torch.randn(5)
     captured.replay(x)[0].backward(inputs=[params[0]])
     assert torch.equal(params[0].grad, x) and params[1].grad is None
+
+
+def test_through_aliases_gives_the_step_and_the_gradients_of_the_parameters():
+    """A captured step differentiates with respect to views of the parameters made inside it (`through_aliases`):
+    the same outputs, the parameters' own gradients, and the module's parameters back in place after it."""
+    from hf_elmo import ElmoConfig, ElmoForBiLM, ElmoTokenizer
+    from hf_elmo.cuda_graphs import through_aliases
+
+    config = ElmoConfig.from_preset("tiny", vocab_size=30, num_softmax_samples=0, dropout=0.0)
+    torch.manual_seed(0)
+    model = ElmoForBiLM(config).double().train()
+    encoded = ElmoTokenizer()(
+        [["a", "few", "words"], ["and", "more", "of", "them"]],
+        is_split_into_words=True,
+        padding=True,
+        return_tensors="pt",
+    )
+    mask = encoded["attention_mask"]
+    labels = torch.randint(0, 30, (*mask.shape, 2), generator=torch.Generator().manual_seed(1))
+    labels[~mask.bool()] = -100
+    named = [(name, p) for name, p in model.named_parameters() if p.requires_grad]
+
+    def step():
+        return model._training_step_sums(encoded["input_ids"], mask, labels)
+
+    direct = step()
+    direct_grads = torch.autograd.grad(direct[0].sum(), [p for _, p in named], allow_unused=True)
+    assert sum(g is not None for g in direct_grads) > len(named) // 2
+    outputs, aliases = through_aliases(model, named, step)
+    alias_grads = torch.autograd.grad(outputs[0].sum(), aliases, allow_unused=True)
+    assert [a.data_ptr() for a in aliases] == [p.data_ptr() for _, p in named]
+    for a, b in zip(outputs, direct):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    for (name, _), a, b in zip(named, alias_grads, direct_grads):
+        torch.testing.assert_close(a, b, rtol=0, atol=0, msg=name)
+    assert all(p is q for (_, p), q in zip(named, [p for _, p in model.named_parameters() if p.requires_grad]))
