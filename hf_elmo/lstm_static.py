@@ -630,10 +630,12 @@ def static_forward(bilstm, inputs, masks, states, paths):
         {"triton_fused": True, "triton_unfused": False}.get(paths.lstm_kernels),
     )
     captured = bilstm.captured if paths.cuda_graphs == "on" else None
-    names = ("input_linearity.weight", "state_linearity.bias", "state_linearity.weight", "state_projection.weight")
+    names = (("input_linearity", "weight"), ("state_linearity", "bias"), ("state_linearity", "weight"))
+    names += (("state_projection", "weight"),)
     outputs, finals = [], [([], []), ([], [])]
     for index, layers in enumerate(zip(bilstm.forward_layers, bilstm.backward_layers)):
-        weights = tuple(layer.get_parameter(name) for name in names for layer in layers)
+        # Attributes, not `get_parameter`: a captured training step reads the parameters through views of them.
+        weights = tuple(getattr(getattr(layer, module), name) for module, name in names for layer in layers)
         # bilm-tf wraps every cell, residual included, in input dropout.
         layer_in = bilstm.dropout(stacked)
         hidden0 = torch.stack([states[0][0][index], states[1][0][index]])  # (2, B', P)

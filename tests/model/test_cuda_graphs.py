@@ -95,7 +95,8 @@ def test_backward_with_inputs_leaves_the_other_grads_alone(setup):
     assert torch.equal(params[0].grad, x) and params[1].grad is None
 
 
-def test_through_aliases_gives_the_step_and_the_gradients_of_the_parameters():
+@pytest.mark.parametrize("lstm", ["static", "sorted"])
+def test_through_aliases_gives_the_step_and_the_gradients_of_the_parameters(lstm):
     """A captured step differentiates with respect to views of the parameters made inside it (`through_aliases`):
     the same outputs, the parameters' own gradients, and the module's parameters back in place after it."""
     from hf_elmo import ElmoConfig, ElmoForBiLM, ElmoTokenizer
@@ -103,6 +104,7 @@ def test_through_aliases_gives_the_step_and_the_gradients_of_the_parameters():
 
     config = ElmoConfig.from_preset("tiny", vocab_size=30, num_softmax_samples=0, dropout=0.0)
     torch.manual_seed(0)
+    config.paths = {"lstm": lstm, "lstm_kernels": "torch", "window_max": "torch", "highway": "torch"}
     model = ElmoForBiLM(config).double().train()
     encoded = ElmoTokenizer()(
         [["a", "few", "words"], ["and", "more", "of", "them"]],
