@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Everything the GPU issue asks for in one run of at most 9 minutes (about 8) on one H100 or H200, in order of need:
+# Everything the GPU issue asks for in one run that fits a stretch of GPU time, in order of need:
 #   1. a first forward pass on the GPU (the run stops here if even that fails); the suite's GPU tests beside
 #      `hf-elmo train` end to end (tiny and original presets, windows and --stream, bfloat16 and float32), then
 #      `hf-elmo embed --device cuda` against `--device cpu` and the fixture models on the GPU against the CPU;
