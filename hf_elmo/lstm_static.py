@@ -241,10 +241,13 @@ def _layer_forward(inputs, mask, hidden0, memory0, params, settings: LayerSettin
         # The bias joins in the elementwise step, read as a row repeated over steps and batch.
         gate_inputs = bias[:, None, None, :].expand(2, num_steps, batch_size, 4 * cell_dim)
     else:
-        # The input products of all steps are one batched product; only W_h h is sequential.
-        gate_inputs = torch.baddbmm(
-            bias[:, None, :], inputs.reshape(2, num_steps * batch_size, input_dim), input_weight.transpose(1, 2)
-        ).view(2, num_steps, batch_size, 4 * cell_dim)
+        # The input products of all steps are one product per direction; only W_h h is sequential. A direction's
+        # bias joins its product's epilogue (a bias broadcast over a batched product is copied out first).
+        flat_inputs = inputs.reshape(2, num_steps * batch_size, input_dim)
+        gate_inputs = inputs.new_empty(2, num_steps * batch_size, 4 * cell_dim)
+        for d in range(2):
+            torch.addmm(bias[d], flat_inputs[d], input_weight[d].t(), out=gate_inputs[d])
+        gate_inputs = gate_inputs.view(2, num_steps, batch_size, 4 * cell_dim)
         # Step s reads slot s and writes slot s + 1: with `save`, every step's state stays for the backward pass.
         hidden = inputs.new_empty(2, num_steps + 1 if save else 2, batch_size, projection_dim)
         products_in, gate_weight = hidden, state_weight
