@@ -159,3 +159,52 @@ def test_long_protein_memory_arithmetic():
     slope = (last - first) / (last_length - first_length)  # MiB per residue
     assert f"that is {slope * 1024:.0f} KiB per residue" in page
     assert f"puts {residues:,} residues at about {(first + slope * (residues - first_length)) / 1024:.1f} GiB" in page
+
+
+PERFORMANCE = (ROOT / "docs" / "performance.md").read_text(encoding="utf-8")
+RESULTS = (ROOT / "benchmarks" / "RESULTS.md").read_text(encoding="utf-8")
+
+
+def number(text: str) -> float:
+    return float(text.replace(",", ""))
+
+
+def test_performance_ratios_are_the_arithmetic_of_their_tables():
+    """docs/performance.md's ratios and per-sentence memory, each recomputed from the measured figures it names:
+    the tables' cells on the page, or the benchmark's table in benchmarks/RESULTS.md."""
+    page = " ".join(PERFORMANCE.split())
+    float32, float16 = (table_row(PERFORMANCE, f"{dtype} |") for dtype in ("float32", "float16"))
+    ratios = re.search(r"\(([\d.]+)x and ([\d.]+)x slower than float32 in the table: ([\d,]+) / ([\d,]+) and", page)
+    original, small = (number(float32[1]) / number(float16[1]), number(float32[0]) / number(float16[0]))
+    assert ratios.groups() == (f"{original:.1f}", f"{small:.1f}", float32[1], float16[1])
+    assert f"and {float32[0]} / {float16[0]})" in page
+
+    memory_table = RESULTS[RESULTS.index("**Peak memory per batch size**") : RESULTS.index("**Where the time goes**")]
+    peak_1, peak_256 = (number(table_row(memory_table, f"{batch} |")[1]) for batch in (1, 256))
+    per_sentence = (peak_256 - peak_1) / 255
+    assert f"({peak_256:,.0f} - {peak_1:,.0f}) MiB / 255 sentences = {per_sentence:.2f} MiB" in page
+
+    transformers = number(table_row(PERFORMANCE, "`from transformers import AutoModel`")[0].split()[0])
+    for case in ("**`import hf_elmo`**", "`import hf_elmo; from transformers import AutoModel`"):
+        seconds = number(table_row(PERFORMANCE, case)[0].split()[0])
+        assert f"{seconds / transformers:.2f}x" in table_row_text(PERFORMANCE, case)
+        assert f"({seconds:.2f} / {transformers:.2f})" in table_row_text(PERFORMANCE, case)
+
+    rows = [line for line in PERFORMANCE.splitlines() if re.match(r"\| (small|original), [12] thread", line)]
+    assert len(rows) == 8, rows
+    for line in rows:
+        theirs, ours, ratio = (number(cell.split()[0].rstrip("x")) for cell in line.strip("|").split("|")[1:4])
+        # the ratio of the medians before they were rounded to whole words per second, printed to two decimals
+        assert (ours - 0.5) / (theirs + 0.5) - 0.005 <= ratio <= (ours + 0.5) / (theirs - 0.5) + 0.005, line
+    reference_ratios = re.findall(r"([\d.]+)x \((original|small): ([\d,]+) / ([\d,]+)\)", page)
+    assert len(reference_ratios) == 2, reference_ratios
+    for ratio, size, ours, reference in reference_ratios:
+        assert ratio == f"{number(ours) / number(reference):.2f}", size
+        assert f"{reference} words/s" in table_row_text(PERFORMANCE, "straightforward reference path")
+        assert ours in table_row_text(PERFORMANCE, "**`ElmoModel`**, float32")
+
+    kept_1, kept_2, returned_1, returned_2, ratio, kept, returned = re.search(
+        r"original (\d+) / (\d+) against (\d+) / (\d+) tokens/s \(([\d.]+)x: ([\d.]+) / ([\d.]+);", page
+    ).groups()
+    assert float(kept) == (int(kept_1) + int(kept_2)) / 2 and float(returned) == (int(returned_1) + int(returned_2)) / 2
+    assert ratio == f"{float(kept) / float(returned):.1f}"
