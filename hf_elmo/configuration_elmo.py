@@ -300,7 +300,8 @@ class ElmoConfig(PreTrainedConfig):
         try:
             return super().from_pretrained(pretrained_model_name_or_path, **kwargs)
         except ValueError as error:
-            if str(pretrained_model_name_or_path) in str(error):
+            folder = str(pretrained_model_name_or_path)
+            if str(error).startswith((f"{folder}: ", f"{folder}/")):  # the JSON reader's errors name the file
                 raise
             raise ValueError(f"{pretrained_model_name_or_path}: config.json: {error}") from None
 

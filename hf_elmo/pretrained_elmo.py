@@ -180,7 +180,8 @@ def _check_weights_before_loading(cls, path, kwargs):
         try:
             config = cls.config_class.from_pretrained(path, **{k: v for k, v in kwargs.items() if k != "config"})
         except ValueError as error:  # named once: the JSON reader's own errors name the file
-            raise ValueError(str(error) if str(path) in str(error) else f"{path}: config.json: {error}") from None
+            named = str(error).startswith((f"{path}: ", f"{path}/"))
+            raise ValueError(str(error) if named else f"{path}: config.json: {error}") from None
         config = config[0] if isinstance(config, tuple) else config
     where = f"{path}: the weights ({os.path.basename(files[0])})"
     _check_weight_shapes(cls, config, safetensors_shapes(files), where)

@@ -2,10 +2,15 @@
 (`WordTable`), from which each batch's character rows and targets are made; the prepared cache files."""
 
 import contextlib
+import ctypes
 import hashlib
 import itertools
 import logging
 import os
+import re
+import signal
+import socket
+import sys
 from collections.abc import Iterable, Sequence
 from functools import partial
 from pathlib import Path
@@ -178,6 +183,51 @@ def _compact_schema():
     return pa.schema([("positions", pa.list_(pa.int32()))])
 
 
+def _remove_parts_of_ended_writers(target: Path) -> None:
+    """Removes what writers of `target` on this machine that ended without cleaning up (killed) left beside it: its
+    parts named by a host and process id (`_written_aside`) whose process no longer runs. Parts of other machines
+    sharing the folder, and of writers that still run, are left alone."""
+    name = re.compile(rf"\.{re.escape(target.name)}\.(?P<host>.+)\.(?P<pid>\d+)\.partial(\.\d+)?")
+    for path in target.parent.glob(f".{target.name}.*.partial*"):
+        part = name.fullmatch(path.name)
+        if part is not None and part["host"] == socket.gethostname() and not _runs(int(part["pid"])):
+            path.unlink(missing_ok=True)
+
+
+def _runs(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        pass
+    return True
+
+
+PR_SET_PDEATHSIG = 1
+
+
+def _end_with_parent(parent: int) -> None:
+    """A preparation worker's initializer: the worker is killed when the process that forked it ends, however it
+    ends (SIGKILL included). Left behind, it would run on holding what it inherited, the launch's store among it:
+    the other processes of the launch would wait on a store that never answers instead of seeing it gone."""
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent:  # the parent ended before the line above
+        os._exit(1)
+
+
+def _preparation_workers(processes: int):
+    """`processes` forked worker processes that end with this one (forked, they share the word table instead of each
+    receiving a copy)."""
+    from concurrent.futures import ProcessPoolExecutor
+    from multiprocessing import get_context
+
+    return ProcessPoolExecutor(
+        processes, mp_context=get_context("fork"), initializer=_end_with_parent, initargs=(os.getpid(),)
+    )
+
+
 @contextlib.contextmanager
 def _written_aside(target: Path):
     """A path to write `target` at, renamed to it when the block ends without error, then its record (length and
@@ -185,7 +235,7 @@ def _written_aside(target: Path):
     after the rename, and a failed write leaves no empty cache folder behind."""
     created = [folder for folder in (target.parent, *target.parent.parents) if not folder.exists()]
     target.parent.mkdir(parents=True, exist_ok=True)
-    aside = target.with_name(f".{target.name}.{os.getpid()}.partial")
+    aside = target.with_name(f".{target.name}.{socket.gethostname()}.{os.getpid()}.partial")
     written = False
     try:
         yield aside
@@ -230,12 +280,9 @@ def _write_compact_file(path: str, target: Path, table: WordTable, window, split
         if processes == 1:
             _write_blocks(path, aside, table, window, split, tokenizer)
             return
-        from concurrent.futures import ProcessPoolExecutor
-        from multiprocessing import get_context
-
         pieces = [aside.with_name(f"{aside.name}.{rank}") for rank in range(processes)]
         try:
-            with ProcessPoolExecutor(processes, mp_context=get_context("fork")) as pool:
+            with _preparation_workers(processes) as pool:
                 jobs = [
                     pool.submit(_write_blocks, path, piece, table, window, split, tokenizer, (rank, processes))
                     for rank, piece in enumerate(pieces)
@@ -282,7 +329,8 @@ def load_compact_bilm_dataset(
     by the file's path, size and modification time, the window, the split and the table; the files are then
     memory-mapped, so preparing and training take memory independent of the corpus's size. Each file's length and
     SHA-256 are recorded beside it once it is complete and checked before it is read: a file cut short, changed or
-    without its record is named in one line (a warning) and prepared again. Files not prepared yet are prepared by
+    without its record is named in one line (a warning) and prepared again. What a writer killed on this machine left
+    beside a file (its parts, named by host and process id) is removed. Files not prepared yet are prepared by
     `processes` processes (default: one per core): one file each when there are as many files, else sharing each
     file's blocks of lines.
     """
@@ -308,6 +356,7 @@ def load_compact_bilm_dataset(
         targets.append(folder / f"{key}.arrow")
     missing = []
     for path, target in zip(files, targets):
+        _remove_parts_of_ended_writers(target)
         if not target.is_file():
             missing.append((path, target))
         elif (damage := cache_file_damage(target)) is not None:
@@ -317,11 +366,7 @@ def load_compact_bilm_dataset(
     processes = (os.cpu_count() or 1) if processes is None else processes
     write = partial(_write_compact_file, table=table, window=window, split=split, tokenizer=tokenizer)
     if 1 < processes <= len(missing):
-        from concurrent.futures import ProcessPoolExecutor
-        from multiprocessing import get_context
-
-        # Forked, the workers share the table instead of each receiving a copy.
-        with ProcessPoolExecutor(processes, mp_context=get_context("fork")) as pool:
+        with _preparation_workers(processes) as pool:
             for done in [pool.submit(write, path, target) for path, target in missing]:
                 done.result()
     else:  # fewer files than processes: the processes share each file's blocks

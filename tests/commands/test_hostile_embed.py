@@ -88,6 +88,16 @@ CASES = {
         r"^error: M: tokenizer_config\.json is not valid JSON \(line 1, column 2: Expecting property name",
         [write("M/tokenizer_config.json", "{bad")],
     ),
+    "embed: an empty tokenizer_config.json": Case(
+        f"{EMBED} --model M",
+        r"^error: M: tokenizer_config\.json is not valid JSON \(line 1, column 1: Expecting value\)$",
+        [write("M/tokenizer_config.json", "")],
+    ),
+    "embed: model_type bert in config.json": Case(
+        f"{EMBED} --model M",
+        r"^error: M: config\.json: The configuration has model_type 'bert', not 'elmo': it is not an ELMo model\.$",
+        [edit_json("M/config.json", model_type="bert")],
+    ),
     "embed --raw: a 10 MB word": Case(
         f"{EMBED} --model M --raw",
         r"^error: in\.txt: line 2: the text has more than 100,000 characters without whitespace \(from character 2\)",

@@ -327,3 +327,89 @@ def test_the_others_wait_for_a_preparation_longer_than_the_rendezvous_timeout(co
             process.kill()
     assert [code for code, _ in results] == [0, 0], results[0][1][-3000:] + results[1][1][-3000:]
     assert ElmoForBiLM.from_pretrained(tmp_path / "run").num_parameters() > 0
+
+
+# A training process whose windows' writer (in the preparation's worker processes, or in the process itself with one
+# core) writes its part into the cache folder, marks it with its process id, and then waits for what the test does.
+KILLED_IN_PREPARATION = """
+import os, sys, time
+from pathlib import Path
+
+import hf_elmo.training.word_table as word_table
+from hf_elmo.commands.cli import main
+
+marks, write_blocks = Path(os.environ["TEST_MARKS"]), word_table._write_blocks
+
+
+def write_and_hold(*args, **kwargs):
+    write_blocks(*args, **kwargs)
+    (marks / f"written-{os.getpid()}").touch()
+    while True:
+        time.sleep(0.05)
+
+
+if os.environ["RANK"] == "0":
+    word_table._write_blocks = write_and_hold
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def alive(pid: int) -> bool:
+    """Whether process `pid` runs (a zombie of this test's own children counts as ended)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_process_0_killed_while_it_prepares_the_data_stops_the_others_and_leaves_no_partial_cache(corpus, tmp_path):
+    """SIGKILL to process 0 (a machine lost) while its preparation writes the windows' cache: process 1 stops in one
+    line within the rendezvous timeout, the preparation's worker processes end with it, and the next run removes
+    what the killed writers left, prepares the cache again and trains."""
+    port, marks, cache = free_port(), tmp_path / "marks", tmp_path / "cache"
+    marks.mkdir()
+    arguments = [*train_arguments(corpus, tmp_path / "run"), "--data-cache-dir", str(cache)]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": "", "TEST_MARKS": str(marks)}
+    env.update(WORLD_SIZE="2", LOCAL_WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    processes = [
+        subprocess.Popen(
+            [sys.executable, "-c", KILLED_IN_PREPARATION, *arguments, "--rendezvous-timeout", "3600"],
+            env={**env, "RANK": str(rank), "LOCAL_RANK": str(rank)},
+            cwd=tmp_path,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for rank in range(2)
+    ]
+    writers = []
+    try:
+        wait_until(lambda: any(marks.iterdir()), processes[0])
+        writers = [int(mark.name.split("-")[1]) for mark in marks.iterdir()]
+        assert any((cache / "hf_elmo_windows").glob(".*partial*"))  # a part written, the cache not complete
+        processes[0].kill()
+        processes[0].wait(timeout=HANG)
+        code, error = finish(processes[1])
+        deadline = time.monotonic() + HANG
+        while any(alive(pid) for pid in writers):  # the writers end with process 0
+            assert time.monotonic() < deadline, "the preparation's workers outlived the process that started them"
+            time.sleep(0.1)
+    finally:
+        for process in processes:
+            process.kill()
+        for pid in writers:
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
+    assert code == 2 and "Traceback" not in error, error[-3000:]
+    assert last_line(error).startswith("error: lost the launch's store at 127.0.0.1: "), error[-3000:]
+    assert [line.startswith("error:") for line in error.splitlines()].count(True) == 1, error[-3000:]
+    assert not (tmp_path / "run").exists()
+    assert not [path.name for path in (cache / "hf_elmo_windows").iterdir() if not path.name.startswith(".")]
+
+    env = {key: value for key, value in env.items() if key not in LAUNCH_VARIABLES}
+    command = [sys.executable, "-m", "hf_elmo.commands", *arguments]
+    again = subprocess.run(command, env=env, cwd=tmp_path, stderr=subprocess.PIPE, text=True, timeout=HANG)
+    assert again.returncode == 0, again.stderr[-3000:]
+    (key,) = [path.name for path in (cache / "hf_elmo_windows").glob("*.arrow")]
+    assert sorted(path.name for path in (cache / "hf_elmo_windows").iterdir()) == sorted([key, f"{key}.record.json"])
+    assert ElmoForBiLM.from_pretrained(tmp_path / "run").num_parameters() > 0

@@ -2,6 +2,10 @@
 (the same batches and loss as full rows, prepared once), shards, bad data and vocabulary files.
 """
 
+import os
+import socket
+import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 
@@ -378,6 +382,25 @@ def test_compact_windows_take_a_few_bytes_a_position_and_are_prepared_once(tmp_p
     edited = load_compact_bilm_dataset(files, table, tokenizer, cache_dir=cache)
     assert len(list(cache.rglob("*.arrow"))) == 3 and all(p.stat().st_mtime_ns == t for p, t in times.items())
     assert edited[-1]["positions"].tolist() == [-1, 0, table.index["w1"], table.index["w2"], 1, -1]
+
+
+def test_parts_left_by_killed_writers_of_this_machine_are_removed_and_the_others_kept(tmp_path):
+    """A writer killed while it prepared a file leaves its parts, named by host and process id: the next preparation
+    removes those of ended processes of this machine and keeps those of running writers and of other machines."""
+    files = hostile_corpus(tmp_path)
+    tokenizer = tokenizer_with(build_word_vocabulary(files))
+    table = WordTable.of_files(files, tokenizer)
+    cache = tmp_path / "cache"
+    load_compact_bilm_dataset(files[:1], table, tokenizer, cache_dir=cache, processes=1)
+    (target,) = (cache / "hf_elmo_windows").glob("*.arrow")
+    ended = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    host, dead = socket.gethostname(), int(ended.stdout)
+    left = [f".{target.name}.{host}.{dead}.partial", f".{target.name}.{host}.{dead}.partial.1"]
+    kept = [f".{target.name}.{host}.{os.getpid()}.partial.0", f".{target.name}.other-{host}.{dead}.partial"]
+    for name in left + kept:
+        (target.parent / name).write_bytes(b"cut short")
+    load_compact_bilm_dataset(files[:1], table, tokenizer, cache_dir=cache, processes=1)
+    assert sorted(path.name for path in target.parent.glob(".*")) == sorted(kept)
 
 
 def test_a_folder_or_a_pattern_of_shards_reads_as_its_files_in_order(tmp_path):
