@@ -20,7 +20,7 @@ machine shared with other work, where wall time measures the others too), and th
 real command `hf-elmo embed FASTA residues.h5 --model DIR --fasta --sum --per-protein proteins.h5 --device cpu` on
 one random protein of each length (the 20 standard residues and 1% X, seeded), each in a child process, and on a
 protein of `BASELINE_RESIDUES` (the model and the code); prints each run's peak resident memory, wall and CPU time,
-and the peak beyond the baseline's per residue beside the documented bound:
+and the peak's growth per residue from the baseline (beside the documented bound) and from the next shorter protein:
 
     python benchmarks/bench_protein.py --long 5000 15000 35000 --threads 1
 """
@@ -170,7 +170,9 @@ def long_proteins(args):
             per_residue = (result["peak"] - peaks[BASELINE_RESIDUES]) / (length - BASELINE_RESIDUES)
             line += f"; beyond the baseline {per_residue:,.0f} bytes per residue (bound {bound:,})"
             shorter = max(peaks)
-            if shorter != BASELINE_RESIDUES:  # the baseline's peak may be a transient of loading the model
+            if (
+                shorter != BASELINE_RESIDUES
+            ):  # the baseline's peak is the loading's, which a protein's first MiB fit under
                 per_residue = (result["peak"] - peaks[shorter]) / (length - shorter)
                 line += f", beyond {shorter:,} residues' {per_residue:,.0f}"
         print(line, flush=True)
