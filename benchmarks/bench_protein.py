@@ -170,9 +170,8 @@ def long_proteins(args):
             per_residue = (result["peak"] - peaks[BASELINE_RESIDUES]) / (length - BASELINE_RESIDUES)
             line += f"; beyond the baseline {per_residue:,.0f} bytes per residue (bound {bound:,})"
             shorter = max(peaks)
-            if (
-                shorter != BASELINE_RESIDUES
-            ):  # the baseline's peak is the loading's, which a protein's first MiB fit under
+            # The baseline's peak is the model's loading, which a protein's first MiB fit under.
+            if shorter != BASELINE_RESIDUES:
                 per_residue = (result["peak"] - peaks[shorter]) / (length - shorter)
                 line += f", beyond {shorter:,} residues' {per_residue:,.0f}"
         print(line, flush=True)
