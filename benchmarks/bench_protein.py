@@ -15,6 +15,14 @@ batch to the last vector summed (the model's loading excluded):
 
 Prints the machine, each round's residues per second of wall time and per second of the process's CPU time (on a
 machine shared with other work, where wall time measures the others too), and the ratios of the medians.
+
+`--long 5000 15000 35000` measures instead the memory of long proteins (docs/proteins.md's bound per residue): the
+real command `hf-elmo embed FASTA residues.h5 --model DIR --fasta --sum --per-protein proteins.h5 --device cpu` on
+one random protein of each length (the 20 standard residues and 1% X, seeded), each in a child process, and on a
+protein of `BASELINE_RESIDUES` (the model and the code); prints each run's peak resident memory, wall and CPU time,
+and the peak's growth per residue from the baseline (beside the documented bound) and from the next shorter protein:
+
+    python benchmarks/bench_protein.py --long 5000 15000 35000 --threads 1
 """
 
 import argparse
@@ -27,6 +35,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+STANDARD_RESIDUES = "ACDEFGHIKLMNPQRSTVWY"
+BASELINE_RESIDUES = 10
 
 
 def proteins(count_residues: int, seed: int) -> list[str]:
@@ -99,9 +109,80 @@ def child(args) -> dict:
     return {"residues": count, "seconds": seconds, "cpu_seconds": cpu_seconds, "proteins": len(sequences)}
 
 
+def long_protein(length: int, seed: int) -> str:
+    """`length` residues drawn uniformly from the 20 standard ones, 1% of them then replaced by X."""
+    import numpy as np
+
+    generator = np.random.default_rng(seed)
+    residues = generator.choice(list(STANDARD_RESIDUES), size=length)
+    residues[generator.choice(length, size=length // 100, replace=False)] = "X"
+    return "".join(residues)
+
+
+def run_embed(command: list[str], environment: dict) -> dict:
+    """Runs `command` to its end; its peak resident memory, wall and CPU seconds (its own `wait4` record)."""
+    start = time.perf_counter()
+    process = subprocess.Popen(command, env=environment, stdout=subprocess.DEVNULL)
+    _, status, usage = os.wait4(process.pid, 0)
+    seconds = time.perf_counter() - start
+    process.returncode = os.waitstatus_to_exitcode(status)
+    if process.returncode != 0:
+        raise SystemExit(f"{' '.join(command)}: exit status {process.returncode}")
+    return {"peak": usage.ru_maxrss * 1024, "seconds": seconds, "cpu_seconds": usage.ru_utime + usage.ru_stime}
+
+
+def long_proteins(args):
+    """`--long`: the module docstring's last paragraph."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    from seqvec_shaped import memory_bound_per_residue, write_seqvec_shaped
+
+    folder = Path(args.model_dir)
+    model = folder / "hf"
+    if args.options is None:
+        args.options, args.weights = map(str, write_seqvec_shaped(folder / "original"))
+    options = json.loads(Path(args.options).read_text())
+    hf_elmo = [sys.executable, "-m", "hf_elmo.commands.cli"]
+    convert = ["convert", "--options", args.options, "--weights", args.weights, "--output-dir", str(model)]
+    subprocess.run([*hf_elmo, *convert, "--force"], check=True, capture_output=True)
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import torch
+    from bench_inference import machine_description
+
+    torch.set_num_threads(args.threads)
+    print(machine_description("cpu"), flush=True)
+    bound = memory_bound_per_residue(options)
+    shape = f"{options['lstm']['dim']} cells, projections of {options['lstm']['projection_dim']}"
+    print(f"model: {args.options} ({shape}); documented bound {bound:,} bytes per residue", flush=True)
+    environment = {**os.environ, "OMP_NUM_THREADS": str(args.threads)}
+    peaks = {}
+    for length in [BASELINE_RESIDUES, *sorted(args.long)]:
+        fasta = folder / f"protein_{length}.fasta"
+        sequence = long_protein(length, args.seed + length)
+        fasta.write_text(f">long_{length} random protein of {length} residues\n{sequence}\n")
+        embed = ["embed", str(fasta), str(folder / "residues.h5"), "--model", str(model), "--fasta", "--sum"]
+        embed += ["--per-protein", str(folder / "proteins.h5"), "--device", "cpu", "--threads", str(args.threads)]
+        result = run_embed([*hf_elmo, *embed, "--quiet", "--force"], environment)
+        line = (
+            f"{length:>7,} residues: peak RSS {result['peak'] / 2**20:,.0f} MiB, {result['seconds']:,.1f} s wall, "
+            f"{result['cpu_seconds']:,.1f} s CPU"
+        )
+        if length != BASELINE_RESIDUES:
+            per_residue = (result["peak"] - peaks[BASELINE_RESIDUES]) / (length - BASELINE_RESIDUES)
+            line += f"; beyond the baseline {per_residue:,.0f} bytes per residue (bound {bound:,})"
+            shorter = max(peaks)
+            # The baseline's peak is the model's loading, which a protein's first MiB fit under.
+            if shorter != BASELINE_RESIDUES:
+                per_residue = (result["peak"] - peaks[shorter]) / (length - shorter)
+                line += f", beyond {shorter:,} residues' {per_residue:,.0f}"
+        print(line, flush=True)
+        peaks[length] = result["peak"]
+    (folder / "residues.h5").unlink()
+    (folder / "proteins.h5").unlink()
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--their-code", required=True, help="checkout of allenai/allennlp at v0.9.0")
+    parser.add_argument("--their-code", help="checkout of allenai/allennlp at v0.9.0 (required without --long)")
     parser.add_argument("--options", help="options.json (default: a SeqVec-shaped model written to --model-dir)")
     parser.add_argument("--weights", help="weights.hdf5, with --options")
     parser.add_argument("--model-dir", default="/tmp/bench-protein-model")
@@ -110,8 +191,16 @@ def main():
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--long", type=int, nargs="+", metavar="RESIDUES", help="peak memory of one protein of each length instead"
+    )
     parser.add_argument("--impl", choices=["allennlp", "hf-elmo"], help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.long:
+        long_proteins(args)
+        return
+    if args.their_code is None:
+        parser.error("--their-code is required (or --long)")
     if args.impl:
         print(json.dumps(child(args)))
         return

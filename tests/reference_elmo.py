@@ -43,6 +43,7 @@ def lstm_direction(weights: dict, config, prefix: str, inputs: np.ndarray, h, c,
     outputs = np.zeros((len(inputs), config.projection_dim))
     for t in reversed(range(len(inputs))) if reverse else range(len(inputs)):
         z = w_x @ inputs[t] + w_h @ h + b
+        z[D : 2 * D] += config.forget_bias  # TensorFlow's LSTMCell adds it at run time (0 for other models)
         i, f, g, o = sigmoid(z[:D]), sigmoid(z[D : 2 * D]), np.tanh(z[2 * D : 3 * D]), sigmoid(z[3 * D :])
         c = i * g + f * c
         if config.cell_clip is not None:

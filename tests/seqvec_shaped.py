@@ -109,6 +109,14 @@ def write_seqvec_shaped(folder, options: dict = SEQVEC_OPTIONS, seed: int = SEED
     return options_path, weights_path
 
 
+def memory_bound_per_residue(options: dict) -> int:
+    """docs/proteins.md's bound on the CPU memory one residue of a protein takes, in bytes: the input-to-gate
+    products of both directions (2 x 4 cells), the layers, their stack and the stored copy (6 x 3 x 2P), float32,
+    and 1,000 bytes for its character row and bookkeeping."""
+    cells, projection = options["lstm"]["dim"], options["lstm"]["projection_dim"]
+    return 4 * (2 * 4 * cells + 6 * 3 * 2 * projection) + 1000
+
+
 def random_protein(length: int, generator: np.random.Generator) -> str:
     """`length` residues drawn uniformly from `AMINO_ACIDS`."""
     return "".join(generator.choice(list(AMINO_ACIDS), size=length))

@@ -85,6 +85,7 @@ def their_layers(folder, words):
         projection_dim=enc["projection_dim"],
         cell_clip=enc["cell_clip"],
         proj_clip=enc["proj_clip"],
+        forget_bias=0.0,  # AllenNLP's LSTM adds none at run time
     )
     P, D = enc["projection_dim"], enc["dim"]
     layers, forward_in, backward_in = [np.concatenate([x, x], axis=-1)], x, x

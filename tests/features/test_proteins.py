@@ -14,7 +14,14 @@ import numpy as np
 import pytest
 import torch
 from conftest import FIXTURES
-from seqvec_shaped import SEQVEC_OPTIONS, SMALL_OPTIONS, random_protein, write_seqvec_shaped
+from reference_elmo import bilm as reference_bilm
+from seqvec_shaped import (
+    SEQVEC_OPTIONS,
+    SMALL_OPTIONS,
+    memory_bound_per_residue,
+    random_protein,
+    write_seqvec_shaped,
+)
 
 from hf_elmo import ElmoConfig, ElmoModel, ElmoTokenizer
 from hf_elmo.commands.cli import main as cli_main
@@ -224,6 +231,28 @@ def test_the_residue_budget_changes_no_vector(seqvec_shaped_models, tmp_path):
         f.close()
 
 
+def test_a_long_protein_is_embedded_in_one_piece_whatever_the_budget(seqvec_shaped_models, tmp_path):
+    """A protein longer than the residue budget goes alone and whole; with a budget that holds it and the short ones,
+    it shares their batch. Both give the float64 recomputation of the whole protein from the start state (a protein
+    cut at the budget, or reading another's padding or state, differs by orders more)."""
+    long_protein = random_protein(4000, np.random.default_rng(44))
+    proteins, _ = write_proteins(tmp_path / "in.fasta", extra={"long": long_protein})
+    model_args = small_model_args(seqvec_shaped_models)
+    model = load_original_elmo(*map(str, seqvec_shaped_models["small"]))
+    char_ids = ElmoTokenizer()([list(long_protein)], is_split_into_words=True, return_tensors="pt")["input_ids"][0]
+    truth = np.stack(reference_bilm(model.state_dict(), model.config, char_ids.numpy())[0])[:, 1:-1]
+    # float32 over a recurrence of thousands of steps, each value a few hundred products: 1e-5 of a layer's largest
+    bounds = 1e-5 * np.abs(truth).max(axis=(1, 2))
+    for budget in (1000, 100_000):
+        output = embed_fasta_file(
+            tmp_path / "in.fasta", tmp_path / f"{budget}.h5", model_args, "--all", "--residue-budget", str(budget)
+        )
+        with h5py.File(output) as residues:
+            vectors = residues["long"][...]
+        assert vectors.shape == truth.shape, budget
+        assert (np.abs(vectors - truth).max(axis=(1, 2)) <= bounds).all(), (budget, np.abs(vectors - truth).max())
+
+
 def test_protein_options_are_checked_before_loading_the_model(seqvec_shaped_models, tmp_path, capsys):
     write_proteins(tmp_path / "in.fasta")
     model_args = small_model_args(seqvec_shaped_models)
@@ -316,14 +345,6 @@ from hf_elmo.commands.cli import main
 code = main(sys.argv[1:])
 print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 if code == 0 else -1)
 """
-
-
-def memory_bound_per_residue(options: dict) -> int:
-    """docs/proteins.md's bound on the CPU memory one residue of a protein takes, in bytes: the input-to-gate
-    products of both directions (2 x 4 cells), the layers, their stack and the stored copy (6 x 3 x 2P), float32,
-    and 1,000 bytes for its character row and bookkeeping."""
-    cells, projection = options["lstm"]["dim"], options["lstm"]["projection_dim"]
-    return 4 * (2 * 4 * cells + 6 * 3 * 2 * projection) + 1000
 
 
 def test_a_titin_sized_protein_stays_within_the_memory_bound_per_residue(seqvec_shaped_models, tmp_path):
