@@ -2,6 +2,7 @@
 per second of SeqVec's per-residue vectors (the 3 layers summed) for random proteins of 50 to 1,000 residues.
 
     python benchmarks/bench_protein.py --their-code ALLENNLP_V0_9_0_CHECKOUT --residues 3000 --rounds 3
+    python benchmarks/bench_protein.py --their-code ALLENNLP_V0_9_0_CHECKOUT --device cuda --residues 100000
 
 The model is SeqVec-shaped (SeqVec's `options.json`, random weights from `tests/seqvec_shaped.py`), or the real one
 with `--options`/`--weights`. Each implementation runs in a process of its own (no shared thread pools), the two
@@ -77,7 +78,8 @@ def child(args) -> dict:
         sys.path.insert(0, str(ROOT / "conversion"))
         from seqvec_reference_outputs import load_their_embedder
 
-        embedder = load_their_embedder(Path(args.their_code).resolve())(args.options, args.weights, cuda_device=-1)
+        cuda_device = 0 if args.device == "cuda" else -1
+        embedder = load_their_embedder(Path(args.their_code).resolve())(args.options, args.weights, cuda_device)
         batches = seqvec_batches(sequences, args.residue_budget)
 
         def embed(batch):
@@ -91,7 +93,7 @@ def child(args) -> dict:
         from hf_elmo.features.embed_proteins import residue_batches
         from hf_elmo.io.fasta import FastaRecord
 
-        model = load_original_elmo(args.options, args.weights)
+        model = load_original_elmo(args.options, args.weights).to(args.device)
         embedder = Embedder(model, ElmoTokenizer(), LayerSelector("sum", model.config.num_layers))
         records = [FastaRecord(str(i), str(i), s, i) for i, s in enumerate(sequences)]
         batches = [[r.sequence for r in batch] for batch in residue_batches(records, args.residue_budget)]
@@ -191,6 +193,7 @@ def main():
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="where both embed (float32)")
     parser.add_argument(
         "--long", type=int, nargs="+", metavar="RESIDUES", help="peak memory of one protein of each length instead"
     )
@@ -214,7 +217,7 @@ def main():
     from bench_inference import machine_description
 
     torch.set_num_threads(args.threads)
-    print(machine_description("cpu"))
+    print(machine_description(args.device))
     rates = {"allennlp": [], "hf-elmo": []}
     environment = {**os.environ, "OMP_NUM_THREADS": str(args.threads)}
     for round_number in range(args.rounds):

@@ -11,6 +11,7 @@
 # run cut short keeps what it measured.
 #
 #     bash benchmarks/gpu_targets.sh FOLDER        # PYTHON=... to use another interpreter than python3
+#     ALLENNLP_CODE=CHECKOUT bash benchmarks/gpu_targets.sh FOLDER   # also proteins beside AllenNLP v0.9.0
 set -u
 mkdir -p "${1:?usage: bash benchmarks/gpu_targets.sh FOLDER}"
 folder=$(cd "$1" && pwd)
@@ -103,7 +104,15 @@ timeout 60 "$python" benchmarks/gpu_report.py --sections inference --quick --pat
     --output "$folder/inference.txt" > "$folder/inference.log" 2>&1
 pack "inference"
 
+# Proteins on the GPU beside AllenNLP 0.9's ElmoEmbedder, where a checkout of it is given (ALLENNLP_CODE).
+if [ -d "${ALLENNLP_CODE:-}" ]; then
+    timeout 90 "$python" benchmarks/bench_protein.py --their-code "$ALLENNLP_CODE" --device cuda --residues 30000 \
+        --rounds 2 > "$folder/proteins.txt" 2>&1
+    pack "proteins"
+fi
+
 # 3. The host side with the GPU host's cores.
 timeout 40 "$python" benchmarks/bench_data_preparation.py --words 1000000 --workers 0 2 4 8 > "$folder/data.txt" 2>&1
 pack "data"
-cd "$folder" && tail -n 4 tests.txt train-*.txt embed-compare.txt && cat checks.txt training.txt profile.txt inference.txt data.txt times.txt
+cd "$folder" && tail -n 4 tests.txt train-*.txt embed-compare.txt && cat checks.txt training.txt profile.txt inference.txt
+tail -n 4 proteins.txt 2>/dev/null; cat data.txt times.txt
