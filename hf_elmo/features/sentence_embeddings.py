@@ -103,6 +103,24 @@ class ElmoWordPooling(Pooling):
     (`</S>`) are left out of the mask it pools with. A sentence without words pools its `<S>` and `</S>` positions,
     as sentence-transformers pools BERT's `[CLS]` and `[SEP]` for an empty text: a finite vector in every mode."""
 
+    @classmethod
+    def load_config(
+        cls,
+        model_name_or_path,
+        subfolder="",
+        config_filename=None,
+        token=None,
+        cache_folder=None,
+        revision=None,
+        local_files_only=False,
+    ):
+        """sentence-transformers' `load_config`, after the module's config file is checked (one line naming it)."""
+        hub = dict(token=token, cache_folder=cache_folder, revision=revision, local_files_only=local_files_only)
+        path = cls.load_file_path(model_name_or_path, config_filename or cls.config_file_name, subfolder, **hub)
+        if path is not None:
+            read_json_object(path, "the options of a sentence-transformers pooling module")
+        return super().load_config(model_name_or_path, subfolder, config_filename, **hub)
+
     def forward(self, features, **kwargs):
         mask = features["attention_mask"]
         words = mask.clone()

@@ -161,6 +161,19 @@ API_CASES = [
         r"S/sentence_bert_config\.json: not valid JSON \(line 1, column 2: ",
     ),
     row(
+        "SentenceTransformer: the pooling module's config.json not JSON",
+        [sentence_folder, write("S/1_ElmoWordPooling/config.json", "{bad")],
+        reload(trust_remote_code=True),
+        r"S/1_ElmoWordPooling/config\.json: not valid JSON \(line 1, column 2: ",
+    ),
+    row(
+        "SentenceTransformer: the pooling module's config.json a list",
+        [sentence_folder, write("S/1_ElmoWordPooling/config.json", "[]")],
+        reload(trust_remote_code=True),
+        r"S/1_ElmoWordPooling/config\.json: expected a JSON object \(the options of a sentence-transformers pooling "
+        r"module\), got list",
+    ),
+    row(
         "SentenceTransformer: sentence_bert_config.json max_seq_length 10**9",
         [sentence_folder, write("S/sentence_bert_config.json", '{"max_seq_length": 1000000000}')],
         reload(trust_remote_code=True),
