@@ -259,13 +259,14 @@ sys.exit(main(sys.argv[1:]))
 """
 
 
-def start_on_one_machine(arguments, port, marks, tmp_path):
-    """Processes 0 and 1 of a launch on one machine (LOCAL_RANK 0 and 1): process 0 prepares the data, 1 waits."""
+def start_on_one_machine(arguments, port, marks, tmp_path, script=None):
+    """Processes 0 and 1 of a launch on one machine (LOCAL_RANK 0 and 1), each running `script` (default
+    `HELD_IN_PREPARATION`) with `arguments`: process 0 prepares the data, 1 waits."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": "", "TEST_MARKS": str(marks)}
     env.update(WORLD_SIZE="2", LOCAL_WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     return [
         subprocess.Popen(
-            [sys.executable, "-c", HELD_IN_PREPARATION, *arguments],
+            [sys.executable, "-c", script or HELD_IN_PREPARATION, *arguments],
             env={**env, "RANK": str(rank), "LOCAL_RANK": str(rank)},
             cwd=tmp_path,
             stdout=subprocess.DEVNULL,
@@ -369,19 +370,8 @@ def test_process_0_killed_while_it_prepares_the_data_stops_the_others_and_leaves
     port, marks, cache = free_port(), tmp_path / "marks", tmp_path / "cache"
     marks.mkdir()
     arguments = [*train_arguments(corpus, tmp_path / "run"), "--data-cache-dir", str(cache)]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": "", "TEST_MARKS": str(marks)}
-    env.update(WORLD_SIZE="2", LOCAL_WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    processes = [
-        subprocess.Popen(
-            [sys.executable, "-c", KILLED_IN_PREPARATION, *arguments, "--rendezvous-timeout", "3600"],
-            env={**env, "RANK": str(rank), "LOCAL_RANK": str(rank)},
-            cwd=tmp_path,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for rank in range(2)
-    ]
+    arguments += ["--rendezvous-timeout", "3600"]
+    processes = start_on_one_machine(arguments, port, marks, tmp_path, KILLED_IN_PREPARATION)
     writers = []
     try:
         wait_until(lambda: any(marks.iterdir()), processes[0])
@@ -406,7 +396,8 @@ def test_process_0_killed_while_it_prepares_the_data_stops_the_others_and_leaves
     assert not (tmp_path / "run").exists()
     assert not [path.name for path in (cache / "hf_elmo_windows").iterdir() if not path.name.startswith(".")]
 
-    env = {key: value for key, value in env.items() if key not in LAUNCH_VARIABLES}
+    env = {key: value for key, value in os.environ.items() if key not in LAUNCH_VARIABLES}
+    env.update(OMP_NUM_THREADS="1", CUDA_VISIBLE_DEVICES="")
     command = [sys.executable, "-m", "hf_elmo.commands", *arguments]
     again = subprocess.run(command, env=env, cwd=tmp_path, stderr=subprocess.PIPE, text=True, timeout=HANG)
     assert again.returncode == 0, again.stderr[-3000:]
