@@ -31,6 +31,13 @@ pack() {  # $1: what just ended
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv > "$folder/gpu.txt" 2>&1
 "$python" -c "import torch, transformers, triton, datasets; print(torch.__version__, torch.version.cuda, transformers.__version__, triton.__version__, datasets.__version__)" >> "$folder/gpu.txt" 2>&1
 nproc >> "$folder/gpu.txt"
+# A GPU host's image may lack the project's dependencies (datasets, say): stop before any GPU time goes to a run that
+# cannot train; install them (wheels built elsewhere, where the host has no index) and run again.
+if ! "$python" -c "import accelerate, datasets, h5py, safetensors, tokenizers, transformers" >> "$folder/gpu.txt" 2>&1; then
+    cat "$folder/gpu.txt"
+    pack "dependencies missing"
+    exit 1
+fi
 timeout 90 "$python" - > "$folder/smoke.txt" 2>&1 <<'EOF'
 import torch
 from hf_elmo import ElmoConfig, ElmoModel, ElmoTokenizer
