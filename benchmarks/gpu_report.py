@@ -90,7 +90,7 @@ def set_path(model, path: str):
     product`: the joint product at any batch size; `static, steps fused` / `static, steps not fused`: each step's
     product inside the Triton kernel or not, whatever a captured layer would find faster; `static, windows not
     fused`: the character CNN's window products written out before their max and the highway layers' elementwise
-    part as PyTorch operations (the way before `char_cnn_kernels.py`)."""
+    part as PyTorch operations (instead of `char_cnn_triton.py`'s kernels)."""
     characters = "torch" if path == "static, characters not fused" else "auto"
     # Off a GPU (the suite's run of this report, Triton interpreted) the static path's steps are PyTorch's either way.
     on_gpu = next(model.parameters()).is_cuda

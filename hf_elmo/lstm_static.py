@@ -18,6 +18,7 @@ TF32 (`torch.backends.cuda.matmul.allow_tf32 = True`).
 
 import dataclasses
 import math
+import operator
 from dataclasses import dataclass
 
 import torch
@@ -633,12 +634,13 @@ def static_forward(bilstm, inputs, masks, states, paths):
         {"triton_fused": True, "triton_unfused": False}.get(paths.lstm_kernels),
     )
     captured = bilstm.captured if paths.cuda_graphs == "on" else None
-    names = (("input_linearity", "weight"), ("state_linearity", "bias"), ("state_linearity", "weight"))
-    names += (("state_projection", "weight"),)
+    # Attributes, not `get_parameter`: a captured training step reads the parameters through views of them.
+    weights_of = operator.attrgetter(
+        "input_linearity.weight", "state_linearity.bias", "state_linearity.weight", "state_projection.weight"
+    )
     outputs, finals = [], [([], []), ([], [])]
     for index, layers in enumerate(zip(bilstm.forward_layers, bilstm.backward_layers)):
-        # Attributes, not `get_parameter`: a captured training step reads the parameters through views of them.
-        weights = tuple(getattr(getattr(layer, module), name) for module, name in names for layer in layers)
+        weights = tuple(weight for pair in zip(*map(weights_of, layers)) for weight in pair)
         # bilm-tf wraps every cell, residual included, in input dropout.
         layer_in = bilstm.dropout(stacked)
         hidden0 = torch.stack([states[0][0][index], states[1][0][index]])  # (2, B', P)

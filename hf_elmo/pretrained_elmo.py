@@ -177,11 +177,8 @@ def _check_weights_before_loading(cls, path, kwargs):
             )
         files = [locate(shard) for shard in shards]
     if not isinstance(config, PreTrainedConfig):
-        try:
-            config = cls.config_class.from_pretrained(path, **{k: v for k, v in kwargs.items() if k != "config"})
-        except ValueError as error:  # named once: the JSON reader's own errors name the file
-            named = str(error).startswith((f"{path}: ", f"{path}/"))
-            raise ValueError(str(error) if named else f"{path}: config.json: {error}") from None
+        # ElmoConfig.from_pretrained's errors name the folder and config.json
+        config = cls.config_class.from_pretrained(path, **{k: v for k, v in kwargs.items() if k != "config"})
         config = config[0] if isinstance(config, tuple) else config
     where = f"{path}: the weights ({os.path.basename(files[0])})"
     _check_weight_shapes(cls, config, safetensors_shapes(files), where)

@@ -1,6 +1,6 @@
 """Triton where it is installed (it comes with PyTorch's CUDA builds), and whether its kernels run on CPU tensors
 under its interpreter: `TRITON_INTERPRET=1` set before Triton is first imported, as the CPU test suite does. The one
-place the package asks; the kernel modules (`char_cnn_kernels`, `gpu_lstm_kernels`, `gpu_softmax_kernels`) and
+place the package asks; the kernel modules (`char_cnn_triton`, `lstm_triton`, `sampled_softmax_triton`) and
 `adagrad` import from here."""
 
 import os

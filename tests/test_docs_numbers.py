@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from conftest import CHECKPOINT
+from seqvec_shaped import memory_bound_per_residue
 
 from hf_elmo import ElmoTokenizer
 from hf_elmo.commands.cli import main as cli_main
@@ -150,7 +151,7 @@ def test_long_protein_memory_arithmetic():
         int(value.replace(",", "")) for value in re.search(r"\(([\d,]+) cells, 2P = ([\d,]+)\)", page).groups()
     )
     residues = int(re.search(r"a titin-sized protein of ([\d,]+) residues", page).group(1).replace(",", ""))
-    per_residue = 4 * (2 * 4 * cells + 6 * 3 * width) + 1000
+    per_residue = memory_bound_per_residue({"lstm": {"dim": cells, "projection_dim": width // 2}})
     assert f"that is {per_residue / 1024:.0f} KiB per residue" in page
     assert f"needs at most {residues * per_residue / 2**30:.1f} GiB beyond the model" in page
     measured = re.search(r"[\d,]+ MiB at [\d,]+ residues, (?:[\d,]+ MiB at [\d,]+, )+[\d,]+ MiB at [\d,]+\.", page)

@@ -1,4 +1,4 @@
-"""The character CNN's fused window products (`char_cnn_kernels.py`) against a float64 recomputation, and the
+"""The character CNN's fused window products (`char_cnn_triton.py`) against a float64 recomputation, and the
 character encoder with them against the reference path: on CUDA tensors where a GPU is at hand, else run by Triton's
 interpreter on CPU tensors (`TRITON_INTERPRET=1`, which the suite sets without a GPU)."""
 
