@@ -31,7 +31,8 @@ CAPTURING = (None, "cuda_graph", "export")
 
 # Under this many multiply-adds per row and step (5 D P: the input, state and projection products) the sorted LSTM's
 # steps are many small operations whose dispatch the compiled loop saves; from it on their time goes into products
-# that oneDNN forms faster than the BLAS the loop calls, and the loop is slower (the original size).
+# that oneDNN forms faster than the BLAS the loop calls, and the loop is slower (the original size), except at
+# inference on processors where the loop forms them itself from packed weights (`cpu_kernels.cpp`).
 MAX_COMPILED_STEP_MULTIPLY_ADDS = 1 << 22
 
 # Beyond this many positions per batch and direction a GPU stays busy with operations issued one by one, and a

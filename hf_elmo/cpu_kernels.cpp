@@ -2,6 +2,8 @@
 #include <stdint.h>
 #include <stdbool.h>
 #include <math.h>
+#include <stdlib.h>
+#include <string.h>
 
 // Fewer cells than this per thread are not worth waking another thread for.
 #define MIN_CELLS_PER_THREAD 8192
@@ -95,6 +97,107 @@ static inline void product(sgemm_t sgemm, int64_t rows, int64_t cols, int64_t in
     sgemm(&transpose_b, &no, &cols, &rows, &inner, &one, b, &ldb, a, &lda, &beta, c, &ldc);
 }
 
+// Products with few rows (an LSTM step's), on AVX-512 machines: C (rows x cols) = A (rows x inner) B^T + beta C,
+// B (cols x inner) row-major given as `packed` panels, (ceil(cols / PANEL), inner, PANEL) with zeros past `cols`.
+// Each panel streams from memory once per product while a block of rows of A accumulates against it in registers:
+// with few rows the BLAS's product is bound by reading B, and on some processors it leaves AVX-512 unused.
+#if defined(__AVX512F__)
+#define HAVE_PACKED_PRODUCT 1
+typedef float v16 __attribute__((vector_size(64)));
+enum { PANEL_VECTORS = 4, PANEL = 16 * PANEL_VECTORS, ROW_BLOCK = 6 };
+// Sums of this many products are kept in registers, and those sums added up after: a float32 sum's rounding error
+// grows with the number of terms in one chain.
+enum { INNER_BLOCK = 128 };
+// More rows than this go to the BLAS, whose blocking serves them better.
+enum { PACKED_MAX_ROWS = 64 };
+
+template <int NA>
+static inline void panel_rows(int64_t inner, const float* a, int64_t lda, const float* panel, float beta, float* c,
+                              int64_t ldc, int64_t width) {
+    v16 total[NA][PANEL_VECTORS];
+    for (int i = 0; i < NA; ++i) for (int j = 0; j < PANEL_VECTORS; ++j) total[i][j] = (v16){};
+    for (int64_t start = 0; start < inner; start += INNER_BLOCK) {
+        const int64_t end = start + INNER_BLOCK < inner ? start + INNER_BLOCK : inner;
+        v16 sum[NA][PANEL_VECTORS];
+        for (int i = 0; i < NA; ++i) for (int j = 0; j < PANEL_VECTORS; ++j) sum[i][j] = (v16){};
+        for (int64_t p = start; p < end; ++p) {
+            v16 b[PANEL_VECTORS];
+            memcpy(b, panel + p * PANEL, sizeof b);
+            for (int i = 0; i < NA; ++i) {
+                const float x = a[i * lda + p];
+                for (int j = 0; j < PANEL_VECTORS; ++j) sum[i][j] += x * b[j];
+            }
+        }
+        for (int i = 0; i < NA; ++i) for (int j = 0; j < PANEL_VECTORS; ++j) total[i][j] += sum[i][j];
+    }
+    for (int i = 0; i < NA; ++i) {
+        float out[PANEL];
+        memcpy(out, total[i], sizeof out);
+        float* row = c + i * ldc;
+        if (beta == 0.0f) for (int64_t l = 0; l < width; ++l) row[l] = out[l];
+        else for (int64_t l = 0; l < width; ++l) row[l] += out[l];
+    }
+}
+
+static float* pack_panels(int64_t cols, int64_t inner, const float* b) {
+    const int64_t panels = (cols + PANEL - 1) / PANEL;
+    float* packed = NULL;
+    if (posix_memalign((void**)&packed, 64, (size_t)(panels * inner * PANEL) * sizeof(float)) != 0) return NULL;
+    for (int64_t q = 0; q < panels; ++q)
+        for (int64_t p = 0; p < inner; ++p)
+            for (int64_t l = 0; l < PANEL; ++l) {
+                const int64_t col = q * PANEL + l;
+                packed[(q * inner + p) * PANEL + l] = col < cols ? b[col * inner + p] : 0.0f;
+            }
+    return packed;
+}
+
+static void packed_product(int64_t rows, int64_t cols, int64_t inner, const float* a, int64_t lda,
+                           const float* packed, float beta, float* c, int64_t ldc) {
+    const int64_t panels = (cols + PANEL - 1) / PANEL;
+    #pragma omp parallel for schedule(static) if (panels >= 8 && rows * cols * inner >= (1 << 22) && !in_parallel())
+    for (int64_t q = 0; q < panels; ++q) {
+        const float* panel = packed + q * inner * PANEL;
+        const int64_t width = cols - q * PANEL < PANEL ? cols - q * PANEL : PANEL;
+        float* cq = c + q * PANEL;
+        int64_t r = 0;
+        for (; r + ROW_BLOCK <= rows; r += ROW_BLOCK)
+            panel_rows<ROW_BLOCK>(inner, a + r * lda, lda, panel, beta, cq + r * ldc, ldc, width);
+        const float* ar = a + r * lda;
+        float* cr = cq + r * ldc;
+        switch (rows - r) {
+            case 1: panel_rows<1>(inner, ar, lda, panel, beta, cr, ldc, width); break;
+            case 2: panel_rows<2>(inner, ar, lda, panel, beta, cr, ldc, width); break;
+            case 3: panel_rows<3>(inner, ar, lda, panel, beta, cr, ldc, width); break;
+            case 4: panel_rows<4>(inner, ar, lda, panel, beta, cr, ldc, width); break;
+            case 5: panel_rows<5>(inner, ar, lda, panel, beta, cr, ldc, width); break;
+        }
+    }
+}
+#else
+#define HAVE_PACKED_PRODUCT 0
+enum { PACKED_MAX_ROWS = 0 };
+static float* pack_panels(int64_t, int64_t, const float*) { return 0; }
+static void packed_product(int64_t, int64_t, int64_t, const float*, int64_t, const float*, float, float*, int64_t) {}
+#endif
+
+// Whether this build has the packed products (read by `cpu_kernels.packed_products_built`).
+extern "C" int32_t packed_products() { return HAVE_PACKED_PRODUCT; }
+
+// A product of few rows through `packed` where there is one, else through the BLAS (B^T given row-major as `b`).
+static inline void step_product(sgemm_t sgemm, const float* packed, int64_t rows, int64_t cols, int64_t inner,
+                                const float* a, const float* b, float beta, float* c) {
+    if (packed != 0 && rows <= PACKED_MAX_ROWS) packed_product(rows, cols, inner, a, inner, packed, beta, c, cols);
+    else product(sgemm, rows, cols, inner, a, inner, b, inner, true, beta, c, cols);
+}
+
+// Whether packing a step product's weights pays: enough steps with few enough rows to read them the packed way.
+static bool worth_packing(const int64_t* batch_sizes, int64_t T) {
+    int64_t few = 0;
+    for (int64_t t = 0; t < T; ++t) few += batch_sizes[t] > 0 && batch_sizes[t] <= PACKED_MAX_ROWS;
+    return HAVE_PACKED_PRODUCT && few >= 4;
+}
+
 // One row of `D` cells: gates [input, forget, cell, output] in place from their inputs to
 // [s(i), s(f), tanh(g), s(o)]; the new cell (raw and clipped: the same row without a clip), its tanh and the output.
 // `memory_in` may be `cell` (updated in place).
@@ -185,12 +288,16 @@ extern "C" void lstm_forward_sequence(
         const float* W_h = L.state_weight + k * G * P;
         const float* W_p = L.projection_weight + k * P * D;
         const int64_t rows_k = save ? L.N : L.B;  // rows of a direction in the cell buffers
+        // Without a backward (inference), the step products read weights packed for few rows where that pays.
+        const bool pack = !save && worth_packing(L.batch_sizes, L.T);
+        float* packed_h = pack ? pack_panels(G, P, W_h) : 0;
+        float* packed_p = pack ? pack_panels(P, D, W_p) : 0;
         for (int64_t t = 0; t < L.T; ++t) {
             const int64_t n = L.batch_sizes[t], at = L.offsets[t], here = save ? at : 0;
             if (n == 0) continue;
             float* step_gates = gates + (k * L.N + at) * G;
             const float* hidden_in = t == 0 ? hidden0 + k * L.B * P : outputs + (k * L.N + L.offsets[t - 1]) * P;
-            product(L.sgemm, n, G, P, hidden_in, P, W_h, P, true, 1.0f, step_gates, G);
+            step_product(L.sgemm, packed_h, n, G, P, hidden_in, W_h, 1.0f, step_gates);
             const float* memory_in = !save ? cells + k * L.B * D
                                    : t == 0 ? memory0 + k * L.B * D : cells + (k * L.N + L.offsets[t - 1]) * D;
             float* raw = (save && L.has_cell_clip ? raw_cells : cells) + (k * rows_k + here) * D;
@@ -203,13 +310,15 @@ extern "C" void lstm_forward_sequence(
             });
             float* out = outputs + (k * L.N + at) * P;
             float* raw_out = save && L.has_proj_clip ? raw_outputs + (k * L.N + at) * P : out;
-            product(L.sgemm, n, P, D, cell_out, D, W_p, D, true, 0.0f, raw_out, P);
+            step_product(L.sgemm, packed_p, n, P, D, cell_out, W_p, 0.0f, raw_out);
             if (L.has_proj_clip)
                 for (int64_t j = 0; j < n * P; j += 8) {
                     int64_t w = n * P - j < 8 ? n * P - j : 8;
                     store(out + j, clip(load(raw_out + j, w), L.proj_clip), w);
                 }
         }
+        free(packed_h);
+        free(packed_p);
     });
 }
 

@@ -175,6 +175,7 @@ def _load() -> tuple[ctypes.CDLL, int]:
     for name, argtypes in _FUNCTIONS.items():
         function = getattr(library, name)
         function.argtypes, function.restype = argtypes, None
+    library.packed_products.argtypes, library.packed_products.restype = [], ctypes.c_int32
     if not _products_are_right(library, sgemm):
         raise OSError("PyTorch's sgemm_ gave a wrong product through them")
     return library, sgemm
@@ -183,6 +184,13 @@ def _load() -> tuple[ctypes.CDLL, int]:
 def loops_built() -> bool:
     """Whether the compiled loops are built and loaded here (they run on float32 CPU tensors)."""
     return _library() is not None
+
+
+def packed_products_built() -> bool:
+    """Whether the built loops form an inference step's products of few rows from weights packed for them
+    (AVX-512 processors), instead of through the BLAS."""
+    library = _library()
+    return library is not None and bool(library[0].packed_products())
 
 
 def available(tensor: torch.Tensor) -> bool:

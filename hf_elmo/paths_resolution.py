@@ -14,7 +14,7 @@ from .compute_paths import (
     exporting,
     onednn_products,
 )
-from .cpu_kernels import loops_built
+from .cpu_kernels import loops_built, packed_products_built
 from .triton_support import INTERPRETED, triton
 
 
@@ -47,7 +47,7 @@ def resolve(
     device = torch.device(device)
     built = device.type == "cpu" and loops_built()
     large_steps = step_multiply_adds >= MAX_COMPILED_STEP_MULTIPLY_ADDS
-    machine = (built, _triton_runs(device), onednn_products())
+    machine = (built, built and packed_products_built(), _triton_runs(device), onednn_products())
     model = (large_steps, bool(word_embeddings))
     return _resolve(paths, device.type, dtype, bool(training), capturing, *machine, *model)
 
@@ -78,7 +78,9 @@ def paths_in_effect(config, device: torch.device, dtype: torch.dtype, training: 
 
 
 @functools.lru_cache(maxsize=256)
-def _resolve(paths, device_type, dtype, training, capturing, built, triton, onednn, large_steps, word_embeddings):
+def _resolve(
+    paths, device_type, dtype, training, capturing, built, packed, triton, onednn, large_steps, word_embeddings
+):
     loops = built and dtype == torch.float32
     if capturing == "export":
         return ElmoPaths.reference()
@@ -108,12 +110,14 @@ def _resolve(paths, device_type, dtype, training, capturing, built, triton, oned
     if lstm_kernels == "auto":
         lstm_kernels = {"sorted": "compiled" if loops else "torch", "static": "triton" if gpu_triton else "torch"}
         lstm_kernels = lstm_kernels.get(chosen["lstm"], "torch")
-        if lstm_kernels == "compiled" and large_steps:
-            # The steps' time goes into products that oneDNN forms faster than the BLAS the loop calls, and their few
-            # operations cost little to dispatch.
+        # Large steps' time goes into products, which oneDNN forms faster than the BLAS the loop calls (and their few
+        # operations cost little to dispatch), except at inference where the loop forms them from weights packed for
+        # a step's few rows.
+        if lstm_kernels == "compiled" and large_steps and (training or not packed):
             lstm_kernels = "torch"
             reasons["lstm_kernels"] = (
                 f"steps of at least {MAX_COMPILED_STEP_MULTIPLY_ADDS:,} multiply-adds per row run faster in PyTorch"
+                + (" in training" if packed else "")
             )
     chosen["lstm_kernels"] = lstm_kernels
     needs = {

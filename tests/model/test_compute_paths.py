@@ -67,8 +67,9 @@ RULES = [
 def machine(monkeypatch):
     """Sets whether the compiled loops are built and whether Triton runs on CPU tensors (its interpreter)."""
 
-    def set_machine(loops: bool, triton_runs: bool, device: torch.device):
+    def set_machine(loops: bool, triton_runs: bool, device: torch.device, packed: bool = False):
         monkeypatch.setattr(paths_resolution, "loops_built", lambda: loops)
+        monkeypatch.setattr(paths_resolution, "packed_products_built", lambda: packed)
         monkeypatch.setattr(paths_resolution, "triton", object() if triton_runs else None)
         monkeypatch.setattr(paths_resolution, "INTERPRETED", triton_runs and device.type == "cpu")
 
@@ -169,6 +170,19 @@ def test_large_lstm_steps_resolve_to_pytorchs_and_print_why(machine):
     assert f"lstm_kernels: torch (steps of at least {limit:,} multiply-adds per row" in str(large)
     assert resolve(ElmoPaths(lstm_kernels="compiled"), CPU, F32, True, step_multiply_adds=limit).lstm_kernels == (
         "compiled"
+    )
+    assert resolve(ElmoPaths(), CPU, F32, False, step_multiply_adds=limit).lstm_kernels == "torch"
+
+
+def test_large_lstm_steps_at_inference_run_compiled_where_the_loops_pack_their_weights(machine):
+    machine(True, False, CPU, packed=True)
+    limit = compute_paths.MAX_COMPILED_STEP_MULTIPLY_ADDS
+    assert resolve(ElmoPaths(), CPU, F32, False, step_multiply_adds=limit).lstm_kernels == "compiled"
+    training = resolve(ElmoPaths(), CPU, F32, True, step_multiply_adds=limit)
+    assert training.lstm_kernels == "torch"
+    assert (
+        f"lstm_kernels: torch (steps of at least {limit:,} multiply-adds per row run faster in PyTorch in training)"
+        in (str(training))
     )
 
 

@@ -47,25 +47,25 @@ BATCH_SIZES = [4, 4, 3, 1, 1]  # B = 5 rows: lengths 5, 2, 2, 1 and one row of n
 BATCH = 5
 
 
-def layer_inputs(K, D, P, seed, scale=2.0):
+def layer_inputs(K, D, P, seed, scale=2.0, batch_sizes=BATCH_SIZES, batch=BATCH):
     """Random float32 input products `(K, N, 4D)`, starting states `(K, B, P)`, `(K, B, D)`, weights `(K, 4D, P)`,
     `(K, P, D)`, large enough for both clips to trigger."""
     generator = torch.Generator().manual_seed(seed)
-    N = sum(BATCH_SIZES)
+    N = sum(batch_sizes)
 
     def random(*shape, s=scale):
         return torch.randn(*shape, generator=generator) * s
 
     return (
         random(K, N, 4 * D),
-        random(K, BATCH, P, s=0.5),
-        random(K, BATCH, D),
+        random(K, batch, P, s=0.5),
+        random(K, batch, D),
         random(K, 4 * D, P, s=1.0),
         random(K, P, D, s=1.0),
     )
 
 
-def float64_layer(gates_in, hidden0, memory0, W_h, W_p, cell_clip, proj_clip):
+def float64_layer(gates_in, hidden0, memory0, W_h, W_p, cell_clip, proj_clip, batch_sizes=BATCH_SIZES):
     """The straightforward step-by-step layer in float64 on the packed layout: per step its activations, cells before
     and after the clip, tanh, cell outputs, outputs before and after the clip (each `(K, N, width)`), and the
     final states `(K, B, P)`, `(K, B, D)`."""
@@ -73,7 +73,7 @@ def float64_layer(gates_in, hidden0, memory0, W_h, W_p, cell_clip, proj_clip):
     hidden, memory = hidden0, memory0
     final_hidden, final_memory = list(hidden0.unbind(1)), list(memory0.unbind(1))
     offset = 0
-    for n in BATCH_SIZES:
+    for n in batch_sizes:
         z = gates_in[:, offset : offset + n] + hidden[:, :n] @ W_h.transpose(1, 2)
         i, f, g, o = z.chunk(4, dim=-1)
         i, f, g, o = i.sigmoid(), f.sigmoid(), g.tanh(), o.sigmoid()
@@ -164,6 +164,32 @@ def test_forward_sequence_without_saving_keeps_each_rows_final_cell(K, D, P, cel
     )
     assert (outputs.double() - expected["outputs"]).abs().max() <= 1e-5 * max(1.0, expected["outputs"].abs().max())
     assert (cells.double() - final_memory).abs().max() <= 1e-5 * max(1.0, final_memory.abs().max())
+
+
+@pytest.mark.parametrize("K", [1, 2])
+def test_forward_without_saving_over_many_rows_and_long_sums(K):
+    """Inference steps of few rows read weights packed for them (on AVX-512 builds), steps of many rows go to the
+    BLAS: steps of 70 rows (BLAS), 13 and 7 (whole blocks of rows and a rest), 1; sums over 136 and 40 terms."""
+    requires_library()
+    D, P, batch_sizes = 40, 136, [70, 70, 13, 7, 6, 1, 1, 1]
+    gates_in, hidden0, memory0, W_h, W_p = layer_inputs(K, D, P, seed=7, batch_sizes=batch_sizes, batch=70)
+    # Weights of a trained model's scale, where rounding errors do not grow from step to step.
+    W_h, W_p = W_h / P**0.5, W_p / D**0.5
+    expected, _, final_memory = float64_layer(
+        *(t.double() for t in (gates_in, hidden0, memory0, W_h, W_p)), 3.0, 1.0, batch_sizes=batch_sizes
+    )
+    cells = memory0.clone()
+    outputs = torch.full((K, gates_in.shape[1], P), float("nan"))
+    B = batch_sizes[0]
+    cpu_kernels.forward_sequence(
+        batch_sizes, W_h, W_p, 3.0, 1.0, False, gates_in.clone(), hidden0, memory0, None, cells,
+        torch.empty(K, B, D), torch.empty(K, B, D), None, outputs,
+    )  # fmt: skip
+    # Each value is a float32 sum of at most P products, then squashed: within P units of float32 rounding of the
+    # largest value at most.
+    tolerance = P * 2**-24 * max(1.0, expected["outputs"].abs().max())
+    assert (outputs.double() - expected["outputs"]).abs().max() <= tolerance
+    assert (cells.double() - final_memory).abs().max() <= P * 2**-24 * max(1.0, final_memory.abs().max())
 
 
 @pytest.mark.parametrize("K, D, P, cell_clip, proj_clip", CASES, ids=CASE_IDS)
