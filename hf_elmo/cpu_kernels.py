@@ -8,7 +8,10 @@ their work (a step of the mid-size model: 32 rows of 2,048 gate inputs per direc
 one call: each direction runs on an OpenMP thread of its own (PyTorch's, see below), its products through the
 BLAS that PyTorch itself links (`sgemm_`, single-threaded there), its elementwise part one pass over a step's rows
 that also writes what the backward reads; one direction alone (the large sizes) gets every thread for its products
-and rows. The backward loop forms the gate gradients from the saved activations on the fly. `fast_lstm.py` keeps the
+and rows. At inference, built for AVX-512, a call with steps of few rows packs each direction's weights into panels
+first and forms those steps' products itself: a panel streams from memory once per step while a block of rows
+accumulates against it in registers (the BLAS, for few rows, reads the weights slower than memory allows or without
+AVX-512). The backward loop forms the gate gradients from the saved activations on the fly. `lstm_sorted.py` keeps the
 packing and the products over all steps at once (input products, weight gradients) and falls back to PyTorch
 operations per step wherever these loops are not available.
 
