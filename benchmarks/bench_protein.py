@@ -14,6 +14,10 @@ batch to the last vector summed (the model's loading excluded):
 * hf-elmo: `hf-elmo embed --fasta --sum`'s computation (`features.embed_proteins.residue_batches`: longest first,
   padded residues within the budget; `Embedder` with the `sum` selector), without writing the file.
 
+`--one-at-a-time`: each protein alone, as bio_embeddings' `SeqVecEmbedder.embed(sequence)` does,
+`embed_sentence(list(seq))` of AllenNLP's `ElmoEmbedder` against the same call of `hf_elmo.compat.allennlp`'s
+(both carrying the LSTM state from call to call).
+
 Prints the machine, each round's residues per second of wall time and per second of the process's CPU time (on a
 machine shared with other work, where wall time measures the others too), and the ratios of the medians.
 
@@ -74,7 +78,24 @@ def child(args) -> dict:
 
     torch.set_num_threads(args.threads)
     sequences = proteins(args.residues, args.seed)
-    if args.impl == "allennlp":
+    if args.one_at_a_time:
+        cuda_device = 0 if args.device == "cuda" else -1
+        if args.impl == "allennlp":
+            sys.path.insert(0, str(ROOT / "conversion"))
+            from seqvec_reference_outputs import load_their_embedder
+
+            embedder = load_their_embedder(Path(args.their_code).resolve())(args.options, args.weights, cuda_device)
+        else:
+            from hf_elmo.compat.allennlp import ElmoEmbedder
+
+            embedder = ElmoEmbedder(args.options, args.weights, cuda_device)
+        batches = [[sequence] for sequence in sequences]
+
+        def embed(batch):
+            with torch.no_grad():
+                return [embedder.embed_sentence(list(batch[0])).sum(axis=0)]
+
+    elif args.impl == "allennlp":
         sys.path.insert(0, str(ROOT / "conversion"))
         from seqvec_reference_outputs import load_their_embedder
 
@@ -191,6 +212,7 @@ def main():
     parser.add_argument("--residues", type=int, default=3000, help="residues embedded per round (about)")
     parser.add_argument("--residue-budget", type=int, default=15_000)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--one-at-a-time", action="store_true", help="each protein alone: embed_sentence(list(seq))")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="where both embed (float32)")

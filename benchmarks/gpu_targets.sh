@@ -6,7 +6,8 @@
 #   2. the targets: training throughput (original size, batches 128 and 1,024), where a step's GPU time goes (the
 #      benchmark loop and `Trainer`, with kernel tables and torch.profiler traces), inference (float32, bfloat16,
 #      float16 beside them), onnxruntime's providers;
-#   3. the host side: collation with 0, 2, 4 and 8 loader workers.
+#   3. the host side: collation with 0, 2, 4 and 8 loader workers; the CPU LSTM loop's packed step products against
+#      PyTorch's on the host's processor (often an Intel one, where MKL uses AVX-512).
 # Each part writes into FOLDER as it goes and the folder is packed into FOLDER.tar.gz (or PACK) after each part, so a
 # run cut short keeps what it measured.
 #
@@ -121,5 +122,8 @@ fi
 # 3. The host side with the GPU host's cores.
 timeout 40 "$python" benchmarks/bench_data_preparation.py --words 1000000 --workers 0 2 4 8 > "$folder/data.txt" 2>&1
 pack "data"
+timeout 60 "$python" benchmarks/bench_lstm_steps.py --rows 1 4 16 64 --steps 100 --threads 1 --repeats 3 \
+    > "$folder/lstm-steps.txt" 2>&1
+pack "lstm-steps"
 cd "$folder" && tail -n 4 tests.txt train-*.txt embed-compare.txt && cat checks.txt training.txt profile.txt inference.txt
-tail -n 4 proteins.txt 2>/dev/null; cat data.txt times.txt
+tail -n 4 proteins.txt 2>/dev/null; cat data.txt lstm-steps.txt times.txt

@@ -2,7 +2,6 @@
 #include <stdint.h>
 #include <stdbool.h>
 #include <math.h>
-#include <stdlib.h>
 #include <string.h>
 
 // Fewer cells than this per thread are not worth waking another thread for.
@@ -102,7 +101,6 @@ static inline void product(sgemm_t sgemm, int64_t rows, int64_t cols, int64_t in
 // Each panel streams from memory once per product while a block of rows of A accumulates against it in registers:
 // with few rows the BLAS's product is bound by reading B, and on some processors it leaves AVX-512 unused.
 #if defined(__AVX512F__)
-#define HAVE_PACKED_PRODUCT 1
 typedef float v16 __attribute__((vector_size(64)));
 enum { PANEL_VECTORS = 4, PANEL = 16 * PANEL_VECTORS, ROW_BLOCK = 6 };
 // Sums of this many products are kept in registers, and those sums added up after: a float32 sum's rounding error
@@ -139,17 +137,15 @@ static inline void panel_rows(int64_t inner, const float* a, int64_t lda, const 
     }
 }
 
-static float* pack_panels(int64_t cols, int64_t inner, const float* b) {
+// B (cols x inner) row-major -> `packed`, (ceil(cols / PANEL), inner, PANEL) floats (`packed_panel_width`).
+extern "C" void pack_panels(int64_t cols, int64_t inner, const float* b, float* packed) {
     const int64_t panels = (cols + PANEL - 1) / PANEL;
-    float* packed = NULL;
-    if (posix_memalign((void**)&packed, 64, (size_t)(panels * inner * PANEL) * sizeof(float)) != 0) return NULL;
     for (int64_t q = 0; q < panels; ++q)
         for (int64_t p = 0; p < inner; ++p)
             for (int64_t l = 0; l < PANEL; ++l) {
                 const int64_t col = q * PANEL + l;
                 packed[(q * inner + p) * PANEL + l] = col < cols ? b[col * inner + p] : 0.0f;
             }
-    return packed;
 }
 
 static void packed_product(int64_t rows, int64_t cols, int64_t inner, const float* a, int64_t lda,
@@ -175,27 +171,20 @@ static void packed_product(int64_t rows, int64_t cols, int64_t inner, const floa
     }
 }
 #else
-#define HAVE_PACKED_PRODUCT 0
-enum { PACKED_MAX_ROWS = 0 };
-static float* pack_panels(int64_t, int64_t, const float*) { return 0; }
+enum { PANEL = 0, PACKED_MAX_ROWS = 0 };
+extern "C" void pack_panels(int64_t, int64_t, const float*, float*) {}
 static void packed_product(int64_t, int64_t, int64_t, const float*, int64_t, const float*, float, float*, int64_t) {}
 #endif
 
-// Whether this build has the packed products (read by `cpu_kernels.packed_products_built`).
-extern "C" int32_t packed_products() { return HAVE_PACKED_PRODUCT; }
+// The packed products' panel width and the most rows a step forms through them; 0 where the build has none.
+extern "C" int64_t packed_panel_width() { return PANEL; }
+extern "C" int64_t packed_max_rows() { return PACKED_MAX_ROWS; }
 
 // A product of few rows through `packed` where there is one, else through the BLAS (B^T given row-major as `b`).
 static inline void step_product(sgemm_t sgemm, const float* packed, int64_t rows, int64_t cols, int64_t inner,
                                 const float* a, const float* b, float beta, float* c) {
     if (packed != 0 && rows <= PACKED_MAX_ROWS) packed_product(rows, cols, inner, a, inner, packed, beta, c, cols);
     else product(sgemm, rows, cols, inner, a, inner, b, inner, true, beta, c, cols);
-}
-
-// Whether packing a step product's weights pays: enough steps with few enough rows to read them the packed way.
-static bool worth_packing(const int64_t* batch_sizes, int64_t T) {
-    int64_t few = 0;
-    for (int64_t t = 0; t < T; ++t) few += batch_sizes[t] > 0 && batch_sizes[t] <= PACKED_MAX_ROWS;
-    return HAVE_PACKED_PRODUCT && few >= 4;
 }
 
 // One row of `D` cells: gates [input, forget, cell, output] in place from their inputs to
@@ -254,8 +243,10 @@ struct Layer {
     int64_t K, T, B, N, D, P;       // directions, steps, rows, packed positions, cells, projection
     const int64_t* batch_sizes;     // (T,) rows running at each step, non-increasing
     const int64_t* offsets;         // (T,) where each step's rows start among the N packed positions
-    const float* state_weight;      // (K, 4D, P)
-    const float* projection_weight; // (K, P, D)
+    const float* state_weight[2];      // per direction (4D, P)
+    const float* projection_weight[2]; // per direction (P, D)
+    const float* packed_state[2];      // per direction, W_h's panels for steps of few rows (inference), or null
+    const float* packed_projection[2]; // W_p's
     bool has_cell_clip, has_proj_clip;
     float cell_clip, proj_clip;
     sgemm_t sgemm;
@@ -285,13 +276,11 @@ extern "C" void lstm_forward_sequence(
     const Layer L = *layer;
     const int64_t D = L.D, P = L.P, G = 4 * L.D;
     for_each_direction(L.K, [&](int64_t k) {
-        const float* W_h = L.state_weight + k * G * P;
-        const float* W_p = L.projection_weight + k * P * D;
+        const float* W_h = L.state_weight[k];
+        const float* W_p = L.projection_weight[k];
         const int64_t rows_k = save ? L.N : L.B;  // rows of a direction in the cell buffers
-        // Without a backward (inference), the step products read weights packed for few rows where that pays.
-        const bool pack = !save && worth_packing(L.batch_sizes, L.T);
-        float* packed_h = pack ? pack_panels(G, P, W_h) : 0;
-        float* packed_p = pack ? pack_panels(P, D, W_p) : 0;
+        const float* packed_h = L.packed_state[k];
+        const float* packed_p = L.packed_projection[k];
         for (int64_t t = 0; t < L.T; ++t) {
             const int64_t n = L.batch_sizes[t], at = L.offsets[t], here = save ? at : 0;
             if (n == 0) continue;
@@ -317,8 +306,6 @@ extern "C" void lstm_forward_sequence(
                     store(out + j, clip(load(raw_out + j, w), L.proj_clip), w);
                 }
         }
-        free(packed_h);
-        free(packed_p);
     });
 }
 
@@ -333,8 +320,8 @@ extern "C" void lstm_backward_sequence(
     const Layer L = *layer;
     const int64_t D = L.D, P = L.P, G = 4 * L.D;
     for_each_direction(L.K, [&](int64_t k) {
-        const float* W_h = L.state_weight + k * G * P;
-        const float* W_p = L.projection_weight + k * P * D;
+        const float* W_h = L.state_weight[k];
+        const float* W_p = L.projection_weight[k];
         float* grad_h = grad_hidden + k * L.B * P;
         float* grad_m = grad_memory + k * L.B * D;
         float* grad_cell_output = scratch + k * L.B * D;

@@ -39,6 +39,7 @@ import shutil
 import subprocess
 import tempfile
 import warnings
+import weakref
 from pathlib import Path
 
 import torch
@@ -50,10 +51,17 @@ _SOURCE_FILE = Path(__file__).with_name("cpu_kernels.cpp")
 """The loops' C++ source, package data beside this module (a model folder's copy of the code has none)."""
 
 
+_PER_DIRECTION = ctypes.c_void_p * 2
+
+
 class _Layer(ctypes.Structure):
     _fields_ = [
         *((name, ctypes.c_int64) for name in ("K", "T", "B", "N", "D", "P")),
-        *((name, ctypes.c_void_p) for name in ("batch_sizes", "offsets", "state_weight", "projection_weight")),
+        *((name, ctypes.c_void_p) for name in ("batch_sizes", "offsets")),
+        *(
+            (name, _PER_DIRECTION)
+            for name in ("state_weight", "projection_weight", "packed_state", "packed_projection")
+        ),
         ("has_cell_clip", ctypes.c_bool),
         ("has_proj_clip", ctypes.c_bool),
         ("cell_clip", ctypes.c_float),
@@ -72,6 +80,7 @@ _FUNCTIONS = {
     "dropout": [ctypes.c_int64] + [ctypes.c_void_p] * 2 + [ctypes.c_uint64, ctypes.c_uint32, ctypes.c_float],
     "window_max": [ctypes.c_int64] * 3 + [ctypes.c_void_p] * 3,
     "window_max_backward": [ctypes.c_int64] * 5 + [ctypes.c_void_p] * 6,
+    "pack_panels": [ctypes.c_int64] * 2 + [ctypes.c_void_p] * 2,
 }
 
 
@@ -178,7 +187,8 @@ def _load() -> tuple[ctypes.CDLL, int]:
     for name, argtypes in _FUNCTIONS.items():
         function = getattr(library, name)
         function.argtypes, function.restype = argtypes, None
-    library.packed_products.argtypes, library.packed_products.restype = [], ctypes.c_int32
+    for name in ("packed_panel_width", "packed_max_rows"):
+        getattr(library, name).argtypes, getattr(library, name).restype = [], ctypes.c_int64
     if not _products_are_right(library, sgemm):
         raise OSError("PyTorch's sgemm_ gave a wrong product through them")
     return library, sgemm
@@ -193,7 +203,29 @@ def packed_products_built() -> bool:
     """Whether the built loops form an inference step's products of few rows from weights packed for them
     (AVX-512 processors), instead of through the BLAS."""
     library = _library()
-    return library is not None and bool(library[0].packed_products())
+    return library is not None and library[0].packed_max_rows() > 0
+
+
+# Packed panels of the weights the loops were given, by `id` of the weight: each entry is dropped when its weight is
+# freed, and not used once the weight changed in place (its version) or moved.
+_packed_panels: dict[int, tuple[weakref.ref, int, int, torch.Tensor]] = {}
+
+
+def _panels(weight: torch.Tensor) -> torch.Tensor:
+    """`(cols, inner)` float32 weight -> its panels for the packed products, packed once while it lives unchanged."""
+    key = id(weight)
+    entry = _packed_panels.get(key)
+    if entry is not None and entry[0]() is weight and entry[1:3] == (weight._version, weight.data_ptr()):
+        return entry[3]
+    library = _library()[0]
+    cols, inner = weight.shape
+    width = library.packed_panel_width()
+    panels = torch.empty(-(-cols // width) * inner * width, dtype=torch.float32)
+    (pointer,) = _pointers((weight, (cols, inner)))
+    library.pack_panels(cols, inner, pointer, panels.data_ptr())
+    forget = functools.partial(_packed_panels.pop, key, None)
+    _packed_panels[key] = (weakref.ref(weight, lambda _: forget()), weight._version, weight.data_ptr(), panels)
+    return panels
 
 
 def available(tensor: torch.Tensor) -> bool:
@@ -218,14 +250,20 @@ def _pointers(*tensors_and_shapes) -> list[int | None]:
     return pointers
 
 
-def _layer(batch_sizes, state_weight, projection_weight, batch_size, cell_clip, proj_clip):
-    """The `Layer` the loops read, and the tensors it points into (to be kept alive for the call)."""
+def _layer(batch_sizes, state_weights, projection_weights, batch_size, cell_clip, proj_clip, packed=False):
+    """The `Layer` the loops read, and the tensors it points into (to be kept alive for the call); with `packed`,
+    the weights' panels for the steps of few rows."""
     library, sgemm = _library()
-    K, gate_dim, P = state_weight.shape
+    K = len(state_weights)
+    if not 1 <= K <= 2:
+        raise ValueError(f"expected 1 or 2 directions, got {K}")
+    gate_dim, P = state_weights[0].shape
     D = gate_dim // 4
     sizes = torch.tensor(batch_sizes, dtype=torch.int64)
     offsets = torch.cumsum(sizes, 0) - sizes
-    state_pointer, projection_pointer = _pointers((state_weight, (K, 4 * D, P)), (projection_weight, (K, P, D)))
+    state = _pointers(*((w, (4 * D, P)) for w in state_weights))
+    projection = _pointers(*((w, (P, D)) for w in projection_weights))
+    panels = [(_panels(w_h), _panels(w_p)) for w_h, w_p in zip(state_weights, projection_weights)] if packed else []
     layer = _Layer(
         K,
         len(batch_sizes),
@@ -235,15 +273,28 @@ def _layer(batch_sizes, state_weight, projection_weight, batch_size, cell_clip, 
         P,
         sizes.data_ptr(),
         offsets.data_ptr(),
-        state_pointer,
-        projection_pointer,
+        _PER_DIRECTION(*state),
+        _PER_DIRECTION(*projection),
+        _PER_DIRECTION(*(h.data_ptr() for h, _ in panels)),
+        _PER_DIRECTION(*(p.data_ptr() for _, p in panels)),
         cell_clip is not None,
         proj_clip is not None,
         cell_clip or 0.0,
         proj_clip or 0.0,
         sgemm,
     )
-    return library, layer, (sizes, offsets)
+    return library, layer, (sizes, offsets, panels)
+
+
+def _worth_packing(library, batch_sizes) -> bool:
+    """Whether enough steps have few enough rows for the packed products (none where the build has none)."""
+    most = library.packed_max_rows()
+    return sum(1 for n in batch_sizes if 0 < n <= most) >= _MIN_PACKED_STEPS
+
+
+# A call with fewer steps of few rows than this leaves the weights to the BLAS rather than pack them (packing reads
+# and writes them once, about what a few steps read).
+_MIN_PACKED_STEPS = 4
 
 
 def forward_sequence(
@@ -268,8 +319,9 @@ def forward_sequence(
 
     Args:
         batch_sizes: `T` ints, rows running at each step (non-increasing); the batch has `B` rows.
-        state_weight `(K, 4D, P)`, projection_weight `(K, P, D)`: `W_h` and `W_p`, gates `[input, forget, cell,
-            output]`.
+        state_weight `(K, 4D, P)`, projection_weight `(K, P, D)` (or `K` tensors `(4D, P)`, `(P, D)`): `W_h` and
+            `W_p`, gates `[input, forget, cell, output]`. Without `save`, the panels of each weight tensor given are
+            packed once and kept while it lives unchanged: give the model's own parameters, not copies.
         gates: `(K, N, 4D)`, the input products (bias included) <- `[sigmoid(i), sigmoid(f), tanh(g), sigmoid(o)]`.
         hidden0 `(K, B, P)`, memory0 `(K, B, D)`: the states rows start from.
         raw_cells, cells, cell_tanh, cell_outputs: with `save` (for a backward), `(K, N, D)` <- each step's cell
@@ -279,9 +331,11 @@ def forward_sequence(
         raw_outputs: `(K, N, P)` <- the outputs before the clip (None without a clip or without saving).
         outputs: `(K, N, P)` <- each step's new hidden state.
     """
-    K, _, P = state_weight.shape
-    D, B, N = projection_weight.shape[2], hidden0.shape[1], gates.shape[1]
-    library, layer, keep = _layer(batch_sizes, state_weight, projection_weight, B, cell_clip, proj_clip)
+    state_weights, projection_weights = list(state_weight), list(projection_weight)
+    K, P, D = len(state_weights), state_weights[0].shape[1], projection_weights[0].shape[1]
+    B, N = hidden0.shape[1], gates.shape[1]
+    packed = not save and _worth_packing(_library()[0], batch_sizes)
+    library, layer, keep = _layer(batch_sizes, state_weights, projection_weights, B, cell_clip, proj_clip, packed)
     if layer.N != N:
         raise ValueError(f"expected {layer.N} packed positions, got {N}")
     cell_rows = N if save else B
@@ -324,9 +378,10 @@ def backward_sequence(
     and `grad_memory` `(K, B, D)` from the gradients of the final states to those of the states rows start from;
     `grad_outputs` `(K, N, P)`: of the (clipped) outputs; `grad_projected` `(K, N, P)` <- of the outputs before the
     clip."""
-    K, _, P = state_weight.shape
-    D, B, N = projection_weight.shape[2], grad_hidden.shape[1], gates.shape[1]
-    library, layer, keep = _layer(batch_sizes, state_weight, projection_weight, B, cell_clip, proj_clip)
+    state_weights, projection_weights = list(state_weight), list(projection_weight)
+    K, P, D = len(state_weights), state_weights[0].shape[1], projection_weights[0].shape[1]
+    B, N = grad_hidden.shape[1], gates.shape[1]
+    library, layer, keep = _layer(batch_sizes, state_weights, projection_weights, B, cell_clip, proj_clip)
     if layer.N != N:
         raise ValueError(f"expected {layer.N} packed positions, got {N}")
     scratch = torch.empty(K, B, D)

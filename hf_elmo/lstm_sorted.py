@@ -383,7 +383,9 @@ def _forward(
     # copying a large layer's weights costs more than that step.
     fold_doubling = tanh_by_sigmoid and K > 1
     stack = torch.stack if fold_doubling else _stacked
-    input_weight, state_weight = stack(input_weights), stack(state_weights)
+    input_weight = stack(input_weights)
+    # The compiled loop reads each direction's weights where they are (and keeps their packed panels).
+    state_weight = state_weights if compiled else stack(state_weights)
     bias = torch.stack(biases)
     # Added at run time, as TensorFlow's LSTMCell does: here once, into the input products.
     bias[:, cell_dim : 2 * cell_dim] += settings.forget_bias
@@ -419,8 +421,8 @@ def _forward(
     if compiled:
         compiled_forward(
             steps.batch_sizes,
-            state_weight.contiguous(),
-            _stacked(projection_weights).contiguous(),
+            [w.contiguous() for w in state_weights],
+            [w.contiguous() for w in projection_weights],
             cell_clip,
             proj_clip,
             save,

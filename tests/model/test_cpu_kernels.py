@@ -192,6 +192,38 @@ def test_forward_without_saving_over_many_rows_and_long_sums(K):
     assert (cells.double() - final_memory).abs().max() <= P * 2**-24 * max(1.0, final_memory.abs().max())
 
 
+def test_packed_weights_follow_in_place_changes_and_go_with_their_weights():
+    """Inference keeps each weight's packed panels between calls: a weight changed in place is packed again (the
+    second call gives the float64 layer of the new weights), and its panels go when it is freed."""
+    requires_library()
+    if not cpu_kernels.packed_products_built():
+        pytest.skip("this build forms every product through the BLAS (no AVX-512)")
+    D, P, batch_sizes = 40, 136, [9, 9, 7, 5, 5, 1]
+    gates_in, hidden0, memory0, W_h, W_p = layer_inputs(1, D, P, seed=11, batch_sizes=batch_sizes, batch=9)
+    state_weight, projection_weight = (W_h[0] / P**0.5).clone(), (W_p[0] / D**0.5).clone()
+
+    def run_and_compare(state_weight, projection_weight):
+        outputs = torch.full((1, gates_in.shape[1], P), float("nan"))
+        cpu_kernels.forward_sequence(
+            batch_sizes, [state_weight], [projection_weight], 3.0, 1.0, False, gates_in.clone(), hidden0, memory0,
+            None, memory0.clone(), torch.empty(1, 9, D), torch.empty(1, 9, D), None, outputs,
+        )  # fmt: skip
+        weights = (state_weight[None].double(), projection_weight[None].double())
+        expected, _, _ = float64_layer(
+            gates_in.double(), hidden0.double(), memory0.double(), *weights, 3.0, 1.0, batch_sizes=batch_sizes
+        )
+        tolerance = P * 2**-24 * max(1.0, expected["outputs"].abs().max())
+        assert (outputs.double() - expected["outputs"]).abs().max() <= tolerance
+
+    run_and_compare(state_weight, projection_weight)
+    assert id(state_weight) in cpu_kernels._packed_panels
+    state_weight[: 2 * D].mul_(-0.5)  # in place, as `load_state_dict` or an optimizer step would
+    run_and_compare(state_weight, projection_weight)
+    keys = id(state_weight), id(projection_weight)
+    del state_weight, projection_weight
+    assert not any(key in cpu_kernels._packed_panels for key in keys)
+
+
 @pytest.mark.parametrize("K, D, P, cell_clip, proj_clip", CASES, ids=CASE_IDS)
 def test_backward_sequence_is_the_float64_gradient(K, D, P, cell_clip, proj_clip):
     """Gradients of the gate inputs and starting states, and the weight gradients formed from what the loop leaves,
