@@ -360,6 +360,10 @@ def _quantize_int8(float_path: Path, path: Path, inputs: dict, real: np.ndarray)
 CONFIG_METADATA_KEY = "hf_elmo_config"
 
 
+# The tensor types of the graphs' inputs, as onnxruntime names them.
+ONNX_TENSOR_DTYPES = {"tensor(int64)": np.dtype(np.int64), "tensor(float)": np.dtype(np.float32)}
+
+
 class CheckedOnnxSession:
     """An onnxruntime session of an exported `model.onnx` whose `run` first checks its inputs as the PyTorch model
     does (`input_checks.check_inputs`, with the config the export wrote into the graph's metadata): a missing or
@@ -376,6 +380,8 @@ class CheckedOnnxSession:
             raise ValueError(f"{path}: no {CONFIG_METADATA_KEY} in its metadata: not written by hf-elmo export")
         self.config = ElmoConfig.from_dict(json.loads(metadata[CONFIG_METADATA_KEY]))
         self.input_names = [i.name for i in self.session.get_inputs()]
+        # onnxruntime names no input when a feed's dtype differs from the graph's ("Unexpected input data type").
+        self.input_dtypes = {i.name: ONNX_TENSOR_DTYPES.get(i.type) for i in self.session.get_inputs()}
         self.framed = self.session.get_outputs()[0].name in ("logits", "start_logits")  # a task head's graph
 
     def check(self, feed: dict):
@@ -390,6 +396,9 @@ class CheckedOnnxSession:
         for name, value in feed.items():
             if not isinstance(value, np.ndarray):
                 raise ValueError(f"{name} must be a numpy array (return_tensors='np'), got {type(value).__name__}")
+            expected = self.input_dtypes[name]
+            if expected is not None and value.dtype != expected:
+                raise ValueError(f"{name} must have dtype {expected} (the graph's), got {value.dtype}")
         state = None
         if "state_hidden" in feed:
             state = tuple(torch.from_numpy(feed[name]) for name in ("state_hidden", "state_memory"))

@@ -8,8 +8,8 @@ for raw text).
 
 import codecs
 import glob
+import logging
 import os
-import warnings
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -24,6 +24,8 @@ from ..io.fasta import read_fasta
 from ..io.files import ElmoInputError, json_field, read_json_object, read_lines
 from ..tokenization_elmo import ElmoTokenizer
 from ..word_vocabulary import count_word_vocabulary
+
+logger = logging.getLogger(__name__)
 
 SPLITS = ("whitespace", "pretokenizer")
 SPLIT_HELP = (
@@ -184,7 +186,7 @@ def residue_text_files(fasta_files: Sequence[str | os.PathLike], cache_dir: str 
         text = folder / f"{Path(fasta).stem}-{length_and_digest(Path(fasta))['sha256'][:16]}.txt"
         damage = cache_file_damage(text) if text.exists() else None
         if damage is not None:
-            warnings.warn(f"{text}: a damaged residue text ({damage}): made again from {fasta}", stacklevel=2)
+            logger.warning(f"{text}: a damaged residue text ({damage}): made again from {fasta}")
             remove_cache_file(text)
         if not text.exists():
             records = read_fasta(fasta)

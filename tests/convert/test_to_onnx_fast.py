@@ -211,8 +211,26 @@ def _too_high(ids):
         (lambda feed: _wrong(feed, "attention_mask", lambda mask: mask[:2]), r"attention_mask must have shape \(4, "),
         (lambda feed: _wrong(feed, "state_hidden", lambda state: state[:, :2]), r"state must be .* got \(\(2, 2, 8\)"),
         (lambda feed: _wrong(feed, "input_ids", lambda ids: ids.tolist()), r"input_ids must be a numpy array"),
+        (lambda feed: _wrong(feed, "input_ids", lambda ids: ids.astype(np.int32)), r"^input_ids must have dtype int64"),
+        (
+            lambda feed: _wrong(feed, "attention_mask", lambda m: m.astype(bool)),
+            r"^attention_mask must have dtype int6",
+        ),
+        (lambda feed: _wrong(feed, "state_memory", lambda s: s.astype(np.float64)), r"^state_memory must have dtype f"),
     ],
-    ids=["missing", "49 characters", "no positions", "id out of range", "left padding", "rows", "state", "a list"],
+    ids=[
+        "missing",
+        "49 characters",
+        "no positions",
+        "id out of range",
+        "left padding",
+        "rows",
+        "state",
+        "a list",
+        "int32 ids",
+        "bool mask",
+        "float64 state",
+    ],
 )
 def test_checked_session_names_the_wrong_input_in_one_line(checked_session, change, message):
     feed = {name: value.numpy() for name, value in encode(SENTENCES).items()}

@@ -1,9 +1,10 @@
-"""Damaged prepared windows caches: named in one line and prepared again, never read short."""
+"""Damaged prepared windows caches and residue texts: named in one line and prepared again, never read short."""
 
 import logging
 import os
 import re
 import shutil
+from pathlib import Path
 
 import datasets
 import numpy as np
@@ -13,6 +14,7 @@ import pytest
 
 from hf_elmo import ElmoTokenizer
 from hf_elmo.folder_files import cache_file_damage, cache_record_path
+from hf_elmo.training.corpus import residue_text_files
 from hf_elmo.training.windows import load_bilm_dataset
 from hf_elmo.training.word_table import WordTable, load_compact_bilm_dataset
 
@@ -125,3 +127,28 @@ def test_a_damaged_datasets_cache_of_the_full_windows_is_named_and_prepared_agai
         rf"{re.escape(str(path))}: a damaged windows cache \(.*\): prepared again from .*corpus\.txt", line
     )
     assert all(cache_file_damage(file) is None for file in tmp_path.rglob("*.arrow"))
+
+
+@pytest.mark.parametrize(
+    "damage, what",
+    [
+        (cut_inside_a_record_batch, r"[\d,]+ bytes where .*\.txt\.record\.json records [\d,]+"),
+        (emptied, r"0 bytes where .*\.txt\.record\.json records [\d,]+"),
+        (garbage, r"its SHA-256 differs from the one .*\.txt\.record\.json records"),
+        (record_removed, r"no .*\.txt\.record\.json beside it \(its length and digest, written after the data\)"),
+    ],
+)
+def test_a_damaged_residue_text_is_named_in_one_line_and_made_again(tmp_path, caplog, damage, what):
+    fasta = tmp_path / "family.fasta"
+    fasta.write_text(">p1 first\nMKTAYIAKQR\nQISFVKSHFS\n>p2\nMEEPQSDPSV\n", encoding="utf-8")
+    (stored,) = residue_text_files([fasta], tmp_path / "cache")
+    whole = Path(stored).read_bytes()
+    assert whole == b"M K T A Y I A K Q R Q I S F V K S H F S\nM E E P Q S D P S V\n"
+    damage(Path(stored))
+    with caplog.at_level(logging.WARNING, logger="hf_elmo.training.corpus"):
+        assert residue_text_files([fasta], tmp_path / "cache") == [stored]
+    (line,) = [record.getMessage() for record in caplog.records]
+    assert re.fullmatch(
+        rf"{re.escape(stored)}: a damaged residue text \({what}\): made again from .*family\.fasta", line
+    )
+    assert Path(stored).read_bytes() == whole and cache_file_damage(Path(stored)) is None
