@@ -32,7 +32,7 @@ from ..features.embed import _state_rows, _store_rows, read_lines
 from ..io.files import HDF5_FILE, ElmoInputError, write_output
 from ..modeling_elmo import ElmoModel
 from ..scalar_mix import ScalarMix
-from .loading import load_elmo
+from .loading import check_padded_batch, load_elmo
 
 logger = logging.getLogger(__name__)
 
@@ -73,6 +73,7 @@ def batch_to_ids(batch: list[list[str]]) -> torch.Tensor:
             raise ElmoInputError(f"batch_to_ids: sentence {index}: {error}") from None
     if not rows:
         return torch.zeros((0, 0, MAX_WORD_LENGTH), dtype=torch.long)
+    check_padded_batch("batch_to_ids", len(rows), max(len(row) for row in rows))
     return torch.from_numpy(pad_rows(rows))
 
 
@@ -136,6 +137,7 @@ class _CarriedStateBiLM(nn.Module):
         """`(B, T, 50)` ids -> the `num_layers + 1` layers `(B, T + 2, 2P)` and the mask `(B, T + 2)`, boundaries
         included."""
         global _noted_state
+        check_padded_batch(type(self).__name__.lstrip("_"), char_ids.shape[0], char_ids.shape[1] + 2, self.model.config)
         lengths = _words_mask(char_ids).sum(dim=1)
         framed = char_ids.new_zeros(char_ids.shape[0], char_ids.shape[1] + 2, char_ids.shape[2])
         framed[:, 1:-1] = char_ids
@@ -312,6 +314,9 @@ class ElmoEmbedder:
 
     def batch_to_embeddings(self, batch: list[list[str]]) -> tuple[torch.Tensor, torch.Tensor]:
         """`(activations (batch_size, num_layers + 1, timesteps, 2P), mask (batch_size, timesteps))`."""
+        if isinstance(batch, list) and all(isinstance(sentence, list) for sentence in batch) and batch:
+            longest = max(len(sentence) for sentence in batch)
+            check_padded_batch("ElmoEmbedder", len(batch), longest + 2, self.elmo_bilm.model.config)
         character_ids = batch_to_ids(batch)
         if self.cuda_device >= 0:
             character_ids = character_ids.cuda(device=self.cuda_device)

@@ -4,6 +4,8 @@ hf-elmo folder, or a Hub id."""
 import os
 from pathlib import Path
 
+from ..character_rows import MAX_WORD_LENGTH
+from ..configuration_elmo import ElmoConfig
 from ..convert.original_format import load_original_elmo
 from ..io.files import ElmoInputError
 from ..modeling_elmo import ElmoModel
@@ -46,3 +48,34 @@ def load_elmo(source, weight_file=None) -> tuple[ElmoModel, ElmoTokenizer]:
             raise ElmoInputError(message) from None
         raise ElmoInputError(f"{source}: cannot load the tokenizer ({message})") from None
     return model, tokenizer
+
+
+def available_memory() -> int | None:
+    """Bytes of memory the system can give without swapping (`MemAvailable`, Linux), or None where unknown."""
+    try:
+        with open("/proc/meminfo") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def check_padded_batch(where: str, rows: int, positions: int, config: ElmoConfig | None = None) -> None:
+    """Refuses, before anything is allocated, a batch of `rows` sentences padded to `positions` whose padded tensors
+    would not fit in the memory available: the character ids `(rows, positions, 50)` int64 and their framed copy,
+    and with `config` the layers `(num_layers + 1)` x `(rows, positions, 2P)` float32 returned and a copy of each
+    (the LSTM itself runs on the words only). A sentence far longer than the others pads every row to its length:
+    the message says so."""
+    padded = rows * positions
+    per_position = 2 * 8 * MAX_WORD_LENGTH
+    if config is not None:
+        per_position += 2 * 4 * (config.num_layers + 1) * 2 * config.projection_dim
+    needed, available = padded * per_position, available_memory()
+    if available is not None and needed > available:
+        raise ElmoInputError(
+            f"{where}: {rows:,} sentences padded to the longest, {positions:,} positions, need about "
+            f"{needed / 2**30:,.1f} GiB for their padded tensors, more than the {available / 2**30:,.1f} GiB "
+            "available; give the longest sentences batches of their own (or smaller batches)"
+        )

@@ -27,7 +27,7 @@ from ..modeling_elmo import ElmoModel
 from ..scalar_mix import ScalarMix
 from ..tokenization_elmo import ElmoTokenizer
 from .allennlp import _without_boundaries
-from .loading import load_elmo
+from .loading import check_padded_batch, load_elmo
 
 
 def _words(value, what: str) -> list[str]:
@@ -99,6 +99,9 @@ class TFHubElmo(nn.Module):
                         f"sequence_len[{index}] = {length} is not in [0, {len(row)}] (the row's length)"
                     )
                 sentences.append(row[:length])
+        if sentences:
+            longest = max(len(words) for words in sentences)
+            check_padded_batch("TFHubElmo", len(sentences), longest + 2, self.model.config)
         counts = torch.tensor([len(words) for words in sentences], device=self.model.device)
         batch = self.tokenizer(sentences, is_split_into_words=True, padding=True, return_tensors="pt")
         out = self.model(**batch.to(self.model.device), output_hidden_states=True)

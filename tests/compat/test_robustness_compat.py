@@ -1,5 +1,5 @@
 """Sizes and values the compatibility APIs refuse before building anything: too many mixes, mix weights beyond
-float32, an output layer that does not exist."""
+float32, an output layer that does not exist, padded batches beyond the memory available."""
 
 import re
 
@@ -9,12 +9,55 @@ from conftest import FIXTURES
 from test_robustness_model import one_line
 
 import hf_elmo.compat.allennlp as compat_allennlp
+from hf_elmo import ElmoModel
+from hf_elmo.compat import loading
 from hf_elmo.compat.elmoformanylangs import Embedder
+from hf_elmo.compat.tfhub import TFHubElmo
 from hf_elmo.io.files import ElmoInputError
 
 OPTIONS, WEIGHTS = FIXTURES / "allennlp" / "options.json", FIXTURES / "allennlp" / "lm_weights.hdf5"
 
 # --- the compatibility APIs ------------------------------------------------------------------------------------------
+
+# One sentence of 2,000 words beside 200 of one word: every row padded to 2,002 positions.
+LOPSIDED = [["word"] * 2000] + [["a"]] * 200
+
+
+@pytest.fixture
+def little_memory(monkeypatch):
+    """64 MiB available: the lopsided batch's padded tensors need more, a batch of short sentences far less; no
+    forward may start."""
+    monkeypatch.setattr(loading, "available_memory", lambda: 64 * 2**20)
+
+    def no_forward(*args, **kwargs):
+        raise AssertionError("the model ran before the padded batch was checked")
+
+    monkeypatch.setattr(ElmoModel, "forward", no_forward)
+
+
+@pytest.mark.parametrize("route", ["ElmoEmbedder", "Elmo", "TFHubElmo"])
+def test_padded_batches_beyond_the_memory_available_are_refused_before_allocating(route, little_memory, converted_dirs):
+    with pytest.raises(ElmoInputError) as error:
+        if route == "ElmoEmbedder":
+            compat_allennlp.ElmoEmbedder(OPTIONS, WEIGHTS).embed_batch(LOPSIDED)
+        elif route == "Elmo":
+            compat_allennlp.Elmo(OPTIONS, WEIGHTS, 1)(compat_allennlp.batch_to_ids(LOPSIDED))
+        else:
+            TFHubElmo(str(converted_dirs["allennlp"]))([" ".join(words) for words in LOPSIDED])
+    where = {"Elmo": "batch_to_ids"}.get(route, route)
+    assert re.fullmatch(
+        rf"{where}: 201 sentences padded to the longest, 2,00[02] positions, need about [\d.]+ GiB for their padded "
+        r"tensors, more than the 0\.1 GiB available; give the longest sentences batches of their own \(or smaller "
+        r"batches\)",
+        one_line(error),
+    )
+
+
+def test_padded_batches_that_fit_pass_the_check(monkeypatch):
+    """The same memory for 201 short sentences: the embedder runs them and gives each its words' vectors."""
+    monkeypatch.setattr(loading, "available_memory", lambda: 64 * 2**20)
+    vectors = compat_allennlp.ElmoEmbedder(OPTIONS, WEIGHTS, stateful=False).embed_batch([["a", "b"]] * 201)
+    assert [v.shape[1] for v in vectors] == [2] * 201
 
 
 def test_allennlp_elmo_refuses_a_million_mixes_before_loading_the_model(monkeypatch):
