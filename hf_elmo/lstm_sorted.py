@@ -24,6 +24,7 @@ from functools import partial
 
 import torch
 
+from .character_rows import word_keys
 from .cpu_kernels import backward_sequence as compiled_backward
 from .cpu_kernels import forward_sequence as compiled_forward
 from .cpu_threads import can_run_concurrently, run_concurrently
@@ -117,6 +118,10 @@ class LstmSettings:
     """The products that go to oneDNN (`paths.onednn`, an `OnednnProducts`), None for none."""
     threads: str = "single"
     """`paths.threads`: whether the directions of an inference pass may run on threads of their own."""
+    distinct_inputs: tuple | None = None
+    """At inference, where every direction reads the same inputs `(T, B, P_in)` with rows repeated (the first
+    layer's token embeddings: a word, a residue, padding): the distinct rows `(U, P_in)` and each position's among
+    them `(T, B)`, so that the input products are formed once per distinct row."""
 
 
 def lstm_layer(
@@ -395,15 +400,22 @@ def _forward(
     if tanh_by_sigmoid:
         minus_one = xs[0].new_full((), -1.0)
     hidden0, memory0 = _stacked(hiddens), _stacked(memories)  # (K, B, P), (K, B, D)
-    packed_x = torch.stack([steps.pack(x, backwards) for x, backwards in zip(xs, reverse)])  # (K, N, P_in)
     # The input-to-gate products of all steps are one matrix product per direction; only W_h h is sequential.
     # Each step adds its W_h h into its block and activates it there (with `save`).
-    activations = packed_x.new_empty(K, total, 4 * cell_dim)
-    if K == 1:  # through oneDNN where that is faster, which writes a result of its own, then copied
-        matmul_nt(packed_x[0], input_weight[0], bias[0], out=activations[0], onednn=settings.onednn)
-    else:  # into the buffer, without a copy
-        torch.baddbmm(bias.unsqueeze(1), packed_x, input_weight.transpose(1, 2), out=activations)
-    new = partial(packed_x.new_empty, K)
+    activations = xs[0].new_empty(K, total, 4 * cell_dim)
+    if settings.distinct_inputs is not None and not save:  # once per distinct input row, then gathered
+        distinct, index = settings.distinct_inputs
+        distinct = distinct.to(activations.dtype)  # autocast's dtype: equal rows stay equal
+        table = torch.baddbmm(bias.unsqueeze(1), distinct.expand(K, *distinct.shape), input_weight.transpose(1, 2))
+        for k, backwards in enumerate(reverse):
+            torch.index_select(table[k], 0, steps.pack(index, backwards), out=activations[k])
+    else:
+        packed_x = torch.stack([steps.pack(x, backwards) for x, backwards in zip(xs, reverse)])  # (K, N, P_in)
+        if K == 1:  # through oneDNN where that is faster, which writes a result of its own, then copied
+            matmul_nt(packed_x[0], input_weight[0], bias[0], out=activations[0], onednn=settings.onednn)
+        else:  # into the buffer, without a copy
+            torch.baddbmm(bias.unsqueeze(1), packed_x, input_weight.transpose(1, 2), out=activations)
+    new = partial(activations.new_empty, K)
 
     outputs = new(total, projection_dim)  # each step's new hidden state, after the clip
     if save:
@@ -735,9 +747,15 @@ def sorted_forward(bilstm, inputs, masks, states, paths):
         first.cell_clip, first.proj_clip, first.forget_bias or 0.0, compiled, paths.onednn, paths.threads
     )
     outputs, finals = [], [([], []), ([], [])]
+    inference = not torch.is_grad_enabled() or not any(
+        t.requires_grad for t in (*inputs, *(p for p in bilstm.parameters()))
+    )
     for index, layers in enumerate(zip(bilstm.forward_layers, bilstm.backward_layers)):
         # bilm-tf wraps every cell, residual included, in input dropout.
         layer_in = [bilstm.dropout(x) for x in time_major]
+        layer_settings = settings
+        if index == 0 and inference and groups == [(0, 1)] and layer_in[1] is layer_in[0]:
+            layer_settings = replace(settings, distinct_inputs=_distinct_rows(layer_in[0]))
         results = {}
         for group in groups:
             group_results = lstm_layer(
@@ -746,7 +764,7 @@ def sorted_forward(bilstm, inputs, masks, states, paths):
                 [_weights(layers[k]) for k in group],
                 [k == 1 for k in group],
                 steps[group[0]],
-                settings,
+                layer_settings,
             )
             results.update(zip(group, group_results))
         time_major = [
@@ -762,6 +780,30 @@ def sorted_forward(bilstm, inputs, masks, states, paths):
     outputs = [[_take(out.transpose(0, 1), restore, 0) for out, restore in zip(layer, restores)] for layer in outputs]
     finals = [tuple(_take(torch.stack(t), restore, 1) for t in final) for final, restore in zip(finals, restores)]
     return outputs, finals
+
+
+# Fewer repeats than this share of the positions do not pay for finding them.
+_MAX_DISTINCT_SHARE = 0.75
+
+_BITS_OF = {2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
+def _distinct_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """`(T, B, F)` -> its distinct rows `(U, F)` (equal bits) and each position's index among them `(T, B)`, or None
+    where more than `_MAX_DISTINCT_SHARE` of the rows are distinct (or two differ under one key)."""
+    rows = x.reshape(-1, x.shape[-1])
+    if not len(rows) or x.element_size() not in _BITS_OF:
+        return None
+    keys, index = torch.unique(word_keys(rows.contiguous().view(_BITS_OF[x.element_size()])), return_inverse=True)
+    if len(keys) > _MAX_DISTINCT_SHARE * len(rows):
+        return None
+    first = torch.empty_like(keys).scatter_(0, index, torch.arange(len(rows), device=rows.device))
+    distinct = rows.index_select(0, first)
+    if not torch.equal(
+        distinct.index_select(0, index).view(_BITS_OF[x.element_size()]), rows.view(_BITS_OF[x.element_size()])
+    ):
+        return None
+    return distinct, index.view(x.shape[:-1])
 
 
 def _weights(layer) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:

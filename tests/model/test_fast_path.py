@@ -518,3 +518,39 @@ def test_word_keys_are_equal_exactly_for_equal_rows_and_lowercase_folds_ascii_ca
     folded = word_keys(rows, lowercase=True).tolist()
     assert folded[0] == folded[1] == folded[2] and folded[4] != folded[5]
     assert len(set(folded)) == len(words) - 2
+
+
+def test_the_first_layers_input_products_once_per_distinct_row_match_the_reference(monkeypatch, lstm_step):
+    """At inference the first layer's input products are formed once per distinct token embedding (a repeated word,
+    the boundaries, padding) and gathered: the layers and final states are the reference path's."""
+    taken = []
+    original = lstm_sorted._distinct_rows
+    monkeypatch.setattr(lstm_sorted, "_distinct_rows", lambda x: taken.append(original(x)) or taken[-1])
+    model = random_model(small_config())
+    reference = reference_from(model)
+    repeated = [["the", "cat", "and", "the", "dog", "and", "the", "cat"], ["the", "dog"], ["the"] * 11]
+    batch = encode(repeated)
+    with torch.no_grad():
+        assert_same_outputs(run_fast(model, batch), reference(batch["input_ids"], batch["attention_mask"]), atol=1e-5)
+    (found,) = taken
+    assert found is not None and len(found[0]) == 7  # the, cat, and, dog, <S>, </S> and padding
+    # Training reads every position's input (dropout, gradients): no search there.
+    taken.clear()
+    model.train()
+    run_fast(model, batch)
+    assert taken == []
+
+
+def test_distinct_float_rows_compare_bits():
+    """Rows are the same when their bits are: NaN equals NaN, -0.0 differs from 0.0; more distinct rows than
+    `_MAX_DISTINCT_SHARE` of them, or two rows under one key, give None."""
+    x = torch.tensor(
+        [[1.0, float("nan")], [0.0, 2.0], [1.0, float("nan")], [-0.0, 2.0], [0.0, 2.0], [1.0, float("nan")]]
+    )
+    distinct, index = lstm_sorted._distinct_rows(x.view(3, 2, 2))
+    assert len(distinct) == 3
+    assert torch.equal(distinct[index].view(torch.int32), x.view(3, 2, 2).view(torch.int32))
+    assert lstm_sorted._distinct_rows(torch.randn(4, 2, 8)) is None
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(lstm_sorted, "word_keys", lambda rows: rows.new_zeros(rows.shape[:-1], dtype=torch.long))
+        assert lstm_sorted._distinct_rows(x.view(3, 2, 2)) is None
