@@ -85,7 +85,23 @@ _FUNCTIONS = {
 
 
 def _cache_folder() -> Path:
-    return Path(os.environ.get("HF_ELMO_CACHE") or Path.home() / ".cache" / "hf_elmo") / "kernels"
+    """The folder of the built libraries, made if absent: `$HF_ELMO_CACHE/kernels` (`~/.cache/hf_elmo/kernels`)."""
+    named = os.environ.get("HF_ELMO_CACHE")
+    folder = Path(named or Path.home() / ".cache" / "hf_elmo") / "kernels"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        where = f"HF_ELMO_CACHE={folder.parent}" if named else str(folder.parent)
+        if folder.parent.is_file():
+            raise OSError(f"{where}: a file, expected a folder") from None
+        raise OSError(f"{where}: no folder {folder.name}/ can be made there ({error.strerror or error})") from None
+    return folder
+
+
+def _warn(message: str) -> None:
+    """A `RuntimeWarning` of this module shown as one line, without the source line of whichever call first used the
+    loops."""
+    warnings.warn_explicit(message, RuntimeWarning, __name__, 0, module=__name__)
 
 
 def _processor_features() -> str:
@@ -107,7 +123,6 @@ def _source() -> str:
 
 def _build(compiler: str, target: Path) -> None:
     """Compiles the source into `target`, written whole or not at all (concurrent builds each rename their own)."""
-    target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=target.parent) as folder:
         source = Path(folder) / _SOURCE_FILE.name
         source.write_text(_source())
@@ -157,11 +172,9 @@ def _library() -> tuple[ctypes.CDLL, int] | None:
     try:
         return _load()
     except OSError as error:
-        warnings.warn(
+        _warn(
             f"hf_elmo's compiled CPU loops are not available ({error}): the LSTM, the sampled softmax, Adagrad and "
-            "dropout run as PyTorch operations on CPUs, slower for small and mid-size models",
-            RuntimeWarning,
-            stacklevel=3,
+            "dropout run as PyTorch operations on CPUs, slower for small and mid-size models"
         )
         return None
 
@@ -177,9 +190,7 @@ def _load() -> tuple[ctypes.CDLL, int]:
     target = _cache_folder() / f"cpu_kernels_{key}.so"
     # A library cut short can kill the process that loads it (a bus error): it is loaded only as it was recorded.
     if target.exists() and (damage := cache_file_damage(target)) is not None:
-        warnings.warn(
-            f"{target}: a damaged build of the compiled CPU loops ({damage}): built again", RuntimeWarning, stacklevel=4
-        )
+        _warn(f"{target}: a damaged build of the compiled CPU loops ({damage}): built again")
         remove_cache_file(target)
     if not target.exists():
         _build(compiler, target)

@@ -123,13 +123,15 @@ INTEGER_BUFFERS = ("word_vectors.sorted_keys", "word_vectors.rows")
 """The model's integer tensors: the task encoder's word-vector lookup (`task_layers.ElmoWordVectors`)."""
 
 
-def _check_floating_point(dtypes: dict[str, str], where: str):
+def _check_floating_point(dtypes: dict[str, str], where: str, singular: bool = False):
     """Refuses integer and bool tensors (`dtypes`: name -> safetensors or torch dtype name) where the model holds
-    floating-point ones: transformers would cast them to the model's dtype without a word."""
+    floating-point ones: transformers would cast them to the model's dtype without a word. `where` names the tensors'
+    source, the subject of the message (`singular`: one that takes "holds")."""
+    s = "s" if singular else ""
     for name, dtype in dtypes.items():
         if not dtype.startswith(("F", "BF", "float", "bfloat")) and not name.endswith(INTEGER_BUFFERS):
             raise ValueError(
-                f"{where} hold '{name}' of dtype {dtype}: ELMo's weights are floating-point numbers (an integer or "
+                f"{where} hold{s} '{name}' of dtype {dtype}: ELMo's weights are floating-point numbers (an integer or "
                 "bool tensor would be cast to them silently)"
             )
 
@@ -156,9 +158,9 @@ def _check_weights_before_loading(cls, path, kwargs):
         state_dict = kwargs.get("state_dict")
         if isinstance(config, PreTrainedConfig) and state_dict is not None:
             shapes = {name: tuple(tensor.shape) for name, tensor in state_dict.items()}
-            _check_weight_shapes(cls, config, shapes, "from_pretrained(None, ...): state_dict")
+            _check_weight_shapes(cls, config, shapes, "from_pretrained(None, ...): state_dict", singular=True)
             dtypes = {name: str(tensor.dtype).removeprefix("torch.") for name, tensor in state_dict.items()}
-            _check_floating_point(dtypes, "from_pretrained(None, ...): state_dict")
+            _check_floating_point(dtypes, "from_pretrained(None, ...): state_dict", singular=True)
         return
     hub = {key: kwargs[key] for key in _HUB_KEYS if key in kwargs}
     locate = partial(cached_file, path, _raise_exceptions_for_missing_entries=False, **hub)
@@ -185,11 +187,13 @@ def _check_weights_before_loading(cls, path, kwargs):
     _check_floating_point(safetensors_dtypes(files), where)
 
 
-def _check_weight_shapes(cls, config, shapes: dict[str, tuple[int, ...]], where: str):
+def _check_weight_shapes(cls, config, shapes: dict[str, tuple[int, ...]], where: str, singular: bool = False):
     """A `ValueError` naming the tensor for: a biLM tensor of another shape (or a softmax of another vocabulary size),
     one the configuration has no place for (e.g. a third LSTM layer), and a missing one that transformers would fill
     with fresh values with only a warning: any biLM tensor, and any tensor at all when the weights were saved from
-    this very class (a new task head or softmax is what loading into another class is for)."""
+    this very class (a new task head or softmax is what loading into another class is for). `where` names the
+    tensors' source, the subject of the message (`singular`: one that takes "holds")."""
+    s = "s" if singular else ""
     prefix = f"{cls.base_model_prefix}."
     on_disk = {name.removeprefix(prefix): shape for name, shape in shapes.items()}
     with torch.device("meta"):
@@ -199,19 +203,19 @@ def _check_weight_shapes(cls, config, shapes: dict[str, tuple[int, ...]], where:
     missing = [name for name in required if name not in on_disk]
     if missing:
         raise ValueError(
-            f"{where} lack {len(missing)} tensor(s) of the model that config.json describes, e.g. '{missing[0]}' "
+            f"{where} lack{s} {len(missing)} tensor(s) of the model that config.json describes, e.g. '{missing[0]}' "
             f"{expected[missing[0]]}"
         )
     extra = [name for name in on_disk if name.startswith(_BILM_PREFIXES) and name not in expected]
     if extra:
         raise ValueError(
-            f"{where} hold '{extra[0]}', which the biLM of config.json (num_layers={config.num_layers}, "
+            f"{where} hold{s} '{extra[0]}', which the biLM of config.json (num_layers={config.num_layers}, "
             f"n_highway={config.n_highway}, {len(config.filters)} filters) has no place for"
         )
     for name in [*bilm, "softmax.weight", "softmax.bias"]:
         if name in on_disk and name in expected and on_disk[name] != expected[name]:
             raise ValueError(
-                f"{where} hold '{name}' of shape {on_disk[name]}, but config.json implies {expected[name]}: the "
+                f"{where} hold{s} '{name}' of shape {on_disk[name]}, but config.json implies {expected[name]}: the "
                 "configuration and the weights do not belong together"
             )
 

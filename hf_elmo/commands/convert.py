@@ -11,6 +11,7 @@ from ..convert.from_original import convert
 from ..io.files import ElmoInputError
 from ..training.warm_state import DEFAULT_SENTENCES
 from .command_line import option
+from .launch import check_one_process
 
 
 @dataclass(kw_only=True)
@@ -68,5 +69,6 @@ def _convert(options) -> Path:
 
 def run(options) -> int:
     """`options`: the fields of `ConvertOptions`, as parsed."""
+    check_one_process("convert")
     print(f"Converted ELMo written to {_convert(options)}")
     return 0

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from ..convert.to_onnx import export_onnx
 from ..convert.to_original import export
 from .command_line import option
+from .launch import check_one_process
 
 
 @dataclass(kw_only=True)
@@ -36,6 +37,7 @@ COMMAND_OPTIONS = ExportOptions
 
 def run(options) -> int:
     """`options`: the fields of `ExportOptions`, as parsed."""
+    check_one_process("export")
     if options.format == "onnx":
         written = export_onnx(
             options.model,

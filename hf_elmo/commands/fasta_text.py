@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from ..io.fasta import read_fasta
 from ..io.files import RESIDUE_TEXT_FILE, check_output, write_output
 from .command_line import option
+from .launch import check_one_process
 
 
 @dataclass(kw_only=True)
@@ -21,6 +22,7 @@ COMMAND_OPTIONS = FastaTextOptions
 
 def run(options) -> int:
     """`options`: the fields of `FastaTextOptions`, as parsed."""
+    check_one_process("fasta-text")
     check_output(options.output, RESIDUE_TEXT_FILE, options.files, options.force)
     records = [record for path in options.files for record in read_fasta(path)]
 

@@ -87,6 +87,18 @@ class Launch:
         return cls(rank, world_size, local_rank, address, port)
 
 
+def check_one_process(command: str, environ=None):
+    """Refuses a launch of several processes for a command that computes in one process, before any work: each
+    process would repeat the work, and all but the first would find their output already written."""
+    environ = os.environ if environ is None else environ
+    world_size = _whole_number(environ, "WORLD_SIZE", 1, 1)
+    if world_size > 1:
+        raise ElmoInputError(
+            f"hf-elmo {command} runs in one process; WORLD_SIZE={world_size} says this is one of {world_size} (run it "
+            "without a launcher)"
+        )
+
+
 def check_timeout(seconds: float, name: str = "rendezvous_timeout") -> float:
     if not (isinstance(seconds, (int, float)) and math.isfinite(seconds) and seconds > 0):
         raise ValueError(f"{name} must be a number of seconds > 0, got {seconds!r}.")

@@ -6,6 +6,7 @@ from ..input_checks import device_option
 from ..training.corpus import MODEL_SPLIT_HELP, SPLITS, model_split
 from ..training.perplexity import STARTS, compute_perplexity, load_bilm, sentence_perplexity, stream_perplexity
 from .command_line import ExclusiveOptions, option
+from .launch import check_one_process
 from .threads import HELP as THREADS_HELP
 from .threads import use_threads
 
@@ -38,6 +39,7 @@ COMMAND_OPTIONS = PerplexityOptions
 
 def run(options) -> int:
     """`options`: the fields of `PerplexityOptions`, as parsed."""
+    check_one_process("perplexity")
     use_threads(options.threads)
     device = device_option(options.device)
     split = model_split(options.model, options.split)

@@ -9,6 +9,7 @@ from ..tokenization_elmo import ElmoTokenizer
 from ..training.corpus import SPLIT_HELP, SPLITS, build_word_vocabulary
 from ..word_vocabulary import write_word_vocabulary
 from .command_line import option
+from .launch import check_one_process
 
 
 @dataclass(kw_only=True)
@@ -26,6 +27,7 @@ COMMAND_OPTIONS = VocabOptions
 
 def run(options) -> int:
     """`options`: the fields of `VocabOptions`, as parsed."""
+    check_one_process("vocab")
     check_output(options.output, VOCABULARY_FILE, options.files, options.force)
     words = build_word_vocabulary(options.files, options.split, ElmoTokenizer(), options.min_count, options.max_size)
     write_output(options.output, partial(write_word_vocabulary, words), VOCABULARY_FILE, options.files, options.force)

@@ -20,6 +20,7 @@ from ..training.warm_state import (
     store_warm_state,
 )
 from .command_line import ExclusiveOptions, option
+from .launch import check_one_process
 from .threads import HELP as THREADS_HELP
 from .threads import use_threads
 
@@ -63,6 +64,7 @@ def _copy_with_warm_state(model_dir: Path, state, target: Path):
 
 def run(options) -> int:
     """`options`: the fields of `WarmStateOptions`, as parsed."""
+    check_one_process("warm-state")
     use_threads(options.threads)
     device = device_option(options.device)
     split = model_split(options.model, options.split)

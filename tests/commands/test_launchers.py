@@ -1,6 +1,7 @@
 """Several processes (torchrun, accelerate launch, or the variables set by hand): the launcher's variables checked
 before any work, the joining bounded by `--rendezvous-timeout`, SIGINT and SIGTERM stopping a process that waits for
-the others, and a process whose peer stops leaving nothing behind."""
+the others, a process whose peer stops leaving nothing behind, and the commands of one process refusing a launch of
+several."""
 
 import os
 import signal
@@ -12,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch.distributed as distributed
+from conftest import FIXTURES
 
 from hf_elmo import ElmoForBiLM
 from hf_elmo.commands.cli import main as cli_main
@@ -28,6 +30,7 @@ def corpus(tmp_path_factory):
     lines = SHAKESPEARE.read_text(encoding="utf-8").splitlines()[:200]
     (folder / "train.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
     (folder / "in.txt").write_text("The cat sat .\nA dog\n\nThe cat sat .\n", encoding="utf-8")
+    (folder / "in.fasta").write_text(">P1\nMKVL\n>P2\nGAT\n", encoding="utf-8")
     return folder
 
 
@@ -95,6 +98,43 @@ def test_wrong_launch_variables_are_one_line_before_any_work(
     error = capsys.readouterr().err
     assert f"error: {message}" in error and error.count("\n") == 1, error
     assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def one_process_arguments(command, corpus, converted_dirs, checkpoint_dir, output):
+    """A complete command line of a command that computes in one process, writing (if it writes) to `output`."""
+    model, text, original = str(converted_dirs["allennlp"]), str(corpus / "in.txt"), FIXTURES / "allennlp"
+    weights = ["--options", str(original / "options.json"), "--weights", str(original / "lm_weights.hdf5")]
+    return {
+        "convert": ["convert", *weights, "--output-dir", str(output)],
+        "export": ["export", "--model", model, "--output-dir", str(output)],
+        "perplexity": ["perplexity", "--model", str(checkpoint_dir), text, "--device", "cpu"],
+        "vocab": ["vocab", text, "--output", str(output)],
+        "warm-state": ["warm-state", "--model", model, text, "--output-dir", str(output), "--device", "cpu"],
+        "fasta-text": ["fasta-text", str(corpus / "in.fasta"), "--output", str(output)],
+    }[command]
+
+
+ONE_PROCESS_LAUNCHES = [
+    ({"WORLD_SIZE": "2", "RANK": "1"}, "hf-elmo {} runs in one process; WORLD_SIZE=2 says this is one of 2"),
+    ({"WORLD_SIZE": "3"}, "hf-elmo {} runs in one process; WORLD_SIZE=3 says this is one of 3"),
+    ({"WORLD_SIZE": "abc"}, "WORLD_SIZE='abc': expected a whole number >= 1"),
+]
+
+
+@pytest.mark.parametrize("command", ["convert", "export", "perplexity", "vocab", "warm-state", "fasta-text"])
+@pytest.mark.parametrize("variables, message", ONE_PROCESS_LAUNCHES, ids=[str(v) for v, _ in ONE_PROCESS_LAUNCHES])
+def test_a_command_of_one_process_refuses_a_launch_of_several_before_any_work(
+    command, variables, message, corpus, converted_dirs, checkpoint_dir, tmp_path, monkeypatch, capsys
+):
+    for name in LAUNCH_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    for name, value in variables.items():
+        monkeypatch.setenv(name, value)
+    output = tmp_path / "out"
+    assert cli_main(one_process_arguments(command, corpus, converted_dirs, checkpoint_dir, output)) == 2
+    captured = capsys.readouterr()
+    assert captured.err.startswith(f"error: {message.format(command)}") and captured.err.count("\n") == 1, captured
+    assert captured.out == "" and not output.exists()
 
 
 def free_port() -> int:

@@ -241,7 +241,7 @@ def test_weights_of_an_integer_or_bool_dtype_are_refused_not_cast(folder, dtype,
     with pytest.raises(ValueError) as error:
         ElmoModel.from_pretrained(None, config=config, state_dict=tensors)
     assert re.fullmatch(
-        r"from_pretrained\(None, \.\.\.\): state_dict hold '.*input_linearity\.weight' of dtype "
+        r"from_pretrained\(None, \.\.\.\): state_dict holds '.*input_linearity\.weight' of dtype "
         rf"{str(dtype).removeprefix('torch.')}: .*",
         one_line(error),
     )

@@ -71,7 +71,7 @@ def test_every_class_loads_from_none_with_a_config_and_a_state_dict(cls):
     assert all(torch.equal(loaded.state_dict()[k], v) for k, v in model.state_dict().items())
     # Checked as a folder's weights are: a biLM tensor missing is refused, not filled with fresh values.
     lacking = {k: v for k, v in model.state_dict().items() if not k.endswith("state_projection.weight")}
-    with pytest.raises(ValueError, match=r"state_dict lack 4 tensor\(s\) of the model .* e\.g\. '.*state_projection"):
+    with pytest.raises(ValueError, match=r"state_dict lacks 4 tensor\(s\) of the model .* e\.g\. '.*state_projection"):
         cls.from_pretrained(None, config=model.config, state_dict=lacking)
 
 
