@@ -221,7 +221,8 @@ def main():
     print(f"{'size':<10}{'batch':>6}  {'path':<10}{'words/s':>10}{'s/batch':>10}{'peak MiB':>10}")
     tokenizer = ElmoTokenizer()
     for size in args.sizes:
-        model = random_model(ElmoConfig.from_preset(size), args.device, dtype)
+        # Frozen, as `hf-elmo embed` freezes its model (the CPU loop keeps a frozen model's packed panels).
+        model = random_model(ElmoConfig.from_preset(size), args.device, dtype).requires_grad_(False)
         paths = {"fast": model}
         if args.compare:
             paths["reference"] = reference_copy(model).eval()

@@ -114,7 +114,7 @@ def child(args) -> dict:
         from hf_elmo.features.embed_proteins import residue_batches
         from hf_elmo.io.fasta import FastaRecord
 
-        model = load_original_elmo(args.options, args.weights).to(args.device)
+        model = load_original_elmo(args.options, args.weights).to(args.device).requires_grad_(False)  # as the command
         embedder = Embedder(model, ElmoTokenizer(), LayerSelector("sum", model.config.num_layers))
         records = [FastaRecord(str(i), str(i), s, i) for i, s in enumerate(sequences)]
         batches = [[r.sequence for r in batch] for batch in residue_batches(records, args.residue_budget)]

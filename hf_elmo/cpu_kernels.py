@@ -217,13 +217,16 @@ def packed_products_built() -> bool:
     return library is not None and library[0].packed_max_rows() > 0
 
 
-# Packed panels of the weights the loops were given, by `id` of the weight: each entry is dropped when its weight is
-# freed, and not used once the weight changed in place (its version) or moved.
+# Packed panels of frozen weights (`requires_grad` False) the loops were given, by `id` of the weight: each entry is
+# dropped when its weight is freed, and not used once the weight changed in place (its version) or moved. Weights
+# that train are packed at every call: an optimizer may write them where no version counts (through `.data`, or
+# through pointers; the package's own Adagrad counts its writes).
 _packed_panels: dict[int, tuple[weakref.ref, int, int, torch.Tensor]] = {}
 
 
 def _panels(weight: torch.Tensor) -> torch.Tensor:
-    """`(cols, inner)` float32 weight -> its panels for the packed products, packed once while it lives unchanged."""
+    """`(cols, inner)` float32 weight -> its panels for the packed products (kept while a frozen weight lives
+    unchanged)."""
     key = id(weight)
     entry = _packed_panels.get(key)
     if entry is not None and entry[0]() is weight and entry[1:3] == (weight._version, weight.data_ptr()):
@@ -234,8 +237,9 @@ def _panels(weight: torch.Tensor) -> torch.Tensor:
     panels = torch.empty(-(-cols // width) * inner * width, dtype=torch.float32)
     (pointer,) = _pointers((weight, (cols, inner)))
     library.pack_panels(cols, inner, pointer, panels.data_ptr())
-    forget = functools.partial(_packed_panels.pop, key, None)
-    _packed_panels[key] = (weakref.ref(weight, lambda _: forget()), weight._version, weight.data_ptr(), panels)
+    if not weight.requires_grad:
+        forget = functools.partial(_packed_panels.pop, key, None)
+        _packed_panels[key] = (weakref.ref(weight, lambda _: forget()), weight._version, weight.data_ptr(), panels)
     return panels
 
 
@@ -332,7 +336,8 @@ def forward_sequence(
         batch_sizes: `T` ints, rows running at each step (non-increasing); the batch has `B` rows.
         state_weight `(K, 4D, P)`, projection_weight `(K, P, D)` (or `K` tensors `(4D, P)`, `(P, D)`): `W_h` and
             `W_p`, gates `[input, forget, cell, output]`. Without `save`, the panels of each weight tensor given are
-            packed once and kept while it lives unchanged: give the model's own parameters, not copies.
+            packed, and a frozen one's (`requires_grad` False) kept while it lives unchanged: give the model's own
+            parameters, not copies.
         gates: `(K, N, 4D)`, the input products (bias included) <- `[sigmoid(i), sigmoid(f), tanh(g), sigmoid(o)]`.
         hidden0 `(K, B, P)`, memory0 `(K, B, D)`: the states rows start from.
         raw_cells, cells, cell_tanh, cell_outputs: with `save` (for a backward), `(K, N, D)` <- each step's cell

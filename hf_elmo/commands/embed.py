@@ -186,7 +186,8 @@ def run(options) -> int:
 def _embed(options, output, inputs, part: tuple[int, int], device: str | None, force: bool) -> int:
     device = device_option(device)
     model, tokenizer = _load(options)
-    model.to(device=device, dtype=DTYPES[options.dtype])
+    # Frozen: inference only, and the CPU loop keeps frozen weights' packed panels between batches.
+    model.to(device=device, dtype=DTYPES[options.dtype]).requires_grad_(False)
     embedder = Embedder(
         model,
         tokenizer,
@@ -246,7 +247,7 @@ def run_fasta(options, inputs) -> int:
     check_partials([path for path in (options.output, options.per_protein) if path is not None], options.resume)
     device = device_option(options.device)
     model, tokenizer = _load(options)
-    model.to(device=device, dtype=DTYPES[options.dtype])
+    model.to(device=device, dtype=DTYPES[options.dtype]).requires_grad_(False)  # as in `_embed`
     select = LayerSelector(_layers(options), model.config.num_layers, options.scalar_mix_weights)
     output_dtype = OUTPUT_DTYPES[options.output_dtype or ("float64" if options.dtype == "float64" else "float32")]
     embedder = Embedder(model, tokenizer, select, output_dtype)

@@ -176,6 +176,9 @@ class Adagrad(torch.optim.Adagrad):
                 self._uncounted_steps[param] = self._uncounted_steps.get(param, 0) + 1
                 scale = self._scale_for(param, factor)
                 self._fused_step(param)(param, param.grad, state["sum"], lr, eps, scale)
+                # Written through pointers: counted as the in-place changes they are (versions are what caches of
+                # derived values look at, as autograd does).
+                torch.autograd.graph.increment_version((param, state["sum"]))
         return loss
 
     def _count_steps(self):

@@ -208,7 +208,7 @@ def test_packed_weights_follow_in_place_changes_and_go_with_their_weights():
             batch_sizes, [state_weight], [projection_weight], 3.0, 1.0, False, gates_in.clone(), hidden0, memory0,
             None, memory0.clone(), torch.empty(1, 9, D), torch.empty(1, 9, D), None, outputs,
         )  # fmt: skip
-        weights = (state_weight[None].double(), projection_weight[None].double())
+        weights = (state_weight.detach()[None].double(), projection_weight.detach()[None].double())
         expected, _, _ = float64_layer(
             gates_in.double(), hidden0.double(), memory0.double(), *weights, 3.0, 1.0, batch_sizes=batch_sizes
         )
@@ -222,6 +222,12 @@ def test_packed_weights_follow_in_place_changes_and_go_with_their_weights():
     keys = id(state_weight), id(projection_weight)
     del state_weight, projection_weight
     assert not any(key in cpu_kernels._packed_panels for key in keys)
+    # Weights that train are packed at each call: a write through `.data` counts no version.
+    training = (W_h[0] / P**0.5).requires_grad_(), (W_p[0] / D**0.5).requires_grad_()
+    run_and_compare(*training)
+    assert id(training[0]) not in cpu_kernels._packed_panels
+    training[0].data[: 2 * D].mul_(-0.5)
+    run_and_compare(*training)
 
 
 @pytest.mark.parametrize("K, D, P, cell_clip, proj_clip", CASES, ids=CASE_IDS)

@@ -86,6 +86,18 @@ def test_fused_step_is_adagrad_to_float32_rounding(fused_calls):
         assert torch.equal(a["step"], b["step"])
 
 
+def test_fused_step_counts_its_writes_as_in_place_changes(fused_calls):
+    """A step writes its parameters in place, as PyTorch's does: their versions grow (what caches of derived values,
+    such as the CPU loop's packed panels of frozen weights, look at)."""
+    params = parameters()
+    optimizer = Adagrad(params, lr=0.2)
+    for param in params:
+        param.grad = torch.ones_like(param)
+    before = [param._version for param in params]
+    optimizer.step()
+    assert fused_calls and all(param._version > version for param, version in zip(params, before))
+
+
 def test_state_loads_into_either_optimizer():
     _, fused = run(Adagrad, steps=2)
     params, reference = run(torch.optim.Adagrad, steps=2)
