@@ -44,7 +44,7 @@ def char_cnn_forward(encoder, char_ids: torch.LongTensor, word_ids: torch.LongTe
         features = _max_over_windows_of_group(encoder, words, longest, _run_values(encoder, words, paths), paths)
         per_token = _highways(encoder, features, paths)
     else:
-        words, word_index = _distinct_rows(words)
+        words, word_index = distinct_rows(words)
         spans, order = _spans(words).sort()
         words, spans = words[order], spans.tolist()
         embed = _embed_sorted_words
@@ -156,8 +156,9 @@ def _max_over_windows_of_group(encoder, words: torch.LongTensor, span: int, run_
     return encoder.activation(torch.cat(per_filter, dim=-1) + bias)
 
 
-def _distinct_rows(rows: torch.LongTensor) -> tuple[torch.LongTensor, torch.LongTensor]:
-    """`(N, C)` ids -> the distinct rows `(U, C)` and each row's index among them `(N,)`, as
+def distinct_rows(rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """`(N, C)` integers (character ids, or the bits of float rows) -> the distinct rows `(U, C)` and each row's index
+    among them `(N,)`, as
     `torch.unique(rows, dim=0, return_inverse=True)` gives them but in another order and with far fewer operations:
     one key per row (`character_rows.word_keys`), a sort of the keys and an exact check that rows with one key are
     equal. Rows that share a key without being equal (a collision) fall back to the row-wise unique."""

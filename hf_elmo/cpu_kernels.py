@@ -301,15 +301,15 @@ def _layer(batch_sizes, state_weights, projection_weights, batch_size, cell_clip
     return library, layer, (sizes, offsets, panels)
 
 
+# A call with fewer steps of few rows than this leaves the weights to the BLAS rather than pack them (packing reads
+# and writes them once, about what a few steps read).
+_MIN_PACKED_STEPS = 4
+
+
 def _worth_packing(library, batch_sizes) -> bool:
     """Whether enough steps have few enough rows for the packed products (none where the build has none)."""
     most = library.packed_max_rows()
     return sum(1 for n in batch_sizes if 0 < n <= most) >= _MIN_PACKED_STEPS
-
-
-# A call with fewer steps of few rows than this leaves the weights to the BLAS rather than pack them (packing reads
-# and writes them once, about what a few steps read).
-_MIN_PACKED_STEPS = 4
 
 
 def forward_sequence(

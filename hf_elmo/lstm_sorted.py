@@ -24,7 +24,7 @@ from functools import partial
 
 import torch
 
-from .character_rows import word_keys
+from .char_cnn_fast import distinct_rows
 from .cpu_kernels import backward_sequence as compiled_backward
 from .cpu_kernels import forward_sequence as compiled_forward
 from .cpu_threads import can_run_concurrently, run_concurrently
@@ -390,7 +390,7 @@ def _forward(
     stack = torch.stack if fold_doubling else _stacked
     input_weight = stack(input_weights)
     # The compiled loop reads each direction's weights where they are (and keeps their packed panels).
-    state_weight = state_weights if compiled else stack(state_weights)
+    state_weight = None if compiled else stack(state_weights)
     bias = torch.stack(biases)
     # Added at run time, as TensorFlow's LSTMCell does: here once, into the input products.
     bias[:, cell_dim : 2 * cell_dim] += settings.forget_bias
@@ -789,21 +789,15 @@ _BITS_OF = {2: torch.int16, 4: torch.int32, 8: torch.int64}
 
 
 def _distinct_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
-    """`(T, B, F)` -> its distinct rows `(U, F)` (equal bits) and each position's index among them `(T, B)`, or None
-    where more than `_MAX_DISTINCT_SHARE` of the rows are distinct (or two differ under one key)."""
-    rows = x.reshape(-1, x.shape[-1])
-    if not len(rows) or x.element_size() not in _BITS_OF:
+    """`(T, B, F)` -> its distinct rows `(U, F)` (equal bits: NaN rows equal, -0.0 and 0.0 not) and each position's
+    index among them `(T, B)`, or None where more than `_MAX_DISTINCT_SHARE` of the rows are distinct."""
+    bits = _BITS_OF.get(x.element_size())
+    if bits is None or not x.numel():
         return None
-    keys, index = torch.unique(word_keys(rows.contiguous().view(_BITS_OF[x.element_size()])), return_inverse=True)
-    if len(keys) > _MAX_DISTINCT_SHARE * len(rows):
+    distinct, index = distinct_rows(x.reshape(-1, x.shape[-1]).contiguous().view(bits))
+    if len(distinct) > _MAX_DISTINCT_SHARE * len(index):
         return None
-    first = torch.empty_like(keys).scatter_(0, index, torch.arange(len(rows), device=rows.device))
-    distinct = rows.index_select(0, first)
-    if not torch.equal(
-        distinct.index_select(0, index).view(_BITS_OF[x.element_size()]), rows.view(_BITS_OF[x.element_size()])
-    ):
-        return None
-    return distinct, index.view(x.shape[:-1])
+    return distinct.view(x.dtype), index.view(x.shape[:-1])
 
 
 def _weights(layer) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:

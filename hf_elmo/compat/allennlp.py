@@ -137,7 +137,6 @@ class _CarriedStateBiLM(nn.Module):
         """`(B, T, 50)` ids -> the `num_layers + 1` layers `(B, T + 2, 2P)` and the mask `(B, T + 2)`, boundaries
         included."""
         global _noted_state
-        check_padded_batch(type(self).__name__.lstrip("_"), char_ids.shape[0], char_ids.shape[1] + 2, self.model.config)
         lengths = _words_mask(char_ids).sum(dim=1)
         framed = char_ids.new_zeros(char_ids.shape[0], char_ids.shape[1] + 2, char_ids.shape[2])
         framed[:, 1:-1] = char_ids
@@ -264,6 +263,7 @@ class Elmo(nn.Module):
                 char_ids = table[word_inputs.reshape(-1, word_inputs.shape[-1]).long()]
         if self._keep_sentence_boundaries and len(output_shape) > 2:
             raise ElmoInputError("keep_sentence_boundaries needs inputs of shape (batch_size, timesteps, 50)")
+        check_padded_batch("Elmo", char_ids.shape[0], char_ids.shape[1] + 2, self._elmo_lstm.model.config)
         layers, mask_with_boundaries = self._elmo_lstm(char_ids)
         words_mask = _words_mask(char_ids)
         representations = []

@@ -53,6 +53,18 @@ def test_padded_batches_beyond_the_memory_available_are_refused_before_allocatin
     )
 
 
+def test_elmo_refuses_character_ids_whose_layers_would_not_fit(monkeypatch):
+    """Character ids made while memory sufficed (by `batch_to_ids` or the caller): `Elmo` checks the layers it would
+    return before its forward starts."""
+    ids = compat_allennlp.batch_to_ids(LOPSIDED)
+    elmo = compat_allennlp.Elmo(OPTIONS, WEIGHTS, 1)
+    monkeypatch.setattr(loading, "available_memory", lambda: 64 * 2**20)
+    monkeypatch.setattr(ElmoModel, "forward", lambda *args, **kwargs: pytest.fail("the forward started"))
+    with pytest.raises(ElmoInputError) as error:
+        elmo(ids)
+    assert one_line(error).startswith("Elmo: 201 sentences padded to the longest, 2,002 positions, need about ")
+
+
 def test_padded_batches_that_fit_pass_the_check(monkeypatch):
     """The same memory for 201 short sentences: the embedder runs them and gives each its words' vectors."""
     monkeypatch.setattr(loading, "available_memory", lambda: 64 * 2**20)

@@ -500,7 +500,7 @@ def test_distinct_rows_are_the_row_wise_unique(monkeypatch, colliding_keys):
     words = torch.randint(0, 4, (60, 50), generator=generator)
     words[:, 6:] = 0  # short words of few letters: many near-duplicates
     rows = words[torch.randint(0, 60, (500,), generator=generator)]
-    distinct, index = char_cnn_fast._distinct_rows(rows)
+    distinct, index = char_cnn_fast.distinct_rows(rows)
     expected = torch.unique(rows, dim=0)
     assert torch.equal(distinct[index], rows)
     assert len(distinct) == len(expected)
@@ -542,15 +542,18 @@ def test_the_first_layers_input_products_once_per_distinct_row_match_the_referen
 
 
 def test_distinct_float_rows_compare_bits():
-    """Rows are the same when their bits are: NaN equals NaN, -0.0 differs from 0.0; more distinct rows than
-    `_MAX_DISTINCT_SHARE` of them, or two rows under one key, give None."""
+    """Rows are the same when their bits are: NaN equals NaN, -0.0 differs from 0.0, also when every row gets one key
+    (the row-wise fallback); more distinct rows than `_MAX_DISTINCT_SHARE` of them give None."""
     x = torch.tensor(
         [[1.0, float("nan")], [0.0, 2.0], [1.0, float("nan")], [-0.0, 2.0], [0.0, 2.0], [1.0, float("nan")]]
     )
-    distinct, index = lstm_sorted._distinct_rows(x.view(3, 2, 2))
-    assert len(distinct) == 3
-    assert torch.equal(distinct[index].view(torch.int32), x.view(3, 2, 2).view(torch.int32))
+    for colliding_keys in (False, True):
+        with pytest.MonkeyPatch.context() as patch:
+            if colliding_keys:
+                patch.setattr(
+                    char_cnn_fast, "word_keys", lambda rows: rows.new_zeros(rows.shape[:-1], dtype=torch.long)
+                )
+            distinct, index = lstm_sorted._distinct_rows(x.view(3, 2, 2))
+        assert len(distinct) == 3
+        assert torch.equal(distinct[index].view(torch.int32), x.view(3, 2, 2).view(torch.int32))
     assert lstm_sorted._distinct_rows(torch.randn(4, 2, 8)) is None
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(lstm_sorted, "word_keys", lambda rows: rows.new_zeros(rows.shape[:-1], dtype=torch.long))
-        assert lstm_sorted._distinct_rows(x.view(3, 2, 2)) is None
